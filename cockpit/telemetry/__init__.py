@@ -1,0 +1,144 @@
+"""GPU and rank-process telemetry: one probe interface, backends chosen at run time.
+
+For the supervisor (no torch, no threads; call from its loop at about 1 Hz)::
+
+    from cockpit.telemetry import Sampler
+    sampler = Sampler({0: pid0, 1: pid1}, interval_s=1.0)
+    ...
+    snap = sampler.maybe_sample()       # None until interval_s has passed since the last one
+    if snap is not None:
+        events.emit("telemetry", **snap)
+    sampler.set_pids({...})             # after ranks restart
+    sampler.close()
+
+``Sampler.sample(torch_devices=None) -> dict`` always measures; the dict is the ``telemetry``
+event of ``cockpit/events.py``::
+
+    {"backend": "amdsmi" | "nvml" | "torch" | "cpu",
+     "devices": [{index, name, vram_used_mb, vram_total_mb, util_pct, temp_c, power_w, ...}],
+     "ranks":   [{rank, pid, alive, rss_mb, cpu_pct, gpu?, gpu_vram_mb?}],
+     "unavailable": {backend: short human reason}}
+
+Units: MiB, percent, degrees Celsius, watts (see each backend's docstring for the source).
+``ranks[i].gpu`` / ``gpu_vram_mb``: the device whose process list holds the rank's pid
+(amdsmi/NVML only). ``torch_devices``: device records the ranks reported through
+:func:`torch_device_memory` (e.g. carried in their events); shown, with backend "torch", only
+when neither amdsmi nor NVML works.
+
+Backends (``select_backend()``): amdsmi (AMD), then NVML (NVIDIA), then cpu (psutil only).
+Import and initialisation failures never raise, hang (init runs with a timeout) or print to
+stdout; each one becomes a reason in ``unavailable``.
+
+For the training ranks (these import torch inside the function): :func:`rank_memory_stats`,
+:func:`torch_device_memory`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from cockpit.telemetry.amd import AmdSmiBackend
+from cockpit.telemetry.cpu import CpuBackend, RankProcesses
+from cockpit.telemetry.nvml import NvmlBackend
+from cockpit.telemetry.torch_backend import rank_memory_stats, torch_device_memory
+
+__all__ = [
+    "AmdSmiBackend",
+    "CpuBackend",
+    "NvmlBackend",
+    "RankProcesses",
+    "Sampler",
+    "rank_memory_stats",
+    "select_backend",
+    "torch_device_memory",
+]
+
+BACKEND_ORDER = ("amdsmi", "nvml")
+
+
+def select_backend(
+    amdsmi_module: Any = None, nvml_module: Any = None, order: tuple[str, ...] = BACKEND_ORDER
+) -> tuple[Any, dict[str, str]]:
+    """The first GPU backend that works, else :class:`CpuBackend`; plus why the others are not.
+
+    ``amdsmi_module`` / ``nvml_module``: initialised stand-ins (tests); None loads the real
+    libraries. Returns ``(backend, unavailable)`` with ``unavailable`` mapping each backend
+    that was tried and failed, or not tried because an earlier one won, to a short reason.
+    """
+    openers = {
+        "amdsmi": lambda: AmdSmiBackend.open(amdsmi_module),
+        "nvml": lambda: NvmlBackend.open(nvml_module),
+    }
+    unavailable: dict[str, str] = {}
+    chosen: Any = None
+    for name in order:
+        if chosen is not None:
+            unavailable[name] = f"not tried: {chosen.name} is active"
+            continue
+        backend, reason = openers[name]()
+        if backend is None:
+            unavailable[name] = reason or "unavailable"
+        else:
+            chosen = backend
+    return (chosen or CpuBackend()), unavailable
+
+
+class Sampler:
+    def __init__(
+        self,
+        rank_pids: dict[int, int] | None = None,
+        interval_s: float = 1.0,
+        backend: Any = None,
+        unavailable: dict[str, str] | None = None,
+    ):
+        """``backend``/``unavailable``: an already selected backend (tests); otherwise
+        :func:`select_backend` runs here (may take up to the amdsmi init timeout once)."""
+        if backend is None:
+            backend, unavailable = select_backend()
+        self.backend = backend
+        self.unavailable = dict(unavailable or {})
+        self.interval_s = interval_s
+        self.ranks = RankProcesses(rank_pids or {})
+        self._last_t: float | None = None
+
+    def set_pids(self, rank_pids: dict[int, int]) -> None:
+        self.ranks.set_pids(rank_pids)
+
+    def due(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return self._last_t is None or now - self._last_t >= self.interval_s
+
+    def maybe_sample(self, now: float | None = None, torch_devices: list[dict[str, Any]] | None = None) -> dict | None:
+        now = time.monotonic() if now is None else now
+        if not self.due(now):
+            return None
+        return self.sample(torch_devices=torch_devices, now=now)
+
+    def sample(self, torch_devices: list[dict[str, Any]] | None = None, now: float | None = None) -> dict[str, Any]:
+        self._last_t = time.monotonic() if now is None else now
+        backend_name = self.backend.name
+        unavailable = dict(self.unavailable)
+        try:
+            devices = self.backend.devices()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # a library that worked at start and fails now
+            devices = []
+            unavailable[backend_name] = f"sampling failed: {type(exc).__name__}: {exc}"[:160]
+        if isinstance(self.backend, CpuBackend):
+            if torch_devices:
+                backend_name, devices = "torch", [dict(d) for d in torch_devices]
+            else:
+                unavailable["torch"] = "no device memory reported by the ranks yet"
+        ranks = self.ranks.sample()
+        owner = {
+            p.get("pid"): (d["index"], p.get("vram_mb")) for d in devices for p in d.get("processes") or []
+        }
+        for entry in ranks:
+            if entry["pid"] in owner:
+                entry["gpu"], entry["gpu_vram_mb"] = owner[entry["pid"]]
+        return {"backend": backend_name, "devices": devices, "ranks": ranks, "unavailable": unavailable}
+
+    def close(self) -> None:
+        self.backend.close()
