@@ -96,9 +96,9 @@ class AmdSmiBackend:
 
     def __init__(self, smi: Any):
         self._smi = smi
+        self._failures: dict[tuple[int, str], int] = {}
         self._handles = list(smi.amdsmi_get_processor_handles())
         self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
-        self._failures: dict[tuple[int, str], int] = {}
 
     @classmethod
     def open(cls, module: Any = None) -> tuple["AmdSmiBackend | None", str | None]:
