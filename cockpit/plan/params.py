@@ -1,0 +1,208 @@
+"""Parameter counts: from the real model built on the meta device, with an analytic fallback.
+
+``count_params`` builds ``AutoModelForCausalLM.from_config(cfg)`` under ``torch.device("meta")``
+(no memory, no weights) and sorts the parameters into embedding / lm_head / decoder layers /
+the rest, and the layers' ``nn.Linear`` weights (what bitsandbytes quantizes). If torch or
+transformers are missing or do not know the architecture, the same numbers come from the
+config alone (Llama-family layout: SwiGLU MLP, GQA attention, RMSNorm).
+
+``count_lora`` runs the real PEFT ``get_peft_model`` on a one-layer meta model (every decoder
+layer has the same shapes, so per-layer LoRA numbers times the layer count is exact), else
+r * (in + out) per target module.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# module name -> (in_features, out_features) as functions of the config numbers
+LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Dims:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    qkv_bias: bool
+    model_type: str
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+def dims_of(cfg: dict[str, Any]) -> Dims:
+    h = int(cfg["hidden_size"])
+    a = int(cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or h // a
+    mt = str(cfg.get("model_type", "llama"))
+    return Dims(
+        hidden=h, intermediate=int(cfg["intermediate_size"]), layers=int(cfg["num_hidden_layers"]),
+        heads=a, kv_heads=int(cfg.get("num_key_value_heads") or a), head_dim=int(hd),
+        vocab=int(cfg["vocab_size"]), tied=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=bool(cfg.get("attention_bias", False)) or mt == "qwen2", model_type=mt,
+    )
+
+
+def linear_shapes(d: Dims) -> dict[str, tuple[int, int]]:
+    """(in, out) of each decoder-layer linear, Llama/Qwen2/Mistral layout."""
+    return {
+        "q_proj": (d.hidden, d.q_dim), "k_proj": (d.hidden, d.kv_dim), "v_proj": (d.hidden, d.kv_dim),
+        "o_proj": (d.q_dim, d.hidden), "gate_proj": (d.hidden, d.intermediate),
+        "up_proj": (d.hidden, d.intermediate), "down_proj": (d.intermediate, d.hidden),
+    }
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    total: int               # unique parameters (tied embeddings once)
+    embedding: int           # embed_tokens
+    lm_head: int             # 0 when tied
+    per_layer: int           # one decoder layer, everything
+    layer_linear: int        # one decoder layer, nn.Linear weights only (quantizable)
+    layers: int
+    other: int               # final norm etc.
+    max_linear: int          # the largest single linear weight (dequantize buffer)
+    linear_names: tuple[str, ...] = field(default=LLAMA_LINEARS)
+    source: str = "analytic"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def analytic_counts(d: Dims) -> ParamCounts:
+    shapes = linear_shapes(d)
+    lin = sum(i * o for i, o in shapes.values())
+    bias = (d.q_dim + 2 * d.kv_dim) if d.qkv_bias else 0
+    per_layer = lin + bias + 2 * d.hidden  # + two RMSNorm weights
+    emb = d.vocab * d.hidden
+    head = 0 if d.tied else emb
+    other = d.hidden
+    return ParamCounts(
+        total=emb + head + d.layers * per_layer + other, embedding=emb, lm_head=head,
+        per_layer=per_layer, layer_linear=lin, layers=d.layers, other=other,
+        max_linear=max(i * o for i, o in shapes.values()), source="analytic",
+    )
+
+
+def _key(cfg: dict[str, Any]) -> str:
+    return json.dumps(cfg, sort_keys=True, default=str)
+
+
+def _meta_model(cfg: dict[str, Any], layers: int | None = None):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("architectures", "transformers_version")}
+    mt = kw.pop("model_type", "llama")
+    if layers is not None:
+        kw["num_hidden_layers"] = layers
+    hf_cfg = AutoConfig.for_model(mt, **kw)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(hf_cfg)
+
+
+@functools.lru_cache(maxsize=32)
+def _meta_counts(key: str) -> ParamCounts:
+    import torch.nn as nn
+
+    cfg = json.loads(key)
+    model = _meta_model(cfg)
+    emb = head = other = 0
+    layer_tot: dict[str, int] = {}
+    layer_lin: dict[str, int] = {}
+    names: set[str] = set()
+    max_linear = 0
+    for mname, mod in model.named_modules():
+        if isinstance(mod, nn.Linear) and ".layers." in f".{mname}.":
+            idx = mname.split("layers.")[1].split(".")[0]
+            layer_lin[idx] = layer_lin.get(idx, 0) + mod.weight.numel()
+            names.add(mname.rsplit(".", 1)[-1])
+            max_linear = max(max_linear, mod.weight.numel())
+    for pname, p in model.named_parameters():  # remove_duplicate=True: tied weights once
+        n = p.numel()
+        if "layers." in pname:
+            idx = pname.split("layers.")[1].split(".")[0]
+            layer_tot[idx] = layer_tot.get(idx, 0) + n
+        elif "embed_tokens" in pname:
+            emb += n
+        elif "lm_head" in pname:
+            head += n
+        else:
+            other += n
+    nl = len(layer_tot)
+    per_layer = max(layer_tot.values()) if layer_tot else 0
+    return ParamCounts(
+        total=emb + head + sum(layer_tot.values()) + other, embedding=emb, lm_head=head,
+        per_layer=per_layer, layer_linear=max(layer_lin.values()) if layer_lin else 0, layers=nl,
+        other=other, max_linear=max_linear,
+        linear_names=tuple(n for n in LLAMA_LINEARS if n in names) + tuple(sorted(names - set(LLAMA_LINEARS))),
+        source="meta",
+    )
+
+
+def count_params(cfg: dict[str, Any], *, allow_meta: bool = True) -> ParamCounts:
+    """Parameter counts of the model ``cfg`` (a config.json dict)."""
+    if allow_meta:
+        try:
+            return _meta_counts(_key(cfg))
+        except Exception:  # noqa: BLE001 - no torch/transformers, unknown arch: fall back
+            pass
+    return analytic_counts(dims_of(cfg))
+
+
+def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:
+    """LLaMA-Factory's ``lora_target``: "all" (every decoder linear) or a comma list."""
+    if lora_target is None or (isinstance(lora_target, str) and lora_target.strip().lower() == "all"):
+        return list(available)
+    items = lora_target if isinstance(lora_target, (list, tuple)) else str(lora_target).split(",")
+    names = [str(x).strip() for x in items if str(x).strip()]
+    unknown = [n for n in names if n not in available]
+    if unknown or not names:
+        from cockpit.errors import InputError, Problem
+
+        raise InputError(Problem(
+            f"unknown module(s) {', '.join(unknown) or '(empty)'}; this model's linears are "
+            f"{', '.join(available)} (or 'all')", key="lora_target"))
+    return names
+
+
+def analytic_lora(d: Dims, targets: list[str], rank: int) -> int:
+    shapes = linear_shapes(d)
+    return d.layers * sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets if t in shapes)
+
+
+@functools.lru_cache(maxsize=64)
+def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
+    from peft import LoraConfig, get_peft_model
+
+    cfg = json.loads(key)
+    layers = int(cfg["num_hidden_layers"])
+    model = _meta_model(cfg, layers=1)
+    pm = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets),
+                                          lora_dropout=0.0))
+    per_layer = sum(p.numel() for n, p in pm.named_parameters() if "lora_" in n)
+    return per_layer * layers
+
+
+def count_lora(cfg: dict[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True) -> tuple[int, str]:
+    """Trainable LoRA parameters and where the number came from ("peft-meta" or "analytic")."""
+    if allow_meta:
+        try:
+            return _peft_lora(_key(cfg), tuple(targets), int(rank)), "peft-meta"
+        except Exception:  # noqa: BLE001
+            pass
+    return analytic_lora(dims_of(cfg), targets, rank), "analytic"
