@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
     "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),
     "export": ("cockpit.commands.export", "export a run's adapter, or merge it into the base model"),
+    "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
 }
 
 
