@@ -24,7 +24,9 @@ _RANK = {PASS: 0, SKIP: 0, WARN: 1, FAIL: 2}
 
 
 def ld_cache(ctx: Context) -> dict[str, str]:
-    """soname -> path from ``ldconfig -p`` (empty when ldconfig is not there)."""
+    """soname -> path from ``ldconfig -p`` (empty when ldconfig is not there or roots say no)."""
+    if not ctx.roots.ld_cache:
+        return {}
     ldconfig = ctx.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if Path(p).is_file()), None)
     if not ldconfig:
         return {}

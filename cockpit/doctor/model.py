@@ -91,12 +91,13 @@ class Roots:
     dev: Path = Path("/dev")
     runs_dir: Path | None = None  # None: cockpit.rundir.default_runs_dir()
     cache_dir: Path | None = None  # None: cockpit.rundir.cache_dir()
+    ld_cache: bool = True  # also ask the system's `ldconfig -p` for libraries (tests: False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Roots:
         rocm = env.get("ROCM_PATH") or env.get("ROCM_HOME") or "/opt/rocm"
         base = cls(rocm=Path(rocm))
-        clean = {k: Path(v) for k, v in overrides.items() if v is not None}
+        clean = {k: v if isinstance(v, bool) else Path(v) for k, v in overrides.items() if v is not None}
         return replace(base, **clean)
 
 
