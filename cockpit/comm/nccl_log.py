@@ -95,6 +95,21 @@ _ERROR_WORDS = re.compile(
 )
 
 
+# (pattern, where, {key: group}, extra): a match stores the groups (digits as int) into
+# self.network / self.channels / the plugin dict, plus the fixed ``extra`` items.
+_FIELD_RULES_INFO = (
+    (_USING_NETWORK, "network", {"name": "net"}, {}),
+    (_BOOTSTRAP, "network", {"bootstrap_if": "ifc"}, {}),
+    (_RING_ORDER, "channels", {"count": "n"}, {}),
+    (_COUNTS, "channels", {"coll": "coll", "p2p": "p2p"}, {}),
+)
+_FIELD_RULES_PLUGIN = (
+    (_PLUGIN_NAME, "plugin", {"requested": "name"}, {}),
+    (_PLUGIN_PATH, "plugin", {"path": "path"}, {"loaded": True}),
+    (_P2P_PLUGIN, "plugin", {"name": "name"}, {"loaded": True}),
+)
+
+
 def transport_kind(transport: str) -> str:
     head = transport.split("/", 1)[0].upper()
     return {"P2P": "p2p", "SHM": "shm", "NET": "net", "COLLNET": "collnet", "NVLS": "nvls"}.get(head, "other")
@@ -312,9 +327,7 @@ class NcclLogParser:
         if msg.startswith("NET/Plugin") or _PLUGIN_NAME.match(msg) or _PLUGIN_PATH.match(msg) or _P2P_PLUGIN.match(msg):
             self._on_plugin(msg)
             return
-        m = _USING_NETWORK.match(msg)
-        if m:
-            net["name"] = m.group("net")
+        if self._apply_rules(msg, _FIELD_RULES_INFO):
             return
         if msg.startswith("NET/Socket") and "Using" in msg:
             net["socket_ifs"] = [s.group("name") for s in _SOCKET_IFS.finditer(msg)]
@@ -334,43 +347,31 @@ class NcclLogParser:
             if oob:
                 net["oob_if"] = oob.group("ifc")
             return
-        m = _BOOTSTRAP.match(msg)
-        if m:
-            net["bootstrap_if"] = m.group("ifc")
-            return
         m = _SET_BY_ENV.match(msg)
         if m:
             net["env"][m.group("var")] = m.group("val")
-            return
-        m = _RING_ORDER.search(msg)
-        if m:
-            self.channels["count"] = int(m.group("n"))
-            return
-        m = _COUNTS.search(msg)
-        if m:
-            self.channels["coll"], self.channels["p2p"] = int(m.group("coll")), int(m.group("p2p"))
             return
         if msg.startswith("Connected all rings"):
             self.channels["rings_connected"] = True
         elif msg.startswith(("Connected all trees", "Connected NVLS tree")):
             self.channels["trees_connected"] = True
 
+    def _apply_rules(self, msg: str, rules: tuple) -> bool:
+        targets = {"network": self.network, "channels": self.channels, "plugin": self.network["plugin"]}
+        for pattern, where, groups, extra in rules:
+            m = pattern.search(msg)
+            if m:
+                values = {key: m.group(group) for key, group in groups.items()}
+                targets[where].update({k: int(v) if v.isdigit() else v for k, v in values.items()}, **extra)
+                return True
+        return False
+
     def _on_plugin(self, msg: str) -> None:
         plugin = self.network["plugin"]
         plugin.setdefault("messages", [])
         if msg not in plugin["messages"]:
             plugin["messages"] = (plugin["messages"] + [msg])[-5:]
-        m = _PLUGIN_NAME.match(msg)
-        if m:
-            plugin["requested"] = m.group("name")
-            return
-        m = _PLUGIN_PATH.match(msg)
-        if m:
-            plugin["loaded"], plugin["path"] = True, m.group("path")
-            return
-        m = _P2P_PLUGIN.match(msg)
-        if m:
-            plugin["loaded"], plugin["name"] = True, m.group("name")
+        if self._apply_rules(msg, _FIELD_RULES_PLUGIN):
             return
         missing = re.search(r"No plugin found \((?P<lib>[^)]+)\)|Could not find:? (?P<lib2>\S+?)\.?\s*$", msg)
         if missing:

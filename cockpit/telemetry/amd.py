@@ -36,7 +36,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from cockpit.telemetry.base import open_backend, call_with_timeout, empty_device, mib, number, quiet_output, short_reason
+from cockpit.telemetry.base import VendorBackend, call_with_timeout, empty_device, mib, number, quiet_output, short_reason
 
 # Every attribute of the amdsmi module this backend touches. The contract test checks each
 # one against the installed package and against the fake in cockpit/telemetry/fakes.py.
@@ -89,10 +89,12 @@ def load_amdsmi(module_name: str = "amdsmi", timeout_s: float = INIT_TIMEOUT_S) 
     return None, f"amdsmi_init failed ({short_reason(exc)}); is the amdgpu driver loaded?"
 
 
-class AmdSmiBackend:
+class AmdSmiBackend(VendorBackend):
     """Samples every AMD GPU the library sees. Build with :meth:`open` (never raises)."""
 
     name = "amdsmi"
+    label = "amdsmi"
+    load = staticmethod(load_amdsmi)
 
     def __init__(self, smi: Any):
         self._smi = smi
@@ -100,15 +102,6 @@ class AmdSmiBackend:
         self._handles = list(smi.amdsmi_get_processor_handles())
         self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
 
-    @classmethod
-    def open(cls, module: Any = None) -> tuple["AmdSmiBackend | None", str | None]:
-        """(backend, None) or (None, reason); never raises. ``module``: an initialised
-        library-like module (the fakes in tests); None imports and initialises the real one."""
-        return open_backend(cls, module, load_amdsmi, "amdsmi")
-
-    @property
-    def device_count(self) -> int:
-        return len(self._handles)
 
     # -- helpers --------------------------------------------------------------------------
     def _try(self, index: int, metric: str, fn: Any, *args: Any) -> Any:

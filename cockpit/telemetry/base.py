@@ -139,3 +139,27 @@ def open_backend(cls: Any, module: Any, loader: Callable[[], tuple[Any, str | No
         backend.close()
         return None, f"{label} found no GPU"
     return backend, None
+
+
+class VendorBackend:
+    """Shared shape of the amdsmi and NVML backends: ``open`` and ``device_count``.
+
+    Subclasses set ``label``, ``load`` (a staticmethod returning (module, reason)) and fill
+    ``self._handles`` in ``__init__(module)``."""
+
+    label = "GPU library"
+    _handles: list[Any]
+
+    @staticmethod
+    def load() -> tuple[Any, str | None]:
+        raise NotImplementedError
+
+    @classmethod
+    def open(cls, module: Any = None) -> tuple[Any, str | None]:
+        """(backend, None) or (None, reason); never raises. ``module``: an initialised
+        library-like module (the fakes in tests); None imports and initialises the real one."""
+        return open_backend(cls, module, cls.load, cls.label)
+
+    @property
+    def device_count(self) -> int:
+        return len(self._handles)

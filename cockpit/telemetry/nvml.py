@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from cockpit.telemetry.base import open_backend, empty_device, mib, number, quiet_output, short_reason
+from cockpit.telemetry.base import VendorBackend, empty_device, mib, number, quiet_output, short_reason
 
 NVML_API = (
     "nvmlInit",
@@ -66,8 +66,10 @@ def load_nvml(module_name: str = "pynvml") -> tuple[Any, str | None]:
     return mod, None
 
 
-class NvmlBackend:
+class NvmlBackend(VendorBackend):
     name = "nvml"
+    label = "NVML"
+    load = staticmethod(load_nvml)
 
     def __init__(self, nvml: Any):
         self._nvml = nvml
@@ -80,15 +82,6 @@ class NvmlBackend:
             except Exception:
                 self._names.append(None)
 
-    @classmethod
-    def open(cls, module: Any = None) -> tuple["NvmlBackend | None", str | None]:
-        """(backend, None) or (None, reason); never raises. ``module``: an initialised
-        library-like module (the fakes in tests); None imports and initialises the real one."""
-        return open_backend(cls, module, load_nvml, "NVML")
-
-    @property
-    def device_count(self) -> int:
-        return len(self._handles)
 
     def _try(self, fn: Any, *args: Any) -> Any:
         try:
