@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -113,9 +114,11 @@ def test_quiet_output_catches_python_and_fd_level_writes(capfd):
         print("from python")
         os.write(1, b"from C\n")
         os.write(2, b"to stderr\n")
+        ctypes.CDLL(None).printf(b"from printf\n")  # buffered in libc, flushed before restoring
     out, err = capfd.readouterr()
     assert out == "" and err == ""
     assert "from python" in printed.getvalue() and "from C" in printed.getvalue()
+    assert "from printf" in printed.getvalue()
 
 
 def test_call_with_timeout_gives_up_on_a_hung_init():

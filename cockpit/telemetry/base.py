@@ -13,6 +13,7 @@ No torch, no textual here.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import sys
@@ -58,6 +59,18 @@ def short_reason(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)  # libc: flush every C stdio stream
+    except Exception:
+        pass
+
+
 @contextlib.contextmanager
 def quiet_output() -> Iterator[io.StringIO]:
     """Silence stdout/stderr, Python-level *and* file descriptors 1 and 2.
@@ -70,6 +83,7 @@ def quiet_output() -> Iterator[io.StringIO]:
     captured = io.StringIO()
     saved_fds: list[tuple[int, int]] = []
     tmp = tempfile.TemporaryFile(mode="w+b")
+    _flush_all()  # what was printed before belongs to the real stdout
     try:
         for fd in (1, 2):
             try:
@@ -80,11 +94,8 @@ def quiet_output() -> Iterator[io.StringIO]:
         with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
             yield captured
     finally:
+        _flush_all()  # C stdio buffers filled inside go to the temporary file, not later to stdout
         for fd, saved in saved_fds:
-            try:
-                sys.stdout.flush() if fd == 1 else sys.stderr.flush()
-            except Exception:
-                pass
             os.dup2(saved, fd)
             os.close(saved)
         try:
