@@ -102,7 +102,6 @@ class AmdSmiBackend(VendorBackend):
         self._handles = list(smi.amdsmi_get_processor_handles())
         self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
 
-
     # -- helpers --------------------------------------------------------------------------
     def _try(self, index: int, metric: str, fn: Any, *args: Any) -> Any:
         key = (index, metric)

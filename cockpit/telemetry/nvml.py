@@ -82,7 +82,6 @@ class NvmlBackend(VendorBackend):
             except Exception:
                 self._names.append(None)
 
-
     def _try(self, fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
