@@ -176,6 +176,14 @@ def test_cpu_only_torch_is_a_warning_unless_gpu_needed(machine):
     assert needed["torch"] in blocking_failures(needed.values(), {"gpu"})
 
 
+def test_cuda_torch_on_a_rocm_machine(machine):
+    facts = TorchFacts(importable=True, version="2.7.1+cu126", cuda="12.6")
+    c = run(machine, facts)
+    assert c["torch"].status == WARN and "CUDA build" in c["torch"].seen
+    assert "whl/rocm6.3" in c["torch"].fix
+    assert c["gpu_visible"].status == FAIL and "ROCm build" in c["gpu_visible"].fix  # the CUDA wheel sees no GPU here
+
+
 def test_torch_not_importable(machine):
     c = run(machine, TorchFacts(importable=False, error="ImportError: no torch"))
     assert c["torch"].status == FAIL and not c["torch"].matters_for  # blocks every config

@@ -42,13 +42,30 @@ def test_every_check_runs_on_this_machine(facts, tmp_path, capsys):
     assert capsys.readouterr().out == ""  # amdsmi's import-time print stayed off stdout
 
 
+@pytest.mark.slow  # multi-process run (the project's "slow" tier)
 def test_smoke_runs_here(facts):
     """--gpu-smoke on this machine: GPU matmul + RCCL/NCCL all-reduce, or CPU matmul + gloo."""
     (smoke,) = run_checks(facts=facts, gpu_smoke=True, only=["smoke"])
     assert smoke.status == "pass", smoke.seen
-    assert smoke.data["all_reduce"]["ok"] or facts.device_count == 1
+    assert all(r["ok"] and r["matmul"]["ok"] for r in smoke.data["ranks"])
     if facts.build == "cpu":
-        assert "gloo" in smoke.seen and [r["value"] for r in smoke.data["all_reduce"]["ranks"]] == [3.0, 3.0]
+        assert "gloo" in smoke.seen and [r["all_reduce"]["value"] for r in smoke.data["ranks"]] == [3.0, 3.0]
+
+
+@pytest.mark.slow
+def test_smoke_failures_become_a_failed_check(facts, monkeypatch):
+    """Ranks that crash (a ROCm machine's facts, but this CPU torch in the ranks) or hang."""
+    from cockpit.doctor import TorchFacts, smoke
+    from cockpit.doctor.facts import DeviceFacts
+
+    if facts.build != "cpu":
+        pytest.skip("needs a CPU-only torch to fake a broken GPU")
+    fake = TorchFacts(importable=True, version=facts.version, hip="6.3", cuda_available=True, device_count=1, devices=[DeviceFacts(0, "AMD Instinct MI300X", 192 * 2**30, "gfx942")])
+    (c,) = run_checks(facts=fake, gpu_smoke=True, only=["smoke"])
+    assert c.status == "fail" and "rank 0:" in c.seen and c.data["backend"] == "nccl"
+    monkeypatch.setattr(smoke, "TIMEOUT_S", 0.2)
+    (hung,) = run_checks(facts=facts, gpu_smoke=True, only=["smoke"])
+    assert hung.status == "fail" and "hung" in hung.seen and "comm_env" in hung.fix
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

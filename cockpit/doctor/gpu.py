@@ -35,9 +35,15 @@ def check_torch(ctx: Context) -> Check:
     data = {"version": f.version, "build": f.build, "hip": f.hip, "cuda": f.cuda}
     if f.build == "rocm":
         return Check("torch", title, PASS, f"torch {f.version}, ROCm (HIP {f.hip})", data=data, matters_for=frozenset({"gpu"}))
-    if f.build == "cuda":
-        return Check("torch", title, PASS, f"torch {f.version}, CUDA {f.cuda}", data=data, matters_for=frozenset({"gpu"}))
     rocm = _rocm_release(ctx)
+    if f.build == "cuda":
+        if rocm and (ctx.roots.dev / "kfd").exists() and not (ctx.roots.dev / "nvidiactl").exists():
+            # The usual slip: a plain `pip install torch` brings the CUDA wheel onto an AMD box.
+            return Check(
+                "torch", title, ctx.severity(*GPU_BUILD_TAGS), f"torch {f.version} is a CUDA build, but this is a ROCm {rocm} machine (/dev/kfd, no NVIDIA driver)",
+                f"pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}", frozenset(GPU_BUILD_TAGS), data,
+            )
+        return Check("torch", title, PASS, f"torch {f.version}, CUDA {f.cuda}", data=data, matters_for=frozenset({"gpu"}))
     if rocm:
         seen = f"torch {f.version} is a CPU-only build, but ROCm {rocm} is installed at {ctx.roots.rocm}"
         fix = f"install a ROCm build of torch matching ROCm {rocm}: pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}"
@@ -68,6 +74,8 @@ def check_gpu_visible(ctx: Context) -> Check:
             fix = "a *_VISIBLE_DEVICES variable hides every GPU: unset it or list the GPUs to use"
         elif f.build == "rocm":
             fix = "check `rocminfo` lists the GPUs; add yourself to the render and video groups: sudo usermod -aG render,video $USER (then log in again)"
+        elif (ctx.roots.dev / "kfd").exists():
+            fix = "this torch is a CUDA build: AMD GPUs need a ROCm build of torch (see the torch check)"
         else:
             fix = "check `nvidia-smi` lists the GPUs and the driver matches torch's CUDA"
         return Check("gpu_visible", title, FAIL, seen, fix, tags, data)

@@ -145,7 +145,7 @@ def check_telemetry(ctx: Context) -> Check:
         ok, note = probe_amdsmi()
         if ok:
             return Check("telemetry", title, PASS, note, matters_for=tags)
-        return Check("telemetry", title, WARN, note + "; power/temperature/VRAM panels fall back to torch", "pip install /opt/rocm/share/amd_smi (the amdsmi matching your ROCm) or pip install 'cockpit-tune[amd]'", tags)
+        return Check("telemetry", title, WARN, note + "; power/temperature/VRAM panels fall back to torch", f"pip install {ctx.roots.rocm}/share/amd_smi (the amdsmi matching your ROCm), or pip install 'cockpit-tune[amd]'", tags)
     if build == "cuda":
         ok, note = probe_nvml()
         if ok:
