@@ -55,6 +55,10 @@ def cpu_facts() -> TorchFacts:
 
 @pytest.fixture
 def machine(tmp_path: Path) -> dict:
+    return build_machine(tmp_path)
+
+
+def build_machine(tmp_path: Path) -> dict:
     """A fake 2-socket MI250X box: ROCm 6.3 tree, sysfs, procfs, /dev/kfd, tools on PATH."""
     rocm = tmp_path / "rocm"
     write(rocm / ".info" / "version", "6.3.2-66\n")
@@ -447,6 +451,7 @@ def test_blocking_failures_and_json_roundtrip():
     ]
     assert [c.id for c in blocking_failures(checks, {"gpu"})] == ["b"]
     assert [c.id for c in blocking_failures(checks, {"gpu", "qlora", "deepspeed"})] == ["a", "b", "d"]
+    assert [c.id for c in blocking_failures([c.to_dict() for c in checks], {"qlora"})] == ["a", "b"]  # the --json dicts
     d = checks[3].to_dict()
     assert set(d) == {"v", "id", "title", "status", "seen", "fix", "matters_for", "data"}
     assert d["matters_for"] == ["deepspeed", "multi_gpu"]

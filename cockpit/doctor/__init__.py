@@ -129,10 +129,18 @@ def run_checks(
     return out
 
 
-def blocking_failures(checks: Iterable[Check], tags: Iterable[str]) -> list[Check]:
-    """The failed checks that stop a config with ``tags`` (empty ``matters_for``: every config)."""
+def blocking_failures(checks: Iterable[Check | Mapping[str, Any]], tags: Iterable[str]) -> list[Check]:
+    """The failed checks that stop a config with ``tags`` (empty ``matters_for``: every config).
+
+    ``checks``: :class:`Check` objects, or the dicts of ``cockpit doctor --json``.
+    """
     wanted = frozenset(tags)
-    return [c for c in checks if c.status == FAIL and (not c.matters_for or c.matters_for & wanted)]
+    out = []
+    for c in checks:
+        check = c if isinstance(c, Check) else Check.from_dict(c)
+        if check.status == FAIL and (not check.matters_for or check.matters_for & wanted):
+            out.append(check)
+    return out
 
 
 def exit_code(checks: Iterable[Check]) -> int:

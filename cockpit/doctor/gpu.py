@@ -99,7 +99,7 @@ def check_gpu_visible(ctx: Context) -> Check:
     if expected_var and not vis[expected_var].strip().startswith("GPU-"):
         want = len(_listed(vis[expected_var]))
         if want != f.device_count:
-            problems.append((f"{expected_var} lists {want} GPU(s) but torch sees {f.device_count}", f"fix {expected_var} (indexes that do not exist are dropped)"))
+            problems.append((f"{expected_var} lists {want} GPU(s) but torch sees {f.device_count}", f"correct {expected_var}: indexes of GPUs that do not exist are dropped"))
     if problems:
         return Check(
             "gpu_visible", title, WARN, seen + "; " + "; ".join(p for p, _ in problems), "\n".join(x for _, x in problems), frozenset({"gpu", "multi_gpu"}), data
@@ -193,7 +193,7 @@ def check_rocm_arch(ctx: Context) -> Check:
         f"{who} not in PYTORCH_ROCM_ARCH={value!r}: extensions built here (DeepSpeed ops, bitsandbytes, "
         "flash-attention) get no code for it -> 'HIP error: invalid device function', or an illegal-instruction abort"
     )
-    fix = f"{_export_line(targets)}  then rebuild the extensions (e.g. rm -rf ~/.cache/torch_extensions)"
+    fix = f"{_export_line(targets)}; then rebuild the extensions (e.g. rm -rf ~/.cache/torch_extensions)"
     return Check("rocm_arch", title, FAIL, seen, fix, tags, data)
 
 
