@@ -65,7 +65,7 @@ def check_gpu_visible(ctx: Context) -> Check:
     env_note = " ".join(f"{k}={v!r}" for k, v in vis.items())
     data = {"device_count": f.device_count, "visible_env": vis}
     if f.build in ("none", "cpu"):
-        return Check("gpu_visible", title, ctx.severity(*GPU_BUILD_TAGS, otherwise=SKIP), "no GPU build of torch", matters_for=tags, data=data)
+        return Check("gpu_visible", title, ctx.severity(*GPU_BUILD_TAGS, otherwise=SKIP), "no GPU build of torch", "see the torch check", tags, data)
     if not f.cuda_available or f.device_count == 0:
         seen = "torch.cuda.is_available() is False" + (f" ({f.device_error})" if f.device_error else "")
         if env_note:
@@ -170,7 +170,8 @@ def check_rocm_arch(ctx: Context) -> Check:
     """PYTORCH_ROCM_ARCH names every device's gfx target (it decides what extensions build for)."""
     f = ctx.facts
     title = "PYTORCH_ROCM_ARCH"
-    tags = frozenset({"rocm", "deepspeed", "build"})
+    # Only what is compiled here reads it: a plain LoRA run with prebuilt wheels is unaffected.
+    tags = frozenset({"deepspeed", "build"})
     value = ctx.env.get("PYTORCH_ROCM_ARCH")
     if f.build != "rocm":
         return Check("rocm_arch", title, SKIP, "not a ROCm build of torch", matters_for=tags)
