@@ -1,0 +1,102 @@
+"""Memory planner: per-device peak memory of a fine-tuning run, before launch.
+
+Public API (no torch import at module level; torch/transformers/peft are used lazily, on the
+meta device only, and are optional):
+
+    from cockpit.plan import plan
+    result = plan({"model_name_or_path": "meta-llama/Llama-3.1-8B", "finetuning_type": "lora",
+                   "bf16": True}, gpu_memory_gb=64)
+    result.as_dict()   # breakdown terms, peak, verdict, suggestion
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cockpit.plan.catalogue import CATALOGUE, known_models, resolve_model_config
+from cockpit.plan.estimate import GiB, Estimate, estimate
+from cockpit.plan.params import count_lora, count_params, dims_of, resolve_targets
+from cockpit.plan.spec import RunSpec, parse_run
+from cockpit.plan.verdict import find_fix, verdict
+
+__all__ = ["plan", "estimate_config", "PlanResult", "GiB", "CATALOGUE", "known_models", "resolve_model_config"]
+
+
+@dataclass
+class PlanResult:
+    model: str
+    model_source: str
+    run: RunSpec
+    estimate: Estimate
+    capacity_gib: float | None = None
+    verdict: dict[str, Any] | None = None
+    suggestion: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {"model": self.model, "model_source": self.model_source, "precision": self.run.precision,
+             "finetuning_type": self.run.finetuning_type, "data_parallel": self.run.world,
+             **self.estimate.as_dict()}
+        d["capacity_gib"] = self.capacity_gib
+        d["verdict"] = self.verdict
+        d["suggestion"] = self.suggestion
+        return d
+
+
+def _apply_overrides(config: dict[str, Any], gpus: int | None) -> dict[str, Any]:
+    cfg = dict(config)
+    if gpus is not None:
+        cfg["nproc_per_node"], cfg["nnodes"] = int(gpus), 1
+    return cfg
+
+
+def estimate_config(config: dict[str, Any], *, base_dir: str | None = None, use_meta: bool = True
+                    ) -> tuple[RunSpec, Estimate, str]:
+    """Parse + estimate one config dict; returns (run, estimate, model config source)."""
+    run = parse_run(config, base_dir)
+    mcfg, src = resolve_model_config(run.model_name_or_path)
+    d = dims_of(mcfg)
+    counts = count_params(mcfg, allow_meta=use_meta)
+    lora, n_targets = 0, 0
+    if run.finetuning_type == "lora":
+        targets = resolve_targets(run.lora_target, counts.linear_names)
+        n_targets = len(targets)
+        lora, lsrc = count_lora(mcfg, targets, run.lora_rank, allow_meta=use_meta)
+    est = estimate(run, d, counts, lora, n_targets)
+    if run.finetuning_type == "lora":
+        est.params["lora_source"] = lsrc
+        est.params["lora_targets"] = targets
+    return run, est, src
+
+
+def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: float | None = None,
+         base_dir: str | None = None, use_meta: bool = True, suggest: bool = True) -> PlanResult:
+    """Estimate per-device peak memory for ``config`` (flat LLaMA-Factory keys).
+
+    ``gpus``: data-parallel size on one node (overrides nproc_per_node/nnodes).
+    ``gpu_memory_gb``: device memory in GiB (64 for an MI250 GCD, 192 for an MI300X); with it the
+    result carries a verdict and, if it does not fit or is tight, the cheapest change that fits.
+    Raises ``cockpit.errors.InputError`` (naming the key) on bad input.
+    """
+    cfg = _apply_overrides(config, gpus)
+    run, est, src = estimate_config(cfg, base_dir=base_dir, use_meta=use_meta)
+    res = PlanResult(model=run.model_name_or_path, model_source=src, run=run, estimate=est)
+    if gpu_memory_gb is not None:
+        if not gpu_memory_gb or gpu_memory_gb <= 0:
+            from cockpit.errors import InputError, Problem
+
+            raise InputError(Problem("must be a positive number of GiB", key="gpu_memory"))
+        cap = float(gpu_memory_gb) * GiB
+        res.capacity_gib = float(gpu_memory_gb)
+        res.verdict = verdict(est.peak, cap)
+        if suggest and res.verdict["status"] != "fits":
+            def replan(c: dict[str, Any]) -> float:
+                c = {k: v for k, v in c.items() if v is not None or k in ("deepspeed", "fsdp")}
+                return estimate_config(c, base_dir=base_dir, use_meta=use_meta)[1].peak
+
+            res.suggestion = find_fix(cfg, run.world, cap, replan)
+            if res.suggestion is None:
+                res.suggestion = {"why": "nothing the planner can change makes it fit: use more or larger devices, "
+                                         "a shorter cutoff_len, or a smaller model", "changes": {}}
+    return res

@@ -82,3 +82,98 @@ def _mode_class():
 def live_tensor_bytes():
     """A new ``LiveTensorBytes`` dispatch mode (use as a context manager)."""
     return _mode_class()()
+
+
+def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, steps: int = 2,
+                          seed: int = 0) -> dict[str, Any]:
+    """Peak live tensor bytes over ``steps`` optimizer steps of the real HF Trainer on CPU (fp32).
+
+    ``model_dir_or_cfg``: a folder with config.json (+ weights, loaded if present) or a config dict
+    (random init). ``config``: the run keys the planner reads (finetuning_type, lora_rank,
+    lora_target, cutoff_len, per_device_train_batch_size, gradient_accumulation_steps,
+    gradient_checkpointing, flash_attn). Every sequence is cutoff_len tokens long (the planner's
+    worst case); with micro-batch > 1 the first row carries one padding token so the batch has an
+    attention mask, as padded SFT batches do.
+    """
+    import gc
+    import os
+    import tempfile
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+
+    torch.manual_seed(seed)
+    attn = {"auto": "sdpa", "sdpa": "sdpa", "disabled": "eager", "eager": "eager"}[
+        str(config.get("flash_attn", "auto"))]
+    if isinstance(model_dir_or_cfg, str) and os.path.isfile(os.path.join(model_dir_or_cfg, "config.json")):
+        has_weights = any(f.endswith(".safetensors") for f in os.listdir(model_dir_or_cfg))
+        if has_weights:
+            model = AutoModelForCausalLM.from_pretrained(model_dir_or_cfg, dtype=torch.float32,
+                                                         attn_implementation=attn)
+        else:
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir_or_cfg),
+                                                     attn_implementation=attn)
+    else:
+        cfg = dict(model_dir_or_cfg)
+        mt = cfg.pop("model_type", "llama")
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(mt, **cfg), attn_implementation=attn)
+    model = model.float()
+    model.config.use_cache = False
+    ft = config.get("finetuning_type", "lora")
+    if ft == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        from cockpit.plan.params import LLAMA_LINEARS, resolve_targets
+
+        targets = resolve_targets(config.get("lora_target", "all"), LLAMA_LINEARS)
+        rank = int(config.get("lora_rank", 8))
+        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets,
+                                                 lora_dropout=0.0, task_type="CAUSAL_LM"))
+    mb = int(config.get("per_device_train_batch_size", 1))
+    ga = int(config.get("gradient_accumulation_steps", 1))
+    s = int(config.get("cutoff_len", 1024))
+    vocab = model.config.vocab_size
+    n = mb * ga * steps
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for k in range(n):
+        ids = torch.randint(3, vocab, (s,), generator=gen)
+        am = torch.ones(s, dtype=torch.long)
+        labels = ids.clone()
+        if mb > 1 and k % mb == 0:
+            am[-1] = 0
+            labels[-1] = -100
+        rows.append({"input_ids": ids, "attention_mask": am, "labels": labels})
+
+    class _DS(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(rows)
+
+        def __getitem__(self, i: int) -> dict:
+            return rows[i]
+
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
+            max_steps=steps, learning_rate=1e-4, use_cpu=True, report_to=[], save_strategy="no",
+            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+            gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
+            seed=seed, optim=str(config.get("optim", "adamw_torch_fused")),
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=_DS())
+        gc.collect()
+        mode = live_tensor_bytes()
+        with mode:
+            mode.track_existing(list(model.parameters()) + list(model.buffers()))
+            for r in rows:
+                mode.track_existing(r.values())
+            base_inputs = sum(t.untyped_storage().nbytes() for r in rows for t in r.values())
+            weights = mode.live - base_inputs
+            mode.reset_peak()
+            trainer.train()
+        peak = mode.peak - base_inputs
+    result = {"peak_bytes": peak, "weights_bytes": weights,
+              "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    del trainer, model, rows
+    gc.collect()
+    return result
