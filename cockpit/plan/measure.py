@@ -85,7 +85,7 @@ def live_tensor_bytes():
 
 
 def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, steps: int = 2,
-                          seed: int = 0) -> dict[str, Any]:
+                          seed: int = 0, warmup_len: int | None = 16) -> dict[str, Any]:
     """Peak live tensor bytes over ``steps`` optimizer steps of the real HF Trainer on CPU (fp32).
 
     ``model_dir_or_cfg``: a folder with config.json (+ weights, loaded if present) or a config dict
@@ -94,6 +94,10 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
     gradient_checkpointing, flash_attn). Every sequence is cutoff_len tokens long (the planner's
     worst case); with micro-batch > 1 the first row carries one padding token so the batch has an
     attention mask, as padded SFT batches do.
+
+    ``warmup_len``: the first optimizer step runs on sequences this short (its job is only to
+    create the AdamW states, which the later full-length steps then carry); the batches are
+    fed in order. None: every step at cutoff_len.
     """
     import gc
     import os
@@ -137,8 +141,9 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for k in range(n):
-        ids = torch.randint(3, vocab, (s,), generator=gen)
-        am = torch.ones(s, dtype=torch.long)
+        length = min(warmup_len, s) if (warmup_len and steps > 1 and k < mb * ga) else s
+        ids = torch.randint(3, vocab, (length,), generator=gen)
+        am = torch.ones(length, dtype=torch.long)
         labels = ids.clone()
         if mb > 1 and k % mb == 0:
             am[-1] = 0
@@ -160,7 +165,11 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
             gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
             seed=seed, optim=str(config.get("optim", "adamw_torch_fused")),
         )
-        trainer = Trainer(model=model, args=args, train_dataset=_DS())
+        class _InOrder(Trainer):
+            def _get_train_sampler(self, *a: Any, **k: Any) -> Any:
+                return torch.utils.data.SequentialSampler(self.train_dataset)
+
+        trainer = _InOrder(model=model, args=args, train_dataset=_DS())
         gc.collect()
         mode = live_tensor_bytes()
         with mode:

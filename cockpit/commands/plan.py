@@ -1,0 +1,136 @@
+"""``cockpit plan CONFIG [--set key=value ...] [--gpus N] [--gpu-memory GB] [--json]``.
+
+Estimates the per-device peak memory of a run before launch, term by term, and, given the
+device memory, says whether it fits and the cheapest change that makes it fit.
+Exit 0 when it fits (or no --gpu-memory was given), 1 when it is tight or does not fit,
+2 on bad input (the message names the key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+BAR = 30
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The YAML run config as a flat dict. (The config loader will replace this.)"""
+    import yaml
+
+    from cockpit.errors import InputError, Problem
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise InputError(Problem(f"cannot read: {e.strerror or e}", file=path)) from e
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        raise InputError(Problem(f"not valid YAML: {getattr(e, 'problem', e)}", file=path,
+                                 line=None if line is None else line + 1)) from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(Problem("must be a mapping of keys to values", file=path))
+    return data
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    from cockpit.errors import InputError, Problem
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(Problem(f"--set wants key=value, not {item!r}", key=key or None))
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            out[key] = value
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="run config (YAML, LLaMA-Factory key names)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (repeatable), e.g. --set cutoff_len=4096")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="data-parallel size on one node (overrides nproc_per_node / nnodes)")
+    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
+                        help="memory of one device in GiB (MI250 GCD: 64, MI300X: 192); enables the verdict")
+    parser.add_argument("--json", action="store_true", help="print the plan as a JSON object")
+
+
+def _fmt(b: float) -> str:
+    gib = b / 2 ** 30
+    return f"{gib:8.2f} GiB" if gib >= 0.1 else f"{b / 2 ** 20:8.1f} MiB"
+
+
+def render(d: dict[str, Any]) -> str:
+    lines = [f"model {d['model']} ({d['model_source']}), {d['params']['total'] / 1e9:.3f}B params "
+             f"({d['params']['source']}), trainable {d['params']['trainable'] / 1e6:.2f}M, "
+             f"{d['finetuning_type']}, {d['precision']}, data-parallel {d['data_parallel']}",
+             f"peak at: {d['moment']}", ""]
+    peak = d["peak_bytes"] or 1
+    width = max(len(t["name"]) for t in d["terms"])
+    for t in d["terms"]:
+        n = int(round(BAR * t["bytes"] / peak))
+        bar = "#" * n + "." * (BAR - n)
+        host = f"  (+{_fmt(t['host_bytes']).strip()} on CPU)" if t.get("host_bytes") else ""
+        lines.append(f"  {t['name']:<{width}} {_fmt(t['bytes'])} {bar}  {t['formula']}{host}")
+    lines.append(f"  {'peak per device':<{width}} {_fmt(d['peak_bytes'])}")
+    if d.get("host_bytes_per_rank"):
+        lines.append(f"  {'CPU memory per rank':<{width}} {_fmt(d['host_bytes_per_rank'])}")
+    for note in d.get("notes") or []:
+        lines.append(f"  note: {note}")
+    v = d.get("verdict")
+    if v:
+        lines.append("")
+        lines.append(f"verdict: {v['status'].upper()} on {d['capacity_gib']:g} GiB "
+                     f"(headroom {v['headroom']:.0%})")
+        s = d.get("suggestion")
+        if s:
+            if s.get("changes"):
+                ch = ", ".join(f"{k}: {json.dumps(val)}" for k, val in s["changes"].items())
+                lines.append(f"suggestion: {s['why']}")
+                lines.append(f"  set {ch} -> {_fmt(s['peak_bytes']).strip()} ({s['status']}, "
+                             f"headroom {s['headroom']:.0%})")
+            else:
+                lines.append(f"suggestion: {s['why']}")
+    else:
+        lines.append("")
+        lines.append("no verdict: pass --gpu-memory GB (64 for an MI250 GCD, 192 for an MI300X)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.errors import InputError, Problem
+
+    try:
+        cfg = read_config(args.config)
+        cfg.update(parse_sets(args.set))
+        if args.gpus is not None and args.gpus < 1:
+            raise InputError(Problem("must be at least 1", key="--gpus"))
+        if args.gpu_memory is not None and args.gpu_memory <= 0:
+            raise InputError(Problem("must be a positive number of GiB", key="--gpu-memory"))
+        from cockpit.plan import plan
+
+        result = plan(cfg, gpus=args.gpus, gpu_memory_gb=args.gpu_memory,
+                      base_dir=os.path.dirname(os.path.abspath(args.config)))
+    except InputError as e:
+        print(f"cockpit plan: {e}", file=sys.stderr)
+        return 2
+    d = result.as_dict()
+    if args.json:
+        print(json.dumps(d, indent=2, default=str))
+    else:
+        print(render(d))
+    v = d.get("verdict")
+    return 0 if not v or v["status"] == "fits" else 1
