@@ -92,10 +92,12 @@ def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: floa
         res.verdict = verdict(est.peak, cap)
         if suggest and res.verdict["status"] != "fits":
             def replan(c: dict[str, Any]) -> float:
-                c = {k: v for k, v in c.items() if v is not None or k in ("deepspeed", "fsdp")}
                 return estimate_config(c, base_dir=base_dir, use_meta=use_meta)[1].peak
 
-            res.suggestion = find_fix(cfg, run.world, cap, replan)
+            res.suggestion = find_fix(cfg, run, cap, replan)
+            if res.suggestion is not None:
+                res.suggestion["tried"] = [{k: t[k] for k in ("why", "peak_bytes", "status")}
+                                           for t in res.suggestion.get("tried", [])]
             if res.suggestion is None:
                 res.suggestion = {"why": "nothing the planner can change makes it fit: use more or larger devices, "
                                          "a shorter cutoff_len, or a smaller model", "changes": {}}

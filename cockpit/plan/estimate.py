@@ -70,6 +70,9 @@ class Estimate:
     host_bytes: float           # CPU memory per rank for offloaded states
     params: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    # full size of each quantity, whatever the peak moment: weights, lora, grads, master,
+    # optimizer, activations_saved, logits, overhead ... (bytes per device)
+    components: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,7 @@ class Estimate:
             "moments_gib": {k: round(v / GiB, 3) for k, v in self.moments.items()},
             "host_bytes_per_rank": int(self.host_bytes),
             "terms": [t.as_dict() for t in self.terms], "params": self.params, "notes": self.notes,
+            "components_bytes": {k: int(v) for k, v in self.components.items()},
         }
 
 
@@ -179,8 +183,12 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
     else:
         # LLaMA-Factory upcasts trainable params to fp32; frozen ones stay in the load dtype
         w = P_base_frozen * c + (Pt if ft != "lora" else 0) * 4
-        wf = (f"{P_base_frozen/1e9:.3f}B frozen x {c} B + {(Pt if ft != 'lora' else 0)/1e9:.3f}B trainable x 4 B"
-              if ft != "full" or run.mixed else f"{P/1e9:.3f}B params x 4 B (fp32)")
+        if ft == "lora":
+            wf = f"{P/1e9:.3f}B frozen base params x {c} B ({run.precision})"
+        elif ft == "full":
+            wf = f"{P/1e9:.3f}B params x 4 B (fp32" + (", upcast for training)" if run.mixed else ")")
+        else:
+            wf = f"{P_base_frozen/1e9:.3f}B frozen x {c} B + {Pt/1e9:.3f}B trainable x 4 B"
         wsrc = "trainable params upcast to fp32 (LLaMA-Factory), frozen in the load dtype"
     w_div = 1
     if zero is not None and zero.stage == 3:
@@ -361,5 +369,15 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
     params = {"total": P, "trainable": Pt, "lora": lora_params if ft == "lora" else 0, "layers": L,
               "source": counts.source, "data_parallel": N, "tokens_per_micro_batch": T}
+    by_name = {t.name: t.bytes for t in terms + resident_extra}
+    components = {
+        "weights": by_name.get("weights", 0.0), "lora": by_name.get("lora weights", 0.0),
+        "grads": grads, "master": by_name.get("master weights (fp32)", 0.0),
+        "optimizer": by_name.get("optimizer states", 0.0),
+        "comm": sum(t.bytes for t in resident_extra),
+        "activations_saved": a_layers + a_non, "activations_per_layer_per_token": act["layer"],
+        "logits": logits_b, "autocast_copies": autocast_w, "dequant": dequant, "overhead": overhead,
+    }
     return Estimate(terms=out, moment=moment, moments=moments, tensor_peak=tensor_peak,
-                    peak=tensor_peak + overhead, host_bytes=host, params=params, notes=notes)
+                    peak=tensor_peak + overhead, host_bytes=host, params=params, notes=notes,
+                    components=components)

@@ -99,7 +99,9 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
     create the AdamW states, which the later full-length steps then carry); the batches are
     fed in order. None: every step at cutoff_len.
     """
+    import contextlib
     import gc
+    import io
     import os
     import tempfile
 
@@ -179,7 +181,8 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
             base_inputs = sum(t.untyped_storage().nbytes() for r in rows for t in r.values())
             weights = mode.live - base_inputs
             mode.reset_peak()
-            trainer.train()
+            with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its metrics dict
+                trainer.train()
         peak = mode.peak - base_inputs
     result = {"peak_bytes": peak, "weights_bytes": weights,
               "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}

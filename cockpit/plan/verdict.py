@@ -6,72 +6,95 @@ from typing import Any, Callable
 
 TIGHT_HEADROOM = 0.10
 
+# LLaMA-Factory's example DeepSpeed files (the planner also reads the stage from these names)
 Z3 = "examples/deepspeed/ds_z3_config.json"
 Z3_OFFLOAD = "examples/deepspeed/ds_z3_offload_config.json"
 
 
 def verdict(peak_bytes: float, capacity_bytes: float) -> dict[str, Any]:
+    """fits: >= 10 % headroom; tight: 0-10 %; does not fit: over capacity."""
     headroom = (capacity_bytes - peak_bytes) / capacity_bytes
     status = "fits" if headroom >= TIGHT_HEADROOM else "tight" if headroom >= 0 else "does not fit"
     return {"status": status, "headroom": round(headroom, 4), "capacity_bytes": int(capacity_bytes)}
 
 
-def candidate_changes(cfg: dict[str, Any], world: int) -> list[tuple[str, dict[str, Any]]]:
-    """Single changes, cheapest first: (why, changed keys)."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    if not cfg.get("gradient_checkpointing"):
-        out.append(("turn on gradient checkpointing (recomputes each layer in backward, ~30% slower)",
+def candidate_changes(cfg: dict[str, Any], run: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Single changes, cheapest first: (kind, why, changed keys). ``run`` is the parsed RunSpec."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if not run.gradient_checkpointing:
+        out.append(("ckpt", "turn on gradient checkpointing (recomputes each layer in backward, ~30% slower)",
                     {"gradient_checkpointing": True}))
-    mb = int(cfg.get("per_device_train_batch_size") or 1)
-    ga = int(cfg.get("gradient_accumulation_steps") or 1)
+    mb, ga = run.micro_batch, run.grad_accum
     b = mb // 2
     while b >= 1:
         if mb % b == 0:
-            out.append((f"micro-batch {mb} -> {b} with accumulation {ga} -> {ga * mb // b} (same global batch)",
+            out.append(("mb", f"micro-batch {mb} -> {b} with gradient accumulation {ga} -> {ga * mb // b} "
+                              "(same global batch)",
                         {"per_device_train_batch_size": b, "gradient_accumulation_steps": ga * mb // b}))
         b //= 2
-    zero = cfg.get("deepspeed")
-    if world > 1 and not cfg.get("fsdp") and "z3" not in str(zero or "") and "3" not in str(zero or "")[-12:]:
-        out.append((f"shard weights, gradients and optimizer states over the {world} devices with ZeRO-3 "
-                    "(or fsdp: full_shard auto_wrap)", {"deepspeed": Z3, "fsdp": None}))
-    if "offload" not in str(zero or "") and "offload" not in str(cfg.get("fsdp") or ""):
-        out.append(("ZeRO-3 with optimizer and parameters offloaded to CPU memory (much slower steps)",
-                    {"deepspeed": Z3_OFFLOAD, "fsdp": None}))
-    if cfg.get("quantization_bit") != 4:
-        out.append(("QLoRA: LoRA on a 4-bit NF4 base model", {"finetuning_type": "lora", "quantization_bit": 4,
-                                                                "deepspeed": cfg.get("deepspeed"), "fsdp": cfg.get("fsdp")}))
+    sharded3 = (run.zero is not None and run.zero.stage == 3) or (
+        run.fsdp is not None and run.fsdp.strategy in ("full_shard", "hybrid_shard"))
+    offloaded = (run.zero is not None and (run.zero.offload_optimizer or run.zero.offload_param)) or (
+        run.fsdp is not None and run.fsdp.offload)
+    no_fsdp = {"fsdp": None} if run.fsdp is not None else {}
+    if run.world > 1 and not sharded3:
+        out.append(("zero3", f"shard weights, gradients and optimizer states over the {run.world} devices with "
+                             "ZeRO-3 (or fsdp: full_shard auto_wrap)", {"deepspeed": Z3, **no_fsdp}))
+    if not offloaded:
+        out.append(("offload", "ZeRO-3 with optimizer states and parameters offloaded to CPU memory "
+                               "(much slower steps)", {"deepspeed": Z3_OFFLOAD, **no_fsdp}))
+    if run.quantization_bit != 4:
+        out.append(("qlora", "QLoRA: LoRA adapters on a 4-bit NF4 base model",
+                    {"finetuning_type": "lora", "quantization_bit": 4}))
     return out
 
 
-def find_fix(cfg: dict[str, Any], world: int, capacity: float,
+def find_fix(cfg: dict[str, Any], run: Any, capacity: float,
              replan: Callable[[dict[str, Any]], float]) -> dict[str, Any] | None:
-    """First single change that fits; else the cheapest cumulative combination; None if nothing does."""
-    singles = candidate_changes(cfg, world)
+    """The cheapest change that fits (>= 10 % headroom), re-planned to confirm.
+
+    Single changes first, in order of cost; then the same changes accumulated in that order (for
+    micro-batch: the largest one that fits). A change that only reaches "tight" is returned when
+    nothing reaches "fits". None when nothing fits at all.
+    """
     tried: list[dict[str, Any]] = []
-    for why, ch in singles:
-        peak = replan({**cfg, **ch})
-        v = verdict(peak, capacity)
-        tried.append({"why": why, "changes": ch, "peak_bytes": int(peak), **v})
-        if v["status"] != "does not fit":
-            return {"why": why, "changes": ch, "peak_bytes": int(peak), **v, "tried": tried[:-1]}
-    # cumulative: each kind of change once, in order of cost (smallest micro-batch step that fits)
+    fallback: dict[str, Any] | None = None
+
+    def attempt(why: str, changes: dict[str, Any]) -> dict[str, Any]:
+        peak = replan({**cfg, **changes})
+        res = {"why": why, "changes": changes, "peak_bytes": int(peak), **verdict(peak, capacity)}
+        tried.append(res)
+        return res
+
+    singles = candidate_changes(cfg, run)
+    for _kind, why, ch in singles:
+        res = attempt(why, ch)
+        if res["status"] == "fits":
+            return {**res, "tried": tried[:-1]}
+        if res["status"] == "tight" and fallback is None:
+            fallback = res
     acc: dict[str, Any] = {}
     whys: list[str] = []
-    seen_kind: set[str] = set()
-    for why, ch in singles:
-        kind = next(iter(ch))
-        if kind == "per_device_train_batch_size":
-            kind = "mb"
-        if kind in seen_kind and kind != "mb":
+    kinds_done: set[str] = set()
+    mb_options = [(w, ch) for k, w, ch in singles if k == "mb"]
+    for kind, why, ch in singles:
+        if kind in kinds_done:
             continue
-        seen_kind.add(kind)
-        trial = {**acc, **ch}
-        peak = replan({**cfg, **trial})
-        v = verdict(peak, capacity)
-        if kind == "mb" and v["status"] == "does not fit" and ch["per_device_train_batch_size"] > 1:
-            continue
-        acc = trial
-        whys = [w for w in whys if not (kind == "mb" and w.startswith("micro-batch"))] + [why]
-        if v["status"] != "does not fit":
-            return {"why": " + ".join(whys), "changes": acc, "peak_bytes": int(peak), **v, "tried": tried}
+        kinds_done.add(kind)
+        if kind == "mb":
+            options = mb_options
+        else:
+            options = [(why, ch)]
+        for j, (w, c) in enumerate(options):
+            res = attempt(" + ".join(whys + [w]), {**acc, **c})
+            last = j == len(options) - 1
+            if res["status"] == "fits":
+                return {**res, "tried": tried[:-1]}
+            if res["status"] == "tight" and fallback is None:
+                fallback = res
+            if last:
+                acc = {**acc, **c}
+                whys.append(w)
+    if fallback is not None:
+        return {**fallback, "tried": [t for t in tried if t is not fallback]}
     return None
