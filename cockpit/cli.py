@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help). Add one line per command.
@@ -21,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
     "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),
     "export": ("cockpit.commands.export", "export a run's adapter, or merge it into the base model"),
+    "plan": ("cockpit.commands.plan", "estimate per-device memory before launch; say whether it fits"),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
 }
 
@@ -46,8 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_libraries() -> None:
+    """No download/convert progress bars from HF libraries in our output or the ranks' logs."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_libraries()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

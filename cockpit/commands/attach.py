@@ -1,0 +1,30 @@
+"""``cockpit attach RUN``: replay the run's event log, then follow it live until it ends."""
+
+from __future__ import annotations
+
+import argparse
+
+from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_runs_dir, find_run, print_input_error
+from cockpit.errors import InputError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id (or a unique prefix/suffix), run dir, or 'last'")
+    add_runs_dir(p)
+    p.add_argument("--no-follow", action="store_true", help="replay only, do not wait for the end")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.commands.train import follow_interactively
+    from cockpit.follow import Follower
+
+    try:
+        run_dir = find_run(args)
+    except InputError as err:
+        return print_input_error(err)
+    if args.no_follow:
+        f = Follower(run_dir, show_progress=False)
+        f.pump()
+        print(f"run {run_dir.run_id}: {run_dir.read_status().get('state')}")
+        return EXIT_OK
+    return follow_interactively(run_dir)

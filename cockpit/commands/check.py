@@ -1,0 +1,40 @@
+"""``cockpit check CONFIG [--set k=v ...] [--json]``: validate config and data, no training."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from cockpit.commands.common import EXIT_OK, add_config_args, load_config_or_exit, print_input_error
+from cockpit.errors import InputError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_args(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--no-devices", action="store_true", help="skip the checks against this machine's devices")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.preflight import check_run
+
+    try:
+        cfg = load_config_or_exit(args)
+        result = check_run(cfg, log=(lambda *_: None) if args.json else print, with_devices=not args.no_devices)
+    except InputError as err:
+        if args.json:
+            print(json.dumps({"ok": False, "problems": [str(p) for p in err.problems]}, ensure_ascii=False))
+        return print_input_error(err)
+    if args.json:
+        print(json.dumps(result.as_dict(), ensure_ascii=False))
+        return EXIT_OK
+    print(f"config: {args.config} OK")
+    print(f"model: {result.model_path}")
+    print(f"datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
+    for line in result.report.lines():
+        print(line)
+    for p in result.bad_rows:
+        print(f"skipped bad row: {p}")
+    for w in result.warnings:
+        print(f"warning: {w}")
+    return EXIT_OK

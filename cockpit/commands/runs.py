@@ -1,0 +1,52 @@
+"""``cockpit runs [--json]``: every run in the runs dir with state, step, last loss, duration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from cockpit.commands.common import EXIT_OK, add_runs_dir, runs_dir
+from cockpit.rundir import list_runs
+
+
+def run_row(run) -> dict:
+    st = run.read_status()
+    started = st.get("started")
+    ended = st.get("ended")
+    dur = (ended or time.time()) - started if started else None
+    return {
+        "run_id": run.run_id,
+        "state": st.get("state"),
+        "step": st.get("step"),
+        "total_steps": st.get("total_steps"),
+        "last_loss": st.get("last_loss"),
+        "duration_s": round(dur, 1) if dur is not None else None,
+        "started": started,
+        "reason": st.get("reason"),
+        "run_dir": str(run.path),
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_runs_dir(p)
+    p.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.follow import fmt_duration
+
+    rows = [run_row(r) for r in list_runs(runs_dir(args))]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    if not rows:
+        print(f"no runs in {runs_dir(args)}")
+        return EXIT_OK
+    print(f"{'RUN':44} {'STATE':9} {'STEP':>11} {'LOSS':>8} {'TIME':>8}  STARTED")
+    for r in rows:
+        step = f"{r['step'] or 0}/{r['total_steps'] or '?'}"
+        loss = f"{r['last_loss']:.4f}" if isinstance(r["last_loss"], (int, float)) else "-"
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "-"
+        print(f"{r['run_id']:44} {r['state'] or '?':9} {step:>11} {loss:>8} {fmt_duration(r['duration_s']):>8}  {started}")
+    return EXIT_OK

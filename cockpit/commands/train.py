@@ -1,0 +1,83 @@
+"""``cockpit train CONFIG [--set k=v ...] [--detach] [--runs-dir DIR]``.
+
+Validates config and data (exit 2 on bad input), creates a new run dir and starts a detached
+supervisor. Without --detach it follows the run here; Ctrl-C asks whether to stop it or
+leave it running. Exit: 0 finished, 1 failed, 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_config_args, add_runs_dir, load_config_or_exit, print_input_error, runs_dir
+from cockpit.errors import InputError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_args(p)
+    add_runs_dir(p)
+    p.add_argument("--detach", action="store_true", help="start the run and return (print the run dir)")
+    p.add_argument("--json", action="store_true", help="with --detach: print {run_id, run_dir} as JSON")
+    p.add_argument("--skip-check", action="store_true", help="do not load the tokenizer and data before launch")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.launch import start_run
+
+    quiet = args.json
+    try:
+        cfg = load_config_or_exit(args)
+        if not args.skip_check:
+            from cockpit.preflight import check_run
+
+            result = check_run(cfg, log=(lambda *_: None) if quiet else print)
+            if not quiet:
+                for line in result.report.lines():
+                    print(line)
+                for w in result.warnings:
+                    print(f"warning: {w}")
+        else:
+            from cockpit.preflight import static_checks
+
+            static_checks(cfg)
+    except InputError as err:
+        return print_input_error(err)
+    run = start_run(cfg, config_path=args.config, runs_dir=runs_dir(args))
+    if args.detach:
+        if args.json:
+            print(json.dumps({"run_id": run.run_id, "run_dir": str(run.path)}))
+        else:
+            print(f"run {run.run_id} started (detached)\nrun dir: {run.path}\nfollow it: cockpit attach {run.run_id}")
+        return EXIT_OK
+    return follow_interactively(run)
+
+
+def follow_interactively(run) -> int:
+    from cockpit.follow import Follower
+
+    print(f"run dir: {run.path}")
+    follower = Follower(run)
+    while True:
+        try:
+            state = follower.follow()
+            return EXIT_OK if state in ("finished", "stopped") else EXIT_FAILED
+        except KeyboardInterrupt:
+            answer = ask_stop()
+            if answer == "stop":
+                run.request("stop", "Ctrl-C in cockpit train")
+                print("\nstop requested: the run saves a checkpoint and stops; following until it does ...")
+            elif answer == "leave":
+                print(f"\nthe run keeps going. Follow it again: cockpit attach {run.run_id}")
+                return EXIT_OK
+
+
+def ask_stop() -> str:
+    if not sys.stdin.isatty():
+        return "leave"
+    try:
+        reply = input("\n[s]top the run (save and exit), [l]eave it running, [c]ontinue following? ").strip().lower()
+    except (EOFError, KeyboardInterrupt):
+        return "leave"
+    return {"s": "stop", "l": "leave"}.get(reply[:1], "continue")

@@ -1,0 +1,364 @@
+"""Load, override and validate a run config. Errors name the file, line and key.
+
+``load_config(path, overrides)`` is the one code path used by ``cockpit check``, ``cockpit
+train`` and the TUI's forms (which call :func:`validate` on their own mapping).
+No torch / transformers imports here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
+from cockpit.errors import InputError, Problem
+
+DEMO_PREFIX = "@demo"
+DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
+
+# Keys whose values are paths that must exist (resolved to absolute paths).
+_INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes")
+
+SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
+REDACTED = "***redacted***"
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
+
+
+def redact_env(env: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if env is None:
+        return None
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+
+
+# -- YAML with line numbers ------------------------------------------------------------------
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, plus an error on duplicate keys (PyYAML silently keeps the last)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark
+            )
+        try:
+            seen[key] = key_node.start_mark.line + 1
+        except TypeError:  # unhashable key
+            pass
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Read a YAML mapping; returns (data, key -> line). Raises InputError naming file:line."""
+    p = Path(path)
+    name = str(path)
+    if not p.exists():
+        raise InputError(Problem("no such file", file=name))
+    if p.is_dir():
+        raise InputError(Problem("is a directory, expected a YAML file", file=name))
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(Problem(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", file=name, line=line)) from None
+    return parse_yaml_text(text, name)
+
+
+def parse_yaml_text(text: str, name: str = "<config>") -> tuple[dict[str, Any], dict[str, int]]:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        msg = exc.problem or str(exc)
+        if "could not determine a constructor" in msg:
+            tag = re.search(r"tag '?([^'\s]+)'?", msg)
+            shown = tag.group(1).replace("tag:yaml.org,2002:", "!!") if tag else "?"
+            msg = f"tag {shown} refused (only plain YAML is read, never Python objects)"
+        raise InputError(Problem(msg, file=name, line=(mark.line + 1) if mark else None)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(Problem(f"invalid YAML: {problem}", file=name, line=(mark.line + 1) if mark else None)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(Problem(f"expected a mapping of key: value at the top level, got {type(data).__name__}", file=name, line=1))
+    lines: dict[str, int] = {}
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if isinstance(node, yaml.MappingNode):
+            for key_node, _ in node.value:
+                lines[str(key_node.value)] = key_node.start_mark.line + 1
+    except yaml.YAMLError:
+        pass
+    return {str(k): v for k, v in data.items()}, lines
+
+
+# -- values ---------------------------------------------------------------------------------
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def coerce(key: Key, value: Any) -> Any:
+    """Coerce a value to the key's type; raises ValueError with the allowed values."""
+    nulls = {"null", "~"} if (key.choices and "none" in key.choices) else {"null", "none", "~"}
+    if value is None or (isinstance(value, str) and value.strip().lower() in nulls and key.type != "str"):
+        if key.nullable:
+            return None
+        raise ValueError(f"must be {describe(key)}, not null")
+    t = key.type
+    if t == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError(f"must be true | false, got {value!r}")
+    if t == "int" or (t == "choice" and key.choices and all(isinstance(c, int) for c in key.choices)):
+        if isinstance(value, bool):
+            raise ValueError(f"must be {describe(key)}, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ValueError(f"must be {describe(key)}, got {value!r}") from None
+        if not isinstance(value, int):
+            raise ValueError(f"must be {describe(key)}, got {value!r}")
+    elif t == "float":
+        if isinstance(value, bool):
+            raise ValueError(f"must be {describe(key)}, got {value!r}")
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())  # YAML 1.1 reads 1e-4 as a string
+            except ValueError:
+                raise ValueError(f"must be {describe(key)}, got {value!r}") from None
+        if not isinstance(value, (int, float)):
+            raise ValueError(f"must be {describe(key)}, got {value!r}")
+        value = float(value)
+        if value != value:
+            raise ValueError("must be a number, got nan")
+    elif t == "str":
+        if isinstance(value, bool) or isinstance(value, (dict, list)):
+            raise ValueError(f"must be a string, got {type(value).__name__} {value!r}")
+        value = str(value)
+    elif t == "map":
+        if not isinstance(value, dict):
+            raise ValueError(f"must be a mapping of NAME: value, got {type(value).__name__}")
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"{k!r} is not a valid environment variable name")
+            if isinstance(v, (dict, list)) or v is None:
+                raise ValueError(f"{k}: must be a string or number")
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        value = out
+    if key.choices is not None:
+        if isinstance(value, str):
+            match = [c for c in key.choices if str(c).lower() == value.strip().lower()]
+            value = match[0] if match else value
+        if value not in key.choices:
+            raise ValueError(f"must be one of {describe(key)}, got {value!r}")
+    if t in ("int", "float") and isinstance(value, (int, float)):
+        if key.min is not None and (value < key.min or (key.min_exclusive and value == key.min)):
+            raise ValueError(f"must be {describe(key)}, got {value!r}")
+        if key.max is not None and value > key.max:
+            raise ValueError(f"must be {describe(key)}, got {value!r}")
+    return value
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``--set key=value`` items -> mapping (values are YAML scalars, typed later by the schema)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(Problem(f"--set expects key=value, got {item!r}", key=item))
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)) and key != "env":
+            value = raw
+        out[key] = value
+    return out
+
+
+def _unknown_key_problem(key: str, file: str | None, line: int | None) -> Problem:
+    if key in LLAMAFACTORY_UNSUPPORTED:
+        return Problem("a LLaMA-Factory key that Cockpit does not support yet; remove it", file=file, line=line, key=key)
+    close = difflib.get_close_matches(key, list(SCHEMA), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return Problem(f"unknown key{hint}", file=file, line=line, key=key)
+
+
+def _resolve_existing(value: str, base_dirs: list[Path]) -> Path | None:
+    if value.startswith(DEMO_PREFIX):
+        rest = value[len(DEMO_PREFIX) :].lstrip("/")
+        p = DEMO_DIR / rest
+        return p if p.exists() else None
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return p if p.exists() else None
+    for base in base_dirs:
+        cand = (base / p)
+        if cand.exists():
+            return cand.resolve()
+    return None
+
+
+def validate(
+    raw: Mapping[str, Any],
+    *,
+    file: str | None = None,
+    lines: Mapping[str, int] | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+    check_paths: bool = True,
+) -> dict[str, Any]:
+    """Validate a raw mapping; returns the resolved config (every key). Collects all problems."""
+    lines = lines or {}
+    problems: list[Problem] = []
+    cfg = default_config()
+
+    def where(key: str) -> dict[str, Any]:
+        return {"file": file, "line": lines.get(key), "key": key}
+
+    for key, value in raw.items():
+        spec = SCHEMA.get(key)
+        if spec is None:
+            problems.append(_unknown_key_problem(key, file, lines.get(key)))
+            continue
+        try:
+            cfg[key] = coerce(spec, value)
+        except ValueError as exc:
+            problems.append(Problem(str(exc), **where(key)))
+
+    # -- cross-key rules ----------------------------------------------------------------
+    if not cfg.get("dataset"):
+        problems.append(Problem("required: a .json/.jsonl file or dataset names", **where("dataset")))
+    if cfg["do_train"] is False:
+        problems.append(Problem("only training is supported (do_train must be true)", **where("do_train")))
+    if cfg["bf16"] and cfg["fp16"]:
+        problems.append(Problem("bf16 and fp16 are both true; choose one precision", **where("fp16")))
+    if cfg["deepspeed"] and cfg["fsdp"]:
+        problems.append(Problem("deepspeed and fsdp are both set; choose one strategy", **where("fsdp")))
+    if cfg["quantization_bit"] is not None and cfg["finetuning_type"] != "lora":
+        problems.append(Problem(f"quantization_bit needs finetuning_type: lora (QLoRA), got {cfg['finetuning_type']}", **where("quantization_bit")))
+    if cfg["node_rank"] >= cfg["nnodes"]:
+        problems.append(Problem(f"node_rank {cfg['node_rank']} must be < nnodes {cfg['nnodes']}", **where("node_rank")))
+    if isinstance(cfg["val_size"], float) and cfg["val_size"] >= 1 and not cfg["val_size"].is_integer():
+        problems.append(Problem("val_size must be a fraction < 1 or a whole count", **where("val_size")))
+    target = cfg["lora_target"]
+    if target != "all" and not all(re.fullmatch(r"[A-Za-z0-9_.*]+", t.strip()) for t in target.split(",")):
+        problems.append(Problem(f"expected 'all' or a comma list of module names, got {target!r}", **where("lora_target")))
+    if cfg["lora_alpha"] is None:
+        cfg["lora_alpha"] = 2 * cfg["lora_rank"]
+    if cfg["fsdp"] is not None:
+        opts = cfg["fsdp"].split()
+        allowed = {"full_shard", "shard_grad_op", "hybrid_shard", "no_shard", "offload", "auto_wrap"}
+        bad = [o for o in opts if o not in allowed]
+        if bad or not opts:
+            problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
+
+    # -- paths: read as given, resolved against the working dir then the config's dir --------
+    bases = [Path.cwd()]
+    if base_dir is not None:
+        bases.append(Path(base_dir).resolve())
+    if check_paths:
+        for key in _INPUT_PATH_KEYS:
+            value = cfg.get(key)
+            if not value or (key == "adapter_name_or_path" and value is None):
+                continue
+            found = _resolve_existing(value, bases)
+            if found is None:
+                problems.append(Problem(f"no such file or folder: {value}", **where(key)))
+            else:
+                if key in ("deepspeed", "probes") and found.is_dir():
+                    problems.append(Problem(f"is a directory, expected a file: {value}", **where(key)))
+                cfg[key] = str(found)
+        if cfg["dataset_dir"]:
+            found = _resolve_existing(cfg["dataset_dir"], bases)
+            if found is None or not found.is_dir():
+                problems.append(Problem(f"no such folder: {cfg['dataset_dir']}", **where("dataset_dir")))
+            else:
+                cfg["dataset_dir"] = str(found)
+        mp = cfg["model_name_or_path"]
+        local = _resolve_existing(mp, bases) if mp else None
+        if local is not None:
+            cfg["model_name_or_path"] = str(local)
+        if cfg["output_dir"]:
+            cfg["output_dir"] = str((Path.cwd() / Path(cfg["output_dir"]).expanduser()).resolve())
+        rfc = cfg["resume_from_checkpoint"]
+        if rfc and rfc not in ("last", "true", "True"):
+            found = _resolve_existing(rfc, bases)
+            if found is None or not found.is_dir():
+                problems.append(Problem(f"no such checkpoint folder: {rfc}", **where("resume_from_checkpoint")))
+            else:
+                cfg["resume_from_checkpoint"] = str(found)
+    cfg["_base_dir"] = str(bases[-1])
+    if problems:
+        raise InputError(problems)
+    return cfg
+
+
+def load_config(
+    path: str | os.PathLike[str] | None,
+    overrides: Mapping[str, Any] | Iterable[str] | None = None,
+    *,
+    check_paths: bool = True,
+) -> dict[str, Any]:
+    """Read a YAML config, apply ``--set`` overrides, validate; returns the resolved config."""
+    raw: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    base_dir = None
+    if path is not None:
+        raw, lines = read_yaml(path)
+        base_dir = Path(path).resolve().parent
+    if overrides:
+        ov = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
+        for key, value in ov.items():
+            raw[key] = value
+            lines[key] = None  # type: ignore[assignment]
+    file = str(path) if path is not None else None
+    try:
+        return validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
+    except InputError as err:
+        for p in err.problems:  # overrides: say so instead of a line number
+            if p.key and p.line is None and overrides and p.key in (overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)):
+                p.file = "--set"
+        raise InputError(err.problems) from None
+
+
+def dump_resolved(cfg: Mapping[str, Any]) -> str:
+    """The resolved config as YAML (secrets in env redacted; internal keys dropped)."""
+    out = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    out["env"] = redact_env(out.get("env"))
+    return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)
+
+
+def to_yaml(cfg: Mapping[str, Any], *, only_changed: bool = True) -> str:
+    """A config a user can save as a preset: keys that differ from the defaults."""
+    defaults = default_config()
+    out = {
+        k: v
+        for k, v in cfg.items()
+        if not k.startswith("_") and (not only_changed or v != defaults.get(k) or k in ("model_name_or_path", "dataset"))
+    }
+    return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)

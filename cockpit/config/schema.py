@@ -1,0 +1,180 @@
+"""The run config schema: one flat mapping, LLaMA-Factory's key names for the common subset.
+
+Each key has a type, a default, and either choices or a range. ``cockpit check``, the TUI's
+forms and ``cockpit train`` all validate through :func:`cockpit.config.load.validate`.
+No torch / transformers imports here (the UI uses this module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# transformers.SchedulerType values (pinned by tests/test_config.py against the real enum).
+SCHEDULERS = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+    "greedy",
+)
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: str  # str | int | float | bool | map | choice | int_or_auto
+    default: Any = None
+    help: str = ""
+    group: str = "training"
+    choices: tuple[Any, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    nullable: bool = True
+    llamafactory: bool = True  # the key (and its meaning) comes from LLaMA-Factory
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _k(*args: Any, **kwargs: Any) -> Key:
+    return Key(*args, **kwargs)
+
+
+KEYS: tuple[Key, ...] = (
+    # -- model ---------------------------------------------------------------------------
+    _k("model_name_or_path", "str", "smollm2-135m-instruct", "embedded short name, local HF folder, .gguf file, or hub id", "model", nullable=False),
+    _k("adapter_name_or_path", "str", None, "an existing LoRA adapter folder to start from", "model"),
+    _k("trust_remote_code", "bool", False, "run Python code shipped with the model (warned)", "model", nullable=False),
+    _k("template", "str", None, "chat template: the tokenizer's own when unset, else a named one", "model"),
+    # -- method --------------------------------------------------------------------------
+    _k("stage", "choice", "sft", "training stage", "method", choices=("sft",), nullable=False),
+    _k("do_train", "bool", True, "train (must be true)", "method", nullable=False),
+    _k("finetuning_type", "choice", "lora", "lora | freeze | full", "method", choices=("lora", "freeze", "full"), nullable=False),
+    _k("lora_rank", "int", 8, "LoRA rank r", "method", min=1, max=4096, nullable=False),
+    _k("lora_alpha", "int", None, "LoRA alpha (default: 2 x rank)", "method", min=1),
+    _k("lora_dropout", "float", 0.0, "LoRA dropout", "method", min=0.0, max=1.0, nullable=False),
+    _k("lora_target", "str", "all", "'all' linear layers, or a comma list of module names", "method", nullable=False),
+    _k("freeze_trainable_layers", "int", 2, "freeze: train the last N layers (negative: the first N)", "method", nullable=False),
+    _k("quantization_bit", "choice", None, "4 (QLoRA, NF4) or 8 bit base weights; needs bitsandbytes and a GPU", "method", choices=(4, 8)),
+    # -- dataset -------------------------------------------------------------------------
+    _k("dataset", "str", None, "a .json/.jsonl file, or comma-separated names from dataset_info.json", "dataset", nullable=False),
+    _k("dataset_dir", "str", None, "folder with dataset_info.json (default: next to the config, then the built-in demo data)", "dataset"),
+    _k("cutoff_len", "int", 1024, "max tokens per sample; longer samples are truncated", "dataset", min=8, max=1_048_576, nullable=False),
+    _k("max_samples", "int", None, "use at most N samples per dataset", "dataset", min=1),
+    _k("val_size", "float", 0.0, "fraction (<1) or count (>=1) held out for eval", "dataset", min=0.0, nullable=False),
+    _k("overwrite_cache", "bool", False, "accepted for compatibility (no tokenized cache is kept)", "dataset", nullable=False),
+    _k("preprocessing_num_workers", "int", None, "accepted for compatibility (tokenization is in-process)", "dataset", min=1),
+    _k("dataloader_num_workers", "int", 0, "DataLoader workers", "dataset", min=0, max=256, nullable=False),
+    _k("allow_bad_rows", "bool", False, "skip bad dataset rows (each still reported) instead of failing", "dataset", nullable=False, llamafactory=False),
+    # -- output --------------------------------------------------------------------------
+    _k("output_dir", "str", None, "checkpoints, adapter and loss plot go here (default: the run dir)", "output"),
+    _k("overwrite_output_dir", "bool", False, "allow an output_dir that already holds checkpoints", "output", nullable=False),
+    _k("logging_steps", "int", 5, "log every N optimizer steps", "output", min=1, nullable=False),
+    _k("save_steps", "int", 500, "checkpoint every N optimizer steps", "output", min=1, nullable=False),
+    _k("save_strategy", "choice", "steps", "steps | epoch | no", "output", choices=("steps", "epoch", "no"), nullable=False),
+    _k("save_total_limit", "int", None, "keep at most N checkpoints", "output", min=1),
+    _k("save_only_model", "bool", False, "checkpoints without optimizer state (cannot resume exactly)", "output", nullable=False),
+    _k("plot_loss", "bool", True, "write loss.png at the end", "output", nullable=False),
+    _k("report_to", "choice", "none", "none | tensorboard", "output", choices=("none", "tensorboard"), nullable=False),
+    _k("run_name", "str", None, "a name for the run dir (default: from the config file)", "output", llamafactory=False),
+    # -- training ------------------------------------------------------------------------
+    _k("per_device_train_batch_size", "int", 1, "micro-batch per device", "training", min=1, max=65536, nullable=False),
+    _k("gradient_accumulation_steps", "int", 1, "micro-batches per optimizer step", "training", min=1, max=65536, nullable=False),
+    _k("learning_rate", "float", 5e-5, "peak learning rate", "training", min=0.0, max=10.0, min_exclusive=True, nullable=False),
+    _k("num_train_epochs", "float", 3.0, "epochs (ignored when max_steps > 0)", "training", min=0.0, min_exclusive=True, nullable=False),
+    _k("max_steps", "int", -1, "optimizer steps (-1: from epochs)", "training", min=-1, nullable=False),
+    _k("lr_scheduler_type", "choice", "cosine", "learning-rate schedule", "training", choices=SCHEDULERS, nullable=False),
+    _k("warmup_ratio", "float", 0.0, "fraction of steps for warmup", "training", min=0.0, max=1.0, nullable=False),
+    _k("warmup_steps", "int", 0, "warmup steps (overrides warmup_ratio when > 0)", "training", min=0, nullable=False),
+    _k("weight_decay", "float", 0.0, "AdamW weight decay", "training", min=0.0, max=10.0, nullable=False),
+    _k("max_grad_norm", "float", 1.0, "gradient clipping norm (0: off)", "training", min=0.0, nullable=False),
+    _k("bf16", "bool", False, "bfloat16 mixed precision", "training", nullable=False),
+    _k("fp16", "bool", False, "float16 mixed precision (GPU only)", "training", nullable=False),
+    _k("gradient_checkpointing", "bool", False, "recompute activations in backward", "training", nullable=False),
+    _k("seed", "int", 42, "random seed", "training", min=0, nullable=False),
+    _k("resume_from_checkpoint", "str", None, "a checkpoint folder, or 'last'", "training"),
+    _k("ddp_timeout", "int", 1800, "collective timeout (s)", "training", min=1, nullable=False),
+    _k("use_cpu", "bool", None, "train on the CPU (default: when no GPU is visible)", "training", llamafactory=False),
+    # -- strategy / launch -----------------------------------------------------------------
+    _k("deepspeed", "str", None, "a DeepSpeed JSON config", "strategy"),
+    _k("fsdp", "str", None, "FSDP options, e.g. 'full_shard auto_wrap'", "strategy"),
+    _k("nproc_per_node", "int", 1, "processes (GPUs) per node", "strategy", min=1, max=1024, nullable=False, llamafactory=False),
+    _k("nnodes", "int", 1, "nodes", "strategy", min=1, max=100000, nullable=False, llamafactory=False),
+    _k("node_rank", "int", 0, "this node's rank", "strategy", min=0, nullable=False, llamafactory=False),
+    _k("master_addr", "str", "127.0.0.1", "rendezvous address", "strategy", nullable=False, llamafactory=False),
+    _k("master_port", "int", 0, "rendezvous port (0: pick a free one)", "strategy", min=0, max=65535, nullable=False, llamafactory=False),
+    _k("env", "map", None, "environment variables applied to every rank", "strategy", llamafactory=False),
+    # -- watching --------------------------------------------------------------------------
+    _k("probes", "str", None, "a JSON/JSONL file of {prompt, expect} checked before and after training", "watch", llamafactory=False),
+    _k("probe_max_new_tokens", "int", 40, "tokens generated per probe", "watch", min=1, max=4096, nullable=False, llamafactory=False),
+    _k("nan_policy", "choice", "stop", "on a NaN/inf loss: warn, or stop and save", "watch", choices=("warn", "stop"), nullable=False, llamafactory=False),
+    _k("spike_policy", "choice", "warn", "on a loss spike: warn, or stop and save", "watch", choices=("warn", "stop"), nullable=False, llamafactory=False),
+    _k("spike_factor", "float", 3.0, "a loss above factor x the recent median is a spike", "watch", min=1.0, nullable=False, llamafactory=False),
+    _k("hang_timeout_s", "float", 300.0, "floor of the hang watchdog (s)", "watch", min=1.0, nullable=False, llamafactory=False),
+    _k("telemetry_interval_s", "float", 1.0, "telemetry sampling period (s; 0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
+)
+
+SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
+
+# LLaMA-Factory keys we know but do not implement yet: an error says so, never silently ignored.
+LLAMAFACTORY_UNSUPPORTED = frozenset(
+    """
+    booster flash_attn shift_attn mixture_of_depths use_unsloth use_unsloth_gc enable_liger_kernel
+    moe_aux_loss_coef disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
+    train_from_scratch infer_backend offload_folder use_cache infer_dtype hf_hub_token ms_hub_token om_hub_token
+    print_param_status use_kv_cache model_revision low_cpu_mem_usage rope_scaling resize_vocab split_special_tokens
+    add_tokens add_special_tokens new_special_tokens image_max_pixels image_min_pixels video_max_pixels
+    video_min_pixels video_fps video_maxlen audio_sampling_rate crop_to_patches use_audio_in_video
+    export_dir export_size export_device export_quantization_bit export_quantization_dataset
+    export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
+    vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
+    quantization_method quantization_type double_quantization quantization_device_map
+    eval_dataset tokenized_path streaming buffer_size mix_strategy interleave_probs packing neat_packing
+    train_on_prompt mask_history tool_format default_system enable_thinking ignore_pad_token_for_loss
+    media_dir data_shared_file_system
+    use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding
+    additional_target create_new_adapter freeze_extra_modules freeze_vision_tower freeze_multi_modal_projector
+    freeze_language_model train_mm_proj_only pref_beta pref_ftx pref_loss dpo_label_smoothing kto_chosen_weight
+    kto_rejected_weight simpo_gamma ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
+    ref_model ref_model_adapters ref_model_quantization_bit reward_model reward_model_adapters
+    reward_model_quantization_bit reward_model_type use_galore galore_target galore_rank galore_update_interval
+    galore_scale galore_proj_type galore_layerwise use_apollo apollo_target apollo_rank use_badam badam_mode
+    badam_start_block badam_switch_mode badam_switch_interval badam_update_ratio badam_mask_mode
+    badam_verbose use_swanlab swanlab_project swanlab_workspace swanlab_run_name swanlab_mode
+    swanlab_api_key swanlab_logdir compute_accuracy disable_shuffling predict_with_generate
+    do_eval do_predict eval_strategy eval_steps per_device_eval_batch_size eval_on_start
+    include_num_input_tokens_seen optim adam_beta1 adam_beta2 adam_epsilon lr_scheduler_kwargs
+    load_best_model_at_end metric_for_best_model greater_is_better torch_compile tf32 ray_run_name
+    ray_storage_path ray_num_workers resources_per_worker placement_strategy ray_init_kwargs
+    """.split()
+)
+
+
+def default_config() -> dict[str, Any]:
+    return {k.name: k.default for k in KEYS}
+
+
+def describe(key: Key) -> str:
+    """The allowed values of a key, for error messages."""
+    if key.choices:
+        allowed = " | ".join(str(c) for c in key.choices)
+    elif key.type in ("int", "float"):
+        lo = "" if key.min is None else (f"> {key.min:g}" if key.min_exclusive else f">= {key.min:g}")
+        hi = "" if key.max is None else f"<= {key.max:g}"
+        allowed = f"{key.type} " + " and ".join(x for x in (lo, hi) if x) if (lo or hi) else key.type
+    elif key.type == "bool":
+        allowed = "true | false"
+    elif key.type == "map":
+        allowed = "a mapping of NAME: value"
+    else:
+        allowed = "a string"
+    if key.nullable and key.default is None:
+        allowed += " (or null)"
+    return allowed

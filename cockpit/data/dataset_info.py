@@ -1,0 +1,124 @@
+"""Resolve the config's ``dataset`` value to files: a path, or names in ``dataset_info.json``.
+
+``dataset_info.json`` is LLaMA-Factory's registry: ``{name: {file_name, formatting, columns,
+tags, ...}}``. Lookup order for names: ``dataset_dir`` (when set), ``./data``, then the
+built-in demo data shipped in the package. No torch imports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from cockpit.config.load import DEMO_DIR
+from cockpit.data.formats import DatasetSpec
+from cockpit.errors import InputError, Problem
+
+_UNSUPPORTED_ENTRY_KEYS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
+
+
+def _read_info(path: Path) -> tuple[dict[str, Any], str]:
+    text = path.read_text(encoding="utf-8-sig")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(Problem(f"invalid JSON: {exc.msg}", file=str(path), line=exc.lineno)) from None
+    if not isinstance(data, dict):
+        raise InputError(Problem("expected an object of name: {file_name, ...}", file=str(path), line=1))
+    return data, text
+
+
+def _entry_line(text: str, name: str) -> int | None:
+    m = re.search(r'"' + re.escape(name) + r'"\s*:', text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def info_dirs(cfg: Mapping[str, Any]) -> list[Path]:
+    dirs: list[Path] = []
+    if cfg.get("dataset_dir"):
+        dirs.append(Path(cfg["dataset_dir"]))
+    else:
+        for base in (Path.cwd(), Path(cfg.get("_base_dir") or Path.cwd())):
+            if (base / "data" / "dataset_info.json").exists():
+                dirs.append(base / "data")
+    dirs.append(DEMO_DIR)
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[DatasetSpec]:
+    value = str(cfg.get(key) or "").strip()
+    where = {"key": key}
+    if not value:
+        raise InputError(Problem("required: a .json/.jsonl file or dataset names", **where))
+    bases = [Path.cwd(), Path(cfg.get("_base_dir") or Path.cwd())]
+    # A path to a file (or something that looks like one).
+    if value.endswith((".json", ".jsonl")) or "/" in value or value.startswith("@demo"):
+        if value.startswith("@demo"):
+            p = DEMO_DIR / value[len("@demo") :].lstrip("/")
+        else:
+            p = Path(value).expanduser()
+            if not p.is_absolute():
+                p = next((b / p for b in bases if (b / p).exists()), bases[0] / p)
+        if not p.exists():
+            raise InputError(Problem(f"no such file: {value}", **where))
+        if p.is_dir():
+            raise InputError(Problem(f"is a directory, expected a .json or .jsonl file: {value}", **where))
+        return [DatasetSpec(name=p.stem, path=p)]
+    specs: list[DatasetSpec] = []
+    problems: list[Problem] = []
+    registries = []
+    for d in info_dirs(cfg):
+        info = d / "dataset_info.json"
+        if info.is_file():
+            data, text = _read_info(info)
+            registries.append((d, info, data, text))
+    if not registries:
+        raise InputError(Problem("no dataset_info.json found (set dataset_dir, or give a .json/.jsonl path)", **where))
+    for name in (n.strip() for n in value.split(",")):
+        if not name:
+            continue
+        hit = next(((d, info, data, text) for d, info, data, text in registries if name in data), None)
+        if hit is None:
+            known = sorted({n for _, _, data, _ in registries for n in data})
+            problems.append(Problem(f"dataset {name!r} is not in {', '.join(str(r[1]) for r in registries)} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})", **where))
+            continue
+        d, info, data, text = hit
+        entry = data[name]
+        line = _entry_line(text, name)
+        loc = {"file": str(info), "line": line, "key": name}
+        if not isinstance(entry, dict):
+            problems.append(Problem("entry must be an object with file_name", **loc))
+            continue
+        remote = [k for k in _UNSUPPORTED_ENTRY_KEYS if k in entry]
+        if remote and "file_name" not in entry:
+            problems.append(Problem(f"{remote[0]}: datasets from a hub or script are not supported (no hub access); download it and use file_name", **loc))
+            continue
+        if "file_name" not in entry:
+            problems.append(Problem("missing 'file_name'", **loc))
+            continue
+        if entry.get("ranking"):
+            problems.append(Problem("ranking (preference) datasets are not supported yet (stage sft only)", **loc))
+            continue
+        fmt = entry.get("formatting", "alpaca")
+        if fmt not in ("alpaca", "sharegpt"):
+            problems.append(Problem(f"formatting must be alpaca or sharegpt, got {fmt!r}", **loc))
+            continue
+        path = d / entry["file_name"]
+        if not path.exists():
+            problems.append(Problem(f"file_name {entry['file_name']!r}: no such file in {d}", **loc))
+            continue
+        if path.is_dir():
+            problems.append(Problem(f"file_name {entry['file_name']!r} is a directory (folders of files are not supported yet)", **loc))
+            continue
+        columns = entry.get("columns") or {}
+        tags = entry.get("tags") or {}
+        specs.append(DatasetSpec(name=name, path=path, formatting=fmt, columns=dict(columns), tags=dict(tags), info_file=str(info), info_line=line))
+    if problems:
+        raise InputError(problems)
+    return specs

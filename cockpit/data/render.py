@@ -1,0 +1,124 @@
+"""Conversations -> token ids and labels through a chat template; loss on assistant tokens only.
+
+Each assistant turn's span is found by rendering the conversation up to that turn twice (with
+the generation prompt, and with the turn); the text in between (the reply and its end-of-turn
+marker) is trained, everything else is masked with -100. Token/character alignment uses the
+fast tokenizer's offsets, so it works for any template and any script (Chinese included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+IGNORE_INDEX = -100
+
+# A small set of named templates; omitted/'default' uses the tokenizer's own.
+_CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+_LLAMA3 = (
+    "{{ '<|begin_of_text|>' }}"
+    "{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+_ALPACA = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] + '\n\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '### Instruction:\n' + message['content'] + '\n\n' }}"
+    "{% else %}{{ '### Response:\n' + message['content'] + eos_token + '\n\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '### Response:\n' }}{% endif %}"
+)
+NAMED_TEMPLATES = {
+    "chatml": _CHATML,
+    "llama3": _LLAMA3,
+    "alpaca": _ALPACA,
+}
+TEMPLATE_ALIASES = {
+    "qwen": "chatml",
+    "qwen2": "chatml",
+    "qwen2_5": "chatml",
+    "qwen3": "chatml",
+    "qwen3_nothink": "chatml",
+    "smollm": "chatml",
+    "smollm2": "chatml",
+}
+
+
+def template_names() -> list[str]:
+    return ["default", *NAMED_TEMPLATES, *TEMPLATE_ALIASES]
+
+
+def apply_template_choice(tokenizer: Any, template: str | None) -> None:
+    """Set the tokenizer's chat template from the config's ``template`` key (ValueError if unknown)."""
+    if not template or template == "default":
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("the tokenizer has no chat template of its own; set template to one of " + ", ".join(NAMED_TEMPLATES))
+        return
+    name = TEMPLATE_ALIASES.get(template, template)
+    if name not in NAMED_TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
+    tokenizer.chat_template = NAMED_TEMPLATES[name]
+
+
+@dataclass
+class Rendered:
+    input_ids: list[int]
+    labels: list[int]
+    full_length: int  # tokens before truncation
+    target_tokens: int  # assistant tokens before truncation
+    target_kept: int  # assistant tokens after truncation
+
+
+def _render(tokenizer: Any, messages: Sequence[dict[str, str]], gen: bool) -> str:
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen)
+
+
+def trainable_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text and the character spans of the assistant replies within it."""
+    full = _render(tokenizer, messages, False)
+    spans: list[tuple[int, int]] = []
+    for i, msg in enumerate(messages):
+        if msg["role"] != "assistant":
+            continue
+        prefix = _render(tokenizer, messages[:i], True)
+        upto = _render(tokenizer, messages[: i + 1], False)
+        if not (upto.startswith(prefix) and full.startswith(upto)):
+            spans = []  # template renders history differently: train the last turn only
+            break
+        spans.append((len(prefix), len(upto)))
+    if not spans:
+        prefix = _render(tokenizer, messages[:-1], True)
+        if not full.startswith(prefix):
+            raise ValueError("the chat template renders the prompt inconsistently; cannot find the reply")
+        spans = [(len(prefix), len(full))]
+    return full, spans
+
+
+def render_sample(tokenizer: Any, messages: Sequence[dict[str, str]], cutoff_len: int) -> Rendered:
+    text, spans = trainable_spans(tokenizer, messages)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids: list[int] = enc["input_ids"]
+    labels = [IGNORE_INDEX] * len(ids)
+    k = 0
+    for t, (start, end) in enumerate(enc["offset_mapping"]):
+        while k < len(spans) and start >= spans[k][1]:
+            k += 1
+        if k < len(spans) and spans[k][0] <= start < spans[k][1] and end > start:
+            labels[t] = ids[t]
+    target = sum(1 for x in labels if x != IGNORE_INDEX)
+    ids_c, labels_c = ids[:cutoff_len], labels[:cutoff_len]
+    kept = sum(1 for x in labels_c if x != IGNORE_INDEX)
+    return Rendered(ids_c, labels_c, len(ids), target, kept)
+
+
+def render_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Token ids of a prompt ready for generation (for probes and chat)."""
+    text = _render(tokenizer, messages, True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

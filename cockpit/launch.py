@@ -1,0 +1,68 @@
+"""Start a run: a new run dir, the resolved config, and a detached supervisor.
+
+Used by ``cockpit train`` and (through ``cockpit train --detach``) by the TUI. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from cockpit.config.load import dump_resolved
+from cockpit.events import EventWriter
+from cockpit.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
+
+
+def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
+    if cfg.get("run_name"):
+        return str(cfg["run_name"])
+    if config_path:
+        return Path(config_path).stem
+    model = str(cfg.get("model_name_or_path") or "run")
+    return re.sub(r".*/", "", model)
+
+
+def start_run(cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: str | os.PathLike[str] | None = None) -> RunDir:
+    """Create the run dir and start the supervisor in its own session; returns at once."""
+    if not cfg.get("master_port"):
+        from cockpit.supervisor import free_port
+
+        cfg = {**cfg, "master_port": free_port()}
+    run = create_run_dir(runs_dir or default_runs_dir(), run_name(cfg, config_path))
+    atomic_write_text(run.config_path, dump_resolved(cfg))
+    run.update_status(
+        state="starting",
+        run_id=run.run_id,
+        attempt=1,
+        config_source=str(Path(config_path).resolve()) if config_path else None,
+        output_dir=cfg.get("output_dir"),
+        started=run.path.stat().st_mtime,
+        step=0,
+        total_steps=None,
+    )
+    EventWriter(run.events_path).close()  # the log exists from the start (0600)
+    spawn_supervisor(run, cfg.get("env") or {})
+    return run
+
+
+def spawn_supervisor(run: RunDir, env_add: Mapping[str, str]) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in env_add.items()})
+    log = open(run.supervisor_log, "ab", buffering=0)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cockpit.supervisor", str(run.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(run.path),
+            start_new_session=True,  # setsid: no SIGHUP from the terminal, survives SSH drops
+            close_fds=True,
+        )
+    finally:
+        log.close()

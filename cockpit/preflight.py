@@ -1,0 +1,131 @@
+"""Everything ``cockpit check`` verifies before a run: config, model, data, probes, precision.
+
+Imports transformers (for the tokenizer) lazily; never imported by the UI process, which
+calls ``cockpit check --json`` in a subprocess instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from cockpit.errors import InputError, Problem
+
+
+@dataclass
+class CheckResult:
+    cfg: dict[str, Any]
+    report: Any = None  # TruncationReport
+    formats: dict[str, str] = field(default_factory=dict)
+    bad_rows: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    samples: int = 0
+    model_path: str | None = None
+    preview: dict[str, Any] | None = None  # first rendered sample: text pieces, trained or not
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "samples": self.samples,
+            "formats": self.formats,
+            "bad_rows": [str(p) for p in self.bad_rows],
+            "warnings": self.warnings,
+            "truncation": self.report.as_dict() if self.report else None,
+            "model_path": self.model_path,
+            "preview": self.preview,
+        }
+
+
+def has_checkpoints(folder: Path) -> bool:
+    ck = folder / "checkpoints"
+    return any(p.name.startswith("checkpoint-") for p in (list(ck.iterdir()) if ck.is_dir() else [])) or any(
+        p.name.startswith("checkpoint-") for p in (list(folder.iterdir()) if folder.is_dir() else [])
+    )
+
+
+def static_checks(cfg: Mapping[str, Any]) -> list[str]:
+    """Checks that need no model (cheap): raises InputError; returns warnings."""
+    warnings: list[str] = []
+    problems: list[Problem] = []
+    if cfg.get("trust_remote_code"):
+        warnings.append("trust_remote_code is true: Python code shipped with the model will run in the training ranks")
+    out = cfg.get("output_dir")
+    if out and has_checkpoints(Path(out)) and not cfg.get("overwrite_output_dir") and not cfg.get("resume_from_checkpoint"):
+        problems.append(Problem(f"{out} already holds checkpoints; set overwrite_output_dir: true or choose another folder", key="output_dir"))
+    if cfg.get("probes"):
+        from cockpit.train.probes import load_probes
+
+        try:
+            load_probes(cfg["probes"])
+        except InputError as exc:
+            problems += exc.problems
+    if problems:
+        raise InputError(problems)
+    return warnings
+
+
+def device_checks(cfg: Mapping[str, Any]) -> list[str]:
+    """Precision / quantization against the devices this machine has (imports torch)."""
+    import torch
+
+    warnings: list[str] = []
+    problems: list[Problem] = []
+    cpu = cfg.get("use_cpu") if cfg.get("use_cpu") is not None else not torch.cuda.is_available()
+    if cpu:
+        if cfg.get("fp16"):
+            problems.append(Problem("fp16 mixed precision needs a GPU; use bf16 or fp32 on the CPU", key="fp16"))
+        if cfg.get("quantization_bit"):
+            problems.append(Problem("QLoRA (quantization_bit) needs a GPU with bitsandbytes; unset it on the CPU", key="quantization_bit"))
+        if cfg.get("bf16"):
+            warnings.append("bf16 on a CPU without AVX512-BF16/AMX is much slower than fp32 (measured 50x on this machine's kind)")
+        if int(cfg.get("nproc_per_node", 1)) > (torch.get_num_threads() or 1) * 4:
+            warnings.append(f"{cfg['nproc_per_node']} CPU ranks on {torch.get_num_threads()} threads will be slow")
+    else:
+        n = torch.cuda.device_count()
+        if int(cfg.get("nproc_per_node", 1)) > n:
+            problems.append(Problem(f"nproc_per_node {cfg['nproc_per_node']} but only {n} GPU(s) visible", key="nproc_per_node"))
+    if problems:
+        raise InputError(problems)
+    return warnings
+
+
+def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> CheckResult:
+    """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation."""
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.data.render import trainable_spans
+    from cockpit.models.resolve import load_model_config, load_tokenizer, resolve_model
+
+    warnings = static_checks(cfg)
+    if with_devices:
+        warnings += device_checks(cfg)
+    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    tok = load_tokenizer(cfg, ref, log=log)
+    mcfg = load_model_config(cfg, ref)
+    hidden = getattr(mcfg, "hidden_size", None)
+    if cfg["finetuning_type"] == "lora" and hidden and cfg["lora_rank"] > hidden:
+        raise InputError(Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank"))
+    if cfg["finetuning_type"] == "freeze":
+        layers = getattr(mcfg, "num_hidden_layers", None)
+        if layers and abs(cfg["freeze_trainable_layers"]) > layers:
+            raise InputError(Problem(f"freeze_trainable_layers {cfg['freeze_trainable_layers']} but the model has {layers} layers", key="freeze_trainable_layers"))
+    prepared = prepare_dataset(cfg, tok)
+    first = prepared.loaded.samples[0]["messages"]
+    text, spans = trainable_spans(tok, first)
+    pieces, pos = [], 0
+    for a, b in spans:
+        pieces += [{"text": text[pos:a], "trained": False}, {"text": text[a:b], "trained": True}]
+        pos = b
+    pieces.append({"text": text[pos:], "trained": False})
+    if prepared.report.emptied:
+        warnings.append(f"{prepared.report.emptied} samples keep no assistant token after truncation; raise cutoff_len")
+    return CheckResult(
+        cfg=cfg,
+        report=prepared.report,
+        formats=prepared.loaded.formats,
+        bad_rows=prepared.loaded.problems,
+        warnings=warnings,
+        samples=len(prepared.rendered),
+        model_path=ref.path,
+        preview={"source": prepared.loaded.samples[0]["source"], "pieces": [p for p in pieces if p["text"]]},
+    )

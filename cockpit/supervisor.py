@@ -1,0 +1,291 @@
+"""The detached owner of a run: ``python -m cockpit.supervisor RUN_DIR``.
+
+Started by :func:`cockpit.launch.start_run` in its own session (``setsid``), so closing the
+terminal, an SSH drop or killing tmux does not reach it. It:
+
+- launches the ranks (1 process: the worker directly; several: ``torchrun``), each rank's
+  stdout/stderr into ``logs/rank<N>.log`` (files, never pipes);
+- follows the event log (steps for the hang watchdog, rank pids for telemetry);
+- samples telemetry (``telemetry`` events, default 1 Hz) and the ranks' NCCL/RCCL output
+  (``comm`` events);
+- obeys ``control/kill`` (and SIGTERM): terminates the ranks' process group, no child left;
+  ``stop``/``save`` are consumed by the ranks at step boundaries;
+- writes the final state (finished / stopped / failed with the reason and the failing rank's
+  last log lines) to ``status.json`` and the event log.
+
+Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cockpit.events import EventReader, EventWriter
+from cockpit.rundir import RunDir
+from cockpit.watchdog import HangWatchdog
+
+POLL_S = 0.2
+KILL_GRACE_S = 10.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def rank_command(run: RunDir, cfg: dict[str, Any], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+    """The command that starts this node's ranks, and the env additions."""
+    nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
+    worker = ["-m", "cockpit.train.worker", str(run.path)]
+    if nproc == 1 and nnodes == 1:
+        return [python, *worker], {}  # no RANK/WORLD_SIZE: accelerate would expect a rendezvous
+    port = int(cfg["master_port"]) or 29500
+    cmd = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        f"--nnodes={nnodes}",
+        f"--node_rank={cfg['node_rank']}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={cfg['master_addr']}:{port}",
+        f"--rdzv_id={run.run_id}",
+        "--max_restarts=0",
+        *worker,
+    ]
+    return cmd, {}
+
+
+def tail_lines(path: Path, n: int = 20) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 16384))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [ln for ln in data.splitlines() if ln.strip()][-n:]
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        sig = -code
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        hint = " (killed: out of memory, or killed by hand)" if sig == signal.SIGKILL else ""
+        return f"killed by signal {name}{hint}"
+    return f"exited with code {code}"
+
+
+class Supervisor:
+    def __init__(self, run: RunDir):
+        self.run = run
+        self.cfg: dict[str, Any] = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+        self.events = EventWriter(run.events_path)
+        self.reader = EventReader(run.events_path)
+        self.proc: subprocess.Popen | None = None
+        self.rank_pids: dict[int, int] = {}
+        self.killing = False
+        self.kill_reason: str | None = None
+        self.worker_failure: dict[str, Any] | None = None
+        self.stopped_event: dict[str, Any] | None = None
+        self.finished_event: dict[str, Any] | None = None
+        self.last_step = 0
+        floor = float(self.cfg.get("hang_timeout_s") or 300.0)
+        self.watchdog = HangWatchdog(floor_s=floor, start_t=time.time())
+        self.sampler = None
+        self.comm = None
+        self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        cmd, env_add = rank_command(self.run, self.cfg)
+        env = dict(os.environ)
+        env.update(env_add)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["COCKPIT_RUN_DIR"] = str(self.run.path)
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        launcher_log = self.run.logs_dir / ("rank0.log" if len(cmd) == 4 else "launcher.log")
+        out = open(launcher_log, "ab", buffering=0)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(self.run.path),
+            start_new_session=True,  # its own process group: killpg reaches every rank
+            close_fds=True,
+        )
+        out.close()
+        self.events.emit(
+            "run_started",
+            run_id=self.run.run_id,
+            attempt=int(self.run.read_status().get("attempt", 1)),
+            model=self.cfg.get("model_name_or_path"),
+            dataset=self.cfg.get("dataset"),
+            method=self.cfg.get("finetuning_type"),
+            world_size=int(self.cfg["nproc_per_node"]) * int(self.cfg["nnodes"]),
+            nproc_per_node=int(self.cfg["nproc_per_node"]),
+            nnodes=int(self.cfg["nnodes"]),
+            output_dir=self.cfg.get("output_dir"),
+            supervisor_pid=os.getpid(),
+            command=cmd,
+        )
+        self.run.update_status(state="running", supervisor_pid=os.getpid(), launcher_pid=self.proc.pid, pids=[self.proc.pid])
+        self.events.emit("state", state="running", reason=None)
+        self._init_telemetry()
+
+    def _init_telemetry(self) -> None:
+        interval = float(self.cfg.get("telemetry_interval_s") or 0)
+        if interval <= 0:
+            return
+        try:
+            from cockpit.telemetry import Sampler
+
+            self.sampler = Sampler({}, interval_s=interval)
+        except Exception as exc:  # telemetry must never take a run down
+            print(f"telemetry disabled: {exc}", flush=True)
+
+    def request_kill(self, reason: str) -> None:
+        if not self.killing:
+            self.killing = True
+            self.kill_reason = reason
+            self.kill_deadline = time.time() + KILL_GRACE_S
+            self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in self.rank_pids.values():  # ranks that left the group (should not happen)
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def follow_events(self) -> None:
+        for ev in self.reader.read_new():
+            kind = ev.get("kind")
+            if kind == "rank_started":
+                self.rank_pids[int(ev["rank"])] = int(ev["pid"])
+                self.run.update_status(pids=sorted(set(self.rank_pids.values()) | {self.proc.pid}), rank_pids={str(k): v for k, v in self.rank_pids.items()})
+                if self.sampler is not None:
+                    self.sampler.set_pids(dict(self.rank_pids))
+            elif kind == "step":
+                self.last_step = int(ev.get("step") or 0)
+                self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
+            elif kind == "run_failed":
+                self.worker_failure = ev
+            elif kind == "run_stopped":
+                self.stopped_event = ev
+            elif kind == "run_finished":
+                self.finished_event = ev
+
+    def tick(self) -> None:
+        self.follow_events()
+        if self.run.pending("kill"):
+            self.run.consume("kill")
+            self.request_kill("killed on request")
+        if self.killing and time.time() > self.kill_deadline:
+            self._signal(signal.SIGKILL)
+        if self.sampler is not None:
+            try:
+                snap = self.sampler.maybe_sample()
+                if snap is not None:
+                    self.events.emit("telemetry", **snap)
+            except Exception as exc:
+                print(f"telemetry error: {exc}", flush=True)
+                self.sampler = None
+        alive = self.proc is not None and self.proc.poll() is None
+        last_lines = {r: (tail_lines(self.run.rank_log(r), 1) or [""])[-1] for r in (self.rank_pids or {0: 0})}
+        alert = self.watchdog.check(time.time(), ranks_alive=alive and not self.killing, last_lines=last_lines)
+        if alert:
+            self.events.emit("alert", **alert)
+
+    def loop(self) -> int:
+        assert self.proc is not None
+        while self.proc.poll() is None:
+            self.tick()
+            time.sleep(POLL_S)
+        # the launcher is gone; make sure nothing of its group is left
+        self._signal(signal.SIGKILL)
+        time.sleep(0.1)
+        self.follow_events()
+        return self.finish(self.proc.returncode)
+
+    def finish(self, code: int) -> int:
+        status = self.run.read_status()
+        if code == 0 and not self.killing:
+            state = "stopped" if self.stopped_event else "finished"
+            reason = (self.stopped_event or {}).get("reason")
+            if not (self.finished_event or self.stopped_event):
+                state, reason = "failed", "the ranks exited without finishing (no run_finished event)"
+        else:
+            state = "stopped" if self.killing and self.kill_reason == "killed on request" else "failed"
+            if self.killing:
+                state, reason = "failed", self.kill_reason
+            elif self.worker_failure:
+                reason = self.worker_failure.get("reason")
+            else:
+                reason = f"training process {describe_exit(code)}"
+        failing_rank = (self.worker_failure or {}).get("rank", 0)
+        tail = tail_lines(self.run.rank_log(int(failing_rank or 0)), 20) if state == "failed" else []
+        if state == "failed":
+            if self.worker_failure is None or self.killing:
+                self.events.emit("run_failed", reason=reason, rank=failing_rank, log_tail=tail)
+            else:
+                self.events.emit("state", state="failed", reason=reason, log_tail=tail)
+        self.events.emit("state", state=state, reason=reason)
+        self.run.update_status(state=state, reason=reason, exit_code=code, log_tail=tail, step=max(self.last_step, status.get("step") or 0), ended=time.time())
+        if not self.run.summary_path.exists():
+            from cockpit.rundir import atomic_write_json
+
+            atomic_write_json(self.run.summary_path, {"run_id": self.run.run_id, "state": state, "reason": reason, "steps": self.last_step})
+        else:
+            summary = self.run.read_summary()
+            if summary.get("state") != state:
+                summary.update(state=state, reason=reason)
+                from cockpit.rundir import atomic_write_json
+
+                atomic_write_json(self.run.summary_path, summary)
+        if self.sampler is not None:
+            try:
+                self.sampler.close()
+            except Exception:
+                pass
+        return 0 if state in ("finished", "stopped") else 1
+
+
+def main(argv: list[str]) -> int:
+    run = RunDir(Path(argv[0]).resolve())
+    sup = Supervisor(run)
+    signal.signal(signal.SIGTERM, lambda *_: sup.request_kill("supervisor terminated (SIGTERM)"))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # belt and braces: we are in our own session anyway
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sup.start()
+    except Exception as exc:
+        run.update_status(state="failed", reason=f"could not start the ranks: {exc}")
+        sup.events.emit("run_failed", reason=f"could not start the ranks: {exc}")
+        return 1
+    return sup.loop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

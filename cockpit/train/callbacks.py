@@ -1,0 +1,181 @@
+"""HF Trainer callback: step events, NaN / spike alerts, and the run dir's stop / save requests.
+
+All ranks run it (the Trainer calls callbacks on every process); only rank 0 writes events.
+Control requests are agreed across ranks with one tiny all-reduce per step, so every rank
+stops or saves at the same step (a rank that stopped alone would hang the others).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections import deque
+from typing import Any
+
+from transformers import TrainerCallback
+
+from cockpit.events import EventWriter
+from cockpit.rundir import RunDir, atomic_write_json
+from cockpit.telemetry import rank_memory_stats
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+class CockpitCallback(TrainerCallback):
+    def __init__(self, run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, writer: EventWriter | None):
+        self.run = run
+        self.cfg = cfg
+        self.rank = rank
+        self.world_size = world_size
+        self.writer = writer  # rank 0 only
+        self.recent = deque(maxlen=20)
+        self.last_t: float | None = None
+        self.last_tokens = 0
+        self.last_step = 0
+        self.first_loss: float | None = None
+        self.last_loss: float | None = None
+        self.start_t = time.time()
+        self.tokens_total = 0
+        self.stop_reason: str | None = None
+        self.nan_seen = False
+
+    # -- helpers ----------------------------------------------------------------------------
+    def emit(self, kind: str, **fields: Any) -> None:
+        if self.writer is not None:
+            self.writer.emit(kind, **fields)
+
+    def _flags(self) -> tuple[bool, bool]:
+        """(stop, save) requested, agreed across ranks."""
+        stop = self.run.pending("stop") or self.run.pending("kill")
+        save = self.run.pending("save")
+        dist = _dist()
+        if dist is not None and self.world_size > 1:
+            import torch
+
+            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+            if device == "cuda":
+                device = f"cuda:{torch.cuda.current_device()}"
+            t = torch.tensor([float(stop), float(save)], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            stop, save = bool(t[0].item()), bool(t[1].item())
+        return stop, save
+
+    # -- Trainer hooks ----------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.last_t = time.time()
+        self.last_step = state.global_step
+        self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        self.emit(
+            "train_begin",
+            total_steps=state.max_steps,
+            epochs=args.num_train_epochs,
+            world_size=self.world_size,
+            global_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size,
+            start_step=state.global_step,
+        )
+        if self.rank == 0:
+            self.run.update_status(total_steps=state.max_steps, step=state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop, save = self._flags()
+        if save:
+            control.should_save = True
+            if self.rank == 0:
+                self.run.consume("save")
+        if stop:
+            control.should_save = True
+            control.should_training_stop = True
+            self.stop_reason = self.stop_reason or "stop requested"
+            if self.rank == 0:
+                self.run.consume("stop")
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "loss" not in logs:
+            if "eval_loss" in logs:
+                self.emit("eval", step=state.global_step, eval_loss=logs["eval_loss"])
+            return control
+        # memory of this rank, for the step event (each rank writes its own small file)
+        mem = rank_memory_stats()
+        try:
+            atomic_write_json(self.run.logs_dir / f"rank{self.rank}.mem.json", mem)
+        except OSError:
+            pass
+        loss = float(logs["loss"])
+        now = time.time()
+        tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        dt = max(now - (self.last_t or now), 1e-9)
+        dsteps = max(state.global_step - self.last_step, 1)
+        tps = (tokens - self.last_tokens) / dt if tokens else None
+        sps = dsteps * args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size / dt
+        self.last_t, self.last_step, self.last_tokens = now, state.global_step, tokens
+        self.tokens_total = tokens
+        if self.first_loss is None and math.isfinite(loss):
+            self.first_loss = loss
+        self.last_loss = loss
+        if self.writer is not None:
+            mems = {}
+            for r in range(self.world_size):
+                try:
+                    mems[str(r)] = json.loads((self.run.logs_dir / f"rank{r}.mem.json").read_text())
+                except (OSError, ValueError):
+                    pass
+            self.emit(
+                "step",
+                step=state.global_step,
+                total_steps=state.max_steps,
+                epoch=round(float(logs.get("epoch", state.epoch or 0.0)), 4),
+                loss=loss,
+                lr=logs.get("learning_rate"),
+                grad_norm=logs.get("grad_norm"),
+                tokens_per_s=round(tps, 2) if tps is not None else None,
+                samples_per_s=round(sps, 3),
+                tokens_seen=tokens,
+                mem=mems,
+            )
+            self.run.update_status(step=state.global_step, total_steps=state.max_steps, last_loss=loss)
+        # NaN / inf loss and spikes (every rank sees the same averaged loss)
+        if not math.isfinite(loss):
+            self.nan_seen = True
+            self.emit(
+                "alert",
+                level="error",
+                code="nan_loss",
+                message=f"loss is {loss} at step {state.global_step}",
+                remedies=["lower learning_rate", "use bf16 instead of fp16", "check max_grad_norm (gradient clipping)"],
+                policy=self.cfg["nan_policy"],
+            )
+            if self.cfg["nan_policy"] == "stop":
+                control.should_training_stop = True
+                control.should_save = True
+                self.stop_reason = f"loss became {loss} at step {state.global_step}"
+        elif len(self.recent) >= 5 and loss > self.cfg["spike_factor"] * statistics.median(self.recent):
+            med = statistics.median(self.recent)
+            self.emit(
+                "alert",
+                level="warn",
+                code="loss_spike",
+                message=f"loss {loss:.4g} at step {state.global_step} is {loss / med:.1f}x the recent median {med:.4g}",
+                remedies=["lower learning_rate", "add warmup", "check the data around this step"],
+                policy=self.cfg["spike_policy"],
+            )
+            if self.cfg["spike_policy"] == "stop":
+                control.should_training_stop = True
+                control.should_save = True
+                self.stop_reason = f"loss spike at step {state.global_step}"
+        if math.isfinite(loss):
+            self.recent.append(loss)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        self.emit("checkpoint_saved", step=state.global_step, path=path)
+        return control

@@ -1,0 +1,77 @@
+"""Probes: prompts with expected substrings, answered before and after training.
+
+File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...]}``;
+a probe passes when every expected substring appears in the greedy answer (case-insensitive).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cockpit.data.formats import read_records
+from cockpit.data.render import render_prompt_ids
+from cockpit.errors import InputError, Problem
+
+
+def load_probes(path: str | Path) -> list[dict[str, Any]]:
+    records, problems = read_records(Path(path))
+    probes = []
+    for line, rec in records:
+        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
+            problems.append(Problem("expected {\"prompt\": str, \"expect\": str | [str]}", file=str(path), line=line))
+            continue
+        expect = rec.get("expect")
+        if isinstance(expect, str):
+            expect = [expect]
+        if not (isinstance(expect, list) and expect and all(isinstance(e, str) and e for e in expect)):
+            problems.append(Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line))
+            continue
+        probes.append({"prompt": rec["prompt"], "expect": expect})
+    if problems:
+        raise InputError(problems)
+    return probes
+
+
+def passes(answer: str, expect: list[str]) -> bool:
+    low = answer.lower()
+    return all(e.lower() in low for e in expect)
+
+
+def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8) -> dict[str, Any]:
+    """Greedy answers for every probe (batched, left-padded); returns the probe_results fields."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    results = []
+    try:
+        for i in range(0, len(probes), batch_size):
+            chunk = probes[i : i + batch_size]
+            prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(prompts), width), dtype=torch.long)
+            for j, p in enumerate(prompts):
+                ids[j, width - len(p) :] = torch.tensor(p)
+                mask[j, width - len(p) :] = 1
+            with torch.no_grad():
+                out = model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    use_cache=True,  # training sets config.use_cache=False
+                    pad_token_id=pad_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                )
+            for j, p in enumerate(chunk):
+                answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
+                results.append({"prompt": p["prompt"], "expect": p["expect"], "answer": answer, "ok": passes(answer, p["expect"])})
+    finally:
+        if was_training:
+            model.train()
+    passed = sum(r["ok"] for r in results)
+    return {"passed": passed, "total": len(results), "rate": passed / len(results) if results else 0.0, "results": results}

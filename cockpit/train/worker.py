@@ -1,0 +1,373 @@
+"""A training rank: ``python -m cockpit.train.worker RUN_DIR`` (under torchrun for several).
+
+HF Trainer + PEFT on the resolved config in ``RUN_DIR/config.yaml``. Rank 0 writes the step,
+probe, checkpoint and final events and ``summary.json``; every rank obeys stop/save requests
+through :class:`CockpitCallback`. Never imports textual.
+
+Exit codes: 0 finished or stopped on request, 1 training failed, 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cockpit.errors import InputError
+from cockpit.events import EventWriter
+from cockpit.rundir import RunDir, atomic_write_json
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+
+
+def dist_env() -> tuple[int, int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def load_run_config(run: RunDir) -> dict[str, Any]:
+    return yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+
+
+def artefact_dirs(run: RunDir, cfg: dict[str, Any]) -> dict[str, Path]:
+    out = Path(cfg["output_dir"]) if cfg.get("output_dir") else run.path
+    return {"out": out, "checkpoints": out / "checkpoints", "adapter": out / "adapter", "plot": out / "loss.png"}
+
+
+def _use_cpu(cfg: dict[str, Any]) -> bool:
+    import torch
+
+    if cfg.get("use_cpu") is not None:
+        return bool(cfg["use_cpu"])
+    return not torch.cuda.is_available()
+
+
+def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
+    """The model to train: base (+ quantization) + PEFT adapter / freeze / full."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.kwargs()}
+    method = cfg["finetuning_type"]
+    if cfg["quantization_bit"]:
+        if use_cpu:
+            raise InputError("quantization_bit (QLoRA) needs a GPU and bitsandbytes; unset it to train on the CPU")
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.bfloat16 if cfg["bf16"] else (torch.float16 if cfg["fp16"] else torch.float32)
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute)
+            if cfg["quantization_bit"] == 4
+            else BitsAndBytesConfig(load_in_8bit=True)
+        )
+        kwargs["device_map"] = {"": local_rank}
+    # LoRA/freeze on GPU: frozen base weights in the half precision; full FT: fp32 master weights.
+    if method == "lora" and not use_cpu and (cfg["bf16"] or cfg["fp16"]):
+        kwargs["dtype"] = torch.bfloat16 if cfg["bf16"] else torch.float16
+    else:
+        kwargs["dtype"] = torch.float32
+    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs)
+    model.config.use_cache = False
+    if cfg["quantization_bit"]:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg["gradient_checkpointing"])
+    if method == "lora":
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if cfg.get("adapter_name_or_path"):
+            model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"], is_trainable=True)
+        else:
+            target = cfg["lora_target"]
+            targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
+            lcfg = LoraConfig(
+                r=cfg["lora_rank"],
+                lora_alpha=cfg["lora_alpha"],
+                lora_dropout=cfg["lora_dropout"],
+                target_modules=targets,
+                task_type="CAUSAL_LM",
+            )
+            try:
+                model = get_peft_model(model, lcfg)
+            except ValueError as exc:
+                raise InputError(f"lora_target: {exc}") from None
+    elif method == "freeze":
+        layers = getattr(getattr(model, "model", model), "layers", None)
+        if layers is None:
+            raise InputError("finetuning_type freeze: cannot find the decoder layers of this model")
+        n = cfg["freeze_trainable_layers"]
+        chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for i in chosen:
+            for p in layers[i].parameters():
+                p.requires_grad_(True)
+    return model
+
+
+class ListDataset:
+    """A torch-style map dataset over rendered samples."""
+
+    def __init__(self, rows: list[dict[str, list[int]]]):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return self.rows[i]
+
+
+def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool, world_size: int):
+    from transformers import TrainingArguments
+
+    warmup = cfg["warmup_steps"] if cfg["warmup_steps"] > 0 else float(cfg["warmup_ratio"])
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(dirs["checkpoints"]),
+        per_device_train_batch_size=cfg["per_device_train_batch_size"],
+        gradient_accumulation_steps=cfg["gradient_accumulation_steps"],
+        learning_rate=cfg["learning_rate"],
+        num_train_epochs=cfg["num_train_epochs"],
+        max_steps=cfg["max_steps"],
+        lr_scheduler_type=cfg["lr_scheduler_type"],
+        warmup_steps=warmup,
+        weight_decay=cfg["weight_decay"],
+        max_grad_norm=cfg["max_grad_norm"],
+        bf16=cfg["bf16"],
+        fp16=cfg["fp16"],
+        gradient_checkpointing=cfg["gradient_checkpointing"],
+        gradient_checkpointing_kwargs={"use_reentrant": False} if cfg["gradient_checkpointing"] else None,
+        logging_strategy="steps",
+        logging_steps=cfg["logging_steps"],
+        logging_first_step=True,
+        save_strategy=cfg["save_strategy"],
+        save_steps=cfg["save_steps"],
+        save_total_limit=cfg["save_total_limit"],
+        save_only_model=cfg["save_only_model"],
+        seed=cfg["seed"],
+        data_seed=cfg["seed"],
+        report_to=[] if cfg["report_to"] == "none" else [cfg["report_to"]],
+        ddp_timeout=cfg["ddp_timeout"],
+        use_cpu=use_cpu,
+        dataloader_num_workers=cfg["dataloader_num_workers"],
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        disable_tqdm=True,
+        log_level="warning",
+    )
+    if world_size > 1 and use_cpu:
+        kwargs["ddp_backend"] = "gloo"
+    if cfg.get("deepspeed"):
+        kwargs["deepspeed"] = cfg["deepspeed"]
+    if cfg.get("fsdp"):
+        kwargs["fsdp"] = cfg["fsdp"]
+    if cfg["val_size"]:
+        kwargs["eval_strategy"] = "steps"
+        kwargs["eval_steps"] = max(cfg["logging_steps"], 1)
+    return TrainingArguments(**kwargs)
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    """The newest complete checkpoint (one with trainer_state.json), or None."""
+    if not checkpoints.is_dir():
+        return None
+    good = []
+    for d in checkpoints.iterdir():
+        if d.is_dir() and d.name.startswith("checkpoint-") and (d / "trainer_state.json").exists():
+            try:
+                good.append((int(d.name.split("-")[1]), d))
+            except ValueError:
+                continue
+    return str(max(good)[1]) if good else None
+
+
+def plot_loss(events_path: Path, out: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cockpit.events import as_float, read_all
+
+    pts = [(e["step"], as_float(e.get("loss"))) for e in read_all(events_path) if e["kind"] == "step"]
+    pts = [(s, l) for s, l in pts if l is not None and math.isfinite(l)]
+    if not pts:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return True
+
+
+def main(run_path: str) -> int:
+    run = RunDir(Path(run_path))
+    rank, world_size, local_rank = dist_env()
+    if world_size > 1:  # under torchrun: this rank's output goes to its own log file
+        fd = os.open(run.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    writer = EventWriter(run.events_path)
+    writer.emit(
+        "rank_started",
+        rank=rank,
+        local_rank=local_rank,
+        pid=os.getpid(),
+        node_rank=int(os.environ.get("GROUP_RANK", 0)),
+        host=socket.gethostname(),
+    )
+    if rank != 0:
+        writer.close()
+        writer = None
+    cfg = load_run_config(run)
+    t0 = time.time()
+    try:
+        return _train(run, cfg, rank, world_size, local_rank, writer, t0)
+    except InputError as exc:
+        if writer:
+            writer.emit("run_failed", reason=f"invalid input: {exc}", rank=rank)
+        print(f"cockpit: invalid input: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:  # reported, with the traceback in the rank's log
+        traceback.print_exc()
+        reason = f"{type(exc).__name__}: {exc}"
+        if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError):
+            reason = f"out of memory: {reason}"
+        if writer:
+            writer.emit("run_failed", reason=reason[:2000], rank=rank)
+        return EXIT_FAILED
+
+
+def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
+    import torch
+    from transformers import DataCollatorForSeq2Seq, Trainer
+
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+    from cockpit.train.callbacks import CockpitCallback
+    from cockpit.train.probes import load_probes, run_probes
+
+    def log(msg: str) -> None:
+        print(f"[rank{rank}] {msg}", flush=True)
+
+    use_cpu = _use_cpu(cfg)
+    if not use_cpu and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dirs = artefact_dirs(run, cfg)
+    dirs["out"].mkdir(parents=True, exist_ok=True)
+    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    tok = load_tokenizer(cfg, ref, log=log)
+    prepared = prepare_dataset(cfg, tok)
+    log("data: " + " | ".join(prepared.report.lines()))
+    rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
+    eval_rows: list[dict[str, list[int]]] = []
+    if cfg["val_size"]:
+        import random
+
+        rng = random.Random(cfg["seed"])
+        rng.shuffle(rows)
+        n_eval = int(cfg["val_size"]) if cfg["val_size"] >= 1 else max(1, int(len(rows) * cfg["val_size"]))
+        eval_rows, rows = rows[:n_eval], rows[n_eval:]
+    model = build_model(cfg, ref, use_cpu, local_rank)
+    probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
+    probe_before = None
+    if probes and rank == 0:
+        log(f"probes before training ({len(probes)})")
+        probe_model = model
+        if hasattr(model, "disable_adapter"):
+            with model.disable_adapter():
+                probe_before = run_probes(model, tok, probes, cfg["probe_max_new_tokens"])
+        else:
+            probe_before = run_probes(probe_model, tok, probes, cfg["probe_max_new_tokens"])
+        writer.emit("probe_results", phase="before", **probe_before)
+    args = training_arguments(cfg, dirs, use_cpu, world_size)
+    callback = CockpitCallback(run, cfg, rank, world_size, writer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=ListDataset(rows),
+        eval_dataset=ListDataset(eval_rows) if eval_rows else None,
+        data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, pad_to_multiple_of=None),
+        processing_class=tok,
+        callbacks=[callback],
+    )
+    resume = cfg.get("resume_from_checkpoint")
+    if resume in ("last", "true", "True"):
+        resume = last_checkpoint(dirs["checkpoints"])
+    train_t0 = time.time()
+    trainer.train(resume_from_checkpoint=resume or None)
+    train_runtime = time.time() - train_t0
+    stopped = callback.stop_reason is not None
+    # final adapter / model
+    if rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
+        trainer.save_model(str(dirs["adapter"]))
+        if rank == 0:
+            tok.save_pretrained(str(dirs["adapter"]))
+    probe_after = None
+    if probes and rank == 0:
+        log("probes after training")
+        probe_after = run_probes(trainer.model, tok, probes, cfg["probe_max_new_tokens"])
+        writer.emit("probe_results", phase="after", **probe_after)
+    if rank != 0:
+        return EXIT_OK
+    plotted = bool(cfg["plot_loss"]) and plot_loss(run.events_path, dirs["plot"])
+    state = trainer.state
+    summary = {
+        "run_id": run.run_id,
+        "state": "stopped" if stopped else "finished",
+        "reason": callback.stop_reason,
+        "steps": state.global_step,
+        "total_steps": state.max_steps,
+        "epochs": state.epoch,
+        "runtime_s": round(time.time() - t0, 2),
+        "train_runtime_s": round(train_runtime, 2),
+        "tokens_seen": callback.tokens_total,
+        "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 else None,
+        "first_loss": callback.first_loss,
+        "last_loss": callback.last_loss,
+        "probes_before": {k: probe_before[k] for k in ("passed", "total", "rate")} if probe_before else None,
+        "probes_after": {k: probe_after[k] for k in ("passed", "total", "rate")} if probe_after else None,
+        "adapter_dir": str(dirs["adapter"]),
+        "checkpoints_dir": str(dirs["checkpoints"]),
+        "loss_plot": str(dirs["plot"]) if plotted else None,
+        "samples": len(rows),
+        "truncation": prepared.report.as_dict(),
+    }
+    atomic_write_json(run.summary_path, summary)
+    if callback.nan_seen and cfg["nan_policy"] == "stop":
+        summary["state"] = "failed"
+        atomic_write_json(run.summary_path, summary)
+        writer.emit("run_failed", reason=callback.stop_reason, rank=0)
+        return EXIT_FAILED
+    if stopped:
+        writer.emit("run_stopped", reason=callback.stop_reason, step=state.global_step)
+    else:
+        writer.emit(
+            "run_finished",
+            steps=state.global_step,
+            runtime_s=summary["runtime_s"],
+            tokens_per_s=summary["tokens_per_s"],
+            first_loss=callback.first_loss,
+            last_loss=callback.last_loss,
+        )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

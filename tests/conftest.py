@@ -1,0 +1,87 @@
+"""Shared fixtures: the embedded model (converted once into a cache shared by test runs), a tiny
+random Llama with the SmolLM2 tokenizer, and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# One cache for the converted embedded model across test sessions (CI sets it to the clone).
+os.environ.setdefault("COCKPIT_CACHE_DIR", str(ROOT / ".cache" / "cockpit"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def embedded_dir() -> Path:
+    from cockpit.models.embedded import ensure_embedded_model
+
+    return ensure_embedded_model(log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(embedded_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(embedded_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random Llama (built from a config) with the SmolLM2 tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir))
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def cockpit(*args: str, env: dict | None = None, timeout: float = 600, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd or str(ROOT),
+    )
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines() if l.strip()]
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
