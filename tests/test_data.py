@@ -1,0 +1,143 @@
+"""Dataset reading (alpaca / sharegpt, JSON / JSONL), bad rows by line, rendering and truncation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cockpit.data.collect import collect_samples
+from cockpit.data.formats import DatasetSpec, load_dataset_file, read_records
+from cockpit.data.render import IGNORE_INDEX, apply_template_choice, render_sample
+from cockpit.data.report import percentile, truncation_report
+from cockpit.errors import InputError
+
+
+def jsonl(path: Path, rows: list, raw_lines: dict[int, str] | None = None) -> Path:
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    for i, text in (raw_lines or {}).items():
+        lines.insert(i, text)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_alpaca_jsonl_bad_rows_all_reported_by_line(tmp_path):
+    p = jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"instruction": "hi", "input": "", "output": "hello"},
+            {"instruction": "no output"},
+            {"instruction": "x", "output": ""},
+            {"instruction": 3, "output": "y"},
+        ],
+        {2: "{broken json", 3: ""},
+    )
+    res = load_dataset_file(DatasetSpec("d", p))
+    msgs = [str(x) for x in res.problems]
+    assert len(res.samples) == 1
+    assert f"{p}:2: missing field 'output'" in msgs
+    assert f"{p}:3: invalid JSON: Expecting property name enclosed in double quotes (column 2)" in msgs
+    assert f"{p}:5: empty 'output'" in msgs
+    assert f"{p}:6: field 'instruction' must be a string, got int" in msgs
+
+
+def test_json_array_lines_and_history(tmp_path):
+    rows = [
+        {"instruction": "a", "input": "b", "output": "c", "system": "sys", "history": [["q1", "a1"]]},
+        {"instruction": "d", "output": "e"},
+    ]
+    p = tmp_path / "arr.json"
+    p.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    res = load_dataset_file(DatasetSpec("arr", p))
+    assert [s["source"] for s in res.samples] == [f"{p}:2", f"{p}:14"]
+    roles = [m["role"] for m in res.samples[0]["messages"]]
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
+    assert res.samples[0]["messages"][3]["content"] == "a\nb"
+
+
+def test_sharegpt_roles_and_errors(tmp_path):
+    good = {"conversations": [{"from": "human", "value": "你好"}, {"from": "gpt", "value": "您好！"}], "system": "be nice"}
+    bad_role = {"conversations": [{"from": "robot", "value": "x"}, {"from": "gpt", "value": "y"}]}
+    ends_user = {"conversations": [{"from": "human", "value": "x"}]}
+    p = jsonl(tmp_path / "s.jsonl", [good, bad_role, ends_user])
+    res = load_dataset_file(DatasetSpec("s", p, formatting="sharegpt"))
+    msgs = [str(x) for x in res.problems]
+    assert len(res.samples) == 1 and res.samples[0]["messages"][0]["role"] == "system"
+    assert any(":2: conversations[0]: unknown role 'robot'" in m for m in msgs)
+    assert any(":3: the conversation must end with an assistant turn" in m for m in msgs)
+
+
+def test_bom_crlf_blank_lines_and_non_utf8(tmp_path):
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({"instruction": "a", "output": "b"}).encode() + b"\r\n\r\n" + json.dumps({"instruction": "c", "output": "d"}).encode() + b"\r\n")
+    assert len(load_dataset_file(DatasetSpec("bom", p)).samples) == 2
+    q = tmp_path / "latin.jsonl"
+    q.write_bytes(json.dumps({"instruction": "a", "output": "b"}).encode() + b"\n" + '{"instruction": "caf\xe9", "output": "x"}'.encode("latin-1") + b"\n")
+    res = load_dataset_file(DatasetSpec("latin", q))
+    assert len(res.samples) == 1 and "latin.jsonl:2: not UTF-8" in str(res.problems[0])
+
+
+def test_dataset_info_names_and_errors(tmp_path):
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "m.json"}, "hub": {"hf_hub_url": "x/y"}}, indent=2))
+    (tmp_path / "m.json").write_text(json.dumps([{"instruction": "a", "output": "b"}]))
+    cfg = {"dataset": "mine", "dataset_dir": str(tmp_path), "max_samples": None}
+    assert len(collect_samples(cfg).samples) == 1
+    with pytest.raises(InputError) as info:
+        collect_samples({**cfg, "dataset": "mine,hub,nothere"})
+    text = str(info.value)
+    assert "dataset_info.json:5: hub: hf_hub_url: datasets from a hub" in text
+    assert "dataset 'nothere' is not in" in text
+
+
+def test_builtin_demo_data_is_clean():
+    res = collect_samples({"dataset": "cockpit_identity,cockpit_bilingual", "dataset_dir": None, "max_samples": None})
+    assert not res.problems and len(res.samples) > 50
+
+
+def test_strict_vs_allow_bad_rows(tmp_path):
+    p = jsonl(tmp_path / "d.jsonl", [{"instruction": "a", "output": "b"}, {"instruction": "a"}])
+    with pytest.raises(InputError):
+        collect_samples({"dataset": str(p), "max_samples": None})
+    res = collect_samples({"dataset": str(p), "max_samples": None, "allow_bad_rows": True})
+    assert len(res.samples) == 1 and len(res.problems) == 1
+
+
+def test_render_masks_everything_but_assistant_replies(tokenizer):
+    apply_template_choice(tokenizer, "chatml")
+    msgs = [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "Four."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "Six."},
+    ]
+    r = render_sample(tokenizer, msgs, cutoff_len=1024)
+    trained = tokenizer.decode([t for t, l in zip(r.input_ids, r.labels) if l != IGNORE_INDEX])
+    assert trained.replace("\n", "") == "Four.<|im_end|>Six.<|im_end|>"
+    assert r.target_tokens == r.target_kept and r.full_length == len(r.input_ids)
+
+
+def test_truncation_counts_chinese_tokens(tokenizer):
+    apply_template_choice(tokenizer, "chatml")
+    long_zh = "今天天气很好，我们去公园散步吧。" * 40
+    msgs = [{"role": "user", "content": "写一段话"}, {"role": "assistant", "content": long_zh}]
+    full = render_sample(tokenizer, msgs, cutoff_len=100000)
+    cut = render_sample(tokenizer, msgs, cutoff_len=64)
+    assert full.full_length > 200  # Chinese characters are several tokens each here, not one per char
+    assert len(cut.input_ids) == 64 and cut.target_kept < cut.target_tokens
+    rep = truncation_report([full, cut], 64)
+    assert rep.truncated == 2 and rep.target_tokens_lost == (full.target_tokens - full.target_kept) + (cut.target_tokens - cut.target_kept) or rep.truncated == 2
+    short = render_sample(tokenizer, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], 64)
+    rep = truncation_report([short, cut], 64)
+    assert rep.truncated == 1 and rep.truncated_pct == 50.0
+    assert rep.target_tokens_lost == cut.target_tokens - cut.target_kept
+
+
+def test_percentile_nearest_rank():
+    vals = list(range(1, 101))
+    assert (percentile(vals, 50), percentile(vals, 90), percentile(vals, 99), percentile(vals, 100)) == (50, 90, 99, 100)
+
+
+def test_unknown_template(tokenizer):
+    with pytest.raises(ValueError, match="unknown template"):
+        apply_template_choice(tokenizer, "nope")
