@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("cockpit.commands.attach", "replay a run's event log, then follow it live"),
     "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
     "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),
+    "resume": ("cockpit.commands.resume", "continue a stopped or failed run from its last good checkpoint"),
     "export": ("cockpit.commands.export", "export a run's adapter, or merge it into the base model"),
     "plan": ("cockpit.commands.plan", "estimate per-device memory before launch; say whether it fits"),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),

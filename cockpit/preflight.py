@@ -92,11 +92,13 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
 
 def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> CheckResult:
     """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation."""
+    from cockpit.data.collect import collect_samples
     from cockpit.data.prepare import prepare_dataset
     from cockpit.data.render import trainable_spans
     from cockpit.models.resolve import load_model_config, load_tokenizer, resolve_model
 
     warnings = static_checks(cfg)
+    loaded = collect_samples(cfg)  # every bad row, before any model is loaded
     if with_devices:
         warnings += device_checks(cfg)
     ref = resolve_model(cfg["model_name_or_path"], log=log)
@@ -109,7 +111,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
         layers = getattr(mcfg, "num_hidden_layers", None)
         if layers and abs(cfg["freeze_trainable_layers"]) > layers:
             raise InputError(Problem(f"freeze_trainable_layers {cfg['freeze_trainable_layers']} but the model has {layers} layers", key="freeze_trainable_layers"))
-    prepared = prepare_dataset(cfg, tok)
+    prepared = prepare_dataset(cfg, tok, loaded)
     first = prepared.loaded.samples[0]["messages"]
     text, spans = trainable_spans(tok, first)
     pieces, pos = [], 0

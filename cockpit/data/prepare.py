@@ -22,12 +22,13 @@ class Prepared:
     report: TruncationReport
 
 
-def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any) -> Prepared:
+def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
     try:
         apply_template_choice(tokenizer, cfg.get("template"))
     except ValueError as exc:
         raise InputError(Problem(str(exc), key="template")) from None
-    loaded = collect_samples(cfg)
+    if loaded is None:
+        loaded = collect_samples(cfg)
     rendered: list[Rendered] = []
     problems: list[Problem] = []
     cutoff = int(cfg["cutoff_len"])

@@ -256,7 +256,9 @@ def main(run_path: str) -> int:
 
 def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
     import torch
-    from transformers import DataCollatorForSeq2Seq, Trainer
+    from transformers import DataCollatorForSeq2Seq
+
+    from cockpit.train.trainer import CockpitTrainer
 
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
@@ -298,7 +300,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         writer.emit("probe_results", phase="before", **probe_before)
     args = training_arguments(cfg, dirs, use_cpu, world_size)
     callback = CockpitCallback(run, cfg, rank, world_size, writer)
-    trainer = Trainer(
+    trainer = CockpitTrainer(
         model=model,
         args=args,
         train_dataset=ListDataset(rows),

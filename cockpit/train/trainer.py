@@ -1,0 +1,66 @@
+"""HF Trainer with atomic checkpoints.
+
+The stock Trainer writes ``checkpoint-N`` in place, so a crash (or a full disk) in the middle
+of a save leaves a folder that looks like a checkpoint. Here every checkpoint is written under
+``<output_dir>/.staging/`` and renamed into place only when complete; ``last_checkpoint()``
+never looks in ``.staging``. A failed save removes its staging folder and raises
+:class:`CheckpointError` with a clear reason; older checkpoints are untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+STAGING = ".staging"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+class CockpitTrainer(Trainer):
+    _staging = False
+
+    def _get_output_dir(self, trial):
+        root = super()._get_output_dir(trial)
+        return os.path.join(root, STAGING) if self._staging else root
+
+    def _save_checkpoint(self, model, trial) -> None:
+        final_root = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged = os.path.join(final_root, STAGING, name)
+        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate after the rename
+        self._staging = True
+        try:
+            super()._save_checkpoint(model, trial)
+        except OSError as exc:
+            shutil.rmtree(staged, ignore_errors=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise CheckpointError(
+                    f"disk full while saving {name} in {final_root} ({os.strerror(exc.errno)}); "
+                    "older checkpoints are intact; free space or set save_total_limit"
+                ) from exc
+            raise CheckpointError(f"saving {name} failed: {exc}") from exc
+        finally:
+            self._staging = False
+            self.args.save_total_limit = limit
+        _barrier()
+        if self.args.should_save:
+            target = os.path.join(final_root, name)
+            if os.path.exists(target):  # a re-save of the same step (e.g. save-now at a save step)
+                shutil.rmtree(target)
+            os.replace(staged, target)
+            rotate_checkpoints(output_dir=final_root, save_total_limit=limit)
+        _barrier()

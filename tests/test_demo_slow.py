@@ -1,0 +1,26 @@
+"""The demo preset for real: the embedded model learns a new identity on this CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cockpit, read_events
+
+
+@pytest.mark.slow
+def test_cpu_demo_preset_learns_identity(tmp_path, embedded_dir):
+    runs = tmp_path / "runs"
+    res = cockpit("train", str(ROOT / "presets" / "cpu-demo.yaml"), "--runs-dir", str(runs), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in runs.iterdir() if d.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    print(json.dumps({k: summary[k] for k in ("runtime_s", "train_runtime_s", "tokens_per_s", "first_loss", "last_loss", "probes_before", "probes_after")}))
+    assert summary["state"] == "finished"
+    assert summary["probes_before"]["rate"] <= 0.2
+    assert summary["probes_after"]["rate"] >= 0.8
+    assert summary["last_loss"] < 0.5 * summary["first_loss"]
+    losses = [e["loss"] for e in read_events(run) if e["kind"] == "step"]
+    assert len(losses) >= 5
