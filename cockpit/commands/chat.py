@@ -1,0 +1,168 @@
+"""``cockpit chat RUN [--prompt P] [--probes] [--vllm-url URL] [--jsonl]``: the same prompt to the
+base and the tuned model, streamed, side by side.
+
+Generation runs in the chat worker subprocess (``python -m cockpit.serve.chat_worker``), or on a
+vLLM server when ``--vllm-url`` is given (the adapter is hot-loaded first when missing). This
+process never imports torch.
+
+``--jsonl``: the chat worker's JSON-lines protocol on stdin/stdout, whichever backend (see
+``cockpit.serve.chat_worker``); this is what a UI should drive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from cockpit.commands.common import EXIT_FAILED, EXIT_INPUT, EXIT_OK, add_runs_dir, find_run, print_input_error
+from cockpit.errors import InputError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run")
+    add_runs_dir(p)
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable); none and no --probes: read prompts from stdin")
+    p.add_argument("--probes", action="store_true", help="ask the run's probes, report pass/fail for both sides")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's probe_max_new_tokens")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--device", default=None, help="local generation: cpu, cuda, ... (default: cuda when available)")
+    p.add_argument("--vllm-url", default=os.environ.get("COCKPIT_VLLM_URL"), help="generate on this vLLM server instead (default: $COCKPIT_VLLM_URL)")
+    p.add_argument("--name", default=None, help="with --vllm-url: the adapter's model name (default: serve.json's, else the run id)")
+    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
+    p.add_argument("--jsonl", action="store_true", help="speak the chat worker's JSON-lines protocol on stdin/stdout")
+    p.add_argument("--json", action="store_true", help="print one JSON result at the end instead of streaming text")
+
+
+def _vllm_backend(args, art, max_new):
+    from cockpit.serve.compare import VLLMBackend
+    from cockpit.serve.handoff import handoff, read_serve_record
+    from cockpit.serve.vllm import VLLMClient
+
+    client = VLLMClient(args.vllm_url, api_key=args.api_key)
+    rec = read_serve_record(art)
+    name = args.name or (rec.get("model") if rec.get("url") == client.url else None) or art.run_id
+    listed = {m.get("id"): m for m in client.models()}
+    if name not in listed:
+        rec = handoff(art, client, name, log=lambda m: print(m, file=sys.stderr))
+        base = rec["base_model_id"]
+    else:
+        base = listed[name].get("parent") or rec.get("base_model_id")
+        if not base:
+            raise InputError(f"{name!r} on {client.url} is not a LoRA adapter (no parent model); pass --name of the adapter")
+    return VLLMBackend(art, client, tuned=name, base=base, max_new_tokens=max_new)
+
+
+def _jsonl_vllm(backend) -> int:
+    out = sys.stdout
+    out.write(json.dumps(backend.ready) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line)
+            if req.get("quit"):
+                return EXIT_OK
+            if req.get("cancel"):
+                continue  # requests are served synchronously here; nothing in flight to cancel
+            msgs = req.get("messages") or [{"role": "user", "content": req["prompt"]}]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            out.write(json.dumps({"error": f"bad request: {exc}"}) + "\n")
+            out.flush()
+            continue
+        for ev in backend.ask(msgs, req.get("max_new_tokens"), float(req.get("temperature") or 0.0)):
+            if "id" in req:
+                ev = {"id": req["id"], **ev}
+            out.write(json.dumps(ev, ensure_ascii=False) + "\n")
+            out.flush()
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.serve.artifacts import load_run, load_run_probes
+    from cockpit.serve.compare import LocalBackend, collect, side_by_side
+    from cockpit.serve.vllm import VLLMError
+    from cockpit.train.probes import passes
+
+    try:
+        art = load_run(find_run(args))
+        max_new = args.max_new_tokens or art.max_new_tokens()
+        if args.jsonl and not args.vllm_url:
+            # the worker itself speaks the protocol: hand it this process
+            argv = [sys.executable, "-m", "cockpit.serve.chat_worker", str(art.run.path), "--max-new-tokens", str(max_new)]
+            if args.device:
+                argv += ["--device", args.device]
+            sys.stdout.flush()
+            os.execv(sys.executable, argv)
+        backend = _vllm_backend(args, art, max_new) if args.vllm_url else None
+        if args.jsonl:
+            return _jsonl_vllm(backend)
+        probes = load_run_probes(art) if args.probes else []
+        prompts = [{"prompt": p} for p in args.prompt] + probes
+        interactive = not prompts
+        if interactive and sys.stdin.isatty():
+            print("type a prompt, Enter to send; Ctrl-D to quit", file=sys.stderr)
+        if backend is None:
+            print("loading base and tuned models ...", file=sys.stderr)
+            backend = LocalBackend(art, device=args.device, max_new_tokens=max_new)
+    except InputError as err:
+        return print_input_error(err)
+    except (VLLMError, RuntimeError) as err:
+        print(f"cockpit chat: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def source():
+        yield from prompts
+        if interactive:
+            for line in sys.stdin:
+                if line.strip():
+                    yield {"prompt": line.strip()}
+
+    results = []
+    failed = False
+    try:
+        for item in source():
+            msgs = [{"role": "user", "content": item["prompt"]}]
+            state = {"side": None}
+
+            def show(ev):
+                if args.json:
+                    return
+                side = ev.get("side")
+                if "delta" in ev:
+                    if state["side"] != side:
+                        print(f"\n[{side}] ", end="")
+                        state["side"] = side
+                    print(ev["delta"], end="", flush=True)
+                elif "error" in ev:
+                    print(f"\nerror: {ev['error']}", file=sys.stderr)
+
+            if not args.json:
+                print(f"\n>>> {item['prompt']}", end="")
+            res = collect(backend.ask(msgs, max_new, args.temperature), show)
+            res["prompt"] = item["prompt"]
+            if "error" in res:
+                failed = True
+            if "expect" in item:
+                res["expect"] = item["expect"]
+                res["base_ok"] = passes(res.get("base", ""), item["expect"])
+                res["tuned_ok"] = passes(res.get("tuned", ""), item["expect"])
+            results.append(res)
+            if not args.json:
+                print()
+                if len(prompts) > 1 or "expect" in item:
+                    print(side_by_side(res.get("base", ""), res.get("tuned", "")))
+                if "expect" in item:
+                    print(f"expect {item['expect']}: base {'PASS' if res['base_ok'] else 'fail'}, tuned {'PASS' if res['tuned_ok'] else 'fail'}")
+    finally:
+        backend.close()
+    if probes:
+        summary = {s: sum(1 for r in results if r.get(f"{s}_ok")) for s in ("base", "tuned")}
+        if not args.json:
+            print(f"\nprobes: base {summary['base']}/{len(probes)}, tuned {summary['tuned']}/{len(probes)}")
+    if args.json:
+        print(json.dumps({"run_id": art.run_id, "backend": "vllm" if args.vllm_url else "local", "results": results}, indent=1, ensure_ascii=False))
+    return EXIT_FAILED if failed else EXIT_OK

@@ -1,0 +1,94 @@
+"""What a finished run offers for serving and chat: adapter, base model, LoRA rank, template,
+probes. Reads the run dir only; no torch (the UI calls this)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cockpit.errors import InputError
+from cockpit.rundir import RunDir
+
+
+@dataclass
+class RunArtifacts:
+    run: RunDir
+    config: dict[str, Any]
+    adapter_dir: Path
+    is_lora: bool
+    lora_rank: int | None
+    base_model: str  # model_name_or_path as configured
+    template: str | None
+    probes_file: str | None
+    merged_dir: Path | None = None  # an existing `cockpit export --merge` output
+    adapter_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def base_model_dir(self, log=lambda *_: None) -> str:
+        """A path (or hub id) a server or transformers can load the base model from."""
+        from cockpit.models.resolve import resolve_model
+
+        ref = resolve_model(self.base_model, log=log)
+        if ref.gguf_file:
+            raise InputError(
+                f"the base model {self.base_model} is a GGUF file; vLLM's LoRA needs a Hugging Face folder: "
+                "export with --merge and serve the merged folder"
+            )
+        return ref.path
+
+    def chat_template_text(self) -> str | None:
+        """The run's named chat template (Jinja), or None when it used the tokenizer's own."""
+        from cockpit.data.render import NAMED_TEMPLATES, TEMPLATE_ALIASES
+
+        if not self.template or self.template == "default":
+            return None
+        return NAMED_TEMPLATES.get(TEMPLATE_ALIASES.get(self.template, self.template))
+
+    def max_new_tokens(self) -> int:
+        return int(self.config.get("probe_max_new_tokens") or 40)
+
+
+def load_run(run: RunDir) -> RunArtifacts:
+    if not run.config_path.exists():
+        raise InputError(f"{run.path} has no config.yaml (not a cockpit run dir)")
+    cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    summary = run.read_summary()
+    adapter = Path(summary.get("adapter_dir") or run.output_dir() / "adapter")
+    if not adapter.is_dir():
+        state = run.read_status().get("state")
+        raise InputError(f"{run.run_id} has no saved adapter/model at {adapter} (state: {state}); wait for it to finish or save")
+    acfg: dict[str, Any] = {}
+    is_lora = (adapter / "adapter_config.json").exists()
+    if is_lora:
+        acfg = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    merged = None
+    for cand in (run.output_dir() / "merged",):
+        if (cand / "cockpit_export.json").exists() and (cand / "config.json").exists():
+            merged = cand
+    return RunArtifacts(
+        run=run,
+        config=cfg,
+        adapter_dir=adapter.resolve(),
+        is_lora=is_lora,
+        lora_rank=int(acfg["r"]) if is_lora and acfg.get("r") else None,
+        base_model=str(cfg.get("model_name_or_path") or acfg.get("base_model_name_or_path") or ""),
+        template=cfg.get("template"),
+        probes_file=cfg.get("probes"),
+        merged_dir=merged,
+        adapter_config=acfg,
+    )
+
+
+def load_run_probes(art: RunArtifacts) -> list[dict[str, Any]]:
+    if not art.probes_file:
+        raise InputError(f"{art.run_id} has no probes (config key 'probes' is unset)")
+    from cockpit.train.probes import load_probes
+
+    return load_probes(art.probes_file)

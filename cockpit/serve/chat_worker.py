@@ -1,0 +1,302 @@
+"""Generation worker for the side-by-side chat: base model vs tuned model of one run.
+
+Started as a subprocess so that the UI process never imports torch::
+
+    python -m cockpit.serve.chat_worker RUN [--runs-dir DIR] [--device cpu|cuda] [--dtype auto|float32|bfloat16|float16]
+
+RUN is a run dir path or a run id (as for every ``cockpit`` command). The worker loads the base
+model once and the run's LoRA adapter on top (PEFT); the *base* side is generated with the
+adapter disabled, the *tuned* side with it enabled (a full/freeze run: the saved model is the
+tuned side, the configured base model the base side). Prompts are rendered with the run's chat
+template, exactly as the probes are during training.
+
+Protocol: JSON lines, UTF-8, one object per line. Nothing else is ever written to stdout
+(library output goes to stderr, which the caller should send to a log file, not a pipe it
+never reads).
+
+In (stdin)::
+
+    {"prompt": "Who are you?"}                       required: prompt (str) or messages
+    {"id": 7, "prompt": "...",                       optional: id (echoed back, any JSON value)
+     "messages": [{"role": "user", "content": "..."}],  a whole conversation instead of prompt
+     "system": "...",                                a system message put before the prompt
+     "sides": ["base", "tuned"],                     which sides, in this order (default both)
+     "max_new_tokens": 128,                          default: --max-new-tokens (128)
+     "temperature": 0.0}                             0 = greedy (default); > 0 samples
+    {"cancel": true}                                 stop the generation in progress
+    {"quit": true}                                   exit 0 (so does end of input)
+
+Out (stdout)::
+
+    {"ready": true, "run_id": ..., "base_model": ..., "adapter": ..., "device": "cpu",
+     "dtype": "float32", "load_s": 1.9, "sides": ["base", "tuned"]}          once, first line
+    {"id": 7, "side": "base", "delta": "I am"}                                streamed text pieces
+    {"id": 7, "side": "base", "end": true, "text": "...", "token_ids": [...],
+     "tokens": 12, "seconds": 0.8, "cancelled": false}                        once per side
+    ... the same for "tuned" ...
+    {"id": 7, "done": true, "cancelled": false}                               after all sides
+    {"id": 7, "error": "..."}                     a bad request; the worker keeps serving
+    {"error": "...", "fatal": true}               cannot start (e.g. no adapter); exit 1
+
+The sides are generated one after the other (one model in memory), base first by default.
+Requests are served in order; a request sent while another runs waits for it. The
+concatenated deltas of a side equal its "text".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+SIDES = ("base", "tuned")
+
+
+class Emitter:
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def __call__(self, **obj: Any) -> None:
+        line = json.dumps(obj, ensure_ascii=False)
+        with self.lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+class Generator:
+    """The loaded models and tokenizer of one run; ``generate`` streams one side."""
+
+    def __init__(self, art, device: str = "cpu", dtype: str = "auto", log=lambda *_: None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from cockpit.data.render import apply_template_choice
+        from cockpit.models.resolve import load_tokenizer, resolve_model
+
+        self.torch = torch
+        self.art = art
+        self.device = device
+        cfg = art.config
+        if dtype == "auto":
+            # as trained: fp32 on the CPU; the run's half precision on a GPU
+            tdtype = torch.float32
+            if device != "cpu" and (cfg.get("bf16") or cfg.get("quantization_bit")):
+                tdtype = torch.bfloat16
+            elif device != "cpu" and cfg.get("fp16"):
+                tdtype = torch.float16
+        else:
+            tdtype = getattr(torch, dtype)
+        self.dtype = str(tdtype).replace("torch.", "")
+        ref = resolve_model(art.base_model, log=log)
+        kw = {"trust_remote_code": bool(cfg.get("trust_remote_code")), **ref.kwargs()}
+        if (art.adapter_dir / "tokenizer_config.json").exists():
+            self.tok = AutoTokenizer.from_pretrained(str(art.adapter_dir))
+        else:
+            self.tok = load_tokenizer(cfg, ref, log=log)
+        if self.tok.pad_token is None:
+            self.tok.pad_token = self.tok.eos_token
+        apply_template_choice(self.tok, cfg.get("template"))
+        base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
+        if art.is_lora:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(base, str(art.adapter_dir)).to(device).eval()
+            self.base = None
+        else:
+            self.base = base
+            self.model = AutoModelForCausalLM.from_pretrained(str(art.adapter_dir), dtype=tdtype, **kw).to(device).eval()
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        from cockpit.data.render import render_prompt_ids
+
+        return render_prompt_ids(self.tok, messages)
+
+    def generate(self, side: str, messages, max_new_tokens: int, temperature: float, cancel: threading.Event, on_delta):
+        """Stream one side; returns (text, token_ids, cancelled)."""
+        import contextlib
+
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        torch = self.torch
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                return cancel.is_set()
+
+        ids = torch.tensor([self.prompt_ids(messages)], device=self.device)
+        if side == "base" and self.base is None:
+            model, ctx = self.model, self.model.disable_adapter()
+        elif side == "base":
+            model, ctx = self.base, contextlib.nullcontext()
+        else:
+            model, ctx = self.model, contextlib.nullcontext()
+        streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
+        tok = self.tok
+        gen_kw: dict[str, Any] = dict(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            streamer=streamer,
+            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+            eos_token_id=tok.eos_token_id,
+            use_cache=True,
+            stopping_criteria=StoppingCriteriaList([Cancelled()]),
+        )
+        if temperature and temperature > 0:
+            gen_kw.update(do_sample=True, temperature=float(temperature), top_p=1.0, top_k=0)
+        else:
+            gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                with ctx, torch.no_grad():
+                    result["out"] = model.generate(**gen_kw)
+            except BaseException as exc:  # surfaced to the caller below
+                result["error"] = exc
+                streamer.end()
+
+        th = threading.Thread(target=work, daemon=True)
+        th.start()
+        text = []
+        for piece in streamer:
+            if piece:
+                text.append(piece)
+                on_delta(piece)
+        th.join()
+        if "error" in result:
+            raise result["error"]
+        new = result["out"][0, ids.shape[1] :].tolist()
+        if new and new[-1] == tok.eos_token_id:
+            new = new[:-1]
+        full = "".join(text)
+        # the streamer holds back a trailing partial word until the end; it flushed it above
+        return full, new, cancel.is_set()
+
+
+def _messages(req: dict[str, Any]) -> list[dict[str, str]]:
+    msgs = req.get("messages")
+    if msgs is None:
+        prompt = req.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("a request needs 'prompt' (non-empty string) or 'messages'")
+        msgs = [{"role": "user", "content": prompt}]
+    if not (isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") in {"system", "user", "assistant"} for m in msgs)):
+        raise ValueError("'messages' must be a non-empty list of {role: system|user|assistant, content: str}")
+    if isinstance(req.get("system"), str) and req["system"] and msgs[0]["role"] != "system":
+        msgs = [{"role": "system", "content": req["system"]}, *msgs]
+    return msgs
+
+
+def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int) -> int:
+    requests: queue.Queue = queue.Queue()
+    cancel = threading.Event()
+
+    def reader() -> None:
+        for line in inp:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError("expected a JSON object")
+            except ValueError as exc:
+                emit(error=f"bad JSON line: {exc}")
+                continue
+            if obj.get("cancel"):
+                cancel.set()
+                continue
+            requests.put(obj)
+            if obj.get("quit"):
+                return
+        requests.put({"quit": True})
+
+    threading.Thread(target=reader, daemon=True).start()
+    while True:
+        req = requests.get()
+        if req.get("quit"):
+            return 0
+        rid = req.get("id")
+        cancel.clear()
+        try:
+            msgs = _messages(req)
+            sides = req.get("sides") or list(SIDES)
+            if not (isinstance(sides, list) and sides and all(s in SIDES for s in sides)):
+                raise ValueError("'sides' must be a list of 'base' and/or 'tuned'")
+            max_new = int(req.get("max_new_tokens") or default_max_new)
+            if not 1 <= max_new <= 8192:
+                raise ValueError("'max_new_tokens' must be within 1..8192")
+            temperature = float(req.get("temperature") or 0.0)
+        except (ValueError, TypeError) as exc:
+            emit(id=rid, error=str(exc))
+            continue
+        cancelled = False
+        try:
+            for side in sides:
+                if cancel.is_set():
+                    cancelled = True
+                    break
+                t0 = time.perf_counter()
+                text, ids, was_cancelled = gen.generate(
+                    side, msgs, max_new, temperature, cancel, lambda d, side=side: emit(id=rid, side=side, delta=d)
+                )
+                emit(id=rid, side=side, end=True, text=text, token_ids=ids, tokens=len(ids), seconds=round(time.perf_counter() - t0, 3), cancelled=was_cancelled)
+                cancelled = cancelled or was_cancelled
+        except Exception as exc:  # a generation failure ends this request, not the worker
+            emit(id=rid, error=f"generation failed: {type(exc).__name__}: {exc}")
+            continue
+        emit(id=rid, done=True, cancelled=cancelled)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cockpit.serve.chat_worker", description="base vs tuned generation, JSON lines on stdin/stdout")
+    p.add_argument("run")
+    p.add_argument("--runs-dir", default=None)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available, else cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    args = p.parse_args(argv)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # only protocol lines on the real stdout
+    emit = Emitter(out)
+    for k, v in {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}.items():
+        os.environ.setdefault(k, v)
+    from cockpit.errors import InputError
+    from cockpit.rundir import default_runs_dir, resolve_run
+    from cockpit.serve.artifacts import load_run
+
+    t0 = time.perf_counter()
+    try:
+        art = load_run(resolve_run(args.run, args.runs_dir or default_runs_dir()))
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        gen = Generator(art, device=device, dtype=args.dtype, log=lambda m: print(m, file=sys.stderr))
+    except (LookupError, InputError) as exc:
+        emit(error=str(exc), fatal=True)
+        return 1
+    except Exception as exc:
+        emit(error=f"cannot load the models: {type(exc).__name__}: {exc}", fatal=True)
+        return 1
+    emit(
+        ready=True,
+        run_id=art.run_id,
+        base_model=art.base_model,
+        adapter=str(art.adapter_dir),
+        device=device,
+        dtype=gen.dtype,
+        load_s=round(time.perf_counter() - t0, 2),
+        sides=list(SIDES),
+    )
+    return serve_loop(gen, sys.stdin, emit, args.max_new_tokens)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
