@@ -1,0 +1,145 @@
+"""``cockpit`` with no command: the Textual app.
+
+Modes (each its own screen stack): ``runs`` (Runs -> Live / Summary), ``setup``, ``doctor``.
+Everything heavy runs through the CLI in subprocesses; this process never imports torch,
+transformers or peft, and quitting it never stops a run (runs belong to their supervisors).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+from textual.app import App
+from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from cockpit.rundir import RunDir, default_runs_dir, list_runs
+
+
+class CockpitCommands(Provider):
+    """Command palette entries: screens, presets, runs."""
+
+    def _commands(self) -> list[tuple[str, Callable[[], Any], str]]:
+        from cockpit.ui.presets import list_presets
+
+        app: CockpitApp = self.app  # type: ignore[assignment]
+        cmds: list[tuple[str, Callable[[], Any], str]] = [
+            ("Setup: new run", partial(app.switch_mode, "setup"), "the forms, presets, launch"),
+            ("Runs", partial(app.switch_mode, "runs"), "every run in the runs dir"),
+            ("Doctor", partial(app.switch_mode, "doctor"), "check this machine (cockpit doctor)"),
+        ]
+        for p in list_presets():
+            cmds.append((f"Preset: {p.name}", partial(app.load_preset, p.path), f"load {p.path} into Setup"))
+        for r in reversed(list_runs(app.runs_dir)[-50:]):
+            cmds.append((f"Run: {r.run_id}", partial(app.open_run, r), "open its live view or summary"))
+        return cmds
+
+    async def discover(self) -> Hits:
+        for name, cb, help_text in self._commands():
+            yield DiscoveryHit(name, cb, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, cb, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), cb, help=help_text)
+
+
+class CockpitApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "cockpit"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
+    COMMANDS = App.COMMANDS | {CockpitCommands}
+    BINDINGS = [
+        Binding("f2", "switch_mode('setup')", "Setup"),
+        Binding("f3", "switch_mode('runs')", "Runs"),
+        Binding("f4", "switch_mode('doctor')", "Doctor"),
+        Binding("ctrl+q", "quit", "Quit (runs keep going)", priority=True),
+    ]
+
+    def __init__(
+        self,
+        runs_dir: str | Path | None = None,
+        *,
+        start: str = "auto",
+        clock: Callable[[], float] | None = None,
+        poll_s: float = 0.25,
+        runs_refresh_s: float = 2.0,
+        follow: bool = True,
+        start_preset: str | Path | None = None,
+        doctor_checks: list[dict] | None = None,
+        open_run: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.runs_dir = Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
+        self.clock = clock or time.time
+        self.poll_s = poll_s
+        self.runs_refresh_s = runs_refresh_s
+        self.follow = follow
+        self.start = start
+        self.start_preset = start_preset
+        self.doctor_checks = doctor_checks
+        self.open_run_ref = open_run
+
+    def get_default_screen(self):  # the runs mode is installed lazily below
+        from textual.screen import Screen
+
+        return Screen()
+
+    def on_mount(self) -> None:
+        from cockpit.ui.screens.doctor import DoctorScreen
+        from cockpit.ui.screens.runs import RunsScreen
+        from cockpit.ui.screens.setup import SetupScreen
+
+        self.add_mode("runs", RunsScreen)
+        self.add_mode("setup", SetupScreen)
+        self.add_mode("doctor", DoctorScreen)
+        start = self.start
+        if start == "auto":
+            start = "runs" if list_runs(self.runs_dir) else "setup"
+        self.switch_mode(start)
+        if self.open_run_ref:
+            from cockpit.rundir import resolve_run
+
+            try:
+                self.open_run(resolve_run(self.open_run_ref, self.runs_dir))
+            except LookupError as exc:
+                self.notify(str(exc), severity="error")
+
+    # -- navigation used by screens and the palette -------------------------------------------------
+    def open_live(self, run: RunDir) -> None:
+        from cockpit.ui.screens.live import LiveScreen
+
+        if self.current_mode != "runs":
+            self.switch_mode("runs")
+        self.push_screen(LiveScreen(run))
+
+    def open_summary(self, run: RunDir) -> None:
+        from cockpit.ui.screens.summary import SummaryScreen
+
+        if self.current_mode != "runs":
+            self.switch_mode("runs")
+        self.push_screen(SummaryScreen(run))
+
+    def open_run(self, run: RunDir) -> None:
+        from cockpit.rundir import TERMINAL_STATES
+
+        if run.read_status().get("state") in TERMINAL_STATES:
+            self.open_summary(run)
+        else:
+            self.open_live(run)
+
+    def load_preset(self, path: Path) -> None:
+        self.switch_mode("setup")
+        self.call_after_refresh(lambda: self.screen.load_preset(Path(path)))
+
+
+def run_app(args: Any = None) -> int:
+    runs_dir = getattr(args, "ui_runs_dir", None) or getattr(args, "runs_dir", None)
+    CockpitApp(runs_dir).run()
+    return 0

@@ -1,0 +1,398 @@
+"""The Setup form as plain data: fields grouped like the schema, form <-> config mapping,
+validation (the same ``validate`` as ``cockpit check``), the fit line and the preview.
+
+No textual here: the Setup screen renders :data:`GROUPS` and keeps a :class:`FormModel`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cockpit.config.load import coerce, to_yaml, validate
+from cockpit.config.schema import SCHEMA, SCHEDULERS
+from cockpit.errors import InputError
+
+METHODS = (("LoRA", "lora"), ("QLoRA (LoRA + 4-bit base)", "qlora"), ("Freeze (last N layers)", "freeze"), ("Full", "full"))
+STRATEGIES = (
+    ("Single process", "single"),
+    ("DDP (GPUs per node > 1)", "ddp"),
+    ("FSDP full_shard auto_wrap", "fsdp"),
+    ("DeepSpeed ZeRO-2", "zero2"),
+    ("DeepSpeed ZeRO-3", "zero3"),
+)
+PRECISIONS = (("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"))
+DEVICES = (("auto (CPU when no GPU)", "auto"), ("CPU", "cpu"), ("GPU", "gpu"))
+
+
+@dataclass(frozen=True)
+class Field:
+    id: str  # a config key, or a UI-only name (method, strategy, offload, precision, device, gpu_memory_gb)
+    label: str
+    kind: str = "text"  # text | bool | select
+    options: tuple[tuple[str, Any], ...] = ()
+    help: str = ""
+    placeholder: str = ""
+
+
+def _key(name: str, label: str, **kw: Any) -> Field:
+    spec = SCHEMA[name]
+    kind = {"bool": "bool", "choice": "select"}.get(spec.type, "text")
+    opts = tuple((str(c), c) for c in spec.choices) if spec.choices and kind == "select" else ()
+    ph = "" if spec.default is None else str(spec.default)
+    return Field(name, label, kind, kw.pop("options", opts), kw.pop("help", spec.help), kw.pop("placeholder", ph))
+
+
+GROUPS: dict[str, list[Field]] = {
+    "Model": [
+        _key("model_name_or_path", "Model", help="embedded short name (smollm2-135m-instruct), local HF folder, .gguf file or hub id"),
+        _key("template", "Template", placeholder="the tokenizer's own"),
+        _key("adapter_name_or_path", "Start adapter", placeholder="none"),
+    ],
+    "Dataset": [
+        _key("dataset", "Dataset", placeholder="file.jsonl or names from dataset_info.json"),
+        _key("dataset_dir", "Dataset dir", placeholder="next to the config, then built-in demo data"),
+        _key("max_samples", "Max samples", placeholder="all"),
+        _key("val_size", "Validation"),
+        _key("allow_bad_rows", "Skip bad rows"),
+    ],
+    "Method": [
+        Field("method", "Method", "select", METHODS, "LoRA, QLoRA (= lora + quantization_bit 4), freeze or full"),
+        _key("lora_rank", "LoRA rank"),
+        _key("lora_alpha", "LoRA alpha", placeholder="2 x rank"),
+        _key("lora_dropout", "LoRA dropout"),
+        _key("lora_target", "LoRA targets"),
+        _key("freeze_trainable_layers", "Freeze: layers"),
+    ],
+    "Strategy": [
+        Field("strategy", "Strategy", "select", STRATEGIES, "DDP = nproc_per_node > 1; FSDP and ZeRO shard the states"),
+        Field("offload", "CPU offload", "bool", help="FSDP offload / ZeRO offload_optimizer (+ params for ZeRO-3)"),
+        _key("nproc_per_node", "GPUs per node"),
+        _key("nnodes", "Nodes"),
+        _key("deepspeed", "DeepSpeed JSON", placeholder="written for you by ZeRO-2/3"),
+        Field("device", "Device", "select", DEVICES, "use_cpu"),
+        Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only (64: MI250 GCD, 192: MI300X)", placeholder="64"),
+    ],
+    "Training": [
+        _key("per_device_train_batch_size", "Micro-batch"),
+        _key("gradient_accumulation_steps", "Accumulation"),
+        _key("learning_rate", "Learning rate"),
+        _key("lr_scheduler_type", "Scheduler", options=tuple((s, s) for s in SCHEDULERS)),
+        _key("num_train_epochs", "Epochs"),
+        _key("max_steps", "Max steps", placeholder="-1 (from epochs)"),
+        _key("cutoff_len", "Cutoff (tokens)"),
+        Field("precision", "Precision", "select", PRECISIONS, "bf16 / fp16 mixed precision, or fp32"),
+        _key("gradient_checkpointing", "Grad checkpointing"),
+        _key("logging_steps", "Log every"),
+        _key("save_steps", "Save every"),
+    ],
+    "Output": [
+        _key("output_dir", "Output dir", placeholder="the run dir"),
+        _key("run_name", "Run name", placeholder="from the config file name"),
+        _key("probes", "Probes", placeholder="none"),
+        _key("plot_loss", "Plot loss"),
+    ],
+}
+FIELDS: dict[str, Field] = {f.id: f for fs in GROUPS.values() for f in fs}
+UI_ONLY = frozenset({"method", "strategy", "offload", "precision", "device", "gpu_memory_gb"})
+# config keys the virtual fields own
+OWNED = frozenset({"finetuning_type", "quantization_bit", "fsdp", "bf16", "fp16", "use_cpu"})
+
+
+def model_kind(name: str) -> str:
+    from cockpit.models.embedded import is_embedded  # stdlib-only module
+
+    name = (name or "").strip()
+    if not name:
+        return "required"
+    if is_embedded(name):
+        return "embedded model (converted once from the bundled GGUF)"
+    p = Path(name).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return "GGUF file"
+    if p.is_dir():
+        return "local folder" + ("" if (p / "config.json").exists() else " (no config.json!)")
+    if name.endswith(".gguf"):
+        return "GGUF file (not found)"
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        return "hub id (must be in the local HF cache, or the hub reachable)"
+    return "not found"
+
+
+def deepspeed_config(stage: int, offload: bool) -> dict[str, Any]:
+    zo: dict[str, Any] = {"stage": stage, "overlap_comm": False, "contiguous_gradients": True,
+                          "reduce_bucket_size": "auto"}
+    if stage == 3:
+        zo.update({"sub_group_size": 1e9, "stage3_prefetch_bucket_size": "auto",
+                   "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": 1e9,
+                   "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": True})
+    else:
+        zo.update({"allgather_partitions": True, "allgather_bucket_size": 5e8, "reduce_scatter": True})
+    if offload:
+        zo["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if stage == 3:
+            zo["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+            "zero_allow_untested_optimizer": True, "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+            "zero_optimization": zo}
+
+
+def ensure_deepspeed_file(stage: int, offload: bool, folder: Path | None = None) -> Path:
+    from cockpit.rundir import atomic_write_text
+    from cockpit.ui.presets import user_config_dir
+
+    folder = folder or (user_config_dir() / "deepspeed")
+    path = folder / f"ds_z{stage}{'_offload' if offload else ''}_config.json"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(deepspeed_config(stage, offload), indent=2) + "\n", mode=0o644)
+    return path
+
+
+def _zero_stage(path: str) -> tuple[int | None, bool]:
+    p = Path(path).expanduser()
+    try:
+        zo = json.loads(p.read_text(encoding="utf-8")).get("zero_optimization") or {}
+        off = any(isinstance(zo.get(k), dict) and str(zo[k].get("device", "none")).lower() in ("cpu", "nvme")
+                  for k in ("offload_optimizer", "offload_param"))
+        return int(zo.get("stage", 0)), off
+    except (OSError, ValueError, TypeError, AttributeError):
+        m = re.search(r"z(?:ero)?[_-]?([0-3])", p.name.lower())
+        return (int(m.group(1)) if m else None), "offload" in p.name.lower()
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@dataclass
+class Checked:
+    cfg: dict[str, Any] | None
+    problems: list[str]
+    notes: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # the keys the problems are about
+
+    @property
+    def ok(self) -> bool:
+        return self.cfg is not None and not self.problems
+
+
+class FormModel:
+    """Form values by field id (strings for text, bools, select values) + keys the form has no
+    field for (kept from the preset, written back unchanged)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.extra: dict[str, Any] = {}
+        self.fill({"model_name_or_path": "smollm2-135m-instruct"})
+
+    # -- config -> form ---------------------------------------------------------------------
+    def fill(self, raw: dict[str, Any]) -> None:
+        raw = dict(raw)
+        vals: dict[str, Any] = {}
+        for f in FIELDS.values():
+            if f.id in UI_ONLY:
+                continue
+            spec = SCHEMA[f.id]
+            v = raw.pop(f.id, None)
+            if f.kind == "bool":
+                vals[f.id] = bool(spec.default) if v is None else bool(coerce(spec, v)) if not isinstance(v, bool) else v
+            elif f.kind == "select":
+                vals[f.id] = spec.default if v is None else v
+            else:
+                vals[f.id] = _text(v)
+        ft = str(raw.pop("finetuning_type", "lora") or "lora").lower()
+        qb = raw.pop("quantization_bit", None)
+        vals["method"] = "qlora" if ft == "lora" and str(qb) == "4" else ft
+        if qb is not None and str(qb) != "4":
+            self_extra_qb = qb
+        else:
+            self_extra_qb = None
+        fsdp = raw.pop("fsdp", None)
+        ds = vals.get("deepspeed") or ""
+        strategy, offload = "single", False
+        if ds:
+            stage, offload = _zero_stage(ds)
+            strategy = "zero3" if stage == 3 else "zero2"
+        elif fsdp:
+            strategy, offload = "fsdp", "offload" in str(fsdp).split()
+        elif (vals.get("nproc_per_node") or "1") not in ("", "1") or (vals.get("nnodes") or "1") not in ("", "1"):
+            strategy = "ddp"
+        vals["strategy"], vals["offload"] = strategy, offload
+        bf16, fp16 = raw.pop("bf16", False), raw.pop("fp16", False)
+        vals["precision"] = "bf16" if str(bf16).lower() in ("true", "1", "yes") else "fp16" if str(fp16).lower() in ("true", "1", "yes") else "fp32"
+        use_cpu = raw.pop("use_cpu", None)
+        vals["device"] = "auto" if use_cpu is None else ("cpu" if str(use_cpu).lower() in ("true", "1", "yes") else "gpu")
+        vals["gpu_memory_gb"] = self.values.get("gpu_memory_gb", "")
+        self.values = vals
+        self.extra = raw
+        if self_extra_qb is not None:
+            self.extra["quantization_bit"] = self_extra_qb
+
+    # -- form -> config ---------------------------------------------------------------------
+    def raw(self, write_files: bool = True) -> dict[str, Any]:
+        """The config mapping the form stands for (what a YAML would hold), in schema order."""
+        v = self.values
+        out: dict[str, Any] = dict(self.extra)
+        for f in FIELDS.values():
+            if f.id in UI_ONLY:
+                continue
+            val = v.get(f.id)
+            if f.kind == "bool":
+                if bool(val) != bool(SCHEMA[f.id].default):
+                    out[f.id] = bool(val)
+                else:
+                    out.pop(f.id, None)
+            elif f.kind == "select":
+                if val is not None and val != SCHEMA[f.id].default:
+                    out[f.id] = val
+            else:
+                text = (val or "").strip() if isinstance(val, str) else val
+                if text not in ("", None):
+                    out[f.id] = text
+        method = v.get("method", "lora")
+        out["finetuning_type"] = "lora" if method == "qlora" else method
+        if method == "qlora":
+            out["quantization_bit"] = 4
+        elif "quantization_bit" in out and str(out["quantization_bit"]) == "4":
+            out.pop("quantization_bit")
+        strategy, offload = v.get("strategy", "single"), bool(v.get("offload"))
+        out.pop("fsdp", None)
+        if strategy == "fsdp":
+            out["fsdp"] = "full_shard auto_wrap" + (" offload" if offload else "")
+        if strategy in ("zero2", "zero3"):
+            stage = 3 if strategy == "zero3" else 2
+            current = out.get("deepspeed")
+            generated = current and Path(str(current)).name.startswith("ds_z") and Path(str(current)).parent.name == "deepspeed"
+            if not current or generated:
+                if write_files:
+                    out["deepspeed"] = str(ensure_deepspeed_file(stage, offload))
+                else:
+                    out["deepspeed"] = f"~/.config/cockpit/deepspeed/ds_z{stage}{'_offload' if offload else ''}_config.json"
+        elif out.get("deepspeed"):
+            out.pop("deepspeed")
+        if v.get("precision") == "bf16":
+            out["bf16"] = True
+        elif v.get("precision") == "fp16":
+            out["fp16"] = True
+        if v.get("device") == "cpu":
+            out["use_cpu"] = True
+        elif v.get("device") == "gpu":
+            out["use_cpu"] = False
+        order = {k: i for i, k in enumerate(SCHEMA)}
+        return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+    def typed(self, raw: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The raw mapping with values coerced to their schema types where they are valid
+        (a preset YAML keeps numbers as numbers, paths as given)."""
+        out = {}
+        for k, val in (raw if raw is not None else self.raw()).items():
+            spec = SCHEMA.get(k)
+            try:
+                out[k] = coerce(spec, val) if spec is not None else val
+            except ValueError:
+                out[k] = val
+        return out
+
+    def check(self, check_paths: bool = True) -> Checked:
+        raw = self.raw()
+        notes = []
+        if self.values.get("strategy") == "ddp" and str(raw.get("nproc_per_node", 1)) in ("1", "") and str(raw.get("nnodes", 1)) in ("1", ""):
+            notes.append("DDP: set GPUs per node > 1 (or nodes > 1); with 1 process it is a single-process run")
+        try:
+            cfg = validate(raw, check_paths=check_paths)
+        except InputError as err:
+            return Checked(None, [str(p) for p in err.problems], notes, [p.key for p in err.problems if p.key])
+        return Checked(cfg, [], notes)
+
+    # -- fit line -------------------------------------------------------------------------
+    def gpu_memory(self) -> float:
+        try:
+            return float(self.values.get("gpu_memory_gb") or 64)
+        except ValueError:
+            return 64.0
+
+    def yaml(self) -> str:
+        return to_yaml(self.typed(), only_changed=False)
+
+
+def fit_line(cfg: dict[str, Any], gpu_memory_gb: float) -> str:
+    """One line from the memory planner (pure Python, meta device off: torch-free)."""
+    from cockpit.plan import plan
+
+    try:
+        res = plan({k: v for k, v in cfg.items() if not k.startswith("_")}, gpu_memory_gb=gpu_memory_gb,
+                   base_dir=cfg.get("_base_dir"), use_meta=False)
+    except InputError as err:
+        return "fit: cannot estimate: " + "; ".join(str(p) for p in err.problems)
+    except Exception as exc:  # noqa: BLE001 - an unknown model layout must not break the form
+        return f"fit: cannot estimate ({type(exc).__name__}: {exc})"
+    v = res.verdict or {}
+    line = (f"fit: peak {res.estimate.peak / 2**30:.1f} GiB per device of {gpu_memory_gb:g} GiB "
+            f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)")
+    if res.suggestion and res.suggestion.get("why"):
+        line += f"; try: {res.suggestion['why']}"
+    return line
+
+
+def field_for_key(key: str) -> str:
+    """The form field that edits a config key (virtual fields own some keys)."""
+    return {"finetuning_type": "method", "quantization_bit": "method", "fsdp": "strategy", "bf16": "precision",
+            "fp16": "precision", "use_cpu": "device"}.get(key, key)
+
+
+def group_of(field_id: str) -> str | None:
+    for group, fields in GROUPS.items():
+        if any(f.id == field_id for f in fields):
+            return group
+    return None
+
+
+def data_report(data: Any) -> "Any":
+    """``cockpit check --json`` output -> a Rich Text (truncation report + first sample preview,
+    trained tokens highlighted)."""
+    from rich.text import Text
+
+    t = Text()
+    if not isinstance(data, dict):
+        t.append("data check: no result", style="red")
+        return t
+    if not data.get("ok", True):
+        t.append("cockpit check found problems:\n", style="bold red")
+        for p in data.get("problems") or []:
+            t.append(f"  {p}\n", style="red")
+        return t
+    formats = data.get("formats") or {}
+    t.append("Data ", style="bold underline")
+    t.append(f" {data.get('samples')} samples; " + ", ".join(f"{k} ({v})" for k, v in formats.items()))
+    tr = data.get("truncation") or {}
+    if tr:
+        t.append(f"\ntokens per sample: p50 {tr.get('p50')}  p90 {tr.get('p90')}  p99 {tr.get('p99')}  max {tr.get('max')}")
+        style = "yellow" if tr.get("truncated") else "green"
+        t.append(f"\ncutoff_len {tr.get('cutoff_len')}: truncates {tr.get('truncated')} samples ({tr.get('truncated_pct', 0):.1f}%), "
+                 f"loses {tr.get('target_tokens_lost')} of {tr.get('target_tokens')} trained tokens ({tr.get('target_lost_pct', 0):.1f}%)", style=style)
+        if tr.get("emptied"):
+            t.append(f"\n{tr['emptied']} samples keep no trained token after truncation: raise cutoff_len", style="bold yellow")
+    bad = data.get("bad_rows") or []
+    for b in bad[:5]:
+        t.append(f"\nbad row: {b}", style="yellow")
+    if len(bad) > 5:
+        t.append(f"\n... {len(bad) - 5} more bad rows", style="yellow")
+    for w in data.get("warnings") or []:
+        t.append(f"\nwarning: {w}", style="yellow")
+    pv = data.get("preview") or {}
+    if pv.get("pieces"):
+        t.append(f"\n\nFirst sample ({pv.get('source')}), ", style="bold")
+        t.append("trained tokens highlighted", style="black on green")
+        t.append(":\n")
+        for piece in pv["pieces"]:
+            t.append(piece.get("text", ""), style="black on green" if piece.get("trained") else "")
+    return t

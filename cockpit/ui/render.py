@@ -1,0 +1,145 @@
+"""Rich renderables for the panes (pure functions of a RunState; no widgets here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from cockpit.ui.state import RunState, fmt_duration
+
+STATE_STYLE = {
+    "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
+    "failed": "bold red", "stopped": "magenta",
+}
+LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
+
+
+def bar(frac: float | None, width: int = 10) -> Text:
+    if frac is None:
+        return Text("?" * 0 + "·" * width, style="dim")
+    frac = max(0.0, min(1.0, frac))
+    done = int(round(frac * width))
+    style = "green" if frac < 0.8 else "yellow" if frac < 0.95 else "red"
+    return Text("█" * done, style=style) + Text("░" * (width - done), style="dim")
+
+
+def header(state: RunState, now: float, replaying: float | None = None) -> Text:
+    t = Text()
+    t.append(state.run_id or "?", style="bold")
+    t.append("  ")
+    t.append(f" {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}")
+    total = state.total or "?"
+    t.append(f"  step {state.step}/{total}")
+    if state.epoch is not None:
+        t.append(f"  epoch {state.epoch:.2f}")
+    t.append(f"  elapsed {fmt_duration(state.elapsed(now))}")
+    t.append(f"  ETA {fmt_duration(state.eta(now))}")
+    if replaying is not None:
+        t.append(f"  loading history {100 * replaying:.0f}%", style="italic yellow")
+    if state.reason and state.ended:
+        t.append(f"\n{state.reason}", style=STATE_STYLE.get(state.state, ""))
+    return t
+
+
+def _mb(v: Any) -> str:
+    if v is None:
+        return "?"
+    v = float(v)
+    return f"{v / 1024:.1f} GiB" if v >= 1024 else f"{v:.0f} MiB"
+
+
+def devices(state: RunState, width: int = 60) -> Text:
+    t = Text()
+    tel = state.telemetry or {}
+    backend = tel.get("backend")
+    t.append("Devices", style="bold underline")
+    t.append(f"  telemetry: {backend or 'none yet'}", style="bold" if backend else "dim")
+    unavailable = tel.get("unavailable") or {}
+    for name, why in unavailable.items():
+        line = f" ✗ {name}: {why}"
+        if len(line) > width - 2:
+            line = line[: max(10, width - 3)] + "…"
+        t.append("\n" + line, style="dim")
+    devs = tel.get("devices") or []
+    for d in devs:
+        used, total = d.get("vram_used_mb"), d.get("vram_total_mb")
+        frac = (float(used) / float(total)) if used is not None and total else None
+        t.append(f"\n GPU{d.get('index', '?')} ")
+        name = str(d.get("name") or "")[:16]
+        if name and width >= 70:
+            t.append(f"{name:<16} ", style="dim")
+        t.append("VRAM ")
+        t.append_text(bar(frac, 10 if width < 100 else 20))
+        t.append(f" {_mb(used)}/{_mb(total)}")
+        if d.get("util_pct") is not None:
+            t.append(f"  util {float(d['util_pct']):.0f}%")
+        if d.get("temp_c") is not None:
+            t.append(f"  {float(d['temp_c']):.0f}°C")
+        if d.get("power_w") is not None:
+            t.append(f"  {float(d['power_w']):.0f} W")
+    ranks = tel.get("ranks") or []
+    if ranks and not devs:
+        for r in ranks:
+            t.append(f"\n rank{r.get('rank')} pid {r.get('pid')}  RSS {_mb(r.get('rss_mb'))}")
+            if r.get("cpu_pct") is not None:
+                t.append(f"  CPU {float(r['cpu_pct']):.0f}%")
+            if r.get("alive") is False:
+                t.append("  exited", style="red")
+    elif not devs and state.mem:
+        for rank, m in sorted(state.mem.items()):
+            t.append(f"\n rank{rank} RSS {_mb((m or {}).get('rss_mb'))} (from the last step)")
+    elif not devs and not ranks:
+        t.append("\n (no device samples yet)", style="dim")
+    if devs and state.mem:
+        alloc = [f"r{k} {_mb((m or {}).get('allocated_mb'))}" for k, m in sorted(state.mem.items()) if (m or {}).get("allocated_mb") is not None]
+        if alloc:
+            t.append("\n torch allocated: " + "  ".join(alloc), style="dim")
+    t.append("\n")
+    t.append_text(comm(state))
+    return t
+
+
+def comm(state: RunState) -> Text:
+    c = state.comm
+    t = Text("Comm ", style="bold")
+    if not c:
+        ws = state.world_size or 1
+        t.append("gloo / single process" if ws <= 1 else f"world size {ws} (no comm report yet)", style="dim")
+        return t
+    status = str(c.get("status") or "?")
+    t.append(f"{c.get('backend') or '?'} {c.get('version') or ''}".strip())
+    t.append(f"  world {c.get('world_size') or '?'}  ")
+    t.append(status, style="green" if status in ("ok", "healthy") else "yellow")
+    details = c.get("details")
+    if details:
+        t.append(f"  {details if isinstance(details, str) else ', '.join(f'{k}={v}' for k, v in dict(details).items())}"[:200], style="dim")
+    return t
+
+
+def alerts(state: RunState, limit: int = 3) -> Text:
+    t = Text()
+    n = len(state.alerts)
+    t.append(f"Alerts ({n})" if n else "Alerts", style="bold underline")
+    if not n:
+        t.append("  none", style="dim")
+    for a in list(state.alerts)[-limit:]:
+        lvl = str(a.get("level") or "info")
+        t.append(f"\n[{lvl}] ", style=LEVEL_STYLE.get(lvl, ""))
+        t.append(f"{a.get('code')}: {a.get('message')}")
+        if a.get("rank") is not None:
+            t.append(f" (rank {a['rank']})", style="dim")
+        for r in (a.get("remedies") or [])[:2]:
+            t.append(f"\n  → {r}", style="dim")
+    if state.checkpoints:
+        ck = state.checkpoints[-1]
+        t.append(f"\ncheckpoint: step {ck.get('step')}", style="cyan")
+    for phase in ("before", "after"):
+        p = state.probes.get(phase)
+        if p:
+            t.append(f"\nprobes {phase}: {p.get('passed')}/{p.get('total')} pass")
+    if state.failed:
+        t.append(f"\nFAILED: {state.failed.get('reason')}", style="bold red")
+        for line in (state.failed.get("log_tail") or [])[-3:]:
+            t.append(f"\n | {line}", style="red")
+    return t

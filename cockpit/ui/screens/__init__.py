@@ -1,0 +1,1 @@
+"""Screens: Setup, Runs, Live, Summary, Doctor, and the modals they open."""

@@ -1,0 +1,94 @@
+"""The Doctor screen: ``cockpit doctor --json`` in a subprocess, a table of pass/warn/fail/skip."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+STATUS_STYLE = {"pass": "green", "warn": "bold yellow", "fail": "bold red", "skip": "dim"}
+MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+class DoctorScreen(Screen):
+    BINDINGS = [Binding("r", "rerun", "Run again"), Binding("f", "only_problems", "Problems only")]
+
+    def __init__(self, checks: list[dict] | None = None) -> None:
+        super().__init__()
+        self.checks = checks
+        self.problems_only = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("Doctor — is this machine ready to fine-tune?", id="doctor-title", classes="screen-title")
+        yield DataTable(id="doctor-table", zebra_stripes=True, cursor_type="row")
+        yield Static(id="doctor-detail", classes="pane")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for col in ("status", "check", "seen"):
+            table.add_column(col, key=col)
+        checks = self.checks if self.checks is not None else getattr(self.app, "doctor_checks", None)
+        if checks is not None:
+            self.show(checks)
+        else:
+            self.action_rerun()
+
+    def action_rerun(self) -> None:
+        self.query_one("#doctor-title", Static).update("Doctor — running cockpit doctor --json …")
+        self._run()
+
+    @work(thread=True, exclusive=True, group="doctor")
+    def _run(self) -> None:
+        from cockpit.ui import proc
+
+        res = proc.doctor()
+        if isinstance(res.data, list):
+            self.app.call_from_thread(self.show, res.data)
+        else:
+            self.app.call_from_thread(self.query_one("#doctor-title", Static).update,
+                                      Text(f"Doctor failed: {res.error_text}", style="red"))
+
+    def show(self, checks: list[dict]) -> None:
+        self.checks = checks
+        table = self.query_one(DataTable)
+        table.clear()
+        for i, c in enumerate(checks):
+            if self.problems_only and c.get("status") in ("pass", "skip"):
+                continue
+            st = c.get("status", "?")
+            table.add_row(Text(MARK.get(st, st), style=STATUS_STYLE.get(st, "")), c.get("title", c.get("id")),
+                          (c.get("seen") or "")[:120], key=str(i))
+        n = {s: sum(1 for c in checks if c.get("status") == s) for s in MARK}
+        self.query_one("#doctor-title", Static).update(
+            Text.assemble("Doctor  ", (f"{n['pass']} ok  ", "green"), (f"{n['warn']} warning(s)  ", "yellow"),
+                          (f"{n['fail']} failed  ", "red"), (f"{n['skip']} skipped", "dim")))
+        self._detail(0)
+
+    def _detail(self, row: int) -> None:
+        table = self.query_one(DataTable)
+        if not self.checks or table.row_count == 0:
+            self.query_one("#doctor-detail", Static).update("")
+            return
+        key = table.coordinate_to_cell_key((min(row, table.row_count - 1), 0)).row_key
+        c = self.checks[int(str(key.value))]
+        t = Text()
+        t.append(f"{c.get('title')}: ", style="bold")
+        t.append(c.get("seen") or "")
+        if c.get("fix"):
+            t.append("\nfix: ", style="bold yellow")
+            t.append(c["fix"])
+        if c.get("matters_for"):
+            t.append(f"\nmatters for: {', '.join(c['matters_for'])}", style="dim")
+        self.query_one("#doctor-detail", Static).update(t)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._detail(event.cursor_row)
+
+    def action_only_problems(self) -> None:
+        self.problems_only = not self.problems_only
+        if self.checks is not None:
+            self.show(self.checks)

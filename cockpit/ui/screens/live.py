@@ -1,0 +1,214 @@
+"""The Live screen: one run, followed from its event log (replayed, then live).
+
+Reading: a thread worker folds the existing history in chunks (a huge log keeps the screen
+responsive), then a timer reads only the bytes appended since the last tick. Drawing happens
+only when the state's ``version`` changed. Controls go through ``RunDir.request`` (files), so
+leaving or quitting the UI never stops the run.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, ProgressBar, RichLog, Sparkline, Static
+
+from cockpit.rundir import RunDir
+from cockpit.ui import render
+from cockpit.ui.logtail import LogTail
+from cockpit.ui.state import METRIC_TITLES, METRICS, RunFollower, fmt_num
+
+SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
+
+
+class LiveScreen(Screen):
+    AUTO_FOCUS = "#log"
+    BINDINGS = [
+        Binding("s", "save", "Save ckpt"),
+        Binding("x", "stop", "Stop"),
+        Binding("k", "kill", "Kill"),
+        Binding("p", "plot", "Plot"),
+        Binding("l", "logs", "Logs"),
+        Binding("slash", "search", "Search"),
+        Binding("escape,q", "leave", "Leave"),
+    ]
+
+    def __init__(self, run: RunDir, poll_s: float | None = None) -> None:
+        super().__init__(name=f"live-{run.run_id}")
+        self.run = run
+        self.follower = RunFollower(run)
+        self.state = self.follower.state
+        self.lock = threading.Lock()
+        self.tail = LogTail(run.logs_dir)
+        self.poll_s = poll_s
+        self.replay_progress: float | None = 0.0
+        self._drawn_version = -1
+        self._needle = ""
+        self._log_seen = 0
+
+    # -- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Vertical(id="live-top"):
+            yield Static(id="live-title")
+            yield ProgressBar(total=None, show_eta=False, id="live-progress")
+        with Grid(id="sparks"):
+            for m in METRICS:
+                with Horizontal(classes="spark-row"):
+                    yield Static(METRIC_TITLES[m], id=f"lbl-{m}", classes="spark-label")
+                    yield Sparkline([], id=f"spark-{m}", summary_function=max)
+        with Horizontal(id="live-mid"):
+            yield Static(id="devices", classes="pane")
+            yield Static(id="alerts", classes="pane")
+        yield Input(placeholder="search the log; Enter keeps the filter, Esc clears it", id="log-search", classes="hidden", disabled=True)
+        yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, min_width=40)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.app.sub_title = self.run.run_id
+        self._replay()
+        self.set_interval(1.0, self._tick_clock)
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def clock(self):
+        return getattr(self.app, "clock", None) or __import__("time").time
+
+    @work(thread=True, exclusive=True, group="replay")
+    def _replay(self) -> None:
+        import os
+
+        try:
+            size = os.path.getsize(self.run.events_path)
+        except OSError:
+            size = 0
+        while True:
+            with self.lock:
+                before = self.follower.reader.offset
+                self.follower.poll(max_chunks=1)
+                done = self.follower.reader.offset - before < self.follower.chunk_bytes
+                self.replay_progress = None if done else (self.follower.reader.offset / size if size else None)
+            self.app.call_from_thread(self.draw)
+            if done:
+                break
+        self.app.call_from_thread(self._start_following)
+
+    def _start_following(self) -> None:
+        self.replay_progress = None
+        self._read_logs()
+        self.draw()
+        interval = self.poll_s or getattr(self.app, "poll_s", 0.25)
+        if getattr(self.app, "follow", True):
+            self.set_interval(interval, self._poll)
+
+    def _poll(self) -> None:
+        with self.lock:
+            changed = self.follower.poll(max_chunks=4)
+        if changed:
+            self.draw()
+        self._read_logs()
+
+    def _read_logs(self) -> None:
+        new = self.tail.read_new()
+        if not new:
+            return
+        log = self.query_one("#log", RichLog)
+        low = self._needle.lower()
+        for line in new:
+            if not low or low in line.lower():
+                log.write(line)
+
+    def _tick_clock(self) -> None:
+        if not self.state.ended:
+            self.query_one("#live-title", Static).update(render.header(self.state, self.clock(), self.replay_progress))
+
+    # -- drawing ----------------------------------------------------------------------------
+    def draw(self) -> None:
+        with self.lock:
+            st = self.state
+            if st.version == self._drawn_version and self.replay_progress is None:
+                return
+            self._drawn_version = st.version
+            self.query_one("#live-title", Static).update(render.header(st, self.clock(), self.replay_progress))
+            bar = self.query_one("#live-progress", ProgressBar)
+            if st.total:
+                bar.update(total=st.total, progress=min(st.step, st.total))
+            for m in METRICS:
+                s = st.series[m]
+                self.query_one(f"#spark-{m}", Sparkline).data = s.means()
+                label = f"{SHORT[m]:<9} {fmt_num(s.last, m):>10}"
+                self.query_one(f"#lbl-{m}", Static).update(label)
+            devices = self.query_one("#devices", Static)
+            width = devices.size.width or self.size.width // 2
+            devices.update(render.devices(st, width))
+            self.query_one("#alerts", Static).update(render.alerts(st, 3 if self.size.height < 40 else 6))
+
+    # -- actions ----------------------------------------------------------------------------
+    def _request(self, what: str, message: str) -> None:
+        if self.state.ended:
+            self.notify("the run has ended", severity="warning")
+            return
+        self.run.request(what, "cockpit UI")
+        self.notify(message, severity="warning" if what == "kill" else "information")
+
+    def action_save(self) -> None:
+        self._request("save", "save requested: a checkpoint is written at the next step boundary")
+
+    def action_stop(self) -> None:
+        self._request("stop", "stop requested: the run saves a checkpoint and stops")
+
+    def action_kill(self) -> None:
+        from cockpit.ui.screens.modals import Confirm
+
+        if self.state.ended:
+            self.notify("the run has ended", severity="warning")
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self._request("kill", "kill requested: the supervisor ends the ranks now (no checkpoint)")
+
+        self.app.push_screen(Confirm(f"Kill {self.run.run_id} now?\nNo checkpoint is saved; work since the last one is lost.", "Kill"), done)
+
+    def action_plot(self) -> None:
+        from cockpit.ui.screens.modals import PlotView
+
+        self.app.push_screen(PlotView(self.state))
+
+    def action_logs(self) -> None:
+        from cockpit.ui.screens.modals import LogView
+
+        self.app.push_screen(LogView(self.tail, self.run.run_id, poll=False))
+
+    def action_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.disabled = False
+        box.remove_class("hidden")
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "log-search":
+            self._needle = event.value
+            log = self.query_one("#log", RichLog)
+            log.clear()
+            for line in self.tail.search(self._needle)[-log.max_lines:]:
+                log.write(line)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "log-search":
+            self.query_one("#log", RichLog).focus()
+
+    def action_leave(self) -> None:
+        box = self.query_one("#log-search", Input)
+        if box.has_focus or not box.has_class("hidden"):
+            box.value = ""
+            box.add_class("hidden")
+            box.disabled = True
+            self.query_one("#log", RichLog).focus()
+            self.on_input_changed(Input.Changed(box, ""))
+            return
+        self.app.sub_title = ""
+        self.dismiss()

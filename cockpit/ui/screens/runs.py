@@ -1,0 +1,109 @@
+"""The Runs screen: every run in the runs dir (a DataTable, refreshed periodically)."""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
+from cockpit.ui.render import STATE_STYLE
+from cockpit.ui.state import fmt_duration
+
+COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
+
+
+def run_row(run: RunDir, now: float) -> tuple:
+    from rich.text import Text
+
+    st = run.read_status()
+    started, ended = st.get("started"), st.get("ended")
+    state = st.get("state") or "?"
+    dur = ((ended or now) - started) if started else None
+    step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
+    loss = st.get("last_loss")
+    loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else "-"
+    return (run.run_id, Text(state, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("a", "attach", "Attach live"),
+        Binding("n", "new", "New run"),
+        Binding("r", "refresh_runs", "Refresh"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="runs-title", classes="screen-title")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="runs-hint", classes="dim")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for col in COLUMNS:
+            table.add_column(col, key=col)
+        self.states: dict[str, str] = {}
+        self.refresh_runs()
+        self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_runs)
+        table.focus()
+
+    def refresh_runs(self) -> None:
+        runs_dir = self.app.runs_dir
+        table = self.query_one(DataTable)
+        now = self.app.clock()
+        runs = list_runs(runs_dir)
+        rows = {r.run_id: run_row(r, now) for r in runs}
+        existing = {str(k.value) for k in table.rows}
+        for run_id in existing - rows.keys():
+            table.remove_row(run_id)
+        for run_id, (cells, state) in rows.items():
+            self.states[run_id] = state
+            if run_id in existing:
+                for col, value in zip(COLUMNS[1:], cells[1:]):
+                    table.update_cell(run_id, col, value)
+            else:
+                table.add_row(*cells, key=run_id)
+        if existing != set(rows):
+            table.sort("run", reverse=True)
+        live = sum(1 for s in self.states.values() if s not in TERMINAL_STATES)
+        self.query_one("#runs-title", Static).update(f"Runs in {runs_dir}  —  {len(rows)} run(s), {live} active")
+        self.query_one("#runs-hint", Static).update(
+            "Enter: live view of an active run, summary of a finished one · a: attach (replay) · n: new run · quitting never stops a run"
+            if rows else "No runs yet. Press n (or F2) to set one up.")
+
+    def action_refresh_runs(self) -> None:
+        self.refresh_runs()
+
+    def _selected(self) -> RunDir | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        return RunDir(self.app.runs_dir / str(key.value))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        run = self._selected()
+        if run is None:
+            return
+        state = run.read_status().get("state")
+        if state in TERMINAL_STATES:
+            self.app.open_summary(run)
+        else:
+            self.app.open_live(run)
+
+    def action_attach(self) -> None:
+        run = self._selected()
+        if run is not None:
+            self.app.open_live(run)
+
+    def action_new(self) -> None:
+        self.app.switch_mode("setup")

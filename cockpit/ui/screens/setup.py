@@ -1,0 +1,286 @@
+"""The Setup screen: forms grouped like the schema, presets, validation as you type (the same
+``validate`` and messages as ``cockpit check``), the fit line, the data check, preview, launch."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TabbedContent, TabPane
+
+from cockpit.ui import forms, presets, proc
+from cockpit.ui.forms import FIELDS, GROUPS, FormModel
+
+
+def _wid(field_id: str) -> str:
+    return f"f-{field_id}"
+
+
+class SetupScreen(Screen):
+    BINDINGS = [
+        Binding("f5", "check_data", "Check data"),
+        Binding("f6", "preview", "Preview"),
+        Binding("f7", "save_preset", "Save preset"),
+        Binding("f8,ctrl+g", "launch", "Launch"),
+        Binding("ctrl+right", "next_tab", "Next tab", show=False),
+        Binding("ctrl+left", "prev_tab", "Prev tab", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = FormModel()
+        self.checked: forms.Checked | None = None
+        self._validate_timer = None
+        self._launching = False
+        self._data_for: str | None = None
+
+    # -- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="setup-top"):
+            yield Label("Preset", classes="field-label")
+            yield Select(self._preset_options(), prompt="load a preset …", id="preset", compact=True)
+        with Horizontal(id="setup-body"):
+            with TabbedContent(id="setup-tabs"):
+                for group, fields in GROUPS.items():
+                    with TabPane(group, id=f"tab-{group.lower()}"):
+                        with VerticalScroll(classes="form"):
+                            for f in fields:
+                                with Horizontal(classes="field"):
+                                    yield Label(f.label, classes="field-label")
+                                    yield self._widget(f)
+                                if f.id == "model_name_or_path":
+                                    yield Static(id="model-kind", classes="field-note")
+                            if group == "Dataset":
+                                yield Static("F5 runs `cockpit check --json` on this config (tokenizer + data, in a subprocess).",
+                                             id="data-report", classes="pane")
+            with Vertical(id="setup-side"):
+                yield Static(id="problems")
+                yield Static(id="fit", classes="dim")
+                with Horizontal(id="setup-buttons"):
+                    yield Button("Check F5", id="b-check", compact=True)
+                    yield Button("Preview F6", id="b-preview", compact=True)
+                    yield Button("Save F7", id="b-save", compact=True)
+                    yield Button("Launch F8", id="b-launch", variant="success", compact=True)
+        yield Footer()
+
+    def _preset_options(self) -> list[tuple[str, str]]:
+        return [(p.label, str(p.path)) for p in presets.list_presets()]
+
+    def _widget(self, f: forms.Field):
+        value = self.model.values.get(f.id)
+        if f.kind == "bool":
+            return Checkbox(f.help[:60] if f.help else "", bool(value), id=_wid(f.id), compact=True, tooltip=f.help)
+        if f.kind == "select":
+            return Select([(label, v) for label, v in f.options], value=value, allow_blank=False, id=_wid(f.id),
+                          compact=True, tooltip=f.help)
+        return Input(value or "", placeholder=f.placeholder, id=_wid(f.id), compact=True, tooltip=f.help)
+
+    def on_mount(self) -> None:
+        preset = getattr(self.app, "start_preset", None)
+        if preset:
+            self.load_preset(Path(preset))
+        self.validate_now()
+
+    # -- form <-> model -------------------------------------------------------------------------
+    def load_preset(self, path: Path) -> None:
+        from cockpit.errors import InputError
+
+        try:
+            raw = presets.load_preset(path)
+        except InputError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.model.fill(raw)
+        self.fill_widgets()
+        self.validate_now()
+        self.notify(f"preset {path.stem} loaded")
+
+    def fill_widgets(self) -> None:
+        for f in FIELDS.values():
+            w = self.query_one(f"#{_wid(f.id)}")
+            value = self.model.values.get(f.id)
+            if isinstance(w, Input):
+                w.value = value or ""
+            elif isinstance(w, Checkbox):
+                w.value = bool(value)
+            elif isinstance(w, Select):
+                w.value = value
+
+    def _set(self, widget_id: str | None, value) -> None:
+        if not widget_id or not widget_id.startswith("f-"):
+            return
+        fid = widget_id[2:]
+        if self.model.values.get(fid) == value:
+            return
+        self.model.values[fid] = value
+        self._schedule_validate()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self._set(event.input.id, event.value)
+
+    def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
+        self._set(event.checkbox.id, event.value)
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "preset":
+            if event.value is not Select.BLANK and event.value is not None:
+                self.load_preset(Path(str(event.value)))
+            return
+        self._set(event.select.id, event.value)
+
+    # -- validation as you type ------------------------------------------------------------------
+    def _schedule_validate(self) -> None:
+        if self._validate_timer is not None:
+            self._validate_timer.stop()
+        self._validate_timer = self.set_timer(0.15, self.validate_now)
+
+    def validate_now(self) -> None:
+        self._validate_timer = None
+        checked = self.model.check()
+        self.checked = checked
+        self.query_one("#model-kind", Static).update(
+            Text("  → " + forms.model_kind(self.model.values.get("model_name_or_path") or ""), style="dim"))
+        bad_fields = {forms.field_for_key(k) for k in checked.keys}
+        for f in FIELDS.values():
+            self.query_one(f"#{_wid(f.id)}").set_class(f.id in bad_fields, "-invalid")
+        tabs = self.query_one(TabbedContent)
+        for group in GROUPS:
+            n = sum(1 for fid in bad_fields if forms.group_of(fid) == group)
+            try:
+                tab = tabs.get_tab(f"tab-{group.lower()}")
+                tab.label = f"{group} ({n})" if n else group
+            except Exception:  # noqa: BLE001 - a label is cosmetic
+                pass
+        t = Text()
+        if checked.problems:
+            t.append(f"✗ {len(checked.problems)} problem(s) (as cockpit check says):\n", style="bold red")
+            for p in checked.problems:
+                t.append(f"  {p}\n", style="red")
+        else:
+            t.append("✓ config valid (the same checks as cockpit check)\n", style="bold green")
+        for n in checked.notes:
+            t.append(f"! {n}\n", style="yellow")
+        self.query_one("#problems", Static).update(t)
+        if checked.ok:
+            self.query_one("#fit", Static).update("fit: estimating …")
+            self._fit(checked.cfg, self.model.gpu_memory())
+        else:
+            self.query_one("#fit", Static).update("fit: (fix the problems first)")
+
+    @work(thread=True, exclusive=True, group="fit")
+    def _fit(self, cfg: dict, gpu_gb: float) -> None:
+        line = forms.fit_line(cfg, gpu_gb)
+        self.app.call_from_thread(self._show_fit, line)
+
+    def _show_fit(self, line: str) -> None:
+        style = "green" if "-> fits" in line else "yellow" if "tight" in line else "red" if "does not fit" in line else "dim"
+        self.query_one("#fit", Static).update(Text(line, style=style))
+
+    # -- files ------------------------------------------------------------------------------------
+    def _config_file(self, folder: Path, stem: str) -> Path:
+        from cockpit.config.load import to_yaml
+        from cockpit.rundir import atomic_write_text
+
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / f"{stem}.yaml"
+        atomic_write_text(path, to_yaml(self.model.typed(), only_changed=False))
+        return path
+
+    def _run_name(self) -> str:
+        name = (self.model.values.get("run_name") or "").strip()
+        if not name:
+            preset = self.query_one("#preset", Select).value
+            name = Path(str(preset)).stem if preset not in (Select.BLANK, None) else "ui"
+        return name
+
+    # -- actions ----------------------------------------------------------------------------------
+    def action_check_data(self) -> None:
+        if not (self.checked and self.checked.ok):
+            self.notify("fix the config problems first", severity="error")
+            return
+        self.query_one(TabbedContent).active = "tab-dataset"
+        self.query_one("#data-report", Static).update(Text("running cockpit check --json … (loads the tokenizer in a subprocess)", style="italic"))
+        path = self._config_file(Path(tempfile.mkdtemp(prefix="cockpit-ui-")), "check")
+        self._check(path)
+
+    @work(thread=True, exclusive=True, group="check")
+    def _check(self, path: Path) -> None:
+        res = proc.check_config(path)
+        data = res.data if res.data is not None else {"ok": False, "problems": [res.error_text]}
+        self.app.call_from_thread(self.query_one("#data-report", Static).update, forms.data_report(data))
+
+    def action_preview(self) -> None:
+        from cockpit.ui.screens.modals import TextView
+
+        argv = proc.cockpit_argv("train", f"{self._run_name()}.yaml", "--detach", "--runs-dir", str(self.app.runs_dir))
+        body = Text()
+        body.append("# the same run from a shell:\n", style="dim")
+        body.append(proc.shell_line(argv) + "\n\n", style="bold")
+        body.append(f"# {self._run_name()}.yaml\n", style="dim")
+        body.append(self.model.yaml())
+        if self.checked and self.checked.problems:
+            body.append("\n# problems:\n" + "\n".join(f"#   {p}" for p in self.checked.problems), style="red")
+        self.app.push_screen(TextView("Preview: command and YAML", body))
+
+    def action_save_preset(self) -> None:
+        from cockpit.ui.screens.modals import Prompt
+
+        def done(name: str | None) -> None:
+            if not name:
+                return
+            path = presets.save_preset(name, self.model.typed())
+            self.query_one("#preset", Select).set_options(self._preset_options())
+            self.notify(f"saved {path}")
+
+        self.app.push_screen(Prompt(f"Save as preset (in {presets.user_presets_dir()}): name", self._run_name()), done)
+
+    def action_launch(self) -> None:
+        if self._launching:
+            return
+        if not (self.checked and self.checked.ok):
+            self.notify("fix the config problems first", severity="error")
+            return
+        runs_dir = Path(self.app.runs_dir)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = self._config_file(runs_dir / ".ui-configs", f"{self._run_name()}-{stamp}")
+        self._launching = True
+        self.query_one("#b-launch", Button).disabled = True
+        self.query_one("#problems", Static).update(Text(f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)", style="bold yellow"))
+        self._launch(path, runs_dir)
+
+    @work(thread=True, exclusive=True, group="launch")
+    def _launch(self, path: Path, runs_dir: Path) -> None:
+        res = proc.train_detached(path, runs_dir)
+        self.app.call_from_thread(self._launched, res)
+
+    def _launched(self, res: proc.CliResult) -> None:
+        from cockpit.rundir import RunDir
+
+        self._launching = False
+        self.query_one("#b-launch", Button).disabled = False
+        if res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir"):
+            self.validate_now()
+            self.app.open_live(RunDir(Path(res.data["run_dir"])))
+            return
+        self.query_one("#problems", Static).update(Text(f"launch failed (exit {res.rc}):\n{res.error_text}", style="red"))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        action = {"b-check": self.action_check_data, "b-preview": self.action_preview,
+                  "b-save": self.action_save_preset, "b-launch": self.action_launch}.get(event.button.id or "")
+        if action:
+            action()
+
+    def action_next_tab(self, step: int = 1) -> None:
+        tabs = self.query_one(TabbedContent)
+        ids = [f"tab-{g.lower()}" for g in GROUPS]
+        tabs.active = ids[(ids.index(tabs.active) + step) % len(ids)] if tabs.active in ids else ids[0]
+
+    def action_prev_tab(self) -> None:
+        self.action_next_tab(-1)

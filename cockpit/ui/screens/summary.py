@@ -1,0 +1,165 @@
+"""A finished (or failed / stopped) run: summary.json, the loss plot, probes before/after with
+the answers, and export / merge through ``cockpit export`` in a subprocess."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from cockpit.rundir import RunDir
+from cockpit.ui.render import STATE_STYLE
+from cockpit.ui.state import RunFollower, fmt_duration
+
+
+def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
+    state = summary.get("state") or status.get("state") or "?"
+    t = Text()
+    t.append(run.run_id, style="bold")
+    t.append("  ")
+    t.append(f" {state} ", style=f"reverse {STATE_STYLE.get(state, '')}")
+    reason = summary.get("reason") or status.get("reason")
+    if reason:
+        t.append(f"  {reason}", style=STATE_STYLE.get(state, ""))
+    steps = summary.get("steps", status.get("step"))
+    t.append(f"\nsteps {steps}/{summary.get('total_steps') or status.get('total_steps') or '?'}")
+    if summary.get("epochs") is not None:
+        t.append(f"  epochs {summary['epochs']:.2f}")
+    t.append(f"  runtime {fmt_duration(summary.get('runtime_s'))}")
+    if summary.get("tokens_per_s") is not None:
+        t.append(f"  {summary['tokens_per_s']:,.0f} tokens/s")
+    fl, ll = summary.get("first_loss"), summary.get("last_loss")
+    if isinstance(fl, (int, float)) and isinstance(ll, (int, float)):
+        t.append(f"\nloss {fl:.4f} → {ll:.4f}")
+        t.append(f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "", style="green" if ll < fl else "yellow")
+    for phase in ("before", "after"):
+        p = summary.get(f"probes_{phase}")
+        if p:
+            t.append(f"\nprobes {phase}: {p.get('passed')}/{p.get('total')} pass ({100 * (p.get('rate') or 0):.0f}%)")
+    tr = summary.get("truncation")
+    if tr:
+        t.append(f"\ndata: {tr.get('samples')} samples, p50 {tr.get('p50')} / max {tr.get('max')} tokens, "
+                 f"{tr.get('truncated')} truncated ({tr.get('truncated_pct', 0):.1f}%)", style="dim")
+    if summary.get("adapter_dir"):
+        t.append(f"\nadapter: {summary['adapter_dir']}", style="dim")
+    if not summary:
+        t.append("\n(no summary.json yet)", style="dim")
+    return t
+
+
+class SummaryScreen(Screen):
+    BINDINGS = [
+        Binding("m", "export(True)", "Merge+export"),
+        Binding("e", "export(False)", "Export adapter"),
+        Binding("p", "plot", "Plot"),
+        Binding("l", "logs", "Logs"),
+        Binding("v", "live", "Event view"),
+        Binding("escape,q", "leave", "Back"),
+    ]
+
+    def __init__(self, run: RunDir) -> None:
+        super().__init__(name=f"summary-{run.run_id}")
+        self.run = run
+        self.follower = RunFollower(run)
+
+    def compose(self) -> ComposeResult:
+        from textual_plotext import PlotextPlot
+
+        yield Static(id="summary-text", classes="pane")
+        with Horizontal(id="summary-body"):
+            yield PlotextPlot(id="summary-plot")
+            with Vertical(id="summary-right"):
+                yield DataTable(id="probes", zebra_stripes=True, cursor_type="row")
+        yield Static(id="export-result", classes="dim")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.app.sub_title = self.run.run_id
+        self.query_one("#summary-text", Static).update(
+            summary_text(self.run, self.run.read_summary(), self.run.read_status()))
+        table = self.query_one("#probes", DataTable)
+        for col in ("prompt", "expected", "before", "after"):
+            table.add_column(col, key=col)
+        self._load()
+
+    @work(thread=True, exclusive=True, group="summary")
+    def _load(self) -> None:
+        self.follower.poll()
+        self.app.call_from_thread(self._draw)
+
+    def _draw(self) -> None:
+        from textual_plotext import PlotextPlot
+
+        st = self.follower.state
+        s = st.series["loss"]
+        widget = self.query_one("#summary-plot", PlotextPlot)
+        plt = widget.plt
+        plt.clear_data()
+        if len(s):
+            plt.plot(list(s.xs), s.means(), marker="braille", label="train")
+        if len(st.evals):
+            plt.scatter(list(st.evals.xs), st.evals.means(), marker="x", label="eval")
+        plt.title("loss")
+        plt.xlabel("step")
+        widget.refresh()
+        table = self.query_one("#probes", DataTable)
+        table.clear()
+        before = (st.probes.get("before") or {}).get("results") or []
+        after = (st.probes.get("after") or {}).get("results") or []
+        n = max(len(before), len(after))
+
+        def cell(r: dict | None) -> Text:
+            if not r:
+                return Text("-", style="dim")
+            ans = (r.get("answer") or "").replace("\n", " ")[:40] or "(empty)"
+            return Text(("✓ " if r.get("ok") else "✗ ") + ans, style="green" if r.get("ok") else "red")
+
+        for i in range(n):
+            b = before[i] if i < len(before) else None
+            a = after[i] if i < len(after) else None
+            base = a or b or {}
+            exp = base.get("expect", base.get("expected"))
+            exp_s = ", ".join(map(str, exp)) if isinstance(exp, list) else str(exp or "")
+            table.add_row(str(base.get("prompt", ""))[:48], exp_s[:20], cell(b), cell(a), key=str(i))
+        if not n:
+            table.add_row("(no probes in this run)", "", "", "")
+
+    def action_export(self, merge: bool) -> None:
+        self.query_one("#export-result", Static).update(
+            ("merging the adapter into the base model" if merge else "exporting the adapter") + " … (cockpit export in a subprocess)")
+        self._export(merge)
+
+    @work(thread=True, exclusive=True, group="export")
+    def _export(self, merge: bool) -> None:
+        from cockpit.ui import proc
+
+        res = proc.export_run(self.run.path, merge)
+        if res.rc == 0 and isinstance(res.data, dict):
+            msg = Text(f"exported {res.data.get('kind')} to {res.data.get('path')}", style="green")
+            for n in res.data.get("notes") or []:
+                msg.append(f"\nnote: {n}", style="dim")
+        else:
+            msg = Text(f"export failed: {res.error_text}", style="red")
+        self.app.call_from_thread(self.query_one("#export-result", Static).update, msg)
+
+    def action_plot(self) -> None:
+        from cockpit.ui.screens.modals import PlotView
+
+        self.app.push_screen(PlotView(self.follower.state))
+
+    def action_logs(self) -> None:
+        from cockpit.ui.logtail import LogTail
+        from cockpit.ui.screens.modals import LogView
+
+        self.app.push_screen(LogView(LogTail(self.run.logs_dir), self.run.run_id, poll=True))
+
+    def action_live(self) -> None:
+        self.app.open_live(self.run)
+
+    def action_leave(self) -> None:
+        self.app.sub_title = ""
+        self.dismiss()

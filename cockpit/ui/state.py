@@ -1,0 +1,191 @@
+"""A run's state, folded from its event log incrementally (no textual, no torch).
+
+``RunState.apply(events)`` takes the events :class:`cockpit.events.EventReader` returned since
+the last call. Everything kept is bounded: metric series are :class:`BucketSeries`, alerts and
+checkpoints are short deques, telemetry keeps only the latest sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from cockpit.events import EventReader, as_float
+from cockpit.follow import fmt_duration  # noqa: F401 - re-exported for the screens
+from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.ui.series import BucketSeries
+
+METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
+METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
+
+
+def fmt_num(value: float | None, metric: str = "") -> str:
+    if value is None:
+        return "-"
+    if metric == "lr":
+        return f"{value:.2e}"
+    if metric == "tokens_per_s":
+        return f"{value:,.0f}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4f}" if abs(value) < 100 else f"{value:.1f}"
+
+
+@dataclass
+class RunState:
+    run_id: str = ""
+    capacity: int = 512
+    state: str = "starting"
+    reason: str | None = None
+    model: str | None = None
+    dataset: str | None = None
+    method: str | None = None
+    world_size: int | None = None
+    step: int = 0
+    total: int | None = None
+    epoch: float | None = None
+    t0: float | None = None
+    end_t: float | None = None
+    train_t0: float | None = None
+    train_step0: int = 0
+    last_step_t: float | None = None
+    tokens_seen: int | None = None
+    mem: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] | None = None
+    comm: dict[str, Any] | None = None
+    alerts: deque = field(default_factory=lambda: deque(maxlen=100))
+    checkpoints: deque = field(default_factory=lambda: deque(maxlen=20))
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evals: BucketSeries | None = None
+    finished: dict[str, Any] | None = None
+    failed: dict[str, Any] | None = None
+    stopped: dict[str, Any] | None = None
+    events_seen: int = 0
+    version: int = 0  # bumped by every apply() that changed something
+    series: dict[str, BucketSeries] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.series:
+            self.series = {m: BucketSeries(self.capacity) for m in METRICS}
+        if self.evals is None:
+            self.evals = BucketSeries(self.capacity)
+
+    # -- folding events -------------------------------------------------------------------
+    def apply(self, events: list[dict[str, Any]]) -> bool:
+        for ev in events:
+            self._apply_one(ev)
+        if events:
+            self.events_seen += len(events)
+            self.version += 1
+        return bool(events)
+
+    def _apply_one(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("kind")
+        t = as_float(ev.get("t"))
+        if self.t0 is None and t is not None:
+            self.t0 = t
+        if kind == "step":
+            step = int(ev.get("step") or 0)
+            self.step = step
+            self.total = ev.get("total_steps") or self.total
+            epoch = as_float(ev.get("epoch"))
+            self.epoch = epoch if epoch is not None else self.epoch
+            self.last_step_t = t
+            if ev.get("tokens_seen") is not None:
+                self.tokens_seen = ev.get("tokens_seen")
+            for m in METRICS:
+                self.series[m].add(step, as_float(ev.get(m)))
+            if isinstance(ev.get("mem"), dict):
+                self.mem = ev["mem"]
+            if self.state in ("starting",):
+                self.state = "running"
+        elif kind == "run_started":
+            self.run_id = ev.get("run_id") or self.run_id
+            self.model, self.dataset, self.method = ev.get("model"), ev.get("dataset"), ev.get("method")
+            self.world_size = ev.get("world_size")
+            self.total = ev.get("total_steps") or self.total
+            self.end_t = None
+        elif kind == "state":
+            self.state = ev.get("state") or self.state
+            self.reason = ev.get("reason")
+            if self.state in TERMINAL_STATES:
+                self.end_t = t
+        elif kind == "train_begin":
+            self.total = ev.get("total_steps") or self.total
+            self.train_t0 = t
+            self.train_step0 = int(ev.get("start_step") or 0)
+            self.world_size = ev.get("world_size") or self.world_size
+        elif kind == "telemetry":
+            self.telemetry = ev
+        elif kind == "comm":
+            self.comm = ev
+        elif kind == "alert":
+            self.alerts.append(ev)
+        elif kind == "checkpoint_saved":
+            self.checkpoints.append(ev)
+        elif kind == "probe_results":
+            self.probes[str(ev.get("phase"))] = ev
+        elif kind == "eval":
+            self.evals.add(ev.get("step") or 0, as_float(ev.get("eval_loss")))
+        elif kind == "run_finished":
+            self.finished = ev
+            self.end_t = t
+        elif kind == "run_failed":
+            self.failed = ev
+            self.reason = ev.get("reason") or self.reason
+            self.end_t = t
+        elif kind == "run_stopped":
+            self.stopped = ev
+            self.end_t = t
+
+    # -- derived --------------------------------------------------------------------------
+    @property
+    def ended(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def elapsed(self, now: float) -> float | None:
+        if self.t0 is None:
+            return None
+        return (self.end_t if self.end_t is not None else now) - self.t0
+
+    def eta(self, now: float) -> float | None:
+        if self.ended:
+            return 0.0 if self.state == "finished" else None
+        if not self.total or self.train_t0 is None or self.last_step_t is None or self.step <= self.train_step0:
+            return None
+        per_step = (self.last_step_t - self.train_t0) / (self.step - self.train_step0)
+        left = per_step * max(self.total - self.step, 0) - max(0.0, now - self.last_step_t)
+        return max(left, 0.0)
+
+    def last(self, metric: str) -> float | None:
+        return self.series[metric].last
+
+
+class RunFollower:
+    """A run dir + its incremental reader + state. ``poll()`` reads only new bytes."""
+
+    def __init__(self, run: RunDir, capacity: int = 512, chunk_bytes: int = 8 << 20):
+        self.run = run
+        self.reader = EventReader(run.events_path)
+        self.state = RunState(run_id=run.run_id, capacity=capacity)
+        self.chunk_bytes = chunk_bytes
+
+    def poll(self, max_chunks: int | None = None) -> bool:
+        """Fold every new event, in chunks, so a huge log never sits in memory at once.
+        ``max_chunks``: stop after that many chunks (the caller polls again later)."""
+        changed = False
+        chunks = 0
+        while True:
+            before = self.reader.offset
+            changed |= self.state.apply(self.reader.read_new(self.chunk_bytes))
+            chunks += 1
+            if self.reader.offset - before < self.chunk_bytes:
+                return changed
+            if max_chunks is not None and chunks >= max_chunks:
+                return changed
+
+
+Clock = Callable[[], float]
+system_clock: Clock = time.time
