@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     from cockpit import __version__
 
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    parser.add_argument("--runs-dir", dest="ui_runs_dir", default=None, metavar="DIR",
+                        help="with no command: the runs dir the TUI shows (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
