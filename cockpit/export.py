@@ -28,7 +28,31 @@ def adapter_checksum(folder: Path) -> str:
     return h.hexdigest()
 
 
-def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=print) -> dict[str, Any]:
+MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _save_tokenizer(adapter: Path, cfg: dict[str, Any], out: Path, ref=None) -> None:
+    """The run's tokenizer with its chat template (the named one the run used, when it set one),
+    so that vLLM and ``apply_chat_template`` render prompts exactly as training did."""
+    from transformers import AutoTokenizer
+
+    from cockpit.data.render import apply_template_choice
+
+    if (adapter / "tokenizer_config.json").exists():
+        tok = AutoTokenizer.from_pretrained(str(adapter))
+    else:
+        from cockpit.models.resolve import load_tokenizer
+
+        tok = load_tokenizer(cfg, ref)
+    template = cfg.get("template")
+    if template and template != "default":
+        apply_template_choice(tok, template)
+    tok.save_pretrained(out)
+
+
+def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=print, dtype: str = "auto") -> dict[str, Any]:
+    """Export RUN's adapter (copied as saved, PEFT format), or with ``merge`` the base model with
+    the adapter merged (``dtype``: auto = bf16 for a bf16/QLoRA run, else float32)."""
     import torch
 
     cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
@@ -43,23 +67,33 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     notes: list[str] = []
+    merged_dtype = None
+    acfg = json.loads((adapter / "adapter_config.json").read_text()) if is_lora else {}
     try:
         if merge and is_lora:
             from peft import PeftModel
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM
 
             from cockpit.models.resolve import resolve_model
 
             ref = resolve_model(cfg["model_name_or_path"], log=log)
             if cfg.get("quantization_bit"):
                 notes.append("QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights")
-            dtype = torch.bfloat16 if (cfg.get("bf16") or cfg.get("quantization_bit")) else torch.float32
-            base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs())
+            if dtype not in MERGE_DTYPES:
+                raise InputError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
+            if dtype == "auto":
+                tdtype = torch.bfloat16 if (cfg.get("bf16") or cfg.get("quantization_bit")) else torch.float32
+            else:
+                tdtype = getattr(torch, dtype)
+            # no quantization_config here: a QLoRA adapter merges into the unquantized weights
+            base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs())
+            if getattr(base.config, "quantization_config", None):
+                notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
             model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
             model.save_pretrained(tmp, safe_serialization=True)
-            tok = AutoTokenizer.from_pretrained(str(adapter))
-            tok.save_pretrained(tmp)
+            _save_tokenizer(adapter, cfg, tmp, ref)
             kind = "merged"
+            merged_dtype = str(tdtype).replace("torch.", "")
         else:
             shutil.copytree(adapter, tmp, dirs_exist_ok=True)
             kind = "adapter" if is_lora else "model"
@@ -73,6 +107,10 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
             "adapter_dir": str(adapter),
             "adapter_sha256": adapter_checksum(adapter) if is_lora else None,
             "template": cfg.get("template"),
+            "lora_rank": acfg.get("r"),
+            "lora_alpha": acfg.get("lora_alpha"),
+            "target_modules": acfg.get("target_modules"),
+            "dtype": merged_dtype,
             "notes": notes,
         }
         (tmp / "cockpit_export.json").write_text(json.dumps(record, indent=2) + "\n")
