@@ -1,0 +1,163 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) for the training ranks, on GPU and CPU alike.
+
+Why not HF Trainer's own ``fsdp=`` path: on the CPU, accelerate 1.15 silently turns the FSDP
+request into plain DDP (parameters replicated, nothing sharded) and FSDP1 refuses the CPU. The
+cockpit never reports FSDP when parameters are not sharded, so it shards the model itself:
+
+1. every module whose class is in ``model._no_split_modules`` (the decoder layer, found
+   automatically), then the root, with ``fully_shard`` over a device mesh of all ranks
+   (gloo on the CPU, RCCL/NCCL on GPUs); ``hybrid_shard`` shards within a node and replicates
+   across nodes (2-D mesh);
+2. marks the model ``is_distributed_loading_by_transformers``: transformers then lets the
+   model own placement and gradient reduction (no DDP wrap, no re-shard), and defers the
+   reduce-scatter over gradient accumulation;
+3. :class:`FSDP2Trainer` gathers the full state dict (a collective on every rank) when saving.
+
+Options (the ``fsdp`` key): ``full_shard`` (reshard parameters after forward: ZeRO-3 like),
+``shard_grad_op`` (keep them gathered between forward and backward: ZeRO-2 like), ``hybrid_shard``,
+``offload`` (parameters, gradients and optimizer state on the CPU: ``CPUOffloadPolicy``; a no-op
+for a CPU run), ``auto_wrap`` (accepted; wrapping per decoder layer is always done).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+MIN_TORCH = (2, 1)
+FSDP2_TORCH = (2, 6)  # fully_shard public in torch.distributed.fsdp
+
+
+def torch_version() -> tuple[int, int]:
+    import torch
+
+    parts = torch.__version__.split("+")[0].split(".")
+    return int(parts[0]), int(parts[1])
+
+
+def check_torch() -> str | None:
+    """A reason FSDP cannot run with this torch, or None."""
+    v = torch_version()
+    if v < MIN_TORCH:
+        return f"FSDP needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]}, this is {v[0]}.{v[1]}"
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return (
+            f"torch {v[0]}.{v[1]} has no torch.distributed.fsdp.fully_shard (FSDP2, torch >= {FSDP2_TORCH[0]}.{FSDP2_TORCH[1]}); "
+            "the cockpit only runs FSDP2, which shards on GPUs and the CPU alike: upgrade torch or use deepspeed/zero_stage"
+        )
+    return None
+
+
+def options(text: str | None) -> set[str]:
+    return set((text or "").split())
+
+
+def layer_classes(model: Any) -> set[str]:
+    """Decoder layer class names from ``_no_split_modules`` (through PEFT wrappers)."""
+    seen: set[str] = set()
+    stack = [model]
+    while stack:
+        m = stack.pop()
+        names = getattr(m, "_no_split_modules", None)
+        if names:
+            seen.update(names)
+        for attr in ("base_model", "model"):
+            sub = getattr(m, attr, None)
+            if sub is not None and sub is not m and not isinstance(sub, (str, int)):
+                stack.append(sub)
+        if len(seen) > 0:
+            break
+    return seen
+
+
+def shard(model: Any, fsdp: str, *, use_cpu: bool, local_rank: int, nnodes: int, bf16: bool, fp16: bool) -> dict[str, Any]:
+    """fully_shard the model in place; returns what was done (for the event log)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    opts = options(fsdp)
+    world = dist.get_world_size()
+    device_type = "cpu" if use_cpu else "cuda"
+    if not use_cpu:
+        model.to(torch.device("cuda", local_rank))
+    if "hybrid_shard" in opts and nnodes > 1 and world % nnodes == 0:
+        mesh = init_device_mesh(device_type, (nnodes, world // nnodes), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": "shard_grad_op" not in opts}
+    if (bf16 or fp16) and not use_cpu:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else torch.float16, reduce_dtype=torch.float32)
+    if "offload" in opts and not use_cpu:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    classes = layer_classes(model)
+    if not classes:
+        raise ValueError("fsdp: the model declares no _no_split_modules, so its decoder layer class is unknown")
+    wrapped = [m for m in model.modules() if type(m).__name__ in classes]
+    if not wrapped:
+        raise ValueError(f"fsdp: no module of class {sorted(classes)} in the model")
+    for m in wrapped:
+        fully_shard(m, **kwargs)
+    root_kwargs = dict(kwargs)
+    root_kwargs["reshard_after_forward"] = False  # the root is gathered again at once by backward
+    fully_shard(model, **root_kwargs)
+    model.is_distributed_loading_by_transformers = True
+    return {
+        "layer_classes": sorted(classes),
+        "wrapped_modules": len(wrapped),
+        "mesh": list(mesh.shape),
+        "reshard_after_forward": kwargs["reshard_after_forward"],
+        "offload": "offload_policy" in kwargs,
+        "mixed_precision": "mp_policy" in kwargs,
+    }
+
+
+def shard_report(model: Any) -> dict[str, Any]:
+    """Per-parameter local vs global numel and whether it is a DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    params = []
+    local_total = global_total = 0
+    for name, p in model.named_parameters():
+        is_dt = isinstance(p, DTensor)
+        local = p.to_local().numel() if is_dt else p.numel()
+        glob = p.numel()
+        local_total += local
+        global_total += glob
+        params.append({"name": name, "dtensor": is_dt, "local_numel": local, "global_numel": glob, "trainable": bool(p.requires_grad)})
+    return {
+        "params": params,
+        "local_numel": local_total,
+        "global_numel": global_total,
+        "all_dtensor": all(x["dtensor"] for x in params),
+    }
+
+
+def write_report(run_dir: str | os.PathLike[str], rank: int, info: dict[str, Any], report: dict[str, Any]) -> Path:
+    path = Path(run_dir) / "logs" / f"fsdp.rank{rank}.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"rank": rank, **info, **report}))
+    os.replace(tmp, path)
+    return path
+
+
+def trainer_class(base: type | None = None) -> type:
+    """``base`` (default HF Trainer) whose saves gather the FSDP2-sharded state dict on every rank first."""
+    if base is None:
+        from transformers import Trainer as base
+
+    class FSDP2Trainer(base):  # type: ignore[misc,valid-type]
+        def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+            if state_dict is None:
+                from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+                # a collective: every rank joins; rank 0 receives the full tensors on the CPU
+                state_dict = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            super()._save(output_dir, state_dict=state_dict)
+
+    return FSDP2Trainer

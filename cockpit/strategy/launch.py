@@ -1,0 +1,164 @@
+"""The launch of this node's ranks: the exact command and each rank's environment. No torch.
+
+One process on one node: ``python -m cockpit.train.worker RUN_DIR``. Otherwise torchrun with
+a c10d rendezvous (``--nproc_per_node --nnodes --node_rank --rdzv_endpoint``), DDP by default,
+DeepSpeed / FSDP2 chosen inside the ranks from the config. With NUMA binding every rank is
+started through :mod:`cockpit.strategy.bind` (torchrun ``--no-python``), which execs
+``numactl --cpunodebind=N --membind=N`` in front of the worker, keeping the pid.
+
+The rendezvous id must be the same on every node while each node has its own run dir (and
+run id): on several nodes it is derived from the rendezvous endpoint, which the nodes share.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from cockpit.config.load import redact_env
+from cockpit.strategy.numa import NumaPlan, plan as numa_plan
+
+# set by the supervisor for every rank (cockpit/supervisor.py Supervisor.start)
+SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def strategy_name(cfg: Mapping[str, Any]) -> str:
+    ws = int(cfg["nproc_per_node"]) * int(cfg["nnodes"])
+    if cfg.get("deepspeed"):
+        return "deepspeed (user config)"
+    if cfg.get("zero_stage"):
+        off = cfg.get("offload") or "none"
+        return f"deepspeed ZeRO-{cfg['zero_stage']}" + (f" + offload {off}" if off != "none" else "")
+    if cfg.get("fsdp"):
+        return f"FSDP2 ({cfg['fsdp']})"
+    return "DDP" if ws > 1 else "single process"
+
+
+def rdzv_id(cfg: Mapping[str, Any], run_id: str) -> str:
+    if int(cfg["nnodes"]) > 1:
+        addr = str(cfg["master_addr"]).replace(":", "_")
+        return f"cockpit-{addr}-{int(cfg['master_port'])}"
+    return run_id
+
+
+@dataclass
+class LaunchPlan:
+    command: list[str]
+    env_add: dict[str, str]
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    numa: NumaPlan | None = None
+    strategy: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "command": self.command,
+            "env_add": self.env_add,
+            "ranks": self.ranks,
+            "numa": self.numa.as_dict() if self.numa else None,
+            "notes": self.notes,
+        }
+
+
+def node_launch(
+    run_path: str | os.PathLike[str],
+    run_id: str,
+    cfg: Mapping[str, Any],
+    *,
+    python: str = sys.executable,
+    node_rank: int | None = None,
+    sysfs: str = "/sys",
+    env: Mapping[str, str] | None = None,
+    numa: NumaPlan | None = None,
+) -> LaunchPlan:
+    """The command for one node (``node_rank``, default the config's) and its ranks' environment."""
+    nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
+    node_rank = int(cfg["node_rank"]) if node_rank is None else node_rank
+    numa = numa if numa is not None else numa_plan(cfg.get("numa_bind"), nproc, sysfs=sysfs, env=env)
+    worker = [python, "-m", "cockpit.train.worker", str(run_path)]
+    notes = list(numa.notes)
+    single = nproc == 1 and nnodes == 1
+    if numa.active:
+        wrap = [python, "-m", "cockpit.strategy.bind", f"--map={numa.map_text()}", f"--method={numa.method}"]
+        if sysfs != "/sys":
+            wrap.append(f"--sysfs={sysfs}")
+        if single:
+            wrap.append("--single")
+        rank_argv = [*wrap, "--", *worker]
+    else:
+        rank_argv = worker
+    port = int(cfg["master_port"] or 0) or 29500
+    if single:
+        command = rank_argv
+    else:
+        command = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            f"--nnodes={nnodes}",
+            f"--node_rank={node_rank}",
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={cfg['master_addr']}:{port}",
+            f"--rdzv_id={rdzv_id(cfg, run_id)}",
+            "--max_restarts=0",
+        ]
+        if numa.active:
+            command += ["--no-python", *rank_argv]
+        else:
+            command += rank_argv[1:]  # torchrun prepends its own python
+    env_add: dict[str, str] = {}
+    user_env = {k: str(v) for k, v in (cfg.get("env") or {}).items()}
+    shown_env = redact_env(user_env) or {}
+    ranks = []
+    for local in range(nproc):
+        rank_env: dict[str, str] = {**shown_env, **SUPERVISOR_ENV, "COCKPIT_RUN_DIR": str(run_path)}
+        if not single:
+            rank_env.update(
+                {
+                    "RANK": str(node_rank * nproc + local),
+                    "LOCAL_RANK": str(local),
+                    "GROUP_RANK": str(node_rank),
+                    "WORLD_SIZE": str(nproc * nnodes),
+                    "LOCAL_WORLD_SIZE": str(nproc),
+                    "MASTER_ADDR": "(the rendezvous store, set by torchrun)",
+                    "MASTER_PORT": "(set by torchrun)",
+                    "TORCHELASTIC_RUN_ID": rdzv_id(cfg, run_id),
+                }
+            )
+            if nproc > 1 and "OMP_NUM_THREADS" not in user_env and "OMP_NUM_THREADS" not in (env or os.environ):
+                rank_env["OMP_NUM_THREADS"] = "1"
+        rank_env.update(env_add)
+        ranks.append(
+            {
+                "rank": node_rank * nproc + local,
+                "local_rank": local,
+                "node_rank": node_rank,
+                "numa_node": numa.nodes.get(local),
+                "command": [*numa.prefix(local), *worker],
+                "env": rank_env,
+            }
+        )
+    if nnodes > 1:
+        notes.append("c10d assigns global ranks by the order nodes join; RANK above assumes node order")
+        if str(cfg["master_addr"]) in ("127.0.0.1", "localhost") :
+            notes.append("master_addr is loopback: the other nodes cannot reach it unless they are this machine")
+    return LaunchPlan(command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=strategy_name(cfg), notes=notes)
+
+
+def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: Mapping[str, Any]) -> None:
+    """``launch.json`` in the run dir: command, per-rank environment (secrets redacted), NUMA plan."""
+    import json
+
+    from cockpit.rundir import atomic_write_json
+
+    data = launch.as_dict()
+    data["env"] = redact_env({k: str(v) for k, v in (cfg.get("env") or {}).items()}) or {}
+    try:
+        atomic_write_json(Path(run_path) / "launch.json", json.loads(json.dumps(data, default=str)))
+    except OSError:
+        pass
