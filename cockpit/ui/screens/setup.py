@@ -63,6 +63,8 @@ class SetupScreen(Screen):
             with Vertical(id="setup-side"):
                 yield Static(id="problems")
                 yield Static(id="fit", classes="dim")
+                with VerticalScroll(id="yaml-live-box"):
+                    yield Static(id="yaml-live")
                 with Horizontal(id="setup-buttons"):
                     yield Button("Check F5", id="b-check", compact=True)
                     yield Button("Preview F6", id="b-preview", compact=True)
@@ -168,16 +170,23 @@ class SetupScreen(Screen):
         for n in checked.notes:
             t.append(f"! {n}\n", style="yellow")
         self.query_one("#problems", Static).update(t)
+        if self.screen.has_class("-wide"):
+            y = Text("the config as YAML (F6: with the command):\n", style="dim")
+            y.append(self.model.yaml())
+            self.query_one("#yaml-live", Static).update(y)
         if checked.ok:
             self.query_one("#fit", Static).update("fit: estimating …")
             self._fit(checked.cfg, self.model.gpu_memory())
         else:
             self.query_one("#fit", Static).update("fit: (fix the problems first)")
 
-    @work(thread=True, exclusive=True, group="fit")
+    @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
     def _fit(self, cfg: dict, gpu_gb: float) -> None:
+        from textual.worker import get_current_worker
+
         line = forms.fit_line(cfg, gpu_gb)
-        self.app.call_from_thread(self._show_fit, line)
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show_fit, line)
 
     def _show_fit(self, line: str) -> None:
         style = "green" if "-> fits" in line else "yellow" if "tight" in line else "red" if "does not fit" in line else "dim"

@@ -1,0 +1,134 @@
+"""Screenshots of every screen, fed from the recorded run in ``tests/fixtures/ui_run``.
+
+    python -m cockpit.ui.screenshots [OUT_DIR]     # default: screenshots/
+
+The same scenes drive the snapshot tests (tests/test_ui_snapshots.py), so what the README
+shows is what the tests pin. Deterministic: frozen clock, no live following, UTC times,
+an empty user config dir, relative paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+FIXTURE = Path("tests") / "fixtures" / "ui_run"  # relative to ROOT: paths on screen stay short
+RUN_ID = "20261130-094516-cpu-demo-tiny-de8f"
+FROZEN_NOW = 1796031960.0
+SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
+
+
+def prepare_env(config_home: Path) -> None:
+    """What makes a scene deterministic: cwd at the repo root, UTC, no user presets."""
+    os.chdir(ROOT)
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    os.environ["XDG_CONFIG_HOME"] = str(config_home)
+
+
+def make_app(start: str, **kw: Any):
+    from cockpit.ui.app import CockpitApp
+
+    doctor = json.loads((ROOT / FIXTURE / "doctor.json").read_text(encoding="utf-8"))
+    return CockpitApp(FIXTURE, start=start, clock=lambda: FROZEN_NOW, follow=False, runs_refresh_s=3600,
+                      doctor_checks=doctor, **kw)
+
+
+async def _settle(pilot, until: Callable[[], bool] | None = None, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while until is not None and not until() and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+
+
+async def _runs(pilot) -> None:
+    await _settle(pilot)
+
+
+async def _open(pilot, key: str, screen: str) -> None:
+    from cockpit.rundir import RunDir
+
+    run = RunDir(FIXTURE / RUN_ID)
+    if screen == "live":
+        pilot.app.open_live(run)
+        await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "LiveScreen"
+                      and pilot.app.screen.replay_progress is None and pilot.app.screen.state.events_seen > 0)
+        pilot.app.screen._drawn_version = -1
+        pilot.app.screen.draw()
+    else:
+        pilot.app.open_summary(run)
+        await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "SummaryScreen")
+    await pilot.pause(0.2)
+
+
+async def _live(pilot) -> None:
+    await _open(pilot, "", "live")
+
+
+async def _plot(pilot) -> None:
+    await _open(pilot, "", "live")
+    await pilot.press("p")
+    await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "PlotView")
+
+
+async def _summary(pilot) -> None:
+    await _open(pilot, "", "summary")
+
+
+async def _setup(pilot) -> None:
+    def ready() -> bool:
+        scr = pilot.app.screen
+        return scr._validate_timer is None and "fit: peak" in str(scr.query_one("#fit").render())
+
+    await _settle(pilot, ready)
+    await _settle(pilot, ready)
+
+
+async def _doctor(pilot) -> None:
+    await _settle(pilot)
+
+
+# name -> (start mode, extra app options, run_before)
+SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] = {
+    "runs": ("runs", {}, _runs),
+    "live": ("runs", {}, _live),
+    "plot": ("runs", {}, _plot),
+    "summary": ("runs", {}, _summary),
+    "setup": ("setup", {"start_preset": Path("presets") / "cpu-demo.yaml"}, _setup),
+    "doctor": ("doctor", {}, _doctor),
+}
+
+
+async def shoot(name: str, size: tuple[int, int], out: Path) -> Path:
+    start, opts, before = SCENES[name]
+    app = make_app(start, **opts)
+    async with app.run_test(size=size) as pilot:
+        await before(pilot)
+        svg = app.export_screenshot(title=f"cockpit — {name}")
+    path = out / f"{name}-{size[0]}x{size[1]}.svg"
+    path.write_text(svg, encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tempfile
+
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0]).resolve() if argv else ROOT / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    prepare_env(Path(tempfile.mkdtemp(prefix="cockpit-shots-")))
+    for name in SCENES:
+        for size in SIZES.values():
+            print(asyncio.run(shoot(name, size, out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
