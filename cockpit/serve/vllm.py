@@ -113,8 +113,11 @@ class VLLMClient:
     def base_models(self) -> list[dict[str, Any]]:
         return [m for m in self.models() if not m.get("parent")]
 
-    def load_lora(self, name: str, path: str, rank: int | None = None) -> str:
-        r = self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, timeout=max(self.timeout, 120))
+    def load_lora(self, name: str, path: str, rank: int | None = None, inplace: bool = False) -> str:
+        payload: dict[str, Any] = {"lora_name": name, "lora_path": path}
+        if inplace:
+            payload["load_inplace"] = True  # replace an adapter of the same name (vLLM >= 0.11)
+        r = self._request("POST", "/v1/load_lora_adapter", payload, timeout=max(self.timeout, 120))
         if r.status == 200:
             return r.body.strip()
         raise map_load_error(r, name=name, path=path, rank=rank, url=self.url)
@@ -194,8 +197,9 @@ RUNTIME_DISABLED_HELP = (
 def map_load_error(r: Response, name: str, path: str, rank: int | None, url: str) -> VLLMError:
     text = error_text(r.body)
     low = text.lower()
-    if r.status in (404, 405) and ("not found" in low or low in {"", "{}"} or "method not allowed" in low):
-        # the route only exists when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set
+    if r.status in (404, 405) and low.strip() in {"not found", "method not allowed", "", "{}"}:
+        # the route only exists when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set: FastAPI's plain 404
+        # (vLLM's own 404s carry a message, e.g. "Loading lora x failed: No adapter found for ...")
         return VLLMError("runtime_disabled", RUNTIME_DISABLED_HELP, r.status, r.body)
     m = re.search(r"lora rank (\d+) is greater than max_lora_rank (\d+)", text, re.I)
     if m:
