@@ -241,3 +241,17 @@ def test_serve_command_construction(fake_run, subst, capsys):
     assert cli_main(["serve", fake_run.name, "--runs-dir", str(fake_run.parent), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["mode"] == "adapter" and printed["model"] == fake_run.name
+
+
+def test_start_detached_writes_log_and_record(fake_run, capsys):
+    """--start runs the command in its own session with output in RUN/logs/vllm.log; a server
+    that dies at once (here: a Python without vLLM) is reported, not waited for."""
+    import sys
+
+    rc = cli_main(["serve", fake_run.name, "--runs-dir", str(fake_run.parent), "--start", "--vllm-python", sys.executable, "--port", "9", "--wait", "60", "--max-model-len", "512"])
+    assert rc == 1
+    rec = json.loads((fake_run / "serve.json").read_text())
+    assert rec["mode"] == "adapter" and rec["url"] == "http://127.0.0.1:9" and "--max-model-len 512" in rec["command"]
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in rec["command"]
+    assert "vllm" in (fake_run / "logs" / "vllm.log").read_text()  # "No module named vllm..."
+    assert "did not come up" in capsys.readouterr().err

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         log(f"started vLLM (pid {record['pid']}, own session); log: {record['log']}")
         if args.wait > 0:
             if not wait_ready(url, args.wait, pid=record["pid"]):
-                log(f"vLLM did not come up within {args.wait:.0f}s; see {record['log']}")
+                print(f"cockpit serve: vLLM did not come up within {args.wait:.0f}s (or exited); see {record['log']}", file=sys.stderr)
                 return EXIT_FAILED
             client = VLLMClient(url, api_key=args.api_key)
             base = cmd.base_id or cmd.model_id
