@@ -48,6 +48,8 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
     """Checks that need no model (cheap): raises InputError; returns warnings."""
     warnings: list[str] = []
     problems: list[Problem] = []
+    if float(cfg.get("learning_rate") or 0) > 1.0:
+        warnings.append(f"learning_rate {cfg['learning_rate']:g} is absurdly high: expect a NaN/inf loss (nan_policy: {cfg.get('nan_policy')})")
     if cfg.get("trust_remote_code"):
         warnings.append("trust_remote_code is true: Python code shipped with the model will run in the training ranks")
     out = cfg.get("output_dir")
@@ -119,6 +121,8 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
         pieces += [{"text": text[pos:a], "trained": False}, {"text": text[a:b], "trained": True}]
         pos = b
     pieces.append({"text": text[pos:], "trained": False})
+    if prepared.report.emptied == prepared.report.samples:
+        raise InputError(Problem(f"every sample loses all its assistant tokens at cutoff_len {cfg['cutoff_len']}; nothing to train on", key="cutoff_len"))
     if prepared.report.emptied:
         warnings.append(f"{prepared.report.emptied} samples keep no assistant token after truncation; raise cutoff_len")
     return CheckResult(

@@ -87,7 +87,7 @@ KEYS: tuple[Key, ...] = (
     # -- training ------------------------------------------------------------------------
     _k("per_device_train_batch_size", "int", 1, "micro-batch per device", "training", min=1, max=65536, nullable=False),
     _k("gradient_accumulation_steps", "int", 1, "micro-batches per optimizer step", "training", min=1, max=65536, nullable=False),
-    _k("learning_rate", "float", 5e-5, "peak learning rate", "training", min=0.0, max=10.0, min_exclusive=True, nullable=False),
+    _k("learning_rate", "float", 5e-5, "peak learning rate", "training", min=0.0, max=1e6, min_exclusive=True, nullable=False),
     _k("num_train_epochs", "float", 3.0, "epochs (ignored when max_steps > 0)", "training", min=0.0, min_exclusive=True, nullable=False),
     _k("max_steps", "int", -1, "optimizer steps (-1: from epochs)", "training", min=-1, nullable=False),
     _k("lr_scheduler_type", "choice", "cosine", "learning-rate schedule", "training", choices=SCHEDULERS, nullable=False),
@@ -111,6 +111,9 @@ KEYS: tuple[Key, ...] = (
     _k("master_addr", "str", "127.0.0.1", "rendezvous address", "strategy", nullable=False, llamafactory=False),
     _k("master_port", "int", 0, "rendezvous port (0: pick a free one)", "strategy", min=0, max=65535, nullable=False, llamafactory=False),
     _k("env", "map", None, "environment variables applied to every rank", "strategy", llamafactory=False),
+    _k("zero_stage", "choice", None, "generate a DeepSpeed ZeRO config (2 | 3; written to the run dir as ds_config.json)", "strategy", choices=(2, 3), llamafactory=False),
+    _k("offload", "choice", "none", "DeepSpeed offload to the CPU: none | optimizer | optimizer+params (params: ZeRO-3)", "strategy", choices=("none", "optimizer", "optimizer+params"), nullable=False, llamafactory=False),
+    _k("numa_bind", "str", "auto", "bind each local rank's CPUs and memory: auto (its GPU's NUMA node) | off | a map like '0:0,1:0,2:1'", "strategy", nullable=False, llamafactory=False),
     # -- watching --------------------------------------------------------------------------
     _k("probes", "str", None, "a JSON/JSONL file of {prompt, expect} checked before and after training", "watch", llamafactory=False),
     _k("probe_max_new_tokens", "int", 40, "tokens generated per probe", "watch", min=1, max=4096, nullable=False, llamafactory=False),

@@ -142,21 +142,24 @@ class CockpitCallback(TrainerCallback):
                 mem=mems,
             )
             self.run.update_status(step=state.global_step, total_steps=state.max_steps, last_loss=loss)
-        # NaN / inf loss and spikes (every rank sees the same averaged loss)
-        if not math.isfinite(loss):
+        # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
+        gnorm = logs.get("grad_norm")
+        bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)
+        if not math.isfinite(loss) or bad_gnorm:
             self.nan_seen = True
+            what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {gnorm}"
             self.emit(
                 "alert",
                 level="error",
                 code="nan_loss",
-                message=f"loss is {loss} at step {state.global_step}",
+                message=f"{what} at step {state.global_step}",
                 remedies=["lower learning_rate", "use bf16 instead of fp16", "check max_grad_norm (gradient clipping)"],
                 policy=self.cfg["nan_policy"],
             )
             if self.cfg["nan_policy"] == "stop":
                 control.should_training_stop = True
                 control.should_save = True
-                self.stop_reason = f"loss became {loss} at step {state.global_step}"
+                self.stop_reason = f"{what.replace(' is ', ' became ')} at step {state.global_step}"
         elif len(self.recent) >= 5 and loss > self.cfg["spike_factor"] * statistics.median(self.recent):
             med = statistics.median(self.recent)
             self.emit(

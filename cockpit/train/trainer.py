@@ -30,6 +30,20 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _disk_full(exc: BaseException, folder: str) -> bool:
+    """ENOSPC anywhere in the chain, or (torch's zip writer hides errno) almost no space left."""
+    e: BaseException | None = exc
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return True
+        e = e.__cause__ or e.__context__
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return False
+    return usage.free < max(16 * 2**20, usage.total // 100)
+
+
 class CockpitTrainer(Trainer):
     _staging = False
 
@@ -45,14 +59,15 @@ class CockpitTrainer(Trainer):
         self._staging = True
         try:
             super()._save_checkpoint(model, trial)
-        except OSError as exc:
+        except Exception as exc:  # torch.save reports ENOSPC as "RuntimeError: unexpected pos"
+            full = _disk_full(exc, final_root)
             shutil.rmtree(staged, ignore_errors=True)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            if full:
                 raise CheckpointError(
-                    f"disk full while saving {name} in {final_root} ({os.strerror(exc.errno)}); "
-                    "older checkpoints are intact; free space or set save_total_limit"
+                    f"disk full while saving {name} in {final_root}; older checkpoints are intact; "
+                    "free space, use another output_dir, or set save_total_limit"
                 ) from exc
-            raise CheckpointError(f"saving {name} failed: {exc}") from exc
+            raise CheckpointError(f"saving {name} failed: {type(exc).__name__}: {exc}") from exc
         finally:
             self._staging = False
             self.args.save_total_limit = limit

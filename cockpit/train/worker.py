@@ -28,6 +28,22 @@ from cockpit.rundir import RunDir, atomic_write_json
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 
+OOM_REMEDIES = [
+    "lower per_device_train_batch_size and raise gradient_accumulation_steps (same global batch)",
+    "gradient_checkpointing: true",
+    "a shorter cutoff_len",
+    "ZeRO-3 / FSDP across more devices, or QLoRA (quantization_bit: 4)",
+    "cockpit plan CONFIG tells what fits before launch",
+]
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "hip out of memory", "cuda out of memory")
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return any(t in str(exc).lower() for t in _OOM_TEXT)
+
+
 def dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
@@ -159,15 +175,18 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         dataloader_num_workers=cfg["dataloader_num_workers"],
         remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding",
+        logging_nan_inf_filter=False,  # the default hides NaN/inf losses behind an average
         disable_tqdm=True,
         log_level="warning",
     )
     if world_size > 1 and use_cpu:
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
-        kwargs["deepspeed"] = cfg["deepspeed"]
+        kwargs["deepspeed"] = cfg["deepspeed"]  # a path, or the config dict set up in _apply_strategy
     if cfg.get("fsdp"):
-        kwargs["fsdp"] = cfg["fsdp"]
+        # the ranks shard the model themselves with FSDP2 (cockpit/strategy/fsdp.py): HF's fsdp=
+        # falls back to DDP on the CPU. Trainer can checkpoint such a model without optimizer state only.
+        kwargs["save_only_model"] = True
     if cfg["val_size"]:
         kwargs["eval_strategy"] = "steps"
         kwargs["eval_steps"] = max(cfg["logging_steps"], 1)
@@ -247,11 +266,48 @@ def main(run_path: str) -> int:
     except Exception as exc:  # reported, with the traceback in the rank's log
         traceback.print_exc()
         reason = f"{type(exc).__name__}: {exc}"
-        if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError):
-            reason = f"out of memory: {reason}"
+        if is_oom(exc):
+            reason = f"out of memory in rank {rank}: {reason}"
+            if writer:
+                writer.emit(
+                    "alert",
+                    level="error",
+                    code="oom",
+                    message=reason[:500],
+                    remedies=OOM_REMEDIES,
+                    rank=rank,
+                )
         if writer:
             writer.emit("run_failed", reason=reason[:2000], rank=rank)
         return EXIT_FAILED
+
+
+def _apply_strategy(run: RunDir, cfg: dict[str, Any], model, rank: int, world_size: int, local_rank: int, use_cpu: bool, n_rows: int, log) -> tuple[dict[str, Any], bool]:
+    """DeepSpeed: the config (user file or generated) filled as HF fills it, validated by DeepSpeed,
+    written to RUN_DIR/ds_config.json. FSDP: a torch check. Returns (cfg, parameters sharded?)."""
+    if cfg.get("fsdp"):
+        from cockpit.strategy.fsdp import check_torch
+
+        if world_size < 2:
+            raise InputError("fsdp: FSDP shards over several processes; set nproc_per_node (or nnodes) above 1")
+        reason = check_torch()
+        if reason:
+            raise InputError(f"fsdp: {reason}")
+        return cfg, True
+    if not (cfg.get("deepspeed") or cfg.get("zero_stage")):
+        return cfg, False
+    from cockpit.strategy import deepspeed as ds
+
+    source, name = ds.source({**cfg, "use_cpu": use_cpu})
+    micro, gas = cfg["per_device_train_batch_size"], cfg["gradient_accumulation_steps"]
+    steps = cfg["max_steps"] if cfg["max_steps"] > 0 else max(1, math.ceil(math.ceil(n_rows / (micro * world_size)) / gas * cfg["num_train_epochs"]))
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None) or ds.hidden_size_of(cfg["model_name_or_path"])
+    filled = ds.effective(source, cfg, file=name, hidden_size=hidden, num_training_steps=steps, ws=world_size)
+    if rank == 0:
+        atomic_write_json(run.path / "ds_config.json", filled)
+        log(f"DeepSpeed ZeRO-{(filled.get('zero_optimization') or {}).get('stage', 0)} config ({name}) validated; written to ds_config.json")
+    stage = int((filled.get("zero_optimization") or {}).get("stage", 0))
+    return {**cfg, "deepspeed": source}, stage == 3
 
 
 def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
@@ -278,6 +334,8 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     prepared = prepare_dataset(cfg, tok)
     log("data: " + " | ".join(prepared.report.lines()))
     rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
+    if not rows:
+        raise InputError(f"cutoff_len {cfg['cutoff_len']}: every sample loses all its assistant tokens; nothing to train on")
     eval_rows: list[dict[str, list[int]]] = []
     if cfg["val_size"]:
         import random
@@ -287,6 +345,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         n_eval = int(cfg["val_size"]) if cfg["val_size"] >= 1 else max(1, int(len(rows) * cfg["val_size"]))
         eval_rows, rows = rows[:n_eval], rows[n_eval:]
     model = build_model(cfg, ref, use_cpu, local_rank)
+    cfg, sharded = _apply_strategy(run, cfg, model, rank, world_size, local_rank, use_cpu, len(rows), log)
     probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
     probe_before = None
     if probes and rank == 0:
@@ -299,8 +358,18 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
             probe_before = run_probes(probe_model, tok, probes, cfg["probe_max_new_tokens"])
         writer.emit("probe_results", phase="before", **probe_before)
     args = training_arguments(cfg, dirs, use_cpu, world_size)
+    trainer_cls = CockpitTrainer
+    if cfg.get("fsdp"):
+        from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
+
+        assert args.device is not None  # sets up the process group (gloo / nccl) that fully_shard uses
+        info = shard(model, cfg["fsdp"], use_cpu=use_cpu, local_rank=local_rank, nnodes=int(cfg["nnodes"]), bf16=cfg["bf16"], fp16=cfg["fp16"])
+        report = shard_report(model)
+        write_report(run.path, rank, info, report)
+        log(f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters")
+        trainer_cls = trainer_class(CockpitTrainer)  # saves gather the sharded state dict first
     callback = CockpitCallback(run, cfg, rank, world_size, writer)
-    trainer = CockpitTrainer(
+    trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=ListDataset(rows),
@@ -322,11 +391,14 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         if rank == 0:
             tok.save_pretrained(str(dirs["adapter"]))
     probe_after = None
-    if probes and rank == 0:
+    if probes and (rank == 0 or sharded):  # sharded parameters: every rank joins generate's gathers
         log("probes after training")
         probe_after = run_probes(trainer.model, tok, probes, cfg["probe_max_new_tokens"])
-        writer.emit("probe_results", phase="after", **probe_after)
+        if rank == 0:
+            writer.emit("probe_results", phase="after", **probe_after)
     if rank != 0:
+        if local_rank == 0 and int(os.environ.get("GROUP_RANK", 0)) > 0:  # another node's run dir ends too
+            EventWriter(run.events_path).emit("run_stopped" if stopped else "run_finished", steps=trainer.state.global_step, node_rank=int(os.environ["GROUP_RANK"]), reason=callback.stop_reason)
         return EXIT_OK
     plotted = bool(cfg["plot_loss"]) and plot_loss(run.events_path, dirs["plot"])
     state = trainer.state
