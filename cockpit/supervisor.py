@@ -18,6 +18,7 @@ Imports neither torch nor textual.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -45,26 +46,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def rank_command(run: RunDir, cfg: dict[str, Any], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
-    """The command that starts this node's ranks, and the env additions."""
-    nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
-    worker = ["-m", "cockpit.train.worker", str(run.path)]
-    if nproc == 1 and nnodes == 1:
-        return [python, *worker], {}  # no RANK/WORLD_SIZE: accelerate would expect a rendezvous
-    port = int(cfg["master_port"]) or 29500
-    cmd = [
-        python,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={nproc}",
-        f"--nnodes={nnodes}",
-        f"--node_rank={cfg['node_rank']}",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={cfg['master_addr']}:{port}",
-        f"--rdzv_id={run.run_id}",
-        "--max_restarts=0",
-        *worker,
-    ]
-    return cmd, {}
+    """The command that starts this node's ranks, and the env additions.
+
+    Built by :func:`cockpit.strategy.launch.node_launch` (torchrun + c10d, NUMA wrapping), which
+    ``cockpit preview`` shows; the plan is recorded in ``launch.json`` in the run dir.
+    """
+    from cockpit.strategy.launch import node_launch, write_record
+
+    launch = node_launch(run.path, run.run_id, cfg, python=python)
+    write_record(run.path, launch, cfg)
+    return launch.command, dict(launch.env_add)
 
 
 def tail_lines(path: Path, n: int = 20) -> list[str]:
@@ -107,6 +98,10 @@ class Supervisor:
         self.sampler = None
         self.comm = None
         self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
+        self.comm_parsers: dict[int, Any] = {}
+        self.comm_offsets: dict[int, int] = {}
+        self.comm_last: tuple | None = None
+        self.comm_next_t = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,7 +111,8 @@ class Supervisor:
         env["PYTHONUNBUFFERED"] = "1"
         env["COCKPIT_RUN_DIR"] = str(self.run.path)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        launcher_log = self.run.logs_dir / ("rank0.log" if len(cmd) == 4 else "launcher.log")
+        single = "torch.distributed.run" not in cmd
+        launcher_log = self.run.logs_dir / ("rank0.log" if single else "launcher.log")
         out = open(launcher_log, "ab", buffering=0)
         self.proc = subprocess.Popen(
             cmd,
@@ -212,11 +208,46 @@ class Supervisor:
             except Exception as exc:
                 print(f"telemetry error: {exc}", flush=True)
                 self.sampler = None
+        if time.time() >= self.comm_next_t:
+            self.comm_next_t = time.time() + 2.0
+            self.follow_comm_logs()
         alive = self.proc is not None and self.proc.poll() is None
         last_lines = {r: (tail_lines(self.run.rank_log(r), 1) or [""])[-1] for r in (self.rank_pids or {0: 0})}
         alert = self.watchdog.check(time.time(), ranks_alive=alive and not self.killing, last_lines=last_lines)
         if alert:
             self.events.emit("alert", **alert)
+
+    def follow_comm_logs(self) -> None:
+        """Feed the new bytes of every rank log to an NCCL/RCCL INFO parser; emit a ``comm``
+        event when what it knows changes (version, init state, transports)."""
+        from cockpit.comm.nccl_log import NcclLogParser, merge_snapshots
+
+        world = int(self.cfg["nproc_per_node"]) * int(self.cfg["nnodes"])
+        if world <= 1 and not any(k.startswith(("NCCL_", "RCCL_")) for k in os.environ):
+            return
+        for log in sorted(self.run.logs_dir.glob("rank*.log")):
+            try:
+                rank = int(log.stem[4:])
+            except ValueError:
+                continue
+            parser = self.comm_parsers.setdefault(rank, NcclLogParser(rank=rank))
+            offset = self.comm_offsets.get(rank, 0)
+            try:
+                with open(log, "rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read(1 << 20)
+            except OSError:
+                continue
+            self.comm_offsets[rank] = offset + len(data)
+            if data:
+                parser.feed(data)
+        if not self.comm_parsers:
+            return
+        merged = merge_snapshots([p.snapshot() for p in self.comm_parsers.values()])
+        key = (merged.get("status"), merged.get("version"), json.dumps(merged.get("details"), sort_keys=True, default=str)[:4000])
+        if merged.get("status") not in (None, "unknown") and key != self.comm_last:
+            self.comm_last = key
+            self.events.emit("comm", source="nccl_log", **merged)
 
     def loop(self) -> int:
         assert self.proc is not None

@@ -205,7 +205,7 @@ def test_disk_full_while_saving_keeps_older_checkpoints(tmp_path, tiny_model_dir
     assert ckpts, "the first checkpoint fit"
     for c in ckpts:
         assert (c / "trainer_state.json").exists()
-    assert not list((out / "checkpoints" / ".staging").glob("*")), "no partial checkpoint left"
+    assert not list((out / "checkpoints").glob(".staging/*")), "no partial checkpoint left"
     from cockpit.train.worker import last_checkpoint
 
     assert last_checkpoint(out / "checkpoints") == str(ckpts[-1])

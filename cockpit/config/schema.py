@@ -121,6 +121,7 @@ KEYS: tuple[Key, ...] = (
     _k("spike_policy", "choice", "warn", "on a loss spike: warn, or stop and save", "watch", choices=("warn", "stop"), nullable=False, llamafactory=False),
     _k("spike_factor", "float", 3.0, "a loss above factor x the recent median is a spike", "watch", min=1.0, nullable=False, llamafactory=False),
     _k("hang_timeout_s", "float", 300.0, "floor of the hang watchdog (s)", "watch", min=1.0, nullable=False, llamafactory=False),
+    _k("comm_probe", "bool", True, "time an all-reduce across the ranks at run start", "watch", nullable=False, llamafactory=False),
     _k("telemetry_interval_s", "float", 1.0, "telemetry sampling period (s; 0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
 )
 

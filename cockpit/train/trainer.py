@@ -77,5 +77,9 @@ class CockpitTrainer(Trainer):
             if os.path.exists(target):  # a re-save of the same step (e.g. save-now at a save step)
                 shutil.rmtree(target)
             os.replace(staged, target)
+            try:
+                os.rmdir(os.path.dirname(staged))  # leave no empty .staging behind
+            except OSError:
+                pass
             rotate_checkpoints(output_dir=final_root, save_total_limit=limit)
         _barrier()

@@ -68,7 +68,9 @@ def _use_cpu(cfg: dict[str, Any]) -> bool:
 def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
     """The model to train: base (+ quantization) + PEFT adapter / freeze / full."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, set_seed
+
+    set_seed(cfg["seed"])  # the adapter's random init: the same on every rank (FSDP2 shards each rank's copy) and every run
 
     kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.kwargs()}
     method = cfg["finetuning_type"]
@@ -191,6 +193,28 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         kwargs["eval_strategy"] = "steps"
         kwargs["eval_steps"] = max(cfg["logging_steps"], 1)
     return TrainingArguments(**kwargs)
+
+
+def comm_health_probe(writer, use_cpu: bool, log) -> None:
+    """All ranks: a timed all-reduce at a few sizes (the process group exists once the
+    TrainingArguments are built); rank 0 records backend, version and bus bandwidth."""
+    from cockpit.comm.env import comm_env
+    from cockpit.comm.health import MB, allreduce_probe, backend_info
+
+    info = backend_info()
+    sizes = (1 * MB, 4 * MB, 16 * MB) if use_cpu else (1 * MB, 4 * MB, 16 * MB, 64 * MB)
+    probe = allreduce_probe(sizes_bytes=sizes, iters=5)
+    best = max((r.get("busbw_gbps") or 0.0 for r in probe.get("results", [])), default=0.0)
+    log(f"comm probe: {info.get('library') or info.get('backend')} world {info.get('world_size')}, best bus bandwidth {best:.2f} GB/s")
+    if writer is not None:
+        writer.emit(
+            "comm",
+            backend=info.get("library") or info.get("backend"),
+            version=info.get("version"),
+            world_size=info.get("world_size"),
+            status="ok" if probe.get("ok") else "probe failed",
+            details={"probe": probe, "info": info, "env": comm_env()},
+        )
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:
@@ -358,11 +382,13 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
             probe_before = run_probes(probe_model, tok, probes, cfg["probe_max_new_tokens"])
         writer.emit("probe_results", phase="before", **probe_before)
     args = training_arguments(cfg, dirs, use_cpu, world_size)
+    if world_size > 1 and cfg.get("comm_probe", True):
+        comm_health_probe(writer, use_cpu, log)
     trainer_cls = CockpitTrainer
     if cfg.get("fsdp"):
         from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 
-        assert args.device is not None  # sets up the process group (gloo / nccl) that fully_shard uses
+        _ = args.device  # sets up the process group (gloo / nccl) that fully_shard uses
         info = shard(model, cfg["fsdp"], use_cpu=use_cpu, local_rank=local_rank, nnodes=int(cfg["nnodes"]), bf16=cfg["bf16"], fp16=cfg["fp16"])
         report = shard_report(model)
         write_report(run.path, rank, info, report)
