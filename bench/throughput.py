@@ -1,6 +1,7 @@
 """Cockpit vs a plain HF Trainer + PEFT script on the same LoRA job, run alternately.
 
     python bench/throughput.py [--rounds 2] [--steps 12] [--model smollm2-135m-instruct]
+    python bench/throughput.py --telemetry      # cockpit with telemetry at 1 Hz vs off
 
 Both sides train the same model, data (the rendered demo set), cutoff, micro-batch, steps and
 dtype (fp32 on CPU). Cockpit goes through the real CLI (`cockpit train`: preflight, detached
@@ -91,6 +92,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--telemetry", action="store_true", help="compare cockpit with telemetry at 1 Hz against telemetry off")
     a = ap.parse_args()
     import yaml
 
@@ -101,14 +103,23 @@ def main() -> None:
         cfg = dict(JOB, model_name_or_path=a.model, max_steps=a.steps)
         cfg_path = tmp / "job.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))
+        if a.telemetry:
+            off_path = tmp / "job-off.yaml"
+            off_path.write_text(yaml.safe_dump(dict(cfg, telemetry_interval_s=0)))
+            on_path = tmp / "job-on.yaml"
+            on_path.write_text(yaml.safe_dump(dict(cfg, telemetry_interval_s=1.0)))
+            first, second = (lambda: run_cockpit(on_path, tmp / "runs")), (lambda: run_cockpit(off_path, tmp / "runs"))
+            names = ("telemetry 1 Hz", "telemetry off")
+        else:
+            first, second = (lambda: run_cockpit(cfg_path, tmp / "runs")), (lambda: run_plain(cfg_path, tmp / "plain"))
+            names = ("cockpit", "plain HF Trainer+PEFT")
         ours, plain = [], []
         for r in range(a.rounds):
-            ours.append(run_cockpit(cfg_path, tmp / "runs"))
-            plain.append(run_plain(cfg_path, tmp / f"plain{r}"))
-            print(f"round {r + 1}: cockpit {ours[-1]:.1f} tok/s   plain HF Trainer+PEFT {plain[-1]:.1f} tok/s   ratio {ours[-1] / plain[-1]:.3f}", flush=True)
+            ours.append(first())
+            plain.append(second())
+            print(f"round {r + 1}: {names[0]} {ours[-1]:.1f} tok/s   {names[1]} {plain[-1]:.1f} tok/s   ratio {ours[-1] / plain[-1]:.3f}", flush=True)
         mo, mp = statistics.median(ours), statistics.median(plain)
-        print(f"median: cockpit {mo:.1f} tok/s, plain {mp:.1f} tok/s, ratio cockpit/plain = {mo / mp:.3f}")
-
+        print(f"median: {names[0]} {mo:.1f} tok/s, {names[1]} {mp:.1f} tok/s, ratio = {mo / mp:.3f}")
 
 if __name__ == "__main__":
     main()

@@ -12,6 +12,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
+# System tools the tests use (numactl for NUMA binding, tmux for the survive-the-terminal test).
+missing=()
+for tool in numactl tmux; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "[bootstrap] apt-get install ${missing[*]}"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null 2>&1 \
+    || echo "[bootstrap] could not install ${missing[*]}; the tests that need them will skip"
+fi
 stamp="$venv/.cockpit-installed"
 want="$(cat pyproject.toml scripts/constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
