@@ -92,13 +92,18 @@ class CockpitApp(App):
         return Screen()
 
     def on_mount(self) -> None:
-        from cockpit.ui.screens.doctor import DoctorScreen
-        from cockpit.ui.screens.runs import RunsScreen
-        from cockpit.ui.screens.setup import SetupScreen
+        # screens are imported when first shown: the first frame does not wait for the others
+        def lazy(module: str, name: str):
+            def make():
+                import importlib
 
-        self.add_mode("runs", RunsScreen)
-        self.add_mode("setup", SetupScreen)
-        self.add_mode("doctor", DoctorScreen)
+                return getattr(importlib.import_module(f"cockpit.ui.screens.{module}"), name)()
+
+            return make
+
+        self.add_mode("runs", lazy("runs", "RunsScreen"))
+        self.add_mode("setup", lazy("setup", "SetupScreen"))
+        self.add_mode("doctor", lazy("doctor", "DoctorScreen"))
         start = self.start
         if start == "auto":
             start = "runs" if list_runs(self.runs_dir) else "setup"

@@ -8,14 +8,16 @@ leaving or quitting the UI never stops the run.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, ProgressBar, RichLog, Sparkline, Static
+from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 
 from cockpit.rundir import RunDir
 from cockpit.ui import render
@@ -26,7 +28,7 @@ SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "
 
 
 class LiveScreen(Screen):
-    AUTO_FOCUS = "#log"
+    AUTO_FOCUS = None
     BINDINGS = [
         Binding("s", "save", "Save ckpt"),
         Binding("x", "stop", "Stop"),
@@ -46,6 +48,10 @@ class LiveScreen(Screen):
         self.tail = LogTail(run.logs_dir)
         self.poll_s = poll_s
         self.replay_progress: float | None = 0.0
+        self.peeked = None
+        self._drawn_counts: dict[str, tuple[int, int]] = {}
+        self._lines: dict[str, int] = {}
+        self._drawn_keys: dict[str, object] = {}
         self._drawn_version = -1
         self._needle = ""
         self._log_seen = 0
@@ -64,11 +70,18 @@ class LiveScreen(Screen):
             yield Static(id="devices", classes="pane")
             yield Static(id="alerts", classes="pane")
         yield Input(placeholder="search the log; Enter keeps the filter, Esc clears it", id="log-search", classes="hidden", disabled=True)
-        yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, min_width=40)
+        yield Static(id="log")  # the tail only, redrawn without a layout pass; `l` opens the scrollable log
         yield Footer()
 
     def on_mount(self) -> None:
+        import os
+
         self.app.sub_title = self.run.run_id
+        try:
+            big = os.path.getsize(self.run.events_path) > (4 << 20)
+        except OSError:
+            big = False
+        self.peeked = self.follower.peek() if big else None  # the header, at once, for a big log
         self._replay()
         self.set_interval(1.0, self._tick_clock)
 
@@ -85,15 +98,22 @@ class LiveScreen(Screen):
             size = os.path.getsize(self.run.events_path)
         except OSError:
             size = 0
+        # a huge history is sampled (every stride-th step line) up to its last few MB
+        exact_from = max(0, size - (4 << 20))
+        stride = max(1, exact_from // (self.state.capacity * 16 * 300))
+        last_draw = 0.0
         while True:
+            f = self.follower
+            events, done = f.read_chunk(stride if f.reader.offset < exact_from else 1)
             with self.lock:
-                before = self.follower.reader.offset
-                self.follower.poll(max_chunks=1)
-                done = self.follower.reader.offset - before < self.follower.chunk_bytes
-                self.replay_progress = None if done else (self.follower.reader.offset / size if size else None)
-            self.app.call_from_thread(self.draw)
+                f.state.apply(events)
+                self.replay_progress = None if done else (f.reader.offset / size if size else None)
             if done:
                 break
+            if time.monotonic() - last_draw > 0.5:  # progress, not a redraw per chunk
+                self.app.call_from_thread(self.draw)
+                last_draw = time.monotonic()
+            time.sleep(0.005)  # let the UI thread have the GIL: keys stay responsive
         self.app.call_from_thread(self._start_following)
 
     def _start_following(self) -> None:
@@ -112,39 +132,70 @@ class LiveScreen(Screen):
         self._read_logs()
 
     def _read_logs(self) -> None:
-        new = self.tail.read_new()
-        if not new:
-            return
-        log = self.query_one("#log", RichLog)
-        low = self._needle.lower()
-        for line in new:
-            if not low or low in line.lower():
-                log.write(line)
+        if self.tail.read_new():
+            self._show_log()
+
+    def _show_log(self) -> None:
+        from rich.text import Text
+
+        widget = self.query_one("#log", Static)
+        rows = max(1, widget.size.height or 20)
+        if self._needle:
+            lines = self.tail.search(self._needle)[-rows:]
+        else:
+            lines = list(itertools.islice(reversed(self.tail.lines), rows))[::-1]
+        text = Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
+        if self._needle:
+            text.highlight_words([self._needle], style="reverse yellow", case_sensitive=False)
+        widget.update(text, layout=False)
+
+    def _header_state(self):
+        return self.peeked if (self.replay_progress is not None and self.peeked is not None) else self.state
 
     def _tick_clock(self) -> None:
         if not self.state.ended:
-            self.query_one("#live-title", Static).update(render.header(self.state, self.clock(), self.replay_progress))
+            self._update("#live-title", render.header(self._header_state(), self.clock(), self.replay_progress))
 
     # -- drawing ----------------------------------------------------------------------------
+    def _update(self, selector: str, content) -> None:
+        """Static.update, with a layout pass only when the number of lines changed (a layout
+        of the whole screen per step is most of the UI's CPU otherwise)."""
+        widget = self.query_one(selector, Static)
+        lines = content.plain.count("\n") if hasattr(content, "plain") else str(content).count("\n")
+        widget.update(content, layout=self._lines.get(selector) != lines)
+        self._lines[selector] = lines
+
     def draw(self) -> None:
         with self.lock:
             st = self.state
             if st.version == self._drawn_version and self.replay_progress is None:
                 return
             self._drawn_version = st.version
-            self.query_one("#live-title", Static).update(render.header(st, self.clock(), self.replay_progress))
+            hs = self._header_state()
+            self._update("#live-title", render.header(hs, self.clock(), self.replay_progress))
             bar = self.query_one("#live-progress", ProgressBar)
-            if st.total:
-                bar.update(total=st.total, progress=min(st.step, st.total))
+            if hs.total:
+                bar.update(total=hs.total, progress=min(hs.step, hs.total))
             for m in METRICS:
                 s = st.series[m]
+                if self._drawn_counts.get(m) == (s.n, s.width):
+                    continue
+                self._drawn_counts[m] = (s.n, s.width)
                 self.query_one(f"#spark-{m}", Sparkline).data = s.means()
                 label = f"{SHORT[m]:<9} {fmt_num(s.last, m):>10}"
-                self.query_one(f"#lbl-{m}", Static).update(label)
+                self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
             devices = self.query_one("#devices", Static)
             width = devices.size.width or self.size.width // 2
-            devices.update(render.devices(st, width))
-            self.query_one("#alerts", Static).update(render.alerts(st, 3 if self.size.height < 40 else 6))
+            key = (id(st.telemetry), id(st.comm), width, tuple(sorted(st.mem)) if not st.telemetry else None)
+            if key != self._drawn_keys.get("devices"):
+                self._drawn_keys["devices"] = key
+                self._update("#devices", render.devices(st, width))
+            limit = 3 if self.size.height < 40 else 6
+            key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints), tuple(st.probes),
+                   id(st.failed), limit)
+            if key != self._drawn_keys.get("alerts"):
+                self._drawn_keys["alerts"] = key
+                self._update("#alerts", render.alerts(st, limit))
 
     # -- actions ----------------------------------------------------------------------------
     def _request(self, what: str, message: str) -> None:
@@ -192,14 +243,14 @@ class LiveScreen(Screen):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "log-search":
             self._needle = event.value
-            log = self.query_one("#log", RichLog)
-            log.clear()
-            for line in self.tail.search(self._needle)[-log.max_lines:]:
-                log.write(line)
+            self._show_log()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._show_log)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "log-search":
-            self.query_one("#log", RichLog).focus()
+            self.set_focus(None)
 
     def action_leave(self) -> None:
         box = self.query_one("#log-search", Input)
@@ -207,7 +258,7 @@ class LiveScreen(Screen):
             box.value = ""
             box.add_class("hidden")
             box.disabled = True
-            self.query_one("#log", RichLog).focus()
+            self.set_focus(None)
             self.on_input_changed(Input.Changed(box, ""))
             return
         self.app.sub_title = ""

@@ -50,8 +50,12 @@ class RunsScreen(Screen):
             table.add_column(col, key=col)
         self.states: dict[str, str] = {}
         self.refresh_runs()
-        self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_runs)
+        self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self._tick)
         table.focus()
+
+    def _tick(self) -> None:
+        if self.app.screen is self:  # not while a Live / Summary screen covers it
+            self.refresh_runs()
 
     def refresh_runs(self) -> None:
         runs_dir = self.app.runs_dir

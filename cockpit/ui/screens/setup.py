@@ -87,11 +87,11 @@ class SetupScreen(Screen):
     def on_mount(self) -> None:
         preset = getattr(self.app, "start_preset", None)
         if preset:
-            self.load_preset(Path(preset))
+            self.load_preset(Path(preset), quiet=True)
         self.validate_now()
 
     # -- form <-> model -------------------------------------------------------------------------
-    def load_preset(self, path: Path) -> None:
+    def load_preset(self, path: Path, quiet: bool = False) -> None:
         from cockpit.errors import InputError
 
         try:
@@ -102,7 +102,8 @@ class SetupScreen(Screen):
         self.model.fill(raw)
         self.fill_widgets()
         self.validate_now()
-        self.notify(f"preset {path.stem} loaded")
+        if not quiet:
+            self.notify(f"preset {path.stem} loaded")
 
     def fill_widgets(self) -> None:
         for f in FIELDS.values():
