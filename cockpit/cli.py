@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("cockpit.commands.export", "export a run's adapter, or merge it into the base model"),
     "serve": ("cockpit.commands.serve", "hand a run to vLLM: hot-load its adapter into a running server, or print/start the server"),
     "chat": ("cockpit.commands.chat", "the same prompt to base and tuned model, side by side, streamed"),
+    "preview": ("cockpit.commands.preview", "show the exact launch: torchrun command, every rank's env, NUMA binding, other nodes"),
     "plan": ("cockpit.commands.plan", "estimate per-device memory before launch; say whether it fits"),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
 }

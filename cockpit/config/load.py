@@ -276,6 +276,7 @@ def validate(
         bad = [o for o in opts if o not in allowed]
         if bad or not opts:
             problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
+    problems.extend(_strategy_problems(raw, cfg, where, problems))
 
     # -- paths: read as given, resolved against the working dir then the config's dir --------
     bases = [Path.cwd()]
@@ -313,9 +314,59 @@ def validate(
             else:
                 cfg["resume_from_checkpoint"] = str(found)
     cfg["_base_dir"] = str(bases[-1])
+    if check_paths and not problems and (cfg.get("deepspeed") or cfg.get("zero_stage")):
+        problems.extend(_deepspeed_problems(cfg, full=False))
     if problems:
         raise InputError(problems)
     return cfg
+
+
+def _strategy_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, problems: list[Problem]) -> list[Problem]:
+    """Cross-key rules of the strategy keys (zero_stage, offload, numa_bind, multi-node, fsdp)."""
+    from cockpit.strategy.numa import check_value
+
+    out: list[Problem] = []
+    if raw.get("numa_bind") is False:  # YAML 1.1 reads a bare `off` as false
+        problems[:] = [p for p in problems if p.key != "numa_bind"]
+        cfg["numa_bind"] = "off"
+    msg = check_value(cfg.get("numa_bind"), int(cfg["nproc_per_node"]))
+    if msg:
+        out.append(Problem(f"{msg} (auto | off | a quoted map like '0:0,1:0,2:1')", **where("numa_bind")))
+    if cfg.get("zero_stage") and cfg.get("deepspeed"):
+        out.append(Problem("zero_stage generates a DeepSpeed config, and deepspeed names one too; choose one", **where("zero_stage")))
+    if cfg.get("zero_stage") and cfg.get("fsdp"):
+        out.append(Problem("zero_stage (DeepSpeed) and fsdp are both set; choose one strategy", **where("fsdp")))
+    if cfg.get("offload", "none") != "none" and not cfg.get("zero_stage"):
+        hint = " (for a deepspeed file, set offload in the file; for fsdp, add 'offload' to fsdp)" if (cfg.get("deepspeed") or cfg.get("fsdp")) else ""
+        out.append(Problem(f"offload applies to a generated DeepSpeed config: set zero_stage: 2 or 3{hint}", **where("offload")))
+    if cfg.get("offload") == "optimizer+params" and cfg.get("zero_stage") == 2:
+        out.append(Problem("parameter offload needs zero_stage: 3 (ZeRO-2 offloads the optimizer only)", **where("offload")))
+    if int(cfg["nnodes"]) > 1 and not int(cfg["master_port"] or 0):
+        out.append(Problem("several nodes need a fixed master_port that every node uses (0 picks a free port on one machine only)", **where("master_port")))
+    if cfg.get("fsdp"):
+        opts = set(str(cfg["fsdp"]).split())
+        if int(cfg["nproc_per_node"]) * int(cfg["nnodes"]) < 2:
+            out.append(Problem("FSDP shards over several processes; set nproc_per_node (or nnodes) above 1", **where("fsdp")))
+        if "no_shard" in opts:
+            out.append(Problem("no_shard is plain data parallel: unset fsdp to train with DDP", **where("fsdp")))
+        if {"full_shard", "shard_grad_op"} <= opts:
+            out.append(Problem("full_shard and shard_grad_op are both given; choose one", **where("fsdp")))
+        if cfg.get("quantization_bit"):
+            out.append(Problem("FSDP with a quantized (QLoRA) base is not supported; unset quantization_bit or fsdp", **where("fsdp")))
+    return out
+
+
+def _deepspeed_problems(cfg: dict[str, Any], *, full: bool) -> list[Problem]:
+    """The DeepSpeed config against the run: pure checks (validate: the TUI's forms too), and with
+    ``full`` DeepSpeed's own parser after HF's "auto" filling, in a child process (load_config: the CLI)."""
+    from cockpit.strategy import deepspeed as ds
+
+    try:
+        data, name = ds.source(cfg)
+    except InputError as err:
+        return list(err.problems)
+    found = ds.check(data or {}, cfg, name or "<deepspeed>")
+    return found or (ds.validate_in_subprocess(cfg) if full else [])
 
 
 def load_config(
@@ -338,7 +389,12 @@ def load_config(
             lines[key] = None  # type: ignore[assignment]
     file = str(path) if path is not None else None
     try:
-        return validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
+        cfg = validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
+        if check_paths and (cfg.get("deepspeed") or cfg.get("zero_stage")):
+            found = _deepspeed_problems(cfg, full=True)  # DeepSpeed's own parser (a child process, ~10 s)
+            if found:
+                raise InputError(found)
+        return cfg
     except InputError as err:
         for p in err.problems:  # overrides: say so instead of a line number
             if p.key and p.line is None and overrides and p.key in (overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)):

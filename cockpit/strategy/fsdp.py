@@ -161,3 +161,25 @@ def trainer_class(base: type | None = None) -> type:
             super()._save(output_dir, state_dict=state_dict)
 
     return FSDP2Trainer
+
+
+def gathered_root(model: Any):
+    """A context in which the root's own parameters (embeddings, final norm, LoRA outside the
+    layers) stay gathered: ``generate`` calls the inner model, not the root, so the root's
+    pre-forward all-gather would never run. Every rank must enter it (a collective), and every
+    rank must then run the same forwards (each decoder layer still gathers its own)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        unshard = getattr(model, "unshard", None)
+        if unshard is None:
+            yield
+            return
+        unshard()
+        try:
+            yield
+        finally:
+            model.reshard()
+
+    return ctx()

@@ -130,7 +130,7 @@ def node_launch(
                     "TORCHELASTIC_RUN_ID": rdzv_id(cfg, run_id),
                 }
             )
-            if nproc > 1 and "OMP_NUM_THREADS" not in user_env and "OMP_NUM_THREADS" not in (env or os.environ):
+            if nproc > 1 and "OMP_NUM_THREADS" not in user_env and "OMP_NUM_THREADS" not in (os.environ if env is None else env):
                 rank_env["OMP_NUM_THREADS"] = "1"
         rank_env.update(env_add)
         ranks.append(
