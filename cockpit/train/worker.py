@@ -419,7 +419,12 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     probe_after = None
     if probes and (rank == 0 or sharded):  # sharded parameters: every rank joins generate's gathers
         log("probes after training")
-        probe_after = run_probes(trainer.model, tok, probes, cfg["probe_max_new_tokens"])
+        from contextlib import nullcontext
+
+        from cockpit.strategy.fsdp import gathered_root
+
+        with gathered_root(trainer.model) if cfg.get("fsdp") else nullcontext():
+            probe_after = run_probes(trainer.model, tok, probes, cfg["probe_max_new_tokens"])
         if rank == 0:
             writer.emit("probe_results", phase="after", **probe_after)
     if rank != 0:
