@@ -117,7 +117,7 @@ def test_bad_input_exits_2_naming_the_place(name, tmp_path, capsys, monkeypatch)
 
 AWKWARD = {
     "bom_crlf_blank_lines": b"\xef\xbb\xbf" + _jsonl([GOOD_ROW]).replace("\n", "\r\n").encode() + b"\r\n\r\n" + _jsonl([GOOD_ROW]).encode(),
-    "long_chinese_rows": _jsonl([{"instruction": "请总结下面的文字。", "input": "长江是中国最长的河流，" * 400, "output": "这是一段关于长江的很长的文字。" * 50}] * 3).encode(),
+    "long_chinese_rows": _jsonl([{"instruction": "请介绍长江。", "input": "长江是中国最长的河流，" * 10, "output": "长江发源于青藏高原，流经十一个省市，最后注入东海。" * 200}] * 3).encode(),
 }
 
 

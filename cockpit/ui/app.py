@@ -145,6 +145,12 @@ class CockpitApp(App):
 
 
 def run_app(args: Any = None) -> int:
+    import os
+    import signal
+
     runs_dir = getattr(args, "ui_runs_dir", None) or getattr(args, "runs_dir", None)
+    # The terminal went away (SSH drop, tmux killed): leave at once. Runs are owned by their
+    # supervisors, so nothing is lost; without this a UI with no terminal could linger.
+    signal.signal(signal.SIGHUP, lambda *_: os._exit(129))
     CockpitApp(runs_dir).run()
     return 0
