@@ -228,6 +228,10 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         raise InputError(Problem(f"the planner knows AdamW variants only ({', '.join(sorted(ADAM_32 | ADAM_8))}),"
                                  f" not {optim!r}", key="optim"))
     zero = parse_deepspeed(cfg.get("deepspeed"), base_dir)
+    if zero is None and cfg.get("zero_stage"):  # cockpit generates the DeepSpeed config from these keys
+        stage = int(cfg["zero_stage"])
+        off = str(cfg.get("offload") or "none")
+        zero = ZeroSpec(stage=stage, offload_optimizer=off != "none", offload_param=off == "optimizer+params" and stage == 3)
     fsdp = parse_fsdp(cfg.get("fsdp"))
     if zero and fsdp:
         raise InputError(Problem("set either deepspeed or fsdp, not both", key="fsdp"))
