@@ -360,6 +360,9 @@ def site(tmp_path, monkeypatch):
     d = tmp_path / "site"
     d.mkdir()
     monkeypatch.syspath_prepend(str(d))
+    for name in list(sys.modules):  # a real package imported earlier in this session must not shadow the fake
+        if name.split(".")[0] in ("deepspeed", "bitsandbytes"):
+            monkeypatch.delitem(sys.modules, name)
     before = set(sys.modules)
     yield d
     for name in set(sys.modules) - before:
@@ -383,6 +386,7 @@ def fake_deepspeed(site: Path, fused_ok: bool) -> None:
     write(site / "deepspeed" / "ops" / "__init__.py")
     write(site / "deepspeed" / "ops" / "op_builder" / "__init__.py", FAKE_BUILDERS % fused_ok)
     write(site / "deepspeed" / "git_version_info.py", "installed_ops = {'cpu_adam': False, 'fused_adam': False, 'async_io': False}\n")
+    write(site / "deepspeed-0.16.9.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.16.9\n")
     importlib.invalidate_caches()
 
 

@@ -53,7 +53,7 @@ class CockpitCallback(TrainerCallback):
 
     def _flags(self) -> tuple[bool, bool]:
         """(stop, save) requested, agreed across ranks."""
-        stop = self.run.pending("stop") or self.run.pending("kill")
+        stop = self.run.pending("stop")  # "kill" is the supervisor's: no checkpoint, terminate now
         save = self.run.pending("save")
         dist = _dist()
         if dist is not None and self.world_size > 1:
