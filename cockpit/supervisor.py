@@ -102,6 +102,8 @@ class Supervisor:
         self.comm_offsets: dict[int, int] = {}
         self.comm_last: tuple | None = None
         self.comm_next_t = 0.0
+        self.last_lines: dict[int, str] = {}
+        self.last_lines_t = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -212,7 +214,10 @@ class Supervisor:
             self.comm_next_t = time.time() + 2.0
             self.follow_comm_logs()
         alive = self.proc is not None and self.proc.poll() is None
-        last_lines = {r: (tail_lines(self.run.rank_log(r), 1) or [""])[-1] for r in (self.rank_pids or {0: 0})}
+        if time.time() >= self.last_lines_t:  # reading the logs' tails every tick cost ~2 % of training
+            self.last_lines_t = time.time() + 5.0
+            self.last_lines = {r: (tail_lines(self.run.rank_log(r), 1) or [""])[-1] for r in (self.rank_pids or {0: 0})}
+        last_lines = self.last_lines
         alert = self.watchdog.check(time.time(), ranks_alive=alive and not self.killing, last_lines=last_lines)
         if alert:
             self.events.emit("alert", **alert)
