@@ -23,27 +23,11 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from jobs import DEMO_LORA_JOB  # bench/jobs.py (scripts run as `python bench/NAME.py`)
 
 ROOT = Path(__file__).resolve().parent.parent
 
-JOB = {
-    "template": "chatml",
-    "dataset": "cockpit_identity,cockpit_bilingual",
-    "finetuning_type": "lora",
-    "lora_rank": 16,
-    "lora_target": "all",
-    "cutoff_len": 256,
-    "learning_rate": 1e-3,
-    "lr_scheduler_type": "constant",
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "plot_loss": False,
-    "use_cpu": True,
-    "telemetry_interval_s": 0,
-    "comm_probe": False,
-    "numa_bind": "off",
-    "seed": 42,
-}
+JOB = dict(DEMO_LORA_JOB, logging_steps=1, telemetry_interval_s=0, comm_probe=False, numa_bind="off")
 
 STRATEGIES = {
     "one": ("1 rank", {"nproc_per_node": 1, "per_device_train_batch_size": 4}),

@@ -22,26 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from jobs import DEMO_LORA_JOB  # bench/jobs.py (scripts run as `python bench/NAME.py`)
+
 ROOT = Path(__file__).resolve().parent.parent
 
-JOB = {
-    "template": "chatml",
-    "dataset": "cockpit_identity,cockpit_bilingual",
-    "finetuning_type": "lora",
-    "lora_rank": 16,
-    "lora_alpha": 32,
-    "lora_target": "all",
-    "cutoff_len": 256,
-    "per_device_train_batch_size": 4,
-    "gradient_accumulation_steps": 1,
-    "learning_rate": 1e-3,
-    "lr_scheduler_type": "constant",
-    "logging_steps": 2,
-    "save_strategy": "no",
-    "plot_loss": False,
-    "use_cpu": True,
-    "seed": 42,
-}
+JOB = dict(DEMO_LORA_JOB, per_device_train_batch_size=4, gradient_accumulation_steps=1, logging_steps=2)
 
 PLAIN = r'''
 import json, sys, time, torch, yaml
