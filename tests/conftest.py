@@ -85,3 +85,30 @@ def write_yaml(path: Path, data: dict) -> Path:
 
     path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return path
+
+
+TINY_CONFIG = {
+    "template": "chatml",
+    "dataset": "cockpit_identity",
+    "finetuning_type": "lora",
+    "lora_rank": 4,
+    "lora_target": "all",
+    "cutoff_len": 128,
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "learning_rate": 5e-3,
+    "max_steps": 6,
+    "logging_steps": 1,
+    "save_steps": 3,
+    "probes": "@demo/identity_probes.jsonl",
+    "probe_max_new_tokens": 4,
+    "use_cpu": True,
+    "telemetry_interval_s": 0.5,
+}
+
+
+def tiny_config(tmp_path: Path, model_dir: Path, name: str = "tiny", **over) -> Path:
+    """``<tmp_path>/<name>.yaml``: a few-step LoRA run of ``model_dir`` (the tiny Llama) on the
+    built-in identity data, on the CPU; ``over`` replaces or adds keys."""
+    cfg = {"model_name_or_path": str(model_dir), **TINY_CONFIG, **over}
+    return write_yaml(tmp_path / f"{name}.yaml", cfg)

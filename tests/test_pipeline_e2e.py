@@ -10,31 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import cockpit, read_events, write_yaml
-
-
-def tiny_config(tmp_path: Path, model_dir: Path, **over) -> Path:
-    cfg = {
-        "model_name_or_path": str(model_dir),
-        "template": "chatml",
-        "dataset": "cockpit_identity",
-        "finetuning_type": "lora",
-        "lora_rank": 4,
-        "lora_target": "all",
-        "cutoff_len": 128,
-        "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 1,
-        "learning_rate": 5e-3,
-        "max_steps": 6,
-        "logging_steps": 1,
-        "save_steps": 3,
-        "probes": "@demo/identity_probes.jsonl",
-        "probe_max_new_tokens": 4,
-        "use_cpu": True,
-        "telemetry_interval_s": 0.5,
-    }
-    cfg.update(over)
-    return write_yaml(tmp_path / "tiny.yaml", cfg)
+from conftest import cockpit, read_events, tiny_config
 
 
 def only_run(runs: Path) -> Path:

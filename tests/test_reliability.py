@@ -16,8 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, cockpit, read_events, write_yaml
-from test_pipeline_e2e import tiny_config
+from conftest import ROOT, cockpit, read_events, tiny_config, write_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -247,3 +246,48 @@ def test_run_survives_killing_the_tmux_server(tmp_path, tiny_model_dir):
     att = cockpit("attach", str(run), "--no-follow")
     steps = [int(l.split()[1].split("/")[0]) for l in att.stdout.splitlines() if l.startswith("step ")]
     assert steps == list(range(1, 31))
+
+
+def spiky_config(tmp_path: Path, model_dir: Path, policy: str) -> Path:
+    """A real, deterministic loss spike: seven copies of one short reply (full fine-tuning learns
+    it within a few steps: loss falls well under 1) and one long row of unrelated tokens, which
+    the model has never fit: each time the seeded sampler reaches it in a later epoch (steps 24,
+    31 and 33 of 40 with this seed) its loss is >10x the recent median (~0.3 and falling)."""
+    easy = {"instruction": "hi", "input": "", "output": "hello there"}
+    hard = {"instruction": "recite", "input": "", "output": "zebra quantum 42 ox ## fjord лес 山 mango xylophone !! 7731 pyre " * 4}
+    data = tmp_path / "spiky.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [easy] * 7 + [hard]), encoding="utf-8")
+    return tiny_config(
+        tmp_path, model_dir, f"spike-{policy}", dataset=str(data), finetuning_type="full", learning_rate=1e-2,
+        lr_scheduler_type="constant", per_device_train_batch_size=1, max_steps=40, save_steps=1000, probes=None,
+        telemetry_interval_s=0, spike_policy=policy, spike_factor=3.0, seed=3,
+    )
+
+
+def test_loss_spike_warn_alerts_and_finishes(tmp_path, tiny_model_dir):
+    res = cockpit("train", str(spiky_config(tmp_path, tiny_model_dir, "warn")), "--runs-dir", str(tmp_path / "runs"), timeout=300)
+    run = next((tmp_path / "runs").iterdir())
+    events = read_events(run)
+    spikes = [e for e in events if e["kind"] == "alert" and e["code"] == "loss_spike"]
+    assert spikes, [(e["step"], e["loss"]) for e in events if e["kind"] == "step"]
+    assert spikes[0]["policy"] == "warn" and spikes[0]["level"] == "warn" and "recent median" in spikes[0]["message"]
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert status(run)["state"] == "finished"
+    assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, 41))
+
+
+def test_loss_spike_stop_saves_and_stops_with_the_reason(tmp_path, tiny_model_dir):
+    res = cockpit("train", str(spiky_config(tmp_path, tiny_model_dir, "stop")), "--runs-dir", str(tmp_path / "runs"), timeout=300)
+    run = next((tmp_path / "runs").iterdir())
+    events = read_events(run)
+    spike = next(e for e in events if e["kind"] == "alert" and e["code"] == "loss_spike")
+    assert spike["policy"] == "stop"
+    at = int(spike["message"].split(" at step ")[1].split()[0])
+    steps = [e["step"] for e in events if e["kind"] == "step"]
+    assert max(steps) == at < 40  # stopped at the spike
+    assert any(e["kind"] == "checkpoint_saved" and e["step"] == at for e in events)
+    assert (run / "checkpoints" / f"checkpoint-{at}" / "trainer_state.json").exists()
+    st = status(run)
+    assert res.returncode == 0 and st["state"] == "stopped", (res.returncode, st)
+    assert f"loss spike at step {at}" in st["reason"], st["reason"]
+    assert any(e["kind"] == "run_stopped" and "loss spike" in e["reason"] for e in events)

@@ -21,34 +21,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, cockpit, read_events, write_yaml
+from conftest import ROOT, cockpit, read_events, tiny_config
 from cockpit.supervisor import free_port
 
 pytestmark = pytest.mark.slow
 CACHE_ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}
 
 
+# the shared tiny run (conftest.tiny_config), made deterministic and cheap for loss comparisons
+STRATEGY_CONFIG = dict(cutoff_len=64, lr_scheduler_type="constant", max_steps=4, save_strategy="no", probes=None, telemetry_interval_s=0, numa_bind="off", seed=7)
+
+
 def config(tmp_path: Path, model_dir: Path, name: str, **over) -> Path:
-    cfg = {
-        "model_name_or_path": str(model_dir),
-        "template": "chatml",
-        "dataset": "cockpit_identity",
-        "finetuning_type": "lora",
-        "lora_rank": 4,
-        "cutoff_len": 64,
-        "per_device_train_batch_size": 2,
-        "learning_rate": 5e-3,
-        "lr_scheduler_type": "constant",
-        "max_steps": 4,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "use_cpu": True,
-        "telemetry_interval_s": 0,
-        "numa_bind": "off",
-        "seed": 7,
-    }
-    cfg.update(over)
-    return write_yaml(tmp_path / f"{name}.yaml", cfg)
+    return tiny_config(tmp_path, model_dir, name, **{**STRATEGY_CONFIG, **over})
 
 
 def train(tmp_path: Path, model_dir: Path, name: str, timeout: float = 300, **over) -> Path:

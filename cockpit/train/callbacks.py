@@ -51,6 +51,14 @@ class CockpitCallback(TrainerCallback):
         if self.writer is not None:
             self.writer.emit(kind, **fields)
 
+    def alert(self, control, *, level: str, code: str, message: str, remedies: list[str], policy: str, stop_reason: str) -> None:
+        """An ``alert`` event; with ``policy`` "stop", training stops at this step with a checkpoint."""
+        self.emit("alert", level=level, code=code, message=message, remedies=remedies, policy=policy)
+        if policy == "stop":
+            control.should_training_stop = True
+            control.should_save = True
+            self.stop_reason = stop_reason
+
     def _flags(self) -> tuple[bool, bool]:
         """(stop, save) requested, agreed across ranks."""
         stop = self.run.pending("stop")  # "kill" is the supervisor's: no checkpoint, terminate now
@@ -148,32 +156,26 @@ class CockpitCallback(TrainerCallback):
         if not math.isfinite(loss) or bad_gnorm:
             self.nan_seen = True
             what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {gnorm}"
-            self.emit(
-                "alert",
+            self.alert(
+                control,
                 level="error",
                 code="nan_loss",
                 message=f"{what} at step {state.global_step}",
                 remedies=["lower learning_rate", "use bf16 instead of fp16", "check max_grad_norm (gradient clipping)"],
                 policy=self.cfg["nan_policy"],
+                stop_reason=f"{what.replace(' is ', ' became ')} at step {state.global_step}",
             )
-            if self.cfg["nan_policy"] == "stop":
-                control.should_training_stop = True
-                control.should_save = True
-                self.stop_reason = f"{what.replace(' is ', ' became ')} at step {state.global_step}"
         elif len(self.recent) >= 5 and loss > self.cfg["spike_factor"] * statistics.median(self.recent):
             med = statistics.median(self.recent)
-            self.emit(
-                "alert",
+            self.alert(
+                control,
                 level="warn",
                 code="loss_spike",
                 message=f"loss {loss:.4g} at step {state.global_step} is {loss / med:.1f}x the recent median {med:.4g}",
                 remedies=["lower learning_rate", "add warmup", "check the data around this step"],
                 policy=self.cfg["spike_policy"],
+                stop_reason=f"loss spike at step {state.global_step} ({loss:.4g}, {loss / med:.1f}x the recent median)",
             )
-            if self.cfg["spike_policy"] == "stop":
-                control.should_training_stop = True
-                control.should_save = True
-                self.stop_reason = f"loss spike at step {state.global_step}"
         if math.isfinite(loss):
             self.recent.append(loss)
         return control
