@@ -33,8 +33,12 @@ class CockpitCommands(Provider):
         ]
         for p in list_presets():
             cmds.append((f"Preset: {p.name}", partial(app.load_preset, p.path), f"load {p.path} into Setup"))
+        from cockpit.ui.screens.chat import open_chat
+
         for r in reversed(list_runs(app.runs_dir)[-50:]):
             cmds.append((f"Run: {r.run_id}", partial(app.open_run, r), "open its live view or summary"))
+            if r.read_status().get("state") == "finished":
+                cmds.append((f"Chat: {r.run_id}", partial(open_chat, app, r), "base vs tuned side by side (cockpit chat)"))
         return cmds
 
     async def discover(self) -> Hits:

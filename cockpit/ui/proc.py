@@ -39,12 +39,18 @@ class CliResult:
         return text[-2000:] or f"exit code {self.rc}"
 
 
-def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None) -> CliResult:
+def cli_env(env: dict | None = None) -> dict[str, str]:
+    """The UI's environment for a CLI subprocess: quiet libraries, plus ``env``."""
     full_env = dict(os.environ)
     full_env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     full_env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     full_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     full_env.update(env or {})
+    return full_env
+
+
+def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None) -> CliResult:
+    full_env = cli_env(env)
     try:
         proc = subprocess.run(
             cockpit_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
@@ -81,3 +87,95 @@ def export_run(run_dir: Path, merge: bool, timeout: float = 3600) -> CliResult:
 
 def doctor(timeout: float = 300) -> CliResult:
     return run_cli("doctor", "--json", timeout=timeout)
+
+
+def serve_run(run_dir: Path, vllm_url: str | None = None, timeout: float = 900) -> CliResult:
+    """``cockpit serve RUN --json``: the ``vllm serve`` command, or with a URL the hot-load record."""
+    args = ["serve", str(run_dir), "--json"] + (["--vllm-url", vllm_url] if vllm_url else [])
+    return run_cli(*args, timeout=timeout)
+
+
+class ChatProcess:
+    """A long-lived ``cockpit chat RUN --jsonl`` (the chat worker's JSON-lines protocol, see
+    ``cockpit.serve.chat_worker``). stderr goes to ``RUN/logs/chat_worker.log`` (a file, never a
+    pipe nobody reads); ``read`` blocks, so call it from a thread worker."""
+
+    def __init__(self, run_dir: Path, vllm_url: str | None = None, env: dict | None = None) -> None:
+        import threading
+
+        args = ["chat", str(run_dir), "--jsonl"] + (["--vllm-url", vllm_url] if vllm_url else [])
+        self.argv = cockpit_argv(*args)
+        self.backend = "vllm" if vllm_url else "local"
+        self.log_path = Path(run_dir) / "logs" / "chat_worker.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self._log_start = self._log.tell()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=cli_env(env),
+            text=True, encoding="utf-8", errors="replace", bufsize=1,
+        )
+        self.pid = self.proc.pid
+
+    def send(self, obj: dict) -> bool:
+        """Write one request line; False when the process no longer reads."""
+        with self._lock:
+            try:
+                self.proc.stdin.write(json.dumps(obj, ensure_ascii=False) + "\n")
+                self.proc.stdin.flush()
+                return True
+            except (BrokenPipeError, OSError, ValueError):
+                return False
+
+    def read(self) -> dict | None:
+        """The next protocol object; None at end of output. A line that is not JSON comes back
+        as an error object (shown, never dropped)."""
+        line = self.proc.stdout.readline()
+        if not line:
+            return None
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return {"error": f"unexpected output from the chat process: {line.strip()[:300]}"}
+        return obj if isinstance(obj, dict) else {"error": f"unexpected output: {line.strip()[:300]}"}
+
+    def stderr_tail(self, lines: int = 8) -> str:
+        """What this process wrote to its log (the reason it exited, usually)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)
+                text = f.read()[-20000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def close(self, grace_s: float = 0.5) -> None:
+        """Stop it now (no generation is worth waiting for): cancel + quit, then SIGTERM, then
+        SIGKILL; a daemon thread reaps it, so no zombie and no orphan are left behind."""
+        import threading
+
+        if self._closed:
+            return
+        self._closed = True
+        if self.proc.poll() is None:
+            self.send({"cancel": True})
+            self.send({"quit": True})
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+        def reap() -> None:
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self._log.close()
+
+        threading.Thread(target=reap, daemon=True, name=f"chat-reap-{self.pid}").start()

@@ -1,4 +1,5 @@
-"""The Runs screen: every run in the runs dir (a DataTable, refreshed periodically)."""
+"""The Runs screen: every run in the runs dir (a DataTable, refreshed periodically); the selected
+finished run can be merged, exported, served or chatted with (``screens/actions.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.ui.render import STATE_STYLE
+from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
 
 COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
@@ -30,10 +32,11 @@ def run_row(run: RunDir, now: float) -> tuple:
     return (run.run_id, Text(state, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
 
 
-class RunsScreen(Screen):
+class RunsScreen(RunActions, Screen):
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
         Binding("a", "attach", "Attach live"),
+        *ACTION_BINDINGS,
         Binding("n", "new", "New run"),
         Binding("r", "refresh_runs", "Refresh"),
     ]
@@ -78,7 +81,8 @@ class RunsScreen(Screen):
         live = sum(1 for s in self.states.values() if s not in TERMINAL_STATES)
         self.query_one("#runs-title", Static).update(f"Runs in {runs_dir}  —  {len(rows)} run(s), {live} active")
         self.query_one("#runs-hint", Static).update(
-            "Enter: live view of an active run, summary of a finished one · a: attach (replay) · n: new run · quitting never stops a run"
+            "Enter: live view of an active run, summary of a finished one · a: attach (replay) · "
+            "finished: c chat, s serve, m merge, e export · n: new run · quitting never stops a run"
             if rows else "No runs yet. Press n (or F2) to set one up.")
 
     def action_refresh_runs(self) -> None:
@@ -90,6 +94,9 @@ class RunsScreen(Screen):
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
         return RunDir(self.app.runs_dir / str(key.value))
+
+    def action_target(self) -> RunDir | None:  # merge / export / serve / chat act on the selected run
+        return self._selected()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open()

@@ -1,5 +1,5 @@
 """A finished (or failed / stopped) run: summary.json, the loss plot, probes before/after with
-the answers, and export / merge through ``cockpit export`` in a subprocess."""
+the answers; merge / export / serve / chat (``cockpit export|serve|chat`` in subprocesses)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from cockpit.rundir import RunDir
 from cockpit.ui.render import STATE_STYLE
+from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration
 
 
@@ -51,10 +52,9 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     return t
 
 
-class SummaryScreen(Screen):
+class SummaryScreen(RunActions, Screen):
     BINDINGS = [
-        Binding("m", "export(True)", "Merge+export"),
-        Binding("e", "export(False)", "Export adapter"),
+        *ACTION_BINDINGS,
         Binding("p", "plot", "Plot"),
         Binding("l", "logs", "Logs"),
         Binding("v", "live", "Event view"),
@@ -128,23 +128,15 @@ class SummaryScreen(Screen):
         if not n:
             table.add_row("(no probes in this run)", "", "", "")
 
-    def action_export(self, merge: bool) -> None:
-        self.query_one("#export-result", Static).update(
-            ("merging the adapter into the base model" if merge else "exporting the adapter") + " … (cockpit export in a subprocess)")
-        self._export(merge)
+    # merge / export / serve / chat: cockpit.ui.screens.actions.RunActions
+    def action_target(self) -> RunDir:
+        return self.run
 
-    @work(thread=True, exclusive=True, group="export")
-    def _export(self, merge: bool) -> None:
-        from cockpit.ui import proc
+    def show_action_progress(self, msg: str) -> None:
+        self.query_one("#export-result", Static).update(msg)
 
-        res = proc.export_run(self.run.path, merge)
-        if res.rc == 0 and isinstance(res.data, dict):
-            msg = Text(f"exported {res.data.get('kind')} to {res.data.get('path')}", style="green")
-            for n in res.data.get("notes") or []:
-                msg.append(f"\nnote: {n}", style="dim")
-        else:
-            msg = Text(f"export failed: {res.error_text}", style="red")
-        self.app.call_from_thread(self.query_one("#export-result", Static).update, msg)
+    def show_action_result(self, title: str, msg: Text, ok: bool) -> None:
+        self.query_one("#export-result", Static).update(msg)
 
     def action_plot(self) -> None:
         from cockpit.ui.screens.modals import PlotView
