@@ -43,6 +43,10 @@ def test_setup_launch_live_stop_runs(tmp_path, monkeypatch, tiny_model_dir):
         async with app.run_test(size=(100, 32)) as pilot:
             assert app.runs_dir == runs and type(app.screen).__name__ == "SetupScreen"  # no runs yet
             scr = app.screen
+            # on a CPU machine Setup opens with cpu-demo; clear what we type over
+            await wait_for(pilot, lambda: scr.query_one("#f-dataset", Input).value.startswith("cockpit_identity"), 5, "cpu-demo")
+            for key in ("template", "dataset", "probes", "cutoff_len"):
+                scr.query_one(f"#f-{key}", Input).value = ""
             await wait_for(pilot, lambda: "dataset: required" in text_of(app, "#problems"), 5, "the dataset error")
             # fill the form: model, data, a few training keys; type a bad cutoff
             scr.query_one("#f-model_name_or_path", Input).value = str(tiny_model_dir)

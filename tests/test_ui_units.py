@@ -97,8 +97,8 @@ def test_form_maps_method_and_strategy_both_ways(tmp_path, monkeypatch):
     m.values.update(dataset="cockpit_identity", method="qlora", strategy="zero3", offload=True, nproc_per_node="8")
     raw = m.raw()
     assert raw["finetuning_type"] == "lora" and raw["quantization_bit"] == 4
-    ds = Path(raw["deepspeed"])
-    assert ds.exists() and json.loads(ds.read_text())["zero_optimization"]["offload_param"]["device"] == "cpu"
+    # the keys cockpit/strategy/deepspeed.py generates its DeepSpeed config from, no file of ours
+    assert raw["zero_stage"] == 3 and raw["offload"] == "optimizer+params" and "deepspeed" not in raw
     assert m.check().ok
     back = FormModel()
     back.fill(m.typed())

@@ -69,10 +69,10 @@ GROUPS: dict[str, list[Field]] = {
     ],
     "Strategy": [
         Field("strategy", "Strategy", "select", STRATEGIES, "DDP = nproc_per_node > 1; FSDP and ZeRO shard the states"),
-        Field("offload", "CPU offload", "bool", help="FSDP offload / ZeRO offload_optimizer (+ params for ZeRO-3)"),
+        Field("offload", "CPU offload", "bool", help="FSDP offload / ZeRO: offload: optimizer (ZeRO-2), optimizer+params (ZeRO-3)"),
         _key("nproc_per_node", "GPUs per node"),
         _key("nnodes", "Nodes"),
-        _key("deepspeed", "DeepSpeed JSON", placeholder="written for you by ZeRO-2/3"),
+        _key("deepspeed", "DeepSpeed JSON", placeholder="none: ZeRO-2/3 generate one (zero_stage, offload)"),
         Field("device", "Device", "select", DEVICES, "use_cpu"),
         Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only (64: MI250 GCD, 192: MI300X)", placeholder="64"),
     ],
@@ -99,7 +99,9 @@ GROUPS: dict[str, list[Field]] = {
 FIELDS: dict[str, Field] = {f.id: f for fs in GROUPS.values() for f in fs}
 UI_ONLY = frozenset({"method", "strategy", "offload", "precision", "device", "gpu_memory_gb"})
 # config keys the virtual fields own
-OWNED = frozenset({"finetuning_type", "quantization_bit", "fsdp", "bf16", "fp16", "use_cpu"})
+OWNED = frozenset({"finetuning_type", "quantization_bit", "fsdp", "bf16", "fp16", "use_cpu", "zero_stage", "offload"})
+# ZeRO offload per stage: the values cockpit/strategy/deepspeed.py generates its config from
+ZERO_OFFLOAD = {2: "optimizer", 3: "optimizer+params"}
 
 
 def model_kind(name: str) -> str:
@@ -120,37 +122,6 @@ def model_kind(name: str) -> str:
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         return "hub id (must be in the local HF cache, or the hub reachable)"
     return "not found"
-
-
-def deepspeed_config(stage: int, offload: bool) -> dict[str, Any]:
-    zo: dict[str, Any] = {"stage": stage, "overlap_comm": False, "contiguous_gradients": True,
-                          "reduce_bucket_size": "auto"}
-    if stage == 3:
-        zo.update({"sub_group_size": 1e9, "stage3_prefetch_bucket_size": "auto",
-                   "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": 1e9,
-                   "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": True})
-    else:
-        zo.update({"allgather_partitions": True, "allgather_bucket_size": 5e8, "reduce_scatter": True})
-    if offload:
-        zo["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-        if stage == 3:
-            zo["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-            "zero_allow_untested_optimizer": True, "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
-            "zero_optimization": zo}
-
-
-def ensure_deepspeed_file(stage: int, offload: bool, folder: Path | None = None) -> Path:
-    from cockpit.rundir import atomic_write_text
-    from cockpit.ui.presets import user_config_dir
-
-    folder = folder or (user_config_dir() / "deepspeed")
-    path = folder / f"ds_z{stage}{'_offload' if offload else ''}_config.json"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(deepspeed_config(stage, offload), indent=2) + "\n", mode=0o644)
-    return path
 
 
 def _zero_stage(path: str) -> tuple[int | None, bool]:
@@ -217,9 +188,13 @@ class FormModel:
         else:
             self_extra_qb = None
         fsdp = raw.pop("fsdp", None)
+        zero_stage = raw.pop("zero_stage", None)
+        zero_offload = str(raw.pop("offload", "none") or "none")
         ds = vals.get("deepspeed") or ""
         strategy, offload = "single", False
-        if ds:
+        if zero_stage not in (None, ""):
+            strategy, offload = ("zero3" if str(zero_stage) == "3" else "zero2"), zero_offload != "none"
+        elif ds:
             stage, offload = _zero_stage(ds)
             strategy = "zero3" if stage == 3 else "zero2"
         elif fsdp:
@@ -238,7 +213,7 @@ class FormModel:
             self.extra["quantization_bit"] = self_extra_qb
 
     # -- form -> config ---------------------------------------------------------------------
-    def raw(self, write_files: bool = True) -> dict[str, Any]:
+    def raw(self) -> dict[str, Any]:
         """The config mapping the form stands for (what a YAML would hold), in schema order."""
         v = self.values
         out: dict[str, Any] = dict(self.extra)
@@ -268,15 +243,15 @@ class FormModel:
         out.pop("fsdp", None)
         if strategy == "fsdp":
             out["fsdp"] = "full_shard auto_wrap" + (" offload" if offload else "")
+        out.pop("zero_stage", None)
+        out.pop("offload", None)
         if strategy in ("zero2", "zero3"):
-            stage = 3 if strategy == "zero3" else 2
-            current = out.get("deepspeed")
-            generated = current and Path(str(current)).name.startswith("ds_z") and Path(str(current)).parent.name == "deepspeed"
-            if not current or generated:
-                if write_files:
-                    out["deepspeed"] = str(ensure_deepspeed_file(stage, offload))
-                else:
-                    out["deepspeed"] = f"~/.config/cockpit/deepspeed/ds_z{stage}{'_offload' if offload else ''}_config.json"
+            # a DeepSpeed JSON of the user's wins; else the keys cockpit generates its config from
+            if not out.get("deepspeed"):
+                stage = 3 if strategy == "zero3" else 2
+                out["zero_stage"] = stage
+                if offload:
+                    out["offload"] = ZERO_OFFLOAD[stage]
         elif out.get("deepspeed"):
             out.pop("deepspeed")
         if v.get("precision") == "bf16":

@@ -57,3 +57,48 @@ def save_preset(name: str, mapping: dict[str, Any], folder: Path | None = None) 
     text = f"# saved from the cockpit Setup screen; run it with: cockpit train {path}\n" + to_yaml(mapping)
     atomic_write_text(path, text, mode=0o644)
     return path
+
+
+# -- the presets this machine calls for -------------------------------------------------------
+# gfx target -> preset name prefixes, the first the one to load (doctor.facts: MI300X/MI325X are
+# gfx942; MI250/MI250X/MI210 gfx90a, 64 GiB per device: an MI250 GCD or an MI210)
+FAMILIES = {"gfx942": ("mi300x-",), "gfx90a": ("mi250-", "mi210-")}
+FIRST_CHOICE = "lora-8b"  # one device, LoRA: runs on any machine of the family
+
+
+def detected_devices(checks: list[dict] | None) -> list[dict]:
+    """The GPUs ``cockpit doctor --json`` saw (its ``gpu_devices`` check), [] for none."""
+    for c in checks or []:
+        if c.get("id") == "gpu_devices" and c.get("status") in ("pass", "warn"):
+            return list((c.get("data") or {}).get("devices") or [])
+    return []
+
+
+def machine_family(checks: list[dict] | None) -> tuple[tuple[str, ...], str]:
+    """(preset name prefixes, why) for the machine the doctor checks describe; ("cpu-demo",) on a
+    machine without a GPU, () for a GPU no preset is written for."""
+    devices = detected_devices(checks)
+    if not devices:
+        return ("cpu-demo",), "no GPU"
+    d = devices[0]
+    target = str(d.get("target") or d.get("gcn_arch") or "").split(":")[0]
+    gib = float(d.get("total_memory") or 0) / 2**30
+    why = f"{len(devices)} x {d.get('name') or 'GPU'} ({target or '?'}, {gib:.0f} GiB)"
+    prefixes = FAMILIES.get(target, ())
+    if target == "gfx90a":
+        if gib and gib < 48:
+            return (), why  # not a 64 GiB part: the gfx90a presets would not fit
+        if "MI210" in str(d.get("name") or "").upper():
+            prefixes = ("mi210-", "mi250-")
+    return prefixes, why
+
+
+def offered_presets(checks: list[dict] | None, found: list[Preset] | None = None) -> tuple[list[Preset], str]:
+    """The built-in presets for this machine, the one to load first; and why."""
+    prefixes, why = machine_family(checks)
+    found = list_presets() if found is None else found
+    out: list[Preset] = []
+    for prefix in prefixes:
+        family = [p for p in found if p.source == "built-in" and (p.name == prefix or p.name.startswith(prefix))]
+        out += sorted(family, key=lambda p: (FIRST_CHOICE not in p.name, p.name))
+    return out, why

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from cockpit.ui.state import RunState, fmt_duration
+from cockpit.ui.state import RunState, fmt_duration, hang_alert
 
 STATE_STYLE = {
     "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
@@ -131,6 +131,8 @@ def alerts(state: RunState, limit: int = 3) -> Text:
             t.append(f" (rank {a['rank']})", style="dim")
         for r in (a.get("remedies") or [])[:2]:
             t.append(f"\n  → {r}", style="dim")
+    if hang_alert(state) is not None:
+        t.append("\n  r: stop and relaunch with these settings", style="bold yellow")
     if state.checkpoints:
         ck = state.checkpoints[-1]
         t.append(f"\ncheckpoint: step {ck.get('step')}", style="cyan")
@@ -142,4 +144,71 @@ def alerts(state: RunState, limit: int = 3) -> Text:
         t.append(f"\nFAILED: {state.failed.get('reason')}", style="bold red")
         for line in (state.failed.get("log_tail") or [])[-3:]:
             t.append(f"\n | {line}", style="red")
+    return t
+
+
+# -- Setup: texts for the modals (pure functions of CLI JSON) ------------------------------------
+def launch_ranks(data: Any) -> Text:
+    """``cockpit preview CONFIG --json`` -> every rank's exact command and environment."""
+    import shlex
+
+    t = Text()
+    if not isinstance(data, dict) or not data.get("ranks"):
+        problems = data.get("problems") if isinstance(data, dict) else None
+        t.append("per-rank launch: no preview\n", style="red")
+        for p in problems or []:
+            t.append(f"  {p}\n", style="red")
+        return t
+    t.append(f"# strategy {data.get('strategy')}, world size {data.get('world_size')} "
+             f"(RUN_DIR/RUN_ID are filled at launch); this node:\n", style="dim")
+    t.append((data.get("command_shell") or "") + "\n", style="bold")
+    for r in data["ranks"]:
+        numa = f", NUMA node {r['numa_node']}" if r.get("numa_node") is not None else ""
+        t.append(f"\n# rank {r.get('rank')} (local {r.get('local_rank')}, node {r.get('node_rank')}{numa}):\n", style="dim")
+        t.append(shlex.join(str(a) for a in r.get("command") or []) + "\n")
+        for k, v in (r.get("env") or {}).items():
+            t.append(f"  {k}={v}\n", style="cyan")
+    for node in data.get("nodes") or []:
+        if node.get("node_rank") != data.get("node_rank"):
+            t.append(f"\n# on node {node.get('node_rank')}: {node.get('shell')}\n", style="dim")
+    for note in data.get("notes") or []:
+        t.append(f"# note: {note}\n", style="yellow")
+    return t
+
+
+def blocking_checks(checks: list[Any]) -> Text:
+    """Doctor checks that stop a launch (``cockpit.doctor.Check``), each with its fix."""
+    t = Text()
+    t.append("cockpit doctor found problems that matter for this config:\n", style="bold")
+    for c in checks:
+        t.append(f"\n✗ {c.title} ", style="bold red")
+        t.append(f"({c.status})\n", style="red")
+        t.append(f"  {c.seen}\n")
+        for i, line in enumerate((c.fix or "").splitlines()):
+            t.append(("  fix: " if i == 0 else "       ") + line + "\n", style="yellow")
+    return t
+
+
+def tune_table(data: dict[str, Any]) -> Text:
+    """``cockpit tune --json``: the trials, the chosen micro-batch / accumulation marked."""
+    t = Text()
+    chosen = data.get("chosen") or {}
+    if data.get("message"):
+        t.append(str(data["message"]) + "\n", style="bold" if data.get("ok") else "bold red")
+    if data.get("cap_gb") is not None:
+        t.append(f"memory cap {float(data['cap_gb']):g} GB per device\n", style="dim")
+    t.append(f"\n  {'micro-batch':>11} {'accum':>6} {'tokens/s':>10} {'peak GB':>8}  result\n", style="bold")
+    key = (chosen.get("per_device_train_batch_size"), chosen.get("gradient_accumulation_steps"))
+    for tr in data.get("trials") or []:
+        mb = tr.get("per_device_train_batch_size", tr.get("micro_batch"))
+        acc = tr.get("gradient_accumulation_steps", tr.get("accumulation"))
+        tps, peak = tr.get("tokens_per_s"), tr.get("peak_gb")
+        result = tr.get("status") or tr.get("result") or ("ok" if tr.get("ok", True) else "failed")
+        mark = "→ " if (mb, acc) == key else "  "
+        line = (f"{mark}{mb if mb is not None else '-':>11} {acc if acc is not None else '-':>6} "
+                f"{f'{tps:,.0f}' if isinstance(tps, (int, float)) else '-':>10} "
+                f"{f'{peak:.1f}' if isinstance(peak, (int, float)) else '-':>8}  {result}\n")
+        t.append(line, style="bold green" if mark.strip() else ("red" if "fail" in str(result) or "oom" in str(result).lower() else ""))
+    if chosen:
+        t.append(f"\nchosen: micro-batch {key[0]}, accumulation {key[1]}", style="bold green")
     return t

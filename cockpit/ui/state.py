@@ -258,3 +258,56 @@ class RunFollower:
 
 Clock = Callable[[], float]
 system_clock: Clock = time.time
+
+
+# -- "relaunch with these settings" after a hang alert -------------------------------------------
+def hang_alert(state: RunState) -> dict[str, Any] | None:
+    """The latest ``hang`` alert while it still stands (no step arrived after it)."""
+    for a in reversed(state.alerts):
+        if a.get("code") == "hang":
+            return a if int(a.get("last_step") or 0) >= state.step else None
+    return None
+
+
+def remedy_env(alert: dict[str, Any]) -> dict[str, str]:
+    """The alert's relaunch environment (NCCL INFO logging of init and collectives) plus the
+    network plugin ruled out (cockpit.watchdog: the first two remedies)."""
+    from cockpit.watchdog import DEBUG_ENV, NO_PLUGIN_ENV
+
+    env = {str(k): str(v) for k, v in (alert.get("relaunch_env") or DEBUG_ENV).items()}
+    env.update(NO_PLUGIN_ENV)
+    return env
+
+
+def relaunch_config(run: RunDir, env_add: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The run's resolved config with ``env_add`` merged into ``env``; (config, notes).
+
+    Secrets are redacted in the run dir's config.yaml: they are taken back from the config file
+    the run was started from when it still says them, else left out (a note says so). A
+    single-node run gets a fresh master port (0: picked at launch)."""
+    from cockpit.config.load import REDACTED, read_yaml
+    from cockpit.errors import InputError
+
+    cfg, _lines = read_yaml(run.config_path)
+    notes: list[str] = []
+    source_env: dict[str, Any] = {}
+    source = run.read_status().get("config_source")
+    if source:
+        try:
+            source_env = dict(read_yaml(source)[0].get("env") or {})
+        except (InputError, OSError, AttributeError, TypeError, ValueError):
+            source_env = {}
+    env: dict[str, Any] = {}
+    for k, v in (cfg.get("env") or {}).items():
+        if v == REDACTED:
+            if source_env.get(k) not in (None, REDACTED):
+                env[k] = source_env[k]
+            else:
+                notes.append(f"{k} was redacted in the run dir and {source or 'its config'} no longer has it: left out")
+            continue
+        env[k] = v
+    env.update(env_add)
+    cfg["env"] = env
+    if int(cfg.get("nnodes") or 1) == 1:
+        cfg["master_port"] = 0
+    return cfg, notes

@@ -4,6 +4,10 @@ Reading: a thread worker folds the existing history in chunks (a huge log keeps 
 responsive), then a timer reads only the bytes appended since the last tick. Drawing happens
 only when the state's ``version`` changed. Controls go through ``RunDir.request`` (files), so
 leaving or quitting the UI never stops the run.
+
+After a hang alert, ``r`` stops the run (stop, then kill after a grace: hung ranks never reach
+the step boundary where a stop is consumed) and starts it again through ``cockpit train
+--detach`` with the alert's remedy merged into the config's ``env``.
 """
 
 from __future__ import annotations
@@ -33,11 +37,15 @@ class LiveScreen(Screen):
         Binding("s", "save", "Save ckpt"),
         Binding("x", "stop", "Stop"),
         Binding("k", "kill", "Kill"),
+        Binding("r", "relaunch", "Relaunch (hang)"),
         Binding("p", "plot", "Plot"),
         Binding("l", "logs", "Logs"),
         Binding("slash", "search", "Search"),
         Binding("escape,q", "leave", "Leave"),
     ]
+
+    RELAUNCH_STOP_GRACE_S = 10.0  # a stop first (saves a checkpoint if the ranks are not hung)
+    RELAUNCH_KILL_GRACE_S = 20.0  # then kill; then the supervisor's process group is killed
 
     def __init__(self, run: RunDir, poll_s: float | None = None) -> None:
         super().__init__(name=f"live-{run.run_id}")
@@ -223,6 +231,93 @@ class LiveScreen(Screen):
                 self._request("kill", "kill requested: the supervisor ends the ranks now (no checkpoint)")
 
         self.app.push_screen(Confirm(f"Kill {self.run.run_id} now?\nNo checkpoint is saved; work since the last one is lost.", "Kill"), done)
+
+    # -- relaunch with the hang alert's remedy ------------------------------------------------------
+    def action_relaunch(self) -> None:
+        from rich.text import Text
+
+        from cockpit.ui.screens.modals import Decide
+        from cockpit.ui.state import hang_alert, relaunch_config, remedy_env
+
+        alert = hang_alert(self.state)
+        if alert is None:
+            self.notify("r relaunches after a hang alert; there is none standing", severity="warning")
+            return
+        env = remedy_env(alert)
+        try:
+            cfg, notes = relaunch_config(self.run, env)
+        except Exception as exc:  # noqa: BLE001 - an unreadable config.yaml: say so, keep the screen
+            self.notify(f"cannot read {self.run.config_path}: {exc}", severity="error")
+            return
+        body = Text()
+        if not self.state.ended:
+            body.append(f"Stop {self.run.run_id} (a stop request, then kill after {self.RELAUNCH_STOP_GRACE_S:g} s: "
+                        "hung ranks cannot reach a step boundary) and ", style="bold")
+        body.append("start the same config again as a new run, with these settings added to its env:\n\n", style="bold")
+        for k, v in env.items():
+            body.append(f"  {k}={v}\n", style="cyan")
+        for n in notes:
+            body.append(f"\n! {n}", style="yellow")
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.notify("relaunching: stopping the run …")
+                self._relaunch(cfg)
+
+        self.app.push_screen(Decide("Relaunch with these settings", body, "Stop and relaunch", "Cancel"), done)
+
+    @work(thread=True, exclusive=True, group="relaunch")
+    def _relaunch(self, cfg: dict) -> None:
+        import os
+        import signal
+
+        from cockpit.config.load import to_yaml
+        from cockpit.rundir import TERMINAL_STATES, atomic_write_text
+        from cockpit.ui import proc
+
+        run = self.run
+
+        def ended_within(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while True:
+                if run.read_status().get("state") in TERMINAL_STATES:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.2)
+
+        if not ended_within(0):
+            run.request("stop", "cockpit UI: relaunch after a hang")
+            if not ended_within(self.RELAUNCH_STOP_GRACE_S):
+                run.request("kill", "cockpit UI: relaunch after a hang (stop not consumed)")
+                if not ended_within(self.RELAUNCH_KILL_GRACE_S):
+                    pid = int(run.read_status().get("supervisor_pid") or 0)
+                    if pid > 1:  # the supervisor does not answer either: its session goes (ranks with it)
+                        try:
+                            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+        runs_dir = run.path.parent
+        parts = run.run_id.split("-")
+        stem = "-".join(parts[2:-1]) or "run"
+        folder = runs_dir / ".ui-configs"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / f"{stem}-relaunch-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        atomic_write_text(path, to_yaml(cfg, only_changed=False))
+        res = proc.train_detached(path, runs_dir)
+        self.app.call_from_thread(self._relaunched, res)
+
+    def _relaunched(self, res) -> None:
+        from pathlib import Path
+
+        if not (res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir")):
+            self.notify(f"relaunch failed (exit {res.rc}): {res.error_text[-600:]}", severity="error", timeout=15)
+            return
+        new = LiveScreen(RunDir(Path(res.data["run_dir"])))
+        if self.app.screen is self:
+            self.app.switch_screen(new)
+        else:
+            self.app.push_screen(new)
 
     def action_plot(self) -> None:
         from cockpit.ui.screens.modals import PlotView

@@ -1,4 +1,5 @@
-"""Modals: confirmation, full-size metric plot, log viewer with search, text preview, prompt."""
+"""Modals: confirmation (short, or a long text with two answers), full-size metric plot, log viewer
+with search, text preview, prompt."""
 
 from __future__ import annotations
 
@@ -25,6 +26,31 @@ class Confirm(ModalScreen[bool]):
             with Horizontal(id="dialog-buttons"):
                 yield Button(f"{self.yes} (y)", variant="error" if self.danger else "primary", id="yes")
                 yield Button("Cancel (n)", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class Decide(ModalScreen[bool]):
+    """A long text (scrollable) and two answers: ``yes`` (y) or ``no`` (n, Esc)."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, title: str, body: Text | str, yes: str, no: str = "Cancel", danger: bool = True) -> None:
+        super().__init__()
+        self.title_text, self.body, self.yes, self.no, self.danger = title, body, yes, no, danger
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="decide"):
+            yield Label(self.title_text, classes="pane-title")
+            with VerticalScroll(id="decide-body"):
+                yield Static(self.body)
+            with Horizontal(id="dialog-buttons"):
+                yield Button(f"{self.yes} (y)", variant="error" if self.danger else "primary", id="yes")
+                yield Button(f"{self.no} (n)", id="no")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -68,6 +94,12 @@ class TextView(ModalScreen[None]):
             with VerticalScroll():
                 yield Static(self.body, id="textview-body")
         yield Footer()
+
+    def set_body(self, body: Text | str) -> None:
+        """Replace the text (a worker's result arriving while the view is open)."""
+        self.body = body
+        if self.is_attached:
+            self.query_one("#textview-body", Static).update(body)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,9 +1,16 @@
 """The Setup screen: forms grouped like the schema, presets, validation as you type (the same
-``validate`` and messages as ``cockpit check``), the fit line, the data check, preview, launch."""
+``validate`` and messages as ``cockpit check``), the fit line, the data check, preview, launch.
+
+Opening it with no preset loads ``cpu-demo`` at once, then ``cockpit doctor --json`` (a worker,
+a subprocess) tells which presets this machine calls for: they go first in the picker, and the
+first replaces cpu-demo while the form is untouched. Launch first looks at the doctor's results
+that matter for the config (:mod:`cockpit.doctor.relevance`); the doctor runs once per session
+(per set of needs) and is cached on the app."""
 
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -23,12 +30,36 @@ def _wid(field_id: str) -> str:
     return f"f-{field_id}"
 
 
+_doctor_lock = threading.Lock()
+
+
+def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
+    """``cockpit doctor --json [--needs TAGS]`` for this session: the app's injected checks, else
+    run once per set of needs (a subprocess: the doctor imports torch) and kept on the app.
+    Blocking: call it from a thread worker. Returns (checks or None, error text)."""
+    injected = getattr(app, "doctor_checks", None)
+    if injected is not None:
+        return injected, ""
+    key = ",".join(sorted(needs))
+    with _doctor_lock:
+        cache = getattr(app, "_doctor_cache", None)
+        if cache is None:
+            cache = app._doctor_cache = {}
+        if key not in cache:
+            res = proc.run_cli("doctor", "--json", *(["--needs", key] if key else []), timeout=300)
+            if not isinstance(res.data, list):
+                return None, res.error_text
+            cache[key] = res.data
+        return cache[key], ""
+
+
 class SetupScreen(Screen):
     BINDINGS = [
         Binding("f5", "check_data", "Check data"),
         Binding("f6", "preview", "Preview"),
         Binding("f7", "save_preset", "Save preset"),
         Binding("f8,ctrl+g", "launch", "Launch"),
+        Binding("f9", "tune", "Tune"),
         Binding("ctrl+right", "next_tab", "Next tab", show=False),
         Binding("ctrl+left", "prev_tab", "Prev tab", show=False),
     ]
@@ -39,7 +70,11 @@ class SetupScreen(Screen):
         self.checked: forms.Checked | None = None
         self._validate_timer = None
         self._launching = False
+        self._tuning = False
         self._data_for: str | None = None
+        self._offered: list[presets.Preset] = []  # the presets this machine calls for (doctor)
+        self._loaded_preset: str | None = None
+        self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -70,10 +105,13 @@ class SetupScreen(Screen):
                     yield Button("Preview F6", id="b-preview", compact=True)
                     yield Button("Save F7", id="b-save", compact=True)
                     yield Button("Launch F8", id="b-launch", variant="success", compact=True)
+                    yield Button("Tune F9", id="b-tune", compact=True)
         yield Footer()
 
     def _preset_options(self) -> list[tuple[str, str]]:
-        return [(p.label, str(p.path)) for p in presets.list_presets()]
+        offered = [p.path for p in self._offered]
+        found = sorted(presets.list_presets(), key=lambda p: offered.index(p.path) if p.path in offered else len(offered))
+        return [(p.label + (" (for this machine)" if p.path in offered else ""), str(p.path)) for p in found]
 
     def _widget(self, f: forms.Field):
         value = self.model.values.get(f.id)
@@ -88,7 +126,37 @@ class SetupScreen(Screen):
         preset = getattr(self.app, "start_preset", None)
         if preset:
             self.load_preset(Path(preset), quiet=True)
+        else:  # the cheap guess now; the doctor (a subprocess) may offer another one below
+            guess = presets.REPO_PRESETS / "cpu-demo.yaml"
+            if guess.exists():
+                self.load_preset(guess, quiet=True)
+                self._auto = (str(guess), self.model.raw())
         self.validate_now()
+        self._detect()
+
+    # -- the presets this machine calls for --------------------------------------------------------
+    @work(thread=True, exclusive=True, group="detect", exit_on_error=False)
+    def _detect(self) -> None:
+        checks, _err = doctor_checks(self.app)
+        if checks is not None:
+            self.app.call_from_thread(self._offer, checks)
+
+    def _offer(self, checks: list[dict]) -> None:
+        offered, why = presets.offered_presets(checks)
+        self._offered = offered
+        sel = self.query_one("#preset", Select)
+        sel.set_options(self._preset_options())
+        if self._loaded_preset:
+            try:
+                sel.value = self._loaded_preset
+            except Exception:  # noqa: BLE001 - a preset no longer listed
+                pass
+        if not offered:
+            return
+        if self._auto and self._auto[1] == self.model.raw() and self._auto[0] != str(offered[0].path):
+            self.load_preset(offered[0].path, quiet=True)
+            self._auto = (str(offered[0].path), self.model.raw())
+            self.notify(f"preset {offered[0].name} loaded: this machine has {why}")
 
     # -- form <-> model -------------------------------------------------------------------------
     def load_preset(self, path: Path, quiet: bool = False) -> None:
@@ -100,6 +168,12 @@ class SetupScreen(Screen):
             self.notify(str(err), severity="error")
             return
         self.model.fill(raw)
+        self._auto = None
+        self._loaded_preset = str(Path(path).resolve())
+        try:
+            self.query_one("#preset", Select).value = self._loaded_preset
+        except Exception:  # noqa: BLE001 - not in the picker (a file from elsewhere)
+            pass
         self.fill_widgets()
         self.validate_now()
         if not quiet:
@@ -125,18 +199,22 @@ class SetupScreen(Screen):
         self.model.values[fid] = value
         self._schedule_validate()
 
+    # a Changed message older than the widget's value (a preset filled the form meanwhile) is stale
     def on_input_changed(self, event: Input.Changed) -> None:
-        self._set(event.input.id, event.value)
+        if event.value == event.input.value:
+            self._set(event.input.id, event.value)
 
     def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
-        self._set(event.checkbox.id, event.value)
+        if event.value == event.checkbox.value:
+            self._set(event.checkbox.id, event.value)
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "preset":
-            if event.value is not Select.BLANK and event.value is not None:
+            if event.value is not Select.BLANK and event.value is not None and str(event.value) != self._loaded_preset:
                 self.load_preset(Path(str(event.value)))
             return
-        self._set(event.select.id, event.value)
+        if event.value == event.select.value:
+            self._set(event.select.id, event.value)
 
     # -- validation as you type ------------------------------------------------------------------
     def _schedule_validate(self) -> None:
@@ -226,18 +304,37 @@ class SetupScreen(Screen):
         data = res.data if res.data is not None else {"ok": False, "problems": [res.error_text]}
         self.app.call_from_thread(self.query_one("#data-report", Static).update, forms.data_report(data))
 
-    def action_preview(self) -> None:
-        from cockpit.ui.screens.modals import TextView
-
+    def _preview_body(self, ranks: Text) -> Text:
         argv = proc.cockpit_argv("train", f"{self._run_name()}.yaml", "--detach", "--runs-dir", str(self.app.runs_dir))
         body = Text()
         body.append("# the same run from a shell:\n", style="dim")
         body.append(proc.shell_line(argv) + "\n\n", style="bold")
-        body.append(f"# {self._run_name()}.yaml\n", style="dim")
+        body.append("# each rank's exact command and environment (cockpit preview --json):\n", style="dim")
+        body.append_text(ranks)
+        body.append(f"\n# {self._run_name()}.yaml\n", style="dim")
         body.append(self.model.yaml())
         if self.checked and self.checked.problems:
             body.append("\n# problems:\n" + "\n".join(f"#   {p}" for p in self.checked.problems), style="red")
-        self.app.push_screen(TextView("Preview: command and YAML", body))
+        return body
+
+    def action_preview(self) -> None:
+        from cockpit.ui.screens.modals import TextView
+
+        ok = bool(self.checked and self.checked.ok)
+        ranks = Text("computing … (cockpit preview in a subprocess)\n" if ok else "(fix the config problems first)\n", style="italic")
+        view = TextView("Preview: command, every rank's launch, YAML", self._preview_body(ranks))
+        self.app.push_screen(view)
+        if ok:
+            path = self._config_file(Path(tempfile.mkdtemp(prefix="cockpit-ui-")), self._run_name())
+            self._preview_ranks(path, view)
+
+    @work(thread=True, exclusive=True, group="preview")
+    def _preview_ranks(self, path: Path, view) -> None:
+        from cockpit.ui import render
+
+        res = proc.run_cli("preview", str(path), "--json", timeout=120)
+        data = res.data if isinstance(res.data, dict) else {"problems": [res.error_text]}
+        self.app.call_from_thread(lambda: view.set_body(self._preview_body(render.launch_ranks(data))))
 
     def action_save_preset(self) -> None:
         from cockpit.ui.screens.modals import Prompt
@@ -251,18 +348,55 @@ class SetupScreen(Screen):
 
         self.app.push_screen(Prompt(f"Save as preset (in {presets.user_presets_dir()}): name", self._run_name()), done)
 
+    def _set_launching(self, on: bool, message: str = "") -> None:
+        self._launching = on
+        self.query_one("#b-launch", Button).disabled = on
+        if message:
+            self.query_one("#problems", Static).update(Text(message, style="bold yellow"))
+
     def action_launch(self) -> None:
         if self._launching:
             return
         if not (self.checked and self.checked.ok):
             self.notify("fix the config problems first", severity="error")
             return
+        self._set_launching(True, "checking this machine for this config (cockpit doctor --json) …")
+        self._preflight(dict(self.checked.cfg))
+
+    @work(thread=True, exclusive=True, group="preflight")
+    def _preflight(self, cfg: dict) -> None:
+        from cockpit.doctor.relevance import blocking_for_config, config_tags
+
+        checks, err = doctor_checks(self.app, config_tags(cfg))
+        blocking = blocking_for_config(checks or [], cfg)
+        self.app.call_from_thread(self._after_doctor, blocking, err)
+
+    def _after_doctor(self, blocking: list, err: str) -> None:
+        from cockpit.ui import render
+        from cockpit.ui.screens.modals import Decide
+
+        if err:
+            self.notify(f"cockpit doctor did not run, launching without it: {err[-300:]}", severity="warning")
+        if not blocking:
+            self._start_launch()
+            return
+
+        def done(anyway: bool | None) -> None:
+            if anyway:
+                self._start_launch()
+            else:
+                self._set_launching(False)
+                self.validate_now()
+                self.notify("launch cancelled: fix the doctor's findings (F4 Doctor) or launch anyway", severity="warning")
+
+        self.app.push_screen(Decide(f"Doctor: {len(blocking)} problem(s) for this config", render.blocking_checks(blocking),
+                                    "Launch anyway", "Cancel"), done)
+
+    def _start_launch(self) -> None:
         runs_dir = Path(self.app.runs_dir)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = self._config_file(runs_dir / ".ui-configs", f"{self._run_name()}-{stamp}")
-        self._launching = True
-        self.query_one("#b-launch", Button).disabled = True
-        self.query_one("#problems", Static).update(Text(f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)", style="bold yellow"))
+        self._set_launching(True, f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)")
         self._launch(path, runs_dir)
 
     @work(thread=True, exclusive=True, group="launch")
@@ -273,8 +407,7 @@ class SetupScreen(Screen):
     def _launched(self, res: proc.CliResult) -> None:
         from cockpit.rundir import RunDir
 
-        self._launching = False
-        self.query_one("#b-launch", Button).disabled = False
+        self._set_launching(False)
         if res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir"):
             self.validate_now()
             self.app.open_live(RunDir(Path(res.data["run_dir"])))
@@ -283,9 +416,62 @@ class SetupScreen(Screen):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         action = {"b-check": self.action_check_data, "b-preview": self.action_preview,
-                  "b-save": self.action_save_preset, "b-launch": self.action_launch}.get(event.button.id or "")
+                  "b-save": self.action_save_preset, "b-launch": self.action_launch,
+                  "b-tune": self.action_tune}.get(event.button.id or "")
         if action:
             action()
+
+    # -- tune: cockpit tune measures micro-batch x accumulation on this machine -------------------
+    def action_tune(self) -> None:
+        if self._tuning:
+            self.notify("cockpit tune is already running", severity="warning")
+            return
+        if not (self.checked and self.checked.ok):
+            self.notify("fix the config problems first", severity="error")
+            return
+        folder = Path(tempfile.mkdtemp(prefix="cockpit-tune-"))
+        path = self._config_file(folder, self._run_name())
+        self._tuning = True
+        self.query_one("#b-tune", Button).disabled = True
+        self.notify("cockpit tune: trying micro-batch sizes on this machine (a subprocess; minutes) …")
+        self._tune(path, folder / "tuned")
+
+    @work(thread=True, exclusive=True, group="tune")
+    def _tune(self, path: Path, out: Path) -> None:
+        res = proc.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600)
+        self.app.call_from_thread(self._tuned, res)
+
+    def _tuned(self, res: proc.CliResult) -> None:
+        from cockpit.ui import render
+        from cockpit.ui.screens.modals import Decide, TextView
+
+        self._tuning = False
+        self.query_one("#b-tune", Button).disabled = False
+        data = res.data if isinstance(res.data, dict) else None
+        if data is None:
+            missing = "invalid choice: 'tune'" in (res.stderr or "")
+            why = ("this cockpit has no `cockpit tune` command yet (issue #8): set micro-batch and accumulation by hand"
+                   if missing else f"cockpit tune failed (exit {res.rc}): {res.error_text[-600:]}")
+            self.notify(why, severity="error", timeout=15)
+            return
+        chosen = data.get("chosen") or {}
+        mb, acc = chosen.get("per_device_train_batch_size"), chosen.get("gradient_accumulation_steps")
+        if not (data.get("ok") and mb):
+            self.app.push_screen(TextView("cockpit tune: nothing to use", render.tune_table(data)))
+            return
+
+        def done(use: bool | None) -> None:
+            if not use:
+                return
+            for fid, value in (("per_device_train_batch_size", mb), ("gradient_accumulation_steps", acc)):
+                if value is not None:
+                    self.model.values[fid] = str(value)
+                    self.query_one(f"#{_wid(fid)}", Input).value = str(value)
+            self.validate_now()
+            self.notify(f"micro-batch {mb}, accumulation {acc} (from cockpit tune)")
+
+        self.app.push_screen(Decide("cockpit tune: the trials", render.tune_table(data),
+                                    f"Use micro-batch {mb}, accumulation {acc}", "Keep mine", danger=False), done)
 
     def action_next_tab(self, step: int = 1) -> None:
         tabs = self.query_one(TabbedContent)

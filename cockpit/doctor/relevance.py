@@ -1,0 +1,59 @@
+"""Which doctor results matter for a config (pure: no torch, no I/O).
+
+    tags = config_tags(cfg)                    # {"deepspeed", "multi_gpu", ...} (see doctor.TAGS)
+    stop = blocking_for_config(checks, cfg)    # the checks that should stop this config's launch
+
+``checks``: :class:`Check` objects or the dicts of ``cockpit doctor --json``. A failure blocks
+as :func:`cockpit.doctor.blocking_failures` says (its ``matters_for`` meets the tags, or is
+empty). Checks run without ``--needs`` report a missing optional piece as skip/warn; for the
+pieces a config cannot run without (DeepSpeed for ZeRO, bitsandbytes for QLoRA, numactl for an
+explicit ``numa_bind`` map) such a result blocks too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cockpit.doctor.model import SKIP, WARN, Check
+
+# check id -> (the tag that makes it required, the statuses that then block besides fail):
+# skip = not installed / no GPU build; numactl missing or broken is a warn
+REQUIRED = {"deepspeed": ("deepspeed", {SKIP}), "bitsandbytes": ("qlora", {SKIP}), "numactl": ("numa", {SKIP, WARN})}
+
+
+def _true(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def config_tags(cfg: Mapping[str, Any]) -> set[str]:
+    """The doctor tags a config needs. ``use_cpu`` unset (auto) counts as a GPU run when the
+    config asks for something only a GPU does (4/8-bit base weights)."""
+    use_cpu = cfg.get("use_cpu")
+    quant = cfg.get("quantization_bit") not in (None, "")
+    gpu = (use_cpu is not None and not _true(use_cpu)) or (use_cpu is None and quant)
+    tags: set[str] = set()
+    if gpu:
+        tags |= {"gpu", "rocm", "cuda"}  # the rocm/cuda checks only fail on their own build
+    world = int(cfg.get("nproc_per_node") or 1) * int(cfg.get("nnodes") or 1)
+    if gpu and world > 1:
+        tags.add("multi_gpu")
+    if cfg.get("zero_stage") or cfg.get("deepspeed"):
+        tags.add("deepspeed")
+    if quant:
+        tags.add("qlora")
+    numa = str(cfg.get("numa_bind") or "auto").strip().lower()
+    if numa not in ("auto", "off", "false", "none", ""):
+        tags.add("numa")
+    return tags
+
+
+def blocking_for_config(checks: Iterable[Check | Mapping[str, Any]], cfg: Mapping[str, Any]) -> list[Check]:
+    """The checks that stop a launch of ``cfg``, in the doctor's order."""
+    from cockpit.doctor import blocking_failures
+
+    tags = config_tags(cfg)
+    checks = [c if isinstance(c, Check) else Check.from_dict(c) for c in checks]
+    failing = {id(c) for c in blocking_failures(checks, tags)}
+    return [c for c in checks if id(c) in failing
+            or (c.id in REQUIRED and REQUIRED[c.id][0] in tags and c.status in REQUIRED[c.id][1])]
