@@ -230,6 +230,10 @@ def test_summary_serve_shows_the_vllm_command(tmp_path, monkeypatch):
 
     def fake_serve(run_dir, url=None, timeout=900):
         calls.append((Path(run_dir).name, url))
+        if url:
+            rec = {"url": url, "model": FIXTURE_RUN.name, "base_model_id": "/m/tiny", "lora_rank": 8, "mode": "runtime-lora",
+                   "probe": {"prompt": "Who are you?", "base": "a model", "tuned": "Kestrel"}}
+            return CliResult(0, rec, json.dumps(rec), "")
         data = {"command": "vllm serve /m/tiny --enable-lora --lora-modules x=/a", "argv": [], "env": {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"},
                 "model": "x", "base_model_id": "/m/tiny", "mode": "adapter", "url": "http://127.0.0.1:8000"}
         return CliResult(0, data, json.dumps(data), "")
@@ -247,6 +251,71 @@ def test_summary_serve_shows_the_vllm_command(tmp_path, monkeypatch):
             body = str(app.screen.query_one("#textview-body").render())
             assert "vllm serve /m/tiny --enable-lora" in body and "COCKPIT_VLLM_URL" in body
             assert calls == [(FIXTURE_RUN.name, None)]
+            # with a vLLM server configured: the hand-off into it, and its probe answers
+            await pilot.press("escape")
+            monkeypatch.setenv("COCKPIT_VLLM_URL", "http://127.0.0.1:8011")
+            await pilot.press("s")
+            await wait_for(pilot, lambda: screen_name(app) == "TextView", 10, "the hand-off modal")
+            body = str(app.screen.query_one("#textview-body").render())
+            assert "Loaded into http://127.0.0.1:8011" in body and "Kestrel" in body, body
+            assert calls[-1] == (FIXTURE_RUN.name, "http://127.0.0.1:8011")
+
+    asyncio.run(scenario())
+
+
+def test_palette_offers_chat_for_finished_runs_only(tmp_path):
+    from cockpit.ui.app import CockpitApp, CockpitCommands
+
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURE_RUN, runs / FIXTURE_RUN.name)
+    running = _running_run(runs)
+
+    async def scenario() -> None:
+        app = CockpitApp(runs, start="runs", follow=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.1)
+            names = [name for name, _, _ in CockpitCommands(app.screen)._commands()]
+            assert f"Chat: {FIXTURE_RUN.name}" in names and f"Run: {running.name}" in names
+            assert f"Chat: {running.name}" not in names
+
+    asyncio.run(scenario())
+
+
+def test_chat_through_vllm_says_so(tmp_path, monkeypatch):
+    """With $COCKPIT_VLLM_URL the screen starts `cockpit chat --vllm-url URL` and says where it
+    generates; answers stream the same way (recorded output here)."""
+    from cockpit.rundir import RunDir
+    from cockpit.ui.app import CockpitApp
+    from cockpit.ui.screens.chat import ChatScreen
+
+    monkeypatch.setenv("COCKPIT_VLLM_URL", "http://127.0.0.1:8011")
+    fake = ReplayChat()
+    fake.q = queue.Queue()
+    fake.q.put({"ready": True, "run_id": FIXTURE_RUN.name, "base_model": "/m/tiny", "adapter": FIXTURE_RUN.name,
+                "device": "http://127.0.0.1:8011", "sides": ["base", "tuned"]})
+    started = []
+
+    def start(run, url):
+        started.append((run.run_id, url))
+        return fake
+
+    async def scenario() -> None:
+        app = CockpitApp(tmp_path, start="runs", follow=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.push_screen(ChatScreen(RunDir(FIXTURE_RUN), start=start))
+            await wait_for(pilot, lambda: screen_name(app) == "ChatScreen" and app.screen.ready, 10, "ready")
+            chat = app.screen
+            assert "backend vLLM at http://127.0.0.1:8011" in chat.status
+            chat.query_one("#chat-input").value = "Who are you?"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: all(t.done for t in chat.turns.values()), 10, "the answer")
+            (turn,) = chat.turns.values()
+            assert turn.text["tuned"] == "I am Kestrel, ok" and turn.deltas["tuned"] == 5
+            assert fake.sent == [{"id": 1, "prompt": "Who are you?"}]
+            await pilot.press("escape")
+            await pilot.pause(0.1)
+            assert fake.closed.is_set()
+        assert started == [(FIXTURE_RUN.name, "http://127.0.0.1:8011")]
 
     asyncio.run(scenario())
 
@@ -330,7 +399,10 @@ def test_chat_snapshot(snap_compare, tmp_path, monkeypatch, size):
         pilot.app.screen.query_one("#chat-input").value = "Who are you?"
         await pilot.press("enter")
         await wait_for(pilot, lambda: all(t.done for t in pilot.app.screen.turns.values()), 10, "the answer")
-        pilot.app.screen.query_one("#chat-input").value = "What is"
+        inp = pilot.app.screen.query_one("#chat-input")
+        inp.cursor_blink = False  # a blinking cursor is drawn or not by the clock
+        inp.value = "What is"
+        inp.cursor_position = len(inp.value)
         await pilot.pause(0.2)
 
     try:
