@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("cockpit.commands.chat", "the same prompt to base and tuned model, side by side, streamed"),
     "preview": ("cockpit.commands.preview", "show the exact launch: torchrun command, every rank's env, NUMA binding, other nodes"),
     "plan": ("cockpit.commands.plan", "estimate per-device memory before launch; say whether it fits"),
+    "tune": ("cockpit.commands.tune", "find the micro-batch that fits and runs fastest by real trial steps; write a tuned config"),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
 }
 

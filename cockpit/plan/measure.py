@@ -8,6 +8,10 @@ object per live storage (PyObject preservation), so the callback fires when the 
 really released, not when a Python wrapper goes away. Storages that existed before the mode was
 entered (the model's weights) are registered with ``track_existing``.
 
+With ``cap`` (bytes) the mode also stands in for a device allocator: when the tracked live bytes
+go over the cap it raises ``torch.OutOfMemoryError`` from inside the op, so a CPU trial fails the
+way a GPU one does and the same ``except torch.OutOfMemoryError`` handles both (``cockpit tune``).
+
 What it cannot see: scratch memory a kernel allocates internally without returning it (e.g. the
 blocked buffers inside the CPU flash-attention kernel), allocator rounding and fragmentation. On
 CPU those are small; on GPUs the planner's runtime-overhead term stands for them.
@@ -27,12 +31,14 @@ def _mode_class():
     from torch.utils._pytree import tree_flatten
 
     class LiveTensorBytes(TorchDispatchMode):
-        """Tracks live storage bytes; ``peak`` is the high-water mark since the last ``reset_peak``."""
+        """Tracks live storage bytes; ``peak`` is the high-water mark since the last ``reset_peak``.
+        ``cap``: raise ``torch.OutOfMemoryError`` when live bytes exceed it (None: never)."""
 
-        def __init__(self) -> None:
+        def __init__(self, cap: int | None = None) -> None:
             super().__init__()
             self.live = 0
             self.peak = 0
+            self.cap = cap
             self._sizes: dict[int, int] = {}
             self._refs: dict[int, Any] = {}
 
@@ -56,6 +62,11 @@ def _mode_class():
                 self.live += n - old
             if self.live > self.peak:
                 self.peak = self.live
+                if self.cap is not None and self.live > self.cap:
+                    # the CPU stand-in for the device allocator refusing an allocation
+                    raise torch.OutOfMemoryError(
+                        f"live tensor bytes {self.live} over the memory cap {self.cap} "
+                        "(CPU stand-in for the device allocator)")
 
         def track_existing(self, tensors: Any) -> None:
             for t in tensors:
@@ -79,9 +90,9 @@ def _mode_class():
     return LiveTensorBytes
 
 
-def live_tensor_bytes():
-    """A new ``LiveTensorBytes`` dispatch mode (use as a context manager)."""
-    return _mode_class()()
+def live_tensor_bytes(cap: int | None = None):
+    """A new ``LiveTensorBytes`` dispatch mode (use as a context manager); ``cap``: see the module doc."""
+    return _mode_class()(cap)
 
 
 def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, steps: int = 2,
