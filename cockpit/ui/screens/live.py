@@ -37,7 +37,7 @@ class LiveScreen(Screen):
         Binding("s", "save", "Save ckpt"),
         Binding("x", "stop", "Stop"),
         Binding("k", "kill", "Kill"),
-        Binding("r", "relaunch", "Relaunch (hang)"),
+        Binding("r", "relaunch", "Relaunch (hang)", show=False),  # the alerts pane says it, after a hang
         Binding("p", "plot", "Plot"),
         Binding("l", "logs", "Logs"),
         Binding("slash", "search", "Search"),
