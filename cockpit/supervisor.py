@@ -84,7 +84,13 @@ class Supervisor:
         self.run = run
         self.cfg: dict[str, Any] = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
         self.events = EventWriter(run.events_path)
-        self.reader = EventReader(run.events_path)
+        # only this attempt's events: a resumed run's log still holds the previous attempt's end
+        # (its run_stopped / run_failed), which must not decide how this attempt ends
+        try:
+            start = run.events_path.stat().st_size
+        except FileNotFoundError:
+            start = 0
+        self.reader = EventReader(run.events_path, offset=start)
         self.proc: subprocess.Popen | None = None
         self.rank_pids: dict[int, int] = {}
         self.killing = False

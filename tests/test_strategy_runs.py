@@ -152,3 +152,33 @@ def test_stop_two_ranks_bound_to_numa_node_0_leaves_no_process(tmp_path, tiny_mo
     time.sleep(1.0)
     alive = [p for p in everything if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, alive
+
+
+def test_fsdp_stopped_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir, ddp_run):
+    """FSDP2 resume restores the sharded weights *and* the optimizer state (Adam moments, step
+    count), the scheduler and the RNG: the run is stopped after its first step (a graceful stop
+    saves checkpoint-1), resumed with ``cockpit resume``, and its steps match the uninterrupted
+    run (the DDP run of the same job, which FSDP2 matches within 2e-6, see the module docstring)
+    within 2e-5 relative; measured: bit for bit. With model-only checkpoints (fresh Adam moments
+    after the resume) steps 3 and 4 differ by 1.3e-4 and 4.3e-4 relative (measured)."""
+    runs = tmp_path / "runs"
+    cfg = config(tmp_path, tiny_model_dir, "fsdp-resume", nproc_per_node=2, fsdp="full_shard", save_strategy="steps", save_steps=1000)
+    res = cockpit("train", str(cfg), "--runs-dir", str(runs), "--detach", "--json", env=CACHE_ENV)
+    assert res.returncode == 0, res.stderr
+    run = Path(json.loads(res.stdout)["run_dir"])
+    assert cockpit("stop", str(run), "--wait", "240").returncode == 0  # consumed at the first step boundary
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "stopped", st
+    k = max(e["step"] for e in read_events(run) if e["kind"] == "step")
+    assert k < 4 and (run / "checkpoints" / f"checkpoint-{k}").is_dir()
+    res = cockpit("resume", str(run), env=CACHE_ENV, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + (run / "logs" / "rank0.log").read_text()[-3000:]
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "finished" and st["attempt"] == 2 and st["resumed_from"].endswith(f"checkpoint-{k}")
+    by_step = {}
+    for e in read_events(run):
+        if e["kind"] == "step":
+            by_step[e["step"]] = e["loss"]  # the resumed attempt's value wins
+    assert sorted(by_step) == [1, 2, 3, 4]
+    assert_close([by_step[s] for s in (1, 2, 3, 4)], losses(ddp_run), rel=2e-5)
+    assert (run / "checkpoints" / f"checkpoint-{k}" / "optimizer.pt").exists()

@@ -11,7 +11,8 @@ cockpit never reports FSDP when parameters are not sharded, so it shards the mod
 2. marks the model ``is_distributed_loading_by_transformers``: transformers then lets the
    model own placement and gradient reduction (no DDP wrap, no re-shard), and defers the
    reduce-scatter over gradient accumulation;
-3. :class:`FSDP2Trainer` gathers the full state dict (a collective on every rank) when saving.
+3. :class:`FSDP2Trainer` gathers the full model and optimizer state dicts (collectives on every
+   rank) when saving a checkpoint, and scatters the optimizer state back into the shards on resume.
 
 Options (the ``fsdp`` key): ``full_shard`` (reshard parameters after forward: ZeRO-3 like),
 ``shard_grad_op`` (keep them gathered between forward and backward: ZeRO-2 like), ``hybrid_shard``,
@@ -146,12 +147,34 @@ def write_report(run_dir: str | os.PathLike[str], rank: int, info: dict[str, Any
     return path
 
 
+def _inner(optimizer: Any) -> Any:
+    """The torch optimizer under accelerate's ``AcceleratedOptimizer`` wrapper."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
 def trainer_class(base: type | None = None) -> type:
-    """``base`` (default HF Trainer) whose saves gather the FSDP2-sharded state dict on every rank first."""
+    """``base`` (default HF Trainer) whose checkpoints hold the FSDP2-sharded model and optimizer
+    gathered into full, name-keyed state dicts (collectives: every rank joins; rank 0 writes), and
+    whose resume scatters them back into each rank's shards. The stock Trainer would pickle
+    rank 0's DTensor shards of the Adam moments only (rank 1 would resume with rank 0's moments),
+    so optimizer state goes through ``torch.distributed.checkpoint.state_dict``'s
+    ``get_optimizer_state_dict`` / ``set_optimizer_state_dict``; ``optimizer.pt`` is then a plain
+    full state dict, independent of the world size it was saved with."""
     if base is None:
         from transformers import Trainer as base
 
     class FSDP2Trainer(base):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # The Trainer refuses optimizer checkpoints for a model sharded before it (it could
+            # not write them); this class writes and reads them itself, so the check is passed
+            # with save_only_model set and the configured value restored right after.
+            targs = kwargs["args"] if "args" in kwargs else args[1]
+            wanted, targs.save_only_model = targs.save_only_model, True
+            try:
+                super().__init__(*args, **kwargs)
+            finally:
+                targs.save_only_model = wanted
+
         def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
             if state_dict is None:
                 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -159,6 +182,31 @@ def trainer_class(base: type | None = None) -> type:
                 # a collective: every rank joins; rank 0 receives the full tensors on the CPU
                 state_dict = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             super()._save(output_dir, state_dict=state_dict)
+
+        def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+            import torch
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+            from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+
+            osd = get_optimizer_state_dict(self.model, _inner(self.optimizer), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            if self.args.should_save:
+                torch.save(osd, os.path.join(output_dir, OPTIMIZER_NAME))
+                torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+        def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+            if checkpoint is None:
+                return
+            import torch
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+
+            optim_path = os.path.join(checkpoint, OPTIMIZER_NAME)
+            sched_path = os.path.join(checkpoint, SCHEDULER_NAME)
+            if not (os.path.isfile(optim_path) and os.path.isfile(sched_path)):
+                return  # a model-only checkpoint (save_only_model): fresh optimizer, as the Trainer does
+            osd = torch.load(optim_path, map_location="cpu", weights_only=True)  # every rank: the full state
+            set_optimizer_state_dict(self.model, _inner(self.optimizer), osd, options=StateDictOptions(full_state_dict=True))
+            self.lr_scheduler.load_state_dict(torch.load(sched_path, weights_only=True))
 
     return FSDP2Trainer
 

@@ -185,10 +185,6 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
         kwargs["deepspeed"] = cfg["deepspeed"]  # a path, or the config dict set up in _apply_strategy
-    if cfg.get("fsdp"):
-        # the ranks shard the model themselves with FSDP2 (cockpit/strategy/fsdp.py): HF's fsdp=
-        # falls back to DDP on the CPU. Trainer can checkpoint such a model without optimizer state only.
-        kwargs["save_only_model"] = True
     if cfg["val_size"]:
         kwargs["eval_strategy"] = "steps"
         kwargs["eval_steps"] = max(cfg["logging_steps"], 1)
