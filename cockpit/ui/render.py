@@ -195,6 +195,8 @@ def tune_table(data: dict[str, Any]) -> Text:
     chosen = data.get("chosen") or {}
     if data.get("message"):
         t.append(str(data["message"]) + "\n", style="bold" if data.get("ok") else "bold red")
+    for p in data.get("problems") or []:
+        t.append(f"  {p}\n", style="red")
     if data.get("cap_gb") is not None:
         t.append(f"memory cap {float(data['cap_gb']):g} GB per device\n", style="dim")
     t.append(f"\n  {'micro-batch':>11} {'accum':>6} {'tokens/s':>10} {'peak GB':>8}  result\n", style="bold")

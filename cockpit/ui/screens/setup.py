@@ -434,7 +434,7 @@ class SetupScreen(Screen):
         self._tuning = True
         self.query_one("#b-tune", Button).disabled = True
         self.notify("cockpit tune: trying micro-batch sizes on this machine (a subprocess; minutes) …")
-        self._tune(path, folder / "tuned")
+        self._tune(path, folder / f"{self._run_name()}.tuned.yaml")
 
     @work(thread=True, exclusive=True, group="tune")
     def _tune(self, path: Path, out: Path) -> None:
