@@ -24,8 +24,16 @@ Kinds and their fields (units in the field names or stated here):
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
   {prompt, expected, answer, ok})
 - ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,
-  vram_total_mb, util_pct, temp_c, power_w}), ranks (list of {rank, pid, rss_mb, cpu_pct})
-- ``comm``: backend (nccl|rccl|gloo), version, world_size, status, details
+  vram_total_mb, util_pct, temp_c, power_w}; empty on the CPU), ranks (list of {rank, pid, alive,
+  rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one
+  core since the previous sample, can exceed 100; null for the first sample of a pid and for a
+  process that is gone, alive false), unavailable (optional: backend -> why it was not used)
+- ``comm``: backend (nccl|rccl|gloo), version (null for gloo), world_size, status (ok|probe
+  failed|...), source (nccl_log for events parsed from the ranks' NCCL/RCCL INFO lines), details.
+  The health probe's (rank 0, once at train start) details: probe {ok, backend, world_size,
+  iters, results: list of {size_bytes, time_us (mean per all-reduce, slowest rank),
+  algbw_gbps, busbw_gbps (GB/s = 10**9 bytes/s; busbw = algbw * 2(n-1)/n), ok}}, info {backend,
+  library, version, world_size, rank, torch, ...}, env (the NCCL/RCCL/gloo variables set)
 - ``run_finished``: steps, runtime_s, tokens_per_s, first_loss, last_loss
 - ``run_failed``: reason, rank (optional), log_tail (list of lines)
 - ``run_stopped``: reason, step

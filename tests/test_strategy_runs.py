@@ -57,7 +57,8 @@ def assert_close(a: list[float], b: list[float], rel: float) -> None:
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory, tiny_model_dir) -> Path:
-    return train(tmp_path_factory.mktemp("ddp"), tiny_model_dir, "ddp", nproc_per_node=2)
+    # telemetry on (every 0.5 s): test_ddp_run_events_have_comm_health_and_per_rank_telemetry reads it
+    return train(tmp_path_factory.mktemp("ddp"), tiny_model_dir, "ddp", nproc_per_node=2, telemetry_interval_s=0.5)
 
 
 def test_ddp_two_ranks_matches_one_rank(tmp_path, tiny_model_dir, ddp_run):
@@ -68,6 +69,36 @@ def test_ddp_two_ranks_matches_one_rank(tmp_path, tiny_model_dir, ddp_run):
     assert_close(losses(ddp_run), losses(one), rel=1e-4)
     launch = json.loads((ddp_run / "launch.json").read_text())
     assert launch["strategy"] == "DDP" and len(launch["ranks"]) == 2
+
+
+def test_ddp_run_events_have_comm_health_and_per_rank_telemetry(ddp_run):
+    """The 2-rank gloo run's own event log: the comm health probe (backend gloo, world size 2,
+    bus bandwidth per message size) and CPU telemetry with the RSS of both ranks."""
+    events = read_events(ddp_run)
+    probes = [e for e in events if e["kind"] == "comm" and "probe" in (e.get("details") or {})]
+    assert len(probes) == 1, [e for e in events if e["kind"] == "comm"]
+    comm = probes[0]
+    assert comm["backend"] == "gloo" and comm["world_size"] == 2 and comm["status"] == "ok"
+    probe = comm["details"]["probe"]
+    assert probe["ok"] and probe["backend"] == "gloo" and probe["world_size"] == 2
+    assert [r["size_bytes"] for r in probe["results"]] == [2**20, 4 * 2**20, 16 * 2**20]
+    for r in probe["results"]:
+        assert r["ok"] and r["time_us"] > 0 and r["algbw_gbps"] > 0
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"], rel=0.01)  # busbw = algbw * 2(n-1)/n, n = 2
+    telemetry = [e for e in events if e["kind"] == "telemetry"]
+    assert telemetry and all(e["backend"] == "cpu" for e in telemetry)
+    rank_pids = {e["rank"]: e["pid"] for e in events if e["kind"] == "rank_started"}
+    both = [
+        {r["rank"]: r for r in e["ranks"]}
+        for e in telemetry
+        if {r["rank"] for r in e.get("ranks") or [] if r.get("alive") and (r.get("rss_mb") or 0) > 0} == {0, 1}
+    ]
+    assert both, telemetry[-3:]
+    for rank in (0, 1):
+        entry = both[-1][rank]
+        assert entry["pid"] == rank_pids[rank]
+        assert 50 < entry["rss_mb"] < 64 * 1024  # MiB: a torch process with the tiny model, not bytes
+    assert any(e2["ranks"][0].get("cpu_pct") is not None for e2 in telemetry if e2.get("ranks"))
 
 
 def test_fsdp_shards_for_real_and_matches_ddp(tmp_path, tiny_model_dir, ddp_run):
