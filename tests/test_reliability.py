@@ -231,21 +231,82 @@ def test_secrets_are_never_written_and_no_listening_socket(tmp_path, tiny_model_
     assert "NCCL_DEBUG: WARN" in (run / "config.yaml").read_text()
 
 
+class Tmux:
+    """A private tmux server (its own socket) and its one pane."""
+
+    def __init__(self, sock: Path):
+        self.sock = str(sock)
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", "-S", self.sock, *args], capture_output=True, text=True, check=check, timeout=30)
+
+    def screen(self) -> str:
+        res = self("capture-pane", "-p", "-t", "cockpit", check=False)
+        return res.stdout if res.returncode == 0 else ""
+
+    def keys(self, *keys: str) -> None:
+        self("send-keys", "-t", "cockpit", *keys)
+
+    def wait_text(self, text: str, timeout: float) -> str:
+        try:
+            return wait_for(lambda: (lambda s: s if text in s else None)(self.screen()), timeout, repr(text))
+        except AssertionError:
+            raise AssertionError(f"timed out waiting for {text!r} on the screen:\n{self.screen()}") from None
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
-def test_run_survives_killing_the_tmux_server(tmp_path, tiny_model_dir):
-    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=30, probes=None, save_steps=100000)
+def test_run_launched_from_setup_survives_killing_the_tmux_server(tmp_path, tiny_model_dir):
+    """The cockpit app in tmux: a user preset loaded from the command palette (after the Setup
+    screen's own cpu-demo preload, so its values win), F8 launches, the Live screen shows the
+    run; then the tmux server is killed (the app gets SIGHUP): the detached run finishes every
+    step, and ``cockpit attach`` replays all of them."""
+    steps = 30
     runs = tmp_path / "runs"
-    sock = str(tmp_path / "tmux.sock")
-    cmd = f"{sys.executable} -m cockpit.cli train {cfg} --runs-dir {runs}"
-    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-x", "120", "-y", "30", cmd], check=True, env=dict(os.environ, TERM="xterm-256color"))
-    run = wait_for(lambda: next((d for d in runs.iterdir() if d.is_dir()), None) if runs.exists() else None, 120, "the run dir")
-    wait_for(lambda: has_step(run, 2), 120, "steps")
-    subprocess.run(["tmux", "-S", sock, "kill-server"], check=True)  # the terminal goes away (SIGHUP)
-    st = wait_for(lambda: ended(run), 180, "the run to finish")
-    assert st["state"] == "finished"
+    config_home = tmp_path / "config"
+    (config_home / "cockpit" / "presets").mkdir(parents=True)
+    tiny_config(config_home / "cockpit" / "presets", tiny_model_dir, "tiny", max_steps=steps, probes=None, save_steps=100000)
+    env = dict(os.environ, TERM="xterm-256color", XDG_CONFIG_HOME=str(config_home), OMP_NUM_THREADS="1")
+    env.pop("TMUX", None)
+    tmux = Tmux(tmp_path / "tmux.sock")
+    cmd = f"cd {ROOT} && {sys.executable} -m cockpit.cli --runs-dir {runs}"
+    subprocess.run(["tmux", "-S", tmux.sock, "new-session", "-d", "-s", "cockpit", "-x", "120", "-y", "40", cmd], check=True, env=env, timeout=30)
+    try:
+        tmux.wait_text("Launch", 120)  # the Setup screen (no runs yet), cpu-demo preloaded
+        wait_for(lambda: "cpu-demo" in tmux.screen() or "Kestrel" in tmux.screen() or "smollm2" in tmux.screen(), 60, "the cpu-demo preload")
+        tmux.keys("C-p")
+        tmux.wait_text("Search for commands", 30)
+        tmux.keys("-l", "Preset: tiny")
+        tmux.wait_text("load ", 30)  # the matching command's help line: load <path> into Setup
+        tmux.keys("Enter")
+        tmux.wait_text("preset tiny loaded", 30)
+        tmux.wait_text(str(tiny_model_dir)[:40], 30)  # the form shows the tiny model, not cpu-demo's
+        # F8 until the launch starts (validation runs `cockpit check` in the background first)
+        def launched():
+            screen = tmux.screen()
+            if "launching" in screen or "checking this machine" in screen:
+                return True
+            if "Launch anyway" in screen:  # a doctor finding for this machine: go ahead
+                tmux.keys("Enter")
+                return False
+            tmux.keys("F8")
+            return False
+        wait_for(lambda: launched() or (time.sleep(2) and False), 180, "the launch to start")
+        run = wait_for(lambda: next((d for d in runs.iterdir() if d.is_dir() and not d.name.startswith(".")), None) if runs.exists() else None, 180, "the run dir")
+        tmux.wait_text(run.name[:30], 120)  # the Live screen's title names the run
+        wait_for(lambda: has_step(run, 1), 180, "a step")
+        assert status(run)["step"] < steps, "the run must still be going when its terminal disappears"
+    finally:
+        subprocess.run(["tmux", "-S", tmux.sock, "kill-server"], capture_output=True, timeout=30)  # SIGHUP to the app
+    st = wait_for(lambda: ended(run), 300, "the run to finish")
+    assert st["state"] == "finished", st
+    import yaml
+
+    assert yaml.safe_load((run / "config.yaml").read_text())["model_name_or_path"] == str(tiny_model_dir)  # the tiny preset won
+    assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == list(range(1, steps + 1))
     att = cockpit("attach", str(run), "--no-follow")
-    steps = [int(l.split()[1].split("/")[0]) for l in att.stdout.splitlines() if l.startswith("step ")]
-    assert steps == list(range(1, 31))
+    assert att.returncode == 0, att.stdout + att.stderr
+    replayed = [int(l.split()[1].split("/")[0]) for l in att.stdout.splitlines() if l.startswith("step ")]
+    assert replayed == list(range(1, steps + 1))  # no gap in step numbers
 
 
 def spiky_config(tmp_path: Path, model_dir: Path, policy: str) -> Path:
