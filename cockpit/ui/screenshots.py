@@ -64,7 +64,12 @@ async def _open(pilot, key: str, screen: str) -> None:
         pilot.app.screen.draw()
     else:
         pilot.app.open_summary(run)
-        await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "SummaryScreen")
+        # the probes table is filled from a worker: wait for its rows, then for the layout pass
+        # that sizes its columns (a shot taken between the two has squeezed columns)
+        await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "SummaryScreen"
+                      and any(t.row_count for t in pilot.app.screen.query("#probes")))
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.2)
     await pilot.pause(0.2)
 
 
