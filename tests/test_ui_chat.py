@@ -333,7 +333,7 @@ def test_serve_text_handoff_and_failure():
 
 
 # -- a deterministic snapshot: recorded worker output, no model ---------------------------------------
-RECORDED = {  # what the chat worker streamed for these prompts (tiny random model: gibberish)
+RECORDED = {  # illustrative answers in the chat worker's exact message shapes (the real worker is driven in test_chat_main_path_real_worker)
     "ready": {"ready": True, "run_id": FIXTURE_RUN.name, "base_model": "/home/user/models/tiny-llama",
               "adapter": f"/runs/{FIXTURE_RUN.name}/adapter", "device": "cpu", "dtype": "float32", "load_s": 1.9,
               "sides": ["base", "tuned"]},
