@@ -36,7 +36,23 @@ class CockpitArgumentParser(argparse.ArgumentParser):
     """argparse exits 2 on bad usage, which is our 'invalid input' code; keep it."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def wants_ui(argv: list[str]) -> bool:
+    """No command and no help/version: the TUI. Then the parser is built without the commands'
+    subparsers, whose modules (YAML, the config schema, ...) the UI's first frame would wait for."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--runs-dir":
+            i += 2
+            continue
+        if a.startswith("--runs-dir="):
+            i += 1
+            continue
+        return False
+    return True
+
+
+def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
     parser = CockpitArgumentParser(
         prog="cockpit",
         description="Terminal training cockpit for fine-tuning LLMs. With no command: the TUI.",
@@ -46,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
     parser.add_argument("--runs-dir", dest="ui_runs_dir", default=None, metavar="DIR",
                         help="with no command: the runs dir the TUI shows (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)")
+    if not with_commands:
+        parser.set_defaults(command=None)
+        return parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -65,7 +84,7 @@ def quiet_libraries() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_libraries()
-    parser = build_parser()
+    parser = build_parser(with_commands=not wants_ui(argv))
     args = parser.parse_args(argv)
     if not args.command:
         try:
