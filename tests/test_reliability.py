@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, cockpit, read_events, tiny_config, write_yaml
+from cockpit.events import EventReader
+from conftest import ROOT, cockpit, read_events, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -156,9 +157,16 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
     assert res.returncode == 0, res.stderr
     full = step_losses(next((a / "runs").iterdir()))
     run = start_detached(b, tiny_config(b, tiny_model_dir, **common))
-    wait_for(lambda: any(e["kind"] == "checkpoint_saved" and e["step"] == 8 for e in read_events(run)), 120, "checkpoint-8")
-    cockpit("stop", str(run), "--kill", "--wait", "30")
-    assert status(run)["state"] in ("failed", "stopped")
+    rank_pid = int(wait_for(lambda: (status(run).get("rank_pids") or {}).get("0"), 120, "the rank's pid"))
+    # A crash right after checkpoint-8: steps take ~0.1 s on an idle box, so poll tightly
+    # (new bytes only) and kill at once, before the run reaches step 12 and its last checkpoint.
+    reader = EventReader(run / "events.jsonl")
+    deadline = time.time() + 120
+    while not any(e["kind"] == "checkpoint_saved" and e["step"] == 8 for e in reader.read_new()):
+        assert time.time() < deadline, "no checkpoint-8"
+        time.sleep(0.01)
+    os.kill(rank_pid, signal.SIGKILL)
+    assert wait_for(lambda: ended(run), 60, "the run to end")["state"] == "failed"
     first = step_losses(run, attempt=1)
     res = cockpit("resume", str(run), timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
