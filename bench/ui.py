@@ -46,7 +46,7 @@ ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>NOP
 class Term:
     """The UI in a pseudo-terminal; ``screen`` accumulates the text it draws (escapes removed)."""
 
-    def __init__(self, runs_dir: Path, cols: int = 100, rows: int = 30):
+    def __init__(self, runs_dir: Path, cols: int = 100, rows: int = 30, argv: list[str] | None = None):
         import fcntl
         import struct
         import termios
@@ -56,7 +56,7 @@ class Term:
         env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
         env.pop("TEXTUAL", None)
         self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "cockpit.cli", "--runs-dir", str(runs_dir)],
+        self.proc = subprocess.Popen(argv or [sys.executable, "-m", "cockpit.cli", "--runs-dir", str(runs_dir)],
                                      stdin=slave, stdout=slave, stderr=slave, env=env, cwd=str(ROOT),
                                      start_new_session=True, close_fds=True)
         os.close(slave)
@@ -175,12 +175,28 @@ class LiveWriter(threading.Thread):
                 self.halt.wait(self.period)
 
 
-def bench_first_frame(runs_dir: Path, tries: int) -> tuple[list[float], list[float]]:
+# The floor: the smallest Textual app showing the same kind of screen (a title, a DataTable, the
+# footer). Importing textual.app alone takes 0.4-0.55 s on this machine; the ratio cockpit/bare is
+# what cockpit adds on top of Textual itself.
+BARE_TEXTUAL = """
+from textual.app import App
+from textual.widgets import DataTable, Footer, Static
+class Bare(App):
+    def compose(self):
+        yield Static("Runs in (bare Textual)")
+        yield DataTable()
+        yield Footer()
+Bare().run()
+"""
+
+
+def bench_first_frame(runs_dir: Path, tries: int, bare: bool = False) -> tuple[list[float], list[float]]:
     """(wall seconds, CPU seconds of the UI process) from spawn to the first frame. The CPU
-    figure is what an idle machine's wall time would be close to; on a loaded one wall >> CPU."""
+    figure is what an idle machine's wall time would be close to; on a loaded one wall >> CPU.
+    ``bare``: the same for :data:`BARE_TEXTUAL` (the reference, run alternately by ``main``)."""
     wall, cpu = [], []
     for _ in range(tries):
-        term = Term(runs_dir)
+        term = Term(runs_dir, argv=[sys.executable, "-c", BARE_TEXTUAL] if bare else None)
         t = term.wait_text("Runs in", 20)
         ct = term.ps.cpu_times()
         wall.append((t - term.t0) if t else float("nan"))
@@ -270,9 +286,17 @@ def main() -> int:
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-ui-") as tmp:
         fixture_runs = ROOT / "tests" / "fixtures" / "ui_run"
-        ff, ffc = bench_first_frame(fixture_runs, 2 if args.quick else 5)
-        results["first_frame_s"] = {"runs": [round(x, 3) for x in ff], "median": round(sorted(ff)[len(ff) // 2], 3),
-                                    "cpu_s_median": round(sorted(ffc)[len(ffc) // 2], 3), "target": 0.6,
+        ff, ffc, bf = [], [], []
+        for _ in range(2 if args.quick else 7):  # alternately: cockpit, then the bare Textual app
+            w, c = bench_first_frame(fixture_runs, 1)
+            ff += w
+            ffc += c
+            bf += bench_first_frame(fixture_runs, 1, bare=True)[0]
+        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        results["first_frame_s"] = {"runs": [round(x, 3) for x in ff], "median": round(med(ff), 3),
+                                    "cpu_s_median": round(med(ffc), 3), "target": 0.6,
+                                    "bare_textual_median": round(med(bf), 3),
+                                    "ratio_to_bare_textual": round(med(ff) / med(bf), 2),
                                     "load_avg_1m": os.getloadavg()[0]}
         print("first frame:", results["first_frame_s"], flush=True)
         results["follow"] = bench_follow(Path(tmp) / "follow", 10 if args.quick else 30) | {

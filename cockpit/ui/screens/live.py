@@ -47,6 +47,9 @@ class LiveScreen(Screen):
     RELAUNCH_STOP_GRACE_S = 10.0  # a stop first (saves a checkpoint if the ranks are not hung)
     RELAUNCH_KILL_GRACE_S = 20.0  # then kill; then the supervisor's process group is killed
 
+    SPARK_PERIOD_S = 1.0  # sparklines: at most one redraw per second while following
+    LOG_PERIOD_S = 1.0  # the log pane: new lines read and drawn once per second
+
     def __init__(self, run: RunDir, poll_s: float | None = None) -> None:
         super().__init__(name=f"live-{run.run_id}")
         self.run = run
@@ -61,6 +64,10 @@ class LiveScreen(Screen):
         self._lines: dict[str, int] = {}
         self._drawn_keys: dict[str, object] = {}
         self._drawn_version = -1
+        self._spark_at = 0.0  # monotonic time of the last sparkline redraw
+        self._spark_pending = False
+        self._logs_at = 0.0
+        self._header_at = 0.0
         self._needle = ""
         self._log_seen = 0
 
@@ -135,11 +142,13 @@ class LiveScreen(Screen):
     def _poll(self) -> None:
         with self.lock:
             changed = self.follower.poll(max_chunks=4)
-        if changed:
+        if changed or self._spark_pending:
             self.draw()
-        self._read_logs()
+        if time.monotonic() - self._logs_at >= self.LOG_PERIOD_S:
+            self._read_logs()
 
     def _read_logs(self) -> None:
+        self._logs_at = time.monotonic()
         if self.tail.read_new():
             self._show_log()
 
@@ -161,7 +170,8 @@ class LiveScreen(Screen):
         return self.peeked if (self.replay_progress is not None and self.peeked is not None) else self.state
 
     def _tick_clock(self) -> None:
-        if not self.state.ended:
+        # elapsed / ETA move on between steps; a draw in the last second already showed them
+        if not self.state.ended and time.monotonic() - self._header_at > 0.9:
             self._update("#live-title", render.header(self._header_state(), self.clock(), self.replay_progress))
 
     # -- drawing ----------------------------------------------------------------------------
@@ -176,15 +186,22 @@ class LiveScreen(Screen):
     def draw(self) -> None:
         with self.lock:
             st = self.state
-            if st.version == self._drawn_version and self.replay_progress is None:
+            if st.version == self._drawn_version and self.replay_progress is None and not self._spark_pending:
                 return
             self._drawn_version = st.version
             hs = self._header_state()
             self._update("#live-title", render.header(hs, self.clock(), self.replay_progress))
+            self._header_at = time.monotonic()
             bar = self.query_one("#live-progress", ProgressBar)
             if hs.total:
                 bar.update(total=hs.total, progress=min(hs.step, hs.total))
-            for m in METRICS:
+            # Sparklines (Textual blends a colour per bar on every render: about a third of the UI's
+            # CPU while following) are redrawn at most once per SPARK_PERIOD_S; the header, progress
+            # bar and alerts still show every step at once.
+            now = time.monotonic()
+            self._spark_pending = not st.ended and now - self._spark_at < self.SPARK_PERIOD_S
+            for m in () if self._spark_pending else METRICS:
+                self._spark_at = now
                 s = st.series[m]
                 if self._drawn_counts.get(m) == (s.n, s.width):
                     continue
