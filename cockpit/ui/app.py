@@ -53,8 +53,24 @@ class CockpitCommands(Provider):
                 yield Hit(score, matcher.highlight(name), cb, help=help_text)
 
 
+def _lazy_screen(module: str, name: str) -> Callable[[], Any]:
+    """A mode's screen, imported when the mode is first shown (the first frame waits for none else)."""
+
+    def make():
+        import importlib
+
+        return getattr(importlib.import_module(f"cockpit.ui.screens.{module}"), name)()
+
+    return make
+
+
 class CockpitApp(App):
     CSS_PATH = "app.tcss"
+    SCREENS_BY_MODE = {  # mode -> the screen it starts with, imported when first shown
+        "runs": _lazy_screen("runs", "RunsScreen"),
+        "setup": _lazy_screen("setup", "SetupScreen"),
+        "doctor": _lazy_screen("doctor", "DoctorScreen"),
+    }
     TITLE = "cockpit"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
@@ -79,8 +95,17 @@ class CockpitApp(App):
         doctor_checks: list[dict] | None = None,
         open_run: str | None = None,
     ) -> None:
-        super().__init__()
         self.runs_dir = Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
+        if start == "auto":
+            start = "runs" if list_runs(self.runs_dir) else "setup"
+        # The start mode's screen is the app's default screen (get_default_screen), the other modes
+        # are added as modes: no blank screen drawn then replaced, and no CSS refresh that a mode
+        # switch costs (together ~0.25 s of the first frame). Textual reads DEFAULT_MODE in __init__.
+        self.DEFAULT_MODE = start
+        super().__init__()
+        for mode, make in self.SCREENS_BY_MODE.items():
+            if mode != start:
+                self.add_mode(mode, make)
         self.clock = clock or time.time
         self.poll_s = poll_s
         self.runs_refresh_s = runs_refresh_s
@@ -90,28 +115,10 @@ class CockpitApp(App):
         self.doctor_checks = doctor_checks
         self.open_run_ref = open_run
 
-    def get_default_screen(self):  # the runs mode is installed lazily below
-        from textual.screen import Screen
-
-        return Screen()
+    def get_default_screen(self):
+        return self.SCREENS_BY_MODE[self.DEFAULT_MODE]()
 
     def on_mount(self) -> None:
-        # screens are imported when first shown: the first frame does not wait for the others
-        def lazy(module: str, name: str):
-            def make():
-                import importlib
-
-                return getattr(importlib.import_module(f"cockpit.ui.screens.{module}"), name)()
-
-            return make
-
-        self.add_mode("runs", lazy("runs", "RunsScreen"))
-        self.add_mode("setup", lazy("setup", "SetupScreen"))
-        self.add_mode("doctor", lazy("doctor", "DoctorScreen"))
-        start = self.start
-        if start == "auto":
-            start = "runs" if list_runs(self.runs_dir) else "setup"
-        self.switch_mode(start)
         if self.open_run_ref:
             from cockpit.rundir import resolve_run
 

@@ -90,7 +90,8 @@ async def _summary(pilot) -> None:
 async def _setup(pilot) -> None:
     def ready() -> bool:
         scr = pilot.app.screen
-        return scr._validate_timer is None and "fit: peak" in str(scr.query_one("#fit").render())
+        fit = scr.query("#fit")
+        return scr._validate_timer is None and bool(fit) and "fit: peak" in str(fit.first().render())
 
     await _settle(pilot, ready)
     await _settle(pilot, ready)

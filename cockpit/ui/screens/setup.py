@@ -123,6 +123,11 @@ class SetupScreen(Screen):
         return Input(value or "", placeholder=f.placeholder, id=_wid(f.id), compact=True, tooltip=f.help)
 
     def on_mount(self) -> None:
+        # the forms inside TabbedContent are mounted after this screen's Mount when it is the app's
+        # first screen: fill them once they are all there
+        self.call_after_refresh(self._start)
+
+    def _start(self) -> None:
         preset = getattr(self.app, "start_preset", None)
         if preset:
             self.load_preset(Path(preset), quiet=True)
