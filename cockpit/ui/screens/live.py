@@ -62,6 +62,7 @@ class LiveScreen(Screen):
         self.peeked = None
         self._drawn_counts: dict[str, tuple[int, int]] = {}
         self._lines: dict[str, int] = {}
+        self._shown: dict[str, object] = {}  # selector -> the content last given to Static.update
         self._drawn_keys: dict[str, object] = {}
         self._drawn_version = -1
         self._spark_at = 0.0  # monotonic time of the last sparkline redraw
@@ -178,6 +179,9 @@ class LiveScreen(Screen):
     def _update(self, selector: str, content) -> None:
         """Static.update, with a layout pass only when the number of lines changed (a layout
         of the whole screen per step is most of the UI's CPU otherwise)."""
+        if self._shown.get(selector) == content:  # e.g. telemetry at 1 Hz with the same numbers
+            return
+        self._shown[selector] = content
         widget = self.query_one(selector, Static)
         lines = content.plain.count("\n") if hasattr(content, "plain") else str(content).count("\n")
         widget.update(content, layout=self._lines.get(selector) != lines)
