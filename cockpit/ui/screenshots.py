@@ -66,8 +66,13 @@ async def _open(pilot, key: str, screen: str) -> None:
         pilot.app.open_summary(run)
         # the probes table is filled from a worker: wait for its rows, then for the layout pass
         # that sizes its columns (a shot taken between the two has squeezed columns)
-        await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "SummaryScreen"
-                      and any(t.row_count for t in pilot.app.screen.query("#probes")))
+        def table_sized() -> bool:
+            tables = pilot.app.screen.query("#probes") if type(pilot.app.screen).__name__ == "SummaryScreen" else []
+            # DataTable sizes its columns to the rows on idle; until then they have their labels' width
+            return any(t.row_count and any(c.content_width > c.label.cell_len for c in t.columns.values())
+                       for t in tables)
+
+        await _settle(pilot, table_sized)
         await pilot.wait_for_scheduled_animations()
         await pilot.pause(0.2)
     await pilot.pause(0.2)
