@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,31 @@ def cockpit(*args: str, env: dict | None = None, timeout: float = 600, cwd: str 
 
 def read_events(run_dir: Path) -> list[dict]:
     return [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines() if l.strip()]
+
+
+def start_detached(tmp_path: Path, cfg: Path, env: dict | None = None, preexec=None) -> Path:
+    """``cockpit train CFG --detach`` into ``tmp_path/runs``; the new run's dir."""
+    full_env = dict(os.environ, **(env or {}))
+    res = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json"],
+        capture_output=True, text=True, env=full_env, preexec_fn=preexec, timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return Path(json.loads(res.stdout)["run_dir"])
+
+
+def wait_for(pred, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def has_step(run: Path, n: int = 1):
+    return sum(1 for e in read_events(run) if e["kind"] == "step") >= n
 
 
 def write_yaml(path: Path, data: dict) -> Path:

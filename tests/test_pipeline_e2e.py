@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
-from conftest import cockpit, read_events, tiny_config
+from conftest import cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
 
 def only_run(runs: Path) -> Path:
@@ -75,12 +74,8 @@ def test_bad_input_exit_2_no_traceback(tmp_path, tiny_model_dir):
 def test_detached_run_stops_gracefully_and_leaves_no_process(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=100000, save_steps=100000, probes=None, logging_steps=1)
-    res = cockpit("train", str(cfg), "--runs-dir", str(runs), "--detach", "--json")
-    assert res.returncode == 0, res.stderr
-    run = Path(json.loads(res.stdout)["run_dir"])
-    deadline = time.time() + 120
-    while time.time() < deadline and not any(e["kind"] == "step" for e in read_events(run)):
-        time.sleep(0.5)
+    run = start_detached(tmp_path, cfg)
+    wait_for(lambda: has_step(run), 120, "the first step")
     status = json.loads((run / "status.json").read_text())
     pids = set(status["pids"]) | {status["supervisor_pid"]}
     assert all(psutil.pid_exists(p) for p in pids)

@@ -17,29 +17,9 @@ import psutil
 import pytest
 
 from cockpit.events import EventReader
-from conftest import ROOT, cockpit, read_events, tiny_config
+from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def start_detached(tmp_path: Path, cfg: Path, env: dict | None = None, preexec=None) -> Path:
-    full_env = dict(os.environ, **(env or {}))
-    res = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json"],
-        capture_output=True, text=True, env=full_env, preexec_fn=preexec, timeout=300,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    return Path(json.loads(res.stdout)["run_dir"])
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status(run: Path) -> dict:
@@ -52,10 +32,6 @@ def status(run: Path) -> dict:
 def ended(run: Path):
     s = status(run)
     return s if s.get("state") in ("finished", "failed", "stopped") else None
-
-
-def has_step(run: Path, n: int = 1):
-    return sum(1 for e in read_events(run) if e["kind"] == "step") >= n
 
 
 def all_pids(run: Path) -> set[int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, cockpit, read_events, tiny_config
+from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 from cockpit.supervisor import free_port
 
 pytestmark = pytest.mark.slow
@@ -152,12 +152,8 @@ def test_stop_two_ranks_bound_to_numa_node_0_leaves_no_process(tmp_path, tiny_mo
     """numa_bind '0:0,1:0' (this box may have one node: the wrapping is real, the CPU set is node 0's)."""
     runs = tmp_path / "runs"
     cfg = config(tmp_path, tiny_model_dir, "stop", nproc_per_node=2, max_steps=100000, numa_bind="0:0,1:0", env={"COCKPIT_TEST_MARK": "1", "HF_TOKEN": "x"})
-    res = cockpit("train", str(cfg), "--runs-dir", str(runs), "--detach", "--json", env=CACHE_ENV)
-    assert res.returncode == 0, res.stderr
-    run = Path(json.loads(res.stdout)["run_dir"])
-    deadline = time.time() + 180
-    while time.time() < deadline and not any(e["kind"] == "step" for e in read_events(run)):
-        time.sleep(0.5)
+    run = start_detached(tmp_path, cfg, env=CACHE_ENV)
+    wait_for(lambda: has_step(run), 180, "the first step")
     status = json.loads((run / "status.json").read_text())
     ranks = {int(k): v for k, v in status["rank_pids"].items()}
     assert sorted(ranks) == [0, 1]
@@ -192,11 +188,8 @@ def test_fsdp_stopped_then_resumed_matches_uninterrupted(tmp_path, tiny_model_di
     run (the DDP run of the same job, which FSDP2 matches within 2e-6, see the module docstring)
     within 2e-5 relative; measured: bit for bit. With model-only checkpoints (fresh Adam moments
     after the resume) steps 3 and 4 differ by 1.3e-4 and 4.3e-4 relative (measured)."""
-    runs = tmp_path / "runs"
     cfg = config(tmp_path, tiny_model_dir, "fsdp-resume", nproc_per_node=2, fsdp="full_shard", save_strategy="steps", save_steps=1000)
-    res = cockpit("train", str(cfg), "--runs-dir", str(runs), "--detach", "--json", env=CACHE_ENV)
-    assert res.returncode == 0, res.stderr
-    run = Path(json.loads(res.stdout)["run_dir"])
+    run = start_detached(tmp_path, cfg, env=CACHE_ENV)
     assert cockpit("stop", str(run), "--wait", "240").returncode == 0  # consumed at the first step boundary
     st = json.loads((run / "status.json").read_text())
     assert st["state"] == "stopped", st

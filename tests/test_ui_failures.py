@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from conftest import read_events, tiny_config
-from test_reliability import start_detached, status, wait_for
+from conftest import read_events, start_detached, tiny_config, wait_for
+from test_reliability import status
 
 pytestmark = pytest.mark.slow
 
