@@ -61,3 +61,56 @@ def test_two_loopback_nodes_report_every_nodes_gpus_memory_and_heartbeats(tmp_pa
         assert max(e["step"] or 0 for e in beats if e["node_rank"] == n) >= 3
     assert any(e["kind"] == "train_end" and e["step"] == 4 for e in events)
     assert not [e for e in events if e["kind"] == "alert"]
+
+
+def test_cpu_run_raises_the_memory_alert_and_m_resumes_it_with_the_remedy(tmp_path, tiny_model_dir, monkeypatch):
+    """The live-tensor tracker's per-step peaks swing with the identity data's lengths (recorded:
+    +26 % at step 3 of this config); the alert names rank 0 and offers m; m stops the run at a
+    checkpoint and resumes it (attempt 2) with micro-batch 1 and accumulation 2, recorded."""
+    from cockpit.rundir import RunDir
+    from cockpit.ui.app import CockpitApp
+    from cockpit.ui.screens.live import LiveScreen
+    from cockpit.ui.screens.modals import Decide
+    from tests.test_ui_pilot import wait_for as pilot_wait
+    from tests.test_ui_setup_live import DOCTOR, text_of
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    cfg = tiny_config(tmp_path, tiny_model_dir, "swing", **{**QUIET, "cutoff_len": 128}, max_steps=8, save_steps=1000,
+                      telemetry_interval_s=0, cpu_memory_tracker=True, memory_alert_swing=0.1)
+    run = start_detached(tmp_path, cfg, env=ENV)
+
+    async def scenario() -> None:
+        app = CockpitApp(tmp_path / "runs", start="runs", doctor_checks=DOCTOR)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.open_live(RunDir(run))
+            await pilot_wait(pilot, lambda: isinstance(app.screen, LiveScreen) and app.screen.query("#alerts"), 10, "the live screen")
+            live = app.screen
+            await pilot_wait(pilot, lambda: "m: stop at a checkpoint, resume with micro-batch 1, accum 2" in text_of(live, "#alerts"), 240, "the memory alert")
+            await pilot.press("m")
+            await pilot_wait(pilot, lambda: isinstance(app.screen, Decide), 5, "the confirmation")
+            body = str(app.screen.body)
+            assert "per_device_train_batch_size=1" in body and "gradient_accumulation_steps=2" in body and "swung" in body
+            await pilot.press("y")
+            await pilot_wait(pilot, lambda: RunDir(run).read_status().get("attempt") == 2, 300, "attempt 2")
+
+    asyncio.run(scenario())
+    wait_for(lambda: json.loads((run / "status.json").read_text())["state"] in ("finished", "failed"), 300, "attempt 2 to end")
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished", (run / "logs" / "rank0.log").read_text()[-3000:]
+    assert status["config_changes"] == {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2}
+    events = read_events(run)
+    alert = next(e for e in events if e["kind"] == "alert" and e["code"] == "memory_pressure")
+    assert alert["trigger"] == "swing" and alert["rank"] == 0 and alert["figures"]["previous_peak_mb"] > 0
+    assert alert["remedy_set"] == {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2}
+    steps = [e for e in events if e["kind"] == "step"]
+    assert all(m["source"] == "live_tensors" and m["peak_mb"] > 0 for e in steps for m in e["mem"].values())
+    stopped = next(e for e in events if e["kind"] == "run_stopped")
+    resumed = [e for e in events if e["kind"] == "state" and e.get("config_changes")]
+    assert len(resumed) == 1 and "with per_device_train_batch_size=1, gradient_accumulation_steps=2" in resumed[0]["reason"]
+    begins = [e for e in events if e["kind"] == "train_begin"]
+    assert len(begins) == 2 and begins[0]["global_batch"] == begins[1]["global_batch"] == 2  # the same global batch
+    assert begins[1]["start_step"] == stopped["step"] < 8 and steps[-1]["step"] == 8
+    assert yaml.safe_load((run / "config.yaml").read_text())["per_device_train_batch_size"] == 1
+    before = yaml.safe_load((run / "config.attempt1.yaml").read_text())
+    assert (before["per_device_train_batch_size"], before["gradient_accumulation_steps"]) == (2, 1)
