@@ -30,7 +30,9 @@ Import and initialisation failures never raise, hang (init runs with a timeout) 
 stdout; each one becomes a reason in ``unavailable``.
 
 For the training ranks (these import torch inside the function): :func:`rank_memory_stats`,
-:func:`torch_device_memory`.
+:func:`torch_device_memory`, and ``torch_backend.start_node_telemetry`` (every node's GPUs and
+heartbeat through the rendezvous store, :mod:`cockpit.telemetry.node`). The memory-pressure
+alert over the ranks' figures is :mod:`cockpit.telemetry.pressure` (pure).
 """
 
 from __future__ import annotations
