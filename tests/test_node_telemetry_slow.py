@@ -1,5 +1,6 @@
-"""Real multi-process runs: two loopback "nodes" (each its own supervisor and run dir, one rank
-each, gloo) with 8 fake MI300X per node at the hardware boundary; and a CPU run whose
+"""Real runs: what two loopback "nodes" (each its own supervisor and run dir, one rank each,
+gloo, 8 fake MI300X per node at the hardware boundary) report, checked inside
+test_strategy_runs.test_two_nodes_on_loopback (one two-node run for both); and a CPU run whose
 live-tensor peaks swing, raising the memory-pressure alert, whose Live key stops the run at a
 checkpoint and resumes it with half the micro-batch and twice the accumulation."""
 
@@ -14,31 +15,22 @@ import pytest
 import yaml
 
 from conftest import ROOT, cockpit, read_events, start_detached, tiny_config, wait_for
-from cockpit.supervisor import free_port
 
 pytestmark = pytest.mark.slow
 ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}
 QUIET = dict(cutoff_len=64, lr_scheduler_type="constant", save_strategy="no", probes=None, numa_bind="off", seed=7, comm_probe=False)
 
 
-def test_two_loopback_nodes_report_every_nodes_gpus_memory_and_heartbeats(tmp_path, tiny_model_dir):
-    port = free_port()
-    runs = [tmp_path / f"runs{k}" for k in (0, 1)]
-    for k in (0, 1):
-        cfg = tiny_config(tmp_path, tiny_model_dir, f"node{k}", **QUIET, max_steps=3, nnodes=2, node_rank=k,
-                          master_port=port, telemetry_interval_s=0.5)
-        res = cockpit("train", str(cfg), "--runs-dir", str(runs[k]), "--detach", "--json", env={**ENV, "COCKPIT_FAKE_GPUS": "amdsmi:8"})
-        assert res.returncode == 0, res.stderr
-    dirs = [next(d for d in r.iterdir() if d.is_dir()) for r in runs]
-    ended = lambda: all(json.loads((d / "status.json").read_text())["state"] in ("finished", "failed", "stopped") for d in dirs)  # noqa: E731
-    wait_for(ended, 300, "both nodes to end")
-    assert [json.loads((d / "status.json").read_text())["state"] for d in dirs] == ["finished", "finished"]
+def assert_every_node_reported(dirs: list[Path], steps_run: int) -> None:
+    """Called by test_strategy_runs.test_two_nodes_on_loopback (two loopback nodes, one rank
+    each, telemetry every 0.5 s, ``COCKPIT_FAKE_GPUS=amdsmi:8``): global rank 0's run dir holds
+    every rank's allocator figures, both nodes' 8 GPUs and both nodes' heartbeats."""
     main = next(d for d in dirs if any(e["kind"] == "step" for e in read_events(d)))  # global rank 0's node
     events = read_events(main)
     host = next(e["host"] for e in events if e["kind"] == "rank_started")
     # every rank's own allocator figures, naming its node, in each step event
     steps = [e for e in events if e["kind"] == "step"]
-    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert [e["step"] for e in steps] == list(range(1, steps_run + 1))
     for e in steps:
         assert sorted(e["mem"]) == ["0", "1"]
         assert sorted(m["node_rank"] for m in e["mem"].values()) == [0, 1]
@@ -58,8 +50,8 @@ def test_two_loopback_nodes_report_every_nodes_gpus_memory_and_heartbeats(tmp_pa
     beats = [e for e in events if e["kind"] == "heartbeat"]
     assert {e["node_rank"] for e in beats} == {0, 1}
     for n in (0, 1):
-        assert max(e["step"] or 0 for e in beats if e["node_rank"] == n) >= 2
-    assert any(e["kind"] == "train_end" and e["step"] == 3 for e in events)
+        assert max(e["step"] or 0 for e in beats if e["node_rank"] == n) >= steps_run - 1
+    assert any(e["kind"] == "train_end" and e["step"] == steps_run for e in events)
     assert not [e for e in events if e["kind"] == "alert"]
 
 
