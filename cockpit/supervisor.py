@@ -87,7 +87,7 @@ def node_watchdog(cfg: dict[str, Any], start_t: float) -> HangWatchdog:
         start_t=start_t,
         load_timeout_s=float(cfg.get("load_timeout_s") or 1800.0),
         expected_nodes=int(cfg.get("nnodes") or 1) if interval > 0 else 1,  # no heartbeats with telemetry off
-        heartbeat_silent_s=max(30.0, 10 * interval),
+        heartbeat_silent_s=max(10.0, 10 * interval),  # ten missed reports
     )
 
 

@@ -70,7 +70,7 @@ def test_a_stopped_node_thread_stops_its_heartbeats():
 
 
 def test_supervisor_feeds_heartbeats_and_train_end_to_the_watchdog():
-    dog = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600, "nnodes": 2, "telemetry_interval_s": 1.0}, start_t=0)
+    dog = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600, "nnodes": 2, "telemetry_interval_s": 3.0}, start_t=0)
     assert dog.check(599, True) is None  # loading: the load timeout
     dog.observe_step(1, 600)
     dog.observe_step(2, 601)
