@@ -43,7 +43,8 @@ Kinds and their fields (units in the field names or stated here):
   rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one
   core since the previous sample, can exceed 100; null for the first sample of a pid and for a
   process that is gone, alive false), unavailable (optional: backend -> why it was not used),
-  node_rank and host (the node sampled: the supervisor's own, or another node's GPUs relayed
+  node_rank and host (the node sampled, numbered like every node_rank in the events by the
+  rendezvous' group rank, i.e. the order the nodes joined: the supervisor's own, or another node's GPUs relayed
   by global rank 0 from that node's local rank 0 with source "node_reporter" and no ranks)
 - ``comm``: backend (nccl|rccl|gloo), version (null for gloo), world_size, status (ok|probe
   failed|...), source (nccl_log for events parsed from the ranks' NCCL/RCCL INFO lines), details.

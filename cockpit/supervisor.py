@@ -131,6 +131,7 @@ class Supervisor:
         self.last_step = 0
         self.watchdog = node_watchdog(self.cfg, time.time())
         self.torch_devices: list[dict[str, Any]] = []  # this node's devices as its ranks' torch reported them
+        self.node_rank = int(self.cfg.get("node_rank") or 0)  # until the ranks say their group rank
         self.sampler = None
         self.comm = None
         self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
@@ -218,13 +219,15 @@ class Supervisor:
             kind = ev.get("kind")
             if kind == "rank_started":
                 self.rank_pids[int(ev["rank"])] = int(ev["pid"])
+                # the rendezvous' group rank (join order), which the ranks' events use, not the config's node_rank
+                self.node_rank = int(ev.get("node_rank") or 0)
                 self.run.update_status(pids=sorted(set(self.rank_pids.values()) | {self.proc.pid}), rank_pids={str(k): v for k, v in self.rank_pids.items()})
                 if self.sampler is not None:
                     self.sampler.set_pids(dict(self.rank_pids))
             elif kind == "step":
                 self.last_step = int(ev.get("step") or 0)
                 self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
-                self.torch_devices = node_torch_devices(ev.get("mem"), int(self.cfg.get("node_rank") or 0)) or self.torch_devices
+                self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
             elif kind in ("heartbeat", "train_end"):
                 observe_progress(self.watchdog, ev)
             elif kind == "run_failed":
@@ -245,7 +248,7 @@ class Supervisor:
             try:
                 snap = self.sampler.maybe_sample(torch_devices=self.torch_devices)
                 if snap is not None:
-                    self.events.emit("telemetry", **snap, node_rank=int(self.cfg.get("node_rank") or 0), host=socket.gethostname())
+                    self.events.emit("telemetry", **snap, node_rank=self.node_rank, host=socket.gethostname())
             except Exception as exc:
                 print(f"telemetry error: {exc}", flush=True)
                 self.sampler = None

@@ -127,20 +127,28 @@ def test_a_frozen_node_is_named_silent_in_the_hang_alert(tmp_path, tiny_model_di
 
     from cockpit.supervisor import free_port
 
+    import subprocess
+    import sys
+
     port = free_port()
     runs = [tmp_path / f"runs{k}" for k in (0, 1)]
-    for k in (0, 1):
+    starts = []
+    for k in (0, 1):  # both nodes' `cockpit train` at once: each one's preflight takes a while
         cfg = tiny_config(tmp_path, tiny_model_dir, f"node{k}", **QUIET, max_steps=100000, nnodes=2, node_rank=k, master_port=port,
                           telemetry_interval_s=0.5, hang_timeout_s=12, ddp_timeout=600)
-        res = cockpit("train", str(cfg), "--runs-dir", str(runs[k]), "--detach", "--json", env=ENV)
-        assert res.returncode == 0, res.stderr
+        starts.append(subprocess.Popen([sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(runs[k]), "--detach", "--json"],
+                                       cwd=str(ROOT), env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in starts:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
     dirs = [next(d for d in r.iterdir() if d.is_dir()) for r in runs]
     frozen = None
     try:
         main_dir = wait_for(lambda: next((d for d in dirs if sum(e["kind"] == "step" for e in read_events(d)) >= 3), None), 240, "step 3")
         main = dirs.index(main_dir)
         other = dirs[1 - main]
-        node_of_other = int(yaml.safe_load((other / "config.yaml").read_text())["node_rank"])
+        # c10d numbers the nodes by the order they joined: the group rank the events use
+        node_of_other = next(e["node_rank"] for e in read_events(other) if e["kind"] == "rank_started")
         frozen = next(iter(json.loads((other / "status.json").read_text())["rank_pids"].values()))
         os.kill(frozen, signal.SIGSTOP)
         hang = lambda: next((e for e in read_events(dirs[main]) if e["kind"] == "alert" and e["code"] == "hang"), None)  # noqa: E731
