@@ -32,7 +32,8 @@ def test_reports_of_two_nodes_reach_rank_0_with_node_names_and_only_new_ones():
     backend, _ = AmdSmiBackend.open(gpus)
     node0 = NodeReporter(master, 0, "gpu-a")  # node 0: its supervisor samples its GPUs
     node1 = NodeReporter(client, 1, "gpu-b", backend, {"nvml": "not tried"})
-    collector = NodeCollector(master, nnodes=2, own_node=0)
+    now = [100.0]
+    collector = NodeCollector(master, nnodes=2, own_node=0, min_gap_s=3.0, clock=lambda: now[0])
     assert collector.collect() == []  # nothing published yet: never blocks on a missing key
     node0.step = 4
     node0.publish()
@@ -48,13 +49,20 @@ def test_reports_of_two_nodes_reach_rank_0_with_node_names_and_only_new_ones():
         encode(kind, **fields)
     assert collector.collect() == []  # no new report, no new heartbeat
     node1.publish()
+    now[0] += 1.0
+    assert collector.collect() == []  # a new report at the same step, 1 s later: not yet (min_gap_s)
+    node1.step = 4
+    node1.publish()
+    assert [(k, f["node_rank"], f["step"]) for k, f in collector.collect() if k == "heartbeat"] == [("heartbeat", 1, 4)]  # the step moved
+    now[0] += 3.0
+    node1.publish()
     assert [(k, f["node_rank"]) for k, f in collector.collect()] == [("heartbeat", 1), ("telemetry", 1)]
 
 
 def test_a_stopped_node_thread_stops_its_heartbeats():
     master, client = store_pair()
     events: list[tuple[str, dict]] = []
-    t0 = NodeThread(NodeReporter(master, 0, "a"), NodeCollector(master, 2), lambda kind, **f: events.append((kind, f)), 0.2).start()
+    t0 = NodeThread(NodeReporter(master, 0, "a"), NodeCollector(master, 2, min_gap_s=0.2), lambda kind, **f: events.append((kind, f)), 0.2).start()
     t1 = NodeThread(NodeReporter(client, 1, "b"), None, None, 0.2).start()
     deadline = time.time() + 20
     while time.time() < deadline and not {f["node_rank"] for k, f in events if k == "heartbeat"} >= {0, 1}:

@@ -10,9 +10,10 @@ works while the ranks are stuck in a collective, which is when a hang needs it m
   backend, devices, unavailable}``: ``step`` is the last training step the reporting rank
   finished (None before the first), ``devices`` the node's GPUs from amdsmi / NVML (the
   telemetry backends; omitted on node 0, whose supervisor samples them already).
-- Global rank 0 also runs a :class:`NodeCollector`: each time a node's ``seq`` moved it emits
-  a ``heartbeat`` event (node_rank, host, step, seq), and for the other nodes a ``telemetry``
-  event carrying ``node_rank`` and ``host`` (``source`` "node_reporter"). A node whose thread
+- Global rank 0 also runs a :class:`NodeCollector`: when a node's ``seq`` moved it emits a
+  ``heartbeat`` event (node_rank, host, step, seq; at once when the step moved, else every
+  ``min_gap_s``, 3 s), and for the other nodes a ``telemetry`` event carrying ``node_rank`` and
+  ``host`` (``source`` "node_reporter", every ``min_gap_s``). A node whose thread
   stopped (frozen process, lost network) stops producing heartbeats: the supervisor's
   watchdog names it.
 
@@ -60,15 +61,24 @@ class NodeReporter:
 
 
 class NodeCollector:
-    def __init__(self, store: Any, nnodes: int, own_node: int = 0):
+    """``min_gap_s``: a node's heartbeat is written when its step moved, else at most every
+    ``min_gap_s``; its relayed telemetry at most every ``min_gap_s`` (the event log of a
+    week-long run on many nodes stays small)."""
+
+    def __init__(self, store: Any, nnodes: int, own_node: int = 0, min_gap_s: float = 3.0, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.nnodes = int(nnodes)
         self.own_node = int(own_node)
+        self.min_gap_s = float(min_gap_s)
+        self.clock = clock
         self._seq: dict[int, int] = {}
+        self._beat: dict[int, tuple[float, Any]] = {}  # node -> (when written, step)
+        self._relayed: dict[int, float] = {}
 
     def collect(self) -> list[tuple[str, dict[str, Any]]]:
-        """(kind, fields) for every node whose report is new since the last call."""
+        """(kind, fields) for every node whose report is new since the last call (and due)."""
         out: list[tuple[str, dict[str, Any]]] = []
+        now = self.clock()
         for node in range(self.nnodes):
             key = KEY.format(node)
             if not self.store.check([key]):
@@ -81,9 +91,13 @@ class NodeCollector:
             if self._seq.get(node) == seq:
                 continue
             self._seq[node] = seq
-            out.append(("heartbeat", {"node_rank": node, "host": report.get("host"), "step": report.get("step"), "seq": seq,
-                                      "train_ended": bool(report.get("train_ended"))}))
-            if node != self.own_node and "devices" in report:
+            last_t, last_step = self._beat.get(node, (None, None))
+            if last_t is None or report.get("step") != last_step or now - last_t >= self.min_gap_s:
+                self._beat[node] = (now, report.get("step"))
+                out.append(("heartbeat", {"node_rank": node, "host": report.get("host"), "step": report.get("step"), "seq": seq,
+                                          "train_ended": bool(report.get("train_ended"))}))
+            if node != self.own_node and "devices" in report and now - self._relayed.get(node, -1e9) >= self.min_gap_s:
+                self._relayed[node] = now
                 out.append(("telemetry", {
                     "node_rank": node, "host": report.get("host"), "source": "node_reporter",
                     "backend": report.get("backend"), "devices": report.get("devices") or [],
