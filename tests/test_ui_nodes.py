@@ -90,3 +90,17 @@ def test_narrow_pane_shows_a_line_per_node_with_a_cell_per_gpu():
     for line in nodes:
         cells = line.split("VRAM ", 1)[1][:8]
         assert cells == "▃▃▄▅▅▆▇▇"  # 35 % ... 91 % in eighths, one cell per GPU, in index order
+
+
+def test_a_node_the_hang_alert_names_is_marked_silent():
+    from cockpit.ui.render import node_devices
+    from cockpit.ui.state import RunState
+
+    state = RunState()
+    gpu = {"index": 0, "name": "MI300X", "vram_used_mb": 100, "vram_total_mb": 1000}
+    state.apply([{"kind": "telemetry", "node_rank": n, "host": f"h{n}", "backend": "amdsmi", "devices": [gpu]} for n in (0, 1)]
+                + [{"kind": "step", "step": 5}])
+    assert "SILENT" not in node_devices(state, 80, 15).plain
+    state.apply([{"kind": "alert", "code": "hang", "last_step": 5, "silent_nodes": [1], "message": "node 1 (h1) silent"}])
+    lines = node_devices(state, 80, 15).plain.splitlines()
+    assert [ln.startswith("node 1") for ln in lines if "SILENT" in ln] == [True]

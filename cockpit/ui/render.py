@@ -110,12 +110,16 @@ def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     per_gpu_cols = 2 if width >= 76 else 1
     detail = sum(1 + -(-len(e.get("devices") or []) // per_gpu_cols) for _, e in nodes) + len(nodes) + 1
     detailed = detail <= max_lines
+    hang = hang_alert(state)
+    silent = set((hang or {}).get("silent_nodes") or [])
     for node, ev in nodes:
         devs = ev.get("devices") or []
         host = str(ev.get("host") or "?")
         t.append(f"\n{'node ' if width >= 50 else 'n'}{node} ", style="bold cyan")
         t.append(host[: max(6, width // 5)], style="cyan")
         t.append(f" {ev.get('backend') or '?'}", style="dim")
+        if node in silent:
+            t.append(" SILENT", style="bold red")
         if not devs:
             why = "; ".join(f"{k}: {v}" for k, v in (ev.get("unavailable") or {}).items() if not str(v).startswith("not tried"))
             t.append(f"  no GPUs{': ' + why if why else ''}"[: max(10, width - len(host) - 16)], style="dim")
