@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, cockpit
+
 from cockpit.telemetry.pressure import MemoryPressure
 
 

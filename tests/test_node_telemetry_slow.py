@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, cockpit, read_events, start_detached, tiny_config, wait_for
 
 pytestmark = pytest.mark.slow
 ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}
-QUIET = dict(cutoff_len=64, lr_scheduler_type="constant", save_strategy="no", probes=None, numa_bind="off", seed=7, comm_probe=False)
+QUIET = {"cutoff_len": 64, "lr_scheduler_type": "constant", "save_strategy": "no", "probes": None, "numa_bind": "off", "seed": 7, "comm_probe": False}
 
 
 def assert_every_node_reported(dirs: list[Path], steps_run: int) -> None:
@@ -72,7 +70,7 @@ def test_cpu_run_raises_the_memory_alert_and_m_resumes_it_with_the_remedy(tmp_pa
     cfg = tiny_config(tmp_path, tiny_model_dir, "swing", **{**QUIET, "cutoff_len": 128}, max_steps=200, save_steps=1000,
                       telemetry_interval_s=0, cpu_memory_tracker=True, memory_alert_swing=0.1)
     run = start_detached(tmp_path, cfg, env=ENV)
-    status = lambda: json.loads((run / "status.json").read_text())  # noqa: E731
+    status = lambda: json.loads((run / "status.json").read_text())
 
     async def scenario() -> None:
         app = CockpitApp(tmp_path / "runs", start="runs", doctor_checks=DOCTOR)
@@ -124,11 +122,10 @@ def test_a_frozen_node_is_named_silent_in_the_hang_alert(tmp_path, tiny_model_di
     hang alert after hang_timeout_s and names that node as silent (measured with 20 s: 21 s after the freeze)."""
     import os
     import signal
-
-    from cockpit.supervisor import free_port
-
     import subprocess
     import sys
+
+    from cockpit.supervisor import free_port
 
     port = free_port()
     runs = [tmp_path / f"runs{k}" for k in (0, 1)]
@@ -139,7 +136,7 @@ def test_a_frozen_node_is_named_silent_in_the_hang_alert(tmp_path, tiny_model_di
         starts.append(subprocess.Popen([sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(runs[k]), "--detach", "--json"],
                                        cwd=str(ROOT), env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in starts:
-        out, err = p.communicate(timeout=300)
+        _out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
     dirs = [next(d for d in r.iterdir() if d.is_dir()) for r in runs]
     frozen = None
@@ -151,7 +148,7 @@ def test_a_frozen_node_is_named_silent_in_the_hang_alert(tmp_path, tiny_model_di
         node_of_other = next(e["node_rank"] for e in read_events(other) if e["kind"] == "rank_started")
         frozen = next(iter(json.loads((other / "status.json").read_text())["rank_pids"].values()))
         os.kill(frozen, signal.SIGSTOP)
-        hang = lambda: next((e for e in read_events(dirs[main]) if e["kind"] == "alert" and e["code"] == "hang"), None)  # noqa: E731
+        hang = lambda: next((e for e in read_events(dirs[main]) if e["kind"] == "alert" and e["code"] == "hang"), None)
         alert = wait_for(hang, 120, "the hang alert")
     finally:
         if frozen:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 KEY = "cockpit/node/{}"
 
@@ -51,7 +52,7 @@ class NodeReporter:
             out["unavailable"] = dict(self.unavailable)
             try:
                 out["devices"] = self.backend.devices()
-            except Exception as exc:  # a library that worked at start and fails now
+            except Exception as exc:  # noqa: BLE001 - a library that worked at start and fails now
                 out["devices"] = []
                 out["unavailable"][self.backend.name] = f"sampling failed: {type(exc).__name__}: {exc}"[:160]
         return out
@@ -118,7 +119,7 @@ class NodeThread:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cockpit-node-telemetry", daemon=True)
 
-    def start(self) -> "NodeThread":
+    def start(self) -> NodeThread:
         self._thread.start()
         return self
 
@@ -128,7 +129,7 @@ class NodeThread:
             if self.collector is not None and self.emit is not None:
                 for kind, fields in self.collector.collect():
                     self.emit(kind, **fields)
-        except Exception:  # the store went away (rendezvous host gone): try again next period
+        except Exception:  # noqa: BLE001 - the store went away (rendezvous host gone): try again next period
             self.failures += 1
 
     def _run(self) -> None:

@@ -27,7 +27,8 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ALLOC_CONF_ENV = {"rocm": "PYTORCH_HIP_ALLOC_CONF", "cuda": "PYTORCH_CUDA_ALLOC_CONF"}
 EXPANDABLE = "expandable_segments:True"

@@ -41,7 +41,7 @@ def _host_ram_mb() -> float | None:
         import psutil
 
         return mib(psutil.virtual_memory().total)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a figure we may not get is None
         return None
 
 
@@ -100,7 +100,7 @@ def start_node_telemetry(cfg: dict[str, Any], rank: int, local_rank: int, node_r
 
     interval = float(cfg.get("telemetry_interval_s") or 0)
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if interval <= 0 or local_rank != 0 or not addr or not port or int(os.environ.get("WORLD_SIZE", 1)) <= 1:
+    if interval <= 0 or local_rank != 0 or not addr or not port or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     try:
         from torch.distributed import TCPStore
@@ -112,7 +112,7 @@ def start_node_telemetry(cfg: dict[str, Any], rank: int, local_rank: int, node_r
         reporter = node.NodeReporter(store, node_rank, host, backend, unavailable)
         collector = node.NodeCollector(store, int(cfg.get("nnodes") or 1), own_node=node_rank) if rank == 0 else None
         node.ACTIVE = node.NodeThread(reporter, collector, emit if rank == 0 else None, interval).start()
-    except Exception as exc:  # telemetry must never take a run down
+    except Exception as exc:  # noqa: BLE001 - telemetry must never take a run down
         print(f"node telemetry disabled: {type(exc).__name__}: {exc}", flush=True)
         return None
     return node.ACTIVE

@@ -47,8 +47,8 @@ class CockpitCallback(TrainerCallback):
         self.tokens_total = 0
         self.stop_reason: str | None = None
         self.nan_seen = False
-        self.node_rank = int(os.environ.get("GROUP_RANK", 0))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.node_rank = int(os.environ.get("GROUP_RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
         self.pressure = MemoryPressure(cfg.get("memory_alert_headroom", 0.08), cfg.get("memory_alert_swing", 0.25))
         self.tracker = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only

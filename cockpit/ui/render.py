@@ -58,7 +58,7 @@ def level(frac: float | None) -> Text:
         return Text("·", style="dim")
     frac = max(0.0, min(1.0, frac))
     style = "green" if frac < 0.8 else "yellow" if frac < 0.95 else "red"
-    return Text(LEVELS[max(1, int(round(frac * 8)))], style=style)
+    return Text(LEVELS[max(1, round(frac * 8))], style=style)
 
 
 def _vram_frac(d: dict[str, Any]) -> float | None:
