@@ -72,6 +72,9 @@ KEYS: tuple[Key, ...] = (
     _k("overwrite_cache", "bool", False, "accepted for compatibility (no tokenized cache is kept)", "dataset", nullable=False),
     _k("preprocessing_num_workers", "int", None, "accepted for compatibility (tokenization is in-process)", "dataset", min=1),
     _k("dataloader_num_workers", "int", 0, "DataLoader workers", "dataset", min=0, max=256, nullable=False),
+    _k("packing", "bool", False, "padding-free: each micro-batch's samples in one row, position ids restart per sample, attention never crosses samples", "dataset", nullable=False),
+    _k("neat_packing", "bool", False, "same as packing here (attention never crosses samples either way)", "dataset", nullable=False),
+    _k("group_by_length", "bool", False, "micro-batches of similar-length samples (less padding; same samples per epoch)", "dataset", nullable=False),
     _k("allow_bad_rows", "bool", False, "skip bad dataset rows (each still reported) instead of failing", "dataset", nullable=False, llamafactory=False),
     # -- output --------------------------------------------------------------------------
     _k("output_dir", "str", None, "checkpoints, adapter and loss plot go here (default: the run dir)", "output"),
@@ -144,7 +147,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
     vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
     quantization_method quantization_type double_quantization quantization_device_map
-    eval_dataset tokenized_path streaming buffer_size mix_strategy interleave_probs packing neat_packing
+    eval_dataset tokenized_path streaming buffer_size mix_strategy interleave_probs
     train_on_prompt mask_history tool_format default_system enable_thinking ignore_pad_token_for_loss
     media_dir data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding

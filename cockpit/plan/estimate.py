@@ -98,7 +98,11 @@ def adam_bytes_per_param(optim: str) -> float:
 def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     """Activation bytes *per token* (Korthikanti-style accounting adapted to HF Llama)."""
     c = run.compute_bytes
-    h, i, qd, kvd, a, s = d.hidden, d.intermediate, d.q_dim, d.kv_dim, d.heads, run.cutoff_len
+    h, i, qd, kvd, a = d.hidden, d.intermediate, d.q_dim, d.kv_dim, d.heads
+    # packing: one row of up to micro_batch x cutoff_len tokens; SDPA/eager attend over the whole
+    # row through transformers' block-diagonal bool mask (T x T, one for all layers), fa2 is varlen
+    s = run.micro_batch * run.cutoff_len if run.packing else run.cutoff_len
+    packed_mask = run.packing and run.attn != "fa2"
     plain = run.zero is None and run.fsdp is None
     full = run.finetuning_type == "full"
     # With torch.autocast and fp32 trainable weights (full FT outside DeepSpeed/FSDP), the embedding
@@ -110,14 +114,14 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     # output (input of q/k/v or gate/up) unless autocast copies are kept instead.
     per_norm = 4 * h + (nb * h if norm_trainable else 0) + (0 if (run.mixed and residual_fp32) else nb * h)
     autocast_copies = 5 * c * h if (run.mixed and residual_fp32) else 0  # q,k,v and gate,up inputs
-    mask = run.micro_batch > 1 and run.attn != "fa2"   # padded batches carry an attention mask
+    mask = (run.micro_batch > 1 or packed_mask) and run.attn != "fa2"   # padded batches carry an attention mask
     if run.attn == "eager":
         kv_eff = qd                      # repeat_kv to all heads
         attn = c * (qd + 2 * kv_eff + qd) + 4 * a * s + (c * a * s if c != 4 else 0) + c * qd
     else:
         kv_eff = qd if (run.attn == "sdpa" and mask) else kvd   # enable_gqa only without a mask
         attn = c * (qd + 2 * kv_eff + qd) + 4 * a   # q, k, v, output (= o_proj input), logsumexp
-        if mask and run.attn == "sdpa":
+        if mask and run.attn == "sdpa" and not run.packing:
             attn += c * s                # boolean mask turned into an additive float mask, saved
     mlp = 4 * i * c
     lora = n_targets * run.lora_rank * c if run.finetuning_type == "lora" else 0
@@ -125,6 +129,7 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     ckpt_layer = nb * h                   # checkpointing keeps each layer's input only
     lm_head_trains = full
     nonlayer = 4 * h + ((nb * h + nb * h) if lm_head_trains else 0) + 2 * d.head_dim * 4 + 16
+    nonlayer += s if packed_mask else 0   # the packed row's T x T bool mask: T bytes per token
     # logits: at the start of backward the fp32 log_softmax (saved), its gradient and the gradient of
     # the logits are alive together: 3 x 4 B x vocab (the forward's logits + fp32 copy are fewer).
     logits = 12 * d.vocab
@@ -363,7 +368,11 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
                     + (f" + {COLLECTIVE_BYTES/GiB:.1f} GiB RCCL buffers" if N > 1 else "")
                     + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
                     "rule of thumb, see planner notes"))
-    if run.micro_batch > 1 and run.attn == "sdpa":
+    if run.packing:
+        notes.append(f"packing: each micro-batch is one row of up to {T} tokens (the samples' own lengths, no padding); "
+                     + ("fa2 attends per sample (varlen)" if run.attn == "fa2" else
+                        f"{run.attn} attends through a {T}x{T} block-diagonal mask"))
+    elif run.micro_batch > 1 and run.attn == "sdpa":
         notes.append("micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer")
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")

@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "nproc_per_node": 1,
     "nnodes": 1,
     "freeze_trainable_layers": 2,
+    "packing": False,
+    "neat_packing": False,
 }
 
 ADAM_32 = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw"}
@@ -80,6 +82,7 @@ class RunSpec:
     freeze_trainable_layers: int
     deepspeed_path: str | None = None
     fsdp_text: str | None = None
+    packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
 
     @property
     def world(self) -> int:
@@ -251,4 +254,5 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         freeze_trainable_layers=ftl,
         deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
+        packing=_bool(cfg, "packing") or _bool(cfg, "neat_packing"),
     )

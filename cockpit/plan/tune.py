@@ -136,8 +136,9 @@ def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: 
     import tempfile
 
     import torch
-    from transformers import DataCollatorForSeq2Seq, TrainerCallback
+    from transformers import TrainerCallback
 
+    from cockpit.data.packing import build_collator
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
     from cockpit.plan.measure import live_tensor_bytes
@@ -200,7 +201,7 @@ def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: 
             args = training_arguments(tcfg, {"checkpoints": Path(tmp)}, use_cpu, 1)
             clock = Clock()
             trainer = InOrder(model=model, args=args, train_dataset=ListDataset(rows),
-                              data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100),
+                              data_collator=build_collator(cfg, tok, model),  # packing: its real memory
                               processing_class=tok, callbacks=[clock])
             peak: float | None = None
             try:

@@ -176,11 +176,13 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         use_cpu=use_cpu,
         dataloader_num_workers=cfg["dataloader_num_workers"],
         remove_unused_columns=False,
-        include_num_input_tokens_seen="non_padding",
         logging_nan_inf_filter=False,  # the default hides NaN/inf losses behind an average
         disable_tqdm=True,
         log_level="warning",
     )
+    from cockpit.data.packing import batching_arguments
+
+    kwargs.update(batching_arguments(cfg))  # token counting, length grouping
     if world_size > 1 and use_cpu:
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
@@ -336,10 +338,9 @@ def _apply_strategy(run: RunDir, cfg: dict[str, Any], model, rank: int, world_si
 
 def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
     import torch
-    from transformers import DataCollatorForSeq2Seq
-
     from cockpit.train.trainer import CockpitTrainer
 
+    from cockpit.data.packing import build_collator
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
     from cockpit.train.callbacks import CockpitCallback
@@ -400,7 +401,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         args=args,
         train_dataset=ListDataset(rows),
         eval_dataset=ListDataset(eval_rows) if eval_rows else None,
-        data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, pad_to_multiple_of=None),
+        data_collator=build_collator(cfg, tok, model),
         processing_class=tok,
         callbacks=[callback],
     )
