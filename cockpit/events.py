@@ -16,7 +16,8 @@ Kinds and their fields (units in the field names or stated here):
 - ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
 - ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)
 - ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
-  second, all ranks), samples_per_s, tokens_seen, mem (a mapping rank -> that rank's own
+  second, all ranks, since the previous step event with the warm-up steps left out: null while
+  ``warmup`` is true; warm-up = the first tenth of the steps, 1 to 5), warmup, samples_per_s, tokens_seen, mem (a mapping rank -> that rank's own
   figures, gathered from every rank at each logging step: allocated_mb (``memory_allocated``),
   reserved_mb (``memory_reserved``), peak_mb (``max_memory_allocated`` since the previous logging
   step: the peak is reset after each reading), capacity_mb (the device's total memory), rss_mb

@@ -34,12 +34,14 @@ def test_train_through_cli_writes_the_run_dir_contract(tmp_path, tiny_model_dir)
         assert k in kinds, k
     steps = [e["step"] for e in events if e["kind"] == "step"]
     assert steps == [1, 2, 3, 4, 5, 6]
-    step = next(e for e in events if e["kind"] == "step")
+    assert [e["warmup"] for e in events if e["kind"] == "step"][:2] == [True, False]  # 6 steps: 1 warm-up step
+    step = next(e for e in events if e["kind"] == "step" and not e["warmup"])
     assert step["tokens_per_s"] > 0 and step["lr"] is not None and "0" in step["mem"]
     probes = [e for e in events if e["kind"] == "probe_results"]
     assert [p["phase"] for p in probes] == ["before", "after"] and probes[0]["total"] == 10
     summary = json.loads((run / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["steps"] == 6 and summary["first_loss"] > 0
+    assert summary["warmup_steps_excluded"] == 1 and summary["tokens_per_s"] > 0 and summary["tokens_per_s_with_warmup"] > 0
     assert (run / "adapter" / "adapter_config.json").exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint-3", "checkpoint-6"]
     assert (run / "loss.png").stat().st_size > 1000

@@ -24,6 +24,12 @@ from cockpit.telemetry import rank_memory_stats
 from cockpit.telemetry.pressure import MemoryPressure
 
 
+def warmup_steps_for(total_steps: int) -> int:
+    """Steps left out of tokens/s: the first tenth, 1 to 5 (first steps build the optimizer
+    states and, on GPUs, tune kernels and grow the allocator's pools)."""
+    return max(1, min(5, int(total_steps) // 10))
+
+
 def _dist():
     import torch.distributed as dist
 
@@ -52,6 +58,10 @@ class CockpitCallback(TrainerCallback):
         self.host = socket.gethostname()
         self.pressure = MemoryPressure(cfg.get("memory_alert_headroom", 0.08), cfg.get("memory_alert_swing", 0.25))
         self.tracker = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only
+        self.warmup_steps = 1
+        self._start_step = 0  # the step training began (or resumed) at
+        self.warm_mark: tuple[float, int] | None = None  # (time, tokens seen) when warm-up ended
+        self.end_mark: tuple[float, int] | None = None  # (time, tokens seen) at the last step
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -123,12 +133,32 @@ class CockpitCallback(TrainerCallback):
         self.tracker.track_existing(list(model.parameters()) + list(model.buffers()))
         self.tracker.reset_peak()
 
+    def _interval_tokens_per_s(self, now: float, tokens: int) -> float | None:
+        """Tokens/s since the previous step event, warm-up steps left out (None while warming up)."""
+        if not tokens or self.warm_mark is None:
+            return None
+        t0, k0 = self.last_t or now, self.last_tokens
+        if t0 < self.warm_mark[0]:  # this interval began inside the warm-up: measure from its end
+            t0, k0 = self.warm_mark
+        if now - t0 < 1e-6:
+            return None
+        return (tokens - k0) / (now - t0)
+
+    def steady_tokens_per_s(self) -> float | None:
+        """Tokens/s from the end of warm-up to the last step (the summary's figure); None when
+        the run ended within its warm-up."""
+        if self.warm_mark is None or self.end_mark is None or self.end_mark[0] <= self.warm_mark[0]:
+            return None
+        return (self.end_mark[1] - self.warm_mark[1]) / (self.end_mark[0] - self.warm_mark[0])
+
     # -- Trainer hooks ----------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._start_tracker(model)
         self.last_t = time.time()
-        self.last_step = state.global_step
+        self.last_step = self._start_step = state.global_step
         self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        self.warmup_steps = warmup_steps_for(max(state.max_steps - state.global_step, 0))
+        self.warm_mark = None
         self.emit(
             "train_begin",
             total_steps=state.max_steps,
@@ -142,6 +172,10 @@ class CockpitCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         node_telemetry.note_step(state.global_step)
+        mark = (time.time(), int(getattr(state, "num_input_tokens_seen", 0) or 0))
+        if self.warm_mark is None and state.global_step - self._start_step >= self.warmup_steps:
+            self.warm_mark = mark
+        self.end_mark = mark
         stop, save = self._flags()
         if save:
             control.should_save = True
@@ -167,7 +201,7 @@ class CockpitCallback(TrainerCallback):
         tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         dt = max(now - (self.last_t or now), 1e-9)
         dsteps = max(state.global_step - self.last_step, 1)
-        tps = (tokens - self.last_tokens) / dt if tokens else None
+        tps = self._interval_tokens_per_s(now, tokens)
         sps = dsteps * args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size / dt
         self.last_t, self.last_step, self.last_tokens = now, state.global_step, tokens
         self.tokens_total = tokens
@@ -184,6 +218,7 @@ class CockpitCallback(TrainerCallback):
                 lr=logs.get("learning_rate"),
                 grad_norm=logs.get("grad_norm"),
                 tokens_per_s=round(tps, 2) if tps is not None else None,
+                warmup=self.warm_mark is None,
                 samples_per_s=round(sps, 3),
                 tokens_seen=tokens,
                 mem=mems,

@@ -254,6 +254,18 @@ def plot_loss(events_path: Path, out: Path) -> bool:
     return True
 
 
+def _throughput(callback, train_runtime: float) -> dict[str, Any]:
+    """The summary's tokens/s with the warm-up steps left out (all steps when the run ended in
+    its warm-up), and the all-steps figure beside it."""
+    overall = round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 else None
+    steady = callback.steady_tokens_per_s()
+    return {
+        "tokens_per_s": round(steady, 2) if steady is not None else overall,
+        "tokens_per_s_with_warmup": overall,
+        "warmup_steps_excluded": callback.warmup_steps if steady is not None else 0,
+    }
+
+
 def main(run_path: str) -> int:
     run = RunDir(Path(run_path))
     rank, world_size, local_rank = dist_env()
@@ -444,7 +456,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         "runtime_s": round(time.time() - t0, 2),
         "train_runtime_s": round(train_runtime, 2),
         "tokens_seen": callback.tokens_total,
-        "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 else None,
+        **_throughput(callback, train_runtime),
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
         "probes_before": {k: probe_before[k] for k in ("passed", "total", "rate")} if probe_before else None,
