@@ -101,6 +101,8 @@ KEYS: tuple[Key, ...] = (
     _k("bf16", "bool", False, "bfloat16 mixed precision", "training", nullable=False),
     _k("fp16", "bool", False, "float16 mixed precision (GPU only)", "training", nullable=False),
     _k("gradient_checkpointing", "bool", False, "recompute activations in backward", "training", nullable=False),
+    _k("enable_liger_kernel", "bool", False, "Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, fused linear cross-entropy: no full logits); GPU only", "training", nullable=False),
+    _k("torch_compile", "bool", False, "torch.compile the model (first steps compile; CPU needs a C++ compiler)", "training", nullable=False),
     _k("seed", "int", 42, "random seed", "training", min=0, nullable=False),
     _k("resume_from_checkpoint", "str", None, "a checkpoint folder, or 'last'", "training"),
     _k("ddp_timeout", "int", 1800, "collective timeout (s)", "training", min=1, nullable=False),
@@ -137,7 +139,7 @@ SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
 # LLaMA-Factory keys we know but do not implement yet: an error says so, never silently ignored.
 LLAMAFACTORY_UNSUPPORTED = frozenset(
     """
-    booster flash_attn shift_attn mixture_of_depths use_unsloth use_unsloth_gc enable_liger_kernel
+    booster flash_attn shift_attn mixture_of_depths use_unsloth use_unsloth_gc
     moe_aux_loss_coef disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
     train_from_scratch infer_backend offload_folder use_cache infer_dtype hf_hub_token ms_hub_token om_hub_token
     print_param_status use_kv_cache model_revision low_cpu_mem_usage rope_scaling resize_vocab split_special_tokens
@@ -162,7 +164,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     swanlab_api_key swanlab_logdir compute_accuracy disable_shuffling predict_with_generate
     do_eval do_predict eval_strategy eval_steps per_device_eval_batch_size eval_on_start
     include_num_input_tokens_seen optim adam_beta1 adam_beta2 adam_epsilon lr_scheduler_kwargs
-    load_best_model_at_end metric_for_best_model greater_is_better torch_compile tf32 ray_run_name
+    load_best_model_at_end metric_for_best_model greater_is_better tf32 ray_run_name
     ray_storage_path ray_num_workers resources_per_worker placement_strategy ray_init_kwargs
     """.split()
 )

@@ -133,6 +133,8 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     # logits: at the start of backward the fp32 log_softmax (saved), its gradient and the gradient of
     # the logits are alive together: 3 x 4 B x vocab (the forward's logits + fp32 copy are fewer).
     logits = 12 * d.vocab
+    if run.liger:  # Liger's fused linear cross-entropy: chunks of tokens, the fp32 logits never exist whole
+        logits = 0
     # backward of one layer: gradient of the hidden state in and out, MLP-sized gradient buffers
     bwd_transient = c * (2 * h + 3 * i) + (4 * a * s if run.attn == "eager" else 0)
     return {"layer": layer, "ckpt_layer": ckpt_layer, "nonlayer": nonlayer, "logits": logits,
@@ -368,6 +370,9 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
                     + (f" + {COLLECTIVE_BYTES/GiB:.1f} GiB RCCL buffers" if N > 1 else "")
                     + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
                     "rule of thumb, see planner notes"))
+    if run.liger:
+        notes.append("enable_liger_kernel: fused linear cross-entropy, so no fp32 logits term; its RMSNorm/SwiGLU "
+                     "savings are not counted (an upper bound)")
     if run.packing:
         notes.append(f"packing: each micro-batch is one row of up to {T} tokens (the samples' own lengths, no padding); "
                      + ("fa2 attends per sample (varlen)" if run.attn == "fa2" else

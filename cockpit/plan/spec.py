@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "freeze_trainable_layers": 2,
     "packing": False,
     "neat_packing": False,
+    "enable_liger_kernel": False,
 }
 
 ADAM_32 = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw"}
@@ -82,6 +83,7 @@ class RunSpec:
     freeze_trainable_layers: int
     deepspeed_path: str | None = None
     fsdp_text: str | None = None
+    liger: bool = False    # enable_liger_kernel: fused linear cross-entropy, no full logits
     packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
 
     @property
@@ -255,4 +257,5 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
         packing=_bool(cfg, "packing") or _bool(cfg, "neat_packing"),
+        liger=_bool(cfg, "enable_liger_kernel"),
     )

@@ -182,7 +182,10 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
     )
     from cockpit.data.packing import batching_arguments
 
+    from cockpit.train.kernels import kernel_arguments
+
     kwargs.update(batching_arguments(cfg))  # token counting, length grouping
+    kwargs.update(kernel_arguments(cfg, use_cpu))  # enable_liger_kernel, torch_compile (or a refusal)
     if world_size > 1 and use_cpu:
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
@@ -362,6 +365,9 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         print(f"[rank{rank}] {msg}", flush=True)
 
     use_cpu = _use_cpu(cfg)
+    from cockpit.train.kernels import kernel_arguments
+
+    kernel_arguments(cfg, use_cpu)  # enable_liger_kernel / torch_compile: refused before loading anything
     if not use_cpu and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     dirs = artefact_dirs(run, cfg)

@@ -1,0 +1,197 @@
+"""Cockpit vs LLaMA-Factory 0.9.5 on the same job, through both CLIs, run alternately.
+
+    python bench/vs_llamafactory.py [--shape lora|full|packing|all] [--rounds 3] [--real-data]
+
+LLaMA-Factory lives in its own venv under the bench cache dir (``bench/lf_venv.py`` installs it
+on first use; it is never a dependency of the project). Both tools read the same YAML (LLaMA-
+Factory keys) and the same model folder: the embedded SmolLM2-135M-Instruct, converted once by
+cockpit into ``$COCKPIT_CACHE_DIR/models/smollm2-135m-instruct``.
+
+Data: the bench writes its own alpaca-format demo data (instruction / input / output, LLaMA-
+Factory's ``dataset_info.json``), deterministic and of varied length. ``--real-data`` uses
+LLaMA-Factory's own ``alpaca_en_demo`` / ``alpaca_zh_demo`` from ``--lf-data`` instead (and says
+so, and stops, when they are missing).
+
+Shapes (issue 16):
+  lora     LoRA r8 on all linear layers, bf16, gradient checkpointing, cutoff 256, batch 4,
+           20 steps, en + zh rows interleaved (100 each)
+  full     the same job with full fine-tuning in fp32
+  packing  en rows only, cutoff 1024, one epoch, ``packing: true`` (cockpit: padding-free with
+           per-sample attention; LLaMA-Factory: its own packing)
+
+Per round it prints each tool's whole-command wall time, its training time, and training
+tokens/s (cockpit: its summary's non-padding tokens / train time; LLaMA-Factory: the same
+samples' tokens / its ``train_runtime``), then the ratios LLaMA-Factory / cockpit (above 1:
+cockpit is faster). Ratios, not absolute times, are the result: run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lf_venv  # noqa: E402  (bench/lf_venv.py)
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_DIR = lf_venv.cache_root().parent.parent / "models" / "smollm2-135m-instruct"
+LF_DATA = Path("/work/shared/interop/llama-factory/data")
+
+COMMON = {
+    "model_name_or_path": None,  # filled: the model folder
+    "stage": "sft",
+    "do_train": True,
+    "template": "chatml",
+    "dataset_dir": None,  # filled
+    "overwrite_cache": True,
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "learning_rate": 1.0e-4,
+    "lr_scheduler_type": "cosine",
+    "logging_steps": 5,
+    "save_strategy": "no",
+    "report_to": "none",
+    "plot_loss": False,
+    "use_cpu": True,
+    "seed": 42,
+}
+SHAPES = {
+    "lora": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
+             "lora_rank": 8, "lora_target": "all", "bf16": True, "gradient_checkpointing": True, "max_steps": 20},
+    "full": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "full",
+             "bf16": False, "gradient_checkpointing": True, "max_steps": 20},
+    "packing": {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024, "finetuning_type": "lora",
+                "lora_rank": 8, "lora_target": "all", "bf16": False, "gradient_checkpointing": True,
+                "num_train_epochs": 1.0, "packing": True},
+}
+
+_EN = ("the model reads a short note about rivers and mountains and answers in plain words while "
+       "the team checks every step of the training run for errors and slow parts before lunch").split()
+_ZH = list("模型读取一段关于河流和山脉的短文并用简单的话回答团队在午饭前检查训练的每一步")
+
+
+def _text(rng: random.Random, words: list[str], n: int, sep: str) -> str:
+    return sep.join(rng.choice(words) for _ in range(n))
+
+
+def write_demo_data(folder: Path, real: bool) -> str:
+    """Alpaca-format files + dataset_info.json in ``folder``; returns a line saying which data."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if real:
+        names = {"bench_en": "alpaca_en_demo.json", "bench_zh": "alpaca_zh_demo.json"}
+        missing = [n for n in names.values() if not (LF_DATA / n).exists()]
+        if missing:
+            raise SystemExit(f"--real-data: {', '.join(missing)} missing in {LF_DATA}; run without --real-data to use the bench's own data")
+        for name, file in names.items():
+            shutil.copy(LF_DATA / file, folder / f"{name}.json")
+        source = f"LLaMA-Factory's alpaca_en_demo / alpaca_zh_demo from {LF_DATA}"
+    else:
+        rng = random.Random(16)
+        for name, words, sep in (("bench_en", _EN, " "), ("bench_zh", _ZH, "")):
+            rows = [{"instruction": _text(rng, words, rng.randint(4, 30), sep),
+                     "input": _text(rng, words, rng.randint(0, 40), sep) if rng.random() < 0.4 else "",
+                     "output": _text(rng, words, rng.randint(10, 200), sep)} for _ in range(300)]
+            (folder / f"{name}.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+        source = "the bench's own synthetic alpaca-format rows (300 en, 300 zh; varied lengths)"
+    info = {n: {"file_name": f"{n}.json"} for n in ("bench_en", "bench_zh")}
+    (folder / "dataset_info.json").write_text(json.dumps(info), encoding="utf-8")
+    return source
+
+
+def run_cockpit(cfg_path: Path, work: Path) -> dict[str, float]:
+    runs = work / "cockpit-runs"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "cockpit.cli", "train", str(cfg_path), "--runs-dir", str(runs)],
+                         capture_output=True, text=True, env=env, cwd=str(work))
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"cockpit train failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    run = max((d for d in runs.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    s = json.loads((run / "summary.json").read_text())
+    return {"wall": wall, "train": s["train_runtime_s"], "tokens": s["tokens_seen"], "steps": s["steps"],
+            "tokens_per_s": s["tokens_seen"] / s["train_runtime_s"]}
+
+
+def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
+    shutil.rmtree(out, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HF_HUB_OFFLINE="1", DISABLE_VERSION_CHECK="1", CUDA_VISIBLE_DEVICES="", PATH=f"{cli.parent}:{env.get('PATH', '')}")
+    t0 = time.perf_counter()
+    res = subprocess.run([str(cli), "train", str(cfg_path), f"output_dir={out}"], capture_output=True, text=True,
+                         env=env, cwd=str(out.parent))
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"llamafactory-cli train failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    metrics = json.loads((out / "train_results.json").read_text())
+    train = float(metrics["train_runtime"])
+    return {"wall": wall, "train": train}
+
+
+def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, steps: int | None) -> list[tuple[dict, dict]]:
+    cfg = {**COMMON, **SHAPES[shape], "model_name_or_path": str(MODEL_DIR), "dataset_dir": str(data_dir)}
+    if steps and "max_steps" in cfg:
+        cfg["max_steps"] = steps
+    cfg_path = work / f"{shape}.yaml"
+    import yaml
+
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    print(f"\n## {shape}: {cfg_path}\n" + "\n".join(f"    {k}: {v}" for k, v in cfg.items()), flush=True)
+    results = []
+    for r in range(rounds):
+        order = ("cockpit", "lf") if r % 2 == 0 else ("lf", "cockpit")  # alternate who goes first
+        got: dict[str, dict] = {}
+        for who in order:
+            got[who] = run_cockpit(cfg_path, work) if who == "cockpit" else run_llamafactory(cli, cfg_path, work / f"lf-{shape}")
+        c, lf = got["cockpit"], got["lf"]
+        # the same samples (data, seed, steps or epoch): their non-padding tokens, cockpit's count
+        lf["tokens"], lf["tokens_per_s"] = c["tokens"], c["tokens"] / lf["train"]
+        results.append((c, lf))
+        print(f"round {r + 1}: wall LF {lf['wall']:.1f} s  cockpit {c['wall']:.1f} s  (LF/cockpit {lf['wall'] / c['wall']:.3f}) | "
+              f"train LF {lf['train']:.1f} s  cockpit {c['train']:.1f} s | tokens/s LF {lf['tokens_per_s']:.0f}  "
+              f"cockpit {c['tokens_per_s']:.0f}  (cockpit/LF {c['tokens_per_s'] / lf['tokens_per_s']:.3f})", flush=True)
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=(*SHAPES, "all"), default="lora")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, help="override the step count of the lora/full shapes (a quick check)")
+    ap.add_argument("--real-data", action="store_true", help=f"LLaMA-Factory's alpaca demo files from {LF_DATA}")
+    a = ap.parse_args()
+    if not (MODEL_DIR / "config.json").exists():
+        raise SystemExit(f"{MODEL_DIR} missing: run `cockpit doctor` or any cockpit train on smollm2-135m-instruct once to convert it")
+    cli = lf_venv.ensure()
+    shapes = list(SHAPES) if a.shape == "all" else [a.shape]
+    with tempfile.TemporaryDirectory(prefix="cockpit-vs-lf-") as tmp:
+        work = Path(tmp)
+        print("data:", write_demo_data(work / "data", a.real_data))
+        print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
+        table = []
+        for shape in shapes:
+            res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps)
+            wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
+            tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
+            table.append((shape, res, wall, tps))
+        print("\n| shape | LF wall (s) per round | cockpit wall (s) per round | LF/cockpit wall (median) | cockpit/LF tokens/s (median) |")
+        print("|---|---|---|---|---|")
+        for shape, res, wall, tps in table:
+            lf_walls = ", ".join(format(lf["wall"], ".1f") for _, lf in res)
+            ck_walls = ", ".join(format(c["wall"], ".1f") for c, _ in res)
+            print(f"| {shape} | {lf_walls} | {ck_walls} "
+                  f"| **{wall:.2f}** | {tps:.2f} |")
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Opt-in faster kernels: ``enable_liger_kernel`` and ``torch_compile`` (LLaMA-Factory's keys).
+
+Each becomes the HF Trainer's own switch (``use_liger_kernel``: Liger's Triton RMSNorm,
+SwiGLU, RoPE and fused linear cross-entropy patched into the model; ``torch_compile``:
+``torch.compile`` of the model), or an :class:`InputError` saying what is missing, before any
+model is loaded. Liger's kernels are Triton: they need a GPU (CUDA or ROCm) and the
+``liger-kernel`` package. ``torch.compile`` on the CPU needs a C++ compiler for inductor.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from typing import Any, Mapping
+
+from cockpit.errors import InputError, Problem
+
+
+def liger_refusal(use_cpu: bool) -> str | None:
+    if use_cpu:
+        return "Liger's kernels are Triton kernels and need a GPU (CUDA or ROCm); this run trains on the CPU"
+    if importlib.util.find_spec("liger_kernel") is None:
+        return "needs the liger-kernel package (pip install liger-kernel), which is not installed"
+    if importlib.util.find_spec("triton") is None:
+        return "needs Triton (pytorch-triton-rocm on ROCm, triton on CUDA), which is not installed"
+    return None
+
+
+def compile_refusal(use_cpu: bool) -> str | None:
+    if use_cpu and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return "torch.compile on the CPU needs a C++ compiler (g++ or clang++) for inductor; none is on PATH"
+    return None
+
+
+def kernel_arguments(cfg: Mapping[str, Any], use_cpu: bool) -> dict[str, Any]:
+    """TrainingArguments for the opted-in kernels; refuses with the reason when one cannot run."""
+    kwargs: dict[str, Any] = {}
+    if cfg.get("enable_liger_kernel"):
+        reason = liger_refusal(use_cpu)
+        if reason:
+            raise InputError(Problem(reason, key="enable_liger_kernel"))
+        kwargs["use_liger_kernel"] = True
+    if cfg.get("torch_compile"):
+        reason = compile_refusal(use_cpu)
+        if reason:
+            raise InputError(Problem(reason, key="torch_compile"))
+        kwargs["torch_compile"] = True
+    return kwargs

@@ -1,0 +1,43 @@
+"""enable_liger_kernel / torch_compile: the Trainer's switches, or a refusal naming what is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from cockpit.config.load import validate
+from cockpit.errors import InputError
+from cockpit.train import kernels
+
+
+def test_liger_is_refused_on_the_cpu_with_the_reason():
+    with pytest.raises(InputError, match="enable_liger_kernel.*Triton.*GPU"):
+        kernels.kernel_arguments({"enable_liger_kernel": True}, use_cpu=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is not None, reason="liger-kernel is installed here")
+def test_liger_without_the_package_is_refused_on_a_gpu_too():
+    with pytest.raises(InputError, match="liger-kernel package"):
+        kernels.kernel_arguments({"enable_liger_kernel": True}, use_cpu=False)
+
+
+def test_torch_compile_becomes_the_trainer_switch_or_a_refusal(monkeypatch, tmp_path):
+    cfg = validate({"dataset": "x", "torch_compile": True, "use_cpu": True})
+    if kernels.compile_refusal(True) is None:
+        from cockpit.train.worker import training_arguments
+
+        assert training_arguments(cfg, {"checkpoints": tmp_path}, True, 1).torch_compile is True
+    monkeypatch.setattr(kernels.shutil, "which", lambda name: None)
+    with pytest.raises(InputError, match="torch_compile.*C\\+\\+ compiler"):
+        kernels.kernel_arguments(cfg, use_cpu=True)
+    assert kernels.kernel_arguments(cfg, use_cpu=False) == {"torch_compile": True}  # GPUs compile with Triton
+
+
+def test_planner_drops_the_logits_with_liger():
+    from cockpit.plan import estimate_config
+
+    base = {"model_name_or_path": "smollm2-135m-instruct", "cutoff_len": 1024, "per_device_train_batch_size": 4}
+    plain, liger = estimate_config(base)[1], estimate_config({**base, "enable_liger_kernel": True})[1]
+    assert plain.components["logits"] > 0 and liger.components["logits"] == 0
+    assert liger.peak < plain.peak and any("liger" in n for n in liger.notes)
