@@ -125,7 +125,9 @@ class Follower:
         return events
 
     def ended(self) -> str | None:
-        state = self.run.read_status().get("state")
+        from cockpit.slurm.queue import effective_status
+
+        state = effective_status(self.run).get("state")  # a Slurm job the scheduler ended counts
         return state if state in TERMINAL_STATES else None
 
     def follow(self, poll_s: float = 0.5) -> str:

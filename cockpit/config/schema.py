@@ -113,6 +113,7 @@ KEYS: tuple[Key, ...] = (
     _k("env", "map", None, "environment variables applied to every rank", "strategy", llamafactory=False),
     _k("zero_stage", "choice", None, "generate a DeepSpeed ZeRO config (2 | 3; written to the run dir as ds_config.json)", "strategy", choices=(2, 3), llamafactory=False),
     _k("offload", "choice", "none", "DeepSpeed offload to the CPU: none | optimizer | optimizer+params (params: ZeRO-3)", "strategy", choices=("none", "optimizer", "optimizer+params"), nullable=False, llamafactory=False),
+    _k("slurm_gres", "str", None, "Slurm: the cluster's GPU GRES name, e.g. 'gpu:mi300x' (--gres=NAME:N per node; unset: --gpus-per-node=N)", "strategy", llamafactory=False),
     _k("numa_bind", "str", "auto", "bind each local rank's CPUs and memory: auto (its GPU's NUMA node) | off | a map like '0:0,1:0,2:1'", "strategy", nullable=False, llamafactory=False),
     # -- watching --------------------------------------------------------------------------
     _k("probes", "str", None, "a JSON/JSONL file of {prompt, expect} checked before and after training", "watch", llamafactory=False),
