@@ -141,3 +141,51 @@ def test_cockpit_stop_on_a_running_slurm_job_checkpoints(slurm, tmp_path, tiny_m
     saved = [e for e in read_events(run) if e["kind"] == "checkpoint_saved"]
     assert saved and Path(saved[-1]["path"]).is_dir()
     wait_for(lambda: slurm.client("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").stdout.strip() == "COMPLETED", 60, "the job to complete")
+
+
+def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_model_dir, monkeypatch):
+    """Pilot: Setup's "Launch on Slurm" (sbatch is on PATH) submits the form's config; the Live
+    screen shows it queued (held with --hold, so nothing trains); k (kill) cancels the job."""
+    import asyncio
+
+    from textual.widgets import Button, DataTable, Input
+
+    from cockpit.ui.app import CockpitApp
+    from test_ui_pilot import text_of
+    from test_ui_pilot import wait_for as await_for
+    from test_ui_setup_live import DOCTOR
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    cfg = tiny_config(tmp_path, tiny_model_dir, name="ui-slurm")
+
+    async def scenario() -> None:
+        app = CockpitApp(tmp_path / "runs", start="setup", doctor_checks=DOCTOR, poll_s=0.25)
+        async with app.run_test(size=(120, 40)) as pilot:
+            scr = app.screen
+            await await_for(pilot, lambda: bool(scr.query("#b-slurm")), 10, "the Launch on Slurm button")
+            scr.load_preset(cfg, quiet=True)
+            await await_for(pilot, lambda: "config valid" in text_of(app, "#problems"), 30, "a valid config")
+            scr.query_one("#b-slurm", Button).press()
+            await await_for(pilot, lambda: bool(app.screen.query("#prompt-input")), 10, "the sbatch options prompt")
+            app.screen.query_one("#prompt-input", Input).value = "--hold --time=10:00"
+            await pilot.press("enter")
+            await await_for(pilot, lambda: type(app.screen).__name__ == "LiveScreen", 120, "the live screen")
+            live = app.screen
+            await await_for(pilot, lambda: live.state.state == "queued", 30, "queued on the live screen")
+            assert " queued " in text_of(app, "#live-title")
+            run = live.run
+            status = json.loads((run.path / "status.json").read_text())
+            assert status["state"] == "queued" and status["slurm"]["job_id"]
+            assert "#SBATCH --time=10:00" in (run.path / "slurm" / "job.sh").read_text()
+            await pilot.press("k")
+            await pilot.pause(0.3)
+            await pilot.press("y")
+            await await_for(pilot, lambda: live.state.state == "cancelled", 60, "the cancelled job on the live screen")
+            assert "cancelled by the scheduler: CANCELLED" in (live.state.reason or "")
+            await pilot.press("escape")
+            await await_for(pilot, lambda: type(app.screen).__name__ == "RunsScreen", 10, "the runs screen")
+            app.screen.refresh_runs()
+            await pilot.pause()
+            assert str(app.screen.query_one(DataTable).get_row_at(0)[1]) == "cancelled"
+
+    asyncio.run(scenario())

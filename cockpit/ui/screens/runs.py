@@ -11,6 +11,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
+from cockpit.slurm.queue import effective_statuses
 from cockpit.ui.render import STATE_STYLE
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
@@ -18,18 +19,19 @@ from cockpit.ui.state import fmt_duration
 COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
 
 
-def run_row(run: RunDir, now: float) -> tuple:
+def run_row(run: RunDir, now: float, status: dict | None = None) -> tuple:
     from rich.text import Text
 
-    st = run.read_status()
+    st = status if status is not None else run.read_status()
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
+    shown = f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state  # Slurm: the scheduler's state (reason)
     dur = ((ended or now) - started) if started else None
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
     loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else "-"
-    return (run.run_id, Text(state, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
+    return (run.run_id, Text(shown, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
 
 
 class RunsScreen(RunActions, Screen):
@@ -65,7 +67,8 @@ class RunsScreen(RunActions, Screen):
         table = self.query_one(DataTable)
         now = self.app.clock()
         runs = list_runs(runs_dir)
-        rows = {r.run_id: run_row(r, now) for r in runs}
+        statuses = effective_statuses(runs)  # Slurm runs: queued with squeue's reason, or ended by the scheduler
+        rows = {r.run_id: run_row(r, now, statuses[r.run_id]) for r in runs}
         existing = {str(k.value) for k in table.rows}
         for run_id in existing - rows.keys():
             table.remove_row(run_id)
@@ -105,7 +108,7 @@ class RunsScreen(RunActions, Screen):
         run = self._selected()
         if run is None:
             return
-        state = run.read_status().get("state")
+        state = self.states.get(run.run_id) or run.read_status().get("state")
         if state in TERMINAL_STATES:
             self.app.open_summary(run)
         else:
