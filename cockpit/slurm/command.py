@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 
 from cockpit.errors import InputError
@@ -28,10 +29,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
-    """Config overrides the Slurm options imply (``--nodes N`` is ``nnodes=N``)."""
-    if getattr(args, "slurm", False) and args.nodes is not None:
-        return [f"nnodes={args.nodes}"]
-    return []
+    """Config overrides the Slurm options imply: ``--nodes N`` is ``nnodes=N``; several nodes
+    without a ``master_port`` get one fixed now (every node's rendezvous uses it)."""
+    if not getattr(args, "slurm", False):
+        return []
+    out = [f"nnodes={args.nodes}"] if args.nodes is not None else []
+    given = _given(args)
+    nnodes = args.nodes if args.nodes is not None else given.get("nnodes", 1)
+    try:
+        several, port = int(nnodes) > 1, int(given.get("master_port") or 0)
+    except (TypeError, ValueError):
+        return out  # the config's validation says what is wrong
+    if several and not port:
+        out.append(f"master_port={random.randint(20000, 39999)}")
+    return out
+
+
+def _given(args: argparse.Namespace) -> dict:
+    """nnodes / master_port as the config file and --set give them (before validation)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(open(args.config, encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError):
+        raw = {}
+    raw = raw if isinstance(raw, dict) else {}
+    for item in args.overrides:
+        key, _, value = item.partition("=")
+        raw[key.strip()] = value.strip()
+    return raw
 
 
 def submit(args: argparse.Namespace, cfg: dict, runs_dir) -> int:

@@ -28,11 +28,16 @@ def filesystem_of(path: str | os.PathLike[str], mounts: str = "/proc/self/mounts
         p = p.parent
     real = os.path.realpath(p)
     try:
-        lines = Path(mounts).read_text(encoding="utf-8", errors="replace").splitlines()
+        table = Path(mounts).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "unknown", ""
+    return mount_of(real, table)
+
+
+def mount_of(real: str, table: str) -> tuple[str, str]:
+    """(fstype, mount point) of the absolute, resolved path ``real`` in a mount table's text."""
     best = ("unknown", "")
-    for line in lines:
+    for line in table.splitlines():
         fields = line.split()
         if len(fields) < 3:
             continue

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.config.load import dump_resolved
-from cockpit.errors import InputError
+from cockpit.errors import InputError, Problem
 from cockpit.events import EventWriter
 from cockpit.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 from cockpit.slurm import fs
@@ -33,11 +33,11 @@ def check_runs_dir(cfg: dict[str, Any], runs_dir: Path) -> None:
         return
     fstype, point = fs.filesystem_of(runs_dir)
     if not fs.is_shared(fstype):
-        raise InputError(
+        raise InputError(Problem(
             f"runs dir {runs_dir}: filesystem {fstype} at {point or '?'} is local to this node; a {cfg['nnodes']}-node Slurm run "
             "needs the runs dir on a filesystem every node mounts (NFS, Lustre, GPFS, BeeGFS, ...): pass --runs-dir or set COCKPIT_RUNS_DIR",
             key="nnodes",
-        )
+        ))
 
 
 def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None = None, runs_dir: Path | None = None, python: str = sys.executable) -> tuple[RunDir, str]:
@@ -45,11 +45,11 @@ def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None =
     Raises :class:`SubmitRefused` with sbatch's message (the run dir then says ``failed``)."""
     from cockpit.launch import run_name
 
+    runs = Path(runs_dir or default_runs_dir()).expanduser().absolute()
+    check_runs_dir(cfg, runs)
     sbatch = shutil.which("sbatch")
     if not sbatch:
         raise InputError("--slurm: sbatch is not on PATH (is this a Slurm login node?)")
-    runs = Path(runs_dir or default_runs_dir()).expanduser().absolute()
-    check_runs_dir(cfg, runs)
     run = create_run_dir(runs, run_name(cfg, config_path))
     atomic_write_text(run.config_path, dump_resolved(cfg))
     script = job_script(str(run.path), cfg, opts, job_name=f"cockpit-{run.run_id}", has_gpus=cluster_has_gpus(), python=python)
