@@ -192,6 +192,7 @@ def test_setup_offers_launch_on_slurm_only_with_sbatch_on_path(tmp_path, monkeyp
         os.chmod(bin_dir / "sbatch", 0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.path.dirname(os.__file__)}")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("COCKPIT_SLURM", raising=False)
 
     async def scenario() -> None:
         app = CockpitApp(tmp_path / "runs", start="setup", doctor_checks=DOCTOR)

@@ -156,6 +156,7 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
     from test_ui_setup_live import DOCTOR
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("COCKPIT_SLURM", raising=False)
     cfg = tiny_config(tmp_path, tiny_model_dir, name="ui-slurm")
 
     async def scenario() -> None:

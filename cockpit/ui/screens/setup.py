@@ -9,6 +9,7 @@ that matter for the config (:mod:`cockpit.doctor.relevance`); the doctor runs on
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import tempfile
@@ -26,6 +27,12 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 
 from cockpit.ui import forms, presets, proc
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
+
+
+def slurm_submit_available() -> bool:
+    """"Launch on Slurm" is offered where sbatch is on PATH (COCKPIT_SLURM=0 hides it, =1 shows it)."""
+    forced = os.environ.get("COCKPIT_SLURM", "").strip()
+    return forced == "1" if forced in ("0", "1") else shutil.which("sbatch") is not None
 
 
 def sbatch_options_modal():
@@ -120,7 +127,7 @@ class SetupScreen(Screen):
                     yield Button("Preview F6", id="b-preview", compact=True)
                     yield Button("Save F7", id="b-save", compact=True)
                     yield Button("Launch F8", id="b-launch", variant="success", compact=True)
-                    if shutil.which("sbatch"):
+                    if slurm_submit_available():
                         yield Button("Launch on Slurm", id="b-slurm", variant="primary", compact=True)
                     yield Button("Tune F9", id="b-tune", compact=True)
         yield Footer()
