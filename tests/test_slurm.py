@@ -127,6 +127,12 @@ def test_effective_status_writes_the_schedulers_end_once(monkeypatch, tmp_path):
     assert [e["state"] for e in read_all(run.events_path) if e["kind"] == "state"] == ["cancelled"]
     queue.effective_status(run, runner=runner, fresh=True)
     assert len(calls) == 1  # settled: never asked again
+    failed = create_run_dir(tmp_path)
+    failed.update_status(state="failed", reason="rank 0 exited with code 1", slurm={"job_id": "22"})
+    runner, calls = fake_runner({"squeue": (1, "")})  # squeue and sacct have forgotten the job
+    assert queue.effective_status(failed, runner=runner)["state"] == "failed"
+    queue.effective_status(failed, runner=runner, fresh=True)
+    assert len(calls) == 2 and failed.read_status()["scheduler_end"] == "unknown"  # squeue + sacct once, then no more
 
 
 # -- filesystems, multi-node -----------------------------------------------------------------------

@@ -165,6 +165,10 @@ def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] |
         if r.run_id not in answers:
             out[r.run_id] = status
             continue
+        if answers[r.run_id] is None and status.get("state") in TERMINAL_STATES:
+            r.update_status(scheduler_end="unknown")  # ended, and the scheduler has forgotten the job: ask no more
+            out[r.run_id] = {**status, "scheduler_end": "unknown"}
+            continue
         out[r.run_id] = new = implied(status, answers[r.run_id])
         note = _cancel_note(r)
         if new.get("state") == "cancelled" and note and not status.get("scheduler_end"):
