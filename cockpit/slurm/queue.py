@@ -111,7 +111,7 @@ def implied(status: dict[str, Any], sched: dict[str, Any] | None) -> dict[str, A
     if sched_state in ENDED and state not in ("finished", "stopped") and not status.get("scheduler_end"):
         earlier = status.get("reason")
         if sched_state == "CANCELLED":
-            out["state"], why = "cancelled", f"cancelled by the scheduler: {describe(sched)}"
+            out["state"], why = "cancelled", f"cancelled by the scheduler: {sched_state}"  # (its reason is the pending one's)
         elif state == "failed" and sched_state in ("FAILED", "COMPLETED"):
             why, earlier = str(earlier or "failed"), None  # the run's own reason says more
         elif sched_state == "COMPLETED":
@@ -208,4 +208,5 @@ def cancel(run: RunDir, job: str, detail: str, runner: Runner = _run) -> tuple[b
         res = runner(["scancel", str(job)])
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
+    (run.path / "slurm.json").unlink(missing_ok=True)  # the next reader asks the scheduler afresh
     return res.returncode == 0, (res.stderr or res.stdout).strip()
