@@ -178,6 +178,16 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
             status = json.loads((run.path / "status.json").read_text())
             assert status["state"] == "queued" and status["slurm"]["job_id"]
             assert "#SBATCH --time=10:00" in (run.path / "slurm" / "job.sh").read_text()
+            # the Runs screen: queued with the scheduler's reason; Enter opens the Live screen again
+            await pilot.press("escape")
+            await await_for(pilot, lambda: type(app.screen).__name__ == "RunsScreen", 10, "the runs screen")
+            app.screen.refresh_runs()
+            await pilot.pause()
+            assert str(app.screen.query_one(DataTable).get_row_at(0)[1]) == "queued · PENDING (JobHeldUser)"
+            await pilot.press("enter")
+            await await_for(pilot, lambda: type(app.screen).__name__ == "LiveScreen", 10, "the live screen again")
+            live = app.screen
+            await await_for(pilot, lambda: live.state.state == "queued", 30, "queued on the live screen")
             await pilot.press("k")
             await pilot.pause(0.3)
             await pilot.press("y")
