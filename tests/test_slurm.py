@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,9 @@ def test_effective_status_writes_the_schedulers_end_once(monkeypatch, tmp_path):
     assert run.read_status()["state"] == "queued" and "reason" not in run.read_status()  # status.json untouched while it waits
     queue.effective_status(run, runner=runner)
     assert len(calls) == 1  # cached for MAX_AGE_S
+    later = queue.effective_statuses([run], runner=runner, now=time.time() + 3600, cached_only=True)[run.run_id]
+    assert later["reason"] == "PENDING (JobHeldUser)" and len(calls) == 1  # the UI thread: the last answer, never a query
+    assert queue.waiting_on_scheduler(run.read_status())
     runner, calls = fake_runner({"squeue": (0, "21|CANCELLED|None|\n")})
     st = queue.effective_status(run, runner=runner, fresh=True)
     assert st["state"] == "cancelled" and run.read_status()["state"] == "cancelled"

@@ -123,12 +123,12 @@ def implied(status: dict[str, Any], sched: dict[str, Any] | None) -> dict[str, A
     return out
 
 
-def _cached(run: RunDir, now: float) -> dict[str, Any] | None:
+def _cached(run: RunDir, now: float, any_age: bool = False) -> dict[str, Any] | None:
     try:
         data = json.loads((run.path / "slurm.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if now - float(data.get("checked") or 0) < MAX_AGE_S else None
+    return data if any_age or now - float(data.get("checked") or 0) < MAX_AGE_S else None
 
 
 def effective_status(run: RunDir, status: dict[str, Any] | None = None, *, runner: Runner = _run, now: float | None = None, fresh: bool = False) -> dict[str, Any]:
@@ -137,8 +137,10 @@ def effective_status(run: RunDir, status: dict[str, Any] | None = None, *, runne
     return effective_statuses([run], {run.run_id: status} if status is not None else None, runner=runner, now=now, fresh=fresh)[run.run_id]
 
 
-def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] | None = None, *, runner: Runner = _run, now: float | None = None, fresh: bool = False) -> dict[str, dict[str, Any]]:
-    """Like :func:`effective_status` for many runs, with one ``squeue`` call for all their jobs."""
+def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] | None = None, *, runner: Runner = _run, now: float | None = None, fresh: bool = False, cached_only: bool = False) -> dict[str, dict[str, Any]]:
+    """Like :func:`effective_status` for many runs, with one ``squeue`` call for all their jobs.
+    ``cached_only``: the last answers in ``slurm.json`` however old, never a scheduler query (a UI
+    thread; a worker thread refreshes them)."""
     now = time.time() if now is None else now
     statuses = {r.run_id: (statuses or {}).get(r.run_id) or r.read_status() for r in runs}
     open_jobs = {r.run_id: job_id(statuses[r.run_id]) for r in runs if job_id(statuses[r.run_id]) and not _settled(statuses[r.run_id])}
@@ -146,11 +148,13 @@ def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] |
     to_ask = []
     for r in runs:
         if r.run_id in open_jobs:
-            cached = None if fresh else _cached(r, now)
+            cached = None if fresh else _cached(r, now, any_age=cached_only)
             if cached is not None:
                 answers[r.run_id] = cached.get("job")
             else:
                 to_ask.append(r)
+    if cached_only:
+        to_ask = []
     if to_ask:
         known = query([open_jobs[r.run_id] for r in to_ask], runner)
         for r in to_ask:
@@ -176,6 +180,11 @@ def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] |
         if new.get("scheduler_end") and not status.get("scheduler_end"):
             _write_end(r, new, now)
     return out
+
+
+def waiting_on_scheduler(status: dict[str, Any]) -> bool:
+    """A Slurm run whose state the scheduler may still change."""
+    return bool(job_id(status)) and not _settled(status)
 
 
 def _settled(status: dict[str, Any]) -> bool:

@@ -172,9 +172,7 @@ class LiveScreen(Screen):
 
     def _tick_clock(self) -> None:
         if not self.state.ended and self.run_is_slurm_job():  # the scheduler's end (scancel, time limit) reaches the event log
-            from cockpit.slurm.queue import effective_status
-
-            effective_status(self.run)
+            self._ask_scheduler()
         # elapsed / ETA move on between steps; a draw in the last second already showed them
         if not self.state.ended and time.monotonic() - self._header_at > 0.9:
             self._update("#live-title", render.header(self._header_state(), self.clock(), self.replay_progress))
@@ -231,6 +229,12 @@ class LiveScreen(Screen):
                 self._update("#alerts", render.alerts(st, limit))
 
     # -- actions ----------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="slurm-queue")
+    def _ask_scheduler(self) -> None:
+        from cockpit.slurm.queue import effective_status
+
+        effective_status(self.run)
+
     def run_is_slurm_job(self) -> bool:
         if not hasattr(self, "_slurm_job"):
             from cockpit.slurm.queue import job_id

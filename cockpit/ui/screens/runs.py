@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
-from cockpit.slurm.queue import effective_statuses
+from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.ui.render import STATE_STYLE
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
@@ -67,7 +68,10 @@ class RunsScreen(RunActions, Screen):
         table = self.query_one(DataTable)
         now = self.app.clock()
         runs = list_runs(runs_dir)
-        statuses = effective_statuses(runs)  # Slurm runs: queued with squeue's reason, or ended by the scheduler
+        statuses = effective_statuses(runs, cached_only=True)  # Slurm runs: queued with squeue's reason, or ended by the scheduler
+        asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
+        if asking:
+            self._ask_scheduler(asking)
         rows = {r.run_id: run_row(r, now, statuses[r.run_id]) for r in runs}
         existing = {str(k.value) for k in table.rows}
         for run_id in existing - rows.keys():
@@ -87,6 +91,12 @@ class RunsScreen(RunActions, Screen):
             "Enter: live view of an active run, summary of a finished one · a: attach (replay) · "
             "finished: c chat, s serve, m merge, e export · n: new run · quitting never stops a run"
             if rows else "No runs yet. Press n (or F2) to set one up.")
+
+    @work(thread=True, exclusive=True, group="slurm-queue")
+    def _ask_scheduler(self, runs: list[RunDir]) -> None:
+        """squeue/sacct for the Slurm runs (at most every few seconds), off the UI thread; the next
+        refresh shows the answers."""
+        effective_statuses(runs)
 
     def action_refresh_runs(self) -> None:
         self.refresh_runs()
