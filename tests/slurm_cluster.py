@@ -97,13 +97,13 @@ class LocalSlurm:
         self.write_conf()
         self.start_munge()
         for daemon in ("slurmctld", "slurmd"):
-            res = subprocess.run([_bin(daemon), "-f", str(self.conf)], capture_output=True, text=True, timeout=60, cwd=self.root)
+            res = subprocess.run([_bin(daemon), "-f", str(self.conf)], capture_output=True, text=True, timeout=60, cwd=self.root, check=False)
             if res.returncode != 0:
                 raise RuntimeError(f"{daemon} did not start: {res.stderr.strip()}\n{self.log_tail()}")
         self.wait_idle(timeout)
 
     def client(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env}, check=False)
 
     def wait_idle(self, timeout: float) -> None:
         """Until sinfo shows the node idle (generous: the machine may be loaded)."""

@@ -51,7 +51,7 @@ def test_header_options_and_the_job_script():
         assert line in script.splitlines(), line
     assert "hf_abc123" not in script and "# HF_TOKEN: a secret" in script
     assert script.rstrip().splitlines()[-1] == "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 /venv/bin/python -m cockpit.slurm.node /shared/runs/r1"
-    res = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    res = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
     assert res.returncode == 0, res.stderr
 
 
@@ -191,9 +191,10 @@ def test_doctor_names_the_runs_dirs_filesystem(tmp_path):
 # -- Setup: the button only where sbatch is ---------------------------------------------------------
 @pytest.mark.parametrize("with_sbatch", [True, False])
 def test_setup_offers_launch_on_slurm_only_with_sbatch_on_path(tmp_path, monkeypatch, with_sbatch):
-    from cockpit.ui.app import CockpitApp
     from test_ui_pilot import wait_for
     from test_ui_setup_live import DOCTOR
+
+    from cockpit.ui.app import CockpitApp
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

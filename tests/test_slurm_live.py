@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cockpit, has_step, read_events, tiny_config, wait_for
 from slurm_cluster import LocalSlurm, missing_reason
 
@@ -148,12 +146,12 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
     screen shows it queued (held with --hold, so nothing trains); k (kill) cancels the job."""
     import asyncio
 
-    from textual.widgets import Button, DataTable, Input
-
-    from cockpit.ui.app import CockpitApp
     from test_ui_pilot import text_of
     from test_ui_pilot import wait_for as await_for
     from test_ui_setup_live import DOCTOR
+    from textual.widgets import Button, DataTable, Input
+
+    from cockpit.ui.app import CockpitApp
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("COCKPIT_SLURM", raising=False)

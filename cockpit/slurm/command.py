@@ -50,7 +50,8 @@ def _given(args: argparse.Namespace) -> dict:
     import yaml
 
     try:
-        raw = yaml.safe_load(open(args.config, encoding="utf-8")) or {}
+        with open(args.config, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh) or {}
     except (OSError, ValueError, yaml.YAMLError):
         raw = {}
     raw = raw if isinstance(raw, dict) else {}
@@ -63,7 +64,8 @@ def _given(args: argparse.Namespace) -> dict:
 def submit(args: argparse.Namespace, cfg: dict, runs_dir) -> int:
     from cockpit.commands.common import EXIT_INPUT, EXIT_OK, print_input_error
     from cockpit.slurm.script import SlurmOptions
-    from cockpit.slurm.submit import SubmitRefused, submit as do_submit
+    from cockpit.slurm.submit import SubmitRefused
+    from cockpit.slurm.submit import submit as do_submit
 
     opts = SlurmOptions(partition=args.partition, time=args.time, account=args.account, qos=args.qos,
                         cpus_per_task=args.cpus_per_task, exclusive=args.exclusive, extra=tuple(args.sbatch_args))

@@ -23,7 +23,8 @@ import json
 import shutil
 import subprocess
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from cockpit.events import EventWriter
 from cockpit.rundir import TERMINAL_STATES, RunDir, atomic_write_json
@@ -36,7 +37,7 @@ Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
 
 
 def query(job_ids: Iterable[str], runner: Runner = _run) -> dict[str, dict[str, Any]]:

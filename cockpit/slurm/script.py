@@ -12,8 +12,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cockpit.config.load import REDACTED, redact_env
 
@@ -35,7 +36,7 @@ def cluster_has_gpus(timeout_s: float = 10.0) -> bool | None:
     if not sinfo:
         return None
     try:
-        out = subprocess.run([sinfo, "-h", "-o", "%G"], capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run([sinfo, "-h", "-o", "%G"], capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:

@@ -60,7 +60,7 @@ def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None =
             "output_dir": cfg.get("output_dir"), "step": 0, "total_steps": None, "submitted": time.time()}
     run.update_status(state="submitting", **base)
     try:
-        res = subprocess.run([sbatch, "--parsable", str(script_path)], capture_output=True, text=True, cwd=str(run.path), env=dict(os.environ), timeout=300)
+        res = subprocess.run([sbatch, "--parsable", str(script_path)], capture_output=True, text=True, cwd=str(run.path), env=dict(os.environ), timeout=300, check=False)
     except subprocess.TimeoutExpired:
         res = subprocess.CompletedProcess([sbatch], 1, "", "sbatch did not answer within 300 s (is slurmctld reachable?)")
     events = EventWriter(run.events_path)
