@@ -421,7 +421,7 @@ class NcclLogParser:
             "version": dict(self.version),
             "network": {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.network.items()},
             "channels": channels,
-            "links": sorted(links, key=lambda l: (l["src"], l["dst"], l["transport"])),
+            "links": sorted(links, key=lambda link: (link["src"], link["dst"], link["transport"])),
             "timeouts": list(self.timeouts),
             "errors": list(self.errors),
             "warnings": list(self.warnings),

@@ -1,4 +1,6 @@
-"""Probes: prompts with expected substrings, answered before and after training.
+"""Probes: prompts with expected substrings, answered before and after training (in the ranks).
+
+Reading the probes file and scoring an answer live in ``cockpit.data.probes`` (torch-free, used by the UI).
 
 File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...]}``;
 a probe passes when every expected substring appears in the greedy answer (case-insensitive).
@@ -6,36 +8,12 @@ a probe passes when every expected substring appears in the greedy answer (case-
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from cockpit.data.formats import read_records
+from cockpit.data.probes import load_probes, passes
 from cockpit.data.render import render_prompt_ids
-from cockpit.errors import InputError, Problem
 
-
-def load_probes(path: str | Path) -> list[dict[str, Any]]:
-    records, problems = read_records(Path(path))
-    probes = []
-    for line, rec in records:
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
-            problems.append(Problem("expected {\"prompt\": str, \"expect\": str | [str]}", file=str(path), line=line))
-            continue
-        expect = rec.get("expect")
-        if isinstance(expect, str):
-            expect = [expect]
-        if not (isinstance(expect, list) and expect and all(isinstance(e, str) and e for e in expect)):
-            problems.append(Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line))
-            continue
-        probes.append({"prompt": rec["prompt"], "expect": expect})
-    if problems:
-        raise InputError(problems)
-    return probes
-
-
-def passes(answer: str, expect: list[str]) -> bool:
-    low = answer.lower()
-    return all(e.lower() in low for e in expect)
+__all__ = ["load_probes", "passes", "run_probes"]
 
 
 def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8) -> dict[str, Any]:

@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 
+def vllm_url(app: Any) -> str | None:
+    """The vLLM server to use: the app's, else ``$COCKPIT_VLLM_URL`` (None: local generation)."""
+    return getattr(app, "vllm_url", None) or os.environ.get("COCKPIT_VLLM_URL") or None
+
+
 def cockpit_argv(*args: str) -> list[str]:
     """``cockpit ARGS`` with the interpreter running the UI (same install, same code)."""
     return [sys.executable, "-m", "cockpit.cli", *args]

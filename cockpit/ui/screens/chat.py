@@ -44,7 +44,7 @@ class Turn:
     def ok(self, side: str) -> bool | None:
         if self.expect is None or side not in self.ends:
             return None
-        from cockpit.train.probes import passes
+        from cockpit.data.probes import passes
 
         return passes(self.text[side], self.expect)
 
@@ -126,7 +126,7 @@ class ChatScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        from cockpit.ui.screens.actions import vllm_url
+        from cockpit.ui.proc import vllm_url
 
         self.app.sub_title = f"chat {self.run.run_id}"
         self.vllm_url = vllm_url(self.app)
