@@ -101,7 +101,7 @@ class Supervisor:
         self.last_step = 0
         floor = float(self.cfg.get("hang_timeout_s") or 300.0)
         self.watchdog = HangWatchdog(floor_s=floor, start_t=time.time())
-        self.sampler = None
+        self.sampler: Any = None  # a cockpit.telemetry.Sampler once started (imported then)
         self.comm = None
         self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
         self.comm_parsers: dict[int, Any] = {}

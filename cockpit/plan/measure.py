@@ -21,6 +21,7 @@ Imports torch lazily (the module itself is importable without it).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -54,7 +55,7 @@ def _mode_class():
             n = st.nbytes()
             old = self._sizes.get(key)
             if old is None:
-                self._refs[key] = weakref.ref(st, lambda r, k=key: self._free(k, r))
+                self._refs[key] = weakref.ref(st, functools.partial(self._free, key))
                 self._sizes[key] = n
                 self.live += n
             elif old != n:  # resized in place

@@ -35,7 +35,7 @@ class CockpitCallback(TrainerCallback):
         self.rank = rank
         self.world_size = world_size
         self.writer = writer  # rank 0 only
-        self.recent = deque(maxlen=20)
+        self.recent: deque[float] = deque(maxlen=20)
         self.last_t: float | None = None
         self.last_tokens = 0
         self.last_step = 0

@@ -379,7 +379,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     args = training_arguments(cfg, dirs, use_cpu, world_size)
     if world_size > 1 and cfg.get("comm_probe", True):
         comm_health_probe(writer, use_cpu, log)
-    trainer_cls = CockpitTrainer
+    trainer_cls: type = CockpitTrainer
     if cfg.get("fsdp"):
         from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 

@@ -62,7 +62,8 @@ def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict 
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
-        return CliResult(124, None, exc.stdout or "", f"timed out after {timeout:.0f}s")
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")  # bytes even with text=True
+        return CliResult(124, None, out, f"timed out after {timeout:.0f}s")
     data = None
     out = proc.stdout.strip()
     if out:

@@ -106,7 +106,7 @@ class ChatScreen(Screen):
         super().__init__(name=f"chat-{run.run_id}")
         self.run = run
         self._start = start
-        self.chat = None
+        self.chat: Any = None  # a proc.ChatProcess (or the tests' stand-in) once mounted
         self.ready: dict[str, Any] | None = None
         self.turns: dict[int, Turn] = {}
         self.next_id = 0
