@@ -1,6 +1,4 @@
-"""Probes: prompts with expected substrings, answered before and after training (in the ranks).
-
-Reading the probes file and scoring an answer live in ``cockpit.data.probes`` (torch-free, used by the UI).
+"""Probes: prompts with expected substrings, answered before and after training.
 
 File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...]}``;
 a probe passes when every expected substring appears in the greedy answer (case-insensitive).
@@ -13,7 +11,7 @@ from typing import Any
 from cockpit.data.probes import load_probes, passes
 from cockpit.data.render import render_prompt_ids
 
-__all__ = ["load_probes", "passes", "run_probes"]
+__all__ = ["load_probes", "passes", "run_probes"]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
 
 
 def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8) -> dict[str, Any]:
@@ -32,9 +30,9 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
             width = max(len(p) for p in prompts)
             ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
             mask = torch.zeros((len(prompts), width), dtype=torch.long)
-            for j, p in enumerate(prompts):
-                ids[j, width - len(p) :] = torch.tensor(p)
-                mask[j, width - len(p) :] = 1
+            for j, prompt_ids in enumerate(prompts):
+                ids[j, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
+                mask[j, width - len(prompt_ids) :] = 1
             with torch.no_grad():
                 out = model.generate(
                     input_ids=ids.to(device),
@@ -45,10 +43,9 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
                     pad_token_id=pad_id,
                     eos_token_id=tokenizer.eos_token_id,
                 )
-            for j, probe in enumerate(chunk):
+            for j, p in enumerate(chunk):
                 answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
-                results.append({"prompt": probe["prompt"], "expect": probe["expect"], "answer": answer,
-                                "ok": passes(answer, probe["expect"])})
+                results.append({"prompt": p["prompt"], "expect": p["expect"], "answer": answer, "ok": passes(answer, p["expect"])})
     finally:
         if was_training:
             model.train()
