@@ -28,6 +28,7 @@ def text_of(app, selector: str) -> str:
     return str(app.screen.query_one(selector).render())
 
 
+@pytest.mark.slow
 def test_setup_launch_live_stop_runs(tmp_path, monkeypatch, tiny_model_dir):
     from textual.widgets import DataTable, Input, Select
 
