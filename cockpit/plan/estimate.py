@@ -173,7 +173,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
     }
     return Estimate(terms=out, moment=moment, moments=moments, tensor_peak=tensor_peak,
                     peak=tensor_peak + overhead, host_bytes=weights_host + states.host, params=params,
-                    notes=attention_notes(run), components=components)
+                    notes=planner_notes(run), components=components)
 
 
 def trainable_params(run: RunSpec, counts: ParamCounts, lora_params: int) -> tuple[int, int]:
@@ -474,7 +474,8 @@ def overhead_term(run: RunSpec, overhead: float) -> Term:
                 "rule of thumb, see planner notes")
 
 
-def attention_notes(run: RunSpec) -> list[str]:
+def planner_notes(run: RunSpec) -> list[str]:
+    """Notes shown under the breakdown: what the estimate assumed that the config did not say."""
     notes = []
     if run.micro_batch > 1 and run.attn == "sdpa":
         notes.append("micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer")
