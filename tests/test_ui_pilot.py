@@ -110,7 +110,7 @@ async def main():
         await pilot.pause(1.0)
         await app.workers.wait_for_complete()
 asyncio.run(main())
-bad = [m for m in ("torch", "transformers", "peft") if m in sys.modules]
+bad = [m for m in ("torch", "transformers", "peft", "cockpit.train") if m in sys.modules]
 assert not bad, bad
 print("ok")
 """
