@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from cockpit.config.load import REDACTED, dump_resolved
+from cockpit.config.load import dump_resolved
+from cockpit.redact import REDACTED
 from cockpit.rundir import RunDir, atomic_write_text
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cockpit.config.load import REDACTED, redact_env
+from cockpit.redact import REDACTED, redact_env
 
 
 @dataclass(frozen=True)
