@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
+from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.errors import InputError, Problem
 
 DEMO_PREFIX = "@demo"
@@ -240,6 +240,8 @@ def validate(
     def where(key: str) -> dict[str, Any]:
         return {"file": file, "line": lines.get(key), "key": key}
 
+    notes: list[str] = []
+    raw = _resolve_aliases(raw, problems, where, notes)
     for key, value in raw.items():
         spec = SCHEMA.get(key)
         if spec is None:
@@ -314,11 +316,28 @@ def validate(
             else:
                 cfg["resume_from_checkpoint"] = str(found)
     cfg["_base_dir"] = str(bases[-1])
+    cfg["_notes"] = notes
     if check_paths and not problems and (cfg.get("deepspeed") or cfg.get("zero_stage")):
         problems.extend(_deepspeed_problems(cfg, full=False))
     if problems:
         raise InputError(problems)
     return cfg
+
+
+def _resolve_aliases(raw: Mapping[str, Any], problems: list[Problem], where: Any, notes: list[str]) -> dict[str, Any]:
+    """``lora_target_modules`` -> ``lora_target`` (one note each); both spellings given is a problem."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        target = ALIASES.get(key)
+        if target is None:
+            out.setdefault(key, value)
+            continue
+        if target in raw:
+            problems.append(Problem(f"is another spelling of {target}, which is set too; keep one", **where(key)))
+            continue
+        notes.append(f"{key} is read as {target} (the spelling LLaMA-Factory guides use for it)")
+        out[target] = value
+    return out
 
 
 def _strategy_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, problems: list[Problem]) -> list[Problem]:
@@ -374,19 +393,26 @@ def load_config(
     overrides: Mapping[str, Any] | Iterable[str] | None = None,
     *,
     check_paths: bool = True,
+    flags: Iterable[Any] = (),
 ) -> dict[str, Any]:
-    """Read a YAML config, apply ``--set`` overrides, validate; returns the resolved config."""
+    """Read a YAML config, apply LLaMA-Factory-style ``flags`` (:mod:`cockpit.config.flags`), then
+    ``--set`` overrides, validate; returns the resolved config. Problems from a flag name the flag."""
+    from cockpit.config.flags import flags_to_overrides, name_flags
+
+    flags = list(flags)
     raw: dict[str, Any] = {}
     lines: dict[str, int] = {}
     base_dir = None
     if path is not None:
         raw, lines = read_yaml(path)
         base_dir = Path(path).resolve().parent
-    if overrides:
-        ov = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
-        for key, value in ov.items():
-            raw[key] = value
-            lines[key] = None  # type: ignore[assignment]
+    flag_values, _ = flags_to_overrides(flags)
+    ov = {} if not overrides else dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    for key, value in [*flag_values.items(), *ov.items()]:
+        for other in [k for k in raw if k != key and ALIASES.get(k, k) == ALIASES.get(key, key)]:
+            del raw[other]  # a flag or --set overrides the YAML's key under either spelling
+        raw[key] = value
+        lines[key] = None  # type: ignore[assignment]
     file = str(path) if path is not None else None
     try:
         cfg = validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
@@ -397,8 +423,9 @@ def load_config(
         return cfg
     except InputError as err:
         for p in err.problems:  # overrides: say so instead of a line number
-            if p.key and p.line is None and overrides and p.key in (overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)):
+            if p.key and p.line is None and p.key in ov:
                 p.file = "--set"
+        name_flags(err.problems, flags, skip=ov)
         raise InputError(err.problems) from None
 
 

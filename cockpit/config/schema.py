@@ -127,6 +127,9 @@ KEYS: tuple[Key, ...] = (
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
 
+# Other spellings LLaMA-Factory users meet in guides -> the schema key they mean (said once in the log).
+ALIASES: dict[str, str] = {"lora_target_modules": "lora_target"}
+
 # LLaMA-Factory keys we know but do not implement yet: an error says so, never silently ignored.
 LLAMAFACTORY_UNSUPPORTED = frozenset(
     """
