@@ -74,7 +74,7 @@ CASES: dict[str, tuple[dict, list[str], list[str]]] = {
     "set_unknown_key": ({"c.yaml": "dataset: d.jsonl\n"}, ["check", "{d}/c.yaml", "--set", "lora_rnk=4"], ["--set: lora_rnk: unknown key"]),
     "set_bad_value": ({"c.yaml": "dataset: d.jsonl\n"}, ["check", "{d}/c.yaml", "--set", "per_device_train_batch_size=0"], ["--set: per_device_train_batch_size: must be int >= 1"]),
     "unknown_subcommand": ({}, ["trian", "x.yaml"], ["invalid choice: 'trian'"]),
-    "train_missing_config_arg": ({}, ["train"], ["the following arguments are required: config"]),
+    "train_missing_config_arg": ({}, ["train"], ["give a YAML config, or the config as flags"]),
     "attach_unknown_run": ({}, ["attach", "nope", "--runs-dir", "{d}/runs"], ["no run 'nope'"]),
     "model_folder_without_config": ({"c.yaml": "dataset: d.jsonl\nmodel_name_or_path: m\n", "m/readme.txt": "x"}, ["check", "{d}/c.yaml", "--no-devices"], ["model_name_or_path:", "has no config.json"]),
 }
