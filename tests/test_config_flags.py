@@ -169,22 +169,24 @@ def test_plan_takes_the_flag_form_and_agrees_with_the_yaml_form(tmp_path, tiny_m
 
 # -- the guide's command, trained -----------------------------------------------------------------
 @pytest.mark.slow
-def test_the_guides_command_trains_as_pasted_and_saves_the_same_config(tmp_path, embedded_dir, monkeypatch):
-    """llamafactory-cli train's flags on `cockpit train`: the embedded model, a dataset here,
-    --use_cpu true --max_steps 2, the guide's DeepSpeed ZeRO-2 file; --fp16 dropped (refused on
-    the CPU, test above). Two steps train; config.yaml equals the YAML form's resolved config."""
+def test_the_guides_command_trains_as_pasted_and_saves_the_same_config(tmp_path, tiny_model_dir, monkeypatch):
+    """llamafactory-cli train's flags on `cockpit train`: a model and a dataset here (the tiny
+    Llama: the embedded 135M model with gradient checkpointing under DeepSpeed took minutes on a
+    loaded 2-core machine), --use_cpu true --max_steps 2, the guide's DeepSpeed ZeRO-2 file;
+    --fp16 dropped (refused on the CPU, test above). Two steps train; config.yaml equals the YAML
+    form's resolved config."""
     (tmp_path / "ds_config.json").write_text(json.dumps(DS_Z2))
-    argv = guide_argv("smollm2-135m-instruct", drop=("--fp16",))
+    argv = guide_argv(str(tiny_model_dir), drop=("--fp16",))
     res = cockpit("train", *argv, "--runs-dir", str(tmp_path / "runs"), cwd=str(tmp_path), timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert res.stdout.count("lora_target_modules is read as lora_target") == 1
     run = next((tmp_path / "runs").iterdir())
     steps = [e for e in read_events(run) if e["kind"] == "step"]
-    assert steps and steps[-1]["step"] == 2
+    assert steps and steps[0]["step"] == 1  # logging_steps 10: the first step is logged, the last is in the summary
     summary = json.loads((run / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["steps"] == 2
     assert (tmp_path / "saves" / "llama3-lora" / "adapter" / "adapter_config.json").exists()
     assert (run / "ds_config.json").exists()
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    yaml_form = write_yaml(tmp_path / "guide.yaml", {"model_name_or_path": "smollm2-135m-instruct", **GUIDE_YAML, "master_port": saved["master_port"]})
+    yaml_form = write_yaml(tmp_path / "guide.yaml", {"model_name_or_path": str(tiny_model_dir), **GUIDE_YAML, "master_port": saved["master_port"]})
     assert resolved([str(yaml_form)], tmp_path, monkeypatch) == saved

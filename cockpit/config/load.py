@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from cockpit.config.parity import parity_problems
 from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.errors import InputError, Problem
 
@@ -169,6 +170,14 @@ def coerce(key: Key, value: Any) -> Any:
                 raise ValueError(f"{k}: must be a string or number")
             out[k] = str(v).lower() if isinstance(v, bool) else str(v)
         value = out
+    elif t == "dict":
+        if isinstance(value, str):  # a flag or --set value: YAML / JSON text
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass
+        if not isinstance(value, dict):
+            raise ValueError(f"must be a mapping, got {type(value).__name__} {value!r}")
     if key.choices is not None:
         if isinstance(value, str):
             match = [c for c in key.choices if str(c).lower() == value.strip().lower()]
@@ -279,6 +288,7 @@ def validate(
         if bad or not opts:
             problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
     problems.extend(_strategy_problems(raw, cfg, where, problems))
+    problems.extend(parity_problems(raw, cfg, where))
 
     # -- paths: read as given, resolved against the working dir then the config's dir --------
     bases = [Path.cwd()]

@@ -27,10 +27,22 @@ SCHEDULERS = (
 )
 
 
+# transformers.training_args.OptimizerNames values (pinned by tests/test_lf_parity.py against the real enum).
+OPTIMIZERS = (
+    "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adafactor", "adamw_anyprecision",
+    "adamw_torch_4bit", "adamw_torch_8bit", "ademamix", "sgd", "adagrad", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit",
+    "lion_8bit", "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
+    "paged_lion_32bit", "paged_lion_8bit", "rmsprop", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit",
+    "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
+    "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw", "schedule_free_radam", "schedule_free_adamw",
+    "schedule_free_sgd", "apollo_adamw", "apollo_adamw_layerwise", "stable_adamw",
+)
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
-    type: str  # str | int | float | bool | map | choice | int_or_auto
+    type: str  # str | int | float | bool | map (env: NAME -> str) | dict (any YAML mapping) | choice | int_or_auto
     default: Any = None
     help: str = ""
     group: str = "training"
@@ -123,6 +135,27 @@ KEYS: tuple[Key, ...] = (
     _k("hang_timeout_s", "float", 300.0, "floor of the hang watchdog (s)", "watch", min=1.0, nullable=False, llamafactory=False),
     _k("comm_probe", "bool", True, "time an all-reduce across the ranks at run start", "watch", nullable=False, llamafactory=False),
     _k("telemetry_interval_s", "float", 1.0, "telemetry sampling period (s; 0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
+    # -- LLaMA-Factory parity (issue 18): LoRA variants, optimizer, evaluation, model options ----
+    _k("use_dora", "bool", False, "DoRA: weight-decomposed LoRA (PEFT use_dora)", "method", nullable=False),
+    _k("use_rslora", "bool", False, "rank-stabilised LoRA: scale alpha/sqrt(r) (PEFT use_rslora)", "method", nullable=False),
+    _k("pissa_init", "bool", False, "PiSSA: initialise the adapter from the principal singular vectors (PEFT init_lora_weights)", "method", nullable=False),
+    _k("pissa_iter", "int", 16, "PiSSA fast-SVD iterations (-1: full SVD)", "method", min=-1, nullable=False),
+    _k("loraplus_lr_ratio", "float", None, "LoRA+: learning rate of the B matrices = ratio x learning_rate", "method", min=0.0, min_exclusive=True),
+    _k("loraplus_lr_embedding", "float", 1e-6, "LoRA+: learning rate of embedding adapters", "method", min=0.0, nullable=False),
+    _k("additional_target", "str", None, "comma list of modules trained fully beside the adapter (PEFT modules_to_save)", "method"),
+    _k("optim", "choice", None, "optimizer by HF TrainingArguments name (default: HF's); some need a package", "training", choices=OPTIMIZERS),
+    _k("adam_beta1", "float", 0.9, "Adam beta1", "training", min=0.0, max=1.0, nullable=False),
+    _k("adam_beta2", "float", 0.999, "Adam beta2", "training", min=0.0, max=1.0, nullable=False),
+    _k("adam_epsilon", "float", 1e-8, "Adam epsilon", "training", min=0.0, min_exclusive=True, nullable=False),
+    _k("lr_scheduler_kwargs", "dict", None, "extra arguments of the schedule, e.g. {min_lr_rate: 0.1} for cosine_with_min_lr", "training"),
+    _k("do_eval", "bool", False, "evaluate on the held-out split (val_size) during training", "eval", nullable=False),
+    _k("eval_strategy", "choice", None, "steps | epoch | no (default: steps when val_size is set)", "eval", choices=("steps", "epoch", "no")),
+    _k("eval_steps", "int", None, "evaluate every N optimizer steps (default: logging_steps)", "eval", min=1),
+    _k("per_device_eval_batch_size", "int", 1, "eval micro-batch per device", "eval", min=1, max=65536, nullable=False),
+    _k("flash_attn", "choice", "auto", "attention kernel: auto | sdpa | eager | fa2 (fa2 needs flash-attn and a GPU)", "model", choices=("auto", "sdpa", "eager", "disabled", "fa2"), nullable=False),
+    _k("disable_gradient_checkpointing", "bool", False, "force gradient checkpointing off", "training", nullable=False),
+    _k("use_reentrant_gc", "bool", False, "reentrant gradient checkpointing (LLaMA-Factory's default is true; Cockpit's false)", "training", nullable=False),
+    _k("low_cpu_mem_usage", "bool", True, "load weights without a random init first (transformers 5 always does)", "model", nullable=False),
 )
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
@@ -161,7 +194,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     load_best_model_at_end metric_for_best_model greater_is_better torch_compile tf32 ray_run_name
     ray_storage_path ray_num_workers resources_per_worker placement_strategy ray_init_kwargs
     """.split()
-)
+) - {k.name for k in KEYS}  # a key the schema has now is no longer refused
 
 
 def default_config() -> dict[str, Any]:
@@ -180,6 +213,8 @@ def describe(key: Key) -> str:
         allowed = "true | false"
     elif key.type == "map":
         allowed = "a mapping of NAME: value"
+    elif key.type == "dict":
+        allowed = "a mapping"
     else:
         allowed = "a string"
     if key.nullable and key.default is None:

@@ -91,7 +91,9 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         kwargs["dtype"] = torch.bfloat16 if cfg["bf16"] else torch.float16
     else:
         kwargs["dtype"] = torch.float32
-    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs)
+    from cockpit.train.variants import lora_config_kwargs, model_load_kwargs
+
+    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg))
     model.config.use_cache = False
     if cfg["quantization_bit"]:
         from peft import prepare_model_for_kbit_training
@@ -111,6 +113,7 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
                 lora_dropout=cfg["lora_dropout"],
                 target_modules=targets,
                 task_type="CAUSAL_LM",
+                **lora_config_kwargs(cfg),  # DoRA, rsLoRA, PiSSA, modules_to_save
             )
             try:
                 model = get_peft_model(model, lcfg)
@@ -185,9 +188,9 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
         kwargs["deepspeed"] = cfg["deepspeed"]  # a path, or the config dict set up in _apply_strategy
-    if cfg["val_size"]:
-        kwargs["eval_strategy"] = "steps"
-        kwargs["eval_steps"] = max(cfg["logging_steps"], 1)
+    from cockpit.train.variants import training_kwargs
+
+    kwargs.update(training_kwargs(cfg))  # optim, Adam betas/eps, schedule kwargs, checkpointing, eval
     return TrainingArguments(**kwargs)
 
 
@@ -339,6 +342,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
     from cockpit.train.callbacks import CockpitCallback
+    from cockpit.train.variants import trainer_kwargs
     from cockpit.train.probes import load_probes, run_probes
 
     def log(msg: str) -> None:
@@ -399,6 +403,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, pad_to_multiple_of=None),
         processing_class=tok,
         callbacks=[callback],
+        **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
     )
     resume = cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):

@@ -1,0 +1,66 @@
+"""LLaMA-Factory's LoRA variants, optimizer, evaluation and model-loading keys, as the keyword
+arguments of the libraries that implement them (PEFT's LoraConfig, HF's TrainingArguments and
+from_pretrained, PEFT's LoRA+ optimizer). Imported by the training rank (worker.py) and tune."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
+
+
+def model_load_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """from_pretrained: the attention kernel (``flash_attn``); auto leaves transformers' choice."""
+    impl = ATTENTION[cfg.get("flash_attn") or "auto"]
+    return {"attn_implementation": impl} if impl else {}
+
+
+def lora_config_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """LoraConfig: DoRA, rsLoRA, PiSSA init (as LLaMA-Factory maps it), modules trained fully."""
+    out: dict[str, Any] = {"use_dora": bool(cfg.get("use_dora")), "use_rslora": bool(cfg.get("use_rslora"))}
+    if cfg.get("pissa_init"):
+        it = int(cfg.get("pissa_iter", 16))
+        out["init_lora_weights"] = "pissa" if it == -1 else f"pissa_niter_{it}"
+    if cfg.get("additional_target"):
+        out["modules_to_save"] = [m.strip() for m in str(cfg["additional_target"]).split(",") if m.strip()]
+    return out
+
+
+def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """TrainingArguments: optimizer and schedule options, gradient checkpointing, evaluation."""
+    out: dict[str, Any] = {
+        "adam_beta1": cfg.get("adam_beta1", 0.9),
+        "adam_beta2": cfg.get("adam_beta2", 0.999),
+        "adam_epsilon": cfg.get("adam_epsilon", 1e-8),
+    }
+    if cfg.get("optim"):
+        out["optim"] = cfg["optim"]
+    if cfg.get("lr_scheduler_kwargs"):
+        out["lr_scheduler_kwargs"] = dict(cfg["lr_scheduler_kwargs"])
+    gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
+    out["gradient_checkpointing"] = gc
+    out["gradient_checkpointing_kwargs"] = {"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None
+    if cfg.get("val_size"):
+        strategy = cfg.get("eval_strategy") or "steps"
+        out["eval_strategy"] = strategy
+        if strategy == "steps":
+            out["eval_steps"] = cfg.get("eval_steps") or max(int(cfg.get("logging_steps") or 1), 1)
+        out["per_device_eval_batch_size"] = int(cfg.get("per_device_eval_batch_size") or 1)
+    return out
+
+
+def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]:
+    """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
+    arguments HF would use: optim, betas, eps, weight decay), else nothing."""
+    if not cfg.get("loraplus_lr_ratio"):
+        return {}
+    from peft.optimizers import create_loraplus_optimizer
+    from transformers import Trainer
+
+    optim_cls, optim_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    optim_kwargs = {k: v for k, v in optim_kwargs.items() if k != "lr"}
+    optimizer = create_loraplus_optimizer(
+        model, optim_cls, lr=args.learning_rate, loraplus_lr_ratio=float(cfg["loraplus_lr_ratio"]),
+        loraplus_lr_embedding=float(cfg.get("loraplus_lr_embedding", 1e-6)), weight_decay=args.weight_decay, **optim_kwargs,
+    )
+    return {"optimizers": (optimizer, None)}

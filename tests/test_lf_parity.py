@@ -1,0 +1,166 @@
+"""LLaMA-Factory key parity (issue 18): each key's effect on the model, optimizer, schedule or
+TrainingArguments that the training rank builds (tiny random Llama, in-process, fast tier)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+
+def cfg_for(model_dir: Path, **over):
+    from cockpit.config import validate
+
+    return validate({"model_name_or_path": str(model_dir), "dataset": "cockpit_identity", "use_cpu": True,
+                     "lora_rank": 4, "lora_alpha": 8, **over})
+
+
+def build(model_dir: Path, **over):
+    from cockpit.models.resolve import resolve_model
+    from cockpit.train.worker import build_model
+
+    cfg = cfg_for(model_dir, **over)
+    return build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0), cfg
+
+
+def args_for(cfg, tmp_path):
+    from cockpit.train.worker import training_arguments
+
+    return training_arguments(cfg, {"checkpoints": tmp_path / "ck"}, True, 1)
+
+
+def refused(model_dir, match, **over):
+    from cockpit.errors import InputError
+
+    with pytest.raises(InputError, match=match):
+        cfg_for(model_dir, **over)
+
+
+def test_optimizer_names_match_transformers():
+    from transformers.training_args import OptimizerNames
+
+    from cockpit.config.schema import OPTIMIZERS
+
+    assert set(OPTIMIZERS) == {o.value for o in OptimizerNames}
+
+
+# -- LoRA variants ------------------------------------------------------------------------------
+def test_use_dora_adds_magnitude_vectors(tiny_model_dir):
+    plain, _ = build(tiny_model_dir)
+    dora, _ = build(tiny_model_dir, use_dora=True)
+    assert not any("lora_magnitude_vector" in n for n, _ in plain.named_parameters())
+    assert any("lora_magnitude_vector" in n and p.requires_grad for n, p in dora.named_parameters())
+
+
+def test_use_rslora_scales_by_alpha_over_sqrt_rank(tiny_model_dir):
+    def scaling(model):
+        layer = model.base_model.model.model.layers[0].self_attn.q_proj
+        return layer.scaling["default"]
+
+    assert scaling(build(tiny_model_dir)[0]) == pytest.approx(8 / 4)
+    assert scaling(build(tiny_model_dir, use_rslora=True)[0]) == pytest.approx(8 / 4 ** 0.5)
+
+
+def test_pissa_init_starts_from_singular_vectors_and_leaves_the_residual(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).model.layers[0].self_attn.q_proj.weight
+    plain, _ = build(tiny_model_dir)
+    pissa, _ = build(tiny_model_dir, pissa_init=True, pissa_iter=4)
+    q_plain = plain.base_model.model.model.layers[0].self_attn.q_proj
+    q_pissa = pissa.base_model.model.model.layers[0].self_attn.q_proj
+    assert torch.count_nonzero(q_plain.lora_B["default"].weight) == 0  # default: B = 0
+    assert torch.count_nonzero(q_pissa.lora_B["default"].weight) > 0
+    assert not torch.allclose(q_pissa.base_layer.weight, base)  # the principal part moved into the adapter
+    assert torch.allclose(q_plain.base_layer.weight, base)
+
+
+def test_additional_target_trains_the_module_fully(tiny_model_dir):
+    model, _ = build(tiny_model_dir, additional_target="norm")
+    trained = [n for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n]
+    assert trained and all("modules_to_save" in n and "norm" in n for n in trained)
+
+
+def test_loraplus_gives_the_b_matrices_ratio_times_the_learning_rate(tiny_model_dir, tmp_path):
+    from cockpit.train.variants import trainer_kwargs
+
+    model, cfg = build(tiny_model_dir, loraplus_lr_ratio=16.0, learning_rate=1e-4)
+    opt, sched = trainer_kwargs(cfg, model, args_for(cfg, tmp_path))["optimizers"]
+    by_lr = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            by_lr.setdefault(group["lr"], set()).add("lora_B" if "lora_B" in names[id(p)] else "lora_A" if "lora_A" in names[id(p)] else "other")
+    assert any(abs(lr - 1.6e-3) < 1e-12 and s == {"lora_B"} for lr, s in by_lr.items()), by_lr
+    assert any(abs(lr - 1e-4) < 1e-12 and "lora_A" in s for lr, s in by_lr.items())
+    assert sched is None and trainer_kwargs(cfg_for(tiny_model_dir), model, None) == {}
+
+
+def test_lora_variants_need_lora(tiny_model_dir):
+    refused(tiny_model_dir, "use_dora: a LoRA variant: needs finetuning_type: lora", use_dora=True, finetuning_type="full")
+    refused(tiny_model_dir, "LoRA\\+ builds its own optimizer", loraplus_lr_ratio=4.0, zero_stage=2)
+
+
+# -- optimizer and schedule -----------------------------------------------------------------------
+def test_optim_and_adam_keys_reach_the_optimizer(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import Trainer
+
+    cfg = cfg_for(tiny_model_dir, adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-6)
+    cls, kw = Trainer.get_optimizer_cls_and_kwargs(args_for(cfg, tmp_path))
+    assert issubclass(cls, torch.optim.AdamW) and kw["betas"] == (0.8, 0.95) and kw["eps"] == 1e-6
+    cls, _ = Trainer.get_optimizer_cls_and_kwargs(args_for(cfg_for(tiny_model_dir, optim="sgd"), tmp_path))
+    assert cls is torch.optim.SGD
+
+
+def test_optim_that_needs_a_missing_package_is_refused_naming_it(tiny_model_dir):
+    refused(tiny_model_dir, "galore_adamw needs the galore-torch package", optim="galore_adamw")
+    refused(tiny_model_dir, "paged_adamw_8bit needs the bitsandbytes package and a GPU", optim="paged_adamw_8bit")
+
+
+def test_lr_scheduler_kwargs_set_the_floor_of_cosine_with_min_lr(tiny_model_dir, tmp_path):
+    from transformers import Trainer
+
+    model, cfg = build(tiny_model_dir, lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": 0.25}, learning_rate=1e-3)
+    trainer = Trainer(model=model, args=args_for(cfg, tmp_path))
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    for _ in range(10):
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    assert trainer.lr_scheduler.get_last_lr()[0] == pytest.approx(0.25e-3)
+    refused(tiny_model_dir, "lr_scheduler_kwargs: must be a mapping", lr_scheduler_kwargs="fast")
+
+
+# -- evaluation ---------------------------------------------------------------------------------------
+def test_eval_keys_reach_the_trainer(tiny_model_dir, tmp_path):
+    args = args_for(cfg_for(tiny_model_dir, val_size=0.2, do_eval=True, eval_steps=3, per_device_eval_batch_size=2), tmp_path)
+    assert (str(args.eval_strategy.value), args.eval_steps, args.per_device_eval_batch_size) == ("steps", 3, 2)
+    args = args_for(cfg_for(tiny_model_dir, val_size=0.2, eval_strategy="epoch"), tmp_path)
+    assert str(args.eval_strategy.value) == "epoch"
+    assert str(args_for(cfg_for(tiny_model_dir), tmp_path).eval_strategy.value) == "no"
+    refused(tiny_model_dir, "do_eval needs a held-out split: set val_size", do_eval=True)
+    refused(tiny_model_dir, "eval_steps needs a held-out split", eval_steps=5)
+
+
+# -- model options ----------------------------------------------------------------------------------
+def test_flash_attn_picks_the_attention_kernel(tiny_model_dir):
+    assert build(tiny_model_dir, flash_attn="eager")[0].config._attn_implementation == "eager"
+    assert build(tiny_model_dir, flash_attn="sdpa")[0].config._attn_implementation == "sdpa"
+    refused(tiny_model_dir, "fa2 \\(FlashAttention-2\\) is a GPU kernel", flash_attn="fa2")
+
+
+def test_gradient_checkpointing_switches(tiny_model_dir, tmp_path):
+    args = args_for(cfg_for(tiny_model_dir, gradient_checkpointing=True, use_reentrant_gc=True), tmp_path)
+    assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": True}
+    args = args_for(cfg_for(tiny_model_dir, gradient_checkpointing=True), tmp_path)
+    assert args.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    assert not args_for(cfg_for(tiny_model_dir, disable_gradient_checkpointing=True), tmp_path).gradient_checkpointing
+    refused(tiny_model_dir, "disable_gradient_checkpointing too", gradient_checkpointing=True, disable_gradient_checkpointing=True)
+
+
+def test_low_cpu_mem_usage_false_is_refused_with_the_reason(tiny_model_dir):
+    assert cfg_for(tiny_model_dir, low_cpu_mem_usage=True)["low_cpu_mem_usage"] is True
+    refused(tiny_model_dir, "transformers 5 always loads weights", low_cpu_mem_usage=False)
