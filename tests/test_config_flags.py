@@ -113,12 +113,12 @@ def test_set_overrides_a_flag_and_a_flag_overrides_the_yaml(tmp_path, tiny_model
 # -- errors name the flag -------------------------------------------------------------------------
 def test_bad_flags_exit_2_naming_each_flag(tmp_path, tiny_model_dir):
     res = cockpit("check", "--model_name_or_path", str(tiny_model_dir), "--dataset", "cockpit_identity",
-                  "--learning_rate", "fast", "--lora-rank", "0", "--do_eval", "--cutoff_lenn", "64", cwd=str(tmp_path))
+                  "--learning_rate", "fast", "--lora-rank", "0", "--do_predict", "--cutoff_lenn", "64", cwd=str(tmp_path))
     assert res.returncode == 2, res.stdout + res.stderr
     err = res.stderr
     assert "--learning_rate: must be float > 0" in err and "'fast'" in err
     assert "--lora-rank: must be int >= 1" in err
-    assert "--do_eval: a LLaMA-Factory key" in err
+    assert "--do_predict: a LLaMA-Factory key that Cockpit refuses: prediction" in err
     assert "--cutoff_lenn: unknown key (did you mean 'cutoff_len'?)" in err
 
 

@@ -164,3 +164,58 @@ def test_gradient_checkpointing_switches(tiny_model_dir, tmp_path):
 def test_low_cpu_mem_usage_false_is_refused_with_the_reason(tiny_model_dir):
     assert cfg_for(tiny_model_dir, low_cpu_mem_usage=True)["low_cpu_mem_usage"] is True
     refused(tiny_model_dir, "transformers 5 always loads weights", low_cpu_mem_usage=False)
+
+
+# -- data options -----------------------------------------------------------------------------------
+def test_preprocessing_num_workers_tokenises_in_that_many_processes(tiny_model_dir, monkeypatch, tmp_path):
+    import os
+
+    from cockpit.data import prepare
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+
+    seen = tmp_path / "pids"
+    real = prepare.render_sample
+
+    def spy(*args):  # the fork pool's children inherit the patched module global
+        with open(seen, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*args)
+
+    monkeypatch.setattr(prepare, "render_sample", spy)
+    pids = lambda: set(seen.read_text().split()) if seen.exists() else set()  # noqa: E731
+
+    cfg = cfg_for(tiny_model_dir, template="chatml")
+    tok = load_tokenizer(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), log=lambda *_: None)
+    one = prepare_dataset(cfg, tok)
+    assert pids() == {str(os.getpid())}
+    seen.unlink()
+    two = prepare_dataset({**cfg, "preprocessing_num_workers": 2}, tok)
+    assert 1 <= len(pids()) <= 2 and str(os.getpid()) not in pids()  # the pool did the work
+    assert [r.input_ids for r in two.rendered] == [r.input_ids for r in one.rendered]
+    assert [r.labels for r in two.rendered] == [r.labels for r in one.rendered]
+    assert len(one.rendered) > 2
+
+
+# -- refused keys and the README table ----------------------------------------------------------------
+def test_every_refused_key_has_its_own_reason():
+    from cockpit.config.parity import refusal_reason
+    from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED
+
+    missing = sorted(k for k in LLAMAFACTORY_UNSUPPORTED if not refusal_reason(k))
+    assert not missing, missing
+
+
+def test_a_refused_key_names_its_reason(tiny_model_dir):
+    refused(tiny_model_dir, "use_galore: a LLaMA-Factory key that Cockpit refuses: GaLore needs the galore-torch package", use_galore=True)
+    refused(tiny_model_dir, "image_max_pixels: .*text models only", image_max_pixels=1024)
+
+
+def test_readme_key_table_is_current():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "lf_keys_table.py"), "--check"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    readme = (ROOT / "README.md").read_text()
+    assert "| `use_dora` | works:" in readme and "| `use_galore` | refused: GaLore" in readme

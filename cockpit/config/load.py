@@ -212,7 +212,10 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
 
 def _unknown_key_problem(key: str, file: str | None, line: int | None) -> Problem:
     if key in LLAMAFACTORY_UNSUPPORTED:
-        return Problem("a LLaMA-Factory key that Cockpit does not support yet; remove it", file=file, line=line, key=key)
+        from cockpit.config.parity import refusal_reason
+
+        why = refusal_reason(key) or "not supported yet"
+        return Problem(f"a LLaMA-Factory key that Cockpit refuses: {why}; remove it", file=file, line=line, key=key)
     close = difflib.get_close_matches(key, list(SCHEMA), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return Problem(f"unknown key{hint}", file=file, line=line, key=key)

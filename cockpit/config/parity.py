@@ -91,3 +91,58 @@ def _eval_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[
         if key in raw and cfg.get(key) not in (None, "no") and not (key == "per_device_eval_batch_size" and cfg[key] == 1):
             out.append(Problem(f"{key} {why}", **where(key)))
     return out
+
+
+# Why each LLaMA-Factory key Cockpit does not implement is refused: (fnmatch patterns, reason).
+# The first match wins; tests/test_lf_parity.py checks that every refused key has one.
+REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("image_*", "video_*", "audio_*", "crop_to_patches", "use_audio_in_video", "media_dir", "freeze_vision_tower",
+      "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only"),
+     "multimodal (image/video/audio) training; Cockpit trains text models only"),
+    (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
+    (("vllm_*", "infer_backend", "infer_dtype", "use_kv_cache"), "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`"),
+    (("ppo_*", "reward_model*", "ref_model*", "pref_*", "dpo_*", "kto_*", "simpo_*"),
+     "a preference / RLHF stage key; Cockpit trains the sft stage here"),
+    (("use_galore", "galore_*"), "GaLore needs the galore-torch package and is not wired in yet (optim: galore_adamw works where galore-torch is installed)"),
+    (("use_apollo", "apollo_*"), "APOLLO needs the apollo-torch package and is not wired in yet (optim: apollo_adamw works where apollo-torch is installed)"),
+    (("use_badam", "badam_*"), "BAdam (block-wise Adam) needs the badam package; not supported yet"),
+    (("swanlab_*", "use_swanlab"), "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record"),
+    (("ray_*", "resources_per_worker", "placement_strategy"), "Ray launching; Cockpit launches with torchrun (nproc_per_node / nnodes) or Slurm"),
+    (("hf_hub_token", "ms_hub_token", "om_hub_token"), "a hub token in a config file; set HF_TOKEN in the environment instead (never stored in the run dir)"),
+    (("quantization_method", "quantization_type", "double_quantization", "quantization_device_map"),
+     "Cockpit's QLoRA is bitsandbytes NF4 with double quantization (quantization_bit: 4 | 8); other methods are not supported yet"),
+    (("use_unsloth", "use_unsloth_gc"), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
+    (("enable_liger_kernel",), "Liger kernels (Triton) are not wired in yet"),
+    (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),
+    (("shift_attn",), "LongLoRA shift short attention is Llama-only and patches the model; not supported"),
+    (("mixture_of_depths",), "Mixture-of-Depths conversion needs the MoD package; not supported"),
+    (("moe_aux_loss_coef",), "MoE router auxiliary loss: not wired in yet"),
+    (("train_from_scratch",), "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)"),
+    (("offload_folder", "use_cache", "print_param_status", "model_revision"), "a model-loading option not wired in yet (pin a revision with a local folder)"),
+    (("rope_scaling",), "RoPE scaling (linear / dynamic / yarn / llama3) is not wired in yet; set it in the model's config.json"),
+    (("resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens", "split_special_tokens"),
+     "vocabulary changes (new tokens, resized embeddings) are not supported yet"),
+    (("upcast_layernorm", "upcast_lmhead_output"), "fp32 upcasting of layer norms / the LM head: not wired in yet"),
+    (("tokenized_path", "streaming", "buffer_size"), "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)"),
+    (("mix_strategy", "interleave_probs"), "several datasets are concatenated; interleaving strategies are not supported yet"),
+    (("packing", "neat_packing"), "sequence packing is not supported yet (each sample is its own sequence)"),
+    (("train_on_prompt", "mask_history", "ignore_pad_token_for_loss"), "the loss is on assistant tokens only (every turn); other masking is not supported yet"),
+    (("tool_format", "default_system", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
+    (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
+    (("eval_dataset", "eval_on_start", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "compute_accuracy"),
+     "evaluation beyond the val_size split's loss is not supported yet"),
+    (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),
+    (("create_new_adapter", "pissa_convert", "freeze_extra_modules"), "an adapter / freeze option not supported yet"),
+    (("include_num_input_tokens_seen",), "always on: Cockpit counts non-padding input tokens for its tokens/s"),
+    (("torch_compile",), "torch.compile is not wired in yet"),
+    (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
+)
+
+
+def refusal_reason(key: str) -> str | None:
+    import fnmatch
+
+    for patterns, reason in REFUSAL_REASONS:
+        if any(fnmatch.fnmatchcase(key, p) for p in patterns):
+            return reason
+    return None

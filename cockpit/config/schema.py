@@ -81,8 +81,8 @@ KEYS: tuple[Key, ...] = (
     _k("cutoff_len", "int", 1024, "max tokens per sample; longer samples are truncated", "dataset", min=8, max=1_048_576, nullable=False),
     _k("max_samples", "int", None, "use at most N samples per dataset", "dataset", min=1),
     _k("val_size", "float", 0.0, "fraction (<1) or count (>=1) held out for eval", "dataset", min=0.0, nullable=False),
-    _k("overwrite_cache", "bool", False, "accepted for compatibility (no tokenized cache is kept)", "dataset", nullable=False),
-    _k("preprocessing_num_workers", "int", None, "accepted for compatibility (tokenization is in-process)", "dataset", min=1),
+    _k("overwrite_cache", "bool", False, "no tokenised cache is ever kept: every run tokenises its data afresh (true's meaning; false has no cache to reuse)", "dataset", nullable=False),
+    _k("preprocessing_num_workers", "int", None, "processes that tokenise the data (default: one)", "dataset", min=1, max=1024),
     _k("dataloader_num_workers", "int", 0, "DataLoader workers", "dataset", min=0, max=256, nullable=False),
     _k("allow_bad_rows", "bool", False, "skip bad dataset rows (each still reported) instead of failing", "dataset", nullable=False, llamafactory=False),
     # -- output --------------------------------------------------------------------------
