@@ -141,8 +141,31 @@ def test_eval_keys_reach_the_trainer(tiny_model_dir, tmp_path):
     args = args_for(cfg_for(tiny_model_dir, val_size=0.2, eval_strategy="epoch"), tmp_path)
     assert str(args.eval_strategy.value) == "epoch"
     assert str(args_for(cfg_for(tiny_model_dir), tmp_path).eval_strategy.value) == "no"
-    refused(tiny_model_dir, "do_eval needs a held-out split: set val_size", do_eval=True)
-    refused(tiny_model_dir, "eval_steps needs a held-out split", eval_steps=5)
+    refused(tiny_model_dir, "do_eval needs evaluation data: set val_size or eval_dataset", do_eval=True)
+    refused(tiny_model_dir, "eval_steps needs evaluation data", eval_steps=5)
+    refused(tiny_model_dir, "val_size holds out a split and eval_dataset names other data", val_size=0.1, eval_dataset="cockpit_identity")
+    refused(tiny_model_dir, "save_steps \\(5\\) to be a multiple of eval_steps \\(2\\)", val_size=0.2, eval_steps=2, save_steps=5, load_best_model_at_end=True)
+
+
+def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_path, tiny_model_dir):
+    """A real run (tiny model, CLI): eval_dataset, eval_on_start, eval_steps, load_best_model_at_end."""
+    import json
+
+    from conftest import cockpit, read_events, tiny_config
+
+    evalfile = tmp_path / "held_out.jsonl"
+    evalfile.write_text("".join(json.dumps({"instruction": f"What is {i} plus {i}?", "input": "", "output": f"{2 * i}."}) + "\n" for i in range(4)))
+    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=4, save_steps=2, eval_dataset=str(evalfile), eval_steps=2,
+                      eval_on_start=True, load_best_model_at_end=True, per_device_eval_batch_size=2, probes=None)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    run = next((tmp_path / "runs").iterdir())
+    evals = [e for e in read_events(run) if e["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval_loss"] > 0 for e in evals)
+    state = json.loads((run / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
+    best = min(evals[1:], key=lambda e: e["eval_loss"])
+    assert state["best_model_checkpoint"].endswith(f"checkpoint-{best['step']}")
+    assert state["best_metric"] == pytest.approx(best["eval_loss"])
 
 
 # -- model options ----------------------------------------------------------------------------------

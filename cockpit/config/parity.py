@@ -79,18 +79,39 @@ def parity_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable
 
 
 def _eval_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    if cfg.get("val_size"):
-        if cfg.get("eval_strategy") == "no" and cfg.get("do_eval"):
-            return [Problem("do_eval is true but eval_strategy is no; keep one", **where("eval_strategy"))]
-        return []
-    why = "needs a held-out split: set val_size (a separate eval_dataset is not supported yet)"
+    if cfg.get("val_size") and cfg.get("eval_dataset"):
+        return [Problem("val_size holds out a split and eval_dataset names other data; choose one", **where("eval_dataset"))]
+    if cfg.get("val_size") or cfg.get("eval_dataset"):
+        return _best_model_problems(cfg, where)
+    why = "needs evaluation data: set val_size or eval_dataset"
     out = []
-    if cfg.get("do_eval"):
-        out.append(Problem(f"do_eval {why}", **where("do_eval")))
-    for key in ("eval_strategy", "eval_steps", "per_device_eval_batch_size"):
+    for key in ("do_eval", "eval_on_start", "load_best_model_at_end"):
+        if cfg.get(key):
+            out.append(Problem(f"{key} {why}", **where(key)))
+    for key in ("eval_strategy", "eval_steps", "per_device_eval_batch_size", "metric_for_best_model", "greater_is_better"):
         if key in raw and cfg.get(key) not in (None, "no") and not (key == "per_device_eval_batch_size" and cfg[key] == 1):
             out.append(Problem(f"{key} {why}", **where(key)))
     return out
+
+
+def eval_schedule(cfg: Mapping[str, Any]) -> tuple[str, int | None]:
+    """(eval strategy, eval steps) of a run with evaluation data: steps every logging_steps unless set."""
+    strategy = cfg.get("eval_strategy") or "steps"
+    steps = (cfg.get("eval_steps") or max(int(cfg.get("logging_steps") or 1), 1)) if strategy == "steps" else None
+    return strategy, steps
+
+
+def _best_model_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    strategy, steps = eval_schedule(cfg)
+    if cfg.get("eval_strategy") == "no" and (cfg.get("do_eval") or cfg.get("load_best_model_at_end")):
+        return [Problem("evaluation is asked for but eval_strategy is no", **where("eval_strategy"))]
+    if not cfg.get("load_best_model_at_end"):
+        return []
+    if cfg["save_strategy"] != strategy:
+        return [Problem(f"load_best_model_at_end needs save_strategy = eval strategy ({strategy}), got {cfg['save_strategy']}", **where("load_best_model_at_end"))]
+    if strategy == "steps" and steps and cfg["save_steps"] % steps:
+        return [Problem(f"load_best_model_at_end needs save_steps ({cfg['save_steps']}) to be a multiple of eval_steps ({steps})", **where("save_steps"))]
+    return []
 
 
 # Why each LLaMA-Factory key Cockpit does not implement is refused: (fnmatch patterns, reason).
@@ -129,8 +150,7 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("train_on_prompt", "mask_history", "ignore_pad_token_for_loss"), "the loss is on assistant tokens only (every turn); other masking is not supported yet"),
     (("tool_format", "default_system", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
-    (("eval_dataset", "eval_on_start", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "compute_accuracy"),
-     "evaluation beyond the val_size split's loss is not supported yet"),
+    (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
     (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),
     (("create_new_adapter", "pissa_convert", "freeze_extra_modules"), "an adapter / freeze option not supported yet"),
     (("include_num_input_tokens_seen",), "always on: Cockpit counts non-padding input tokens for its tokens/s"),

@@ -40,13 +40,27 @@ def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
     out["gradient_checkpointing"] = gc
     out["gradient_checkpointing_kwargs"] = {"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None
-    if cfg.get("val_size"):
-        strategy = cfg.get("eval_strategy") or "steps"
-        out["eval_strategy"] = strategy
-        if strategy == "steps":
-            out["eval_steps"] = cfg.get("eval_steps") or max(int(cfg.get("logging_steps") or 1), 1)
-        out["per_device_eval_batch_size"] = int(cfg.get("per_device_eval_batch_size") or 1)
+    if cfg.get("val_size") or cfg.get("eval_dataset"):
+        from cockpit.config.parity import eval_schedule
+
+        strategy, steps = eval_schedule(cfg)
+        out.update(eval_strategy=strategy, per_device_eval_batch_size=int(cfg.get("per_device_eval_batch_size") or 1),
+                   eval_on_start=bool(cfg.get("eval_on_start")), load_best_model_at_end=bool(cfg.get("load_best_model_at_end")))
+        if steps:
+            out["eval_steps"] = steps
+        if cfg.get("metric_for_best_model"):
+            out["metric_for_best_model"] = cfg["metric_for_best_model"]
+        if cfg.get("greater_is_better") is not None:
+            out["greater_is_better"] = bool(cfg["greater_is_better"])
     return out
+
+
+def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
+    """The ``eval_dataset`` rendered like the training data (same template, cutoff, max_samples)."""
+    from cockpit.data.prepare import prepare_dataset
+
+    prepared = prepare_dataset({**cfg, "dataset": cfg["eval_dataset"]}, tokenizer)
+    return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
 
 
 def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]:

@@ -368,6 +368,10 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         rng.shuffle(rows)
         n_eval = int(cfg["val_size"]) if cfg["val_size"] >= 1 else max(1, int(len(rows) * cfg["val_size"]))
         eval_rows, rows = rows[:n_eval], rows[n_eval:]
+    if cfg.get("eval_dataset"):
+        from cockpit.train.variants import eval_dataset_rows
+
+        eval_rows = eval_dataset_rows(cfg, tok)
     model = build_model(cfg, ref, use_cpu, local_rank)
     cfg, sharded = _apply_strategy(run, cfg, model, rank, world_size, local_rank, use_cpu, len(rows), log)
     probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
