@@ -242,3 +242,21 @@ def test_readme_key_table_is_current():
     assert res.returncode == 0, res.stderr
     readme = (ROOT / "README.md").read_text()
     assert "| `use_dora` | works:" in readme and "| `use_galore` | refused: GaLore" in readme
+
+
+def test_freeze_trainable_modules_trains_only_those_modules_of_the_last_layers(tiny_model_dir):
+    from cockpit.errors import InputError
+
+    model, _ = build(tiny_model_dir, finetuning_type="freeze", freeze_trainable_layers=1, freeze_trainable_modules="mlp")
+    trained = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trained and all(n.startswith("model.layers.1.mlp.") for n in trained)
+    everything, _ = build(tiny_model_dir, finetuning_type="freeze", freeze_trainable_layers=1)
+    assert any(".self_attn." in n for n, p in everything.named_parameters() if p.requires_grad)
+    with pytest.raises(InputError, match="no module named 'ffn'"):
+        build(tiny_model_dir, finetuning_type="freeze", freeze_trainable_modules="ffn")
+    refused(tiny_model_dir, "freeze_trainable_modules: applies to finetuning_type: freeze", freeze_trainable_modules="mlp")
+
+
+def test_include_num_input_tokens_seen_is_always_on(tiny_model_dir, tmp_path):
+    assert args_for(cfg_for(tiny_model_dir, include_num_input_tokens_seen=True), tmp_path).include_num_input_tokens_seen
+    refused(tiny_model_dir, "include_num_input_tokens_seen: always on in Cockpit", include_num_input_tokens_seen=False)

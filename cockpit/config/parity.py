@@ -73,6 +73,13 @@ def parity_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable
             out.append(Problem("fa2 needs the flash-attn package (on ROCm: AMD's ROCm/flash-attention build); not installed here, use sdpa", **where("flash_attn")))
     if cfg.get("disable_gradient_checkpointing") and cfg.get("gradient_checkpointing"):
         out.append(Problem("gradient_checkpointing is true and disable_gradient_checkpointing too; keep one", **where("disable_gradient_checkpointing")))
+    if cfg.get("include_num_input_tokens_seen") is False:
+        out.append(Problem("always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens", **where("include_num_input_tokens_seen")))
+    modules = str(cfg.get("freeze_trainable_modules") or "all")
+    if modules != "all" and not all(m.strip() and m.strip().replace("_", "").replace(".", "").isalnum() for m in modules.split(",")):
+        out.append(Problem(f"expected 'all' or a comma list of module names, got {modules!r}", **where("freeze_trainable_modules")))
+    if "freeze_trainable_modules" in raw and modules != "all" and cfg["finetuning_type"] != "freeze":
+        out.append(Problem(f"applies to finetuning_type: freeze, got {cfg['finetuning_type']}", **where("freeze_trainable_modules")))
     if cfg.get("low_cpu_mem_usage") is False:
         out.append(Problem("transformers 5 always loads weights without a full random init first; it cannot be turned off", **where("low_cpu_mem_usage")))
     return out
@@ -153,7 +160,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
     (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),
     (("create_new_adapter", "pissa_convert", "freeze_extra_modules"), "an adapter / freeze option not supported yet"),
-    (("include_num_input_tokens_seen",), "always on: Cockpit counts non-padding input tokens for its tokens/s"),
     (("torch_compile",), "torch.compile is not wired in yet"),
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
 )

@@ -160,6 +160,8 @@ KEYS: tuple[Key, ...] = (
     _k("flash_attn", "choice", "auto", "attention kernel: auto | sdpa | eager | fa2 (fa2 needs flash-attn and a GPU)", "model", choices=("auto", "sdpa", "eager", "disabled", "fa2"), nullable=False),
     _k("disable_gradient_checkpointing", "bool", False, "force gradient checkpointing off", "training", nullable=False),
     _k("use_reentrant_gc", "bool", False, "reentrant gradient checkpointing (LLaMA-Factory's default is true; Cockpit's false)", "training", nullable=False),
+    _k("freeze_trainable_modules", "str", "all", "freeze: in the trained layers, 'all' or a comma list of module names (e.g. mlp,self_attn)", "method", nullable=False),
+    _k("include_num_input_tokens_seen", "bool", True, "count input tokens (always on: the tokens/s figures need it)", "output", nullable=False),
     _k("low_cpu_mem_usage", "bool", True, "load weights without a random init first (transformers 5 always does)", "model", nullable=False),
 )
 

@@ -78,3 +78,12 @@ def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]
         loraplus_lr_embedding=float(cfg.get("loraplus_lr_embedding", 1e-6)), weight_decay=args.weight_decay, **optim_kwargs,
     )
     return {"optimizers": (optimizer, None)}
+
+
+def freeze_module_selected(param_name: str, modules: str | None) -> bool:
+    """freeze_trainable_modules: whether a parameter of a trained layer (``mlp.up_proj.weight``)
+    is trained: 'all', or one of its dotted name's parts is in the comma list."""
+    if not modules or modules == "all":
+        return True
+    wanted = {m.strip() for m in modules.split(",") if m.strip()}
+    return bool(wanted & set(param_name.split(".")))

@@ -127,9 +127,13 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
         for p in model.parameters():
             p.requires_grad_(False)
+        from cockpit.train.variants import freeze_module_selected
+
         for i in chosen:
-            for p in layers[i].parameters():
-                p.requires_grad_(True)
+            for name, p in layers[i].named_parameters():
+                p.requires_grad_(freeze_module_selected(name, cfg.get("freeze_trainable_modules")))
+        if not any(p.requires_grad for p in model.parameters()):
+            raise InputError(f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers")
     return model
 
 
