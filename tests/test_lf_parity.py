@@ -260,3 +260,24 @@ def test_freeze_trainable_modules_trains_only_those_modules_of_the_last_layers(t
 def test_include_num_input_tokens_seen_is_always_on(tiny_model_dir, tmp_path):
     assert args_for(cfg_for(tiny_model_dir, include_num_input_tokens_seen=True), tmp_path).include_num_input_tokens_seen
     refused(tiny_model_dir, "include_num_input_tokens_seen: always on in Cockpit", include_num_input_tokens_seen=False)
+
+
+def test_create_new_adapter_merges_the_old_adapter_and_starts_a_new_one(tiny_model_dir, tmp_path):
+    import torch
+
+    old, _ = build(tiny_model_dir)
+    torch.manual_seed(1)
+    for name, p in old.named_parameters():
+        if "lora_B" in name:  # as if trained: B is no longer zero
+            p.data.normal_(0, 0.05)
+    old.save_pretrained(str(tmp_path / "old"))
+    q_old = old.base_model.model.model.layers[0].self_attn.q_proj
+    merged_weight = (q_old.base_layer.weight + q_old.get_delta_weight("default")).detach()
+    continued, _ = build(tiny_model_dir, adapter_name_or_path=str(tmp_path / "old"))
+    fresh, _ = build(tiny_model_dir, adapter_name_or_path=str(tmp_path / "old"), create_new_adapter=True)
+    q_cont = continued.base_model.model.model.layers[0].self_attn.q_proj
+    q_new = fresh.base_model.model.model.layers[0].self_attn.q_proj
+    assert torch.count_nonzero(q_cont.lora_B["default"].weight) > 0  # the old adapter, trained on
+    assert torch.count_nonzero(q_new.lora_B["default"].weight) == 0  # a new adapter ...
+    assert torch.allclose(q_new.base_layer.weight, merged_weight, atol=1e-5)  # ... on the merged base
+    refused(tiny_model_dir, "create_new_adapter: needs adapter_name_or_path", create_new_adapter=True)

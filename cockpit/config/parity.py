@@ -30,7 +30,7 @@ _OPTIM_PACKAGES: tuple[tuple[str, str, str, bool], ...] = (
     ("adamw_bnb_8bit", "bitsandbytes", "bitsandbytes", True),
     ("adamw_8bit", "bitsandbytes", "bitsandbytes", True),
 )
-LORA_ONLY = ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio", "additional_target")
+LORA_ONLY = ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio", "additional_target", "create_new_adapter")
 
 
 def optim_requirement(name: str) -> tuple[str, str, bool] | None:
@@ -73,6 +73,10 @@ def parity_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable
             out.append(Problem("fa2 needs the flash-attn package (on ROCm: AMD's ROCm/flash-attention build); not installed here, use sdpa", **where("flash_attn")))
     if cfg.get("disable_gradient_checkpointing") and cfg.get("gradient_checkpointing"):
         out.append(Problem("gradient_checkpointing is true and disable_gradient_checkpointing too; keep one", **where("disable_gradient_checkpointing")))
+    if cfg.get("create_new_adapter") and not cfg.get("adapter_name_or_path"):
+        out.append(Problem("needs adapter_name_or_path (the adapter merged into the base before a new one is trained)", **where("create_new_adapter")))
+    elif cfg.get("create_new_adapter") and cfg.get("quantization_bit"):
+        out.append(Problem("an adapter cannot be merged into quantized (QLoRA) weights; unset quantization_bit or create_new_adapter", **where("create_new_adapter")))
     if cfg.get("include_num_input_tokens_seen") is False:
         out.append(Problem("always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens", **where("include_num_input_tokens_seen")))
     modules = str(cfg.get("freeze_trainable_modules") or "all")
@@ -159,7 +163,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
     (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),
-    (("create_new_adapter", "pissa_convert", "freeze_extra_modules"), "an adapter / freeze option not supported yet"),
+    (("pissa_convert",), "converting a PiSSA adapter back to a plain LoRA at save time is not supported yet (cockpit export merges it)"),
+    (("freeze_extra_modules",), "extra fully-trained modules in freeze tuning are not supported yet (additional_target does it for LoRA)"),
     (("torch_compile",), "torch.compile is not wired in yet"),
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
 )

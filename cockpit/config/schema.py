@@ -142,6 +142,7 @@ KEYS: tuple[Key, ...] = (
     _k("pissa_iter", "int", 16, "PiSSA fast-SVD iterations (-1: full SVD)", "method", min=-1, nullable=False),
     _k("loraplus_lr_ratio", "float", None, "LoRA+: learning rate of the B matrices = ratio x learning_rate", "method", min=0.0, min_exclusive=True),
     _k("loraplus_lr_embedding", "float", 1e-6, "LoRA+: learning rate of embedding adapters", "method", min=0.0, nullable=False),
+    _k("create_new_adapter", "bool", False, "with adapter_name_or_path: merge that adapter into the base and train a new one", "method", nullable=False),
     _k("additional_target", "str", None, "comma list of modules trained fully beside the adapter (PEFT modules_to_save)", "method"),
     _k("optim", "choice", None, "optimizer by HF TrainingArguments name (default: HF's); some need a package", "training", choices=OPTIMIZERS),
     _k("adam_beta1", "float", 0.9, "Adam beta1", "training", min=0.0, max=1.0, nullable=False),

@@ -102,9 +102,11 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
     if method == "lora":
         from peft import LoraConfig, PeftModel, get_peft_model
 
-        if cfg.get("adapter_name_or_path"):
+        if cfg.get("adapter_name_or_path") and not cfg.get("create_new_adapter"):
             model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"], is_trainable=True)
         else:
+            if cfg.get("adapter_name_or_path"):  # create_new_adapter: the old adapter merged into the base, a new one trained
+                model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"]).merge_and_unload()
             target = cfg["lora_target"]
             targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
             lcfg = LoraConfig(
