@@ -281,3 +281,33 @@ def test_create_new_adapter_merges_the_old_adapter_and_starts_a_new_one(tiny_mod
     assert torch.count_nonzero(q_new.lora_B["default"].weight) == 0  # a new adapter ...
     assert torch.allclose(q_new.base_layer.weight, merged_weight, atol=1e-5)  # ... on the merged base
     refused(tiny_model_dir, "create_new_adapter: needs adapter_name_or_path", create_new_adapter=True)
+
+
+def test_rope_scaling_stretches_the_context_to_cutoff_len(tiny_model_dir):
+    model, _ = build(tiny_model_dir, rope_scaling="linear", cutoff_len=1024)  # the tiny model's context: 512
+    rope = model.config.rope_parameters
+    assert rope["rope_type"] == "linear" and rope["factor"] == 2.0
+    logs = []
+    from cockpit.models.resolve import resolve_model
+    from cockpit.train.variants import model_load_kwargs
+
+    cfg = cfg_for(tiny_model_dir, rope_scaling="dynamic", cutoff_len=256)
+    assert "rope_scaling" not in model_load_kwargs(cfg, resolve_model(str(tiny_model_dir), log=lambda *_: None), log=logs.append)
+    assert "fits the model's context (512); not scaled" in logs[0]
+
+
+def test_upcast_keeps_norms_and_logits_in_fp32(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cockpit.train.variants import upcast
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16)
+    upcast(model, {"upcast_layernorm": True, "upcast_lmhead_output": True})
+    norms = {n: p.dtype for n, p in model.named_parameters() if "norm" in n}
+    assert norms and set(norms.values()) == {torch.float32}
+    assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+    plain = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as the Trainer runs bf16 mixed precision
+        assert model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.float32
+        assert plain(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16

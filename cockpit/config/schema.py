@@ -163,6 +163,9 @@ KEYS: tuple[Key, ...] = (
     _k("use_reentrant_gc", "bool", False, "reentrant gradient checkpointing (LLaMA-Factory's default is true; Cockpit's false)", "training", nullable=False),
     _k("freeze_trainable_modules", "str", "all", "freeze: in the trained layers, 'all' or a comma list of module names (e.g. mlp,self_attn)", "method", nullable=False),
     _k("include_num_input_tokens_seen", "bool", True, "count input tokens (always on: the tokens/s figures need it)", "output", nullable=False),
+    _k("rope_scaling", "choice", None, "RoPE scaling for a cutoff_len beyond the model's context: linear | dynamic | yarn | llama3 (factor: cutoff_len / context, rounded up)", "model", choices=("linear", "dynamic", "yarn", "llama3")),
+    _k("upcast_layernorm", "bool", False, "keep the norm layers' weights in fp32", "model", nullable=False),
+    _k("upcast_lmhead_output", "bool", False, "compute the LM head's logits in fp32", "model", nullable=False),
     _k("low_cpu_mem_usage", "bool", True, "load weights without a random init first (transformers 5 always does)", "model", nullable=False),
 )
 

@@ -9,10 +9,53 @@ from typing import Any
 ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
 
 
-def model_load_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
-    """from_pretrained: the attention kernel (``flash_attn``); auto leaves transformers' choice."""
+def model_load_kwargs(cfg: dict[str, Any], ref: Any = None, log=print) -> dict[str, Any]:
+    """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice) and
+    RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context."""
     impl = ATTENTION[cfg.get("flash_attn") or "auto"]
-    return {"attn_implementation": impl} if impl else {}
+    out: dict[str, Any] = {"attn_implementation": impl} if impl else {}
+    if cfg.get("rope_scaling") and ref is not None:
+        rope = rope_scaling_kwargs(cfg, ref, log)
+        if rope:
+            out["rope_parameters"] = rope  # transformers 5's name for a config's RoPE settings
+    return out
+
+
+def rope_scaling_kwargs(cfg: dict[str, Any], ref: Any, log=print) -> dict[str, Any] | None:
+    """LLaMA-Factory's rope_scaling: factor ceil(cutoff_len / the model's max_position_embeddings);
+    none (said in the log) when cutoff_len already fits."""
+    import math
+
+    from transformers import AutoConfig
+
+    mcfg = AutoConfig.from_pretrained(ref.path, **ref.kwargs())
+    context = int(getattr(mcfg, "max_position_embeddings", 0) or 0)
+    want = int(cfg["cutoff_len"])
+    if not context or want <= context:
+        log(f"rope_scaling {cfg['rope_scaling']}: cutoff_len {want} fits the model's context ({context}); not scaled")
+        return None
+    factor = float(math.ceil(want / context))
+    base = dict(getattr(mcfg, "rope_parameters", None) or {}) or {"rope_theta": getattr(mcfg, "rope_theta", 10000.0)}
+    rope: dict[str, Any] = {**base, "rope_type": cfg["rope_scaling"], "factor": factor}
+    if cfg["rope_scaling"] in ("dynamic", "yarn", "llama3"):
+        rope["original_max_position_embeddings"] = context
+    if cfg["rope_scaling"] == "llama3":
+        rope.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    log(f"rope_scaling {cfg['rope_scaling']}: factor {factor:g} for cutoff_len {want} (context {context})")
+    return rope
+
+
+def upcast(model: Any, cfg: dict[str, Any]) -> None:
+    """upcast_layernorm: norm weights in fp32; upcast_lmhead_output: the LM head's logits in fp32."""
+    import torch
+
+    if cfg.get("upcast_layernorm"):
+        for name, p in model.named_parameters():
+            if p.ndim == 1 and "norm" in name:
+                p.data = p.data.to(torch.float32)
+    if cfg.get("upcast_lmhead_output"):
+        head = model.get_output_embeddings()
+        head.register_forward_hook(lambda _m, _inp, out: out.to(torch.float32))
 
 
 def lora_config_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -91,10 +91,11 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         kwargs["dtype"] = torch.bfloat16 if cfg["bf16"] else torch.float16
     else:
         kwargs["dtype"] = torch.float32
-    from cockpit.train.variants import lora_config_kwargs, model_load_kwargs
+    from cockpit.train.variants import lora_config_kwargs, model_load_kwargs, upcast
 
-    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg))
+    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
     model.config.use_cache = False
+    upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
     if cfg["quantization_bit"]:
         from peft import prepare_model_for_kbit_training
 
