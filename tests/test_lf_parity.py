@@ -163,6 +163,11 @@ def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_pa
     evals = [e for e in read_events(run) if e["kind"] == "eval"]
     assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval_loss"] > 0 for e in evals)
     state = json.loads((run / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
+    from cockpit.events import read_all
+    from cockpit.train.worker import loss_series
+
+    assert [s for s, _ in loss_series(read_all(run / "events.jsonl"), "eval", "eval_loss")] == [0, 2, 4]  # loss.png's second line
+    assert (run / "loss.png").stat().st_size > 0
     best = min(evals[1:], key=lambda e: e["eval_loss"])
     assert state["best_model_checkpoint"].endswith(f"checkpoint-{best['step']}")
     assert state["best_metric"] == pytest.approx(best["eval_loss"])

@@ -237,22 +237,34 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return str(max(good)[1]) if good else None
 
 
+def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tuple[int, float]]:
+    """(step, value) of the finite values of ``field`` in the events of ``kind``."""
+    from cockpit.events import as_float
+
+    pts = [(e["step"], as_float(e.get(field))) for e in events if e["kind"] == kind]
+    return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
+
+
 def plot_loss(events_path: Path, out: Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cockpit.events import as_float, read_all
+    from cockpit.events import read_all
 
-    pts = [(e["step"], as_float(e.get("loss"))) for e in read_all(events_path) if e["kind"] == "step"]
-    pts = [(s, l) for s, l in pts if l is not None and math.isfinite(l)]
+    events = read_all(events_path)
+    pts = loss_series(events, "step", "loss")
     if not pts:
         return False
+    evals = loss_series(events, "eval", "eval_loss")  # do_eval / val_size / eval_dataset: a second line
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1, label="training loss")
+    if evals:
+        ax.plot([p[0] for p in evals], [p[1] for p in evals], marker="o", linewidth=1, label="eval loss")
+        ax.legend()
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     tmp = out.with_name(f".{out.name}.tmp.png")
