@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             mod = importlib.import_module("cockpit.ui.app")
         except ModuleNotFoundError:
-            parser.print_help()
+            build_parser(with_commands=False).print_help()
             return 0
         return int(mod.run_app(args) or 0)
     mod = importlib.import_module(args._module)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, cockpit, read_events, write_yaml
+from conftest import cockpit, read_events, write_yaml
 
 # The guide's command as pasted (after `llamafactory-cli train`), with the model and dataset
 # swapped for ones available here, plus the two flags the issue adds for a CPU run.
