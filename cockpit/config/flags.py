@@ -104,7 +104,7 @@ def flags_to_overrides(flags: Iterable[ConfigFlag]) -> tuple[dict[str, Any], dic
 
 def own_options(parser: Any) -> dict[str, bool]:
     """A command parser's option strings -> whether each takes a value."""
-    return {opt: action.nargs != 0 for opt, action in parser._option_string_actions.items()}  # noqa: SLF001 - argparse has no public list
+    return {opt: action.nargs != 0 for opt, action in parser._option_string_actions.items()}  # argparse has no public list of options
 
 
 def typed_values(flags: Iterable[ConfigFlag]) -> dict[str, Any]:

@@ -9,7 +9,6 @@ Exit codes: 0 finished or stopped on request, 1 training failed, 2 invalid input
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -309,7 +308,7 @@ def main(run_path: str) -> int:
             writer.emit("run_failed", reason=f"invalid input: {exc}", rank=rank)
         print(f"cockpit: invalid input: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    except Exception as exc:  # reported, with the traceback in the rank's log
+    except Exception as exc:  # noqa: BLE001 - reported, with the traceback in the rank's log
         traceback.print_exc()
         reason = f"{type(exc).__name__}: {exc}"
         if is_oom(exc):
@@ -411,7 +410,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     args = training_arguments(cfg, dirs, use_cpu, world_size)
     if world_size > 1 and cfg.get("comm_probe", True):
         comm_health_probe(writer, use_cpu, log)
-    trainer_cls = CockpitTrainer
+    trainer_cls: type = CockpitTrainer
     if cfg.get("fsdp"):
         from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 

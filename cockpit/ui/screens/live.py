@@ -26,7 +26,7 @@ from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 from cockpit.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail
-from cockpit.ui.state import METRIC_TITLES, METRICS, RunFollower, fmt_num
+from cockpit.ui.state import METRIC_TITLES, METRICS, RunFollower, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
 
@@ -56,11 +56,11 @@ class LiveScreen(Screen):
         self.run = run
         self.follower = RunFollower(run)
         self.state = self.follower.state
-        self.lock = threading.Lock()
+        self._state_lock = threading.Lock()  # not `self.lock`: Textual's own (an asyncio RLock, used by Widget.batch)
         self.tail = LogTail(run.logs_dir)
         self.poll_s = poll_s
         self.replay_progress: float | None = 0.0
-        self.peeked = None
+        self.peeked: RunState | None = None
         self._drawn_counts: dict[str, tuple[int, int]] = {}
         self._lines: dict[str, int] = {}
         self._shown: dict[str, object] = {}  # selector -> the content last given to Static.update
@@ -122,7 +122,7 @@ class LiveScreen(Screen):
         while True:
             f = self.follower
             events, done = f.read_chunk(stride if f.reader.offset < exact_from else 1)
-            with self.lock:
+            with self._state_lock:
                 f.state.apply(events)
                 self.replay_progress = None if done else (f.reader.offset / size if size else None)
             if done:
@@ -142,7 +142,7 @@ class LiveScreen(Screen):
             self.set_interval(interval, self._poll)
 
     def _poll(self) -> None:
-        with self.lock:
+        with self._state_lock:
             changed = self.follower.poll(max_chunks=4)
         if changed or self._spark_pending:
             self.draw()
@@ -189,7 +189,7 @@ class LiveScreen(Screen):
         self._lines[selector] = lines
 
     def draw(self) -> None:
-        with self.lock:
+        with self._state_lock:
             st = self.state
             if st.version == self._drawn_version and self.replay_progress is None and not self._spark_pending:
                 return
@@ -224,10 +224,10 @@ class LiveScreen(Screen):
                 self._drawn_keys["devices"] = key
                 self._update("#devices", render.devices(st, width, max_lines))
             limit = 3 if self.size.height < 40 else 6
-            key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints), tuple(st.probes),
-                   id(st.failed), limit)
-            if key != self._drawn_keys.get("alerts"):
-                self._drawn_keys["alerts"] = key
+            alerts_key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints),
+                          tuple(st.probes), id(st.failed), limit)
+            if alerts_key != self._drawn_keys.get("alerts"):
+                self._drawn_keys["alerts"] = alerts_key
                 self._update("#alerts", render.alerts(st, limit))
 
     # -- actions ----------------------------------------------------------------------------
