@@ -16,7 +16,7 @@ from cockpit.errors import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_args(p)
+    add_config_args(p, flag_form=True)
     add_runs_dir(p)
     p.add_argument("--detach", action="store_true", help="start the run and return (print the run dir)")
     p.add_argument("--json", action="store_true", help="with --detach: print {run_id, run_dir} as JSON")
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
             static_checks(cfg)
     except InputError as err:
-        return print_input_error(err)
+        return print_input_error(err, args)
     if getattr(args, "slurm", False):
         from cockpit.slurm.command import submit
 
