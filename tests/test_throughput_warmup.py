@@ -30,9 +30,9 @@ def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
         clock["t"] += 10.0 if step <= 2 else 1.0
         state.global_step, state.num_input_tokens_seen = step, step * 100
         callback.on_step_end(args, state, control)
-        if step in (1, 4, 20):
+        if step in (1, 2, 4, 20):
             callback.on_log(args, state, control, logs={"loss": 1.0, "epoch": 0.1})
     steps = [e for e in read_all(run.events_path) if e["kind"] == "step"]
-    assert [(e["step"], e["warmup"], e["tokens_per_s"]) for e in steps] == [(1, True, None), (4, False, 100.0), (20, False, 100.0)]
+    assert [(e["step"], e["warmup"], e["tokens_per_s"]) for e in steps] == [(1, True, None), (2, True, None), (4, False, 100.0), (20, False, 100.0)]
     assert callback.steady_tokens_per_s() == 100.0
     assert callback.tokens_total / 38.0 < 60  # all steps together: about half as fast

@@ -61,6 +61,7 @@ class CockpitCallback(TrainerCallback):
         self.warmup_steps = 1
         self._start_step = 0  # the step training began (or resumed) at
         self.warm_mark: tuple[float, int] | None = None  # (time, tokens seen) when warm-up ended
+        self.warm_step = 0  # the last warm-up step
         self.end_mark: tuple[float, int] | None = None  # (time, tokens seen) at the last step
 
     # -- helpers ----------------------------------------------------------------------------
@@ -134,7 +135,7 @@ class CockpitCallback(TrainerCallback):
         self.tracker.reset_peak()
 
     def _interval_tokens_per_s(self, now: float, tokens: int) -> float | None:
-        """Tokens/s since the previous step event, warm-up steps left out (None while warming up)."""
+        """Tokens/s since the previous step event, the warm-up steps left out."""
         if not tokens or self.warm_mark is None:
             return None
         t0, k0 = self.last_t or now, self.last_tokens
@@ -174,7 +175,7 @@ class CockpitCallback(TrainerCallback):
         node_telemetry.note_step(state.global_step)
         mark = (time.time(), int(getattr(state, "num_input_tokens_seen", 0) or 0))
         if self.warm_mark is None and state.global_step - self._start_step >= self.warmup_steps:
-            self.warm_mark = mark
+            self.warm_mark, self.warm_step = mark, state.global_step
         self.end_mark = mark
         stop, save = self._flags()
         if save:
@@ -201,7 +202,8 @@ class CockpitCallback(TrainerCallback):
         tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         dt = max(now - (self.last_t or now), 1e-9)
         dsteps = max(state.global_step - self.last_step, 1)
-        tps = self._interval_tokens_per_s(now, tokens)
+        warming = self.warm_mark is None or state.global_step <= self.warm_step
+        tps = None if warming else self._interval_tokens_per_s(now, tokens)
         sps = dsteps * args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size / dt
         self.last_t, self.last_step, self.last_tokens = now, state.global_step, tokens
         self.tokens_total = tokens
@@ -218,7 +220,7 @@ class CockpitCallback(TrainerCallback):
                 lr=logs.get("learning_rate"),
                 grad_norm=logs.get("grad_norm"),
                 tokens_per_s=round(tps, 2) if tps is not None else None,
-                warmup=self.warm_mark is None,
+                warmup=warming,
                 samples_per_s=round(sps, 3),
                 tokens_seen=tokens,
                 mem=mems,
