@@ -177,6 +177,7 @@ class CockpitCallback(TrainerCallback):
         if self.warm_mark is None and state.global_step - self._start_step >= self.warmup_steps:
             self.warm_mark, self.warm_step = mark, state.global_step
         self.end_mark = mark
+        self.tokens_total = mark[1]  # the summary's count reaches the last step, not the last logging step
         stop, save = self._flags()
         if save:
             control.should_save = True
