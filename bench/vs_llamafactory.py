@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import lf_venv  # noqa: E402  (bench/lf_venv.py)
+import lf_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = lf_venv.cache_root().parent.parent / "models" / "smollm2-135m-instruct"

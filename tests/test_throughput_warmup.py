@@ -17,8 +17,8 @@ def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
     run = RunDir(tmp_path)
     writer = EventWriter(run.events_path)
     callback = cb.CockpitCallback(run, {"nan_policy": "warn", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, writer)
-    callback._gather_memory = lambda: {}  # noqa: SLF001 - memory figures are another test's
-    callback._check_memory = lambda *a: None  # noqa: SLF001
+    callback._gather_memory = lambda: {}
+    callback._check_memory = lambda *a: None
     clock = {"t": 1000.0}
     monkeypatch.setattr(cb.time, "time", lambda: clock["t"])
     args = SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
