@@ -125,7 +125,9 @@ class Follower:
         return events
 
     def ended(self) -> str | None:
-        state = self.run.read_status().get("state")
+        from cockpit.liveness import reconcile
+
+        state = reconcile(self.run).get("state")  # a dead supervisor: its ranks adopted, or the run ended
         return state if state in TERMINAL_STATES else None
 
     def follow(self, poll_s: float = 0.5) -> str:

@@ -11,7 +11,9 @@ from cockpit.rundir import list_runs
 
 
 def run_row(run) -> dict:
-    st = run.read_status()
+    from cockpit.liveness import reconcile
+
+    st = reconcile(run)  # liveness checked, not assumed: a dead supervisor's run is adopted or ended
     started = st.get("started")
     ended = st.get("ended")
     dur = (ended or time.time()) - started if started else None

@@ -22,7 +22,9 @@ def run(args: argparse.Namespace) -> int:
         run_dir = find_run(args)
     except InputError as err:
         return print_input_error(err)
-    state = run_dir.read_status().get("state")
+    from cockpit.liveness import reconcile
+
+    state = reconcile(run_dir).get("state")
     if state in TERMINAL_STATES:
         print(f"run {run_dir.run_id} already {state}")
         return EXIT_OK
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'kill' if args.kill else 'stop'} requested for {run_dir.run_id}")
     deadline = time.time() + args.wait
     while time.time() < deadline:
-        state = run_dir.read_status().get("state")
+        state = reconcile(run_dir).get("state")
         if state in TERMINAL_STATES:
             print(f"run {run_dir.run_id}: {state}")
             return EXIT_OK

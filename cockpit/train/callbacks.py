@@ -88,8 +88,6 @@ class CockpitCallback(TrainerCallback):
             global_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size,
             start_step=state.global_step,
         )
-        if self.rank == 0:
-            self.run.update_status(total_steps=state.max_steps, step=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         stop, save = self._flags()
@@ -149,7 +147,6 @@ class CockpitCallback(TrainerCallback):
                 tokens_seen=tokens,
                 mem=mems,
             )
-            self.run.update_status(step=state.global_step, total_steps=state.max_steps, last_loss=loss)
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
         bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)

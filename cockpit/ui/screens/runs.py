@@ -21,7 +21,9 @@ COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
 def run_row(run: RunDir, now: float) -> tuple:
     from rich.text import Text
 
-    st = run.read_status()
+    from cockpit.liveness import reconcile
+
+    st = reconcile(run)  # liveness checked: a dead supervisor's run is adopted or ended (lost/finished)
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
     dur = ((ended or now) - started) if started else None
