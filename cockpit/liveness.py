@@ -1,7 +1,8 @@
 """Liveness is checked, not assumed: every reader of a run calls :func:`reconcile`.
 
-``status.json`` names the supervisor (``supervisor_pid`` + ``supervisor_start``, its start time)
-and the rank processes (``procs``: ``[[pid, start_time], ...]``, the launcher and every rank). A
+``status.json`` names the supervisor (``supervisor_pid`` + ``supervisor_start``, its start time
+in clock ticks since boot) and the rank processes (``procs``: ``[[pid, start], ...]``, the launcher
+and every rank). A
 pid counts as alive only when a process with that pid exists, is not a zombie, and started at
 the recorded time (so a reused pid does not count). When the supervisor is gone while the
 status still says the run is active, :func:`cockpit.runstate.decide` says what happens:
@@ -27,11 +28,20 @@ from cockpit.events import EventReader, EventWriter
 from cockpit.rundir import ACTIVE_STATES, RunDir
 from cockpit.runstate import attempt_outcome, decide
 
-START_TOLERANCE_S = 0.05  # create_time is derived from clock ticks since boot
-
-
 def start_time(pid: int) -> float | None:
-    """The process's start time (unix s), or None when no live (non-zombie) process has ``pid``."""
+    """The process's start time, or None when no live (non-zombie) process has ``pid``.
+
+    On Linux: clock ticks since boot (``/proc/PID/stat`` field 22), which never moves; a unix
+    time derived from it would move with the wall clock (``btime`` is recomputed from it). Elsewhere
+    psutil's create_time."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] in (b"Z", b"X") else float(fields[19])
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError, ValueError, TypeError):
+        pass
     try:
         proc = psutil.Process(int(pid))
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -48,7 +58,7 @@ def is_alive(pid: Any, started: Any) -> bool:
     actual = start_time(int(pid))
     if actual is None:
         return False
-    return started is None or abs(actual - float(started)) <= START_TOLERANCE_S
+    return started is None or actual == float(started)
 
 
 def identity(pid: int) -> list[Any]:

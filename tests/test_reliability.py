@@ -163,6 +163,15 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
         assert resumed[step] == pytest.approx(full[step], rel=1e-2), (step, resumed[step], full[step])
     lrs = [e["lr"] for e in read_events(run) if e["kind"] == "step"]
     assert lrs[-1] < max(lrs)  # the schedule continued (cosine decays), it did not restart
+    # the summary covers the run, not the attempt: its first loss, and tokens/s over the training
+    # time of both attempts (checkpoint-8 recorded the first attempt's time up to it)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["first_loss"] == pytest.approx(first[1])
+    record = json.loads((run / "checkpoints" / "checkpoint-8" / "cockpit_checkpoint.json").read_text())
+    assert record["loss_finite"] is True and record["first_loss"] == pytest.approx(first[1]) and record["train_time_s"] > 0
+    assert summary["train_runtime_s"] > record["train_time_s"]
+    assert summary["tokens_per_s"] == pytest.approx(summary["tokens_seen"] / summary["train_runtime_s"], rel=0.01)
+    assert summary["tokens_seen"] == max(e["tokens_seen"] for e in read_events(run) if e["kind"] == "step")
 
 
 @pytest.fixture

@@ -214,17 +214,65 @@ def comm_health_probe(writer, use_cpu: bool, log) -> None:
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:
-    """The newest complete checkpoint (one with trainer_state.json), or None."""
+    """The newest complete checkpoint (one with trainer_state.json) whose training loss up to it
+    was finite (its record says so; older checkpoints without a record count as finite), or None."""
+    from cockpit.train.trainer import checkpoint_record
+
     if not checkpoints.is_dir():
         return None
     good = []
     for d in checkpoints.iterdir():
         if d.is_dir() and d.name.startswith("checkpoint-") and (d / "trainer_state.json").exists():
+            if checkpoint_record(d).get("loss_finite") is False:
+                continue  # saved after a NaN: poisoned
             try:
                 good.append((int(d.name.split("-")[1]), d))
             except ValueError:
                 continue
     return str(max(good)[1]) if good else None
+
+
+def resume_point(cfg: dict[str, Any], dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
+    """The checkpoint this attempt starts from, and the run's totals saved with it (first loss,
+    training seconds). ``resume_from_checkpoint: last`` that finds none says so (a warning event
+    and a log line) before starting from scratch."""
+    from cockpit.train.trainer import checkpoint_record
+
+    resume = cfg.get("resume_from_checkpoint")
+    if resume in ("last", "true", "True", True):
+        resume = last_checkpoint(dirs["checkpoints"])
+        if resume is None:
+            message = f"resume_from_checkpoint: last found no complete checkpoint with a finite loss in {dirs['checkpoints']}; training starts from step 0"
+            log(f"warning: {message}")
+            if writer is not None:
+                writer.emit("alert", level="warn", code="no_checkpoint", message=message, remedies=["check output_dir", "cockpit runs shows where each run saved"])
+    if not resume:
+        return None, {}
+    record = checkpoint_record(resume)
+    return str(resume), {k: record[k] for k in ("first_loss", "train_time_s") if record.get(k) is not None}
+
+
+MODEL_FILES_SKIPPED = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", "cockpit_checkpoint", "global_step", "zero_to_fp32", "latest")
+
+
+def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
+    """After a NaN: the run's adapter is the last checkpoint saved with a finite loss (its model
+    files copied to ``adapter/``, atomically), or none. Returns the checkpoint's name."""
+    import shutil
+
+    good = last_checkpoint(dirs["checkpoints"])
+    if good is None or rank != 0:
+        return Path(good).name if good else None
+    staging = dirs["adapter"].with_name(f".{dirs['adapter'].name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for f in Path(good).iterdir():
+        if f.is_file() and not f.name.startswith(MODEL_FILES_SKIPPED):
+            shutil.copy2(f, staging / f.name)
+    shutil.rmtree(dirs["adapter"], ignore_errors=True)
+    os.replace(staging, dirs["adapter"])
+    log(f"loss was not finite: the adapter is {Path(good).name}'s, the last checkpoint before the NaN")
+    return Path(good).name
 
 
 def plot_loss(events_path: Path, out: Path) -> bool:
@@ -400,15 +448,19 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         processing_class=tok,
         callbacks=[callback],
     )
-    resume = cfg.get("resume_from_checkpoint")
-    if resume in ("last", "true", "True"):
-        resume = last_checkpoint(dirs["checkpoints"])
+    resume, before = resume_point(cfg, dirs, writer, log)
+    callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
     train_t0 = time.time()
+    trainer.run_totals = lambda: {"first_loss": callback.first_loss, "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3), "tokens_seen": callback.tokens_total}
     trainer.train(resume_from_checkpoint=resume or None)
-    train_runtime = time.time() - train_t0
+    train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0  # the run's, over its attempts
     stopped = callback.stop_reason is not None
-    # final adapter / model
-    if rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
+    poisoned = callback.nan_seen or not trainer.loss_finite
+    adapter_from = None
+    # final adapter / model: never from weights trained through a NaN
+    if poisoned:
+        adapter_from = adapter_from_last_good(dirs, rank, log)
+    elif rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
         trainer.save_model(str(dirs["adapter"]))
         if rank == 0:
             tok.save_pretrained(str(dirs["adapter"]))
@@ -429,6 +481,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         return EXIT_OK
     plotted = bool(cfg["plot_loss"]) and plot_loss(run.events_path, dirs["plot"])
     state = trainer.state
+    tokens_total = int(getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total)  # the run's (restored on resume)
     summary = {
         "run_id": run.run_id,
         "state": "stopped" if stopped else "finished",
@@ -438,23 +491,28 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         "epochs": state.epoch,
         "runtime_s": round(time.time() - t0, 2),
         "train_runtime_s": round(train_runtime, 2),
-        "tokens_seen": callback.tokens_total,
-        "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 else None,
+        "tokens_seen": tokens_total,
+        "tokens_per_s": round(tokens_total / train_runtime, 2) if train_runtime > 0 else None,
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
         "probes_before": {k: probe_before[k] for k in ("passed", "total", "rate")} if probe_before else None,
         "probes_after": {k: probe_after[k] for k in ("passed", "total", "rate")} if probe_after else None,
-        "adapter_dir": str(dirs["adapter"]),
+        "adapter_dir": str(dirs["adapter"]) if not poisoned or adapter_from else None,
+        "adapter_from": adapter_from,
+        "nan_step": callback.nan_step,
         "checkpoints_dir": str(dirs["checkpoints"]),
         "loss_plot": str(dirs["plot"]) if plotted else None,
         "samples": len(rows),
         "truncation": prepared.report.as_dict(),
     }
+    if poisoned:
+        where = f"adapter = {adapter_from}" if adapter_from else "no adapter (no checkpoint before the NaN)"
+        summary["reason"] = f"{callback.stop_reason or 'loss became nan'}: stopped on NaN at step {callback.nan_step or state.global_step}; {where}"
     atomic_write_json(run.summary_path, summary)
     if callback.nan_seen and cfg["nan_policy"] == "stop":
         summary["state"] = "failed"
         atomic_write_json(run.summary_path, summary)
-        writer.emit("run_failed", reason=callback.stop_reason, rank=0)
+        writer.emit("run_failed", reason=summary["reason"], rank=0)
         return EXIT_FAILED
     if stopped:
         writer.emit("run_stopped", reason=callback.stop_reason, step=state.global_step)
