@@ -41,6 +41,7 @@ Kinds and their fields (units in the field names or stated here):
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -109,8 +110,16 @@ class EventWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def emit(self, kind: str, **fields: Any) -> None:
+        """Append one line. A short write (the disk filled mid-line) is taken back and raised as
+        ENOSPC, so readers never meet half a JSON line."""
         data = encode(kind, **fields).encode("utf-8")
-        os.write(self._fd, data)
+        written = os.write(self._fd, data)
+        if written < len(data):
+            try:
+                os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            except OSError:
+                pass
+            raise OSError(errno.ENOSPC, f"no space left for an event in {self.path}")
 
     def close(self) -> None:
         if self._fd >= 0:

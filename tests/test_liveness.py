@@ -135,7 +135,7 @@ def no_process_left(run: Path) -> None:
 
 @pytest.mark.slow
 def test_supervisor_killed_mid_run_is_adopted_and_the_run_finishes(tmp_path, tiny_model_dir):
-    steps = 40
+    steps = 14
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=steps, save_steps=100000, probes=None, telemetry_interval_s=0.5)
     run = start_detached(tmp_path, cfg)
     wait_for(lambda: has_step(run, 2), 120, "two steps")
@@ -144,7 +144,7 @@ def test_supervisor_killed_mid_run_is_adopted_and_the_run_finishes(tmp_path, tin
     row = json.loads(res.stdout)[0]
     assert row["state"] in ("running", "finished"), row
     t_adopt = time.time()
-    st = wait_for(lambda: status(run) if status(run).get("state") == "finished" else None, 120, "the adopted run to finish")
+    st = wait_for(lambda: status(run) if status(run).get("state") == "finished" else None, 300, "the adopted run to finish")
     assert st["supervisor_pid"] != dead and dead in st.get("adopted_from", [dead])
     assert st["step"] == st["total_steps"] == steps  # a finished run is at its last step
     events = read_events(run)
@@ -159,8 +159,8 @@ def test_supervisor_killed_mid_run_is_adopted_and_the_run_finishes(tmp_path, tin
 
 @pytest.mark.slow
 def test_supervisor_and_ranks_killed_is_lost_then_resumes_to_finished(tmp_path, tiny_model_dir):
-    steps = 16
-    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=steps, save_steps=4, probes=None, telemetry_interval_s=0)
+    steps = 10
+    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=steps, save_steps=3, probes=None, telemetry_interval_s=0)
     run = start_detached(tmp_path, cfg)
     wait_for(lambda: any(e["kind"] == "checkpoint_saved" for e in read_events(run)), 120, "a checkpoint")
     rank = int(status(run)["rank_pids"]["0"])

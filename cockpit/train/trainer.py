@@ -115,6 +115,8 @@ class CockpitTrainer(Trainer):
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staged = os.path.join(final_root, STAGING, name)
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate after the rename
+        if self.args.should_save and os.path.isdir(staged):  # left by a save that was killed
+            shutil.rmtree(staged, ignore_errors=True)
         self._staging = True
         self.loss_finite = _all_ranks_agree(self.loss_finite)
         try:
