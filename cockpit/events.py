@@ -11,15 +11,16 @@ Kinds and their fields (units in the field names or stated here):
 
 - ``run_started``: run_id, attempt, model, dataset, method, world_size, nproc_per_node, nnodes,
   total_steps (may be null until the ranks know it), output_dir, supervisor_pid
-- ``state``: state (starting|running|stopping|finished|failed|stopped), reason
+- ``state``: state (starting|running|stopping|finished|failed|stopped|lost), reason, by (optional:
+  "liveness check" when a reader ended a run whose supervisor was gone)
 - ``rank_started``: rank, local_rank, pid, node_rank, host
 - ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
 - ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
   second, all ranks), samples_per_s, tokens_seen, mem (a mapping rank -> {allocated_mb,
   reserved_mb, peak_mb, rss_mb}; MiB = 2**20 bytes)
 - ``eval``: step, eval_loss
-- ``checkpoint_saved``: step, path
-- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|...),
+- ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
+- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|no_checkpoint|...),
   message, remedies (list of strings), rank (optional)
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
   {prompt, expected, answer, ok})
