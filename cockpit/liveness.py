@@ -108,10 +108,8 @@ def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -
         return run.update_status(supervisor_pid=proc.pid, supervisor_start=start_time(proc.pid), adopted_at=time.time(), adopted_from=gone)
     if verdict.action != "end":
         return status
-    step = max(int(status.get("step") or 0), verdict.step or 0)
+    step = max(int(status.get("step") or 0), verdict.step or 0)  # run_finished's steps: the last step need not be logged
     fields: dict[str, Any] = {"state": verdict.state, "reason": verdict.reason, "step": step, "ended": time.time()}
-    if verdict.state == "finished" and status.get("total_steps"):
-        fields["step"] = max(step, int(status["total_steps"])) if verdict.step is None else step
     EventWriter(run.events_path).emit("state", state=verdict.state, reason=verdict.reason, by="liveness check")
     status = run.update_status(**fields)
     _settle_summary(run, verdict.state, verdict.reason, step)

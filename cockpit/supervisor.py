@@ -393,7 +393,9 @@ class Supervisor:
                 self.emit("state", state="failed", reason=reason, log_tail=tail)
         self.emit("state", state=state, reason=reason)
         step = max(self.last_step, status.get("step") or 0)
-        self.status(**self.status_changes, state=state, reason=reason, exit_code=code, log_tail=tail, step=step, ended=time.time())
+        final = {**self.status_changes, "state": state, "reason": reason, "exit_code": code, "log_tail": tail, "step": step, "ended": time.time()}
+        self.status_changes = {}
+        self.status(**final)
         self._settle_summary(state, reason)
         if self.sampler is not None:
             try:
