@@ -64,7 +64,8 @@ def test_nan_stop_keeps_the_last_good_checkpoint_as_the_adapter_and_resume_uses_
 
 @pytest.mark.slow
 def test_resume_last_without_a_checkpoint_warns(tmp_path, tiny_model_dir):
-    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=2, probes=None, resume_from_checkpoint="last", telemetry_interval_s=0)
+    # logging_steps 3 of 2 steps: only step 1 (logging_first_step) is a logging step
+    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=2, logging_steps=3, probes=None, resume_from_checkpoint="last", telemetry_interval_s=0)
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=300)
     assert res.returncode == 0, res.stdout[-2000:]
     run = next((tmp_path / "runs").iterdir())
@@ -72,3 +73,31 @@ def test_resume_last_without_a_checkpoint_warns(tmp_path, tiny_model_dir):
     assert warn and warn[0]["level"] == "warn" and "starts from step 0" in warn[0]["message"]
     assert "warning: resume_from_checkpoint: last found no complete checkpoint" in (run / "logs" / "rank0.log").read_text()
     assert "no_checkpoint" in res.stdout  # the follow output shows the alert
+
+    # issue 19, 1: a finished run is at its last step, 100 %, though that step was not a logging step
+    assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == [1]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == status["total_steps"] == 2
+    runs = cockpit("runs", "--runs-dir", str(tmp_path / "runs"))
+    assert " 2/2 " in runs.stdout, runs.stdout
+    from cockpit.ui.state import RunState
+
+    state = RunState()
+    state.apply(read_events(run))
+    assert (state.step, state.total, state.state) == (2, 2, "finished")
+
+
+def test_live_header_of_a_finished_run_is_at_its_last_step():
+    from cockpit.ui.state import RunState
+
+    state = RunState()
+    state.apply([
+        {"kind": "train_begin", "t": 1.0, "total_steps": 27, "start_step": 0},
+        {"kind": "step", "t": 2.0, "step": 26, "total_steps": 27, "loss": 1.0},
+        {"kind": "run_finished", "t": 3.0, "steps": 27},
+        {"kind": "state", "t": 3.0, "state": "finished"},
+    ])
+    assert (state.step, state.total) == (27, 27)
+    from cockpit.ui.render import header
+
+    assert "step 27/27" in header(state, 4.0).plain
