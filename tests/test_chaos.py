@@ -105,10 +105,17 @@ class Chaos:
         for ckpt in (self.run / "checkpoints").glob("checkpoint-*"):
             assert (ckpt / "trainer_state.json").exists() and (ckpt / "cockpit_checkpoint.json").exists(), ckpt
 
+    def gone(self, *pids: int) -> None:
+        """A SIGKILL is delivered asynchronously: the fault has happened once the process is gone."""
+        from cockpit.liveness import start_time
+
+        wait_for(lambda: all(start_time(p) is None for p in pids), 10, f"pids {pids} to die")
+
     # -- the faults -------------------------------------------------------------------------------------
     def kill_supervisor(self, st: dict) -> None:
         pid = st["supervisor_pid"]
         os.killpg(os.getpgid(pid), signal.SIGKILL)
+        self.gone(pid)
         st = self.settled("SIGKILL supervisor")
         if st["state"] in ACTIVE_STATES:
             assert st["supervisor_pid"] != pid and pid in st.get("adopted_from", []), st
@@ -124,13 +131,16 @@ class Chaos:
             os.kill(rank, signal.SIGCONT)
 
     def kill_rank(self, st: dict) -> None:
-        os.kill(int(st["rank_pids"]["0"]), signal.SIGKILL)
+        rank = int(st["rank_pids"]["0"])
+        os.kill(rank, signal.SIGKILL)
+        self.gone(rank)
         assert self.settled("SIGKILL rank")["state"] in ("failed", "lost")
 
     def kill_both(self, st: dict) -> None:
         rank, sup = int(st["rank_pids"]["0"]), st["supervisor_pid"]
         os.killpg(os.getpgid(sup), signal.SIGKILL)
         os.kill(rank, signal.SIGKILL)
+        self.gone(rank, sup)
         st = self.settled("SIGKILL supervisor and rank")
         assert st["state"] == "lost" and f"supervisor pid {sup} exited without a final state" in st["reason"], st
 
@@ -140,7 +150,9 @@ class Chaos:
         while time.time() < deadline and not (staging.is_dir() and any(staging.iterdir())):
             time.sleep(0.002)
         caught = staging.is_dir()
-        os.kill(int(st["rank_pids"]["0"]), signal.SIGKILL)
+        rank = int(st["rank_pids"]["0"])
+        os.kill(rank, signal.SIGKILL)
+        self.gone(rank)
         assert self.settled("SIGKILL rank during a checkpoint save" if caught else "SIGKILL rank (no save caught)")["state"] in ("failed", "lost")
 
     def disk_full(self, st: dict) -> None:

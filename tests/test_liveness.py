@@ -177,3 +177,51 @@ def test_supervisor_and_ranks_killed_is_lost_then_resumes_to_finished(tmp_path, 
     st = status(run)
     assert st["state"] == "finished" and st["attempt"] == 2 and st["step"] == steps
     no_process_left(run)
+
+
+# -- the screens show it within 5 s of looking ------------------------------------------------------------
+def _orphaned_run(runs: Path, name: str, final: bool):
+    """A run dir as a dead supervisor leaves it: status 'running' at 26/27, the supervisor gone."""
+    from cockpit.events import EventWriter
+    from cockpit.rundir import create_run_dir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = create_run_dir(runs, name)
+    run.update_status(state="running", run_id=run.run_id, attempt=1, started=time.time() - 100, supervisor_pid=dead.pid,
+                      supervisor_start=1.0, procs=[[dead.pid, 1.0]], step=26, total_steps=27, events_offset=0)
+    with EventWriter(run.events_path) as w:
+        w.emit("state", state="running")
+        w.emit("step", step=26, total_steps=27, loss=1.5)
+        if final:
+            w.emit("run_finished", steps=27, runtime_s=10.0, first_loss=3.0, last_loss=1.5)
+    return run
+
+
+def test_runs_screen_shows_a_dead_supervisors_run_finished_or_lost_within_5s(tmp_path):
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    from cockpit.ui.app import CockpitApp
+
+    runs = tmp_path / "runs"
+    done = _orphaned_run(runs, "done", final=True)
+    gone = _orphaned_run(runs, "gone", final=False)
+
+    async def scenario() -> None:
+        app = CockpitApp(runs, start="runs", follow=False)
+        async with app.run_test(size=(160, 40)) as pilot:
+            t0 = time.time()
+            while time.time() - t0 < 5:
+                await pilot.pause(0.2)
+                table = app.screen.query(DataTable)
+                if table and len(table.first().rows) == 2:
+                    break
+            table = app.screen.query_one(DataTable)
+            row = {str(v) for v in table.get_row(done.run_id)}
+            assert {"finished", "27/27"} <= row, row
+            assert "lost" in {str(v) for v in table.get_row(gone.run_id)}
+
+    asyncio.run(scenario())
+    assert json.loads(gone.status_path.read_text())["reason"].startswith("supervisor pid ")
