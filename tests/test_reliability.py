@@ -174,33 +174,7 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
     assert summary["tokens_seen"] == max(e["tokens_seen"] for e in read_events(run) if e["kind"] == "step")
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=60m", "tmpfs", str(mnt)], capture_output=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)])
-
-
-def test_disk_full_while_saving_keeps_older_checkpoints(tmp_path, tiny_model_dir, small_tmpfs):
-    out = small_tmpfs / "out"
-    cfg = tiny_config(tmp_path, tiny_model_dir, finetuning_type="full", max_steps=40, save_steps=2, probes=None, output_dir=str(out), learning_rate=1e-4)
-    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=300)
-    assert res.returncode == 1
-    run = next((tmp_path / "runs").iterdir())
-    st = status(run)
-    assert st["state"] == "failed" and "disk full while saving" in st["reason"], st["reason"]
-    ckpts = sorted((out / "checkpoints").glob("checkpoint-*"))
-    assert ckpts, "the first checkpoint fit"
-    for c in ckpts:
-        assert (c / "trainer_state.json").exists()
-    assert not list((out / "checkpoints").glob(".staging/*")), "no partial checkpoint left"
-    from cockpit.train.worker import last_checkpoint
-
-    assert last_checkpoint(out / "checkpoints") == str(ckpts[-1])
+# the disk-full test (the whole runs dir on a small tmpfs) is tests/test_disk_full.py
 
 
 def test_secrets_are_never_written_and_no_listening_socket(tmp_path, tiny_model_dir):

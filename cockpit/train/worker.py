@@ -507,7 +507,8 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     }
     if poisoned:
         where = f"adapter = {adapter_from}" if adapter_from else "no adapter (no checkpoint before the NaN)"
-        summary["reason"] = f"{callback.stop_reason or 'loss became nan'}: stopped on NaN at step {callback.nan_step or state.global_step}; {where}"
+        what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
+        summary["reason"] = f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or state.global_step}; {where}"
     atomic_write_json(run.summary_path, summary)
     if callback.nan_seen and cfg["nan_policy"] == "stop":
         summary["state"] = "failed"
