@@ -382,7 +382,7 @@ class Supervisor:
         outcome = attempt_outcome([e for e in (self.finished_event, self.stopped_event, self.worker_failure) if e])
         exit_text = describe_exit(code) if code is not None else "exited"
         state, reason = final_state(code, killing=self.killing, kill_reason=self.kill_reason, outcome=outcome, exit_text=exit_text)
-        if state == "failed" and not (reason or "").startswith("disk full") and (self.disk_full or _disk_nearly_full(self.run.path)):
+        if state == "failed" and "disk full" not in (reason or "") and (self.disk_full or _disk_nearly_full(self.run.path)):
             reason = f"disk full: {self.disk_full or f'no space left on the run dir disk ({self.run.path})'}; {reason}"
         failing_rank = (self.worker_failure or {}).get("rank", 0)
         tail = tail_lines(self.run.rank_log(int(failing_rank or 0)), 20) if state == "failed" else []
