@@ -193,12 +193,15 @@ def test_chaos_twenty_randomised_faults(tmp_path, tiny_model_dir, tmpfs):
                       lr_scheduler_type="constant", telemetry_interval_s=0.5, per_device_train_batch_size=1)
     run = start_detached(tmpfs, cfg)
     chaos = Chaos(run, rng)
+    # every fault at least twice, the rest drawn by weight; in a seeded random order
     names, weights = zip(*FAULTS.items())
+    schedule = [*names, *names]
+    schedule += rng.choices(names, weights, k=TRIALS - len(schedule))
+    rng.shuffle(schedule)
     t0 = time.time()
     try:
-        for trial in range(TRIALS):
+        for trial, fault in enumerate(schedule):
             st = chaos.running(new_steps=4 if trial == 0 else 1)  # the first fault comes after a checkpoint
-            fault = rng.choices(names, weights)[0]
             getattr(chaos, fault)(st)
             chaos.checkpoints_whole()
         print("\n".join(f"{i + 1:2}. {line}" for i, line in enumerate(chaos.log)))
