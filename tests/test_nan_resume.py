@@ -60,6 +60,11 @@ def test_nan_stop_keeps_the_last_good_checkpoint_as_the_adapter_and_resume_uses_
     assert last_checkpoint(ckpts) == str(ckpts / f"checkpoint-{good}")
     ev = next(e for e in events if e["kind"] == "checkpoint_saved" and e["step"] == good)
     assert ev["loss_finite"] is True
+    exp = cockpit("export", str(run), "--json", "--out", str(tmp_path / "exported"), timeout=300)
+    assert exp.returncode == 0, exp.stdout[-2000:] + exp.stderr[-2000:]
+    exported = load_file(str(tmp_path / "exported" / "model.safetensors"))
+    assert all((exported[k] == kept[k]).all() for k in kept)  # export gives the last good weights
+    assert f"weights of checkpoint-{good}" in " ".join(json.loads(exp.stdout)["notes"])
 
 
 @pytest.mark.slow
