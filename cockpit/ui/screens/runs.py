@@ -4,6 +4,7 @@ finished run can be merged, exported, served or chatted with (``screens/actions.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +15,11 @@ from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.ui.render import STATE_STYLE
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
 
 COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
 
@@ -35,6 +41,10 @@ def run_row(run: RunDir, now: float) -> tuple:
 
 
 class RunsScreen(RunActions, Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
         Binding("a", "attach", "Attach live"),
