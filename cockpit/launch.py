@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,7 @@ def record_supervisor(run: RunDir, proc: subprocess.Popen) -> None:
     started = start_time(proc.pid)
     with run.status_lock():
         if not run.read_status().get("supervisor_pid"):
-            run.update_status(supervisor_pid=proc.pid, supervisor_start=started)
+            run.update_status(supervisor_pid=proc.pid, supervisor_start=started, supervisor_host=socket.gethostname())
 
 
 def spawn_supervisor(run: RunDir, env_add: Mapping[str, str]) -> subprocess.Popen:

@@ -17,6 +17,7 @@ No torch, no textual.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -79,14 +80,22 @@ def attempt_events(run: RunDir, status: dict[str, Any]) -> list[dict[str, Any]]:
     return EventReader(run.events_path, offset=int(status.get("events_offset") or 0)).read_new()
 
 
-def reconcile(run: RunDir, adopt: bool = True, supervisor_gone: bool = False) -> dict[str, Any]:
+def on_this_host(status: dict[str, Any]) -> bool:
+    """The supervisor runs here (a Slurm run's may run on a compute node: its pid means nothing
+    here, and the scheduler's word, ``cockpit.slurm.queue``, covers it)."""
+    host = status.get("supervisor_host")
+    return not host or host == socket.gethostname()
+
+
+def reconcile(run: RunDir, adopt: bool = True, supervisor_gone: bool = False, status: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check a run's liveness and act on it; returns the (possibly updated) status.
 
     Cheap for a run that is not active (one status read). ``adopt`` False: report only
-    (an active run with live ranks and a dead supervisor stays as it is). ``supervisor_gone``:
+    (an active run with live ranks and a dead supervisor stays as it is). ``status``: the status a
+    reader already has (e.g. with the scheduler's word); read here when None. ``supervisor_gone``:
     the caller is the supervisor named in status.json and is about to exit without a verdict."""
-    status = run.read_status()
-    if status.get("state") not in ACTIVE_STATES:
+    status = run.read_status() if status is None else status
+    if status.get("state") not in ACTIVE_STATES or not on_this_host(status):
         return status
     try:
         with run.status_lock():
@@ -97,7 +106,7 @@ def reconcile(run: RunDir, adopt: bool = True, supervisor_gone: bool = False) ->
 
 def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -> dict[str, Any]:
     status = run.read_status()
-    if status.get("state") not in ACTIVE_STATES or (not supervisor_gone and supervisor_alive(status)):
+    if status.get("state") not in ACTIVE_STATES or not on_this_host(status) or (not supervisor_gone and supervisor_alive(status)):
         return status
     live = ranks_alive(status)
     outcome = None if live else attempt_outcome(attempt_events(run, status))
@@ -105,7 +114,7 @@ def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -
     if verdict.action == "adopt" and adopt:
         proc = spawn_adopter(run)
         gone = [*(status.get("adopted_from") or []), status.get("supervisor_pid")]
-        return run.update_status(supervisor_pid=proc.pid, supervisor_start=start_time(proc.pid), adopted_at=time.time(), adopted_from=gone)
+        return run.update_status(supervisor_pid=proc.pid, supervisor_start=start_time(proc.pid), supervisor_host=socket.gethostname(), adopted_at=time.time(), adopted_from=gone)
     if verdict.action != "end":
         return status
     step = max(int(status.get("step") or 0), verdict.step or 0)  # run_finished's steps: the last step need not be logged

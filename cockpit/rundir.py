@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-TERMINAL_STATES = frozenset({"finished", "failed", "stopped", "lost"})
-ACTIVE_STATES = frozenset({"starting", "running", "stopping"})
+TERMINAL_STATES = frozenset({"finished", "failed", "stopped", "lost", "cancelled"})  # cancelled: by the scheduler (cockpit.slurm)
+ACTIVE_STATES = frozenset({"starting", "running", "stopping"})  # queued (Slurm) waits on the scheduler: cockpit.slurm.queue
 
 # status.json's read-modify-write lock: an flock on RUN_DIR/.status.lock, re-entrant within a
 # process (flock locks belong to an open file description: a second open in the same process

@@ -173,7 +173,7 @@ class Supervisor:
     def _identity(self) -> dict[str, Any]:
         from cockpit.liveness import start_time
 
-        return {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid())}
+        return {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()), "supervisor_host": socket.gethostname()}
 
     def start(self) -> None:
         from cockpit.liveness import start_time
