@@ -85,7 +85,7 @@ def shard(model: Any, fsdp: str, *, use_cpu: bool, local_rank: int, nnodes: int,
     opts = options(fsdp)
     world = dist.get_world_size()
     device_type = "cpu" if use_cpu else "cuda"
-    if not use_cpu:
+    if not use_cpu and not any(p.is_meta for p in model.parameters()):  # a meta skeleton is materialised after sharding
         model.to(torch.device("cuda", local_rank))
     if "hybrid_shard" in opts and nnodes > 1 and world % nnodes == 0:
         mesh = init_device_mesh(device_type, (nnodes, world // nnodes), mesh_dim_names=("replicate", "shard"))
