@@ -58,11 +58,13 @@ def artefact_dirs(run: RunDir, cfg: dict[str, Any]) -> dict[str, Path]:
 
 
 def _use_cpu(cfg: dict[str, Any]) -> bool:
+    """:func:`cockpit.device.resolve_device` with torch's GPU count: a config that needs GPUs
+    raises (exit 2) where none is visible instead of training on the CPU."""
     import torch
 
-    if cfg.get("use_cpu") is not None:
-        return bool(cfg["use_cpu"])
-    return not torch.cuda.is_available()
+    from cockpit.device import CPU, resolve_device
+
+    return resolve_device(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0) == CPU
 
 
 def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full"):
