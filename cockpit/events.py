@@ -25,8 +25,8 @@ Kinds and their fields (units in the field names or stated here):
   {prompt, expected, answer, ok}), device (before: where the answers were generated, e.g.
   ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event)
 - ``rank_memory``: written by every rank (not only rank 0): rank, local_rank, node_rank, phase
-  (loaded: the model is built, sharded and on its device; finished: after training and the
-  probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
+  (loaded: the model is built, sharded and on its device; trained: training is over, before the
+  final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
   /proc/self/status, MiB; null where /proc is absent). Host RAM at load time, per rank: the figure
   that shows whether ZeRO-3 / FSDP2 loading held a full copy of the model on every rank
 - ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,

@@ -461,6 +461,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     train_t0 = time.time()
     trainer.train(resume_from_checkpoint=resume or None)
     train_runtime = time.time() - train_t0
+    report_peak_memory(run, writer, rank, local_rank, "trained")
     stopped = callback.stop_reason is not None
     # final adapter / model
     if rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
