@@ -1,5 +1,5 @@
-"""Sharded loading, measured: a random Llama written as safetensors (fp32, about 0.5 GB) trained for
-2 steps on 2 CPU ranks (gloo) under DDP, ZeRO-3 and FSDP2. Every rank reports its peak resident
+"""Sharded loading, measured: a random Llama written as safetensors (fp32, about 0.5 GB) trained for one
+step on 2 CPU ranks (gloo) under DDP, ZeRO-3 and FSDP2. Every rank reports its peak resident
 memory (``rank_memory`` events, VmHWM); the peak up to the end of training ("trained", before the
 final save) is compared rank by rank; losses match DDP (which matches the one-rank run:
 tests/test_strategy_runs.py).
@@ -59,7 +59,7 @@ def test_sharded_strategies_load_without_a_full_copy_per_rank(tmp_path, big_mode
     assert 450 < model_mb < 650
     # the same allocator settings for every run: glibc's dynamic mmap threshold would otherwise keep
     # zero.Init's freed full-size construction tensors in the heap (RSS that no tensor holds)
-    over = dict(max_steps=2, cutoff_len=32, probes=None, timeout=600, env={"MALLOC_MMAP_THRESHOLD_": str(2**20)})
+    over = dict(max_steps=1, cutoff_len=32, probes=None, timeout=600, env={"MALLOC_MMAP_THRESHOLD_": str(2**20)})
     ds_file = tmp_path / "ds_z3.json"
     ds_file.write_text(json.dumps({
         "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",

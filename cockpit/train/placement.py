@@ -38,10 +38,10 @@ class ProbesBeforeTraining(TrainerCallback):
 
 def ask_before(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int, *, fsdp: bool) -> dict[str, Any]:
     """The base model's answers (adapter disabled), on the device its parameters are on."""
+    import torch
+
     from cockpit.strategy.fsdp import gathered_root
     from cockpit.train.probes import run_probes
-
-    import torch
 
     device = next(model.parameters()).device
     if fsdp:  # FSDP2 initialises its hooks at the root's first forward, which generate would skip

@@ -22,8 +22,9 @@ from __future__ import annotations
 import gc
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 GROUP_BYTES = 64 * 2**20  # one group of tensors read at a time (a tensor larger than this is a group alone)
 PEFT_PREFIX = "base_model.model."
@@ -78,8 +79,7 @@ def checkpoint_groups(model_dir: str | Path, group_bytes: int = GROUP_BYTES) -> 
 
 def canonical(key: str) -> str:
     """A model state-dict key as the checkpoint names it (PEFT's wrapper prefix and ``base_layer`` removed)."""
-    if key.startswith(PEFT_PREFIX):
-        key = key[len(PEFT_PREFIX) :]
+    key = key.removeprefix(PEFT_PREFIX)
     return key.replace(".base_layer.", ".")
 
 
@@ -118,7 +118,10 @@ def fsdp2_materialise_and_load(model: Any, model_dir: str | Path, extras: dict[s
     """After ``fully_shard`` on the meta skeleton: allocate this rank's shards, then fill them from
     rank 0 (``extras`` first: the adapters; then the checkpoint, group by group). Collective."""
     import torch
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+    )
 
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     model.to_empty(device=device)

@@ -355,7 +355,7 @@ def report_peak_memory(run: RunDir, writer, rank: int, local_rank: int, phase: s
     """Every rank: a ``rank_memory`` event with its peak resident memory (VmHWM) so far."""
     from cockpit.train.sharded_load import peak_rss_mb
 
-    fields = dict(rank=rank, local_rank=local_rank, node_rank=int(os.environ.get("GROUP_RANK", 0)), phase=phase, vmhwm_mb=peak_rss_mb())
+    fields = {"rank": rank, "local_rank": local_rank, "node_rank": int(os.environ.get("GROUP_RANK", "0")), "phase": phase, "vmhwm_mb": peak_rss_mb()}
     if writer is not None:
         writer.emit("rank_memory", **fields)
     else:
