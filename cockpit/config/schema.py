@@ -113,6 +113,7 @@ KEYS: tuple[Key, ...] = (
     _k("env", "map", None, "environment variables applied to every rank", "strategy", llamafactory=False),
     _k("zero_stage", "choice", None, "generate a DeepSpeed ZeRO config (2 | 3; written to the run dir as ds_config.json)", "strategy", choices=(2, 3), llamafactory=False),
     _k("offload", "choice", "none", "DeepSpeed offload to the CPU: none | optimizer | optimizer+params (params: ZeRO-3)", "strategy", choices=("none", "optimizer", "optimizer+params"), nullable=False, llamafactory=False),
+    _k("slurm_gres", "str", None, "Slurm: the cluster's GPU GRES name, e.g. 'gpu:mi300x' (--gres=NAME:N per node; unset: --gpus-per-node=N)", "strategy", llamafactory=False),
     _k("numa_bind", "str", "auto", "bind each local rank's CPUs and memory: auto (its GPU's NUMA node) | off | a map like '0:0,1:0,2:1'", "strategy", nullable=False, llamafactory=False),
     # -- watching --------------------------------------------------------------------------
     _k("probes", "str", None, "a JSON/JSONL file of {prompt, expect} checked before and after training", "watch", llamafactory=False),
@@ -123,6 +124,10 @@ KEYS: tuple[Key, ...] = (
     _k("hang_timeout_s", "float", 300.0, "floor of the hang watchdog (s)", "watch", min=1.0, nullable=False, llamafactory=False),
     _k("comm_probe", "bool", True, "time an all-reduce across the ranks at run start", "watch", nullable=False, llamafactory=False),
     _k("telemetry_interval_s", "float", 1.0, "telemetry sampling period (s; 0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
+    _k("load_timeout_s", "float", 1800.0, "hang watchdog before the first training step: model loading, probes, strategy setup (s)", "watch", min=1.0, nullable=False, llamafactory=False),
+    _k("memory_alert_headroom", "float", 0.08, "memory-pressure alert when a rank's peak or reserved memory comes within this fraction of its device capacity (0: off)", "watch", min=0.0, max=0.9, nullable=False, llamafactory=False),
+    _k("memory_alert_swing", "float", 0.25, "memory-pressure alert when a rank's per-step peak changes by more than this fraction between logging steps (0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
+    _k("cpu_memory_tracker", "bool", False, "on the CPU, report live tensor bytes (plan/measure.py's tracker) as each rank's allocator figures; costs time per op", "watch", nullable=False, llamafactory=False),
 )
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}

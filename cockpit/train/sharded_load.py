@@ -134,7 +134,7 @@ def fsdp2_materialise_and_load(model: Any, model_dir: str | Path, extras: dict[s
     for key in model.state_dict():
         by_file_key.setdefault(canonical(key), []).append(key)
     in_files = {n for path in safetensors_files(model_dir) for n in _header(path)}
-    loaded = {k for k in by_file_key.values() for k in k if canonical(k) not in in_files}  # what rank 0's extras hold
+    loaded: set[str] = {key for keys in by_file_key.values() for key in keys if canonical(key) not in in_files}  # rank 0's extras
     if rank == 0 and set(extras) != loaded:
         raise ValueError(f"sharded loading: the adapter tensors differ from the skeleton's: {sorted(set(extras) ^ loaded)[:3]}")
     set_model_state_dict(model, dict(extras) if rank == 0 else {}, options=opts)
