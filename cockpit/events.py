@@ -39,7 +39,13 @@ Kinds and their fields (units in the field names or stated here):
   half micro-batch, same global batch; null at micro-batch 1), remedy_env (the allocator's
   expandable_segments variable)
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
-  {prompt, expected, answer, ok})
+  {prompt, expected, answer, ok}), device (before: where the answers were generated, e.g.
+  ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event)
+- ``rank_memory``: written by every rank (not only rank 0): rank, local_rank, node_rank, phase
+  (loaded: the model is built, sharded and on its device; trained: training is over, before the
+  final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
+  /proc/self/status, MiB; null where /proc is absent). Host RAM at load time, per rank: the figure
+  that shows whether ZeRO-3 / FSDP2 loading held a full copy of the model on every rank
 - ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,
   vram_total_mb, util_pct, temp_c, power_w}; empty on the CPU), ranks (list of {rank, pid, alive,
   rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one
@@ -84,6 +90,7 @@ KINDS = frozenset(
         "checkpoint_saved",
         "alert",
         "probe_results",
+        "rank_memory",
         "telemetry",
         "comm",
         "run_finished",
