@@ -1,7 +1,10 @@
 """Probes: prompts with expected substrings, answered before and after training.
 
-File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...]}``;
+File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...], "set": str}``;
 a probe passes when every expected substring appears in the greedy answer (case-insensitive).
+``set`` (optional) groups probes: the demo asks ``identity`` probes (what training should teach)
+and ``control`` probes (general questions the base model already answers: what it must not forget);
+results and ``summary.json`` then also count each set.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ def load_probes(path: str | Path) -> list[dict[str, Any]]:
         if not (isinstance(expect, list) and expect and all(isinstance(e, str) and e for e in expect)):
             problems.append(Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line))
             continue
-        probes.append({"prompt": rec["prompt"], "expect": expect})
+        group = rec.get("set")
+        if group is not None and not (isinstance(group, str) and group.strip()):
+            problems.append(Problem("'set' must be a non-empty string", file=str(path), line=line))
+            continue
+        probes.append({"prompt": rec["prompt"], "expect": expect, **({"set": group.strip()} if group else {})})
     if problems:
         raise InputError(problems)
     return probes
@@ -69,9 +76,30 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
                 )
             for j, p in enumerate(chunk):
                 answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
-                results.append({"prompt": p["prompt"], "expect": p["expect"], "answer": answer, "ok": passes(answer, p["expect"])})
+                results.append({"prompt": p["prompt"], "expect": p["expect"], "answer": answer, "ok": passes(answer, p["expect"]),
+                                **({"set": p["set"]} if "set" in p else {})})
     finally:
         if was_training:
             model.train()
-    passed = sum(r["ok"] for r in results)
-    return {"passed": passed, "total": len(results), "rate": passed / len(results) if results else 0.0, "results": results}
+    return {**score(results), "results": results}
+
+
+def _count(results: list[dict[str, Any]]) -> dict[str, Any]:
+    passed = sum(1 for r in results if r.get("ok"))
+    return {"passed": passed, "total": len(results), "rate": passed / len(results) if results else 0.0}
+
+
+def score(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """passed / total / rate over every probe, and per ``set`` (``sets``) when probes name one."""
+    out = _count(results)
+    names = list(dict.fromkeys(r["set"] for r in results if r.get("set")))
+    if names:
+        out["sets"] = {name: _count([r for r in results if r.get("set") == name]) for name in names}
+    return out
+
+
+def probe_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The counts ``summary.json`` keeps of a ``run_probes`` result (no answers)."""
+    if not result:
+        return None
+    return {k: result[k] for k in ("passed", "total", "rate", "sets") if k in result}

@@ -339,7 +339,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
     from cockpit.train.callbacks import CockpitCallback
-    from cockpit.train.probes import load_probes, run_probes
+    from cockpit.train.probes import load_probes, probe_summary, run_probes
 
     def log(msg: str) -> None:
         print(f"[rank{rank}] {msg}", flush=True)
@@ -442,8 +442,8 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 else None,
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
-        "probes_before": {k: probe_before[k] for k in ("passed", "total", "rate")} if probe_before else None,
-        "probes_after": {k: probe_after[k] for k in ("passed", "total", "rate")} if probe_after else None,
+        "probes_before": probe_summary(probe_before),
+        "probes_after": probe_summary(probe_after),
         "adapter_dir": str(dirs["adapter"]),
         "checkpoints_dir": str(dirs["checkpoints"]),
         "loss_plot": str(dirs["plot"]) if plotted else None,

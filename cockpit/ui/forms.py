@@ -74,7 +74,7 @@ GROUPS: dict[str, list[Field]] = {
         _key("nnodes", "Nodes"),
         _key("deepspeed", "DeepSpeed JSON", placeholder="none: ZeRO-2/3 generate one (zero_stage, offload)"),
         Field("device", "Device", "select", DEVICES, "use_cpu"),
-        Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only (64: MI250 GCD, 192: MI300X)", placeholder="64"),
+        Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only on a GPU run (default: the detected GPUs', else 64: MI250 GCD; 192: MI300X)", placeholder="detected"),
     ],
     "Training": [
         _key("per_device_train_batch_size", "Micro-batch"),
@@ -295,24 +295,46 @@ class FormModel:
         except ValueError:
             return 64.0
 
+    def fit_memory(self, cfg: dict[str, Any], machine: Any) -> tuple[float, str, int]:
+        """What the fit line compares the planner's peak with: (GiB, where that number came
+        from, how many ranks share it). A CPU run: the host's RAM, shared by its ranks; a GPU
+        run: the GPU memory field, else the detected GPUs' memory, else 64 GiB (an MI250 GCD)."""
+        cpu = bool(cfg.get("use_cpu")) or (cfg.get("use_cpu") is None and not machine.gpus)
+        if cpu:
+            ranks = int(cfg.get("nproc_per_node") or 1)
+            if machine.ram_gb:
+                return machine.ram_gb, "host RAM (a CPU run; /proc/meminfo)", ranks
+            return 64.0, "host RAM unknown: 64 GiB assumed", ranks
+        typed = (self.values.get("gpu_memory_gb") or "").strip()
+        if typed:
+            return self.gpu_memory(), "the GPU memory field", 1
+        if machine.gpus and machine.gpu_memory_gb:
+            return machine.gpu_memory_gb, f"detected: {machine.gpus} × {machine.gpu_kind} GPU", 1
+        return 64.0, "no GPU detected here: 64 GiB assumed (an MI250 GCD; set GPU memory)", 1
+
     def yaml(self) -> str:
         return to_yaml(self.typed(), only_changed=False)
 
 
-def fit_line(cfg: dict[str, Any], gpu_memory_gb: float) -> str:
-    """One line from the memory planner (pure Python, meta device off: torch-free)."""
+def fit_line(cfg: dict[str, Any], gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
+    """One line from the memory planner (pure Python, meta device off: torch-free).
+    ``source``: where ``gpu_memory_gb`` came from; ``ranks``: processes sharing it (the host's
+    RAM on a CPU run), so each gets its share."""
     from cockpit.plan import plan
 
+    per_device = gpu_memory_gb / max(1, ranks)
     try:
-        res = plan({k: v for k, v in cfg.items() if not k.startswith("_")}, gpu_memory_gb=gpu_memory_gb,
+        res = plan({k: v for k, v in cfg.items() if not k.startswith("_")}, gpu_memory_gb=per_device,
                    base_dir=cfg.get("_base_dir"), use_meta=False)
     except InputError as err:
         return "fit: cannot estimate: " + "; ".join(str(p) for p in err.problems)
     except Exception as exc:  # noqa: BLE001 - an unknown model layout must not break the form
         return f"fit: cannot estimate ({type(exc).__name__}: {exc})"
     v = res.verdict or {}
-    line = (f"fit: peak {res.estimate.peak / 2**30:.1f} GiB per device of {gpu_memory_gb:g} GiB "
-            f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)")
+    where = "per rank" if "host RAM" in source else "per device"
+    share = f" ({ranks} ranks share it)" if ranks > 1 else ""
+    line = (f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where} of {gpu_memory_gb:.3g} GiB {source or ''}{share} "
+            f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)").replace("  ", " ")
     if res.suggestion and res.suggestion.get("why"):
         line += f"; try: {res.suggestion['why']}"
     return line

@@ -13,6 +13,13 @@ STATE_STYLE = {
     "failed": "bold red", "stopped": "magenta",
 }
 LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
+# every state also has a symbol: readable with NO_COLOR and on a 16-colour terminal
+STATE_SYMBOL = {"starting": "…", "running": "▶", "stopping": "…", "finished": "✓", "failed": "✗", "stopped": "■"}
+
+
+def state_text(state: str) -> Text:
+    """A run state as symbol + word, coloured (the colour is never the only sign)."""
+    return Text(f"{STATE_SYMBOL.get(state, '?')} {state}", style=STATE_STYLE.get(state, ""))
 
 
 def bar(frac: float | None, width: int = 10) -> Text:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from cockpit.events import EventReader, as_float
 from cockpit.follow import fmt_duration  # noqa: F401 - re-exported for the screens
 from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.ui.logtail import EVENT_KINDS
 from cockpit.ui.series import BucketSeries
 
 METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
@@ -63,6 +64,8 @@ class RunState:
     failed: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
     events_seen: int = 0
+    log_seq: int = 0  # events with a log line so far (cockpit.ui.logtail.ReadableLog orders by it)
+    recent: deque = field(default_factory=lambda: deque(maxlen=400))  # (log_seq, event): the log pane's events
     version: int = 0  # bumped by every apply() that changed something
     series: dict[str, BucketSeries] = field(default_factory=dict)
 
@@ -83,6 +86,9 @@ class RunState:
 
     def _apply_one(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")
+        if kind in EVENT_KINDS:
+            self.log_seq += 1
+            self.recent.append((self.log_seq, ev))
         t = as_float(ev.get("t"))
         if self.t0 is None and t is not None:
             self.t0 = t

@@ -25,7 +25,7 @@ from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 
 from cockpit.rundir import RunDir
 from cockpit.ui import render
-from cockpit.ui.logtail import LogTail
+from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.state import METRIC_TITLES, METRICS, RunFollower, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
@@ -39,8 +39,10 @@ class LiveScreen(Screen):
         Binding("k", "kill", "Kill"),
         Binding("r", "relaunch", "Relaunch (hang)", show=False),  # the alerts pane says it, after a hang
         Binding("p", "plot", "Plot"),
-        Binding("l", "logs", "Logs"),
+        Binding("l", "logs", "Raw log"),
+        Binding("w", "warnings", "Warnings"),
         Binding("slash", "search", "Search"),
+        Binding("enter", "summary", "Summary"),  # shown once the run has ended
         Binding("escape,q", "leave", "Leave"),
     ]
 
@@ -57,6 +59,10 @@ class LiveScreen(Screen):
         self.state = self.follower.state
         self.lock = threading.Lock()
         self.tail = LogTail(run.logs_dir)
+        self.readable = ReadableLog()
+        self.warnings_open = False
+        self._ended_when_opened: bool | None = None  # known once the history is read
+        self._finish_told = False
         self.poll_s = poll_s
         self.replay_progress: float | None = 0.0
         self.peeked = None
@@ -134,7 +140,8 @@ class LiveScreen(Screen):
 
     def _start_following(self) -> None:
         self.replay_progress = None
-        self._read_logs()
+        self._ended_when_opened = self.state.ended
+        self._read_logs(history=True)
         self.draw()
         interval = self.poll_s or getattr(self.app, "poll_s", 0.25)
         if getattr(self.app, "follow", True):
@@ -147,13 +154,45 @@ class LiveScreen(Screen):
             self.draw()
         if time.monotonic() - self._logs_at >= self.LOG_PERIOD_S:
             self._read_logs()
+        if self.state.ended and self._ended_when_opened is False and not self._finish_told:
+            self._tell_finished()
 
-    def _read_logs(self) -> None:
+    # -- the run ended while on screen: say so, offer the Summary ---------------------------------
+    def _tell_finished(self) -> None:
+        self._finish_told = True
+        self._read_logs()
+        self.refresh_bindings()
+        state = self.state.state
+        self.notify(f"{self.run.run_id} {state}. Enter: its Summary (probes, loss, export)",
+                    title=f"run {state}", severity="information" if state == "finished" else "warning", timeout=30)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "summary":
+            return self.state.ended  # in the footer once the run has ended
+        return True
+
+    def action_summary(self) -> None:
+        if not self.state.ended:
+            return
+        from cockpit.ui.screens.summary import SummaryScreen
+
+        self.app.sub_title = ""
+        self.app.switch_screen(SummaryScreen(self.run))
+
+    def action_warnings(self) -> None:
+        self.warnings_open = not self.warnings_open
+        self._show_log()
+
+    def _read_logs(self, history: bool = False) -> None:
         self._logs_at = time.monotonic()
-        if self.tail.read_new():
+        new = self.tail.read_new()
+        self.readable.add(new, self.state.log_seq, history=history)
+        if new or self.state.log_seq != self._log_seen:
             self._show_log()
 
     def _show_log(self) -> None:
+        """The readable log (events as `cockpit attach` prints them, warnings folded); while
+        searching, the raw lines that match."""
         from rich.text import Text
 
         widget = self.query_one("#log", Static)
@@ -161,8 +200,13 @@ class LiveScreen(Screen):
         if self._needle:
             lines = self.tail.search(self._needle)[-rows:]
         else:
-            lines = list(itertools.islice(reversed(self.tail.lines), rows))[::-1]
+            with self.lock:
+                events = list(itertools.islice(reversed(self.state.recent), rows))[::-1]
+                self._log_seen = self.state.log_seq
+            lines = self.readable.view(events, rows, self.warnings_open, self.state.t0)
         text = Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
+        if lines and lines[-1].startswith("⚠"):
+            text.stylize("bold yellow", len(text.plain) - len(lines[-1]))
         if self._needle:
             text.highlight_words([self._needle], style="reverse yellow", case_sensitive=False)
         widget.update(text, layout=False)
