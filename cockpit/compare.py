@@ -21,16 +21,16 @@ _NOT_CURVES = frozenset({"v", "t", "kind", "step", "total_steps", "epoch", "toke
 # config keys that differ between any two runs without saying anything about the training
 _NOISE_KEYS = frozenset({"master_port", "run_name", "output_dir"})
 
-SUMMARY_ROWS = (  # (key, label)
+SUMMARY_ROWS = (  # (key, label); what decides between runs first (80x24 shows the first rows)
     ("state", "state"),
-    ("steps", "steps"),
-    ("runtime_s", "runtime"),
-    ("tokens_per_s", "tokens/s"),
-    ("peak_mem_mb", "peak memory"),
-    ("first_loss", "first loss"),
     ("last_loss", "final loss"),
     ("eval_loss", "final eval loss"),
     ("probes", "probes"),
+    ("tokens_per_s", "tokens/s"),
+    ("peak_mem_mb", "peak memory"),
+    ("runtime_s", "runtime"),
+    ("steps", "steps"),
+    ("first_loss", "first loss"),
 )
 
 _STAMP = re.compile(r"^\d{8}-\d{6}-")
@@ -99,9 +99,16 @@ def read_config(run: RunDir) -> dict[str, Any]:
 
 
 def config_diff(configs: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Only the keys whose values differ between the runs (a missing key counts as None)."""
+    """Only the keys whose values differ between the runs. A key a run's config.yaml lacks (a
+    run from before the key existed) has the schema's default, as it had then."""
+    from cockpit.config.schema import SCHEMA
+
+    def value(c: dict[str, Any], k: str) -> Any:
+        return c[k] if k in c else (SCHEMA[k].default if k in SCHEMA else None)
+
     keys = sorted({k for c in configs for k in c} - _NOISE_KEYS)
-    return {k: [c.get(k) for c in configs] for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1}
+    table = {k: [value(c, k) for c in configs] for k in keys}
+    return {k: vs for k, vs in table.items() if len({json.dumps(v, sort_keys=True, default=str) for v in vs}) > 1}
 
 
 def _last(values: list[float | None]) -> float | None:

@@ -49,8 +49,7 @@ def make_app(start: str, **kw: Any):
                      doctor_checks=doctor, machine=Machine(**MACHINE), **kw)
     os.environ.pop("NO_COLOR", None)
     if colours == "16":
-        app.theme = "textual-ansi"
-        app.ansi_color = True
+        app.theme = "ansi-dark"  # the terminal's own 16 colours
     return app
 
 

@@ -55,14 +55,14 @@ def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
 
 
 class SetupScreen(Screen):
-    BINDINGS = [
+    BINDINGS = [  # the tab keys first: the footer shows them even at 80 columns
+        Binding("ctrl+left", "prev_tab", "Tab", key_display="^←"),
+        Binding("ctrl+right", "next_tab", "Tab", key_display="^→"),
+        Binding("f8,ctrl+g", "launch", "Launch"),
         Binding("f5", "check_data", "Check data"),
         Binding("f6", "preview", "Preview"),
-        Binding("f7", "save_preset", "Save preset"),
-        Binding("f8,ctrl+g", "launch", "Launch"),
+        Binding("f7", "save_preset", "Save"),
         Binding("f9", "tune", "Tune"),
-        Binding("ctrl+right", "next_tab", "Next tab", key_display="^→"),
-        Binding("ctrl+left", "prev_tab", "Prev tab", key_display="^←"),
     ]
 
     def __init__(self) -> None:
