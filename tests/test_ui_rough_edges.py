@@ -295,3 +295,28 @@ def test_sixteen_colour_theme_uses_only_the_terminals_palette(env):
             assert "✓ finished" in screen_text(app)
 
     asyncio.run(scenario())
+
+
+# -- the demo's probe sets: identity (to learn) and control (not to forget), counted apart ----------
+def test_probe_sets_are_loaded_counted_and_shown(tmp_path):
+    from cockpit.errors import InputError
+    from cockpit.rundir import RunDir
+    from cockpit.train.probes import load_probes, probe_summary, score
+    from cockpit.ui.screens.summary import summary_text
+
+    probes = load_probes(ROOT / "cockpit" / "demo_data" / "demo_probes.jsonl")
+    sets = [p.get("set") for p in probes]
+    assert sets.count("identity") == 10 and sets.count("control") >= 8
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "hi", "expect": "x", "set": ""}\n')
+    with pytest.raises(InputError, match="'set' must be a non-empty string"):
+        load_probes(bad)
+    results = [{"ok": i < 3, "set": "identity"} for i in range(10)] + [{"ok": i != 0, "set": "control"} for i in range(10)]
+    counts = probe_summary({**score(results), "results": results})
+    assert counts == {"passed": 12, "total": 20, "rate": 0.6, "sets": {
+        "identity": {"passed": 3, "total": 10, "rate": 0.3}, "control": {"passed": 9, "total": 10, "rate": 0.9}}}
+    before = {"passed": 10, "total": 20, "rate": 0.5, "sets": {"identity": {"passed": 0, "total": 10, "rate": 0.0},
+                                                              "control": {"passed": 10, "total": 10, "rate": 1.0}}}
+    text = summary_text(RunDir(tmp_path), {"state": "finished", "probes_before": before, "probes_after": counts}, {}).plain
+    assert "probes identity: 0/10 (0%) before → 3/10 (30%) after  ✓ learned" in text
+    assert "probes control: 10/10 (100%) before → 9/10 (90%) after  ✗ forgot some" in text

@@ -303,7 +303,7 @@ class FormModel:
         if cpu:
             ranks = int(cfg.get("nproc_per_node") or 1)
             if machine.ram_gb:
-                return machine.ram_gb, "host RAM (a CPU run; /proc/meminfo)", ranks
+                return machine.ram_gb, "host RAM (a CPU run)", ranks
             return 64.0, "host RAM unknown: 64 GiB assumed", ranks
         typed = (self.values.get("gpu_memory_gb") or "").strip()
         if typed:

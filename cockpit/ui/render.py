@@ -35,7 +35,7 @@ def header(state: RunState, now: float, replaying: float | None = None) -> Text:
     t = Text()
     t.append(state.run_id or "?", style="bold")
     t.append("  ")
-    t.append(f" {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}")
+    t.append(f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}")
     total = state.total or "?"
     t.append(f"  step {state.step}/{total}")
     if state.epoch is not None:
