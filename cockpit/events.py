@@ -22,7 +22,8 @@ Kinds and their fields (units in the field names or stated here):
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|...),
   message, remedies (list of strings), rank (optional)
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
-  {prompt, expected, answer, ok})
+  {prompt, expected, answer, ok, set}), sets (optional: set name -> {passed, total, rate}, when
+  the probes name sets, e.g. the demo's identity and control probes; also in summary.json)
 - ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,
   vram_total_mb, util_pct, temp_c, power_w}; empty on the CPU), ranks (list of {rank, pid, alive,
   rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one

@@ -146,7 +146,10 @@ def alerts(state: RunState, limit: int = 3) -> Text:
     for phase in ("before", "after"):
         p = state.probes.get(phase)
         if p:
-            t.append(f"\nprobes {phase}: {p.get('passed')}/{p.get('total')} pass")
+            sets = p.get("sets") or {}
+            counts = " · ".join(f"{n} {c.get('passed')}/{c.get('total')}" for n, c in sets.items()) if sets else \
+                f"{p.get('passed')}/{p.get('total')}"
+            t.append(f"\nprobes {phase}: {counts} pass")
     if state.failed:
         t.append(f"\nFAILED: {state.failed.get('reason')}", style="bold red")
         for line in (state.failed.get("log_tail") or [])[-3:]:
