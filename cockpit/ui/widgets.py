@@ -101,9 +101,14 @@ class Bearings(Static):
 
     DEFAULT_CSS = "Bearings { height: 1; padding: 0 1; background: $boost; }"
 
+    def __init__(self, *, counted_by_screen: bool = False, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.counted_by_screen = counted_by_screen  # Runs passes the counts it has just read
+
     def on_mount(self) -> None:
-        self.refresh_line()
-        self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_line)
+        if not self.counted_by_screen:
+            self.refresh_line()
+            self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_line)
 
     def refresh_line(self, counts: tuple[int, int] | None = None) -> None:
         from cockpit.rundir import TERMINAL_STATES, list_runs

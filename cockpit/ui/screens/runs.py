@@ -51,7 +51,7 @@ class RunsScreen(RunActions, Screen):
     ]
 
     def compose(self) -> ComposeResult:
-        yield Bearings(id="bearings")
+        yield Bearings(id="bearings", counted_by_screen=True)
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="runs-hint", classes="dim")
         yield Footer()

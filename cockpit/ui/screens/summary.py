@@ -3,6 +3,7 @@ the answers; merge / export / serve / chat (``cockpit export|serve|chat`` in sub
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -76,7 +77,7 @@ def probe_lines(before: dict, after: dict) -> Text:
 
 # probe table columns: the wanted and the least width of prompt, expected, before, after
 PROBE_COLUMNS = ("prompt", "expected", "before", "after")
-PROBE_WANTS, PROBE_MINS = [44, 14, 40, 40], [12, 6, 10, 14]
+PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the least cells
 
 
 class SummaryScreen(RunActions, Screen):
@@ -141,11 +142,19 @@ class SummaryScreen(RunActions, Screen):
         st = self.follower.state
         table = self.query_one("#probes", DataTable)
         table.clear()
-        room = (table.size.width or self.size.width) - 2 * table.cell_padding * len(PROBE_COLUMNS) - 2
-        widths = dict(zip(PROBE_COLUMNS, share_width(room, PROBE_WANTS, PROBE_MINS)))
         before = (st.probes.get("before") or {}).get("results") or []
         after = (st.probes.get("after") or {}).get("results") or []
         n = max(len(before), len(after))
+
+        def longest(rows: list[dict], key: str, extra: int = 0) -> int:
+            return max((cell_len(str(r.get(key) or "").replace("\n", " ")) + extra for r in rows), default=0)
+
+        every = before + after
+        wants = [min(c, max(m, w)) for c, m, w in zip(
+            PROBE_WANTS, PROBE_MINS, (longest(every, "prompt"), longest(every, "expect") + 2,
+                                      longest(before, "answer", 2), longest(after, "answer", 2)))]
+        room = (table.size.width or self.size.width) - 2 * table.cell_padding * len(PROBE_COLUMNS) - 2
+        widths = dict(zip(PROBE_COLUMNS, share_width(room, wants, PROBE_MINS)))
 
         def cell(r: dict | None, width: int) -> Text:
             if not r:
