@@ -50,6 +50,11 @@ def copy_run(runs: Path, run_id: str = RUN_ID) -> Path:
     return dst
 
 
+def append_text(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def set_status(run_dir: Path, **fields) -> None:
     st = json.loads((run_dir / "status.json").read_text())
     st.update(fields)
@@ -200,8 +205,7 @@ def test_followed_run_that_finishes_says_so_and_enter_opens_summary(env):
             await wait_for(pilot, lambda: type(app.screen).__name__ == "LiveScreen" and app.screen.state.step == 20, 10, "step 20")
             live = app.screen
             assert not live.check_action("summary", ())  # no Summary key while it runs
-            with open(run_dir / "events.jsonl", "a") as fh:
-                fh.write("".join(events[cut:]))
+            append_text(run_dir / "events.jsonl", "".join(events[cut:]))
             set_status(run_dir, state="finished", step=40)
             await wait_for(pilot, lambda: any("Enter: its Summary" in n.message for n in app._notifications), 10, "the notice")
             assert live.check_action("summary", ())

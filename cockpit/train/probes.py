@@ -74,10 +74,10 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
                     pad_token_id=pad_id,
                     eos_token_id=tokenizer.eos_token_id,
                 )
-            for j, p in enumerate(chunk):
+            for j, probe in enumerate(chunk):
                 answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
-                results.append({"prompt": p["prompt"], "expect": p["expect"], "answer": answer, "ok": passes(answer, p["expect"]),
-                                **({"set": p["set"]} if "set" in p else {})})
+                results.append({"prompt": probe["prompt"], "expect": probe["expect"], "answer": answer,
+                                "ok": passes(answer, probe["expect"]), **({"set": probe["set"]} if "set" in probe else {})})
     finally:
         if was_training:
             model.train()

@@ -113,10 +113,11 @@ class Bearings(Static):
     def refresh_line(self, counts: tuple[int, int] | None = None) -> None:
         from cockpit.rundir import TERMINAL_STATES, list_runs
 
+        runs_dir = Path(getattr(self.app, "runs_dir", "."))
         if counts is None:
-            runs = list_runs(self.app.runs_dir)
+            runs = list_runs(runs_dir)
             counts = (sum(1 for r in runs if r.read_status().get("state") not in TERMINAL_STATES), len(runs))
-        self.update(bearings(machine_of(self.app), self.app.runs_dir, *counts))
+        self.update(bearings(machine_of(self.app), runs_dir, *counts))
 
 
 def clip(text: str, width: int) -> str:
