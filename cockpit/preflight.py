@@ -56,7 +56,7 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
     if out and has_checkpoints(Path(out)) and not cfg.get("overwrite_output_dir") and not cfg.get("resume_from_checkpoint"):
         problems.append(Problem(f"{out} already holds checkpoints; set overwrite_output_dir: true or choose another folder", key="output_dir"))
     if cfg.get("probes"):
-        from cockpit.train.probes import load_probes
+        from cockpit.data.probes import load_probes
 
         try:
             load_probes(cfg["probes"])

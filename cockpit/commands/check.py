@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"config: {args.config} OK")
     print(f"model: {result.model_path}")
-    print(f"datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
+    print("datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
     for line in result.report.lines():
         print(line)
     for p in result.bad_rows:

@@ -8,7 +8,6 @@ No torch / transformers imports here.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import os
 import re
 from pathlib import Path
@@ -18,27 +17,13 @@ import yaml
 
 from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.errors import InputError, Problem
+from cockpit.redact import REDACTED, SECRET_PATTERNS, is_secret_name, redact_env  # noqa: F401 (re-exported)
 
 DEMO_PREFIX = "@demo"
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 
 # Keys whose values are paths that must exist (resolved to absolute paths).
 _INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes")
-
-SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
-REDACTED = "***redacted***"
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
-
-
-def redact_env(env: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if env is None:
-        return None
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
-
 
 # -- YAML with line numbers ------------------------------------------------------------------
 class _UniqueKeyLoader(yaml.SafeLoader):

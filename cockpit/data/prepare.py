@@ -35,7 +35,7 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
     for sample in loaded.samples:
         try:
             rendered.append(render_sample(tokenizer, sample["messages"], cutoff))
-        except Exception as exc:  # a template error on one row: report it by its line
+        except Exception as exc:  # noqa: BLE001 - a template error on one row: report it by its line
             file, _, line = sample["source"].rpartition(":")
             problems.append(Problem(f"cannot render with the chat template: {exc}", file=file, line=int(line)))
     if problems:

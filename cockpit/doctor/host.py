@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from cockpit.doctor.model import FAIL, PASS, SKIP, WARN, Check, Context, gib, read_text
 
@@ -78,9 +79,9 @@ def _gpu_dev(dev: Path) -> tuple[str, str, int] | None:
     return GPU_VENDORS[vendor], bdf, node
 
 
-def gpu_numa_map(ctx: Context) -> list[dict[str, object]]:
+def gpu_numa_map(ctx: Context) -> list[dict[str, Any]]:
     """GPUs from /sys/class/drm/card*/device, else from /sys/bus/pci/devices (no drm driver)."""
-    found: list[dict[str, object]] = []
+    found: list[dict[str, Any]] = []
     seen: set[str] = set()
     drm = ctx.roots.sys / "class" / "drm"
     cards = sorted((p for p in drm.glob("card*") if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:])) if drm.is_dir() else []

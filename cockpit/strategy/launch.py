@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from cockpit.config.load import redact_env
+from cockpit.redact import redact_env
 from cockpit.strategy.numa import NumaPlan, plan as numa_plan
 
 # set by the supervisor for every rank (cockpit/supervisor.py Supervisor.start)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping, Sequence
 
-from cockpit.config.load import REDACTED, redact_env
+from cockpit.redact import REDACTED, redact_env
 
 
 def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:

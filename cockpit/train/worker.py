@@ -9,7 +9,6 @@ Exit codes: 0 finished or stopped on request, 1 training failed, 2 invalid input
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -236,7 +235,7 @@ def plot_loss(events_path: Path, out: Path) -> bool:
     from cockpit.events import as_float, read_all
 
     pts = [(e["step"], as_float(e.get("loss"))) for e in read_all(events_path) if e["kind"] == "step"]
-    pts = [(s, l) for s, l in pts if l is not None and math.isfinite(l)]
+    pts = [(step, loss) for step, loss in pts if loss is not None and math.isfinite(loss)]
     if not pts:
         return False
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
@@ -275,6 +274,10 @@ def main(run_path: str) -> int:
         writer.close()
         writer = None
     cfg = load_run_config(run)
+    from cockpit.telemetry.torch_backend import start_node_telemetry
+
+    # every node's GPUs and heartbeat, through the rendezvous store (local rank 0 of each node)
+    start_node_telemetry(cfg, rank, local_rank, int(os.environ.get("GROUP_RANK", 0)), socket.gethostname(), EventWriter(run.events_path).emit if rank == 0 else None)
     t0 = time.time()
     try:
         return _train(run, cfg, rank, world_size, local_rank, writer, t0)
@@ -283,7 +286,7 @@ def main(run_path: str) -> int:
             writer.emit("run_failed", reason=f"invalid input: {exc}", rank=rank)
         print(f"cockpit: invalid input: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    except Exception as exc:  # reported, with the traceback in the rank's log
+    except Exception as exc:  # noqa: BLE001 - reported, with the traceback in the rank's log
         traceback.print_exc()
         reason = f"{type(exc).__name__}: {exc}"
         if is_oom(exc):
@@ -380,7 +383,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     args = training_arguments(cfg, dirs, use_cpu, world_size)
     if world_size > 1 and cfg.get("comm_probe", True):
         comm_health_probe(writer, use_cpu, log)
-    trainer_cls = CockpitTrainer
+    trainer_cls: type = CockpitTrainer
     if cfg.get("fsdp"):
         from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 

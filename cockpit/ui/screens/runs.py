@@ -9,6 +9,7 @@ takes the short name too)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,6 +22,11 @@ from cockpit.ui.render import state_text
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
 from cockpit.ui.widgets import Bearings
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
 
 COLUMNS = ("mark", "run", "state", "step", "loss", "duration", "started")
 MARK = "●"
@@ -40,6 +46,10 @@ def run_row(run: RunDir, now: float, marked: bool = False) -> tuple:
 
 
 class RunsScreen(RunActions, Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
         Binding("a", "attach", "Attach live"),

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -20,11 +21,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
 from cockpit.ui import forms, presets, proc
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
 from cockpit.ui.widgets import Bearings, machine_of
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
 
 
 def _wid(field_id: str) -> str:
@@ -55,6 +62,10 @@ def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
 
 
 class SetupScreen(Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [  # the tab keys first: the footer shows them even at 80 columns
         Binding("ctrl+left", "prev_tab", "Tab", key_display="^←"),
         Binding("ctrl+right", "next_tab", "Tab", key_display="^→"),
@@ -69,7 +80,7 @@ class SetupScreen(Screen):
         super().__init__()
         self.model = FormModel()
         self.checked: forms.Checked | None = None
-        self._validate_timer = None
+        self._validate_timer: Timer | None = None
         self._launching = False
         self._tuning = False
         self._data_for: str | None = None
@@ -253,8 +264,8 @@ class SetupScreen(Screen):
                 t.append(f"  {p}\n", style="red")
         else:
             t.append("✓ config valid (the same checks as cockpit check)\n", style="bold green")
-        for n in checked.notes:
-            t.append(f"! {n}\n", style="yellow")
+        for note in checked.notes:
+            t.append(f"! {note}\n", style="yellow")
         self.query_one("#problems", Static).update(t)
         if self.screen.has_class("-wide"):
             y = Text("the config as YAML (F6: with the command):\n", style="dim")

@@ -3,6 +3,8 @@ the answers; merge / export / serve / chat (``cockpit export|serve|chat`` in sub
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.cells import cell_len
 from rich.text import Text
 from textual import work
@@ -17,6 +19,11 @@ from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration
 from cockpit.ui.widgets import clip, share_width
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
 
 
 def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
@@ -81,6 +88,10 @@ PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the 
 
 
 class SummaryScreen(RunActions, Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [
         *ACTION_BINDINGS,
         Binding("p", "plot", "Plot"),
