@@ -101,6 +101,8 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
 
     warnings = static_checks(cfg)
     loaded = collect_samples(cfg)  # every bad row, before any model is loaded
+    if cfg.get("eval_dataset"):  # the eval data's bad rows too (key: eval_dataset)
+        collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
     if with_devices:
         warnings += device_checks(cfg)
     ref = resolve_model(cfg["model_name_or_path"], log=log)

@@ -145,7 +145,19 @@ def check_disk_runs(ctx: Context) -> Check:
     from cockpit.rundir import default_runs_dir
 
     path = ctx.roots.runs_dir or default_runs_dir()
-    return _disk_check("disk_runs", "free disk: runs dir", path, "checkpoints and merged exports")
+    check = _disk_check("disk_runs", "free disk: runs dir", path, "checkpoints and merged exports")
+    return with_filesystem(check, path)
+
+
+def with_filesystem(check: Check, path: Path) -> Check:
+    """The runs dir's filesystem type in the check: a multi-node (Slurm) run needs a shared one."""
+    from dataclasses import replace
+
+    from cockpit.slurm.fs import describe, filesystem_of, is_shared
+
+    fstype, point = filesystem_of(path)
+    data = {**(check.data or {}), "fstype": fstype, "mount": point, "shared": is_shared(fstype)}
+    return replace(check, seen=f"{check.seen}; filesystem {describe(path)}", data=data)
 
 
 def check_disk_cache(ctx: Context) -> Check:

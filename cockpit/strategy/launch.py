@@ -112,6 +112,10 @@ def node_launch(
         else:
             command += rank_argv[1:]  # torchrun prepends its own python
     env_add: dict[str, str] = {}
+    if single and (cfg.get("deepspeed") or cfg.get("zero_stage")):
+        # DeepSpeed without a launcher looks for MPI (mpi4py) to learn its rank; one process says it here
+        env_add.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     user_env = {k: str(v) for k, v in (cfg.get("env") or {}).items()}
     shown_env = redact_env(user_env) or {}
     ranks = []

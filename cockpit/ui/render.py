@@ -10,16 +10,18 @@ from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
 STATE_STYLE = {
     "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
-    "failed": "bold red", "stopped": "magenta",
+    "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta",
 }
 LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
 # every state also has a symbol: readable with NO_COLOR and on a 16-colour terminal
-STATE_SYMBOL = {"starting": "…", "running": "▶", "stopping": "…", "finished": "✓", "failed": "✗", "stopped": "■"}
+STATE_SYMBOL = {"starting": "…", "running": "▶", "stopping": "…", "finished": "✓", "failed": "✗", "stopped": "■",
+                "queued": "◷", "cancelled": "■"}
 
 
-def state_text(state: str) -> Text:
-    """A run state as symbol + word, coloured (the colour is never the only sign)."""
-    return Text(f"{STATE_SYMBOL.get(state, '?')} {state}", style=STATE_STYLE.get(state, ""))
+def state_text(state: str, shown: str | None = None) -> Text:
+    """A run state as symbol + word (``shown``: the words, e.g. a queued run's reason), coloured
+    (the colour is never the only sign)."""
+    return Text(f"{STATE_SYMBOL.get(state, '?')} {shown or state}", style=STATE_STYLE.get(state, ""))
 
 
 def bar(frac: float | None, width: int = 10) -> Text:

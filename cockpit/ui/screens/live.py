@@ -216,6 +216,8 @@ class LiveScreen(Screen):
         return self.peeked if (self.replay_progress is not None and self.peeked is not None) else self.state
 
     def _tick_clock(self) -> None:
+        if not self.state.ended and self.run_is_slurm_job():  # the scheduler's end (scancel, time limit) reaches the event log
+            self._ask_scheduler()
         # elapsed / ETA move on between steps; a draw in the last second already showed them
         if not self.state.ended and time.monotonic() - self._header_at > 0.9:
             self._update("#live-title", render.header(self._header_state(), self.clock(), self.replay_progress))
@@ -275,9 +277,34 @@ class LiveScreen(Screen):
                 self._update("#alerts", render.alerts(st, limit))
 
     # -- actions ----------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="slurm-queue")
+    def _ask_scheduler(self) -> None:
+        from cockpit.slurm.queue import effective_status
+
+        effective_status(self.run)
+
+    def run_is_slurm_job(self) -> bool:
+        if not hasattr(self, "_slurm_job"):
+            from cockpit.slurm.queue import job_id
+
+            self._slurm_job = job_id(self.run.read_status())
+        return bool(self._slurm_job)
+
+    def _slurm_cancel(self, what: str) -> bool:
+        """A Slurm job still in the queue (stop) or killed: scancel, which reaches every node."""
+        if what == "save" or not self.run_is_slurm_job() or (what == "stop" and self.state.state != "queued"):
+            return False
+        from cockpit.slurm.queue import cancel
+
+        ok, said = cancel(self.run, self._slurm_job, f"cockpit UI ({what})")
+        self.notify(f"scancel {self._slurm_job}" + (f": {said}" if said else ""), severity="warning" if ok else "error")
+        return True
+
     def _request(self, what: str, message: str) -> None:
         if self.state.ended:
             self.notify("the run has ended", severity="warning")
+            return
+        if self._slurm_cancel(what):
             return
         self.run.request(what, "cockpit UI")
         self.notify(message, severity="warning" if what == "kill" else "information")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -18,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from cockpit.compare import short_name
 from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
+from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.ui.render import state_text
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
@@ -32,17 +34,18 @@ COLUMNS = ("mark", "run", "state", "step", "loss", "duration", "started")
 MARK = "●"
 
 
-def run_row(run: RunDir, now: float, marked: bool = False) -> tuple:
-    st = run.read_status()
+def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None = None) -> tuple:
+    st = status if status is not None else run.read_status()
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
+    shown = f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state  # Slurm: the scheduler's state (reason)
     dur = ((ended or now) - started) if started else None
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
     loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
     when = time.strftime("%m-%d %H:%M", time.localtime(started)) if started else "-"
     mark = MARK if marked else " "
-    return (mark, short_name(run.run_id), state_text(state), step, loss_s, fmt_duration(dur), when), state
+    return (mark, short_name(run.run_id), state_text(state, shown), step, loss_s, fmt_duration(dur), when), state
 
 
 class RunsScreen(RunActions, Screen):
@@ -85,8 +88,12 @@ class RunsScreen(RunActions, Screen):
         table = self.query_one(DataTable)
         now = self.app.clock()
         runs = list_runs(runs_dir)
+        statuses = effective_statuses(runs, cached_only=True)  # Slurm runs: queued with squeue's reason, or ended by the scheduler
+        asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
+        if asking:
+            self._ask_scheduler(asking)
         self.marked &= {r.run_id for r in runs}
-        rows = {r.run_id: run_row(r, now, r.run_id in self.marked) for r in runs}
+        rows = {r.run_id: run_row(r, now, r.run_id in self.marked, statuses[r.run_id]) for r in runs}
         existing = {str(k.value) for k in table.rows}
         if existing != set(rows):  # runs came or went: redraw in order, newest first, the cursor kept
             selected = self._selected()
@@ -106,6 +113,12 @@ class RunsScreen(RunActions, Screen):
         self.query_one("#runs-hint", Static).update(
             "Enter: open · space: mark, d: compare marked · ?: every key · quitting never stops a run"
             if rows else "No runs yet. Press n (or F2) to set one up.")
+
+    @work(thread=True, exclusive=True, group="slurm-queue")
+    def _ask_scheduler(self, runs: list[RunDir]) -> None:
+        """squeue/sacct for the Slurm runs (at most every few seconds), off the UI thread; the next
+        refresh shows the answers."""
+        effective_statuses(runs)
 
     def action_refresh_runs(self) -> None:
         self.refresh_runs()
@@ -145,7 +158,7 @@ class RunsScreen(RunActions, Screen):
         run = self._selected()
         if run is None:
             return
-        state = run.read_status().get("state")
+        state = self.states.get(run.run_id) or run.read_status().get("state")
         if state in TERMINAL_STATES:
             self.app.open_summary(run)
         else:
