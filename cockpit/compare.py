@@ -157,7 +157,9 @@ def fmt_cell(key: str, summary: dict[str, Any]) -> str:
         b, a = summary.get("probes_before"), summary.get("probes_after")
         if not (a or b):
             return "-"
-        side = (lambda p: f"{p.get('passed')}/{p.get('total')}" if p else "-")
+        def side(p: dict[str, Any] | None) -> str:
+            return f"{p.get('passed')}/{p.get('total')}" if p else "-"
+
         sets = (a or {}).get("sets") or {}
         extra = "".join(f" ({n} {s.get('passed')}/{s.get('total')})" for n, s in sets.items())
         return f"{side(b)} → {side(a)}{extra}"

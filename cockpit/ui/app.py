@@ -135,7 +135,7 @@ class CockpitApp(App):
         from cockpit.ui.screens.modals import KeysView
 
         if isinstance(self.screen, KeysView):
-            self.screen.dismiss()
+            self.pop_screen()
         else:
             self.push_screen(KeysView(self.screen))
 

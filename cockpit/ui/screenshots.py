@@ -34,7 +34,7 @@ def prepare_env(config_home: Path) -> None:
 
 
 # the recorded machine (the doctor.json one): a 2-core CPU box with 24 GiB and no GPU
-MACHINE = {"host": "cpu-box", "gpus": 0, "gpu_kind": "", "gpu_memory_gb": None, "ram_gb": 24.0}
+MACHINE: dict[str, Any] = {"host": "cpu-box", "gpus": 0, "gpu_kind": "", "gpu_memory_gb": None, "ram_gb": 24.0}
 
 
 def make_app(start: str, **kw: Any):

@@ -234,7 +234,7 @@ def key_rows(screen, app) -> list[tuple[str, str, str]]:
 
     own, glob, widget = [], [], []
     seen: set[tuple[str, str]] = set()
-    for key, active in screen.active_bindings.items():
+    for active in screen.active_bindings.values():
         b = active.binding
         if not b.description or b.action in ("toggle_keys", "command_palette") or \
                 any(a in b.action for a in ("focus_next", "focus_previous", "copy_text")):
