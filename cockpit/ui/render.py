@@ -10,12 +10,12 @@ from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
 STATE_STYLE = {
     "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
-    "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta",
+    "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta", "lost": "bold red",
 }
 LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
 # every state also has a symbol: readable with NO_COLOR and on a 16-colour terminal
 STATE_SYMBOL = {"starting": "…", "running": "▶", "stopping": "…", "finished": "✓", "failed": "✗", "stopped": "■",
-                "queued": "◷", "cancelled": "■"}
+                "queued": "◷", "cancelled": "■", "lost": "✗"}
 
 
 def state_text(state: str, shown: str | None = None) -> Text:

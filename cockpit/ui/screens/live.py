@@ -186,6 +186,10 @@ class LiveScreen(Screen):
 
     def _read_logs(self, history: bool = False) -> None:
         self._logs_at = time.monotonic()
+        if not self.state.ended and getattr(self.app, "follow", True):
+            from cockpit.liveness import reconcile
+
+            reconcile(self.run)  # a dead supervisor: adopted, or its end state reaches the event log
         new = self.tail.read_new()
         self.readable.add(new, self.state.log_seq, history=history)
         if new or self.state.log_seq != self._log_seen:
