@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from cockpit.config.stages import stage_problems
 from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.errors import InputError, Problem
 
@@ -23,7 +24,7 @@ DEMO_PREFIX = "@demo"
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 
 # Keys whose values are paths that must exist (resolved to absolute paths).
-_INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes")
+_INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes", "ref_model_adapters")
 
 SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
 REDACTED = "***redacted***"
@@ -277,6 +278,7 @@ def validate(
         if bad or not opts:
             problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
     problems.extend(_strategy_problems(raw, cfg, where, problems))
+    problems.extend(stage_problems(cfg, where))
 
     # -- paths: read as given, resolved against the working dir then the config's dir --------
     bases = [Path.cwd()]
