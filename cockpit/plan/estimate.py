@@ -209,6 +209,13 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
                           f"{Pt/1e6:.2f}M LoRA params (r={run.lora_rank}, {n_targets} modules/layer) x {lb} B",
                           "PEFT get_peft_model on the meta model"))
 
+    # ---- preference stages: the reference model (frozen, forward only) ------------------------
+    if run.reference_copy:
+        terms.append(Term("reference model", P * c / w_div, f"{P/1e9:.3f}B frozen params x {c} B (a second copy of the base)",
+                          "DPO / KTO reference: ref_model, or a copy of the base when the policy is not LoRA"))
+    elif run.stage in ("dpo", "kto") and ft == "lora":
+        notes.append("reference model: the base with the LoRA adapter disabled (no second copy in memory)")
+
     # ---- gradients, master weights, optimizer states --------------------------------------
     adam_b = adam_bytes_per_param(run.optim)
     if zero is not None:
@@ -279,7 +286,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
                                    "torch DDP reducer (gradient_as_bucket_view=False)"))
 
     # ---- activations -----------------------------------------------------------------------
-    T = run.micro_batch * run.cutoff_len
+    T = run.micro_batch * run.cutoff_len * (2 if run.stage in ("dpo", "rm") else 1)  # pairs: chosen + rejected
     act = activation_terms(run, d, n_targets)
     act_layers = L
     if ft == "freeze" and run.freeze_trainable_layers > 0:
@@ -293,7 +300,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         af = f"{act_layers} layers x {act['layer']:.0f} B/token x {T} tokens"
     a_non = act["nonlayer"] * T
     asrc = f"Korthikanti et al. 2022 sec. 4.1, adapted: SwiGLU, GQA, RMSNorm, {run.attn} attention"
-    logits_b = act["logits"] * T
+    logits_b = act["logits"] * T if run.stage != "rm" else 4.0 * T  # rm: one value-head score per token
     autocast_w = 0.0
     if run.mixed and plain and ft in ("full", "freeze"):
         autocast_w = (P_lin * (1 if ft == "full" else Pt / max(P, 1)) + counts.lm_head * (ft == "full")) * c
@@ -330,7 +337,8 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
                         ": none yet at this moment (the step's gradients appear during backward)"), zsrc))
         out.append(Term("activations", a_layers + a_non, af + f" + outside layers {act['nonlayer']:.0f} B/token", asrc))
         out.append(Term("logits / loss", logits_b, f"3 x 4 B x vocab {d.vocab} x {T} tokens (fp32 log_softmax, its grad, grad of logits)",
-                        "HF ForCausalLMLoss upcasts logits to fp32"))
+                        "HF ForCausalLMLoss upcasts logits to fp32") if run.stage != "rm" else
+                   Term("value head scores", logits_b, f"4 B x {T} tokens (one fp32 score per token, no vocabulary logits)", "reward model (rm)"))
         if autocast_w:
             out.append(Term("autocast weight copies", autocast_w, f"trainable linear weights x {c} B (autocast cache, saved for backward)",
                             "torch.autocast casts fp32 weights once per forward"))
