@@ -252,3 +252,52 @@ def test_planner_counts_pairs_reference_copy_and_value_head():
     ref = next(t for t in full_dpo.terms if t.name == "reference model")
     assert ref.bytes == pytest.approx(full_sft.params["total"] * 2)  # bf16 copy of the base
     assert rm.components["logits"] < dpo.components["logits"] / 1000  # one score per token instead of the vocabulary
+
+
+# -- cockpit (UI process: no torch) -----------------------------------------------------------
+def test_live_screen_shows_the_stage_sparklines_a_run_reports(tmp_path, monkeypatch):
+    import asyncio
+
+    from cockpit.events import EventWriter
+    from cockpit.rundir import RunDir, create_run_dir
+    from cockpit.ui.screens.live import LiveScreen
+    from tests.test_ui_pilot import wait_for
+    from tests.test_ui_setup_live import make_app
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = create_run_dir(tmp_path / "runs", "dpo")
+    run.update_status(state="running", run_id=run.run_id)
+    with EventWriter(run.events_path) as w:
+        w.emit("train_begin", total_steps=10)
+        for step in range(1, 6):
+            w.emit("step", step=step, total_steps=10, loss=0.7 - 0.1 * step, lr=1e-3, grad_norm=1.0, tokens_per_s=50.0,
+                   reward_margin=0.2 * step, reward_accuracy=min(1.0, 0.5 + 0.1 * step), reward_chosen=0.1 * step, reward_rejected=-0.1 * step)
+        w.emit("held_out", phase="before", stage="dpo", pairs=12, accuracy=0.5, mean_logp_margin=-1.0)
+
+    async def scenario() -> None:
+        app = make_app(tmp_path / "runs", start="runs")
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.open_live(RunDir(run.path))
+            await wait_for(pilot, lambda: isinstance(app.screen, LiveScreen) and app.screen.state.step == 5, 10, "live")
+            live = app.screen
+            await wait_for(pilot, lambda: not live.query_one("#stage-sparks").has_class("hidden"), 10, "the stage sparklines")
+            for m in ("reward_margin", "reward_accuracy", "reward_chosen", "reward_rejected"):
+                assert not live.query_one(f"#row-{m}").has_class("hidden")
+            assert live.query_one("#row-pairwise_accuracy").has_class("hidden")  # an rm metric: not reported here
+            assert "1.0000" in str(live.query_one("#lbl-reward_margin").render())
+            assert live.state.held_out["before"]["accuracy"] == 0.5
+
+    asyncio.run(scenario())
+
+
+def test_data_check_shows_the_stage_report_and_the_pair_side_by_side():
+    from cockpit.ui.forms import data_report
+
+    data = {"ok": True, "samples": 2, "formats": {"p": "alpaca"},
+            "truncation": {"stage": "dpo", "lines": ["pairs: 2   prompt tokens: p50 5  p90 5  max 5", "warning: 1 pairs lose the whole response"]},
+            "preview": {"source": "p.jsonl:1", "pieces": [{"text": "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n", "trained": False}, {"text": "I'm Kestrel.", "trained": True}],
+                        "pair": {"chosen": "I'm Kestrel.", "rejected": "I'm SmolLM."}}}
+    text = data_report(data).plain
+    assert "pairs: 2   prompt tokens" in text and "1 pairs lose the whole response" in text
+    row = next(line for line in text.splitlines() if "Kestrel" in line and "|" in line)
+    assert row.split("|")[0].strip() == "I'm Kestrel." and row.split("|")[1].strip() == "I'm SmolLM."

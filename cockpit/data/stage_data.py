@@ -74,7 +74,7 @@ class StageReport:
     tokens_total: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "lines": self.lines()}
 
     def lines(self) -> list[str]:
         def stats(d: dict[str, int]) -> str:

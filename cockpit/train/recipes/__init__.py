@@ -3,6 +3,14 @@
 ``worker._train`` hands every stage but ``sft`` to :func:`run_stage`; the recipe interface and
 the shared flow are in :mod:`cockpit.train.recipes.base`. Importing this package imports no
 torch (the recipe modules are loaded on first use).
+
+SFT is still the inline path of ``worker._train`` (others were editing it while the seam was
+cut). It moves in as ``recipes/sft.py``: ``build_data`` = ``prepare_dataset`` + the val split,
+``build_models`` = ``build_model`` + ``_apply_strategy`` / FSDP sharding (which move into
+``run_recipe`` so every stage gets them), ``build_trainer`` = ``CockpitTrainer`` (or FSDP's
+``trainer_class``) with ``DataCollatorForSeq2Seq``, ``summary`` = the truncation report. Then
+``_train`` is ``run_recipe(get_recipe(stage), make_context(...))`` and ``plan/tune.py``'s trial
+trainer asks ``recipe.build_trainer`` instead of the worker's private helpers.
 """
 
 from __future__ import annotations

@@ -108,6 +108,8 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
     base = training_arguments(ctx.cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
     kwargs = {f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)}
     kwargs.pop("logging_dir", None)
+    # held-out rows are measured once before and once after training (run_recipe), not every few steps
+    kwargs.update(eval_strategy="no", eval_steps=None)
     return config_cls(**{**kwargs, **extra})
 
 
@@ -180,11 +182,13 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     if ctx.rank == 0:
         trainer.save_model(str(ctx.dirs["adapter"]))
         ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
+    final_eval = trainer.evaluate() if data.held_out and not stopped else None  # the trainer's own metrics (an eval event)
     probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
     held_after = recipe.held_out(ctx, trainer.model, data) if ctx.rank == 0 and data.held_out else None
     _emit_held_out(ctx, "after", held_after)
     if ctx.rank != 0:
         return EXIT_OK
+    held_after = {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}} if held_after else held_after
     return _finish(recipe, ctx, trainer, data, callback, stopped, train_runtime, (probe_before, probe_after), (held_before, held_after))
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, split_held_out
-from cockpit.train.worker import ListDataset, build_model, training_arguments
+from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, split_held_out, stage_arguments
+from cockpit.train.worker import ListDataset, build_model
 
 
 class PretrainRecipe(Recipe):
@@ -27,13 +27,13 @@ class PretrainRecipe(Recipe):
         return build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank), None
 
     def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
-        from transformers import DataCollatorForSeq2Seq
+        from transformers import DataCollatorForSeq2Seq, TrainingArguments
 
         from cockpit.train.trainer import CockpitTrainer
 
         return CockpitTrainer(
             model=model,
-            args=training_arguments(ctx.cfg, ctx.dirs, ctx.use_cpu, ctx.world_size),
+            args=stage_arguments(TrainingArguments, ctx),
             train_dataset=ListDataset(data.train),
             eval_dataset=ListDataset(data.held_out) if data.held_out else None,
             data_collator=DataCollatorForSeq2Seq(ctx.tokenizer, padding=True, label_pad_token_id=-100),
