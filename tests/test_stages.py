@@ -301,3 +301,15 @@ def test_data_check_shows_the_stage_report_and_the_pair_side_by_side():
     assert "pairs: 2   prompt tokens" in text and "1 pairs lose the whole response" in text
     row = next(line for line in text.splitlines() if "Kestrel" in line and "|" in line)
     assert row.split("|")[0].strip() == "I'm Kestrel." and row.split("|")[1].strip() == "I'm SmolLM."
+
+
+def test_summary_shows_held_out_accuracy_before_and_after(tmp_path):
+    from cockpit.rundir import create_run_dir
+    from cockpit.ui.screens.summary import summary_text
+
+    run = create_run_dir(tmp_path / "runs", "dpo")
+    summary = {"state": "finished", "stage": "dpo", "steps": 18, "total_steps": 18, "runtime_s": 200,
+               "held_out_before": {"pairs": 12, "accuracy": 0.5}, "held_out_after": {"pairs": 12, "accuracy": 1.0},
+               "data": {"lines": ["pairs: 60   prompt tokens: p50 17  p90 26  max 30"]}}
+    text = summary_text(run, summary, {}).plain
+    assert "held-out pairs (12): 50% → 100% (policy prefers the chosen answer)" in text and "data: pairs: 60" in text

@@ -127,6 +127,8 @@ def text_from_record(rec: Any, fmt: str, spec: DatasetSpec) -> tuple[dict[str, A
     col = {**ALPACA_COLUMNS, **spec.columns}["prompt"]
     if not isinstance(rec, dict):
         return None, f"expected a JSON object, got {type(rec).__name__}"
+    if "prompt" not in spec.columns and col not in rec and "text" in rec:
+        col = "text"  # a bare file of {"text": ...} lines (c4 style) without a dataset_info entry
     text = rec.get(col)
     if text is None:
         return None, f"missing field {col!r} (stage pt reads raw text from the prompt column, e.g. columns: {{prompt: text}})"

@@ -41,6 +41,13 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
         p = summary.get(f"probes_{phase}")
         if p:
             t.append(f"\nprobes {phase}: {p.get('passed')}/{p.get('total')} pass ({100 * (p.get('rate') or 0):.0f}%)")
+    before, after = summary.get("held_out_before"), summary.get("held_out_after")
+    if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
+        what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
+        t.append(f"\nheld-out pairs ({after.get('pairs')}): {100 * before['accuracy']:.0f}% → {100 * after['accuracy']:.0f}% ({what})",
+                 style="green" if after["accuracy"] > before["accuracy"] else "yellow")
+    if summary.get("data", {}).get("lines"):  # a non-SFT stage's data report
+        t.append("\ndata: " + "; ".join(summary["data"]["lines"][:2]), style="dim")
     tr = summary.get("truncation")
     if tr:
         t.append(f"\ndata: {tr.get('samples')} samples, p50 {tr.get('p50')} / max {tr.get('max')} tokens, "
