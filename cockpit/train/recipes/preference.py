@@ -9,6 +9,7 @@ or, for full / freeze training, a frozen copy of the base.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from cockpit.config.stages import uses_reference
@@ -135,7 +136,9 @@ class KTORecipe(DPORecipe):
             undesirable_weight=cfg["kto_rejected_weight"],
             max_length=cfg["cutoff_len"],
             disable_dropout=True,
+            train_sampling_strategy="sequential",  # TRL's KL estimate pairs neighbours in a fixed order; the rows are shuffled here
         )
+        random.Random(cfg["seed"]).shuffle(data.train)
         return cockpit_trainer(KTOTrainer)(
             model=model,
             ref_model=ref_model,
