@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import cockpit, read_events, tiny_config
 
 from cockpit.config.load import load_config, validate
 from cockpit.data.formats import DatasetSpec
 from cockpit.data.pairs import load_stage_file
 from cockpit.errors import InputError
-from conftest import cockpit, read_events, tiny_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamafactory"
 
@@ -247,7 +247,7 @@ def test_planner_counts_pairs_reference_copy_and_value_head():
     rm = plan({**base, "stage": "rm"}).estimate
     assert dpo.params["tokens_per_micro_batch"] == 2 * sft.params["tokens_per_micro_batch"]
     assert dpo.components["activations_saved"] == pytest.approx(2 * sft.components["activations_saved"])
-    names = lambda e: [t.name for t in e.terms]  # noqa: E731
+    names = lambda e: [t.name for t in e.terms]
     assert "reference model" not in names(dpo) and any("adapter disabled" in n for n in dpo.notes)
     ref = next(t for t in full_dpo.terms if t.name == "reference model")
     assert ref.bytes == pytest.approx(full_sft.params["total"] * 2)  # bf16 copy of the base

@@ -6,7 +6,8 @@ key combinations make sense, so ``cockpit check`` and the TUI's forms refuse the
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from cockpit.errors import Problem
 

@@ -16,7 +16,8 @@ No torch imports.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cockpit.data.formats import (
     ALPACA_COLUMNS,

@@ -5,8 +5,9 @@ the report ``cockpit check`` and the ranks print. Tokenizer only; no model, no t
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cockpit.data.dataset_info import resolve_datasets
 from cockpit.data.formats import LoadResult

@@ -14,13 +14,21 @@ import dataclasses
 import os
 import random
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 from cockpit.rundir import RunDir, atomic_write_json
-from cockpit.train.worker import EXIT_FAILED, EXIT_OK, artefact_dirs, last_checkpoint, plot_loss, training_arguments
+from cockpit.train.worker import (
+    EXIT_FAILED,
+    EXIT_OK,
+    artefact_dirs,
+    last_checkpoint,
+    plot_loss,
+    training_arguments,
+)
 
 
 @dataclass
@@ -53,7 +61,7 @@ class Recipe:
     stage = ""
     causal_lm = True  # the policy generates text: probes run before / after
     # trainer log key -> step event field (see cockpit/events.py)
-    step_fields: dict[str, str] = {}
+    step_fields: ClassVar[dict[str, str]] = {}
 
     def build_data(self, ctx: RecipeContext) -> StageData:
         raise NotImplementedError
@@ -125,17 +133,16 @@ def stage_callback(ctx: RecipeContext, recipe: Recipe) -> Any:
     from cockpit.train.callbacks import CockpitCallback
 
     class StageCallback(CockpitCallback):
-        extra: dict[str, Any] = {}
-
         def on_log(self, args, state, control, logs=None, **kwargs):
             self.extra = recipe.step_metrics(logs or {})
             return super().on_log(args, state, control, logs=logs, **kwargs)
 
         def emit(self, kind: str, **fields: Any) -> None:
+            extra = getattr(self, "extra", {})  # the recipe's metrics of the log being emitted
             if kind == "step":
-                fields.update({k: v for k, v in self.extra.items() if not k.startswith("eval_")})
+                fields.update({k: v for k, v in extra.items() if not k.startswith("eval_")})
             elif kind == "eval":
-                fields.update({k: v for k, v in self.extra.items() if k.startswith("eval_")})
+                fields.update({k: v for k, v in extra.items() if k.startswith("eval_")})
             super().emit(kind, **fields)
 
     return StageCallback(ctx.run, ctx.cfg, ctx.rank, ctx.world_size, ctx.writer)

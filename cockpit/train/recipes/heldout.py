@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cockpit.data.stage_data import _common_prefix, _ids
 

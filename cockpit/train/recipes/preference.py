@@ -10,11 +10,18 @@ or, for full / freeze training, a frozen copy of the base.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, ClassVar
 
 from cockpit.config.stages import uses_reference
 from cockpit.errors import InputError
-from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, cockpit_trainer, split_held_out, stage_arguments
+from cockpit.train.recipes.base import (
+    Recipe,
+    RecipeContext,
+    StageData,
+    cockpit_trainer,
+    split_held_out,
+    stage_arguments,
+)
 from cockpit.train.worker import build_model
 
 PREF_FIELDS = {
@@ -62,7 +69,7 @@ def build_reference(ctx: RecipeContext):
 
 class DPORecipe(Recipe):
     stage = "dpo"
-    step_fields = PREF_FIELDS
+    step_fields: ClassVar[dict[str, str]] = PREF_FIELDS
 
     def build_data(self, ctx: RecipeContext) -> StageData:
         from cockpit.data.stage_data import prepare_stage_data
@@ -122,7 +129,7 @@ class DPORecipe(Recipe):
 
 class KTORecipe(DPORecipe):
     stage = "kto"
-    step_fields = {**PREF_FIELDS, "kl": "kl"}
+    step_fields: ClassVar[dict[str, str]] = {**PREF_FIELDS, "kl": "kl"}
 
     def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
         from trl import KTOConfig, KTOTrainer

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, split_held_out, stage_arguments
+from cockpit.train.recipes.base import (
+    Recipe,
+    RecipeContext,
+    StageData,
+    split_held_out,
+    stage_arguments,
+)
 from cockpit.train.worker import ListDataset, build_model
 
 

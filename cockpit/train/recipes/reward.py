@@ -6,10 +6,15 @@ the saved adapter folder holds everything a later PPO / GRPO stage needs to load
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from cockpit.errors import InputError
-from cockpit.train.recipes.base import RecipeContext, StageData, cockpit_trainer, stage_arguments
+from cockpit.train.recipes.base import (
+    RecipeContext,
+    StageData,
+    cockpit_trainer,
+    stage_arguments,
+)
 from cockpit.train.recipes.preference import DPORecipe, _dataset
 
 
@@ -45,7 +50,7 @@ def build_value_model(ctx: RecipeContext):
 class RewardRecipe(DPORecipe):
     stage = "rm"
     causal_lm = False
-    step_fields = {"accuracy": "pairwise_accuracy", "margin": "reward_margin", "mean_reward": "mean_reward"}
+    step_fields: ClassVar[dict[str, str]] = {"accuracy": "pairwise_accuracy", "margin": "reward_margin", "mean_reward": "mean_reward"}
 
     def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
         return build_value_model(ctx), None
