@@ -313,3 +313,13 @@ def test_summary_shows_held_out_accuracy_before_and_after(tmp_path):
                "data": {"lines": ["pairs: 60   prompt tokens: p50 17  p90 26  max 30"]}}
     text = summary_text(run, summary, {}).plain
     assert "held-out pairs (12): 50% → 100% (policy prefers the chosen answer)" in text and "data: pairs: 60" in text
+
+
+def test_tune_refuses_a_stage_it_cannot_trial(tmp_path):
+    from cockpit.plan.tune import tune
+
+    cfg = tmp_path / "dpo.yaml"
+    cfg.write_text("stage: dpo\ndataset: cockpit_identity_pairs\n")
+    with pytest.raises(InputError) as err:
+        tune(str(cfg))
+    assert "stage: cockpit tune measures stage sft trials so far" in str(err.value)
