@@ -14,13 +14,28 @@ Kinds and their fields (units in the field names or stated here):
 - ``state``: state (starting|running|stopping|finished|failed|stopped), reason
 - ``rank_started``: rank, local_rank, pid, node_rank, host
 - ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
+- ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)
 - ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
-  second, all ranks), samples_per_s, tokens_seen, mem (a mapping rank -> {allocated_mb,
-  reserved_mb, peak_mb, rss_mb}; MiB = 2**20 bytes)
+  second, all ranks), samples_per_s, tokens_seen, mem (a mapping rank -> that rank's own
+  figures, gathered from every rank at each logging step: allocated_mb (``memory_allocated``),
+  reserved_mb (``memory_reserved``), peak_mb (``max_memory_allocated`` since the previous logging
+  step: the peak is reset after each reading), capacity_mb (the device's total memory), rss_mb
+  (the process's resident set), source ("torch.cuda" on a GPU, ROCm included; on the CPU "rss":
+  allocator values null, or "live_tensors" with ``cpu_memory_tracker``: allocated/peak are live
+  tensor bytes counted by ``plan/measure.py``, reserved null; capacity the host's RAM),
+  node_rank, local_rank, host; MiB = 2**20 bytes)
+- ``heartbeat``: node_rank, host, step (the last training step the node's local rank 0
+  finished; null before the first), seq, train_ended; written by global rank 0 each time a
+  node's report in the rendezvous store changed (``cockpit/telemetry/node.py``)
 - ``eval``: step, eval_loss
 - ``checkpoint_saved``: step, path
-- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|...),
-  message, remedies (list of strings), rank (optional)
+- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|
+  memory_pressure|...), message, remedies (list of strings), rank (optional). hang: phase
+  (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and
+  silent_nodes with several nodes. memory_pressure: trigger (near_capacity|swing), figures
+  {peak_mb, reserved_mb, capacity_mb, previous_peak_mb?}, remedy_set (config keys -> values:
+  half micro-batch, same global batch; null at micro-batch 1), remedy_env (the allocator's
+  expandable_segments variable)
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
   {prompt, expected, answer, ok})
 - stage metrics (non-SFT stages, ``cockpit/train/recipes/``): extra fields of ``step`` from the
@@ -37,7 +52,10 @@ Kinds and their fields (units in the field names or stated here):
   vram_total_mb, util_pct, temp_c, power_w}; empty on the CPU), ranks (list of {rank, pid, alive,
   rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one
   core since the previous sample, can exceed 100; null for the first sample of a pid and for a
-  process that is gone, alive false), unavailable (optional: backend -> why it was not used)
+  process that is gone, alive false), unavailable (optional: backend -> why it was not used),
+  node_rank and host (the node sampled, numbered like every node_rank in the events by the
+  rendezvous' group rank, i.e. the order the nodes joined: the supervisor's own, or another node's GPUs relayed
+  by global rank 0 from that node's local rank 0 with source "node_reporter" and no ranks)
 - ``comm``: backend (nccl|rccl|gloo), version (null for gloo), world_size, status (ok|probe
   failed|...), source (nccl_log for events parsed from the ranks' NCCL/RCCL INFO lines), details.
   The health probe's (rank 0, once at train start) details: probe {ok, backend, world_size,
@@ -66,6 +84,8 @@ KINDS = frozenset(
         "state",
         "rank_started",
         "train_begin",
+        "train_end",
+        "heartbeat",
         "step",
         "eval",
         "checkpoint_saved",

@@ -79,6 +79,36 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+def node_watchdog(cfg: dict[str, Any], start_t: float) -> HangWatchdog:
+    """The hang watchdog for this run: the step floor, the longer load timeout, every node's heartbeat."""
+    interval = float(cfg.get("telemetry_interval_s") or 0)
+    return HangWatchdog(
+        floor_s=float(cfg.get("hang_timeout_s") or 300.0),
+        start_t=start_t,
+        load_timeout_s=float(cfg.get("load_timeout_s") or 1800.0),
+        expected_nodes=int(cfg.get("nnodes") or 1) if interval > 0 else 1,  # no heartbeats with telemetry off
+        heartbeat_silent_s=max(10.0, 10 * interval),  # ten missed reports
+    )
+
+
+def observe_progress(watchdog: HangWatchdog, ev: dict[str, Any]) -> None:
+    """A ``heartbeat`` (one node alive, at its step) or ``train_end`` (training over) event."""
+    t = float(ev.get("t") or time.time())
+    if ev.get("kind") == "train_end":
+        watchdog.observe_train_end(t)
+    else:
+        watchdog.observe_heartbeat(int(ev.get("node_rank") or 0), t, host=ev.get("host"), step=ev.get("step"))
+
+
+def node_torch_devices(mem: Any, node_rank: int) -> list[dict[str, Any]]:
+    """This node's devices from the ranks' ``step`` figures (torch's ``mem_get_info``), one per index."""
+    found: dict[Any, dict[str, Any]] = {}
+    for m in (mem or {}).values() if isinstance(mem, dict) else ():
+        if isinstance(m, dict) and isinstance(m.get("device"), dict) and int(m.get("node_rank") or 0) == node_rank:
+            found.setdefault(m["device"].get("index"), m["device"])
+    return [found[k] for k in sorted(found, key=str)]
+
+
 class Supervisor:
     def __init__(self, run: RunDir):
         self.run = run
@@ -99,8 +129,9 @@ class Supervisor:
         self.stopped_event: dict[str, Any] | None = None
         self.finished_event: dict[str, Any] | None = None
         self.last_step = 0
-        floor = float(self.cfg.get("hang_timeout_s") or 300.0)
-        self.watchdog = HangWatchdog(floor_s=floor, start_t=time.time())
+        self.watchdog = node_watchdog(self.cfg, time.time())
+        self.torch_devices: list[dict[str, Any]] = []  # this node's devices as its ranks' torch reported them
+        self.node_rank = int(self.cfg.get("node_rank") or 0)  # until the ranks say their group rank
         self.sampler = None
         self.comm = None
         self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
@@ -188,12 +219,17 @@ class Supervisor:
             kind = ev.get("kind")
             if kind == "rank_started":
                 self.rank_pids[int(ev["rank"])] = int(ev["pid"])
+                # the rendezvous' group rank (join order), which the ranks' events use, not the config's node_rank
+                self.node_rank = int(ev.get("node_rank") or 0)
                 self.run.update_status(pids=sorted(set(self.rank_pids.values()) | {self.proc.pid}), rank_pids={str(k): v for k, v in self.rank_pids.items()})
                 if self.sampler is not None:
                     self.sampler.set_pids(dict(self.rank_pids))
             elif kind == "step":
                 self.last_step = int(ev.get("step") or 0)
                 self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
+                self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
+            elif kind in ("heartbeat", "train_end"):
+                observe_progress(self.watchdog, ev)
             elif kind == "run_failed":
                 self.worker_failure = ev
             elif kind == "run_stopped":
@@ -210,9 +246,9 @@ class Supervisor:
             self._signal(signal.SIGKILL)
         if self.sampler is not None:
             try:
-                snap = self.sampler.maybe_sample()
+                snap = self.sampler.maybe_sample(torch_devices=self.torch_devices)
                 if snap is not None:
-                    self.events.emit("telemetry", **snap)
+                    self.events.emit("telemetry", **snap, node_rank=self.node_rank, host=socket.gethostname())
             except Exception as exc:
                 print(f"telemetry error: {exc}", flush=True)
                 self.sampler = None

@@ -129,10 +129,11 @@ def test_deepspeed_zero_trains_on_two_ranks(tmp_path, tiny_model_dir, ddp_run, s
 
 def test_two_nodes_on_loopback(tmp_path, tiny_model_dir):
     port = free_port()
-    paths = [config(tmp_path, tiny_model_dir, f"node{k}", nnodes=2, node_rank=k, master_port=port) for k in (0, 1)]
+    # telemetry on, 8 fake MI300X per node: test_node_telemetry_slow.assert_every_node_reported
+    paths = [config(tmp_path, tiny_model_dir, f"node{k}", nnodes=2, node_rank=k, master_port=port, telemetry_interval_s=0.5) for k in (0, 1)]
     runs = [tmp_path / f"runs{k}" for k in (0, 1)]
     for k in (0, 1):
-        res = cockpit("train", str(paths[k]), "--runs-dir", str(runs[k]), "--detach", "--json", env=CACHE_ENV)
+        res = cockpit("train", str(paths[k]), "--runs-dir", str(runs[k]), "--detach", "--json", env={**CACHE_ENV, "COCKPIT_FAKE_GPUS": "amdsmi:8"})
         assert res.returncode == 0, res.stderr
     dirs = [next(d for d in r.iterdir() if d.is_dir()) for r in runs]
     deadline = time.time() + 240
@@ -146,6 +147,9 @@ def test_two_nodes_on_loopback(tmp_path, tiny_model_dir):
     assert any(e["kind"] == "run_finished" and e.get("node_rank") == 1 for e in ev0 + ev1)
     launch = [json.loads((d / "launch.json").read_text()) for d in dirs]
     assert launch[0]["command"][launch[0]["command"].index("--node_rank=0") + 3] == launch[1]["command"][launch[1]["command"].index("--node_rank=1") + 3]  # same rdzv id
+    from test_node_telemetry_slow import assert_every_node_reported
+
+    assert_every_node_reported(dirs, steps_run=4)
 
 
 def test_stop_two_ranks_bound_to_numa_node_0_leaves_no_process(tmp_path, tiny_model_dir):

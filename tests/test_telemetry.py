@@ -146,7 +146,9 @@ def test_rank_processes_cpu_percent_needs_a_previous_call_and_dead_pids():
         first = ranks.sample()
         assert [e["cpu_pct"] for e in first] == [None, None]  # psutil's first reading is meaningless
         assert all(e["alive"] and e["rss_mb"] > 0 for e in first)
-        sum(i * i for i in range(200_000))  # some CPU for rank 0
+        start = time.process_time()
+        while time.process_time() - start < 0.05:  # some CPU for rank 0: 5 clock ticks, however loaded the box
+            sum(i * i for i in range(20_000))
         second = ranks.sample()
         assert second[0]["cpu_pct"] is not None and second[0]["cpu_pct"] > 0
         child.kill()
@@ -200,13 +202,35 @@ def test_rank_memory_stats_on_cpu():
     from cockpit.telemetry import rank_memory_stats, torch_device_memory
 
     stats = rank_memory_stats()
-    assert set(stats) == {"allocated_mb", "reserved_mb", "peak_mb", "rss_mb"}
+    assert set(stats) == {"allocated_mb", "reserved_mb", "peak_mb", "rss_mb", "capacity_mb", "source"}
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("GPU torch: CPU branch not exercised")
-    assert stats["allocated_mb"] is None and stats["rss_mb"] > 0
+    assert stats["allocated_mb"] is None and stats["rss_mb"] > 0 and stats["source"] == "rss"
+    assert stats["capacity_mb"] > stats["rss_mb"]  # the host's RAM
     assert torch_device_memory() is None
+
+
+def test_rank_memory_stats_from_the_live_tensor_tracker_peak_since_the_last_call():
+    import torch
+
+    from cockpit.plan.measure import live_tensor_bytes
+    from cockpit.telemetry import rank_memory_stats
+
+    if torch.cuda.is_available():
+        pytest.skip("GPU torch: CPU branch not exercised")
+    mode = live_tensor_bytes()
+    with mode:
+        big = torch.ones(4 * 2**20 // 4)  # 4 MiB
+        del big
+        small = torch.ones(2**20 // 4)  # 1 MiB
+        first = rank_memory_stats(tracker=mode, reset_peak=True)
+        second = rank_memory_stats(tracker=mode, reset_peak=True)
+    assert first["source"] == "live_tensors" and first["reserved_mb"] is None
+    assert first["peak_mb"] == pytest.approx(4.0, abs=0.1) and first["allocated_mb"] == pytest.approx(1.0, abs=0.1)
+    assert second["peak_mb"] == pytest.approx(1.0, abs=0.1)  # the 4 MiB peak was before the reset
+    del small
 
 
 def test_importing_telemetry_does_not_import_torch_or_textual():

@@ -105,3 +105,45 @@ def test_relaunch_env_variants():
 def test_rejects_nonsense_configuration():
     with pytest.raises(ValueError):
         HangWatchdog(floor_s=0)
+
+
+def test_loading_and_probes_use_the_longer_load_timeout_then_the_step_threshold():
+    dog = HangWatchdog(floor_s=60, start_t=1000, load_timeout_s=1800)
+    assert dog.phase == "load"
+    assert dog.check(1000 + 1799, True) is None  # a long model load / probes before training: no hang
+    alert = dog.check(1000 + 1801, True)
+    assert alert is not None and alert["phase"] == "load" and "load timeout 1800 s" in alert["message"]
+    dog.observe_step(1, 3000)
+    assert dog.phase == "train" and dog.threshold_s() == 60
+    assert dog.check(3061, True)["phase"] == "train"
+    dog.observe_step(2, 3100)
+    dog.observe_train_end(3101)  # saving and the probes after training: the load timeout again
+    assert dog.phase == "wrapup" and dog.check(3101 + 600, True) is None
+    late = dog.check(3101 + 1801, True)
+    assert late is not None and "since training ended at step 2" in late["message"]
+
+
+def test_a_silent_node_is_named_and_a_lagging_one_too():
+    dog = HangWatchdog(floor_s=30, start_t=0, expected_nodes=3, heartbeat_silent_s=20)
+    steps(dog, [0, 1, 2], first_step=40)
+    dog.observe_heartbeat(0, 100, host="gpu-a", step=42)
+    dog.observe_heartbeat(1, 40, host="gpu-b", step=42)  # nothing since t=40
+    dog.observe_heartbeat(2, 99, host="gpu-c", step=41)
+    dog.observe_heartbeat(1, 30, host="gpu-b", step=41)  # an older one replayed: ignored
+    alert = dog.check(100, True)
+    assert alert is not None and alert["silent_nodes"] == [1]
+    assert "node 1 (gpu-b) silent: no heartbeat for 60 s, last at step 42" in alert["message"]
+    assert "node 2 (gpu-c) behind: at step 41" in alert["message"]
+    assert "node 0" not in alert["message"]
+    by_node = {n["node_rank"]: n for n in alert["nodes"]}
+    assert by_node[0]["silent"] is False and by_node[1]["heartbeat_age_s"] == 60 and by_node[2]["host"] == "gpu-c"
+    json.loads(encode("alert", **alert))
+
+
+def test_a_node_that_never_reported_is_silent():
+    dog = HangWatchdog(floor_s=10, start_t=0, expected_nodes=2)
+    dog.observe_heartbeat(0, 5, host="a", step=None)
+    alert = dog.check(11, True)
+    assert alert["silent_nodes"] == [1] and "node 1 silent: no heartbeat at all" in alert["message"]
+    single = HangWatchdog(floor_s=10, start_t=0)
+    assert "nodes" not in single.check(11, True)

@@ -1,12 +1,25 @@
-"""``cockpit resume RUN [--detach]``: continue a stopped or failed run from its last good
-checkpoint, as a new attempt of the same run (same run dir, event log appended; step numbers,
-learning-rate schedule and data order continue from the checkpoint)."""
+"""``cockpit resume RUN [--set k=v ...] [--stop [--wait S]] [--detach]``: continue a stopped or
+failed run from its last good checkpoint, as a new attempt of the same run (same run dir, event
+log appended; step numbers, learning-rate schedule and data order continue from the checkpoint).
+
+``--set key=value`` changes the config for the new attempt (typed and checked by the schema;
+``env`` entries are added to the config's env, not replacing it). Keys that decide the shape of
+the checkpoint (model, method, adapter shape, strategy, ranks) cannot change. The change is
+recorded: the previous ``config.yaml`` is kept as ``config.attempt<N>.yaml``, ``status.json``
+gets ``config_changes``, and the attempt's ``state`` event carries them.
+
+``--stop``: the run is still going: ask it to save and stop at the next step boundary, wait
+(``--wait``, default 600 s) until it has, then resume. This is the Live screen's memory-pressure
+key (half micro-batch, double accumulation; or the allocator's ``expandable_segments``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -14,14 +27,61 @@ from cockpit.commands.common import EXIT_OK, add_runs_dir, find_run, print_input
 from cockpit.config.load import REDACTED
 from cockpit.errors import InputError
 from cockpit.events import EventWriter
-from cockpit.rundir import TERMINAL_STATES, atomic_write_text
+from cockpit.rundir import TERMINAL_STATES, RunDir, atomic_write_text
+
+# what a checkpoint's shape depends on: changing one of these is a new run, not a resume
+FIXED_ON_RESUME = frozenset({
+    "model_name_or_path", "adapter_name_or_path", "stage", "finetuning_type", "lora_rank", "lora_alpha", "lora_target",
+    "quantization_bit", "freeze_trainable_layers", "nproc_per_node", "nnodes", "node_rank", "deepspeed", "zero_stage",
+    "fsdp", "output_dir", "resume_from_checkpoint", "dataset", "dataset_dir", "template", "cutoff_len", "seed",
+})
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run")
     add_runs_dir(p)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change a config key for the new attempt (repeatable; env entries are merged)")
+    p.add_argument("--stop", action="store_true", help="the run is still going: stop it at a checkpoint first")
+    p.add_argument("--wait", type=float, default=600.0, metavar="S", help="with --stop: how long to wait for the stop (s)")
     p.add_argument("--detach", action="store_true")
     p.add_argument("--json", action="store_true")
+
+
+def changed_config(cfg: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(new config, {key: new value}) with ``--set`` items applied and validated by the schema."""
+    from cockpit.config.load import parse_overrides, validate
+
+    wanted = parse_overrides(overrides)
+    fixed = sorted(set(wanted) & FIXED_ON_RESUME)
+    if fixed:
+        raise InputError(f"--set {', '.join(fixed)}: cannot change on resume (the checkpoint depends on it); start a new run")
+    raw = dict(cfg)
+    if isinstance(wanted.get("env"), dict):
+        wanted["env"] = {**(cfg.get("env") or {}), **wanted["env"]}
+    raw.update(wanted)
+    try:
+        new = validate(raw, file="--set", check_paths=False)
+    except InputError as err:
+        for p in err.problems:
+            p.file = "--set"
+        raise InputError(err.problems) from None
+    new.pop("_base_dir", None)
+    changes = {k: new[k] for k in wanted if new.get(k) != cfg.get(k)}
+    return new, changes
+
+
+def stop_first(run_dir: RunDir, wait_s: float) -> None:
+    """Ask a running run to save and stop; wait until it has (InputError when it does not)."""
+    if run_dir.read_status().get("state") in TERMINAL_STATES:
+        return
+    run_dir.request("stop", "cockpit resume --stop")
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        if run_dir.read_status().get("state") in TERMINAL_STATES:
+            return
+        time.sleep(0.2)
+    raise InputError(f"run {run_dir.run_id} did not stop within {wait_s:g} s (it may be hung: `cockpit stop --kill`)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,28 +90,36 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         run_dir = find_run(args)
+        cfg = yaml.safe_load(run_dir.config_path.read_text(encoding="utf-8"))
+        new_cfg, changes = changed_config(cfg, args.overrides) if args.overrides else (cfg, {})
+        if args.stop:
+            stop_first(run_dir, args.wait)
         status = run_dir.read_status()
         if status.get("state") not in TERMINAL_STATES - {"finished"}:
             raise InputError(f"run {run_dir.run_id} is {status.get('state')}; only a stopped or failed run can be resumed")
-        cfg = yaml.safe_load(run_dir.config_path.read_text(encoding="utf-8"))
         ckpt = last_checkpoint(artefact_dirs(run_dir, cfg)["checkpoints"])
         if ckpt is None:
             raise InputError(f"run {run_dir.run_id} has no complete checkpoint to resume from")
     except InputError as err:
         return print_input_error(err)
-    cfg["resume_from_checkpoint"] = ckpt
-    atomic_write_text(run_dir.config_path, yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     attempt = int(status.get("attempt") or 1) + 1
-    run_dir.update_status(state="starting", reason=None, attempt=attempt, resumed_from=ckpt, ended=None, log_tail=[])
-    EventWriter(run_dir.events_path).emit("state", state="starting", reason=f"resume attempt {attempt} from {Path(ckpt).name}")
+    if changes:
+        atomic_write_text(run_dir.path / f"config.attempt{attempt - 1}.yaml", run_dir.config_path.read_text(encoding="utf-8"))
+    new_cfg["resume_from_checkpoint"] = ckpt
+    atomic_write_text(run_dir.config_path, yaml.safe_dump(new_cfg, sort_keys=False, allow_unicode=True))
+    run_dir.update_status(state="starting", reason=None, attempt=attempt, resumed_from=ckpt, ended=None, log_tail=[], config_changes=changes or None)
+    said = f" with {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else ""
+    EventWriter(run_dir.events_path).emit("state", state="starting", reason=f"resume attempt {attempt} from {Path(ckpt).name}{said}", config_changes=changes)
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)
     # Secrets were redacted from config.yaml: they must come from this environment again.
-    env = {k: v for k, v in (cfg.get("env") or {}).items() if v != REDACTED}
+    env = {k: v for k, v in (new_cfg.get("env") or {}).items() if v != REDACTED}
     spawn_supervisor(run_dir, env)
     if args.detach:
-        print(json.dumps({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "attempt": attempt, "checkpoint": ckpt}) if args.json else f"run {run_dir.run_id}: attempt {attempt} from {ckpt}")
+        print(json.dumps({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "attempt": attempt, "checkpoint": ckpt, "config_changes": changes})
+              if args.json else f"run {run_dir.run_id}: attempt {attempt} from {ckpt}{said}")
         return EXIT_OK
     from cockpit.commands.train import follow_interactively
 
     return follow_interactively(run_dir)
+

@@ -134,6 +134,10 @@ KEYS: tuple[Key, ...] = (
     _k("hang_timeout_s", "float", 300.0, "floor of the hang watchdog (s)", "watch", min=1.0, nullable=False, llamafactory=False),
     _k("comm_probe", "bool", True, "time an all-reduce across the ranks at run start", "watch", nullable=False, llamafactory=False),
     _k("telemetry_interval_s", "float", 1.0, "telemetry sampling period (s; 0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
+    _k("load_timeout_s", "float", 1800.0, "hang watchdog before the first training step: model loading, probes, strategy setup (s)", "watch", min=1.0, nullable=False, llamafactory=False),
+    _k("memory_alert_headroom", "float", 0.08, "memory-pressure alert when a rank's peak or reserved memory comes within this fraction of its device capacity (0: off)", "watch", min=0.0, max=0.9, nullable=False, llamafactory=False),
+    _k("memory_alert_swing", "float", 0.25, "memory-pressure alert when a rank's per-step peak changes by more than this fraction between logging steps (0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
+    _k("cpu_memory_tracker", "bool", False, "on the CPU, report live tensor bytes (plan/measure.py's tracker) as each rank's allocator figures; costs time per op", "watch", nullable=False, llamafactory=False),
 )
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}

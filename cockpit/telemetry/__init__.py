@@ -30,7 +30,9 @@ Import and initialisation failures never raise, hang (init runs with a timeout) 
 stdout; each one becomes a reason in ``unavailable``.
 
 For the training ranks (these import torch inside the function): :func:`rank_memory_stats`,
-:func:`torch_device_memory`.
+:func:`torch_device_memory`, and ``torch_backend.start_node_telemetry`` (every node's GPUs and
+heartbeat through the rendezvous store, :mod:`cockpit.telemetry.node`). The memory-pressure
+alert over the ranks' figures is :mod:`cockpit.telemetry.pressure` (pure).
 """
 
 from __future__ import annotations
@@ -63,9 +65,18 @@ def select_backend(
     """The first GPU backend that works, else :class:`CpuBackend`; plus why the others are not.
 
     ``amdsmi_module`` / ``nvml_module``: initialised stand-ins (tests); None loads the real
-    libraries. Returns ``(backend, unavailable)`` with ``unavailable`` mapping each backend
+    libraries; ``$COCKPIT_FAKE_GPUS`` (``amdsmi:8``, ``nvml:2``) selects fakes instead
+    (:func:`cockpit.telemetry.fakes.fake_from_env`). Returns ``(backend, unavailable)`` with ``unavailable`` mapping each backend
     that was tried and failed, or not tried because an earlier one won, to a short reason.
     """
+    import os
+
+    from cockpit.telemetry.fakes import FAKE_ENV, fake_from_env
+
+    fake = fake_from_env(os.environ.get(FAKE_ENV)) if amdsmi_module is None and nvml_module is None else None
+    if fake is not None:  # tests and demos without GPUs: fakes pinned to the real APIs
+        amdsmi_module, nvml_module = (fake[1], None) if fake[0] == "amdsmi" else (None, fake[1])
+        order = (fake[0],)
     openers = {
         "amdsmi": lambda: AmdSmiBackend.open(amdsmi_module),
         "nvml": lambda: NvmlBackend.open(nvml_module),

@@ -223,3 +223,29 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         return [SimpleNamespace(pid=pid, usedGpuMemory=vram) for pid, vram in self.gpus[handle.index].processes]
+
+
+FAKE_ENV = "COCKPIT_FAKE_GPUS"
+
+
+def fake_from_env(value: str | None) -> tuple[str, Any] | None:
+    """``COCKPIT_FAKE_GPUS=amdsmi:8`` (or ``nvml:N``): (backend name, initialised fake module)
+    with N fake GPUs, for multi-process tests and demos on machines without GPUs; None when unset."""
+    if not value:
+        return None
+    name, _, count = value.partition(":")
+    n = int(count or 1)
+    gpus = [  # different levels per GPU, so that a screen shows which is which
+        FakeGpu(bdf=f"0000:{0x0c + i:02x}:00.0", numa_node=i * 2 // max(n, 1), vram_used_mb=int(196592 * (0.35 + 0.08 * i)),
+                gfx_activity=60 + 5 * i, temp_hotspot_c=50 + 3 * i, current_socket_power=400 + 25 * i)
+        for i in range(n)
+    ]
+    if name == "amdsmi":
+        module: Any = FakeAmdSmi(gpus)
+        module.amdsmi_init()
+        return name, module
+    if name == "nvml":
+        module = FakeNvml(gpus)
+        module.nvmlInit()
+        return name, module
+    raise ValueError(f"{FAKE_ENV}={value!r}: expected amdsmi:N or nvml:N")

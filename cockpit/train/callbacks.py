@@ -1,4 +1,4 @@
-"""HF Trainer callback: step events, NaN / spike alerts, and the run dir's stop / save requests.
+"""HF Trainer callback: step events, NaN / spike / memory-pressure alerts, the run dir's stop / save requests.
 
 All ranks run it (the Trainer calls callbacks on every process); only rank 0 writes events.
 Control requests are agreed across ranks with one tiny all-reduce per step, so every rank
@@ -7,9 +7,9 @@ stops or saves at the same step (a rank that stopped alone would hang the others
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import socket
 import statistics
 import time
 from collections import deque
@@ -18,8 +18,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from cockpit.events import EventWriter
-from cockpit.rundir import RunDir, atomic_write_json
+from cockpit.rundir import RunDir
+from cockpit.telemetry import node as node_telemetry
 from cockpit.telemetry import rank_memory_stats
+from cockpit.telemetry.pressure import MemoryPressure
 
 
 def _dist():
@@ -45,6 +47,11 @@ class CockpitCallback(TrainerCallback):
         self.tokens_total = 0
         self.stop_reason: str | None = None
         self.nan_seen = False
+        self.node_rank = int(os.environ.get("GROUP_RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.host = socket.gethostname()
+        self.pressure = MemoryPressure(cfg.get("memory_alert_headroom", 0.08), cfg.get("memory_alert_swing", 0.25))
+        self.tracker = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -75,8 +82,50 @@ class CockpitCallback(TrainerCallback):
             stop, save = bool(t[0].item()), bool(t[1].item())
         return stop, save
 
+    def _gather_memory(self) -> dict[str, Any]:
+        """Every rank's allocator figures (``rank_memory_stats``, peak since the previous logging
+        step) and where it runs, gathered to every rank with one all_gather_object: ranks on other
+        nodes share no filesystem with rank 0. Rank -> figures (string keys, as in the event)."""
+        mine = rank_memory_stats(tracker=self.tracker, reset_peak=True)
+        mine.update(node_rank=self.node_rank, local_rank=self.local_rank, host=self.host)
+        if mine["source"] == "torch.cuda":  # the torch telemetry backend: the supervisor shows it without amdsmi/NVML
+            from cockpit.telemetry import torch_device_memory
+
+            mine["device"] = torch_device_memory()
+        dist = _dist()
+        if dist is None or self.world_size <= 1:
+            return {str(self.rank): mine}
+        everyone: list[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, (self.rank, mine))
+        return {str(r): m for r, m in sorted(e for e in everyone if e is not None)}
+
+    def _check_memory(self, args, step: int, mems: dict[str, Any]) -> None:
+        """Rank 0: the memory-pressure alert (once), from every rank's figures."""
+        import torch
+
+        alert = self.pressure.observe(
+            step, mems, args.per_device_train_batch_size, args.gradient_accumulation_steps,
+            rocm=getattr(torch.version, "hip", None) is not None,
+        )
+        if alert:
+            self.emit("alert", **alert)
+
+    def _start_tracker(self, model) -> None:
+        """cpu_memory_tracker: count live tensor bytes (``plan/measure.py``) as the CPU's allocator."""
+        import torch
+
+        if not self.cfg.get("cpu_memory_tracker") or torch.cuda.is_available() or model is None:
+            return
+        from cockpit.plan.measure import live_tensor_bytes
+
+        self.tracker = live_tensor_bytes()
+        self.tracker.__enter__()
+        self.tracker.track_existing(list(model.parameters()) + list(model.buffers()))
+        self.tracker.reset_peak()
+
     # -- Trainer hooks ----------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._start_tracker(model)
         self.last_t = time.time()
         self.last_step = state.global_step
         self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
@@ -92,6 +141,7 @@ class CockpitCallback(TrainerCallback):
             self.run.update_status(total_steps=state.max_steps, step=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
+        node_telemetry.note_step(state.global_step)
         stop, save = self._flags()
         if save:
             control.should_save = True
@@ -111,12 +161,7 @@ class CockpitCallback(TrainerCallback):
             if "eval_loss" in logs:
                 self.emit("eval", step=state.global_step, eval_loss=logs["eval_loss"])
             return control
-        # memory of this rank, for the step event (each rank writes its own small file)
-        mem = rank_memory_stats()
-        try:
-            atomic_write_json(self.run.logs_dir / f"rank{self.rank}.mem.json", mem)
-        except OSError:
-            pass
+        mems = self._gather_memory()
         loss = float(logs["loss"])
         now = time.time()
         tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
@@ -130,12 +175,6 @@ class CockpitCallback(TrainerCallback):
             self.first_loss = loss
         self.last_loss = loss
         if self.writer is not None:
-            mems = {}
-            for r in range(self.world_size):
-                try:
-                    mems[str(r)] = json.loads((self.run.logs_dir / f"rank{r}.mem.json").read_text())
-                except (OSError, ValueError):
-                    pass
             self.emit(
                 "step",
                 step=state.global_step,
@@ -150,6 +189,7 @@ class CockpitCallback(TrainerCallback):
                 mem=mems,
             )
             self.run.update_status(step=state.global_step, total_steps=state.max_steps, last_loss=loss)
+            self._check_memory(args, state.global_step, mems)
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
         bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)
@@ -178,6 +218,14 @@ class CockpitCallback(TrainerCallback):
             )
         if math.isfinite(loss):
             self.recent.append(loss)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.tracker is not None:
+            self.tracker.__exit__(None, None, None)
+            self.tracker = None
+        node_telemetry.note_train_end()
+        self.emit("train_end", step=state.global_step)  # the watchdog's load timeout again (save, probes)
         return control
 
     def on_save(self, args, state, control, **kwargs):

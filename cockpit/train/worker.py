@@ -275,6 +275,10 @@ def main(run_path: str) -> int:
         writer.close()
         writer = None
     cfg = load_run_config(run)
+    from cockpit.telemetry.torch_backend import start_node_telemetry
+
+    # every node's GPUs and heartbeat, through the rendezvous store (local rank 0 of each node)
+    start_node_telemetry(cfg, rank, local_rank, int(os.environ.get("GROUP_RANK", 0)), socket.gethostname(), EventWriter(run.events_path).emit if rank == 0 else None)
     t0 = time.time()
     try:
         return _train(run, cfg, rank, world_size, local_rank, writer, t0)

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from cockpit.ui.state import RunState, fmt_duration, hang_alert
+from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
 STATE_STYLE = {
     "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
@@ -49,7 +49,110 @@ def _mb(v: Any) -> str:
     return f"{v / 1024:.1f} GiB" if v >= 1024 else f"{v:.0f} MiB"
 
 
-def devices(state: RunState, width: int = 60) -> Text:
+LEVELS = " ▁▂▃▄▅▆▇█"
+
+
+def level(frac: float | None) -> Text:
+    """One cell for a fraction: a block of that height, coloured like :func:`bar`."""
+    if frac is None:
+        return Text("·", style="dim")
+    frac = max(0.0, min(1.0, frac))
+    style = "green" if frac < 0.8 else "yellow" if frac < 0.95 else "red"
+    return Text(LEVELS[max(1, round(frac * 8))], style=style)
+
+
+def _vram_frac(d: dict[str, Any]) -> float | None:
+    used, total = d.get("vram_used_mb"), d.get("vram_total_mb")
+    return float(used) / float(total) if used is not None and total else None
+
+
+def _node_summary(devs: list[dict[str, Any]]) -> str:
+    used = sum(float(d.get("vram_used_mb") or 0) for d in devs)
+    total = sum(float(d.get("vram_total_mb") or 0) for d in devs)
+    temps = [float(d["temp_c"]) for d in devs if d.get("temp_c") is not None]
+    power = [float(d["power_w"]) for d in devs if d.get("power_w") is not None]
+    out = f" {_mb(used)}/{_mb(total)}" if total else ""
+    if temps:
+        out += f" max {max(temps):.0f}°C"
+    if power:
+        out += f" {sum(power) / 1000:.1f} kW" if sum(power) >= 1000 else f" {sum(power):.0f} W"
+    return out
+
+
+def _gpu_cell(d: dict[str, Any], bar_width: int) -> Text:
+    t = Text(f"{d.get('index', '?'):>2} ")
+    t.append_text(bar(_vram_frac(d), bar_width))
+    t.append(f" {100 * (_vram_frac(d) or 0):3.0f}%" if _vram_frac(d) is not None else "    ?")
+    t.append(f" u{float(d['util_pct']):3.0f}%" if d.get("util_pct") is not None else "      ")
+    t.append(f" {float(d['temp_c']):3.0f}°" if d.get("temp_c") is not None else "     ")
+    return t
+
+
+def _node_mem(state: RunState, node: int) -> str:
+    """The node's ranks' allocator figures (the step event's mem): the highest peak, by rank."""
+    rows = [(int(r), m) for r, m in state.mem.items() if isinstance(m, dict) and int(m.get("node_rank") or 0) == node]
+    peaks = [(float(m["peak_mb"]), r, m) for r, m in rows if m.get("peak_mb") is not None]
+    if not peaks:
+        rss = [float(m["rss_mb"]) for _, m in rows if m.get("rss_mb") is not None]
+        return f"ranks {len(rows)}: RSS max {_mb(max(rss))}" if rss else ""
+    peak, rank, m = max(peaks)
+    cap = f" of {_mb(m.get('capacity_mb'))}" if m.get("capacity_mb") else ""
+    return f"ranks {len(rows)}: peak max {_mb(peak)}{cap} (r{rank}, {m.get('source') or '?'})"
+
+
+def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
+    """Several nodes: each node's GPUs under its name. As many lines as fit in ``max_lines``:
+    one per GPU (two columns when wide), else one line per node with a cell per GPU."""
+    t = Text()
+    t.append("Devices", style="bold underline")
+    nodes = sorted(state.nodes.items())
+    t.append(f"  {len(nodes)} nodes, {sum(len(e.get('devices') or []) for _, e in nodes)} GPUs", style="bold")
+    per_gpu_cols = 2 if width >= 76 else 1
+    detail = sum(1 + -(-len(e.get("devices") or []) // per_gpu_cols) for _, e in nodes) + len(nodes) + 1
+    detailed = detail <= max_lines
+    hang = hang_alert(state)
+    silent = set((hang or {}).get("silent_nodes") or [])
+    for node, ev in nodes:
+        devs = ev.get("devices") or []
+        host = str(ev.get("host") or "?")
+        t.append(f"\n{'node ' if width >= 50 else 'n'}{node} ", style="bold cyan")
+        t.append(host[: max(6, width // 5)], style="cyan")
+        t.append(f" {ev.get('backend') or '?'}", style="dim")
+        if node in silent:
+            t.append(" SILENT", style="bold red")
+        if not devs:
+            why = "; ".join(f"{k}: {v}" for k, v in (ev.get("unavailable") or {}).items() if not str(v).startswith("not tried"))
+            t.append(f"  no GPUs{': ' + why if why else ''}"[: max(10, width - len(host) - 16)], style="dim")
+        elif detailed:
+            t.append(_node_summary(devs), style="dim")
+            bw = 8 if per_gpu_cols == 2 else min(20, max(6, width - 30))
+            for i in range(0, len(devs), per_gpu_cols):
+                t.append("\n")
+                for j, d in enumerate(devs[i : i + per_gpu_cols]):
+                    t.append("  " if j == 0 else "   ")
+                    t.append_text(_gpu_cell(d, bw))
+        else:
+            t.append(" VRAM ")
+            for d in devs:
+                t.append_text(level(_vram_frac(d)))
+            utils = [d.get("util_pct") for d in devs]
+            if width >= 44 and any(u is not None for u in utils):
+                t.append(" util ")
+                for u in utils:
+                    t.append_text(level(float(u) / 100 if u is not None else None))
+            if width >= 70:
+                t.append(_node_summary(devs), style="dim")
+        mem = _node_mem(state, node)
+        if mem and (detailed or width >= 90):
+            t.append(f"\n  {mem}"[: width - 1], style="dim")
+    t.append("\n")
+    t.append_text(comm(state))
+    return t
+
+
+def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
+    if len(state.nodes) > 1 or any(n > 0 for n in state.nodes):
+        return node_devices(state, width, max_lines)
     t = Text()
     tel = state.telemetry or {}
     backend = tel.get("backend")
@@ -133,6 +236,11 @@ def alerts(state: RunState, limit: int = 3) -> Text:
             t.append(f"\n  → {r}", style="dim")
     if hang_alert(state) is not None:
         t.append("\n  r: stop and relaunch with these settings", style="bold yellow")
+    mem_alert = memory_alert(state)
+    if mem_alert is not None:
+        change = mem_alert.get("remedy_set") or mem_alert.get("remedy_env") or {}
+        what = ", ".join(f"{k.replace('per_device_train_batch_size', 'micro-batch').replace('gradient_accumulation_steps', 'accum')} {v}" for k, v in change.items())
+        t.append(f"\n  m: stop at a checkpoint, resume with {what}", style="bold yellow")
     if state.checkpoints:
         ck = state.checkpoints[-1]
         t.append(f"\ncheckpoint: step {ck.get('step')}", style="cyan")

@@ -58,7 +58,8 @@ class RunState:
     last_step_t: float | None = None
     tokens_seen: int | None = None
     mem: dict[str, Any] = field(default_factory=dict)
-    telemetry: dict[str, Any] | None = None
+    telemetry: dict[str, Any] | None = None  # the latest sample of node 0 (the supervisor's own node)
+    nodes: dict[int, dict[str, Any]] = field(default_factory=dict)  # node_rank -> its latest telemetry
     comm: dict[str, Any] | None = None
     alerts: deque = field(default_factory=lambda: deque(maxlen=100))
     checkpoints: deque = field(default_factory=lambda: deque(maxlen=20))
@@ -127,7 +128,10 @@ class RunState:
             self.train_step0 = int(ev.get("start_step") or 0)
             self.world_size = ev.get("world_size") or self.world_size
         elif kind == "telemetry":
-            self.telemetry = ev
+            node = int(ev.get("node_rank") or 0)
+            self.nodes[node] = ev
+            if node == 0:
+                self.telemetry = ev
         elif kind == "comm":
             self.comm = ev
         elif kind == "alert":
@@ -278,6 +282,26 @@ def hang_alert(state: RunState) -> dict[str, Any] | None:
         if a.get("code") == "hang":
             return a if int(a.get("last_step") or 0) >= state.step else None
     return None
+
+
+def memory_alert(state: RunState) -> dict[str, Any] | None:
+    """The latest ``memory_pressure`` alert while the run goes on and no later attempt began."""
+    if state.ended:
+        return None
+    for a in reversed(state.alerts):
+        if a.get("code") == "memory_pressure":
+            return a if as_float(a.get("t")) is None or state.train_t0 is None or as_float(a["t"]) >= state.train_t0 else None
+    return None
+
+
+def memory_remedy_args(alert: dict[str, Any]) -> list[str]:
+    """``cockpit resume --set`` items for the alert's remedy: the micro-batch change, else the
+    allocator setting (added to the config's env)."""
+    change = alert.get("remedy_set") or {}
+    if change:
+        return [f"{k}={v}" for k, v in change.items()]
+    env = alert.get("remedy_env") or {}
+    return ["env={" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}"] if env else []
 
 
 def remedy_env(alert: dict[str, Any]) -> dict[str, str]:

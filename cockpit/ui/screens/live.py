@@ -38,6 +38,7 @@ class LiveScreen(Screen):
         Binding("x", "stop", "Stop"),
         Binding("k", "kill", "Kill"),
         Binding("r", "relaunch", "Relaunch (hang)", show=False),  # the alerts pane says it, after a hang
+        Binding("m", "memory_remedy", "Memory remedy", show=False),  # the alerts pane says it, after a memory alert
         Binding("p", "plot", "Plot"),
         Binding("l", "logs", "Logs"),
         Binding("slash", "search", "Search"),
@@ -223,10 +224,13 @@ class LiveScreen(Screen):
                 self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
             devices = self.query_one("#devices", Static)
             width = devices.size.width or self.size.width // 2
-            key = (id(st.telemetry), id(st.comm), width, tuple(sorted(st.mem)) if not st.telemetry else None)
+            max_lines = (16 if self.size.height >= 40 else 9) - 1  # #live-mid's max-height (app.tcss), less the comm line
+            several = len(st.nodes) > 1
+            key = (id(st.telemetry), id(st.comm), width, tuple(sorted(st.mem)) if not st.telemetry else None,
+                   tuple(map(id, st.nodes.values())) if several else None, id(st.mem) if several else None, max_lines)
             if key != self._drawn_keys.get("devices"):
                 self._drawn_keys["devices"] = key
-                self._update("#devices", render.devices(st, width))
+                self._update("#devices", render.devices(st, width, max_lines))
             limit = 3 if self.size.height < 40 else 6
             key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints), tuple(st.probes),
                    id(st.failed), limit)
@@ -347,6 +351,50 @@ class LiveScreen(Screen):
             self.app.switch_screen(new)
         else:
             self.app.push_screen(new)
+
+    # -- stop at a checkpoint and resume with the memory alert's remedy ---------------------------------
+    def action_memory_remedy(self) -> None:
+        from rich.text import Text
+
+        from cockpit.ui.screens.modals import Decide
+        from cockpit.ui.state import memory_alert, memory_remedy_args
+
+        alert = memory_alert(self.state)
+        items = memory_remedy_args(alert) if alert else []
+        if not items:
+            self.notify("m applies a memory alert's remedy; there is none standing", severity="warning")
+            return
+        body = Text()
+        body.append(f"{alert.get('message')}\n\n", style="yellow")
+        body.append(f"Stop {self.run.run_id} at the next step boundary (a checkpoint is saved), then resume it from "
+                    "that checkpoint as a new attempt with:\n\n", style="bold")
+        for item in items:
+            body.append(f"  {item}\n", style="cyan")
+        body.append("\nThe same as: cockpit resume " + self.run.run_id + " --stop " + " ".join(f"--set '{i}'" for i in items), style="dim")
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.notify("stopping at a checkpoint, then resuming with the change …")
+                self._resume_with(items)
+
+        self.app.push_screen(Decide("Memory pressure: apply the remedy", body, "Stop and resume", "Cancel", danger=False), done)
+
+    @work(thread=True, exclusive=True, group="memory-remedy")
+    def _resume_with(self, items: list[str]) -> None:
+        from cockpit.ui import proc
+
+        args = ["resume", str(self.run.path), "--stop", "--detach", "--json"]
+        for item in items:
+            args += ["--set", item]
+        res = proc.run_cli(*args, timeout=900)
+        self.app.call_from_thread(self._resumed, res)
+
+    def _resumed(self, res) -> None:
+        if res.rc == 0 and isinstance(res.data, dict):
+            changes = ", ".join(f"{k}={v}" for k, v in (res.data.get("config_changes") or {}).items())
+            self.notify(f"attempt {res.data.get('attempt')} started from {res.data.get('checkpoint')} with {changes}", timeout=10)
+        else:
+            self.notify(f"resume failed (exit {res.rc}): {res.error_text[-600:]}", severity="error", timeout=15)
 
     def action_plot(self) -> None:
         from cockpit.ui.screens.modals import PlotView
