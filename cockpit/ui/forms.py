@@ -379,7 +379,7 @@ def data_report(data: Any) -> "Any":
 
 
 
-def _pair_table(pv: dict[str, Any], width: int = 36) -> "Any":
+def _pair_table(pv: dict[str, Any], width: int = 36) -> Any:
     """The first preference pair: its prompt, then the chosen and rejected answers side by side
     (two wrapped columns of ``width`` characters)."""
     import textwrap

@@ -26,7 +26,14 @@ from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 from cockpit.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail
-from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, fmt_num
+from cockpit.ui.state import (
+    METRIC_TITLES,
+    METRICS,
+    STAGE_METRICS,
+    STAGE_TITLES,
+    RunFollower,
+    fmt_num,
+)
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
 
