@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands that read a run config: they also take LLaMA-Factory's flag form (--key value ...).
+CONFIG_FLAG_COMMANDS = ("train", "check", "plan")
+
+
 class CockpitArgumentParser(argparse.ArgumentParser):
     """argparse exits 2 on bad usage, which is our 'invalid input' code; keep it."""
 
@@ -81,16 +85,51 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def command_index(argv: list[str]) -> int | None:
+    """Where the command name is in argv (after the global --runs-dir), or None."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--runs-dir":
+            i += 2
+        elif argv[i].startswith("--runs-dir="):
+            i += 1
+        else:
+            return i if argv[i] in COMMANDS else None
+    return None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line. For train/check/plan, LLaMA-Factory's config flags are taken out
+    first (``args.config_flags``); the command's own options and the YAML path go to argparse."""
+    from cockpit.errors import InputError
+
+    parser = build_parser(with_commands=not wants_ui(argv))
+    at = command_index(argv)
+    flags: list = []
+    if at is not None and argv[at] in CONFIG_FLAG_COMMANDS:
+        from cockpit.config.flags import own_options, split_config_flags
+
+        own = argparse.ArgumentParser(add_help=True)
+        importlib.import_module(COMMANDS[argv[at]][0]).add_arguments(own)
+        try:
+            tail, flags = split_config_flags(argv[at + 1 :], own_options(own))
+        except InputError as err:
+            parser.exit(2, f"cockpit {argv[at]}: invalid input:\n" + "".join(f"  {p}\n" for p in err.problems))
+        argv = [*argv[: at + 1], *tail]
+    args = parser.parse_args(argv)
+    args.config_flags = flags
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_libraries()
-    parser = build_parser(with_commands=not wants_ui(argv))
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     if not args.command:
         try:
             mod = importlib.import_module("cockpit.ui.app")
         except ModuleNotFoundError:
-            parser.print_help()
+            build_parser(with_commands=False).print_help()
             return 0
         return int(mod.run_app(args) or 0)
     mod = importlib.import_module(args._module)

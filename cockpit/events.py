@@ -11,7 +11,8 @@ Kinds and their fields (units in the field names or stated here):
 
 - ``run_started``: run_id, attempt, model, dataset, method, world_size, nproc_per_node, nnodes,
   total_steps (may be null until the ranks know it), output_dir, supervisor_pid
-- ``state``: state (starting|running|stopping|finished|failed|stopped), reason
+- ``state``: state (queued|starting|running|stopping|finished|failed|stopped|cancelled), reason;
+  queued and cancelled: Slurm runs (``cockpit.slurm``), the queued event also has slurm_job_id
 - ``rank_started``: rank, local_rank, pid, node_rank, host
 - ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
 - ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)

@@ -61,6 +61,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         return f"finished: {ev.get('steps')} steps in {fmt_duration(ev.get('runtime_s'))}, loss {ev.get('first_loss')} -> {ev.get('last_loss')}"
     if kind == "run_stopped":
         return f"stopped at step {ev.get('step')}: {ev.get('reason')}"
+    if kind == "state" and ev.get("state") in ("queued", "cancelled"):  # a Slurm run waits / the scheduler ended it
+        return f"{ev['state']}: {ev.get('reason')}" + (" (attach follows the run once the job starts)" if ev["state"] == "queued" else "")
     if kind == "run_failed":
         lines = [f"FAILED: {ev.get('reason')}"]
         lines += [f"  | {ln}" for ln in ev.get("log_tail") or []]
@@ -125,7 +127,9 @@ class Follower:
         return events
 
     def ended(self) -> str | None:
-        state = self.run.read_status().get("state")
+        from cockpit.slurm.queue import effective_status
+
+        state = effective_status(self.run).get("state")  # a Slurm job the scheduler ended counts
         return state if state in TERMINAL_STATES else None
 
     def follow(self, poll_s: float = 0.5) -> str:

@@ -56,7 +56,7 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
     if out and has_checkpoints(Path(out)) and not cfg.get("overwrite_output_dir") and not cfg.get("resume_from_checkpoint"):
         problems.append(Problem(f"{out} already holds checkpoints; set overwrite_output_dir: true or choose another folder", key="output_dir"))
     if cfg.get("probes"):
-        from cockpit.train.probes import load_probes
+        from cockpit.data.probes import load_probes
 
         try:
             load_probes(cfg["probes"])
@@ -105,6 +105,8 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
 
     warnings = static_checks(cfg)
     loaded = collect_samples(cfg)  # every bad row, before any model is loaded
+    if cfg.get("eval_dataset"):  # the eval data's bad rows too (key: eval_dataset)
+        collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
     if with_devices:
         warnings += device_checks(cfg)
     ref = resolve_model(cfg["model_name_or_path"], log=log)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TERMINAL_STATES = frozenset({"finished", "failed", "stopped"})
+TERMINAL_STATES = frozenset({"finished", "failed", "stopped", "cancelled"})  # cancelled: by the scheduler (cockpit.slurm)
 
 
 def default_runs_dir() -> Path:

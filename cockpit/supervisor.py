@@ -132,7 +132,7 @@ class Supervisor:
         self.watchdog = node_watchdog(self.cfg, time.time())
         self.torch_devices: list[dict[str, Any]] = []  # this node's devices as its ranks' torch reported them
         self.node_rank = int(self.cfg.get("node_rank") or 0)  # until the ranks say their group rank
-        self.sampler = None
+        self.sampler: Any = None  # a cockpit.telemetry.Sampler once started (imported then)
         self.comm = None
         self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
         self.comm_parsers: dict[int, Any] = {}

@@ -12,13 +12,20 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# System tools the tests use (numactl for NUMA binding, tmux for the survive-the-terminal test).
+# System tools the tests use (numactl for NUMA binding, tmux for the survive-the-terminal test,
+# slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
 missing=()
 for tool in numactl tmux; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "[bootstrap] apt-get install ${missing[*]}"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null 2>&1 \
-    || echo "[bootstrap] could not install ${missing[*]}; the tests that need them will skip"
+command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1 || missing+=(munge)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[bootstrap] apt-get install ${missing[*]}"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null 2>&1 \
+      || echo "[bootstrap] could not install ${missing[*]} with apt-get; the tests that need them will skip"
+  else
+    echo "[bootstrap] not installing ${missing[*]} (needs root and apt-get); the tests that need them will skip"
+  fi
 fi
 stamp="$venv/.cockpit-installed"
 want="$(cat pyproject.toml scripts/constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"

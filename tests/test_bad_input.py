@@ -24,7 +24,7 @@ def _jsonl(rows) -> str:
 # name -> (files {relative path: text or bytes}, argv (with {d} for the temp dir), expected substrings)
 CASES: dict[str, tuple[dict, list[str], list[str]]] = {
     "unknown_key": ({"c.yaml": "dataset: d.jsonl\nlearning_rat: 0.1\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: learning_rat: unknown key (did you mean 'learning_rate'?)"]),
-    "unsupported_lf_key": ({"c.yaml": "dataset: d.jsonl\nflash_attn: fa2\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: flash_attn", "not support yet"]),
+    "unsupported_lf_key": ({"c.yaml": "dataset: d.jsonl\nuse_galore: true\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: use_galore", "Cockpit refuses: GaLore needs the galore-torch package"]),
     "wrong_type_int": ({"c.yaml": "dataset: d.jsonl\nlora_rank: eight\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: lora_rank: must be int"]),
     "wrong_type_bool": ({"c.yaml": "dataset: d.jsonl\nbf16: 2\n"}, ["check", "{d}/c.yaml"], [":2: bf16: must be true | false"]),
     "lr_negative": ({"c.yaml": "dataset: d.jsonl\nlearning_rate: -0.1\n"}, ["check", "{d}/c.yaml"], [":2: learning_rate: must be float > 0"]),
@@ -74,7 +74,7 @@ CASES: dict[str, tuple[dict, list[str], list[str]]] = {
     "set_unknown_key": ({"c.yaml": "dataset: d.jsonl\n"}, ["check", "{d}/c.yaml", "--set", "lora_rnk=4"], ["--set: lora_rnk: unknown key"]),
     "set_bad_value": ({"c.yaml": "dataset: d.jsonl\n"}, ["check", "{d}/c.yaml", "--set", "per_device_train_batch_size=0"], ["--set: per_device_train_batch_size: must be int >= 1"]),
     "unknown_subcommand": ({}, ["trian", "x.yaml"], ["invalid choice: 'trian'"]),
-    "train_missing_config_arg": ({}, ["train"], ["the following arguments are required: config"]),
+    "train_missing_config_arg": ({}, ["train"], ["give a YAML config, or the config as flags"]),
     "attach_unknown_run": ({}, ["attach", "nope", "--runs-dir", "{d}/runs"], ["no run 'nope'"]),
     "model_folder_without_config": ({"c.yaml": "dataset: d.jsonl\nmodel_name_or_path: m\n", "m/readme.txt": "x"}, ["check", "{d}/c.yaml", "--no-devices"], ["model_name_or_path:", "has no config.json"]),
 }

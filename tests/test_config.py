@@ -80,8 +80,8 @@ def test_unknown_key_did_you_mean_with_line(tmp_path):
 
 
 def test_llamafactory_unsupported_key_is_an_error(tmp_path):
-    msg = errors(write(tmp_path, "dataset: x\nuse_dora: true\n"))
-    assert "use_dora" in msg and "not support yet" in msg
+    msg = errors(write(tmp_path, "dataset: x\nshift_attn: true\n"))
+    assert ":2: shift_attn: a LLaMA-Factory key that Cockpit refuses: LongLoRA" in msg
 
 
 def test_type_and_range_errors_name_key_and_allowed_values(tmp_path):

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
@@ -18,6 +19,7 @@ def only_run(runs: Path) -> Path:
     return dirs[0]
 
 
+@pytest.mark.slow
 def test_train_through_cli_writes_the_run_dir_contract(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
     cfg = tiny_config(tmp_path, tiny_model_dir)
@@ -71,6 +73,7 @@ def test_bad_input_exit_2_no_traceback(tmp_path, tiny_model_dir):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_detached_run_stops_gracefully_and_leaves_no_process(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=100000, save_steps=100000, probes=None, logging_steps=1)

@@ -81,6 +81,7 @@ def _adapter_on_base(run: Path, model_dir: Path):
     return model, AutoTokenizer.from_pretrained(str(run / "adapter"))
 
 
+@pytest.mark.slow
 def test_merge_reload_generate_equals_adapter_on_base(tiny_run, tiny_model_dir, tmp_path):
     import torch
     from peft import PeftModel
@@ -119,6 +120,7 @@ def _worker(run: Path, *extra: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_chat_worker_streams_both_sides(tiny_run, tiny_model_dir):
     proc = _worker(tiny_run, "--max-new-tokens", "10")
     try:
@@ -153,6 +155,7 @@ def test_chat_worker_streams_both_sides(tiny_run, tiny_model_dir):
             proc.kill()
 
 
+@pytest.mark.slow
 def test_chat_cli_local_json(tiny_run):
     res = cockpit("chat", tiny_run.name, "--runs-dir", str(tiny_run.parent), "--prompt", "Hi there", "--max-new-tokens", "5", "--json")
     assert res.returncode == 0, res.stderr

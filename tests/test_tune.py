@@ -60,6 +60,7 @@ def cap_between(peaks: dict[int, float]) -> float:
     return (lo + hi) / 2
 
 
+@pytest.mark.slow
 def test_cap_fits_two_not_four_oom_caught_in_process(tmp_path, tiny_model_dir, peaks):
     cfg = write_config(tmp_path, tiny_model_dir)
     cap = cap_between(peaks)
@@ -96,6 +97,7 @@ def test_cap_fits_two_not_four_oom_caught_in_process(tmp_path, tiny_model_dir, p
     assert "per_device_train_batch_size: 1 " in cfg.read_text()  # the input is untouched
 
 
+@pytest.mark.slow
 def test_nothing_fits_exit_1_names_the_smallest_and_what_to_try(tmp_path, tiny_model_dir, peaks, capsys):
     cfg = write_config(tmp_path, tiny_model_dir)
     cap = peaks[2] * 0.25  # micro-batch 1 needs about half of 2's peak

@@ -119,7 +119,7 @@ async def _main_path(runs: Path, expected: dict) -> dict:
             await pilot.pause(0.1)
         assert not pid_alive(pid), f"chat worker {pid} still alive after leaving the screen"
         await app.workers.wait_for_complete()
-    bad = [m for m in ("torch", "transformers", "peft") if m in sys.modules]
+    bad = [m for m in ("torch", "transformers", "peft", "cockpit.train") if m in sys.modules]
     assert not bad, f"the UI process imported {bad}"
     return timings
 

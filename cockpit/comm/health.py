@@ -70,7 +70,7 @@ def backend_info() -> dict[str, Any]:
         try:
             version = torch.cuda.nccl.version()
             info["version"] = ".".join(str(p) for p in version) if isinstance(version, tuple) else str(version)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the NCCL version is informational; any torch build may lack it
             info["version"] = None
     else:
         info["library"] = backend

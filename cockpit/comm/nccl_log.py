@@ -97,13 +97,14 @@ _ERROR_WORDS = re.compile(
 
 # (pattern, where, {key: group}, extra): a match stores the groups (digits as int) into
 # self.network / self.channels / the plugin dict, plus the fixed ``extra`` items.
-_FIELD_RULES_INFO = (
+_FieldRule = tuple[re.Pattern[str], str, dict[str, str], dict[str, Any]]
+_FIELD_RULES_INFO: tuple[_FieldRule, ...] = (
     (_USING_NETWORK, "network", {"name": "net"}, {}),
     (_BOOTSTRAP, "network", {"bootstrap_if": "ifc"}, {}),
     (_RING_ORDER, "channels", {"count": "n"}, {}),
     (_COUNTS, "channels", {"coll": "coll", "p2p": "p2p"}, {}),
 )
-_FIELD_RULES_PLUGIN = (
+_FIELD_RULES_PLUGIN: tuple[_FieldRule, ...] = (
     (_PLUGIN_NAME, "plugin", {"requested": "name"}, {}),
     (_PLUGIN_PATH, "plugin", {"path": "path"}, {"loaded": True}),
     (_P2P_PLUGIN, "plugin", {"name": "name"}, {"loaded": True}),
@@ -421,7 +422,7 @@ class NcclLogParser:
             "version": dict(self.version),
             "network": {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.network.items()},
             "channels": channels,
-            "links": sorted(links, key=lambda l: (l["src"], l["dst"], l["transport"])),
+            "links": sorted(links, key=lambda link: (link["src"], link["dst"], link["transport"])),
             "timeouts": list(self.timeouts),
             "errors": list(self.errors),
             "warnings": list(self.warnings),

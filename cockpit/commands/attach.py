@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_runs_dir, find_run, print_input_error
+from cockpit.commands.common import EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.errors import InputError
 
 

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from cockpit.commands.common import EXIT_FAILED, EXIT_INPUT, EXIT_OK, add_runs_dir, find_run, print_input_error
+from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.errors import InputError
 
 
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.serve.artifacts import load_run, load_run_probes
     from cockpit.serve.compare import LocalBackend, collect, side_by_side
     from cockpit.serve.vllm import VLLMError
-    from cockpit.train.probes import passes
+    from cockpit.data.probes import passes
 
     try:
         art = load_run(find_run(args))
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             msgs = [{"role": "user", "content": item["prompt"]}]
             state = {"side": None}
 
-            def show(ev):
+            def show(ev, state=state):
                 if args.json:
                     return
                 side = ev.get("side")

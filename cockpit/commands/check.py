@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from cockpit.commands.common import EXIT_OK, add_config_args, load_config_or_exit, print_input_error
+from cockpit.commands.common import EXIT_OK, add_config_args, label_flag_problems, load_config_or_exit, print_input_error
 from cockpit.errors import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_args(p)
+    add_config_args(p, flag_form=True)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-devices", action="store_true", help="skip the checks against this machine's devices")
 
@@ -22,15 +22,16 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config_or_exit(args)
         result = check_run(cfg, log=(lambda *_: None) if args.json else print, with_devices=not args.no_devices)
     except InputError as err:
+        label_flag_problems(err, args)
         if args.json:
             print(json.dumps({"ok": False, "problems": [str(p) for p in err.problems]}, ensure_ascii=False))
-        return print_input_error(err)
+        return print_input_error(err, args)
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False))
         return EXIT_OK
-    print(f"config: {args.config} OK")
+    print(f"config: {args.config or 'command-line flags'} OK")
     print(f"model: {result.model_path}")
-    print(f"datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
+    print("datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
     for line in result.report.lines():
         print(line)
     for p in result.bad_rows:

@@ -58,7 +58,11 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="run config (YAML, LLaMA-Factory key names)")
+    from cockpit.commands.common import CONFIG_FLAGS_EPILOG
+
+    parser.add_argument("config", nargs="?", default=None,
+                        help="run config (YAML, LLaMA-Factory key names); optional with --key value flags")
+    parser.epilog = CONFIG_FLAGS_EPILOG
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key (repeatable), e.g. --set cutoff_len=4096")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
@@ -114,7 +118,15 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.errors import InputError, Problem
 
     try:
-        cfg = read_config(args.config)
+        from cockpit.config.flags import typed_values
+        from cockpit.config.schema import ALIASES
+
+        flags = getattr(args, "config_flags", None) or []
+        if args.config is None and not flags:
+            raise InputError(Problem("give a YAML config, or the config as flags (--model_name_or_path M ...)"))
+        cfg = read_config(args.config) if args.config else {}
+        cfg = {ALIASES.get(k, k): v for k, v in cfg.items()}
+        cfg.update(typed_values(flags))
         cfg.update(parse_sets(args.set))
         if args.gpus is not None and args.gpus < 1:
             raise InputError(Problem("must be at least 1", key="--gpus"))
@@ -123,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         from cockpit.plan import plan
 
         result = plan(cfg, gpus=args.gpus, gpu_memory_gb=args.gpu_memory,
-                      base_dir=os.path.dirname(os.path.abspath(args.config)))
+                      base_dir=os.path.dirname(os.path.abspath(args.config)) if args.config else os.getcwd())
     except InputError as e:
         print(f"cockpit plan: {e}", file=sys.stderr)
         return 2

@@ -50,7 +50,9 @@ def build(args: argparse.Namespace, cfg: dict) -> dict:
         out["nodes"] = node_commands(args.config, args.overrides, cfg)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
     if args.sbatch:
-        Path(args.sbatch).write_text(sbatch_script(args.config, args.overrides, cfg, job_name=f"cockpit-{Path(args.config).stem}"))
+        from cockpit.slurm.script import cluster_has_gpus
+
+        Path(args.sbatch).write_text(sbatch_script(args.config, args.overrides, cfg, job_name=f"cockpit-{Path(args.config).stem}", has_gpus=cluster_has_gpus()))
         out["sbatch"] = str(args.sbatch)
     if args.hostfile:
         Path(args.hostfile).write_text(hostfile(cfg, hosts))

@@ -10,8 +10,8 @@ from cockpit.commands.common import EXIT_OK, add_runs_dir, runs_dir
 from cockpit.rundir import list_runs
 
 
-def run_row(run) -> dict:
-    st = run.read_status()
+def run_row(run, status: dict | None = None) -> dict:
+    st = status if status is not None else run.read_status()
     started = st.get("started")
     ended = st.get("ended")
     dur = (ended or time.time()) - started if started else None
@@ -24,6 +24,7 @@ def run_row(run) -> dict:
         "duration_s": round(dur, 1) if dur is not None else None,
         "started": started,
         "reason": st.get("reason"),
+        "scheduler": st.get("scheduler"),  # Slurm runs: the job's state (reason) in squeue/sacct
         "run_dir": str(run.path),
     }
 
@@ -36,7 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cockpit.follow import fmt_duration
 
-    rows = [run_row(r) for r in list_runs(runs_dir(args))]
+    from cockpit.slurm.queue import effective_statuses
+
+    runs = list_runs(runs_dir(args))
+    statuses = effective_statuses(runs)  # Slurm runs: queued / ended by the scheduler
+    rows = [run_row(r, statuses[r.run_id]) for r in runs]
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
@@ -49,4 +54,6 @@ def run(args: argparse.Namespace) -> int:
         loss = f"{r['last_loss']:.4f}" if isinstance(r["last_loss"], (int, float)) else "-"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "-"
         print(f"{r['run_id']:44} {r['state'] or '?':9} {step:>11} {loss:>8} {fmt_duration(r['duration_s']):>8}  {started}")
+        if r["state"] in ("queued", "cancelled") and r["reason"]:
+            print(f"{'':44} {r['reason']}")
     return EXIT_OK

@@ -22,10 +22,15 @@ def run(args: argparse.Namespace) -> int:
         run_dir = find_run(args)
     except InputError as err:
         return print_input_error(err)
-    state = run_dir.read_status().get("state")
+    from cockpit.slurm.queue import effective_status, job_id
+
+    status = effective_status(run_dir, fresh=True)
+    state = status.get("state")
     if state in TERMINAL_STATES:
         print(f"run {run_dir.run_id} already {state}")
         return EXIT_OK
+    if job_id(status):
+        return stop_slurm(run_dir, status, args)
     run_dir.request("kill" if args.kill else "stop", "cockpit stop")
     print(f"{'kill' if args.kill else 'stop'} requested for {run_dir.run_id}")
     deadline = time.time() + args.wait
@@ -35,4 +40,33 @@ def run(args: argparse.Namespace) -> int:
             print(f"run {run_dir.run_id}: {state}")
             return EXIT_OK
         time.sleep(0.2)
+    return EXIT_OK if not args.wait else EXIT_FAILED
+
+
+def stop_slurm(run_dir, status: dict, args: argparse.Namespace) -> int:
+    """A Slurm run: a job still in the queue (or --kill) is cancelled with scancel; a running one
+    is asked to save and stop like any run, and cancelled when it has not ended after --wait S."""
+    from cockpit.slurm.queue import cancel, effective_status, job_id
+
+    job = job_id(status)
+    if args.kill or status.get("state") in ("queued", "submitting"):
+        why = "cockpit stop --kill" if args.kill else "cockpit stop before the job started"
+        ok, said = cancel(run_dir, job, why)
+        print(f"scancel {job} ({why})" + (f": {said}" if said else "") if ok else f"scancel {job} failed: {said}")
+        if not ok:
+            return EXIT_FAILED
+    else:
+        run_dir.request("stop", "cockpit stop")
+        print(f"stop requested for {run_dir.run_id} (Slurm job {job}): the ranks save a checkpoint and exit")
+    deadline = time.time() + args.wait
+    while time.time() < deadline:
+        state = effective_status(run_dir).get("state")
+        if state in TERMINAL_STATES:
+            print(f"run {run_dir.run_id}: {state}")
+            return EXIT_OK
+        time.sleep(0.5)
+    if args.wait and not args.kill:
+        ok, said = cancel(run_dir, job, f"cockpit stop: not ended within {args.wait:g} s")
+        print(f"the run did not stop within {args.wait:g} s: scancel {job}" + (f" ({said})" if said else ""))
+        return EXIT_FAILED
     return EXIT_OK if not args.wait else EXIT_FAILED

@@ -16,11 +16,18 @@ from cockpit.errors import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_args(p)
+    add_config_args(p, flag_form=True)
     add_runs_dir(p)
     p.add_argument("--detach", action="store_true", help="start the run and return (print the run dir)")
     p.add_argument("--json", action="store_true", help="with --detach: print {run_id, run_dir} as JSON")
     p.add_argument("--skip-check", action="store_true", help="do not load the tokenizer and data before launch")
+    add_slurm_arguments(p)
+
+
+def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
+    from cockpit.slurm.command import add_arguments
+
+    add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.json
     try:
-        cfg = load_config_or_exit(args)
+        cfg = load_config_or_exit(slurm_args(args))
         if not args.skip_check:
             from cockpit.preflight import check_run
 
@@ -43,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
             static_checks(cfg)
     except InputError as err:
-        return print_input_error(err)
+        return print_input_error(err, args)
+    if getattr(args, "slurm", False):
+        from cockpit.slurm.command import submit
+
+        return submit(args, cfg, runs_dir(args))
     run = start_run(cfg, config_path=args.config, runs_dir=runs_dir(args))
     if args.detach:
         if args.json:
@@ -52,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"run {run.run_id} started (detached)\nrun dir: {run.path}\nfollow it: cockpit attach {run.run_id}")
         return EXIT_OK
     return follow_interactively(run)
+
+
+def slurm_args(args: argparse.Namespace) -> argparse.Namespace:
+    """--slurm --nodes N: the config's nnodes (cockpit.slurm.command)."""
+    from cockpit.slurm.command import overrides
+
+    extra = overrides(args)
+    return argparse.Namespace(**{**vars(args), "overrides": [*args.overrides, *extra]}) if extra else args
 
 
 def follow_interactively(run) -> int:

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"ok": False, "out": None, "problems": [str(p) for p in err.problems],
                               "message": str(err)}, ensure_ascii=False))
         return print_input_error(err)
-    except Exception as exc:  # a trial failed for another reason than memory
+    except Exception as exc:  # noqa: BLE001 - a trial failed for another reason than memory
         import traceback
 
         traceback.print_exc()

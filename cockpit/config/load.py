@@ -8,7 +8,6 @@ No torch / transformers imports here.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import os
 import re
 from pathlib import Path
@@ -16,30 +15,17 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from cockpit.config.parity import parity_problems
+from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.config.stages import stage_problems
-from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.errors import InputError, Problem
+from cockpit.redact import REDACTED, SECRET_PATTERNS, is_secret_name, redact_env  # noqa: F401 (re-exported)
 
 DEMO_PREFIX = "@demo"
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 
 # Keys whose values are paths that must exist (resolved to absolute paths).
 _INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes", "ref_model_adapters")
-
-SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
-REDACTED = "***redacted***"
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
-
-
-def redact_env(env: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if env is None:
-        return None
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
-
 
 # -- YAML with line numbers ------------------------------------------------------------------
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -170,6 +156,14 @@ def coerce(key: Key, value: Any) -> Any:
                 raise ValueError(f"{k}: must be a string or number")
             out[k] = str(v).lower() if isinstance(v, bool) else str(v)
         value = out
+    elif t == "dict":
+        if isinstance(value, str):  # a flag or --set value: YAML / JSON text
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass
+        if not isinstance(value, dict):
+            raise ValueError(f"must be a mapping, got {type(value).__name__} {value!r}")
     if key.choices is not None:
         if isinstance(value, str):
             match = [c for c in key.choices if str(c).lower() == value.strip().lower()]
@@ -204,7 +198,10 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
 
 def _unknown_key_problem(key: str, file: str | None, line: int | None) -> Problem:
     if key in LLAMAFACTORY_UNSUPPORTED:
-        return Problem("a LLaMA-Factory key that Cockpit does not support yet; remove it", file=file, line=line, key=key)
+        from cockpit.config.parity import refusal_reason
+
+        why = refusal_reason(key) or "not supported yet"
+        return Problem(f"a LLaMA-Factory key that Cockpit refuses: {why}; remove it", file=file, line=line, key=key)
     close = difflib.get_close_matches(key, list(SCHEMA), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return Problem(f"unknown key{hint}", file=file, line=line, key=key)
@@ -241,6 +238,8 @@ def validate(
     def where(key: str) -> dict[str, Any]:
         return {"file": file, "line": lines.get(key), "key": key}
 
+    notes: list[str] = []
+    raw = _resolve_aliases(raw, problems, where, notes)
     for key, value in raw.items():
         spec = SCHEMA.get(key)
         if spec is None:
@@ -279,6 +278,7 @@ def validate(
             problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
     problems.extend(_strategy_problems(raw, cfg, where, problems))
     problems.extend(stage_problems(cfg, where))
+    problems.extend(parity_problems(raw, cfg, where))
 
     # -- paths: read as given, resolved against the working dir then the config's dir --------
     bases = [Path.cwd()]
@@ -316,11 +316,28 @@ def validate(
             else:
                 cfg["resume_from_checkpoint"] = str(found)
     cfg["_base_dir"] = str(bases[-1])
+    cfg["_notes"] = notes
     if check_paths and not problems and (cfg.get("deepspeed") or cfg.get("zero_stage")):
         problems.extend(_deepspeed_problems(cfg, full=False))
     if problems:
         raise InputError(problems)
     return cfg
+
+
+def _resolve_aliases(raw: Mapping[str, Any], problems: list[Problem], where: Any, notes: list[str]) -> dict[str, Any]:
+    """``lora_target_modules`` -> ``lora_target`` (one note each); both spellings given is a problem."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        target = ALIASES.get(key)
+        if target is None:
+            out.setdefault(key, value)
+            continue
+        if target in raw:
+            problems.append(Problem(f"is another spelling of {target}, which is set too; keep one", **where(key)))
+            continue
+        notes.append(f"{key} is read as {target} (the spelling LLaMA-Factory guides use for it)")
+        out[target] = value
+    return out
 
 
 def _strategy_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, problems: list[Problem]) -> list[Problem]:
@@ -376,19 +393,26 @@ def load_config(
     overrides: Mapping[str, Any] | Iterable[str] | None = None,
     *,
     check_paths: bool = True,
+    flags: Iterable[Any] = (),
 ) -> dict[str, Any]:
-    """Read a YAML config, apply ``--set`` overrides, validate; returns the resolved config."""
+    """Read a YAML config, apply LLaMA-Factory-style ``flags`` (:mod:`cockpit.config.flags`), then
+    ``--set`` overrides, validate; returns the resolved config. Problems from a flag name the flag."""
+    from cockpit.config.flags import flags_to_overrides, name_flags
+
+    flags = list(flags)
     raw: dict[str, Any] = {}
     lines: dict[str, int] = {}
     base_dir = None
     if path is not None:
         raw, lines = read_yaml(path)
         base_dir = Path(path).resolve().parent
-    if overrides:
-        ov = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
-        for key, value in ov.items():
-            raw[key] = value
-            lines[key] = None  # type: ignore[assignment]
+    flag_values, _ = flags_to_overrides(flags)
+    ov = {} if not overrides else dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    for key, value in [*flag_values.items(), *ov.items()]:
+        for other in [k for k in raw if k != key and ALIASES.get(k, k) == ALIASES.get(key, key)]:
+            del raw[other]  # a flag or --set overrides the YAML's key under either spelling
+        raw[key] = value
+        lines[key] = None  # type: ignore[assignment]
     file = str(path) if path is not None else None
     try:
         cfg = validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
@@ -399,8 +423,9 @@ def load_config(
         return cfg
     except InputError as err:
         for p in err.problems:  # overrides: say so instead of a line number
-            if p.key and p.line is None and overrides and p.key in (overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)):
+            if p.key and p.line is None and p.key in ov:
                 p.file = "--set"
+        name_flags(err.problems, flags, skip=ov)
         raise InputError(err.problems) from None
 
 

@@ -27,10 +27,22 @@ SCHEDULERS = (
 )
 
 
+# transformers.training_args.OptimizerNames values (pinned by tests/test_lf_parity.py against the real enum).
+OPTIMIZERS = (
+    "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adafactor", "adamw_anyprecision",
+    "adamw_torch_4bit", "adamw_torch_8bit", "ademamix", "sgd", "adagrad", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit",
+    "lion_8bit", "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
+    "paged_lion_32bit", "paged_lion_8bit", "rmsprop", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit",
+    "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
+    "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw", "schedule_free_radam", "schedule_free_adamw",
+    "schedule_free_sgd", "apollo_adamw", "apollo_adamw_layerwise", "stable_adamw",
+)
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
-    type: str  # str | int | float | bool | map | choice | int_or_auto
+    type: str  # str | int | float | bool | map (env: NAME -> str) | dict (any YAML mapping) | choice | int_or_auto
     default: Any = None
     help: str = ""
     group: str = "training"
@@ -80,8 +92,8 @@ KEYS: tuple[Key, ...] = (
     _k("cutoff_len", "int", 1024, "max tokens per sample; longer samples are truncated", "dataset", min=8, max=1_048_576, nullable=False),
     _k("max_samples", "int", None, "use at most N samples per dataset", "dataset", min=1),
     _k("val_size", "float", 0.0, "fraction (<1) or count (>=1) held out for eval", "dataset", min=0.0, nullable=False),
-    _k("overwrite_cache", "bool", False, "accepted for compatibility (no tokenized cache is kept)", "dataset", nullable=False),
-    _k("preprocessing_num_workers", "int", None, "accepted for compatibility (tokenization is in-process)", "dataset", min=1),
+    _k("overwrite_cache", "bool", False, "no tokenised cache is ever kept: every run tokenises its data afresh (true's meaning; false has no cache to reuse)", "dataset", nullable=False),
+    _k("preprocessing_num_workers", "int", None, "processes that tokenise the data (default: one)", "dataset", min=1, max=1024),
     _k("dataloader_num_workers", "int", 0, "DataLoader workers", "dataset", min=0, max=256, nullable=False),
     _k("allow_bad_rows", "bool", False, "skip bad dataset rows (each still reported) instead of failing", "dataset", nullable=False, llamafactory=False),
     # -- output --------------------------------------------------------------------------
@@ -124,6 +136,7 @@ KEYS: tuple[Key, ...] = (
     _k("env", "map", None, "environment variables applied to every rank", "strategy", llamafactory=False),
     _k("zero_stage", "choice", None, "generate a DeepSpeed ZeRO config (2 | 3; written to the run dir as ds_config.json)", "strategy", choices=(2, 3), llamafactory=False),
     _k("offload", "choice", "none", "DeepSpeed offload to the CPU: none | optimizer | optimizer+params (params: ZeRO-3)", "strategy", choices=("none", "optimizer", "optimizer+params"), nullable=False, llamafactory=False),
+    _k("slurm_gres", "str", None, "Slurm: the cluster's GPU GRES name, e.g. 'gpu:mi300x' (--gres=NAME:N per node; unset: --gpus-per-node=N)", "strategy", llamafactory=False),
     _k("numa_bind", "str", "auto", "bind each local rank's CPUs and memory: auto (its GPU's NUMA node) | off | a map like '0:0,1:0,2:1'", "strategy", nullable=False, llamafactory=False),
     # -- watching --------------------------------------------------------------------------
     _k("probes", "str", None, "a JSON/JSONL file of {prompt, expect} checked before and after training", "watch", llamafactory=False),
@@ -138,9 +151,44 @@ KEYS: tuple[Key, ...] = (
     _k("memory_alert_headroom", "float", 0.08, "memory-pressure alert when a rank's peak or reserved memory comes within this fraction of its device capacity (0: off)", "watch", min=0.0, max=0.9, nullable=False, llamafactory=False),
     _k("memory_alert_swing", "float", 0.25, "memory-pressure alert when a rank's per-step peak changes by more than this fraction between logging steps (0: off)", "watch", min=0.0, nullable=False, llamafactory=False),
     _k("cpu_memory_tracker", "bool", False, "on the CPU, report live tensor bytes (plan/measure.py's tracker) as each rank's allocator figures; costs time per op", "watch", nullable=False, llamafactory=False),
+    # -- LLaMA-Factory parity (issue 18): LoRA variants, optimizer, evaluation, model options ----
+    _k("use_dora", "bool", False, "DoRA: weight-decomposed LoRA (PEFT use_dora)", "method", nullable=False),
+    _k("use_rslora", "bool", False, "rank-stabilised LoRA: scale alpha/sqrt(r) (PEFT use_rslora)", "method", nullable=False),
+    _k("pissa_init", "bool", False, "PiSSA: initialise the adapter from the principal singular vectors (PEFT init_lora_weights)", "method", nullable=False),
+    _k("pissa_iter", "int", 16, "PiSSA fast-SVD iterations (-1: full SVD)", "method", min=-1, nullable=False),
+    _k("loraplus_lr_ratio", "float", None, "LoRA+: learning rate of the B matrices = ratio x learning_rate", "method", min=0.0, min_exclusive=True),
+    _k("loraplus_lr_embedding", "float", 1e-6, "LoRA+: learning rate of embedding adapters", "method", min=0.0, nullable=False),
+    _k("create_new_adapter", "bool", False, "with adapter_name_or_path: merge that adapter into the base and train a new one", "method", nullable=False),
+    _k("additional_target", "str", None, "comma list of modules trained fully beside the adapter (PEFT modules_to_save)", "method"),
+    _k("optim", "choice", None, "optimizer by HF TrainingArguments name (default: HF's); some need a package", "training", choices=OPTIMIZERS),
+    _k("adam_beta1", "float", 0.9, "Adam beta1", "training", min=0.0, max=1.0, nullable=False),
+    _k("adam_beta2", "float", 0.999, "Adam beta2", "training", min=0.0, max=1.0, nullable=False),
+    _k("adam_epsilon", "float", 1e-8, "Adam epsilon", "training", min=0.0, min_exclusive=True, nullable=False),
+    _k("lr_scheduler_kwargs", "dict", None, "extra arguments of the schedule, e.g. {min_lr_rate: 0.1} for cosine_with_min_lr", "training"),
+    _k("do_eval", "bool", False, "evaluate on the held-out split (val_size) during training", "eval", nullable=False),
+    _k("eval_strategy", "choice", None, "steps | epoch | no (default: steps when val_size is set)", "eval", choices=("steps", "epoch", "no")),
+    _k("eval_steps", "int", None, "evaluate every N optimizer steps (default: logging_steps)", "eval", min=1),
+    _k("per_device_eval_batch_size", "int", 1, "eval micro-batch per device", "eval", min=1, max=65536, nullable=False),
+    _k("eval_dataset", "str", None, "datasets to evaluate on (as dataset: a file or names), instead of a val_size split", "eval"),
+    _k("eval_on_start", "bool", False, "evaluate once before the first step", "eval", nullable=False),
+    _k("load_best_model_at_end", "bool", False, "end with the checkpoint of the best eval metric (save and eval on the same schedule)", "eval", nullable=False),
+    _k("metric_for_best_model", "str", None, "the eval metric that picks the best checkpoint (default: loss)", "eval"),
+    _k("greater_is_better", "bool", None, "whether a higher metric_for_best_model is better (default: false for loss)", "eval"),
+    _k("flash_attn", "choice", "auto", "attention kernel: auto | sdpa | eager | fa2 (fa2 needs flash-attn and a GPU)", "model", choices=("auto", "sdpa", "eager", "disabled", "fa2"), nullable=False),
+    _k("disable_gradient_checkpointing", "bool", False, "force gradient checkpointing off", "training", nullable=False),
+    _k("use_reentrant_gc", "bool", False, "reentrant gradient checkpointing (LLaMA-Factory's default is true; Cockpit's false)", "training", nullable=False),
+    _k("freeze_trainable_modules", "str", "all", "freeze: in the trained layers, 'all' or a comma list of module names (e.g. mlp,self_attn)", "method", nullable=False),
+    _k("include_num_input_tokens_seen", "bool", True, "count input tokens (always on: the tokens/s figures need it)", "output", nullable=False),
+    _k("rope_scaling", "choice", None, "RoPE scaling for a cutoff_len beyond the model's context: linear | dynamic | yarn | llama3 (factor: cutoff_len / context, rounded up)", "model", choices=("linear", "dynamic", "yarn", "llama3")),
+    _k("upcast_layernorm", "bool", False, "keep the norm layers' weights in fp32", "model", nullable=False),
+    _k("upcast_lmhead_output", "bool", False, "compute the LM head's logits in fp32", "model", nullable=False),
+    _k("low_cpu_mem_usage", "bool", True, "load weights without a random init first (transformers 5 always does)", "model", nullable=False),
 )
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
+
+# Other spellings LLaMA-Factory users meet in guides -> the schema key they mean (said once in the log).
+ALIASES: dict[str, str] = {"lora_target_modules": "lora_target"}
 
 # LLaMA-Factory keys we know but do not implement yet: an error says so, never silently ignored.
 LLAMAFACTORY_UNSUPPORTED = frozenset(
@@ -173,7 +221,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     load_best_model_at_end metric_for_best_model greater_is_better torch_compile tf32 ray_run_name
     ray_storage_path ray_num_workers resources_per_worker placement_strategy ray_init_kwargs
     """.split()
-)
+) - {k.name for k in KEYS}  # a key the schema has now is no longer refused
 
 
 def default_config() -> dict[str, Any]:
@@ -192,6 +240,8 @@ def describe(key: Key) -> str:
         allowed = "true | false"
     elif key.type == "map":
         allowed = "a mapping of NAME: value"
+    elif key.type == "dict":
+        allowed = "a mapping"
     else:
         allowed = "a string"
     if key.nullable and key.default is None:

@@ -54,7 +54,7 @@ def info_dirs(cfg: Mapping[str, Any]) -> list[Path]:
 
 def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[DatasetSpec]:
     value = str(cfg.get(key) or "").strip()
-    where = {"key": key}
+    where: dict[str, Any] = {"key": key}
     if not value:
         raise InputError(Problem("required: a .json/.jsonl file or dataset names", **where))
     bases = [Path.cwd(), Path(cfg.get("_base_dir") or Path.cwd())]
@@ -92,7 +92,7 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
         d, info, data, text = hit
         entry = data[name]
         line = _entry_line(text, name)
-        loc = {"file": str(info), "line": line, "key": name}
+        loc: dict[str, Any] = {"file": str(info), "line": line, "key": name}
         if not isinstance(entry, dict):
             problems.append(Problem("entry must be an object with file_name", **loc))
             continue

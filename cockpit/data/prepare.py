@@ -22,6 +22,36 @@ class Prepared:
     report: TruncationReport
 
 
+_POOL_TOKENIZER: Any = None
+
+
+def _render_one(args: tuple[Any, list[dict[str, str]], int]) -> tuple[Rendered | None, str | None]:
+    tokenizer, messages, cutoff = args
+    try:
+        return render_sample(tokenizer if tokenizer is not None else _POOL_TOKENIZER, messages, cutoff), None
+    except Exception as exc:  # noqa: BLE001 - a template error on one row: reported by its line
+        return None, str(exc)
+
+
+def _pool_init(tokenizer: Any) -> None:
+    global _POOL_TOKENIZER
+    _POOL_TOKENIZER = tokenizer
+
+
+def render_all(tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1) -> list[tuple[Rendered | None, str | None]]:
+    """Render (tokenise + mask) every sample, in order; ``preprocessing_num_workers`` > 1 splits
+    the work over that many processes (a fork pool, each with the tokenizer). Per sample:
+    (rendered, None) or (None, the error)."""
+    if workers <= 1 or len(samples) < 2:
+        return [_render_one((tokenizer, s["messages"], cutoff)) for s in samples]
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    with ctx.Pool(min(workers, len(samples)), initializer=_pool_init, initargs=(tokenizer,)) as pool:
+        chunk = max(1, len(samples) // (workers * 4))
+        return pool.map(_render_one, [(None, s["messages"], cutoff) for s in samples], chunksize=chunk)
+
+
 def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
     try:
         apply_template_choice(tokenizer, cfg.get("template"))
@@ -32,12 +62,13 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
     rendered: list[Rendered] = []
     problems: list[Problem] = []
     cutoff = int(cfg["cutoff_len"])
-    for sample in loaded.samples:
-        try:
-            rendered.append(render_sample(tokenizer, sample["messages"], cutoff))
-        except Exception as exc:  # a template error on one row: report it by its line
+    workers = int(cfg.get("preprocessing_num_workers") or 1)
+    for sample, (result, error) in zip(loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers)):
+        if error is None:
+            rendered.append(result)
+        else:  # a template error on one row: report it by its line
             file, _, line = sample["source"].rpartition(":")
-            problems.append(Problem(f"cannot render with the chat template: {exc}", file=file, line=int(line)))
+            problems.append(Problem(f"cannot render with the chat template: {error}", file=file, line=int(line)))
     if problems:
         if not cfg.get("allow_bad_rows"):
             raise InputError(problems)

@@ -35,6 +35,7 @@ A check that crashes reports ``warn`` with ``data.crashed = true`` instead of st
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -123,7 +124,7 @@ def run_checks(
     env = dict(os.environ if env is None else env)
     ctx = Context(env, _roots(env, roots), needs=needs, facts=facts)
     wanted = set(only) if only is not None else None
-    out = [_guarded(cid, lambda fn=fn: fn(ctx)) for cid, fn in CHECKS if wanted is None or cid in wanted]
+    out = [_guarded(cid, functools.partial(fn, ctx)) for cid, fn in CHECKS if wanted is None or cid in wanted]
     if wanted is None or "smoke" in wanted:
         out.append(_guarded("smoke", lambda: smoke.check_smoke(ctx, gpu_smoke)))
     return out

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from cockpit.doctor.model import FAIL, PASS, SKIP, WARN, Check, Context, gib, read_text
 
@@ -78,9 +79,9 @@ def _gpu_dev(dev: Path) -> tuple[str, str, int] | None:
     return GPU_VENDORS[vendor], bdf, node
 
 
-def gpu_numa_map(ctx: Context) -> list[dict[str, object]]:
+def gpu_numa_map(ctx: Context) -> list[dict[str, Any]]:
     """GPUs from /sys/class/drm/card*/device, else from /sys/bus/pci/devices (no drm driver)."""
-    found: list[dict[str, object]] = []
+    found: list[dict[str, Any]] = []
     seen: set[str] = set()
     drm = ctx.roots.sys / "class" / "drm"
     cards = sorted((p for p in drm.glob("card*") if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:])) if drm.is_dir() else []
@@ -144,7 +145,19 @@ def check_disk_runs(ctx: Context) -> Check:
     from cockpit.rundir import default_runs_dir
 
     path = ctx.roots.runs_dir or default_runs_dir()
-    return _disk_check("disk_runs", "free disk: runs dir", path, "checkpoints and merged exports")
+    check = _disk_check("disk_runs", "free disk: runs dir", path, "checkpoints and merged exports")
+    return with_filesystem(check, path)
+
+
+def with_filesystem(check: Check, path: Path) -> Check:
+    """The runs dir's filesystem type in the check: a multi-node (Slurm) run needs a shared one."""
+    from dataclasses import replace
+
+    from cockpit.slurm.fs import describe, filesystem_of, is_shared
+
+    fstype, point = filesystem_of(path)
+    data = {**(check.data or {}), "fstype": fstype, "mount": point, "shared": is_shared(fstype)}
+    return replace(check, seen=f"{check.seen}; filesystem {describe(path)}", data=data)
 
 
 def check_disk_cache(ctx: Context) -> Check:

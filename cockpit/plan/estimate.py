@@ -134,258 +134,357 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
             "bwd_transient": bwd_transient}
 
 
+ZERO_SOURCE = "ZeRO paper sec. 3.1 (2+2+12 B/param, sharded by stage)"
+ACTIVATION_SOURCE = "Korthikanti et al. 2022 sec. 4.1, adapted: SwiGLU, GQA, RMSNorm, {attn} attention"
+AUTOCAST_SOURCE = "torch.autocast casts fp32 weights once per forward"
+
+
 def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_targets: int) -> Estimate:
-    N = run.world
-    c = run.compute_bytes
-    P = counts.total
-    L = counts.layers
-    P_lin = L * counts.layer_linear
+    """Per-device peak of one training step: the resident terms (weights, optimizer states,
+    communication buffers), the moment of the step that peaks, its breakdown, and the runtime overhead."""
+    trainable, frozen = trainable_params(run, counts, lora_params)
+    weight_terms, weights_host, weight_shards = weights(run, d, counts, trainable, frozen, n_targets)
+    states = optimizer_states(run, trainable)
+    comm = communication_terms(run, d, counts, trainable)
+    acts = activations(run, d, counts, trainable, n_targets)
+    resident = sum(t.bytes for t in weight_terms + states.terms) + sum(t.bytes for t in comm)
+    step = _StepMemory(trainable=trainable, resident=resident, grads=states.grads, kept_grads=states.grads if run.grad_accum > 1 else 0.0,
+                       one_layer=acts.per_token["layer"] * acts.tokens + acts.per_token["bwd_transient"] * acts.tokens,
+                       tied_extra=tied_embedding_gradient(run, d, counts, trainable, states.grads),
+                       step_buffers=optimizer_step_buffers(run, trainable))
+    moments = step_moments(run, d, counts, acts, step)
+    moment = max(moments, key=moments.__getitem__)
+    tensor_peak = moments[moment]
+
+    out = weight_terms + states.terms + comm + peak_terms(moment, moments, run, d, counts, acts, step, states.formula)
+    overhead = CONTEXT_BYTES + (COLLECTIVE_BYTES if run.world > 1 else 0) + FRAGMENTATION * tensor_peak
+    out.append(overhead_term(run, overhead))
+    params = {"total": counts.total, "trainable": trainable, "lora": lora_params if run.finetuning_type == "lora" else 0,
+              "layers": counts.layers, "source": counts.source, "data_parallel": run.world,
+              "tokens_per_micro_batch": acts.tokens}
+    by_name = {t.name: t.bytes for t in weight_terms + states.terms + comm}
+    components = {
+        "weights": by_name.get("weights", 0.0), "lora": by_name.get("lora weights", 0.0),
+        "grads": states.grads, "master": by_name.get("master weights (fp32)", 0.0),
+        "optimizer": by_name.get("optimizer states", 0.0),
+        "comm": sum(t.bytes for t in comm),
+        "activations_saved": acts.saved_layers + acts.outside_layers, "activations_per_layer_per_token": acts.per_token["layer"],
+        "logits": acts.logits, "autocast_copies": acts.autocast_copies, "dequant": acts.dequant, "overhead": overhead,
+    }
+    return Estimate(terms=out, moment=moment, moments=moments, tensor_peak=tensor_peak,
+                    peak=tensor_peak + overhead, host_bytes=weights_host + states.host, params=params,
+                    notes=planner_notes(run), components=components)
+
+
+def trainable_params(run: RunSpec, counts: ParamCounts, lora_params: int) -> tuple[int, int]:
+    """(trainable parameters, frozen base parameters)."""
     ft = run.finetuning_type
     if ft == "full":
-        Pt = P
+        trainable = counts.total
     elif ft == "freeze":
-        Pt = min(abs(run.freeze_trainable_layers), L) * counts.per_layer
+        trainable = min(abs(run.freeze_trainable_layers), counts.layers) * counts.per_layer
     else:
-        Pt = lora_params
-    P_base_frozen = P - (Pt if ft != "lora" else 0)
-    zero, fsdp = run.zero, run.fsdp
-    plain = zero is None and (fsdp is None or fsdp.strategy == "no_shard")
-    shard_n = N
-    if fsdp is not None and fsdp.strategy.startswith("hybrid"):
-        shard_n = run.nproc_per_node
-    notes: list[str] = []
-    terms: list[Term] = []
-    host = 0.0
-    zsrc = "ZeRO paper sec. 3.1 (2+2+12 B/param, sharded by stage)"
+        trainable = lora_params
+    return trainable, counts.total - (trainable if ft != "lora" else 0)
 
-    # ---- weights --------------------------------------------------------------------------
+
+def shard_group(run: RunSpec) -> int:
+    """How many devices FSDP shards over: all of them, or one node's with a hybrid strategy."""
+    fsdp = run.fsdp
+    return run.nproc_per_node if fsdp is not None and fsdp.strategy.startswith("hybrid") else run.world
+
+
+def quantized_base_weights(run: RunSpec, d: Dims, counts: ParamCounts) -> tuple[float | None, str, str]:
+    """(bytes, formula, source) of a 4-/8-bit quantized base model; (None, "", "") when not quantized."""
+    c, total = run.compute_bytes, counts.total
+    linear = counts.layers * counts.layer_linear
     if run.quantization_bit == 4:
-        qb = nf4_bytes_per_param(run.double_quantization)
-        w_base = P_lin * qb + (P - P_lin) * c
-        wf = (f"{P_lin/1e9:.3f}B linear params x {qb:.4f} B (NF4{' + double quant' if run.double_quantization else ''})"
-              f" + {(P - P_lin)/1e9:.3f}B embeddings/norms x {c} B")
-        wsrc = "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256)"
-    elif run.quantization_bit == 8:
-        qb = 1 + 4 / d.hidden  # int8 weight + one fp32 scale per output row (LLM.int8)
-        w_base = P_lin * qb + (P - P_lin) * c
-        wf = f"{P_lin/1e9:.3f}B linear params x ~1 B (int8 + per-row scale) + {(P - P_lin)/1e9:.3f}B x {c} B"
-        wsrc = "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row"
-    else:
-        w_base = None
-        wsrc = ""
+        per_param = nf4_bytes_per_param(run.double_quantization)
+        formula = (f"{linear/1e9:.3f}B linear params x {per_param:.4f} B (NF4{' + double quant' if run.double_quantization else ''})"
+                   f" + {(total - linear)/1e9:.3f}B embeddings/norms x {c} B")
+        return linear * per_param + (total - linear) * c, formula, "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256)"
+    if run.quantization_bit == 8:
+        per_param = 1 + 4 / d.hidden  # int8 weight + one fp32 scale per output row (LLM.int8)
+        formula = f"{linear/1e9:.3f}B linear params x ~1 B (int8 + per-row scale) + {(total - linear)/1e9:.3f}B x {c} B"
+        return linear * per_param + (total - linear) * c, formula, "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row"
+    return None, "", ""
+
+
+def weight_shards(run: RunSpec) -> int:
+    """Over how many devices the weights are sharded (ZeRO-3, or FSDP's sharding strategies)."""
+    if run.zero is not None and run.zero.stage == 3:
+        return run.world
+    if run.fsdp is not None and run.fsdp.strategy in ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"):
+        return shard_group(run)
+    return 1
+
+
+def weights(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, frozen: int,
+            n_targets: int) -> tuple[list[Term], float, int]:
+    """The weights term (and the LoRA adapter's), the host bytes when offloaded, the shard count."""
+    c, total, ft, zero, fsdp = run.compute_bytes, counts.total, run.finetuning_type, run.zero, run.fsdp
+    quantized, formula, source = quantized_base_weights(run, d, counts)
     if zero is not None and run.mixed:
         # DeepSpeed casts the module to bf16/fp16; fp32 copies live in the optimizer (master)
-        w = w_base if w_base is not None else P * c
-        wf = wf if w_base is not None else f"{P/1e9:.3f}B params x {c} B ({run.precision})"
-        wsrc = wsrc or zsrc
-    elif w_base is not None:
-        w = w_base
+        size = quantized if quantized is not None else total * c
+        formula = formula if quantized is not None else f"{total/1e9:.3f}B params x {c} B ({run.precision})"
+        source = source or ZERO_SOURCE
+    elif quantized is not None:
+        size = quantized
     else:
         # LLaMA-Factory upcasts trainable params to fp32; frozen ones stay in the load dtype
-        w = P_base_frozen * c + (Pt if ft != "lora" else 0) * 4
+        size = frozen * c + (trainable if ft != "lora" else 0) * 4
         if ft == "lora":
-            wf = f"{P/1e9:.3f}B frozen base params x {c} B ({run.precision})"
+            formula = f"{total/1e9:.3f}B frozen base params x {c} B ({run.precision})"
         elif ft == "full":
-            wf = f"{P/1e9:.3f}B params x 4 B (fp32" + (", upcast for training)" if run.mixed else ")")
+            formula = f"{total/1e9:.3f}B params x 4 B (fp32" + (", upcast for training)" if run.mixed else ")")
         else:
-            wf = f"{P_base_frozen/1e9:.3f}B frozen x {c} B + {Pt/1e9:.3f}B trainable x 4 B"
-        wsrc = "trainable params upcast to fp32 (LLaMA-Factory), frozen in the load dtype"
-    w_div = 1
-    if zero is not None and zero.stage == 3:
-        w_div = N
-    elif fsdp is not None and fsdp.strategy in ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"):
-        w_div = shard_n
-    w_dev = w / w_div
+            formula = f"{frozen/1e9:.3f}B frozen x {c} B + {trainable/1e9:.3f}B trainable x 4 B"
+        source = "trainable params upcast to fp32 (LLaMA-Factory), frozen in the load dtype"
+    shards = weight_shards(run)
+    per_device = size / shards
+    host = 0.0
     if (zero is not None and zero.offload_param) or (fsdp is not None and fsdp.offload):
-        host += w_dev
-        terms.append(Term("weights", 0.0, wf + f", /{w_div} sharded, offloaded to CPU", wsrc, host_bytes=w_dev))
+        host += per_device
+        terms = [Term("weights", 0.0, formula + f", /{shards} sharded, offloaded to CPU", source, host_bytes=per_device)]
     else:
-        terms.append(Term("weights", w_dev, wf + (f", / {w_div} (sharded)" if w_div > 1 else ""), wsrc))
-
-    # LoRA adapter weights (fp32, upcast by LLaMA-Factory; bf16 inside a DeepSpeed module)
+        terms = [Term("weights", per_device, formula + (f", / {shards} (sharded)" if shards > 1 else ""), source)]
     if ft == "lora":
-        lb = c if (zero is not None and run.mixed) else 4
-        terms.append(Term("lora weights", Pt * lb / w_div,
-                          f"{Pt/1e6:.2f}M LoRA params (r={run.lora_rank}, {n_targets} modules/layer) x {lb} B",
+        # LoRA adapter weights (fp32, upcast by LLaMA-Factory; bf16 inside a DeepSpeed module)
+        adapter_bytes = c if (zero is not None and run.mixed) else 4
+        terms.append(Term("lora weights", trainable * adapter_bytes / shards,
+                          f"{trainable/1e6:.2f}M LoRA params (r={run.lora_rank}, {n_targets} modules/layer) x {adapter_bytes} B",
                           "PEFT get_peft_model on the meta model"))
-
-    # ---- preference stages: the reference model (frozen, forward only) ------------------------
-    if run.reference_copy:
-        terms.append(Term("reference model", P * c / w_div, f"{P/1e9:.3f}B frozen params x {c} B (a second copy of the base)",
+    if run.reference_copy:  # dpo / kto: a frozen second copy of the base (ref_model, or no LoRA to disable)
+        terms.append(Term("reference model", total * c / shards, f"{total/1e9:.3f}B frozen params x {c} B (a second copy of the base)",
                           "DPO / KTO reference: ref_model, or a copy of the base when the policy is not LoRA"))
-    elif run.stage in ("dpo", "kto") and ft == "lora":
-        notes.append("reference model: the base with the LoRA adapter disabled (no second copy in memory)")
+    return terms, host, shards
 
-    # ---- gradients, master weights, optimizer states --------------------------------------
-    adam_b = adam_bytes_per_param(run.optim)
+
+@dataclass
+class OptimizerStates:
+    terms: list[Term]   # master weights, optimizer states (resident)
+    grads: float        # gradient bytes on the device once backward is complete
+    formula: str        # how ``grads`` is computed, for the gradients term
+    host: float         # CPU bytes for offloaded states
+
+
+def optimizer_states(run: RunSpec, trainable: int) -> OptimizerStates:
+    """Gradients, fp32 master weights and AdamW states per device, by how ZeRO / FSDP shard them."""
+    world, c, zero, fsdp = run.world, run.compute_bytes, run.zero, run.fsdp
+    adam = adam_bytes_per_param(run.optim)
+    billions = f"{trainable/1e9:.3f}B"
+    terms: list[Term] = []
     if zero is not None:
-        gb = c if run.mixed else 4
-        g_div = N if zero.stage >= 2 else 1
-        s_div = N if zero.stage >= 1 else 1
-        grads = Pt * gb / g_div
-        gf = f"{Pt/1e9:.3f}B trainable x {gb} B" + (f" / {N}" if g_div > 1 else "")
-        master = Pt * 4 / s_div if run.mixed else 0.0
-        opt = Pt * adam_b / s_div
+        grad_bytes = c if run.mixed else 4
+        grad_div = world if zero.stage >= 2 else 1
+        state_div = world if zero.stage >= 1 else 1
+        grads = trainable * grad_bytes / grad_div
+        formula = f"{billions} trainable x {grad_bytes} B" + (f" / {world}" if grad_div > 1 else "")
+        master = trainable * 4 / state_div if run.mixed else 0.0
+        opt = trainable * adam / state_div
         if zero.offload_optimizer:
-            host += master + opt + Pt * 4 / s_div  # fp32 grads for the CPU optimizer
-            terms.append(Term("master weights (fp32)", 0.0, "offloaded to CPU", zsrc, host_bytes=master))
-            terms.append(Term("optimizer states", 0.0, "offloaded to CPU", zsrc, host_bytes=opt))
-        else:
-            if run.mixed:
-                terms.append(Term("master weights (fp32)", master, f"{Pt/1e9:.3f}B x 4 B" + (f" / {N}" if s_div > 1 else ""), zsrc))
-            terms.append(Term("optimizer states", opt, f"{Pt/1e9:.3f}B x {adam_b:g} B (AdamW m, v)" + (f" / {N}" if s_div > 1 else ""), zsrc))
-    elif fsdp is not None and fsdp.strategy != "no_shard":
-        grads = Pt * 4 / shard_n
-        gf = f"{Pt/1e9:.3f}B trainable x 4 B / {shard_n}"
-        opt = Pt * adam_b / shard_n
+            host = master + opt + trainable * 4 / state_div  # fp32 grads for the CPU optimizer
+            terms.append(Term("master weights (fp32)", 0.0, "offloaded to CPU", ZERO_SOURCE, host_bytes=master))
+            terms.append(Term("optimizer states", 0.0, "offloaded to CPU", ZERO_SOURCE, host_bytes=opt))
+            return OptimizerStates(terms, grads, formula, host)
+        sharded = f" / {world}" if state_div > 1 else ""
+        if run.mixed:
+            terms.append(Term("master weights (fp32)", master, f"{billions} x 4 B" + sharded, ZERO_SOURCE))
+        terms.append(Term("optimizer states", opt, f"{billions} x {adam:g} B (AdamW m, v)" + sharded, ZERO_SOURCE))
+        return OptimizerStates(terms, grads, formula, 0.0)
+    if fsdp is not None and fsdp.strategy != "no_shard":
+        group = shard_group(run)
+        grads = trainable * 4 / group
+        formula = f"{billions} trainable x 4 B / {group}"
+        opt = trainable * adam / group
         if fsdp.offload:
-            host += opt + grads
             terms.append(Term("optimizer states", 0.0, "offloaded to CPU (FSDP cpu offload)", "", host_bytes=opt))
-            gf += ", offloaded to CPU"
-            grads_dev = 0.0
-        else:
-            terms.append(Term("optimizer states", opt, f"{Pt/1e9:.3f}B x {adam_b:g} B / {shard_n} (FSDP shards like ZeRO-3)", zsrc))
-            grads_dev = grads
-        grads = grads_dev
-    else:
-        grads = Pt * 4
-        gf = f"{Pt/1e9:.3f}B trainable x 4 B (fp32)"
-        terms.append(Term("optimizer states", Pt * adam_b, f"{Pt/1e9:.3f}B trainable x {adam_b:g} B (AdamW m, v in fp32)"
-                          if adam_b == 8 else f"{Pt/1e9:.3f}B trainable x {adam_b:g} B (8-bit AdamW)",
-                          "ZeRO paper sec. 3.1 (Adam: K=8 for m and v; master weights are the fp32 params)"
-                          if adam_b == 8 else "8-bit optimizers paper (block-wise, blocksize 256)"))
+            return OptimizerStates(terms, 0.0, formula + ", offloaded to CPU", opt + grads)
+        terms.append(Term("optimizer states", opt, f"{billions} x {adam:g} B / {group} (FSDP shards like ZeRO-3)", ZERO_SOURCE))
+        return OptimizerStates(terms, grads, formula, 0.0)
+    terms.append(Term("optimizer states", trainable * adam,
+                      f"{billions} trainable x {adam:g} B (AdamW m, v in fp32)" if adam == 8
+                      else f"{billions} trainable x {adam:g} B (8-bit AdamW)",
+                      "ZeRO paper sec. 3.1 (Adam: K=8 for m and v; master weights are the fp32 params)"
+                      if adam == 8 else "8-bit optimizers paper (block-wise, blocksize 256)"))
+    return OptimizerStates(terms, trainable * 4, f"{billions} trainable x 4 B (fp32)", 0.0)
 
-    # ---- communication / gathered params ---------------------------------------------------
-    resident_extra: list[Term] = []
-    gathered = 0.0
+
+def communication_terms(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int) -> list[Term]:
+    """Resident communication memory: ZeRO buckets and gathered params, FSDP's unsharded units,
+    DDP's gradient buckets."""
+    zero, fsdp, c = run.zero, run.fsdp, run.compute_bytes
     if zero is not None:
-        reduce_b = zero.reduce_bucket if zero.reduce_bucket is not None else d.hidden ** 2
-        bb = c if run.mixed else 4
+        reduce_elems = zero.reduce_bucket if zero.reduce_bucket is not None else d.hidden ** 2
+        bucket_bytes = c if run.mixed else 4
         if zero.stage == 3:
-            gathered = counts.per_layer * bb
-            resident_extra.append(Term("gathered params (ZeRO-3)", gathered,
-                                       f"one decoder layer ({counts.per_layer/1e6:.0f}M) x {bb} B fetched at a time",
-                                       "DeepSpeed stage 3 fetches per submodule with a prefetch bucket"))
-            resident_extra.append(Term("ZeRO buckets", reduce_b * bb, f"reduce_bucket_size {reduce_b:.3g} x {bb} B",
-                                       "DeepSpeed zero_optimization"))
-        elif N > 1 or zero.stage > 0:
-            ag = zero.allgather_bucket if zero.allgather_bucket is not None else 5e8
-            buck = (reduce_b + (ag if zero.stage in (1, 2) else 0)) * bb
-            resident_extra.append(Term("ZeRO buckets", buck, f"(reduce {reduce_b:.3g} + allgather {ag if zero.stage in (1, 2) else 0:.3g}) x {bb} B",
-                                       "DeepSpeed zero_optimization bucket sizes"))
-    elif fsdp is not None and fsdp.strategy != "no_shard":
+            return [Term("gathered params (ZeRO-3)", counts.per_layer * bucket_bytes,
+                         f"one decoder layer ({counts.per_layer/1e6:.0f}M) x {bucket_bytes} B fetched at a time",
+                         "DeepSpeed stage 3 fetches per submodule with a prefetch bucket"),
+                    Term("ZeRO buckets", reduce_elems * bucket_bytes, f"reduce_bucket_size {reduce_elems:.3g} x {bucket_bytes} B",
+                         "DeepSpeed zero_optimization")]
+        if run.world > 1 or zero.stage > 0:
+            allgather = zero.allgather_bucket if zero.allgather_bucket is not None else 5e8
+            allgather_used = allgather if zero.stage in (1, 2) else 0
+            return [Term("ZeRO buckets", (reduce_elems + allgather_used) * bucket_bytes,
+                         f"(reduce {reduce_elems:.3g} + allgather {allgather_used:.3g}) x {bucket_bytes} B",
+                         "DeepSpeed zero_optimization bucket sizes")]
+        return []
+    if fsdp is not None and fsdp.strategy != "no_shard":
         if fsdp.strategy in ("shard_grad_op", "hybrid_shard_zero2"):
-            gathered = P * c
-            gtxt = f"all params unsharded in {c} B during forward/backward (SHARD_GRAD_OP)"
+            gathered = counts.total * c
+            text = f"all params unsharded in {c} B during forward/backward (SHARD_GRAD_OP)"
         else:
             gathered = 2 * counts.per_layer * c
-            gtxt = f"2 units (current + prefetch) x one layer {counts.per_layer/1e6:.0f}M x {c} B"
-        resident_extra.append(Term("gathered params (FSDP)", gathered, gtxt, "FSDP unit = decoder layer (auto_wrap)"))
-    elif N > 1:
-        resident_extra.append(Term("DDP gradient buckets", Pt * 4, f"{Pt/1e9:.3f}B x 4 B (flat bucket copy of grads)",
-                                   "torch DDP reducer (gradient_as_bucket_view=False)"))
+            text = f"2 units (current + prefetch) x one layer {counts.per_layer/1e6:.0f}M x {c} B"
+        return [Term("gathered params (FSDP)", gathered, text, "FSDP unit = decoder layer (auto_wrap)")]
+    if run.world > 1:
+        return [Term("DDP gradient buckets", trainable * 4, f"{trainable/1e9:.3f}B x 4 B (flat bucket copy of grads)",
+                     "torch DDP reducer (gradient_as_bucket_view=False)")]
+    return []
 
-    # ---- activations -----------------------------------------------------------------------
-    T = run.micro_batch * run.cutoff_len * (2 if run.stage in ("dpo", "rm") else 1)  # pairs: chosen + rejected
-    act = activation_terms(run, d, n_targets)
-    act_layers = L
+
+@dataclass
+class Activations:
+    tokens: int                   # tokens per micro-batch
+    per_token: dict[str, float]   # activation_terms(): bytes per token
+    layers: int                   # layers whose activations are saved
+    saved_layers: float           # saved activations of those layers (bytes)
+    formula: str                  # how ``saved_layers`` is computed
+    outside_layers: float         # embeddings, final norm, rotary tables
+    logits: float                 # fp32 logits / loss buffers
+    autocast_copies: float        # half copies of fp32 trainable weights under torch.autocast
+    dequant: float                # one dequantized weight of a quantized base model
+
+
+def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_targets: int) -> Activations:
+    """Activation memory of one micro-batch, and the transient copies that sit beside it."""
+    tokens = run.micro_batch * run.cutoff_len * (2 if run.stage in ("dpo", "rm") else 1)  # pairs: chosen + rejected
+    per_token = activation_terms(run, d, n_targets)
+    ft, c = run.finetuning_type, run.compute_bytes
+    layers = counts.layers
     if ft == "freeze" and run.freeze_trainable_layers > 0:
-        act_layers = min(run.freeze_trainable_layers, L)
+        layers = min(run.freeze_trainable_layers, counts.layers)
     if run.gradient_checkpointing:
-        a_layers = act_layers * act["ckpt_layer"] * T
-        af = (f"{act_layers} layers x h={d.hidden} x {int(act['ckpt_layer'] // d.hidden)} B x {T} tokens "
-              f"(checkpointing keeps layer inputs)")
+        saved = layers * per_token["ckpt_layer"] * tokens
+        formula = (f"{layers} layers x h={d.hidden} x {int(per_token['ckpt_layer'] // d.hidden)} B x {tokens} tokens "
+                   f"(checkpointing keeps layer inputs)")
     else:
-        a_layers = act_layers * act["layer"] * T
-        af = f"{act_layers} layers x {act['layer']:.0f} B/token x {T} tokens"
-    a_non = act["nonlayer"] * T
-    asrc = f"Korthikanti et al. 2022 sec. 4.1, adapted: SwiGLU, GQA, RMSNorm, {run.attn} attention"
-    logits_b = act["logits"] * T if run.stage != "rm" else 4.0 * T  # rm: one value-head score per token
-    autocast_w = 0.0
+        saved = layers * per_token["layer"] * tokens
+        formula = f"{layers} layers x {per_token['layer']:.0f} B/token x {tokens} tokens"
+    autocast = 0.0
+    plain = run.zero is None and (run.fsdp is None or run.fsdp.strategy == "no_shard")
     if run.mixed and plain and ft in ("full", "freeze"):
-        autocast_w = (P_lin * (1 if ft == "full" else Pt / max(P, 1)) + counts.lm_head * (ft == "full")) * c
-    dequant = counts.max_linear * c if run.quantization_bit else 0.0
+        linear = counts.layers * counts.layer_linear
+        autocast = (linear * (1 if ft == "full" else trainable / max(counts.total, 1)) + counts.lm_head * (ft == "full")) * c
+    return Activations(tokens=tokens, per_token=per_token, layers=layers, saved_layers=saved, formula=formula,
+                       outside_layers=per_token["nonlayer"] * tokens, logits=per_token["logits"] * tokens if run.stage != "rm" else 4.0 * tokens,
+                       autocast_copies=autocast, dequant=counts.max_linear * c if run.quantization_bit else 0.0)
 
-    # moments -------------------------------------------------------------------------------
-    resident = sum(t.bytes for t in terms) + sum(t.bytes for t in resident_extra)
-    g_in_act = grads if run.grad_accum > 1 else 0.0
-    one_layer = act["layer"] * T + act["bwd_transient"] * T
+
+@dataclass
+class _StepMemory:
+    trainable: int        # trainable parameters
+    resident: float       # weights, optimizer states, communication buffers
+    grads: float          # all gradients of the step (end of backward)
+    kept_grads: float     # gradients alive before backward: accumulated from the last micro-batch
+    one_layer: float      # one layer's activations and backward buffers
+    tied_extra: float     # tied embeddings: the second dense gradient while the two are summed
+    step_buffers: float   # the optimizer step's temporaries
+
+
+def tied_embedding_gradient(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, grads: float) -> float:
+    # tied embeddings: the embedding's gradient arrives last and is added to lm_head's, which
+    # allocates the incoming dense V x h gradient and the sum next to the stored one
+    return 2 * counts.embedding * (grads / max(trainable, 1)) if (run.finetuning_type == "full" and d.tied) else 0.0
+
+
+def optimizer_step_buffers(run: RunSpec, trainable: int) -> float:
+    """foreach AdamW: one fp32 temporary per trainable parameter (sharded like the states)."""
+    zero, fsdp = run.zero, run.fsdp
+    sharded = (zero and zero.stage >= 1) or (fsdp and fsdp.strategy != "no_shard")
+    return 4 * trainable / (run.world if sharded else 1) if run.optim in ("adamw_torch", "adamw_hf") else 0.0
+
+
+def step_moments(run: RunSpec, d: Dims, counts: ParamCounts, acts: Activations, step: _StepMemory) -> dict[str, float]:
+    """Live tensor bytes at each moment of a step that can be its peak."""
+    a = acts
     # start of backward: every saved activation, the loss buffers, no gradient of this step yet
-    m_act = resident + a_layers + a_non + logits_b + g_in_act + autocast_w + dequant
-    moments = {"activations (start of backward)": m_act}
+    moments = {"activations (start of backward)": step.resident + a.saved_layers + a.outside_layers + a.logits
+               + step.kept_grads + a.autocast_copies + a.dequant}
     if run.gradient_checkpointing:
         # the last layer is recomputed: its full activations on top of the saved layer inputs;
         # the loss buffers are gone, lm_head/norm gradients exist
-        g_head = (counts.lm_head + counts.other + (counts.embedding if d.tied else 0)) * (grads / max(Pt, 1)) \
-            if ft == "full" else 0.0
-        moments["recompute (first layer of backward)"] = resident + a_layers + a_non + one_layer + \
-            max(g_in_act, g_head) + autocast_w + dequant
+        head_grads = (counts.lm_head + counts.other + (counts.embedding if d.tied else 0)) * (step.grads / max(step.trainable, 1)) \
+            if run.finetuning_type == "full" else 0.0
+        moments["recompute (first layer of backward)"] = step.resident + a.saved_layers + a.outside_layers + step.one_layer + \
+            max(step.kept_grads, head_grads) + a.autocast_copies + a.dequant
     # end of backward: all gradients, the first layer's activations and backward buffers
-    # tied embeddings: the embedding's gradient arrives last and is added to lm_head's, which
-    # allocates the incoming dense V x h gradient and the sum next to the stored one
-    tied_extra = 2 * counts.embedding * (grads / max(Pt, 1)) if (ft == "full" and d.tied) else 0.0
-    moments["gradients (end of backward)"] = resident + grads + one_layer + tied_extra + dequant
-    step_tmp = 4 * Pt / (N if (zero and zero.stage >= 1) or (fsdp and fsdp.strategy != "no_shard") else 1) \
-        if run.optim in ("adamw_torch", "adamw_hf") else 0.0
-    moments["optimizer step"] = resident + grads + step_tmp
-    moment = max(moments, key=moments.get)
-    tensor_peak = moments[moment]
+    moments["gradients (end of backward)"] = step.resident + step.grads + step.one_layer + step.tied_extra + a.dequant
+    moments["optimizer step"] = step.resident + step.grads + step.step_buffers
+    return moments
 
-    out = list(terms) + resident_extra
+
+def peak_terms(moment: str, moments: dict[str, float], run: RunSpec, d: Dims, counts: ParamCounts,
+               acts: Activations, step: _StepMemory, grads_formula: str) -> list[Term]:
+    """The terms alive at the peak moment besides the resident ones (they add up to its total)."""
+    c, a, tokens = run.compute_bytes, acts, acts.tokens
+    source = ACTIVATION_SOURCE.format(attn=run.attn)
+    out: list[Term] = []
     if moment.startswith("activations"):
-        out.append(Term("gradients", g_in_act, gf + (" (kept across accumulation)" if g_in_act else
-                        ": none yet at this moment (the step's gradients appear during backward)"), zsrc))
-        out.append(Term("activations", a_layers + a_non, af + f" + outside layers {act['nonlayer']:.0f} B/token", asrc))
-        out.append(Term("logits / loss", logits_b, f"3 x 4 B x vocab {d.vocab} x {T} tokens (fp32 log_softmax, its grad, grad of logits)",
+        out.append(Term("gradients", step.kept_grads, grads_formula + (" (kept across accumulation)" if step.kept_grads else
+                        ": none yet at this moment (the step's gradients appear during backward)"), ZERO_SOURCE))
+        out.append(Term("activations", a.saved_layers + a.outside_layers,
+                        a.formula + f" + outside layers {a.per_token['nonlayer']:.0f} B/token", source))
+        out.append(Term("logits / loss", a.logits, f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
                         "HF ForCausalLMLoss upcasts logits to fp32") if run.stage != "rm" else
-                   Term("value head scores", logits_b, f"4 B x {T} tokens (one fp32 score per token, no vocabulary logits)", "reward model (rm)"))
-        if autocast_w:
-            out.append(Term("autocast weight copies", autocast_w, f"trainable linear weights x {c} B (autocast cache, saved for backward)",
-                            "torch.autocast casts fp32 weights once per forward"))
+                   Term("value head scores", a.logits, f"4 B x {tokens} tokens (one fp32 score per token, no vocabulary logits)", "reward model (rm)"))
+        if a.autocast_copies:
+            out.append(Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B (autocast cache, saved for backward)",
+                            AUTOCAST_SOURCE))
     elif moment.startswith("recompute"):
-        gg = moments[moment] - (resident + a_layers + a_non + one_layer + autocast_w + dequant)
-        out.append(Term("gradients", gg, gf + (" (kept across accumulation)" if g_in_act else
-                        ": only lm_head/final-norm gradients so far"), zsrc))
-        out.append(Term("activations", a_layers + a_non + one_layer,
-                        af + f" + the layer being recomputed and its backward buffers, {T} tokens", asrc))
-        if autocast_w:
-            out.append(Term("autocast weight copies", autocast_w, f"trainable linear weights x {c} B",
-                            "torch.autocast casts fp32 weights once per forward"))
+        grads_so_far = moments[moment] - (step.resident + a.saved_layers + a.outside_layers + step.one_layer
+                                          + a.autocast_copies + a.dequant)
+        out.append(Term("gradients", grads_so_far, grads_formula + (" (kept across accumulation)" if step.kept_grads else
+                        ": only lm_head/final-norm gradients so far"), ZERO_SOURCE))
+        out.append(Term("activations", a.saved_layers + a.outside_layers + step.one_layer,
+                        a.formula + f" + the layer being recomputed and its backward buffers, {tokens} tokens", source))
+        if a.autocast_copies:
+            out.append(Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B", AUTOCAST_SOURCE))
     elif moment.startswith("gradients"):
-        out.append(Term("gradients", grads, gf, zsrc))
-        out.append(Term("activations", one_layer, f"first layer's activations + backward buffers, {T} tokens", asrc))
-        if tied_extra:
-            out.append(Term("tied embedding gradient", tied_extra, f"2 x vocab x hidden x {grads / max(Pt, 1):g} B",
+        out.append(Term("gradients", step.grads, grads_formula, ZERO_SOURCE))
+        out.append(Term("activations", step.one_layer, f"first layer's activations + backward buffers, {tokens} tokens", source))
+        if step.tied_extra:
+            out.append(Term("tied embedding gradient", step.tied_extra, f"2 x vocab x hidden x {step.grads / max(step.trainable, 1):g} B",
                             "autograd accumulates the embedding's and lm_head's gradients"))
     else:
-        out.append(Term("gradients", grads, gf, zsrc))
-        if step_tmp:
-            out.append(Term("optimizer step buffers", step_tmp, "foreach AdamW: one fp32 temporary per trainable param",
+        out.append(Term("gradients", step.grads, grads_formula, ZERO_SOURCE))
+        if step.step_buffers:
+            out.append(Term("optimizer step buffers", step.step_buffers, "foreach AdamW: one fp32 temporary per trainable param",
                             "torch.optim.AdamW(foreach=True)"))
-    if dequant and not moment.startswith("optimizer"):
-        out.append(Term("dequantize buffer", dequant, f"largest linear {counts.max_linear/1e6:.0f}M x {c} B",
+    if a.dequant and not moment.startswith("optimizer"):
+        out.append(Term("dequantize buffer", a.dequant, f"largest linear {counts.max_linear/1e6:.0f}M x {c} B",
                         "bitsandbytes dequantizes one weight at a time"))
-    overhead = CONTEXT_BYTES + (COLLECTIVE_BYTES if N > 1 else 0) + FRAGMENTATION * tensor_peak
-    out.append(Term("runtime overhead", overhead,
-                    f"{CONTEXT_BYTES/GiB:.1f} GiB context/kernels/BLAS workspaces"
-                    + (f" + {COLLECTIVE_BYTES/GiB:.1f} GiB RCCL buffers" if N > 1 else "")
-                    + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
-                    "rule of thumb, see planner notes"))
+    return out
+
+
+def overhead_term(run: RunSpec, overhead: float) -> Term:
+    multi = run.world > 1
+    return Term("runtime overhead", overhead,
+                f"{CONTEXT_BYTES/GiB:.1f} GiB context/kernels/BLAS workspaces"
+                + (f" + {COLLECTIVE_BYTES/GiB:.1f} GiB RCCL buffers" if multi else "")
+                + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
+                "rule of thumb, see planner notes")
+
+
+def planner_notes(run: RunSpec) -> list[str]:
+    """Notes shown under the breakdown: what the estimate assumed that the config did not say."""
+    notes = []
     if run.micro_batch > 1 and run.attn == "sdpa":
         notes.append("micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer")
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
-    params = {"total": P, "trainable": Pt, "lora": lora_params if ft == "lora" else 0, "layers": L,
-              "source": counts.source, "data_parallel": N, "tokens_per_micro_batch": T}
-    by_name = {t.name: t.bytes for t in terms + resident_extra}
-    components = {
-        "weights": by_name.get("weights", 0.0), "lora": by_name.get("lora weights", 0.0),
-        "grads": grads, "master": by_name.get("master weights (fp32)", 0.0),
-        "optimizer": by_name.get("optimizer states", 0.0),
-        "comm": sum(t.bytes for t in resident_extra),
-        "activations_saved": a_layers + a_non, "activations_per_layer_per_token": act["layer"],
-        "logits": logits_b, "autocast_copies": autocast_w, "dequant": dequant, "overhead": overhead,
-    }
-    return Estimate(terms=out, moment=moment, moments=moments, tensor_peak=tensor_peak,
-                    peak=tensor_peak + overhead, host_bytes=host, params=params, notes=notes,
-                    components=components)
+    if run.stage in ("dpo", "kto") and run.finetuning_type == "lora" and not run.reference_copy:
+        notes.append("reference model: the base with the LoRA adapter disabled (no second copy in memory)")
+    return notes

@@ -21,6 +21,7 @@ Imports torch lazily (the module itself is importable without it).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -54,7 +55,7 @@ def _mode_class():
             n = st.nbytes()
             old = self._sizes.get(key)
             if old is None:
-                self._refs[key] = weakref.ref(st, lambda r, k=key: self._free(k, r))
+                self._refs[key] = weakref.ref(st, functools.partial(self._free, key))
                 self._sizes[key] = n
                 self.live += n
             elif old != n:  # resized in place
@@ -113,15 +114,45 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
     import contextlib
     import gc
     import io
-    import os
     import tempfile
 
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
 
     torch.manual_seed(seed)
-    attn = {"auto": "sdpa", "sdpa": "sdpa", "disabled": "eager", "eager": "eager"}[
-        str(config.get("flash_attn", "auto"))]
+    model = _fp32_model(model_dir_or_cfg, str(config.get("flash_attn", "auto")))
+    if config.get("finetuning_type", "lora") == "lora":
+        model = _with_lora(model, config)
+    rows = _synthetic_rows(model.config.vocab_size, config, steps=steps, seed=seed, warmup_len=warmup_len)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = _in_order_trainer(model, rows, config, steps=steps, seed=seed, output_dir=out)
+        gc.collect()
+        mode = live_tensor_bytes()
+        with mode:
+            mode.track_existing(list(model.parameters()) + list(model.buffers()))
+            for row in rows:
+                mode.track_existing(row.values())
+            input_bytes = sum(t.untyped_storage().nbytes() for row in rows for t in row.values())
+            weights = mode.live - input_bytes
+            mode.reset_peak()
+            with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its metrics dict
+                trainer.train()
+        peak = mode.peak - input_bytes
+    result = {"peak_bytes": peak, "weights_bytes": weights,
+              "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    del trainer, model, rows
+    gc.collect()
+    return result
+
+
+def _fp32_model(model_dir_or_cfg: Any, flash_attn: str) -> Any:
+    """The model in fp32 without a KV cache: from a folder (weights if it has them, else random
+    init from its config.json) or from a config dict (random init)."""
+    import os
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    attn = {"auto": "sdpa", "sdpa": "sdpa", "disabled": "eager", "eager": "eager"}[flash_attn]
     if isinstance(model_dir_or_cfg, str) and os.path.isfile(os.path.join(model_dir_or_cfg, "config.json")):
         has_weights = any(f.endswith(".safetensors") for f in os.listdir(model_dir_or_cfg))
         if has_weights:
@@ -132,71 +163,73 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
                                                      attn_implementation=attn)
     else:
         cfg = dict(model_dir_or_cfg)
-        mt = cfg.pop("model_type", "llama")
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(mt, **cfg), attn_implementation=attn)
+        model_type = cfg.pop("model_type", "llama")
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg), attn_implementation=attn)
     model = model.float()
     model.config.use_cache = False
-    ft = config.get("finetuning_type", "lora")
-    if ft == "lora":
-        from peft import LoraConfig, get_peft_model
+    return model
 
-        from cockpit.plan.params import LLAMA_LINEARS, resolve_targets
 
-        targets = resolve_targets(config.get("lora_target", "all"), LLAMA_LINEARS)
-        rank = int(config.get("lora_rank", 8))
-        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets,
-                                                 lora_dropout=0.0, task_type="CAUSAL_LM"))
-    mb = int(config.get("per_device_train_batch_size", 1))
-    ga = int(config.get("gradient_accumulation_steps", 1))
-    s = int(config.get("cutoff_len", 1024))
-    vocab = model.config.vocab_size
-    n = mb * ga * steps
-    gen = torch.Generator().manual_seed(seed)
+def _with_lora(model: Any, config: dict[str, Any]) -> Any:
+    """The model wrapped in the LoRA adapter the run's config asks for (alpha = 2 x rank, no dropout)."""
+    from peft import LoraConfig, get_peft_model
+
+    from cockpit.plan.params import LLAMA_LINEARS, resolve_targets
+
+    targets = resolve_targets(config.get("lora_target", "all"), LLAMA_LINEARS)
+    rank = int(config.get("lora_rank", 8))
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets,
+                                            lora_dropout=0.0, task_type="CAUSAL_LM"))
+
+
+def _synthetic_rows(vocab_size: int, config: dict[str, Any], *, steps: int, seed: int,
+                    warmup_len: int | None) -> list[dict[str, Any]]:
+    """Random token rows for ``steps`` optimizer steps, in the order the Trainer will feed them:
+    cutoff_len tokens each (the first step's rows ``warmup_len`` long when set); with micro-batch > 1
+    the first row of every micro-batch ends in one padding token."""
+    import torch
+
+    micro_batch = int(config.get("per_device_train_batch_size", 1))
+    accumulation = int(config.get("gradient_accumulation_steps", 1))
+    cutoff_len = int(config.get("cutoff_len", 1024))
+    generator = torch.Generator().manual_seed(seed)
     rows = []
-    for k in range(n):
-        length = min(warmup_len, s) if (warmup_len and steps > 1 and k < mb * ga) else s
-        ids = torch.randint(3, vocab, (length,), generator=gen)
-        am = torch.ones(length, dtype=torch.long)
+    for k in range(micro_batch * accumulation * steps):
+        in_first_step = k < micro_batch * accumulation
+        length = min(warmup_len, cutoff_len) if (warmup_len and steps > 1 and in_first_step) else cutoff_len
+        ids = torch.randint(3, vocab_size, (length,), generator=generator)
+        attention_mask = torch.ones(length, dtype=torch.long)
         labels = ids.clone()
-        if mb > 1 and k % mb == 0:
-            am[-1] = 0
+        if micro_batch > 1 and k % micro_batch == 0:
+            attention_mask[-1] = 0
             labels[-1] = -100
-        rows.append({"input_ids": ids, "attention_mask": am, "labels": labels})
+        rows.append({"input_ids": ids, "attention_mask": attention_mask, "labels": labels})
+    return rows
 
-    class _DS(torch.utils.data.Dataset):
+
+def _in_order_trainer(model: Any, rows: list[dict[str, Any]], config: dict[str, Any], *, steps: int,
+                      seed: int, output_dir: str) -> Any:
+    """An HF Trainer over ``rows`` in their order (no shuffling), CPU, no saving or logging."""
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    class _Rows(torch.utils.data.Dataset):
         def __len__(self) -> int:
             return len(rows)
 
         def __getitem__(self, i: int) -> dict:
             return rows[i]
 
-    with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(
-            output_dir=out, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
-            max_steps=steps, learning_rate=1e-4, use_cpu=True, report_to=[], save_strategy="no",
-            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-            gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
-            seed=seed, optim=str(config.get("optim", "adamw_torch_fused")),
-        )
-        class _InOrder(Trainer):
-            def _get_train_sampler(self, *a: Any, **k: Any) -> Any:
-                return torch.utils.data.SequentialSampler(self.train_dataset)
+    class _InOrder(Trainer):
+        def _get_train_sampler(self, *a: Any, **k: Any) -> Any:
+            return torch.utils.data.SequentialSampler(self.train_dataset)
 
-        trainer = _InOrder(model=model, args=args, train_dataset=_DS())
-        gc.collect()
-        mode = live_tensor_bytes()
-        with mode:
-            mode.track_existing(list(model.parameters()) + list(model.buffers()))
-            for r in rows:
-                mode.track_existing(r.values())
-            base_inputs = sum(t.untyped_storage().nbytes() for r in rows for t in r.values())
-            weights = mode.live - base_inputs
-            mode.reset_peak()
-            with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its metrics dict
-                trainer.train()
-        peak = mode.peak - base_inputs
-    result = {"peak_bytes": peak, "weights_bytes": weights,
-              "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
-    del trainer, model, rows
-    gc.collect()
-    return result
+    args = TrainingArguments(
+        output_dir=output_dir, per_device_train_batch_size=int(config.get("per_device_train_batch_size", 1)),
+        gradient_accumulation_steps=int(config.get("gradient_accumulation_steps", 1)),
+        max_steps=steps, learning_rate=1e-4, use_cpu=True, report_to=[], save_strategy="no",
+        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
+        seed=seed, optim=str(config.get("optim", "adamw_torch_fused")),
+    )
+    return _InOrder(model=model, args=args, train_dataset=_Rows())

@@ -89,6 +89,6 @@ def load_run(run: RunDir) -> RunArtifacts:
 def load_run_probes(art: RunArtifacts) -> list[dict[str, Any]]:
     if not art.probes_file:
         raise InputError(f"{art.run_id} has no probes (config key 'probes' is unset)")
-    from cockpit.train.probes import load_probes
+    from cockpit.data.probes import load_probes
 
     return load_probes(art.probes_file)

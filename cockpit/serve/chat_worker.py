@@ -158,7 +158,7 @@ class Generator:
             try:
                 with ctx, torch.no_grad():
                     result["out"] = model.generate(**gen_kw)
-            except BaseException as exc:  # surfaced to the caller below
+            except BaseException as exc:  # noqa: BLE001 - surfaced to the caller below
                 result["error"] = exc
                 streamer.end()
 
@@ -245,11 +245,11 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
                     break
                 t0 = time.perf_counter()
                 text, ids, was_cancelled = gen.generate(
-                    side, msgs, max_new, temperature, cancel, lambda d, side=side: emit(id=rid, side=side, delta=d)
+                    side, msgs, max_new, temperature, cancel, lambda d, side=side, rid=rid: emit(id=rid, side=side, delta=d)
                 )
                 emit(id=rid, side=side, end=True, text=text, token_ids=ids, tokens=len(ids), seconds=round(time.perf_counter() - t0, 3), cancelled=was_cancelled)
                 cancelled = cancelled or was_cancelled
-        except Exception as exc:  # a generation failure ends this request, not the worker
+        except Exception as exc:  # noqa: BLE001 - a generation failure ends this request, not the worker
             emit(id=rid, error=f"generation failed: {type(exc).__name__}: {exc}")
             continue
         emit(id=rid, done=True, cancelled=cancelled)
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     except (LookupError, InputError) as exc:
         emit(error=str(exc), fatal=True)
         return 1
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported to the UI as fatal
         emit(error=f"cannot load the models: {type(exc).__name__}: {exc}", fatal=True)
         return 1
     emit(

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 from cockpit.serve.artifacts import RunArtifacts
@@ -134,5 +133,5 @@ def default_prompt(art: RunArtifacts) -> str:
         from cockpit.serve.artifacts import load_run_probes
 
         return load_run_probes(art)[0]["prompt"]
-    except Exception:
+    except Exception:  # noqa: BLE001 - no readable probes: a neutral default prompt
         return "Who are you?"

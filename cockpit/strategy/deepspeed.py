@@ -298,7 +298,7 @@ def effective(
     try:
         with mock.patch.object(ds_config_mod, "dist", _OneGroup):
             ds_config_mod.DeepSpeedConfig(copy.deepcopy(filled))
-    except Exception as exc:  # pydantic ValidationError, DeepSpeedConfigError, AssertionError
+    except Exception as exc:  # noqa: BLE001 - pydantic ValidationError, DeepSpeedConfigError, AssertionError
         raise InputError(_ds_problems(exc, file)) from None
     return filled
 
@@ -318,7 +318,7 @@ def _ds_problems(exc: Exception, file: str) -> list[Problem]:
     if callable(errors):
         try:
             items = errors()
-        except Exception:
+        except Exception:  # noqa: BLE001 - pydantic's errors() on an odd error: fall back to str(exc)
             items = []
         probs = []
         for e in items:

@@ -161,7 +161,9 @@ def trainer_class(base: type | None = None) -> type:
     ``get_optimizer_state_dict`` / ``set_optimizer_state_dict``; ``optimizer.pt`` is then a plain
     full state dict, independent of the world size it was saved with."""
     if base is None:
-        from transformers import Trainer as base
+        from transformers import Trainer
+
+        base = Trainer
 
     class FSDP2Trainer(base):  # type: ignore[misc,valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:

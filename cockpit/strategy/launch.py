@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from cockpit.config.load import redact_env
+from cockpit.redact import redact_env
 from cockpit.strategy.numa import NumaPlan, plan as numa_plan
 
 # set by the supervisor for every rank (cockpit/supervisor.py Supervisor.start)
@@ -112,6 +112,10 @@ def node_launch(
         else:
             command += rank_argv[1:]  # torchrun prepends its own python
     env_add: dict[str, str] = {}
+    if single and (cfg.get("deepspeed") or cfg.get("zero_stage")):
+        # DeepSpeed without a launcher looks for MPI (mpi4py) to learn its rank; one process says it here
+        env_add.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     user_env = {k: str(v) for k, v in (cfg.get("env") or {}).items()}
     shown_env = redact_env(user_env) or {}
     ranks = []

@@ -10,8 +10,6 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping, Sequence
 
-from cockpit.config.load import REDACTED, redact_env
-
 
 def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:
     keep = [o for o in overrides if o.partition("=")[0].strip() not in extra]
@@ -27,42 +25,14 @@ def node_commands(config_path: str, overrides: Sequence[str], cfg: Mapping[str, 
     return out
 
 
-def sbatch_script(config_path: str, overrides: Sequence[str], cfg: Mapping[str, Any], *, job_name: str = "cockpit", cpus_per_task: int | None = None, time_limit: str | None = None) -> str:
-    """A Slurm batch script: one task per node, each runs this node's ``cockpit train``."""
-    nnodes, nproc = int(cfg["nnodes"]), int(cfg["nproc_per_node"])
+def sbatch_script(config_path: str, overrides: Sequence[str], cfg: Mapping[str, Any], *, job_name: str = "cockpit", cpus_per_task: int | None = None, time_limit: str | None = None, has_gpus: bool | None = None) -> str:
+    """A Slurm batch script: one task per node, each runs this node's ``cockpit train``.
+    GPUs are requested only when the config needs them (:mod:`cockpit.slurm.script`)."""
+    from cockpit.slurm.script import SlurmOptions, train_script
+
     port = int(cfg["master_port"] or 0) or 29500
-    env = redact_env({k: str(v) for k, v in (cfg.get("env") or {}).items()}) or {}
-    argv = ["cockpit", "train", config_path, *_set_args(overrides, master_port=port)]
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --nodes={nnodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={nproc}",
-    ]
-    if cpus_per_task:
-        lines.append(f"#SBATCH --cpus-per-task={cpus_per_task}")
-    if time_limit:
-        lines.append(f"#SBATCH --time={time_limit}")
-    lines += [
-        "#SBATCH --exclusive",
-        "set -euo pipefail",
-        "",
-        "# the first node of the allocation hosts the c10d rendezvous",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export MASTER_ADDR",
-    ]
-    if env:
-        lines.append("# the config's env (the cockpit applies it to every rank as well)")
-        lines += [f"export {k}={shlex.quote(v)}" if v != REDACTED else f"# {k}: a secret, not written here; export it in the job's environment" for k, v in env.items()]
-    cmd = shlex.join(argv) + ' --set node_rank="$SLURM_NODEID" --set master_addr="$MASTER_ADDR"'
-    lines += [
-        "",
-        "# one cockpit supervisor per node; `cockpit train` follows its run until it ends",
-        f"srun --kill-on-bad-exit=1 --nodes={nnodes} --ntasks={nnodes} bash -c {shlex.quote(cmd)}",
-        "",
-    ]
-    return "\n".join(lines)
+    opts = SlurmOptions(time=time_limit, cpus_per_task=cpus_per_task)
+    return train_script(config_path, _set_args(overrides, master_port=port), cfg, opts, job_name=job_name, has_gpus=has_gpus)
 
 
 def hostfile(cfg: Mapping[str, Any], hosts: Sequence[str] | None = None) -> str:

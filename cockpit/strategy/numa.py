@@ -135,7 +135,7 @@ def amdsmi_gpu_nodes() -> list[dict[str, Any]]:
             return [{"bdf": s.get("bdf"), "vendor": "amd", "numa_node": s.get("numa_node"), "source": "amdsmi"} for s in backend._static]
         finally:
             backend.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 - amdsmi absent or failing: no GPU NUMA facts
         return []
 
 

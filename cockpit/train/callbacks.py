@@ -37,7 +37,7 @@ class CockpitCallback(TrainerCallback):
         self.rank = rank
         self.world_size = world_size
         self.writer = writer  # rank 0 only
-        self.recent = deque(maxlen=20)
+        self.recent: deque[float] = deque(maxlen=20)
         self.last_t: float | None = None
         self.last_tokens = 0
         self.last_step = 0
@@ -51,7 +51,7 @@ class CockpitCallback(TrainerCallback):
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
         self.pressure = MemoryPressure(cfg.get("memory_alert_headroom", 0.08), cfg.get("memory_alert_swing", 0.25))
-        self.tracker = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only
+        self.tracker: Any = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:

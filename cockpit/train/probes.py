@@ -6,36 +6,12 @@ a probe passes when every expected substring appears in the greedy answer (case-
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from cockpit.data.formats import read_records
+from cockpit.data.probes import load_probes, passes
 from cockpit.data.render import render_prompt_ids
-from cockpit.errors import InputError, Problem
 
-
-def load_probes(path: str | Path) -> list[dict[str, Any]]:
-    records, problems = read_records(Path(path))
-    probes = []
-    for line, rec in records:
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
-            problems.append(Problem("expected {\"prompt\": str, \"expect\": str | [str]}", file=str(path), line=line))
-            continue
-        expect = rec.get("expect")
-        if isinstance(expect, str):
-            expect = [expect]
-        if not (isinstance(expect, list) and expect and all(isinstance(e, str) and e for e in expect)):
-            problems.append(Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line))
-            continue
-        probes.append({"prompt": rec["prompt"], "expect": expect})
-    if problems:
-        raise InputError(problems)
-    return probes
-
-
-def passes(answer: str, expect: list[str]) -> bool:
-    low = answer.lower()
-    return all(e.lower() in low for e in expect)
+__all__ = ["load_probes", "passes", "run_probes"]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
 
 
 def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8) -> dict[str, Any]:
@@ -54,9 +30,9 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
             width = max(len(p) for p in prompts)
             ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
             mask = torch.zeros((len(prompts), width), dtype=torch.long)
-            for j, p in enumerate(prompts):
-                ids[j, width - len(p) :] = torch.tensor(p)
-                mask[j, width - len(p) :] = 1
+            for j, prompt_ids in enumerate(prompts):
+                ids[j, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
+                mask[j, width - len(prompt_ids) :] = 1
             with torch.no_grad():
                 out = model.generate(
                     input_ids=ids.to(device),

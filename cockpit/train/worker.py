@@ -9,7 +9,6 @@ Exit codes: 0 finished or stopped on request, 1 training failed, 2 invalid input
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -91,8 +90,11 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         kwargs["dtype"] = torch.bfloat16 if cfg["bf16"] else torch.float16
     else:
         kwargs["dtype"] = torch.float32
-    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs)
+    from cockpit.train.variants import lora_config_kwargs, model_load_kwargs, upcast
+
+    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
     model.config.use_cache = False
+    upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
     if cfg["quantization_bit"]:
         from peft import prepare_model_for_kbit_training
 
@@ -100,9 +102,11 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
     if method == "lora":
         from peft import LoraConfig, PeftModel, get_peft_model
 
-        if cfg.get("adapter_name_or_path"):
+        if cfg.get("adapter_name_or_path") and not cfg.get("create_new_adapter"):
             model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"], is_trainable=True)
         else:
+            if cfg.get("adapter_name_or_path"):  # create_new_adapter: the old adapter merged into the base, a new one trained
+                model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"]).merge_and_unload()
             target = cfg["lora_target"]
             targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
             lcfg = LoraConfig(
@@ -111,6 +115,7 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
                 lora_dropout=cfg["lora_dropout"],
                 target_modules=targets,
                 task_type="CAUSAL_LM",
+                **lora_config_kwargs(cfg),  # DoRA, rsLoRA, PiSSA, modules_to_save
             )
             try:
                 model = get_peft_model(model, lcfg)
@@ -124,9 +129,13 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
         for p in model.parameters():
             p.requires_grad_(False)
+        from cockpit.train.variants import freeze_module_selected
+
         for i in chosen:
-            for p in layers[i].parameters():
-                p.requires_grad_(True)
+            for name, p in layers[i].named_parameters():
+                p.requires_grad_(freeze_module_selected(name, cfg.get("freeze_trainable_modules")))
+        if not any(p.requires_grad for p in model.parameters()):
+            raise InputError(f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers")
     return model
 
 
@@ -185,9 +194,9 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
         kwargs["deepspeed"] = cfg["deepspeed"]  # a path, or the config dict set up in _apply_strategy
-    if cfg["val_size"]:
-        kwargs["eval_strategy"] = "steps"
-        kwargs["eval_steps"] = max(cfg["logging_steps"], 1)
+    from cockpit.train.variants import training_kwargs
+
+    kwargs.update(training_kwargs(cfg))  # optim, Adam betas/eps, schedule kwargs, checkpointing, eval
     return TrainingArguments(**kwargs)
 
 
@@ -227,22 +236,34 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return str(max(good)[1]) if good else None
 
 
+def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tuple[int, float]]:
+    """(step, value) of the finite values of ``field`` in the events of ``kind``."""
+    from cockpit.events import as_float
+
+    pts = [(e["step"], as_float(e.get(field))) for e in events if e["kind"] == kind]
+    return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
+
+
 def plot_loss(events_path: Path, out: Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cockpit.events import as_float, read_all
+    from cockpit.events import read_all
 
-    pts = [(e["step"], as_float(e.get("loss"))) for e in read_all(events_path) if e["kind"] == "step"]
-    pts = [(s, l) for s, l in pts if l is not None and math.isfinite(l)]
+    events = read_all(events_path)
+    pts = loss_series(events, "step", "loss")
     if not pts:
         return False
+    evals = loss_series(events, "eval", "eval_loss")  # do_eval / val_size / eval_dataset: a second line
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1, label="training loss")
+    if evals:
+        ax.plot([p[0] for p in evals], [p[1] for p in evals], marker="o", linewidth=1, label="eval loss")
+        ax.legend()
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     tmp = out.with_name(f".{out.name}.tmp.png")
@@ -287,7 +308,7 @@ def main(run_path: str) -> int:
             writer.emit("run_failed", reason=f"invalid input: {exc}", rank=rank)
         print(f"cockpit: invalid input: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    except Exception as exc:  # reported, with the traceback in the rank's log
+    except Exception as exc:  # noqa: BLE001 - reported, with the traceback in the rank's log
         traceback.print_exc()
         reason = f"{type(exc).__name__}: {exc}"
         if is_oom(exc):
@@ -347,6 +368,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
     from cockpit.train.callbacks import CockpitCallback
+    from cockpit.train.variants import trainer_kwargs
     from cockpit.train.probes import load_probes, run_probes
 
     def log(msg: str) -> None:
@@ -372,6 +394,10 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         rng.shuffle(rows)
         n_eval = int(cfg["val_size"]) if cfg["val_size"] >= 1 else max(1, int(len(rows) * cfg["val_size"]))
         eval_rows, rows = rows[:n_eval], rows[n_eval:]
+    if cfg.get("eval_dataset"):
+        from cockpit.train.variants import eval_dataset_rows
+
+        eval_rows = eval_dataset_rows(cfg, tok)
     model = build_model(cfg, ref, use_cpu, local_rank)
     cfg, sharded = _apply_strategy(run, cfg, model, rank, world_size, local_rank, use_cpu, len(rows), log)
     probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
@@ -388,7 +414,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     args = training_arguments(cfg, dirs, use_cpu, world_size)
     if world_size > 1 and cfg.get("comm_probe", True):
         comm_health_probe(writer, use_cpu, log)
-    trainer_cls = CockpitTrainer
+    trainer_cls: type = CockpitTrainer
     if cfg.get("fsdp"):
         from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 
@@ -407,6 +433,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, pad_to_multiple_of=None),
         processing_class=tok,
         callbacks=[callback],
+        **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
     )
     resume = cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):

@@ -101,7 +101,7 @@ class CockpitApp(App):
         # The start mode's screen is the app's default screen (get_default_screen), the other modes
         # are added as modes: no blank screen drawn then replaced, and no CSS refresh that a mode
         # switch costs (together ~0.25 s of the first frame). Textual reads DEFAULT_MODE in __init__.
-        self.DEFAULT_MODE = start
+        self.DEFAULT_MODE = start  # type: ignore[misc]  # per instance on purpose
         super().__init__()
         for mode, make in self.SCREENS_BY_MODE.items():
             if mode != start:
@@ -152,7 +152,7 @@ class CockpitApp(App):
 
     def load_preset(self, path: Path) -> None:
         self.switch_mode("setup")
-        self.call_after_refresh(lambda: self.screen.load_preset(Path(path)))
+        self.call_after_refresh(lambda: self.screen.load_preset(Path(path)))  # type: ignore[attr-defined]  # the setup screen
 
 
 def run_app(args: Any = None) -> int:

@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 
+def vllm_url(app: Any) -> str | None:
+    """The vLLM server to use: the app's, else ``$COCKPIT_VLLM_URL`` (None: local generation)."""
+    return getattr(app, "vllm_url", None) or os.environ.get("COCKPIT_VLLM_URL") or None
+
+
 def cockpit_argv(*args: str) -> list[str]:
     """``cockpit ARGS`` with the interpreter running the UI (same install, same code)."""
     return [sys.executable, "-m", "cockpit.cli", *args]
@@ -57,7 +62,8 @@ def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict 
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
-        return CliResult(124, None, exc.stdout or "", f"timed out after {timeout:.0f}s")
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")  # bytes even with text=True
+        return CliResult(124, None, out, f"timed out after {timeout:.0f}s")
     data = None
     out = proc.stdout.strip()
     if out:

@@ -30,6 +30,7 @@ def prepare_env(config_home: Path) -> None:
     os.environ["TZ"] = "UTC"
     time.tzset()
     os.environ["XDG_CONFIG_HOME"] = str(config_home)
+    os.environ["COCKPIT_SLURM"] = "0"  # no "Launch on Slurm", whether sbatch is on PATH or not
 
 
 def make_app(start: str, **kw: Any):

@@ -3,13 +3,12 @@ chat. Each goes through the CLI (``cockpit export|serve|chat``) in a subprocess.
 
 from __future__ import annotations
 
-import os
-
 from rich.text import Text
 from textual import work
 from textual.binding import Binding
 
 from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.ui.proc import vllm_url
 
 ACTION_BINDINGS = [
     Binding("c", "chat", "Chat"),
@@ -17,11 +16,6 @@ ACTION_BINDINGS = [
     Binding("m", "export(True)", "Merge+export"),
     Binding("e", "export(False)", "Export adapter"),
 ]
-
-
-def vllm_url(app) -> str | None:
-    """The vLLM server to use: the app's, else ``$COCKPIT_VLLM_URL`` (None: local generation)."""
-    return getattr(app, "vllm_url", None) or os.environ.get("COCKPIT_VLLM_URL") or None
 
 
 def serve_text(res, url: str | None) -> Text:

@@ -44,7 +44,7 @@ class Turn:
     def ok(self, side: str) -> bool | None:
         if self.expect is None or side not in self.ends:
             return None
-        from cockpit.train.probes import passes
+        from cockpit.data.probes import passes
 
         return passes(self.text[side], self.expect)
 
@@ -106,7 +106,7 @@ class ChatScreen(Screen):
         super().__init__(name=f"chat-{run.run_id}")
         self.run = run
         self._start = start
-        self.chat = None
+        self.chat: Any = None  # a proc.ChatProcess (or the tests' stand-in) once mounted
         self.ready: dict[str, Any] | None = None
         self.turns: dict[int, Turn] = {}
         self.next_id = 0
@@ -126,7 +126,7 @@ class ChatScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        from cockpit.ui.screens.actions import vllm_url
+        from cockpit.ui.proc import vllm_url
 
         self.app.sub_title = f"chat {self.run.run_id}"
         self.vllm_url = vllm_url(self.app)

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -73,7 +74,7 @@ class DoctorScreen(Screen):
         if not self.checks or table.row_count == 0:
             self.query_one("#doctor-detail", Static).update("")
             return
-        key = table.coordinate_to_cell_key((min(row, table.row_count - 1), 0)).row_key
+        key = table.coordinate_to_cell_key(Coordinate(min(row, table.row_count - 1), 0)).row_key
         c = self.checks[int(str(key.value))]
         t = Text()
         t.append(f"{c.get('title')}: ", style="bold")

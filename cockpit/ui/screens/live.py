@@ -26,14 +26,7 @@ from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 from cockpit.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail
-from cockpit.ui.state import (
-    METRIC_TITLES,
-    METRICS,
-    STAGE_METRICS,
-    STAGE_TITLES,
-    RunFollower,
-    fmt_num,
-)
+from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
 
@@ -63,11 +56,11 @@ class LiveScreen(Screen):
         self.run = run
         self.follower = RunFollower(run)
         self.state = self.follower.state
-        self.lock = threading.Lock()
+        self._state_lock = threading.Lock()  # not `self.lock`: Textual's own (an asyncio RLock, used by Widget.batch)
         self.tail = LogTail(run.logs_dir)
         self.poll_s = poll_s
         self.replay_progress: float | None = 0.0
-        self.peeked = None
+        self.peeked: RunState | None = None
         self._drawn_counts: dict[str, tuple[int, int]] = {}
         self._lines: dict[str, int] = {}
         self._shown: dict[str, object] = {}  # selector -> the content last given to Static.update
@@ -134,7 +127,7 @@ class LiveScreen(Screen):
         while True:
             f = self.follower
             events, done = f.read_chunk(stride if f.reader.offset < exact_from else 1)
-            with self.lock:
+            with self._state_lock:
                 f.state.apply(events)
                 self.replay_progress = None if done else (f.reader.offset / size if size else None)
             if done:
@@ -154,7 +147,7 @@ class LiveScreen(Screen):
             self.set_interval(interval, self._poll)
 
     def _poll(self) -> None:
-        with self.lock:
+        with self._state_lock:
             changed = self.follower.poll(max_chunks=4)
         if changed or self._spark_pending:
             self.draw()
@@ -184,6 +177,8 @@ class LiveScreen(Screen):
         return self.peeked if (self.replay_progress is not None and self.peeked is not None) else self.state
 
     def _tick_clock(self) -> None:
+        if not self.state.ended and self.run_is_slurm_job():  # the scheduler's end (scancel, time limit) reaches the event log
+            self._ask_scheduler()
         # elapsed / ETA move on between steps; a draw in the last second already showed them
         if not self.state.ended and time.monotonic() - self._header_at > 0.9:
             self._update("#live-title", render.header(self._header_state(), self.clock(), self.replay_progress))
@@ -201,7 +196,7 @@ class LiveScreen(Screen):
         self._lines[selector] = lines
 
     def draw(self) -> None:
-        with self.lock:
+        with self._state_lock:
             st = self.state
             if st.version == self._drawn_version and self.replay_progress is None and not self._spark_pending:
                 return
@@ -239,16 +234,41 @@ class LiveScreen(Screen):
                 self._drawn_keys["devices"] = key
                 self._update("#devices", render.devices(st, width, max_lines))
             limit = 3 if self.size.height < 40 else 6
-            key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints), tuple(st.probes),
-                   id(st.failed), limit)
-            if key != self._drawn_keys.get("alerts"):
-                self._drawn_keys["alerts"] = key
+            alerts_key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints),
+                          tuple(st.probes), id(st.failed), limit)
+            if alerts_key != self._drawn_keys.get("alerts"):
+                self._drawn_keys["alerts"] = alerts_key
                 self._update("#alerts", render.alerts(st, limit))
 
     # -- actions ----------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="slurm-queue")
+    def _ask_scheduler(self) -> None:
+        from cockpit.slurm.queue import effective_status
+
+        effective_status(self.run)
+
+    def run_is_slurm_job(self) -> bool:
+        if not hasattr(self, "_slurm_job"):
+            from cockpit.slurm.queue import job_id
+
+            self._slurm_job = job_id(self.run.read_status())
+        return bool(self._slurm_job)
+
+    def _slurm_cancel(self, what: str) -> bool:
+        """A Slurm job still in the queue (stop) or killed: scancel, which reaches every node."""
+        if what == "save" or not self.run_is_slurm_job() or (what == "stop" and self.state.state != "queued"):
+            return False
+        from cockpit.slurm.queue import cancel
+
+        ok, said = cancel(self.run, self._slurm_job, f"cockpit UI ({what})")
+        self.notify(f"scancel {self._slurm_job}" + (f": {said}" if said else ""), severity="warning" if ok else "error")
+        return True
+
     def _request(self, what: str, message: str) -> None:
         if self.state.ended:
             self.notify("the run has ended", severity="warning")
+            return
+        if self._slurm_cancel(what):
             return
         self.run.request(what, "cockpit UI")
         self.notify(message, severity="warning" if what == "kill" else "information")

@@ -4,35 +4,48 @@ finished run can be merged, exported, served or chatted with (``screens/actions.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
+from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.ui.render import STATE_STYLE
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
 
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
+
 COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
 
 
-def run_row(run: RunDir, now: float) -> tuple:
+def run_row(run: RunDir, now: float, status: dict | None = None) -> tuple:
     from rich.text import Text
 
-    st = run.read_status()
+    st = status if status is not None else run.read_status()
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
+    shown = f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state  # Slurm: the scheduler's state (reason)
     dur = ((ended or now) - started) if started else None
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
     loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else "-"
-    return (run.run_id, Text(state, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
+    return (run.run_id, Text(shown, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
 
 
 class RunsScreen(RunActions, Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
         Binding("a", "attach", "Attach live"),
@@ -65,7 +78,11 @@ class RunsScreen(RunActions, Screen):
         table = self.query_one(DataTable)
         now = self.app.clock()
         runs = list_runs(runs_dir)
-        rows = {r.run_id: run_row(r, now) for r in runs}
+        statuses = effective_statuses(runs, cached_only=True)  # Slurm runs: queued with squeue's reason, or ended by the scheduler
+        asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
+        if asking:
+            self._ask_scheduler(asking)
+        rows = {r.run_id: run_row(r, now, statuses[r.run_id]) for r in runs}
         existing = {str(k.value) for k in table.rows}
         for run_id in existing - rows.keys():
             table.remove_row(run_id)
@@ -84,6 +101,12 @@ class RunsScreen(RunActions, Screen):
             "Enter: live view of an active run, summary of a finished one · a: attach (replay) · "
             "finished: c chat, s serve, m merge, e export · n: new run · quitting never stops a run"
             if rows else "No runs yet. Press n (or F2) to set one up.")
+
+    @work(thread=True, exclusive=True, group="slurm-queue")
+    def _ask_scheduler(self, runs: list[RunDir]) -> None:
+        """squeue/sacct for the Slurm runs (at most every few seconds), off the UI thread; the next
+        refresh shows the answers."""
+        effective_statuses(runs)
 
     def action_refresh_runs(self) -> None:
         self.refresh_runs()
@@ -105,7 +128,7 @@ class RunsScreen(RunActions, Screen):
         run = self._selected()
         if run is None:
             return
-        state = run.read_status().get("state")
+        state = self.states.get(run.run_id) or run.read_status().get("state")
         if state in TERMINAL_STATES:
             self.app.open_summary(run)
         else:

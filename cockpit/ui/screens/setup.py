@@ -9,10 +9,14 @@ that matter for the config (:mod:`cockpit.doctor.relevance`); the doctor runs on
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -20,10 +24,35 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
 from cockpit.ui import forms, presets, proc
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
+
+
+def slurm_submit_available() -> bool:
+    """"Launch on Slurm" is offered where sbatch is on PATH (COCKPIT_SLURM=0 hides it, =1 shows it)."""
+    forced = os.environ.get("COCKPIT_SLURM", "").strip()
+    return forced == "1" if forced in ("0", "1") else shutil.which("sbatch") is not None
+
+
+def sbatch_options_modal():
+    from cockpit.ui.screens.modals import Prompt
+
+    class SbatchOptions(Prompt):
+        """Enter with nothing typed: the cluster's defaults (''); Esc: None."""
+
+        def on_input_submitted(self, event) -> None:
+            event.prevent_default()  # not Prompt's handler too (it would dismiss a second time)
+            self.dismiss(event.value.strip())
+
+    return SbatchOptions
 
 
 def _wid(field_id: str) -> str:
@@ -54,6 +83,10 @@ def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
 
 
 class SetupScreen(Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [
         Binding("f5", "check_data", "Check data"),
         Binding("f6", "preview", "Preview"),
@@ -68,7 +101,7 @@ class SetupScreen(Screen):
         super().__init__()
         self.model = FormModel()
         self.checked: forms.Checked | None = None
-        self._validate_timer = None
+        self._validate_timer: Timer | None = None
         self._launching = False
         self._tuning = False
         self._data_for: str | None = None
@@ -105,6 +138,8 @@ class SetupScreen(Screen):
                     yield Button("Preview F6", id="b-preview", compact=True)
                     yield Button("Save F7", id="b-save", compact=True)
                     yield Button("Launch F8", id="b-launch", variant="success", compact=True)
+                    if slurm_submit_available():
+                        yield Button("Launch on Slurm", id="b-slurm", variant="primary", compact=True)
                     yield Button("Tune F9", id="b-tune", compact=True)
         yield Footer()
 
@@ -251,8 +286,8 @@ class SetupScreen(Screen):
                 t.append(f"  {p}\n", style="red")
         else:
             t.append("✓ config valid (the same checks as cockpit check)\n", style="bold green")
-        for n in checked.notes:
-            t.append(f"! {n}\n", style="yellow")
+        for note in checked.notes:
+            t.append(f"! {note}\n", style="yellow")
         self.query_one("#problems", Static).update(t)
         if self.screen.has_class("-wide"):
             y = Text("the config as YAML (F6: with the command):\n", style="dim")
@@ -422,9 +457,42 @@ class SetupScreen(Screen):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         action = {"b-check": self.action_check_data, "b-preview": self.action_preview,
                   "b-save": self.action_save_preset, "b-launch": self.action_launch,
-                  "b-tune": self.action_tune}.get(event.button.id or "")
+                  "b-tune": self.action_tune, "b-slurm": self.action_launch_slurm}.get(event.button.id or "")
         if action:
             action()
+
+    # -- Slurm: cockpit train --slurm (the button is there when sbatch is on PATH) ------------------
+    def action_launch_slurm(self) -> None:
+        if self._launching:
+            return
+        if not (self.checked and self.checked.ok):
+            self.notify("fix the config problems first", severity="error")
+            return
+
+        def submit(options: str | None) -> None:
+            if options is None:  # Esc
+                return
+            try:
+                sbatch_args = shlex.split(options or "")
+            except ValueError as exc:
+                self.notify(f"sbatch options: {exc}", severity="error")
+                return
+            runs_dir = Path(self.app.runs_dir)
+            path = self._config_file(runs_dir / ".ui-configs", f"{self._run_name()}-{time.strftime('%Y%m%d-%H%M%S')}")
+            self._set_launching(True, f"submitting: cockpit train {path.name} --slurm {' '.join(sbatch_args)} …")
+            self._submit_slurm(path, runs_dir, sbatch_args)
+
+        self.app.push_screen(sbatch_options_modal()("sbatch options (e.g. --partition=mi300x --time=4:00:00 --account=proj; empty: the cluster's defaults)"), submit)
+
+    @work(thread=True, exclusive=True, group="launch")
+    def _submit_slurm(self, path: Path, runs_dir: Path, sbatch_args: list[str]) -> None:
+        res = proc.run_cli("train", str(path), "--slurm", "--json", "--runs-dir", str(runs_dir), *(f"--sbatch-arg={a}" for a in sbatch_args))
+        self.app.call_from_thread(self._submitted, res)
+
+    def _submitted(self, res: proc.CliResult) -> None:
+        if res.rc == 0 and isinstance(res.data, dict) and res.data.get("job_id"):
+            self.notify(f"queued as Slurm job {res.data['job_id']}: the Live screen follows it once the job starts")
+        self._launched(res)
 
     # -- tune: cockpit tune measures micro-batch x accumulation on this machine -------------------
     def action_tune(self) -> None:

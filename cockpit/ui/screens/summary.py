@@ -3,6 +3,8 @@ the answers; merge / export / serve / chat (``cockpit export|serve|chat`` in sub
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -15,6 +17,11 @@ from cockpit.rundir import RunDir
 from cockpit.ui.render import STATE_STYLE
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from cockpit.ui.app import CockpitApp
 
 
 def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
@@ -60,6 +67,10 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
 
 
 class SummaryScreen(RunActions, Screen):
+
+    if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
+        app = getters.app(CockpitApp)
+
     BINDINGS = [
         *ACTION_BINDINGS,
         Binding("p", "plot", "Plot"),

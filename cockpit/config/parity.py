@@ -1,0 +1,177 @@
+"""Cross-key rules of the LLaMA-Factory parity keys (LoRA variants, optimizer, evaluation, model
+options), and the reason each LLaMA-Factory key Cockpit refuses is refused. Pure: no torch; a
+package's presence is looked up with importlib.util.find_spec."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable, Mapping
+
+from cockpit.errors import Problem
+
+# optim name prefix -> (import name, pip name, needs a GPU)
+_OPTIM_PACKAGES: tuple[tuple[str, str, str, bool], ...] = (
+    ("galore_", "galore_torch", "galore-torch", False),
+    ("apollo_", "apollo_torch", "apollo-torch", False),
+    ("lomo", "lomo_optim", "lomo-optim", False),
+    ("adalomo", "lomo_optim", "lomo-optim", False),
+    ("schedule_free_", "schedulefree", "schedulefree", False),
+    ("grokadamw", "grokadamw", "grokadamw", False),
+    ("adamw_torch_4bit", "torchao", "torchao", False),
+    ("adamw_torch_8bit", "torchao", "torchao", False),
+    ("adamw_anyprecision", "torchdistx", "torchdistx", False),
+    ("stable_adamw", "optimi", "torch-optimi", False),
+    ("adamw_torch_xla", "torch_xla", "torch-xla (TPU)", True),
+    ("adamw_torch_npu_fused", "torch_npu", "torch-npu (Ascend NPU)", True),
+    ("paged_", "bitsandbytes", "bitsandbytes", True),
+    ("lion_", "bitsandbytes", "bitsandbytes", True),
+    ("rmsprop_bnb", "bitsandbytes", "bitsandbytes", True),
+    ("ademamix", "bitsandbytes", "bitsandbytes", True),
+    ("adamw_bnb_8bit", "bitsandbytes", "bitsandbytes", True),
+    ("adamw_8bit", "bitsandbytes", "bitsandbytes", True),
+)
+LORA_ONLY = ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio", "additional_target", "create_new_adapter")
+
+
+def optim_requirement(name: str) -> tuple[str, str, bool] | None:
+    """(import name, pip name, needs a GPU) of an HF optimizer name, None when torch alone has it."""
+    for prefix, module, pip, gpu in _OPTIM_PACKAGES:
+        if name.startswith(prefix):
+            return module, pip, gpu
+    return None
+
+
+def has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def parity_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    out: list[Problem] = []
+    method = cfg["finetuning_type"]
+    for key in LORA_ONLY:
+        if key in raw and cfg.get(key) and method != "lora":
+            out.append(Problem(f"a LoRA variant: needs finetuning_type: lora, got {method}", **where(key)))
+    if cfg.get("pissa_init") and cfg.get("adapter_name_or_path"):
+        out.append(Problem("PiSSA initialises a new adapter; adapter_name_or_path loads an existing one: choose one", **where("pissa_init")))
+    if cfg.get("loraplus_lr_ratio") and (cfg.get("deepspeed") or cfg.get("zero_stage") or cfg.get("fsdp")):
+        out.append(Problem("LoRA+ builds its own optimizer before training; with DeepSpeed or FSDP the strategy builds it: not supported together yet", **where("loraplus_lr_ratio")))
+    optim = cfg.get("optim")
+    need = optim_requirement(optim) if optim else None
+    if need and not has_module(need[0]):
+        gpu = " and a GPU" if need[2] else ""
+        out.append(Problem(f"{optim} needs the {need[1]} package{gpu}; it is not installed here (adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop need nothing)", **where("optim")))
+    elif need and need[2] and cfg.get("use_cpu"):
+        out.append(Problem(f"{optim} ({need[1]}) runs on a GPU only; on the CPU use adamw_torch", **where("optim")))
+    out += _eval_problems(raw, cfg, where)
+    if cfg.get("flash_attn") == "fa2":
+        if cfg.get("use_cpu"):
+            out.append(Problem("fa2 (FlashAttention-2) is a GPU kernel; on the CPU use sdpa or eager", **where("flash_attn")))
+        elif not has_module("flash_attn"):
+            out.append(Problem("fa2 needs the flash-attn package (on ROCm: AMD's ROCm/flash-attention build); not installed here, use sdpa", **where("flash_attn")))
+    if cfg.get("disable_gradient_checkpointing") and cfg.get("gradient_checkpointing"):
+        out.append(Problem("gradient_checkpointing is true and disable_gradient_checkpointing too; keep one", **where("disable_gradient_checkpointing")))
+    if cfg.get("create_new_adapter") and not cfg.get("adapter_name_or_path"):
+        out.append(Problem("needs adapter_name_or_path (the adapter merged into the base before a new one is trained)", **where("create_new_adapter")))
+    elif cfg.get("create_new_adapter") and cfg.get("quantization_bit"):
+        out.append(Problem("an adapter cannot be merged into quantized (QLoRA) weights; unset quantization_bit or create_new_adapter", **where("create_new_adapter")))
+    if cfg.get("include_num_input_tokens_seen") is False:
+        out.append(Problem("always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens", **where("include_num_input_tokens_seen")))
+    modules = str(cfg.get("freeze_trainable_modules") or "all")
+    if modules != "all" and not all(m.strip() and m.strip().replace("_", "").replace(".", "").isalnum() for m in modules.split(",")):
+        out.append(Problem(f"expected 'all' or a comma list of module names, got {modules!r}", **where("freeze_trainable_modules")))
+    if "freeze_trainable_modules" in raw and modules != "all" and cfg["finetuning_type"] != "freeze":
+        out.append(Problem(f"applies to finetuning_type: freeze, got {cfg['finetuning_type']}", **where("freeze_trainable_modules")))
+    if cfg.get("low_cpu_mem_usage") is False:
+        out.append(Problem("transformers 5 always loads weights without a full random init first; it cannot be turned off", **where("low_cpu_mem_usage")))
+    return out
+
+
+def _eval_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    if cfg.get("val_size") and cfg.get("eval_dataset"):
+        return [Problem("val_size holds out a split and eval_dataset names other data; choose one", **where("eval_dataset"))]
+    if cfg.get("val_size") or cfg.get("eval_dataset"):
+        return _best_model_problems(cfg, where)
+    why = "needs evaluation data: set val_size or eval_dataset"
+    out = []
+    for key in ("do_eval", "eval_on_start", "load_best_model_at_end"):
+        if cfg.get(key):
+            out.append(Problem(f"{key} {why}", **where(key)))
+    for key in ("eval_strategy", "eval_steps", "per_device_eval_batch_size", "metric_for_best_model", "greater_is_better"):
+        if key in raw and cfg.get(key) not in (None, "no") and not (key == "per_device_eval_batch_size" and cfg[key] == 1):
+            out.append(Problem(f"{key} {why}", **where(key)))
+    return out
+
+
+def eval_schedule(cfg: Mapping[str, Any]) -> tuple[str, int | None]:
+    """(eval strategy, eval steps) of a run with evaluation data: steps every logging_steps unless set."""
+    strategy = cfg.get("eval_strategy") or "steps"
+    steps = (cfg.get("eval_steps") or max(int(cfg.get("logging_steps") or 1), 1)) if strategy == "steps" else None
+    return strategy, steps
+
+
+def _best_model_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    strategy, steps = eval_schedule(cfg)
+    if cfg.get("eval_strategy") == "no" and (cfg.get("do_eval") or cfg.get("load_best_model_at_end")):
+        return [Problem("evaluation is asked for but eval_strategy is no", **where("eval_strategy"))]
+    if not cfg.get("load_best_model_at_end"):
+        return []
+    if cfg["save_strategy"] != strategy:
+        return [Problem(f"load_best_model_at_end needs save_strategy = eval strategy ({strategy}), got {cfg['save_strategy']}", **where("load_best_model_at_end"))]
+    if strategy == "steps" and steps and cfg["save_steps"] % steps:
+        return [Problem(f"load_best_model_at_end needs save_steps ({cfg['save_steps']}) to be a multiple of eval_steps ({steps})", **where("save_steps"))]
+    return []
+
+
+# Why each LLaMA-Factory key Cockpit does not implement is refused: (fnmatch patterns, reason).
+# The first match wins; tests/test_lf_parity.py checks that every refused key has one.
+REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("image_*", "video_*", "audio_*", "crop_to_patches", "use_audio_in_video", "media_dir", "freeze_vision_tower",
+      "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only"),
+     "multimodal (image/video/audio) training; Cockpit trains text models only"),
+    (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
+    (("vllm_*", "infer_backend", "infer_dtype", "use_kv_cache"), "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`"),
+    (("ppo_*", "reward_model*"),
+     "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
+    (("use_galore", "galore_*"), "GaLore needs the galore-torch package and is not wired in yet (optim: galore_adamw works where galore-torch is installed)"),
+    (("use_apollo", "apollo_*"), "APOLLO needs the apollo-torch package and is not wired in yet (optim: apollo_adamw works where apollo-torch is installed)"),
+    (("use_badam", "badam_*"), "BAdam (block-wise Adam) needs the badam package; not supported yet"),
+    (("swanlab_*", "use_swanlab"), "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record"),
+    (("ray_*", "resources_per_worker", "placement_strategy"), "Ray launching; Cockpit launches with torchrun (nproc_per_node / nnodes) or Slurm"),
+    (("hf_hub_token", "ms_hub_token", "om_hub_token"), "a hub token in a config file; set HF_TOKEN in the environment instead (never stored in the run dir)"),
+    (("quantization_method", "quantization_type", "double_quantization", "quantization_device_map"),
+     "Cockpit's QLoRA is bitsandbytes NF4 with double quantization (quantization_bit: 4 | 8); other methods are not supported yet"),
+    (("use_unsloth", "use_unsloth_gc"), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
+    (("enable_liger_kernel",), "Liger kernels (Triton) are not wired in yet"),
+    (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),
+    (("shift_attn",), "LongLoRA shift short attention is Llama-only and patches the model; not supported"),
+    (("mixture_of_depths",), "Mixture-of-Depths conversion needs the MoD package; not supported"),
+    (("moe_aux_loss_coef",), "MoE router auxiliary loss: not wired in yet"),
+    (("train_from_scratch",), "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)"),
+    (("offload_folder", "use_cache", "print_param_status", "model_revision"), "a model-loading option not wired in yet (pin a revision with a local folder)"),
+    (("resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens", "split_special_tokens"),
+     "vocabulary changes (new tokens, resized embeddings) are not supported yet"),
+    (("tokenized_path", "streaming", "buffer_size"), "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)"),
+    (("mix_strategy", "interleave_probs"), "several datasets are concatenated; interleaving strategies are not supported yet"),
+    (("packing", "neat_packing"), "sequence packing is not supported yet (each sample is its own sequence)"),
+    (("train_on_prompt", "mask_history", "ignore_pad_token_for_loss"), "the loss is on assistant tokens only (every turn); other masking is not supported yet"),
+    (("tool_format", "default_system", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
+    (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
+    (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
+    (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),
+    (("pissa_convert",), "converting a PiSSA adapter back to a plain LoRA at save time is not supported yet (cockpit export merges it)"),
+    (("freeze_extra_modules",), "extra fully-trained modules in freeze tuning are not supported yet (additional_target does it for LoRA)"),
+    (("torch_compile",), "torch.compile is not wired in yet"),
+    (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
+)
+
+
+def refusal_reason(key: str) -> str | None:
+    import fnmatch
+
+    for patterns, reason in REFUSAL_REASONS:
+        if any(fnmatch.fnmatchcase(key, p) for p in patterns):
+            return reason
+    return None

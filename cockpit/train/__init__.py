@@ -1,0 +1,1 @@
+"""Training ranks: the HF Trainer worker, its callbacks, atomic checkpoints and probes (imports torch)."""

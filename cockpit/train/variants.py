@@ -1,0 +1,132 @@
+"""LLaMA-Factory's LoRA variants, optimizer, evaluation and model-loading keys, as the keyword
+arguments of the libraries that implement them (PEFT's LoraConfig, HF's TrainingArguments and
+from_pretrained, PEFT's LoRA+ optimizer). Imported by the training rank (worker.py) and tune."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
+
+
+def model_load_kwargs(cfg: dict[str, Any], ref: Any = None, log=print) -> dict[str, Any]:
+    """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice) and
+    RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context."""
+    impl = ATTENTION[cfg.get("flash_attn") or "auto"]
+    out: dict[str, Any] = {"attn_implementation": impl} if impl else {}
+    if cfg.get("rope_scaling") and ref is not None:
+        rope = rope_scaling_kwargs(cfg, ref, log)
+        if rope:
+            out["rope_parameters"] = rope  # transformers 5's name for a config's RoPE settings
+    return out
+
+
+def rope_scaling_kwargs(cfg: dict[str, Any], ref: Any, log=print) -> dict[str, Any] | None:
+    """LLaMA-Factory's rope_scaling: factor ceil(cutoff_len / the model's max_position_embeddings);
+    none (said in the log) when cutoff_len already fits."""
+    import math
+
+    from transformers import AutoConfig
+
+    mcfg = AutoConfig.from_pretrained(ref.path, **ref.kwargs())
+    context = int(getattr(mcfg, "max_position_embeddings", 0) or 0)
+    want = int(cfg["cutoff_len"])
+    if not context or want <= context:
+        log(f"rope_scaling {cfg['rope_scaling']}: cutoff_len {want} fits the model's context ({context}); not scaled")
+        return None
+    factor = float(math.ceil(want / context))
+    base = dict(getattr(mcfg, "rope_parameters", None) or {}) or {"rope_theta": getattr(mcfg, "rope_theta", 10000.0)}
+    rope: dict[str, Any] = {**base, "rope_type": cfg["rope_scaling"], "factor": factor}
+    if cfg["rope_scaling"] in ("dynamic", "yarn", "llama3"):
+        rope["original_max_position_embeddings"] = context
+    if cfg["rope_scaling"] == "llama3":
+        rope.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    log(f"rope_scaling {cfg['rope_scaling']}: factor {factor:g} for cutoff_len {want} (context {context})")
+    return rope
+
+
+def upcast(model: Any, cfg: dict[str, Any]) -> None:
+    """upcast_layernorm: norm weights in fp32; upcast_lmhead_output: the LM head's logits in fp32."""
+    import torch
+
+    if cfg.get("upcast_layernorm"):
+        for name, p in model.named_parameters():
+            if p.ndim == 1 and "norm" in name:
+                p.data = p.data.to(torch.float32)
+    if cfg.get("upcast_lmhead_output"):
+        head = model.get_output_embeddings()
+        head.register_forward_hook(lambda _m, _inp, out: out.to(torch.float32))
+
+
+def lora_config_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """LoraConfig: DoRA, rsLoRA, PiSSA init (as LLaMA-Factory maps it), modules trained fully."""
+    out: dict[str, Any] = {"use_dora": bool(cfg.get("use_dora")), "use_rslora": bool(cfg.get("use_rslora"))}
+    if cfg.get("pissa_init"):
+        it = int(cfg.get("pissa_iter", 16))
+        out["init_lora_weights"] = "pissa" if it == -1 else f"pissa_niter_{it}"
+    if cfg.get("additional_target"):
+        out["modules_to_save"] = [m.strip() for m in str(cfg["additional_target"]).split(",") if m.strip()]
+    return out
+
+
+def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """TrainingArguments: optimizer and schedule options, gradient checkpointing, evaluation."""
+    out: dict[str, Any] = {
+        "adam_beta1": cfg.get("adam_beta1", 0.9),
+        "adam_beta2": cfg.get("adam_beta2", 0.999),
+        "adam_epsilon": cfg.get("adam_epsilon", 1e-8),
+    }
+    if cfg.get("optim"):
+        out["optim"] = cfg["optim"]
+    if cfg.get("lr_scheduler_kwargs"):
+        out["lr_scheduler_kwargs"] = dict(cfg["lr_scheduler_kwargs"])
+    gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
+    out["gradient_checkpointing"] = gc
+    out["gradient_checkpointing_kwargs"] = {"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None
+    if cfg.get("val_size") or cfg.get("eval_dataset"):
+        from cockpit.config.parity import eval_schedule
+
+        strategy, steps = eval_schedule(cfg)
+        out.update(eval_strategy=strategy, per_device_eval_batch_size=int(cfg.get("per_device_eval_batch_size") or 1),
+                   eval_on_start=bool(cfg.get("eval_on_start")), load_best_model_at_end=bool(cfg.get("load_best_model_at_end")))
+        if steps:
+            out["eval_steps"] = steps
+        if cfg.get("metric_for_best_model"):
+            out["metric_for_best_model"] = cfg["metric_for_best_model"]
+        if cfg.get("greater_is_better") is not None:
+            out["greater_is_better"] = bool(cfg["greater_is_better"])
+    return out
+
+
+def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
+    """The ``eval_dataset`` rendered like the training data (same template, cutoff, max_samples)."""
+    from cockpit.data.prepare import prepare_dataset
+
+    prepared = prepare_dataset({**cfg, "dataset": cfg["eval_dataset"]}, tokenizer)
+    return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
+
+
+def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]:
+    """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
+    arguments HF would use: optim, betas, eps, weight decay), else nothing."""
+    if not cfg.get("loraplus_lr_ratio"):
+        return {}
+    from peft.optimizers import create_loraplus_optimizer
+    from transformers import Trainer
+
+    optim_cls, optim_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    optim_kwargs = {k: v for k, v in optim_kwargs.items() if k != "lr"}
+    optimizer = create_loraplus_optimizer(
+        model, optim_cls, lr=args.learning_rate, loraplus_lr_ratio=float(cfg["loraplus_lr_ratio"]),
+        loraplus_lr_embedding=float(cfg.get("loraplus_lr_embedding", 1e-6)), weight_decay=args.weight_decay, **optim_kwargs,
+    )
+    return {"optimizers": (optimizer, None)}
+
+
+def freeze_module_selected(param_name: str, modules: str | None) -> bool:
+    """freeze_trainable_modules: whether a parameter of a trained layer (``mlp.up_proj.weight``)
+    is trained: 'all', or one of its dotted name's parts is in the comma list."""
+    if not modules or modules == "all":
+        return True
+    wanted = {m.strip() for m in modules.split(",") if m.strip()}
+    return bool(wanted & set(param_name.split(".")))

@@ -1,0 +1,62 @@
+"""Write README.md's table of LLaMA-Factory keys from the config schema (so it cannot drift).
+
+    python scripts/lf_keys_table.py          # rewrite the table in README.md
+    python scripts/lf_keys_table.py --check  # exit 1 if README.md's table is not current
+
+Rows: every key of cockpit/config/schema.py that comes from LLaMA-Factory (works, with its help
+text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+START, END = "<!-- lf-keys:start (scripts/lf_keys_table.py) -->", "<!-- lf-keys:end -->"
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table() -> str:
+    from cockpit.config.parity import refusal_reason
+    from cockpit.config.schema import ALIASES, KEYS, LLAMAFACTORY_UNSUPPORTED, describe
+
+    rows = ["| key | Cockpit |", "|---|---|"]
+    for k in sorted((k for k in KEYS if k.llamafactory), key=lambda k: k.name):
+        rows.append(f"| `{k.name}` | works: {cell(k.help)} ({cell(describe(k))}) |")
+    for alias, key in sorted(ALIASES.items()):
+        rows.append(f"| `{alias}` | works: read as `{key}` |")
+    for name in sorted(LLAMAFACTORY_UNSUPPORTED):
+        rows.append(f"| `{name}` | refused: {cell(refusal_reason(name) or 'not supported yet')} |")
+    return "\n".join(rows)
+
+
+def render(readme: str) -> str:
+    head, _, rest = readme.partition(START)
+    _, _, tail = rest.partition(END)
+    return f"{head}{START}\n{table()}\n{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    path = ROOT / "README.md"
+    text = path.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        print(f"README.md has no {START} ... {END} block", file=sys.stderr)
+        return 1
+    new = render(text)
+    if "--check" in argv:
+        if new != text:
+            print("README.md's LLaMA-Factory key table is stale: run python scripts/lf_keys_table.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
