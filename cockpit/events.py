@@ -11,8 +11,9 @@ Kinds and their fields (units in the field names or stated here):
 
 - ``run_started``: run_id, attempt, model, dataset, method, world_size, nproc_per_node, nnodes,
   total_steps (may be null until the ranks know it), output_dir, supervisor_pid
-- ``state``: state (queued|starting|running|stopping|finished|failed|stopped|cancelled), reason;
-  queued and cancelled: Slurm runs (``cockpit.slurm``), the queued event also has slurm_job_id
+- ``state``: state (queued|starting|running|stopping|finished|failed|stopped|cancelled|lost), reason;
+  queued and cancelled: Slurm runs (``cockpit.slurm``), the queued event also has slurm_job_id;
+  by (optional): "liveness check" when a reader ended a run whose supervisor was gone
 - ``rank_started``: rank, local_rank, pid, node_rank, host
 - ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
 - ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)
@@ -29,16 +30,22 @@ Kinds and their fields (units in the field names or stated here):
   finished; null before the first), seq, train_ended; written by global rank 0 each time a
   node's report in the rendezvous store changed (``cockpit/telemetry/node.py``)
 - ``eval``: step, eval_loss
-- ``checkpoint_saved``: step, path
+- ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|
-  memory_pressure|...), message, remedies (list of strings), rank (optional). hang: phase
+  memory_pressure|no_checkpoint|...), message, remedies (list of strings), rank (optional). hang: phase
   (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and
   silent_nodes with several nodes. memory_pressure: trigger (near_capacity|swing), figures
   {peak_mb, reserved_mb, capacity_mb, previous_peak_mb?}, remedy_set (config keys -> values:
   half micro-batch, same global batch; null at micro-batch 1), remedy_env (the allocator's
   expandable_segments variable)
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
-  {prompt, expected, answer, ok})
+  {prompt, expected, answer, ok}), device (before: where the answers were generated, e.g.
+  ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event)
+- ``rank_memory``: written by every rank (not only rank 0): rank, local_rank, node_rank, phase
+  (loaded: the model is built, sharded and on its device; trained: training is over, before the
+  final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
+  /proc/self/status, MiB; null where /proc is absent). Host RAM at load time, per rank: the figure
+  that shows whether ZeRO-3 / FSDP2 loading held a full copy of the model on every rank
 - stage metrics (non-SFT stages, ``cockpit/train/recipes/``): extra fields of ``step`` from the
   trainer's logs at each logging step. dpo (all pref_loss values) and kto: reward_margin,
   reward_chosen, reward_rejected (mean implicit rewards beta * log(pi / pi_ref) of the batch's
@@ -70,6 +77,7 @@ Kinds and their fields (units in the field names or stated here):
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -93,6 +101,7 @@ KINDS = frozenset(
         "alert",
         "probe_results",
         "held_out",
+        "rank_memory",
         "telemetry",
         "comm",
         "run_finished",
@@ -141,8 +150,16 @@ class EventWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def emit(self, kind: str, **fields: Any) -> None:
+        """Append one line. A short write (the disk filled mid-line) is taken back and raised as
+        ENOSPC, so readers never meet half a JSON line."""
         data = encode(kind, **fields).encode("utf-8")
-        os.write(self._fd, data)
+        written = os.write(self._fd, data)
+        if written < len(data):
+            try:
+                os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            except OSError:
+                pass
+            raise OSError(errno.ENOSPC, f"no space left for an event in {self.path}")
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -67,6 +67,8 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     notes: list[str] = []
+    if summary.get("adapter_from"):
+        notes.append(f"the loss was not finite from step {summary.get('nan_step')}: these are the weights of {summary['adapter_from']}, the last checkpoint before it")
     merged_dtype = None
     acfg = json.loads((adapter / "adapter_config.json").read_text()) if is_lora else {}
     try:

@@ -127,9 +127,11 @@ class Follower:
         return events
 
     def ended(self) -> str | None:
+        from cockpit.liveness import reconcile
         from cockpit.slurm.queue import effective_status
 
-        state = effective_status(self.run).get("state")  # a Slurm job the scheduler ended counts
+        # a Slurm job the scheduler ended counts; a dead supervisor: its ranks adopted, or the run ended
+        state = reconcile(self.run, status=effective_status(self.run)).get("state")
         return state if state in TERMINAL_STATES else None
 
     def follow(self, poll_s: float = 0.5) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,10 +44,22 @@ def start_run(cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: 
         started=run.path.stat().st_mtime,
         step=0,
         total_steps=None,
+        events_offset=0,
     )
     EventWriter(run.events_path).close()  # the log exists from the start (0600)
-    spawn_supervisor(run, cfg.get("env") or {})
+    record_supervisor(run, spawn_supervisor(run, cfg.get("env") or {}))
     return run
+
+
+def record_supervisor(run: RunDir, proc: subprocess.Popen) -> None:
+    """Name the new supervisor (pid + start time) in status.json at once, so a reader can tell
+    a supervisor that died at birth from one still starting."""
+    from cockpit.liveness import start_time
+
+    started = start_time(proc.pid)
+    with run.status_lock():
+        if not run.read_status().get("supervisor_pid"):
+            run.update_status(supervisor_pid=proc.pid, supervisor_start=started, supervisor_host=socket.gethostname())
 
 
 def spawn_supervisor(run: RunDir, env_add: Mapping[str, str]) -> subprocess.Popen:

@@ -67,13 +67,26 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
     return warnings
 
 
+def doctor_gpu_reasons(cfg: Mapping[str, Any]) -> list[str]:
+    """The doctor's failing GPU checks for this config, one line each (why no GPU is usable)."""
+    from cockpit.doctor import run_checks
+    from cockpit.doctor.relevance import blocking_for_config, config_tags
+
+    gpu_ids = ("torch", "gpu_visible", "gpu_devices", "torch_arch", "kfd", "rocm_version")
+    checks = run_checks(needs=config_tags(cfg), only=gpu_ids)
+    return [f"{c.title}: {c.seen}" + (f" (fix: {c.fix.splitlines()[0]})" if c.fix else "") for c in blocking_for_config(checks, cfg)]
+
+
 def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     """Precision / quantization against the devices this machine has (imports torch)."""
     import torch
 
+    from cockpit.device import CPU, resolve_device
+
     warnings: list[str] = []
     problems: list[Problem] = []
-    cpu = cfg.get("use_cpu") if cfg.get("use_cpu") is not None else not torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cpu = resolve_device(cfg, gpus, reasons=doctor_gpu_reasons(cfg) if gpus == 0 else None) == CPU
     if cpu:
         if cfg.get("fp16"):
             problems.append(Problem("fp16 mixed precision needs a GPU; use bf16 or fp32 on the CPU", key="fp16"))

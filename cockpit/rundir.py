@@ -22,12 +22,21 @@ import os
 import re
 import secrets
 import tempfile
+import threading
+from contextlib import contextmanager
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-TERMINAL_STATES = frozenset({"finished", "failed", "stopped", "cancelled"})  # cancelled: by the scheduler (cockpit.slurm)
+TERMINAL_STATES = frozenset({"finished", "failed", "stopped", "lost", "cancelled"})  # cancelled: by the scheduler (cockpit.slurm)
+ACTIVE_STATES = frozenset({"starting", "running", "stopping"})  # queued (Slurm) waits on the scheduler: cockpit.slurm.queue
+
+# status.json's read-modify-write lock: an flock on RUN_DIR/.status.lock, re-entrant within a
+# process (flock locks belong to an open file description: a second open in the same process
+# would wait for itself). path -> [fd, depth]
+_held: dict[str, list[int]] = {}
+_held_guard = threading.RLock()
 
 
 def default_runs_dir() -> Path:
@@ -120,12 +129,41 @@ class RunDir:
         except (FileNotFoundError, ValueError):
             return {}
 
+    @contextmanager
+    def status_lock(self) -> Iterator[None]:
+        """Hold the run's status lock (flock on ``.status.lock``; re-entrant in this process).
+
+        The supervisor is status.json's writer while it lives; launch/resume (before a
+        supervisor exists) and the liveness check (after it died) write under this lock too,
+        so no read-modify-write loses another's fields."""
+        import fcntl
+
+        key = str(self.path / ".status.lock")
+        with _held_guard:
+            held = _held.get(key)
+            if held is not None:
+                held[1] += 1
+            else:
+                fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                _held[key] = [fd, 1]
+            try:
+                yield
+            finally:
+                held = _held[key]
+                held[1] -= 1
+                if held[1] == 0:
+                    del _held[key]
+                    fcntl.flock(held[0], fcntl.LOCK_UN)
+                    os.close(held[0])
+
     def update_status(self, **fields: Any) -> dict[str, Any]:
-        status = self.read_status()
-        status.update(fields)
-        status["updated"] = round(time.time(), 3)
-        atomic_write_json(self.status_path, status)
-        return status
+        with self.status_lock():
+            status = self.read_status()
+            status.update(fields)
+            status["updated"] = round(time.time(), 3)
+            atomic_write_json(self.status_path, status)
+            return status
 
     def read_summary(self) -> dict[str, Any]:
         try:

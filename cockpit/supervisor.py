@@ -18,8 +18,10 @@ Imports neither torch nor textual.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +34,8 @@ from typing import Any
 import yaml
 
 from cockpit.events import EventReader, EventWriter
-from cockpit.rundir import RunDir
+from cockpit.rundir import ACTIVE_STATES, RunDir, atomic_write_json
+from cockpit.runstate import attempt_outcome, final_state
 from cockpit.watchdog import HangWatchdog
 
 POLL_S = 0.2
@@ -120,8 +123,12 @@ class Supervisor:
             start = run.events_path.stat().st_size
         except FileNotFoundError:
             start = 0
+        self.events_offset = start
         self.reader = EventReader(run.events_path, offset=start)
         self.proc: subprocess.Popen | None = None
+        self.procs: dict[int, float | None] = {}  # pid -> start time: the launcher and every rank
+        self.launcher_pid: int | None = None
+        self.adopted = False
         self.rank_pids: dict[int, int] = {}
         self.killing = False
         self.kill_reason: str | None = None
@@ -129,6 +136,8 @@ class Supervisor:
         self.stopped_event: dict[str, Any] | None = None
         self.finished_event: dict[str, Any] | None = None
         self.last_step = 0
+        self.status_changes: dict[str, Any] = {}
+        self.disk_full: str | None = None
         self.watchdog = node_watchdog(self.cfg, time.time())
         self.torch_devices: list[dict[str, Any]] = []  # this node's devices as its ranks' torch reported them
         self.node_rank = int(self.cfg.get("node_rank") or 0)  # until the ranks say their group rank
@@ -142,8 +151,33 @@ class Supervisor:
         self.last_lines: dict[int, str] = {}
         self.last_lines_t = 0.0
 
+    # -- writes that survive a full disk ----------------------------------------------------------
+    def emit(self, kind: str, **fields: Any) -> None:
+        try:
+            self.events.emit(kind, **fields)
+        except OSError as exc:
+            self._write_failed(exc)
+
+    def status(self, **fields: Any) -> None:
+        try:
+            self.run.update_status(**fields)
+        except OSError as exc:
+            self._write_failed(exc)
+
+    def _write_failed(self, exc: OSError) -> None:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self.disk_full is None:
+            self.disk_full = f"no space left on the run dir's disk ({self.run.path})"
+            self.request_kill(f"disk full: {self.disk_full}")
+
     # -- lifecycle ------------------------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        from cockpit.liveness import start_time
+
+        return {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()), "supervisor_host": socket.gethostname()}
+
     def start(self) -> None:
+        from cockpit.liveness import start_time
+
         cmd, env_add = rank_command(self.run, self.cfg)
         env = dict(os.environ)
         env.update(env_add)
@@ -164,7 +198,9 @@ class Supervisor:
             close_fds=True,
         )
         out.close()
-        self.events.emit(
+        self.launcher_pid = self.proc.pid
+        self.procs[self.proc.pid] = start_time(self.proc.pid)
+        self.emit(
             "run_started",
             run_id=self.run.run_id,
             attempt=int(self.run.read_status().get("attempt", 1)),
@@ -178,9 +214,46 @@ class Supervisor:
             supervisor_pid=os.getpid(),
             command=cmd,
         )
-        self.run.update_status(state="running", supervisor_pid=os.getpid(), launcher_pid=self.proc.pid, pids=[self.proc.pid])
-        self.events.emit("state", state="running", reason=None)
+        self.status(state="running", **self._identity(), launcher_pid=self.proc.pid, pids=[self.proc.pid], procs=self._procs_list(), events_offset=self.events_offset)
+        self.emit("state", state="running", reason=None)
         self._init_telemetry()
+
+    def adopt(self) -> bool:
+        """Take over ranks whose supervisor died: replay this attempt's events (rank pids, steps,
+        final events), then watch them as if they were ours. False when there is nothing to adopt."""
+        from cockpit.liveness import is_alive, supervisor_alive
+
+        status = self.run.read_status()
+        if status.get("state") not in ACTIVE_STATES:
+            return False
+        if status.get("supervisor_pid") != os.getpid() and supervisor_alive(status):
+            return False
+        self.adopted = True
+        self.events_offset = int(status.get("events_offset") or 0)
+        self.reader = EventReader(self.run.events_path, offset=self.events_offset)
+        self.procs = {int(pid): started for pid, started in status.get("procs") or [] if is_alive(pid, started)}
+        self.launcher_pid = status.get("launcher_pid")
+        self.last_step = int(status.get("step") or 0)
+        self.follow_events()
+        if not self.procs:
+            return False
+        gone = (status.get("adopted_from") or [None])[-1] if status.get("supervisor_pid") == os.getpid() else status.get("supervisor_pid")
+        self.status(state="running", **self._identity())
+        self.emit("state", state="running", reason=f"adopted by supervisor pid {os.getpid()} (supervisor pid {gone} was gone)")
+        self._init_telemetry()
+        if self.sampler is not None and self.rank_pids:
+            self.sampler.set_pids(dict(self.rank_pids))
+        return True
+
+    def _procs_list(self) -> list[list[Any]]:
+        return [[pid, started] for pid, started in sorted(self.procs.items())]
+
+    def ranks_running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        from cockpit.liveness import is_alive
+
+        return any(is_alive(pid, started) for pid, started in self.procs.items())
 
     def _init_telemetry(self) -> None:
         interval = float(self.cfg.get("telemetry_interval_s") or 0)
@@ -191,7 +264,7 @@ class Supervisor:
 
             self.sampler = Sampler({}, interval_s=interval)
         except Exception as exc:  # telemetry must never take a run down
-            print(f"telemetry disabled: {exc}", flush=True)
+            say(f"telemetry disabled: {exc}")
 
     def request_kill(self, reason: str) -> None:
         if not self.killing:
@@ -201,32 +274,48 @@ class Supervisor:
             self._signal(signal.SIGTERM)
 
     def _signal(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        for pid in self.rank_pids.values():  # ranks that left the group (should not happen)
+        from cockpit.liveness import is_alive
+
+        group = self.proc.pid if self.proc is not None else self.launcher_pid
+        if group and (self.proc is not None or is_alive(group, self.procs.get(int(group)))):
             try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
+                os.killpg(int(group), sig)
+            except (ProcessLookupError, PermissionError):
                 pass
+        for pid, started in list(self.procs.items()):  # ranks that left the group (should not happen)
+            if self.proc is not None and pid == self.proc.pid:
+                continue
+            if is_alive(pid, started):  # never a reused pid
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
 
     # -- the loop ---------------------------------------------------------------------------------
     def follow_events(self) -> None:
+        """Fold the ranks' new events; status.json changes (the ranks never write it) are
+        collected and written once per tick by :meth:`flush_status`."""
+        from cockpit.liveness import start_time
+
+        changes = self.status_changes
         for ev in self.reader.read_new():
             kind = ev.get("kind")
             if kind == "rank_started":
-                self.rank_pids[int(ev["rank"])] = int(ev["pid"])
+                pid = int(ev["pid"])
+                self.rank_pids[int(ev["rank"])] = pid
                 # the rendezvous' group rank (join order), which the ranks' events use, not the config's node_rank
                 self.node_rank = int(ev.get("node_rank") or 0)
-                self.run.update_status(pids=sorted(set(self.rank_pids.values()) | {self.proc.pid}), rank_pids={str(k): v for k, v in self.rank_pids.items()})
+                if pid not in self.procs and not self.adopted:
+                    self.procs[pid] = start_time(pid)
+                changes.update(pids=sorted(set(self.rank_pids.values()) | set(self.procs)), rank_pids={str(k): v for k, v in self.rank_pids.items()}, procs=self._procs_list())
                 if self.sampler is not None:
                     self.sampler.set_pids(dict(self.rank_pids))
+            elif kind == "train_begin":
+                changes.update(total_steps=ev.get("total_steps"), step=int(ev.get("start_step") or 0))
             elif kind == "step":
                 self.last_step = int(ev.get("step") or 0)
                 self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
+                changes.update(step=self.last_step, total_steps=ev.get("total_steps"), last_loss=ev.get("loss"))
                 self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
             elif kind in ("heartbeat", "train_end"):
                 observe_progress(self.watchdog, ev)
@@ -234,11 +323,20 @@ class Supervisor:
                 self.worker_failure = ev
             elif kind == "run_stopped":
                 self.stopped_event = ev
+                self.last_step = max(self.last_step, int(ev.get("step") or 0))
             elif kind == "run_finished":
                 self.finished_event = ev
+                self.last_step = max(self.last_step, int(ev.get("steps") or 0))  # the last step need not be a logging step
+                changes.update(step=self.last_step)
+
+    def flush_status(self) -> None:
+        if self.status_changes:
+            changes, self.status_changes = self.status_changes, {}
+            self.status(**changes)
 
     def tick(self) -> None:
         self.follow_events()
+        self.flush_status()
         if self.run.pending("kill"):
             self.run.consume("kill")
             self.request_kill("killed on request")
@@ -248,21 +346,21 @@ class Supervisor:
             try:
                 snap = self.sampler.maybe_sample(torch_devices=self.torch_devices)
                 if snap is not None:
-                    self.events.emit("telemetry", **snap, node_rank=self.node_rank, host=socket.gethostname())
+                    self.emit("telemetry", **snap, node_rank=self.node_rank, host=socket.gethostname())
             except Exception as exc:
-                print(f"telemetry error: {exc}", flush=True)
                 self.sampler = None
+                say(f"telemetry error: {exc}")
         if time.time() >= self.comm_next_t:
             self.comm_next_t = time.time() + 2.0
             self.follow_comm_logs()
-        alive = self.proc is not None and self.proc.poll() is None
+        alive = self.ranks_running()
         if time.time() >= self.last_lines_t:  # reading the logs' tails every tick cost ~2 % of training
             self.last_lines_t = time.time() + 5.0
             self.last_lines = {r: (tail_lines(self.run.rank_log(r), 1) or [""])[-1] for r in (self.rank_pids or {0: 0})}
         last_lines = self.last_lines
         alert = self.watchdog.check(time.time(), ranks_alive=alive and not self.killing, last_lines=last_lines)
         if alert:
-            self.events.emit("alert", **alert)
+            self.emit("alert", **alert)
 
     def follow_comm_logs(self) -> None:
         """Feed the new bytes of every rank log to an NCCL/RCCL INFO parser; emit a ``comm``
@@ -294,54 +392,47 @@ class Supervisor:
         key = (merged.get("status"), merged.get("version"), json.dumps(merged.get("details"), sort_keys=True, default=str)[:4000])
         if merged.get("status") not in (None, "unknown") and key != self.comm_last:
             self.comm_last = key
-            self.events.emit("comm", source="nccl_log", **merged)
+            self.emit("comm", source="nccl_log", **merged)
 
     def loop(self) -> int:
-        assert self.proc is not None
-        while self.proc.poll() is None:
-            self.tick()
+        while self.ranks_running():
+            try:
+                self.tick()
+            except OSError as exc:  # a full disk (or a vanished file) must not take the supervisor down
+                self._write_failed(exc)
+                say(f"supervisor: {exc}")
             time.sleep(POLL_S)
         # the launcher is gone; make sure nothing of its group is left
         self._signal(signal.SIGKILL)
         time.sleep(0.1)
         self.follow_events()
-        return self.finish(self.proc.returncode)
+        code = self.proc.returncode if self.proc is not None else None
+        return self.finish(code)
 
-    def finish(self, code: int) -> int:
+    def finish(self, code: int | None) -> int:
+        """Record the end: state and reason (``cockpit.runstate.final_state``) in status.json,
+        the event log and summary.json. ``code`` None: an adopted run (the exit code is unknown)."""
+        if self.disk_full or _disk_nearly_full(self.run.path):
+            release_reserve(self.run)
         status = self.run.read_status()
-        if code == 0 and not self.killing:
-            state = "stopped" if self.stopped_event else "finished"
-            reason = (self.stopped_event or {}).get("reason")
-            if not (self.finished_event or self.stopped_event):
-                state, reason = "failed", "the ranks exited without finishing (no run_finished event)"
-        else:
-            state = "stopped" if self.killing and self.kill_reason == "killed on request" else "failed"
-            if self.killing:
-                state, reason = "failed", self.kill_reason
-            elif self.worker_failure:
-                reason = self.worker_failure.get("reason")
-            else:
-                reason = f"training process {describe_exit(code)}"
+        outcome = attempt_outcome([e for e in (self.finished_event, self.stopped_event, self.worker_failure) if e])
+        exit_text = describe_exit(code) if code is not None else "exited"
+        state, reason = final_state(code, killing=self.killing, kill_reason=self.kill_reason, outcome=outcome, exit_text=exit_text)
+        if state == "failed" and "disk full" not in (reason or "") and (self.disk_full or _disk_nearly_full(self.run.path)):
+            reason = f"disk full: {self.disk_full or f'no space left on the run dir disk ({self.run.path})'}; {reason}"
         failing_rank = (self.worker_failure or {}).get("rank", 0)
         tail = tail_lines(self.run.rank_log(int(failing_rank or 0)), 20) if state == "failed" else []
         if state == "failed":
             if self.worker_failure is None or self.killing:
-                self.events.emit("run_failed", reason=reason, rank=failing_rank, log_tail=tail)
+                self.emit("run_failed", reason=reason, rank=failing_rank, log_tail=tail)
             else:
-                self.events.emit("state", state="failed", reason=reason, log_tail=tail)
-        self.events.emit("state", state=state, reason=reason)
-        self.run.update_status(state=state, reason=reason, exit_code=code, log_tail=tail, step=max(self.last_step, status.get("step") or 0), ended=time.time())
-        if not self.run.summary_path.exists():
-            from cockpit.rundir import atomic_write_json
-
-            atomic_write_json(self.run.summary_path, {"run_id": self.run.run_id, "state": state, "reason": reason, "steps": self.last_step})
-        else:
-            summary = self.run.read_summary()
-            if summary.get("state") != state:
-                summary.update(state=state, reason=reason)
-                from cockpit.rundir import atomic_write_json
-
-                atomic_write_json(self.run.summary_path, summary)
+                self.emit("state", state="failed", reason=reason, log_tail=tail)
+        self.emit("state", state=state, reason=reason)
+        step = max(self.last_step, status.get("step") or 0)
+        final = {**self.status_changes, "state": state, "reason": reason, "exit_code": code, "log_tail": tail, "step": step, "ended": time.time()}
+        self.status_changes = {}
+        self.status(**final)
+        self._settle_summary(state, reason)
         if self.sampler is not None:
             try:
                 self.sampler.close()
@@ -349,19 +440,94 @@ class Supervisor:
                 pass
         return 0 if state in ("finished", "stopped") else 1
 
+    def _settle_summary(self, state: str, reason: str | None) -> None:
+        try:
+            if not self.run.summary_path.exists():
+                atomic_write_json(self.run.summary_path, {"run_id": self.run.run_id, "state": state, "reason": reason, "steps": self.last_step})
+            else:
+                summary = self.run.read_summary()
+                if summary.get("state") != state:
+                    summary.update(state=state, reason=reason)
+                    atomic_write_json(self.run.summary_path, summary)
+        except OSError as exc:
+            say(f"summary.json not written: {exc}")
+
+
+RESERVE_BYTES = 256 * 1024
+RESERVE_NAME = ".reserve"
+
+
+def make_reserve(run: RunDir) -> None:
+    """A little real space held for the end: when the disk fills, it is given back so the final
+    state, event and summary can still be written."""
+    try:
+        with open(run.path / RESERVE_NAME, "wb") as fh:
+            fh.write(b"\0" * RESERVE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        (run.path / RESERVE_NAME).unlink(missing_ok=True)
+
+
+def release_reserve(run: RunDir) -> None:
+    (run.path / RESERVE_NAME).unlink(missing_ok=True)
+
+
+def _disk_nearly_full(path: Path) -> bool:
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return False
+    return usage.free < max(RESERVE_BYTES * 4, usage.total // 200)
+
+
+def say(line: str) -> None:
+    """A line in logs/supervisor.log, if the disk lets it."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
+def take_supervisor_lock(run: RunDir) -> int | None:
+    """The run's supervisor lock (flock on ``.supervisor.lock``, held for the process's life and
+    never inherited by the ranks); None when another supervisor holds it."""
+    import fcntl
+
+    fd = os.open(run.path / ".supervisor.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
 
 def main(argv: list[str]) -> int:
-    run = RunDir(Path(argv[0]).resolve())
+    adopting = "--adopt" in argv
+    run = RunDir(Path([a for a in argv if not a.startswith("--")][0]).resolve())
+    if take_supervisor_lock(run) is None:
+        say("another supervisor watches this run; exiting")
+        return 0
     sup = Supervisor(run)
     signal.signal(signal.SIGTERM, lambda *_: sup.request_kill("supervisor terminated (SIGTERM)"))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # belt and braces: we are in our own session anyway
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        sup.start()
-    except Exception as exc:
-        run.update_status(state="failed", reason=f"could not start the ranks: {exc}")
-        sup.events.emit("run_failed", reason=f"could not start the ranks: {exc}")
-        return 1
+    if adopting:
+        if not sup.adopt():
+            from cockpit.liveness import reconcile
+
+            reconcile(run, adopt=False, supervisor_gone=True)  # nothing left to watch: the readers' verdict ends it
+            return 0
+        say(f"supervisor pid {os.getpid()} adopted the run's ranks")
+    else:
+        make_reserve(run)
+        try:
+            sup.start()
+        except Exception as exc:
+            run.update_status(state="failed", reason=f"could not start the ranks: {exc}", **sup._identity())
+            sup.emit("run_failed", reason=f"could not start the ranks: {exc}")
+            return 1
     return sup.loop()
 
 

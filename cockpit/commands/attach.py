@@ -22,9 +22,12 @@ def run(args: argparse.Namespace) -> int:
         run_dir = find_run(args)
     except InputError as err:
         return print_input_error(err)
+    from cockpit.liveness import reconcile
+
+    status = reconcile(run_dir)  # adopts the ranks of a run whose supervisor died
     if args.no_follow:
         f = Follower(run_dir, show_progress=False)
         f.pump()
-        print(f"run {run_dir.run_id}: {run_dir.read_status().get('state')}")
+        print(f"run {run_dir.run_id}: {status.get('state')}" + (f" ({status['reason']})" if status.get("reason") and status.get("state") == "lost" else ""))
         return EXIT_OK
     return follow_interactively(run_dir)

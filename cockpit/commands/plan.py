@@ -69,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="data-parallel size on one node (overrides nproc_per_node / nnodes)")
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
                         help="memory of one device in GiB (MI250 GCD: 64, MI300X: 192); enables the verdict")
+    parser.add_argument("--host-memory", type=float, default=None, metavar="GB",
+                        help="host RAM of one node in GiB for the load-time line (default: this machine's)")
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON object")
 
 
@@ -94,6 +96,13 @@ def render(d: dict[str, Any]) -> str:
         lines.append(f"  {'CPU memory per rank':<{width}} {_fmt(d['host_bytes_per_rank'])}")
     for note in d.get("notes") or []:
         lines.append(f"  note: {note}")
+    h = d.get("host")
+    if h:
+        hv = h.get("verdict")
+        tail = f" -> {hv['status'].upper()} on {h['capacity_gib']:g} GiB of host RAM (headroom {hv['headroom']:.0%})" if hv else ""
+        lines.append(f"  host RAM at load, per node: {h['peak_gib']:.2f} GiB ({h['pattern']}){tail}")
+    if d.get("device"):
+        lines.append(f"  device: {d['device']}")
     v = d.get("verdict")
     if v:
         lines.append("")
@@ -132,9 +141,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(Problem("must be at least 1", key="--gpus"))
         if args.gpu_memory is not None and args.gpu_memory <= 0:
             raise InputError(Problem("must be a positive number of GiB", key="--gpu-memory"))
+        if args.host_memory is not None and args.host_memory <= 0:
+            raise InputError(Problem("must be a positive number of GiB", key="--host-memory"))
         from cockpit.plan import plan
 
-        result = plan(cfg, gpus=args.gpus, gpu_memory_gb=args.gpu_memory,
+        result = plan(cfg, gpus=args.gpus, gpu_memory_gb=args.gpu_memory, host_memory_gb=args.host_memory,
                       base_dir=os.path.dirname(os.path.abspath(args.config)) if args.config else os.getcwd())
     except InputError as e:
         print(f"cockpit plan: {e}", file=sys.stderr)
@@ -145,4 +156,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(d))
     v = d.get("verdict")
+    host_v = (d.get("host") or {}).get("verdict") if args.host_memory is not None else None
+    if host_v and host_v["status"] == "does not fit":
+        return 1
     return 0 if not v or v["status"] == "fits" else 1

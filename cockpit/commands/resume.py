@@ -1,5 +1,5 @@
-"""``cockpit resume RUN [--set k=v ...] [--stop [--wait S]] [--detach]``: continue a stopped or
-failed run from its last good checkpoint, as a new attempt of the same run (same run dir, event
+"""``cockpit resume RUN [--set k=v ...] [--stop [--wait S]] [--detach]``: continue a stopped,
+failed or lost run from its last good checkpoint, as a new attempt of the same run (same run dir, event
 log appended; step numbers, learning-rate schedule and data order continue from the checkpoint).
 
 ``--set key=value`` changes the config for the new attempt (typed and checked by the schema;
@@ -73,19 +73,22 @@ def changed_config(cfg: dict[str, Any], overrides: list[str]) -> tuple[dict[str,
 
 def stop_first(run_dir: RunDir, wait_s: float) -> None:
     """Ask a running run to save and stop; wait until it has (InputError when it does not)."""
-    if run_dir.read_status().get("state") in TERMINAL_STATES:
+    from cockpit.liveness import reconcile
+
+    if reconcile(run_dir).get("state") in TERMINAL_STATES:
         return
     run_dir.request("stop", "cockpit resume --stop")
     deadline = time.time() + wait_s
     while time.time() < deadline:
-        if run_dir.read_status().get("state") in TERMINAL_STATES:
+        if reconcile(run_dir).get("state") in TERMINAL_STATES:
             return
         time.sleep(0.2)
     raise InputError(f"run {run_dir.run_id} did not stop within {wait_s:g} s (it may be hung: `cockpit stop --kill`)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.launch import spawn_supervisor
+    from cockpit.launch import record_supervisor, spawn_supervisor
+    from cockpit.liveness import reconcile
     from cockpit.train.worker import artefact_dirs, last_checkpoint
 
     try:
@@ -94,9 +97,9 @@ def run(args: argparse.Namespace) -> int:
         new_cfg, changes = changed_config(cfg, args.overrides) if args.overrides else (cfg, {})
         if args.stop:
             stop_first(run_dir, args.wait)
-        status = run_dir.read_status()
+        status = reconcile(run_dir)  # a run whose supervisor died is lost (or adopted) first
         if status.get("state") not in TERMINAL_STATES - {"finished"}:
-            raise InputError(f"run {run_dir.run_id} is {status.get('state')}; only a stopped or failed run can be resumed")
+            raise InputError(f"run {run_dir.run_id} is {status.get('state')}; only a stopped, failed or lost run can be resumed")
         ckpt = last_checkpoint(artefact_dirs(run_dir, cfg)["checkpoints"])
         if ckpt is None:
             raise InputError(f"run {run_dir.run_id} has no complete checkpoint to resume from")
@@ -107,14 +110,18 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(run_dir.path / f"config.attempt{attempt - 1}.yaml", run_dir.config_path.read_text(encoding="utf-8"))
     new_cfg["resume_from_checkpoint"] = ckpt
     atomic_write_text(run_dir.config_path, yaml.safe_dump(new_cfg, sort_keys=False, allow_unicode=True))
-    run_dir.update_status(state="starting", reason=None, attempt=attempt, resumed_from=ckpt, ended=None, log_tail=[], config_changes=changes or None)
     said = f" with {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else ""
     EventWriter(run_dir.events_path).emit("state", state="starting", reason=f"resume attempt {attempt} from {Path(ckpt).name}{said}", config_changes=changes)
+    offset = run_dir.events_path.stat().st_size  # the new attempt's events start here
+    run_dir.update_status(
+        state="starting", reason=None, attempt=attempt, resumed_from=ckpt, ended=None, log_tail=[], config_changes=changes or None,
+        supervisor_pid=None, supervisor_start=None, procs=[], pids=[], rank_pids={}, events_offset=offset, exit_code=None,
+    )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)
     # Secrets were redacted from config.yaml: they must come from this environment again.
     env = {k: v for k, v in (new_cfg.get("env") or {}).items() if v != REDACTED}
-    spawn_supervisor(run_dir, env)
+    record_supervisor(run_dir, spawn_supervisor(run_dir, env))
     if args.detach:
         print(json.dumps({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "attempt": attempt, "checkpoint": ckpt, "config_changes": changes})
               if args.json else f"run {run_dir.run_id}: attempt {attempt} from {ckpt}{said}")

@@ -11,7 +11,10 @@ from cockpit.rundir import list_runs
 
 
 def run_row(run, status: dict | None = None) -> dict:
+    from cockpit.liveness import reconcile
+
     st = status if status is not None else run.read_status()
+    st = reconcile(run, status=st)  # liveness checked, not assumed: a dead supervisor's run is adopted or ended
     started = st.get("started")
     ended = st.get("ended")
     dur = (ended or time.time()) - started if started else None

@@ -22,9 +22,10 @@ def run(args: argparse.Namespace) -> int:
         run_dir = find_run(args)
     except InputError as err:
         return print_input_error(err)
+    from cockpit.liveness import reconcile
     from cockpit.slurm.queue import effective_status, job_id
 
-    status = effective_status(run_dir, fresh=True)
+    status = reconcile(run_dir, status=effective_status(run_dir, fresh=True))  # the scheduler's word, then liveness
     state = status.get("state")
     if state in TERMINAL_STATES:
         print(f"run {run_dir.run_id} already {state}")
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'kill' if args.kill else 'stop'} requested for {run_dir.run_id}")
     deadline = time.time() + args.wait
     while time.time() < deadline:
-        state = run_dir.read_status().get("state")
+        state = reconcile(run_dir).get("state")
         if state in TERMINAL_STATES:
             print(f"run {run_dir.run_id}: {state}")
             return EXIT_OK

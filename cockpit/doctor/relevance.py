@@ -27,11 +27,13 @@ def _true(value: Any) -> bool:
 
 
 def config_tags(cfg: Mapping[str, Any]) -> set[str]:
-    """The doctor tags a config needs. ``use_cpu`` unset (auto) counts as a GPU run when the
-    config asks for something only a GPU does (4/8-bit base weights)."""
-    use_cpu = cfg.get("use_cpu")
+    """The doctor tags a config needs. GPU or not is :func:`cockpit.device.needs_gpu`, the
+    decision the preflight and the ranks make too (``use_cpu: false``, which every GPU preset
+    sets, or 4/8-bit base weights with ``use_cpu`` unset)."""
+    from cockpit.device import needs_gpu
+
     quant = cfg.get("quantization_bit") not in (None, "")
-    gpu = (use_cpu is not None and not _true(use_cpu)) or (use_cpu is None and quant)
+    gpu = needs_gpu(cfg)
     tags: set[str] = set()
     if gpu:
         tags |= {"gpu", "rocm", "cuda"}  # the rocm/cuda checks only fail on their own build

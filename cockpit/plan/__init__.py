@@ -39,6 +39,8 @@ class PlanResult:
              "finetuning_type": self.run.finetuning_type, "data_parallel": self.run.world,
              **self.estimate.as_dict()}
         d["capacity_gib"] = self.capacity_gib
+        d["host"] = self.extra.get("host")
+        d["device"] = self.extra.get("device")
         d["verdict"] = self.verdict
         d["suggestion"] = self.suggestion
         return d
@@ -71,10 +73,13 @@ def estimate_config(config: dict[str, Any], *, base_dir: str | None = None, use_
 
 
 def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: float | None = None,
-         base_dir: str | None = None, use_meta: bool = True, suggest: bool = True) -> PlanResult:
+         base_dir: str | None = None, use_meta: bool = True, suggest: bool = True,
+         host_memory_gb: float | None = None) -> PlanResult:
     """Estimate per-device peak memory for ``config`` (flat LLaMA-Factory keys).
 
     ``gpus``: data-parallel size on one node (overrides nproc_per_node/nnodes).
+    ``host_memory_gb``: host RAM of one node in GiB for the load-time host line (default: this
+    machine's RAM).
     ``gpu_memory_gb``: device memory in GiB (64 for an MI250 GCD, 192 for an MI300X); with it the
     result carries a verdict and, if it does not fit or is tight, the cheapest change that fits.
     Raises ``cockpit.errors.InputError`` (naming the key) on bad input.
@@ -82,6 +87,13 @@ def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: floa
     cfg = _apply_overrides(config, gpus)
     run, est, src = estimate_config(cfg, base_dir=base_dir, use_meta=use_meta)
     res = PlanResult(model=run.model_name_or_path, model_source=src, run=run, estimate=est)
+    from cockpit.device import describe, needs_gpu
+    from cockpit.plan.host import host_load, machine_ram_gib
+
+    use_cpu = not needs_gpu(cfg) and str(cfg.get("use_cpu")).lower() in ("true", "1", "yes")
+    res.extra["device"] = describe(cfg)
+    res.extra["host"] = host_load(cfg, run, int(est.params["total"]), use_cpu=use_cpu,
+                                  host_memory_gib=host_memory_gb if host_memory_gb else machine_ram_gib())
     if gpu_memory_gb is not None:
         if not gpu_memory_gb or gpu_memory_gb <= 0:
             from cockpit.errors import InputError, Problem

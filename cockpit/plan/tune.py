@@ -220,6 +220,7 @@ def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: 
                         torch.cuda.reset_peak_memory_stats()
                         trainer.train()
                         peak = float(torch.cuda.max_memory_allocated())
+                        t["reserved_gb"] = round(torch.cuda.max_memory_reserved() / GiB, 6)  # allocator's view (scripts/gpu_check.sh)
             except torch.OutOfMemoryError as exc:
                 t["oom"], t["error"] = True, str(exc).strip().splitlines()[0][:300]
                 stop_at = m

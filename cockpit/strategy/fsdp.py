@@ -85,7 +85,7 @@ def shard(model: Any, fsdp: str, *, use_cpu: bool, local_rank: int, nnodes: int,
     opts = options(fsdp)
     world = dist.get_world_size()
     device_type = "cpu" if use_cpu else "cuda"
-    if not use_cpu:
+    if not use_cpu and not any(p.is_meta for p in model.parameters()):  # a meta skeleton is materialised after sharding
         model.to(torch.device("cuda", local_rank))
     if "hybrid_shard" in opts and nnodes > 1 and world % nnodes == 0:
         mesh = init_device_mesh(device_type, (nnodes, world // nnodes), mesh_dim_names=("replicate", "shard"))
@@ -181,8 +181,11 @@ def trainer_class(base: type | None = None) -> type:
             if state_dict is None:
                 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-                # a collective: every rank joins; rank 0 receives the full tensors on the CPU
-                state_dict = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+                # a collective: every rank joins; rank 0 receives the full tensors on the CPU. A PEFT
+                # model saves its adapter only: gather the trainable tensors, not the frozen base
+                # (a 70B base would otherwise be gathered into rank 0's host RAM at every save).
+                adapter_only = hasattr(self.model, "peft_config")
+                state_dict = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=adapter_only))
             super()._save(output_dir, state_dict=state_dict)
 
         def _save_optimizer_and_scheduler(self, output_dir: str) -> None:

@@ -47,6 +47,7 @@ class CockpitCallback(TrainerCallback):
         self.tokens_total = 0
         self.stop_reason: str | None = None
         self.nan_seen = False
+        self.nan_step: int | None = None
         self.node_rank = int(os.environ.get("GROUP_RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
@@ -58,12 +59,13 @@ class CockpitCallback(TrainerCallback):
         if self.writer is not None:
             self.writer.emit(kind, **fields)
 
-    def alert(self, control, *, level: str, code: str, message: str, remedies: list[str], policy: str, stop_reason: str) -> None:
-        """An ``alert`` event; with ``policy`` "stop", training stops at this step with a checkpoint."""
+    def alert(self, control, *, level: str, code: str, message: str, remedies: list[str], policy: str, stop_reason: str, save: bool = True) -> None:
+        """An ``alert`` event; with ``policy`` "stop", training stops at this step, with a
+        checkpoint when ``save`` (never after a NaN: that state is poisoned)."""
         self.emit("alert", level=level, code=code, message=message, remedies=remedies, policy=policy)
         if policy == "stop":
             control.should_training_stop = True
-            control.should_save = True
+            control.should_save = save
             self.stop_reason = stop_reason
 
     def _flags(self) -> tuple[bool, bool]:
@@ -137,8 +139,6 @@ class CockpitCallback(TrainerCallback):
             global_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size,
             start_step=state.global_step,
         )
-        if self.rank == 0:
-            self.run.update_status(total_steps=state.max_steps, step=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         node_telemetry.note_step(state.global_step)
@@ -188,7 +188,6 @@ class CockpitCallback(TrainerCallback):
                 tokens_seen=tokens,
                 mem=mems,
             )
-            self.run.update_status(step=state.global_step, total_steps=state.max_steps, last_loss=loss)
             self._check_memory(args, state.global_step, mems)
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
@@ -204,7 +203,9 @@ class CockpitCallback(TrainerCallback):
                 remedies=["lower learning_rate", "use bf16 instead of fp16", "check max_grad_norm (gradient clipping)"],
                 policy=self.cfg["nan_policy"],
                 stop_reason=f"{what.replace(' is ', ' became ')} at step {state.global_step}",
+                save=False,
             )
+            self.nan_step = self.nan_step or state.global_step
         elif len(self.recent) >= 5 and loss > self.cfg["spike_factor"] * statistics.median(self.recent):
             med = statistics.median(self.recent)
             self.alert(
@@ -229,6 +230,8 @@ class CockpitCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        from cockpit.train.trainer import checkpoint_record
+
         path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        self.emit("checkpoint_saved", step=state.global_step, path=path)
+        self.emit("checkpoint_saved", step=state.global_step, path=path, loss_finite=checkpoint_record(path).get("loss_finite", True))
         return control

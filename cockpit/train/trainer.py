@@ -5,18 +5,61 @@ of a save leaves a folder that looks like a checkpoint. Here every checkpoint is
 ``<output_dir>/.staging/`` and renamed into place only when complete; ``last_checkpoint()``
 never looks in ``.staging``. A failed save removes its staging folder and raises
 :class:`CheckpointError` with a clear reason; older checkpoints are untouched.
+
+Each checkpoint also holds ``cockpit_checkpoint.json`` (:data:`RECORD`), written before the
+rename: whether the training loss (and gradient norm) up to it was finite on every rank, and
+the run's totals so far (training seconds, first loss, tokens seen) so a resumed run's summary
+covers the whole run. ``resume`` and ``export`` never pick a checkpoint whose loss was not finite.
 """
 
 from __future__ import annotations
 
 import errno
+import json
+import math
 import os
 import shutil
+from typing import Any, Callable
 
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 STAGING = ".staging"
+RECORD = "cockpit_checkpoint.json"
+
+
+def checkpoint_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint's record ({} for one saved before records existed)."""
+    try:
+        return json.loads(open(os.path.join(path, RECORD), encoding="utf-8").read())
+    except (OSError, ValueError):
+        return {}
+
+
+def _finite(value: Any) -> bool:
+    if value is None:
+        return True
+    if hasattr(value, "detach"):
+        import torch
+
+        return bool(torch.isfinite(value.detach()).all().item())
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def _all_ranks_agree(flag: bool) -> bool:
+    """True only when ``flag`` is True on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return flag
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item() > 0.5)
 
 
 class CheckpointError(RuntimeError):
@@ -46,6 +89,22 @@ def _disk_full(exc: BaseException, folder: str) -> bool:
 
 class CockpitTrainer(Trainer):
     _staging = False
+    loss_finite = True  # this rank's training loss and gradient norm, every step so far
+    run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
+
+    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
+        # tr_loss sums the loss since the last log (a NaN in it stays until then): looking at
+        # logging and saving steps sees every step, without a device sync on the others
+        if self.loss_finite and (self.control.should_log or self.control.should_save):
+            self.loss_finite = _finite(tr_loss) and _finite(grad_norm)
+        return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
+
+    def _write_record(self, folder: str) -> None:
+        record = {"step": self.state.global_step, "loss_finite": self.loss_finite}
+        if self.run_totals is not None:
+            record.update(self.run_totals())
+        with open(os.path.join(folder, RECORD), "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1)
 
     def _get_output_dir(self, trial):
         root = super()._get_output_dir(trial)
@@ -56,9 +115,14 @@ class CockpitTrainer(Trainer):
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staged = os.path.join(final_root, STAGING, name)
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate after the rename
+        if self.args.should_save and os.path.isdir(staged):  # left by a save that was killed
+            shutil.rmtree(staged, ignore_errors=True)
         self._staging = True
+        self.loss_finite = _all_ranks_agree(self.loss_finite)
         try:
             super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                self._write_record(staged)
         except Exception as exc:  # torch.save reports ENOSPC as "RuntimeError: unexpected pos"
             full = _disk_full(exc, final_root)
             shutil.rmtree(staged, ignore_errors=True)

@@ -57,15 +57,21 @@ def artefact_dirs(run: RunDir, cfg: dict[str, Any]) -> dict[str, Path]:
 
 
 def _use_cpu(cfg: dict[str, Any]) -> bool:
+    """:func:`cockpit.device.resolve_device` with torch's GPU count: a config that needs GPUs
+    raises (exit 2) where none is visible instead of training on the CPU."""
     import torch
 
-    if cfg.get("use_cpu") is not None:
-        return bool(cfg["use_cpu"])
-    return not torch.cuda.is_available()
+    from cockpit.device import CPU, resolve_device
+
+    return resolve_device(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0) == CPU
 
 
-def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
-    """The model to train: base (+ quantization) + PEFT adapter / freeze / full."""
+def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full"):
+    """The model to train: base (+ quantization) + PEFT adapter / freeze / full.
+
+    ``load``: ``full`` (from_pretrained), ``meta`` (parameters on the meta device, for FSDP2's
+    sharded load) or ``zero3`` (built partitioned under zero.Init, weights streamed): see
+    :mod:`cockpit.train.sharded_load`."""
     import torch
     from transformers import AutoModelForCausalLM, set_seed
 
@@ -92,7 +98,12 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         kwargs["dtype"] = torch.float32
     from cockpit.train.variants import lora_config_kwargs, model_load_kwargs, upcast
 
-    model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
+    if load == "full":
+        model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
+    else:
+        from cockpit.train.sharded_load import sharded_base
+
+        model = sharded_base(cfg, ref, kwargs["dtype"], load)
     model.config.use_cache = False
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
     if cfg["quantization_bit"]:
@@ -107,6 +118,7 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int):
         else:
             if cfg.get("adapter_name_or_path"):  # create_new_adapter: the old adapter merged into the base, a new one trained
                 model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"]).merge_and_unload()
+            set_seed(cfg["seed"])  # the adapter's init depends on the seed only, however the base was loaded
             target = cfg["lora_target"]
             targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
             lcfg = LoraConfig(
@@ -223,17 +235,65 @@ def comm_health_probe(writer, use_cpu: bool, log) -> None:
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:
-    """The newest complete checkpoint (one with trainer_state.json), or None."""
+    """The newest complete checkpoint (one with trainer_state.json) whose training loss up to it
+    was finite (its record says so; older checkpoints without a record count as finite), or None."""
+    from cockpit.train.trainer import checkpoint_record
+
     if not checkpoints.is_dir():
         return None
     good = []
     for d in checkpoints.iterdir():
         if d.is_dir() and d.name.startswith("checkpoint-") and (d / "trainer_state.json").exists():
+            if checkpoint_record(d).get("loss_finite") is False:
+                continue  # saved after a NaN: poisoned
             try:
                 good.append((int(d.name.split("-")[1]), d))
             except ValueError:
                 continue
     return str(max(good)[1]) if good else None
+
+
+def resume_point(cfg: dict[str, Any], dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
+    """The checkpoint this attempt starts from, and the run's totals saved with it (first loss,
+    training seconds). ``resume_from_checkpoint: last`` that finds none says so (a warning event
+    and a log line) before starting from scratch."""
+    from cockpit.train.trainer import checkpoint_record
+
+    resume = cfg.get("resume_from_checkpoint")
+    if resume in ("last", "true", "True", True):
+        resume = last_checkpoint(dirs["checkpoints"])
+        if resume is None:
+            message = f"resume_from_checkpoint: last found no complete checkpoint with a finite loss in {dirs['checkpoints']}; training starts from step 0"
+            log(f"warning: {message}")
+            if writer is not None:
+                writer.emit("alert", level="warn", code="no_checkpoint", message=message, remedies=["check output_dir", "cockpit runs shows where each run saved"])
+    if not resume:
+        return None, {}
+    record = checkpoint_record(resume)
+    return str(resume), {k: record[k] for k in ("first_loss", "train_time_s") if record.get(k) is not None}
+
+
+MODEL_FILES_SKIPPED = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", "cockpit_checkpoint", "global_step", "zero_to_fp32", "latest")
+
+
+def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
+    """After a NaN: the run's adapter is the last checkpoint saved with a finite loss (its model
+    files copied to ``adapter/``, atomically), or none. Returns the checkpoint's name."""
+    import shutil
+
+    good = last_checkpoint(dirs["checkpoints"])
+    if good is None or rank != 0:
+        return Path(good).name if good else None
+    staging = dirs["adapter"].with_name(f".{dirs['adapter'].name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for f in Path(good).iterdir():
+        if f.is_file() and not f.name.startswith(MODEL_FILES_SKIPPED):
+            shutil.copy2(f, staging / f.name)
+    shutil.rmtree(dirs["adapter"], ignore_errors=True)
+    os.replace(staging, dirs["adapter"])
+    log(f"loss was not finite: the adapter is {Path(good).name}'s, the last checkpoint before the NaN")
+    return Path(good).name
 
 
 def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tuple[int, float]]:
@@ -355,6 +415,66 @@ def _apply_strategy(run: RunDir, cfg: dict[str, Any], model, rank: int, world_si
     return {**cfg, "deepspeed": source}, stage == 3
 
 
+def _config_only(ref):
+    """Something with the model's ``config.hidden_size`` (DeepSpeed's buckets) before the model exists."""
+    from types import SimpleNamespace
+
+    from cockpit.strategy.deepspeed import hidden_size_of
+
+    return SimpleNamespace(config=SimpleNamespace(hidden_size=hidden_size_of(ref.path)))
+
+
+def report_peak_memory(run: RunDir, writer, rank: int, local_rank: int, phase: str) -> None:
+    """Every rank: a ``rank_memory`` event with its peak resident memory (VmHWM) so far."""
+    from cockpit.train.sharded_load import peak_rss_mb
+
+    fields = {"rank": rank, "local_rank": local_rank, "node_rank": int(os.environ.get("GROUP_RANK", "0")), "phase": phase, "vmhwm_mb": peak_rss_mb()}
+    if writer is not None:
+        writer.emit("rank_memory", **fields)
+    else:
+        with EventWriter(run.events_path) as own:
+            own.emit("rank_memory", **fields)
+
+
+def _placed_model(run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log):
+    """The model on its training device (sharded for FSDP2), and the Trainer class to use.
+    ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
+    import gc
+
+    from cockpit.train import sharded_load
+    from cockpit.train.trainer import CockpitTrainer
+
+    world_size = int(args.world_size)
+    mode = sharded_load.load_mode(cfg, ref, sharded, world_size)
+    if world_size > 1:
+        _ = args.device  # sets up the process group (gloo / nccl) that zero.Init, fully_shard and the broadcast use
+    extras: dict[str, Any] | None = None
+    if mode == "fsdp_meta":
+        extras = {}
+        if rank == 0:  # the adapters' seeded init, exactly as a one-rank run makes it (the base weights stay unread)
+            real = build_model(cfg, ref, use_cpu, local_rank)
+            extras = sharded_load.not_in_checkpoint(real, ref.path)
+            del real
+            gc.collect()
+        model = build_model(cfg, ref, use_cpu, local_rank, load="meta")
+    else:
+        model = build_model(cfg, ref, use_cpu, local_rank, load=mode)
+    log(f"model loaded ({mode})")
+    if not cfg.get("fsdp"):
+        return model, CockpitTrainer
+    from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
+
+    dtype = next(model.parameters()).dtype
+    info = shard(model, cfg["fsdp"], use_cpu=use_cpu, local_rank=local_rank, nnodes=int(cfg["nnodes"]), bf16=cfg["bf16"], fp16=cfg["fp16"])
+    if extras is not None:
+        device = args.device
+        info["sharded_load"] = sharded_load.fsdp2_materialise_and_load(model, ref.path, extras, rank=rank, device=device, dtype=dtype, log=log)
+    report = shard_report(model)
+    write_report(run.path, rank, info, report)
+    log(f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters")
+    return model, trainer_class(CockpitTrainer)  # saves gather the sharded state dict first
+
+
 def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
     if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: a recipe (cockpit/train/recipes/)
         from cockpit.train.recipes import run_stage
@@ -363,11 +483,10 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     import torch
     from transformers import DataCollatorForSeq2Seq
 
-    from cockpit.train.trainer import CockpitTrainer
-
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
     from cockpit.train.callbacks import CockpitCallback
+    from cockpit.train.placement import ProbesBeforeTraining
     from cockpit.train.variants import trainer_kwargs
     from cockpit.train.probes import load_probes, run_probes
 
@@ -398,33 +517,16 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         from cockpit.train.variants import eval_dataset_rows
 
         eval_rows = eval_dataset_rows(cfg, tok)
-    model = build_model(cfg, ref, use_cpu, local_rank)
-    cfg, sharded = _apply_strategy(run, cfg, model, rank, world_size, local_rank, use_cpu, len(rows), log)
-    probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
-    probe_before = None
-    if probes and rank == 0:
-        log(f"probes before training ({len(probes)})")
-        probe_model = model
-        if hasattr(model, "disable_adapter"):
-            with model.disable_adapter():
-                probe_before = run_probes(model, tok, probes, cfg["probe_max_new_tokens"])
-        else:
-            probe_before = run_probes(probe_model, tok, probes, cfg["probe_max_new_tokens"])
-        writer.emit("probe_results", phase="before", **probe_before)
+    # the strategy (and so the DeepSpeed config) before the model: ZeRO-3 partitions at load
+    cfg, sharded = _apply_strategy(run, cfg, _config_only(ref), rank, world_size, local_rank, use_cpu, len(rows), log)
     args = training_arguments(cfg, dirs, use_cpu, world_size)
     if world_size > 1 and cfg.get("comm_probe", True):
         comm_health_probe(writer, use_cpu, log)
-    trainer_cls: type = CockpitTrainer
-    if cfg.get("fsdp"):
-        from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
-
-        _ = args.device  # sets up the process group (gloo / nccl) that fully_shard uses
-        info = shard(model, cfg["fsdp"], use_cpu=use_cpu, local_rank=local_rank, nnodes=int(cfg["nnodes"]), bf16=cfg["bf16"], fp16=cfg["fp16"])
-        report = shard_report(model)
-        write_report(run.path, rank, info, report)
-        log(f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters")
-        trainer_cls = trainer_class(CockpitTrainer)  # saves gather the sharded state dict first
+    model, trainer_cls = _placed_model(run, cfg, ref, args, rank, local_rank, use_cpu, sharded, log)
+    report_peak_memory(run, writer, rank, local_rank, "loaded")
+    probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
     callback = CockpitCallback(run, cfg, rank, world_size, writer)
+    probes_before = ProbesBeforeTraining(tok, probes, cfg["probe_max_new_tokens"], writer, rank, fsdp=bool(cfg.get("fsdp")), log=log)
     trainer = trainer_cls(
         model=model,
         args=args,
@@ -432,18 +534,24 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         eval_dataset=ListDataset(eval_rows) if eval_rows else None,
         data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, pad_to_multiple_of=None),
         processing_class=tok,
-        callbacks=[callback],
+        callbacks=[callback, probes_before],
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
     )
-    resume = cfg.get("resume_from_checkpoint")
-    if resume in ("last", "true", "True"):
-        resume = last_checkpoint(dirs["checkpoints"])
+    probes_before.trainer = trainer
+    resume, before = resume_point(cfg, dirs, writer, log)
+    callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
     train_t0 = time.time()
+    trainer.run_totals = lambda: {"first_loss": callback.first_loss, "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3), "tokens_seen": callback.tokens_total}
     trainer.train(resume_from_checkpoint=resume or None)
-    train_runtime = time.time() - train_t0
+    train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0  # the run's, over its attempts
+    report_peak_memory(run, writer, rank, local_rank, "trained")
     stopped = callback.stop_reason is not None
-    # final adapter / model
-    if rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
+    poisoned = callback.nan_seen or not trainer.loss_finite
+    adapter_from = None
+    # final adapter / model: never from weights trained through a NaN
+    if poisoned:
+        adapter_from = adapter_from_last_good(dirs, rank, log)
+    elif rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
         trainer.save_model(str(dirs["adapter"]))
         if rank == 0:
             tok.save_pretrained(str(dirs["adapter"]))
@@ -458,12 +566,15 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
             probe_after = run_probes(trainer.model, tok, probes, cfg["probe_max_new_tokens"])
         if rank == 0:
             writer.emit("probe_results", phase="after", **probe_after)
+    report_peak_memory(run, writer, rank, local_rank, "finished")
+    probe_before = probes_before.result
     if rank != 0:
         if local_rank == 0 and int(os.environ.get("GROUP_RANK", 0)) > 0:  # another node's run dir ends too
             EventWriter(run.events_path).emit("run_stopped" if stopped else "run_finished", steps=trainer.state.global_step, node_rank=int(os.environ["GROUP_RANK"]), reason=callback.stop_reason)
         return EXIT_OK
     plotted = bool(cfg["plot_loss"]) and plot_loss(run.events_path, dirs["plot"])
     state = trainer.state
+    tokens_total = int(getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total)  # the run's (restored on resume)
     summary = {
         "run_id": run.run_id,
         "state": "stopped" if stopped else "finished",
@@ -473,23 +584,29 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         "epochs": state.epoch,
         "runtime_s": round(time.time() - t0, 2),
         "train_runtime_s": round(train_runtime, 2),
-        "tokens_seen": callback.tokens_total,
-        "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 else None,
+        "tokens_seen": tokens_total,
+        "tokens_per_s": round(tokens_total / train_runtime, 2) if train_runtime > 0 else None,
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
         "probes_before": {k: probe_before[k] for k in ("passed", "total", "rate")} if probe_before else None,
         "probes_after": {k: probe_after[k] for k in ("passed", "total", "rate")} if probe_after else None,
-        "adapter_dir": str(dirs["adapter"]),
+        "adapter_dir": str(dirs["adapter"]) if not poisoned or adapter_from else None,
+        "adapter_from": adapter_from,
+        "nan_step": callback.nan_step,
         "checkpoints_dir": str(dirs["checkpoints"]),
         "loss_plot": str(dirs["plot"]) if plotted else None,
         "samples": len(rows),
         "truncation": prepared.report.as_dict(),
     }
+    if poisoned:
+        where = f"adapter = {adapter_from}" if adapter_from else "no adapter (no checkpoint before the NaN)"
+        what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
+        summary["reason"] = f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or state.global_step}; {where}"
     atomic_write_json(run.summary_path, summary)
     if callback.nan_seen and cfg["nan_policy"] == "stop":
         summary["state"] = "failed"
         atomic_write_json(run.summary_path, summary)
-        writer.emit("run_failed", reason=callback.stop_reason, rank=0)
+        writer.emit("run_failed", reason=summary["reason"], rank=0)
         return EXIT_FAILED
     if stopped:
         writer.emit("run_stopped", reason=callback.stop_reason, step=state.global_step)

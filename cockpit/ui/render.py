@@ -10,7 +10,7 @@ from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
 STATE_STYLE = {
     "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
-    "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta",
+    "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta", "lost": "bold red",
 }
 LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
 

@@ -147,6 +147,7 @@ class RunState:
         elif kind == "run_finished":
             self.finished = ev
             self.end_t = t
+            self.step = max(self.step, int(ev.get("steps") or 0))  # the last step need not be a logging step
         elif kind == "run_failed":
             self.failed = ev
             self.reason = ev.get("reason") or self.reason

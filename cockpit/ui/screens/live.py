@@ -156,6 +156,10 @@ class LiveScreen(Screen):
 
     def _read_logs(self) -> None:
         self._logs_at = time.monotonic()
+        if not self.state.ended and getattr(self.app, "follow", True):
+            from cockpit.liveness import reconcile
+
+            reconcile(self.run)  # a dead supervisor: adopted, or its end state reaches the event log
         if self.tail.read_new():
             self._show_log()
 

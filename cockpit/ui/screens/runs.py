@@ -29,7 +29,10 @@ COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
 def run_row(run: RunDir, now: float, status: dict | None = None) -> tuple:
     from rich.text import Text
 
+    from cockpit.liveness import reconcile
+
     st = status if status is not None else run.read_status()
+    st = reconcile(run, status=st)  # liveness checked: a dead supervisor's run is adopted or ended (lost/finished)
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
     shown = f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state  # Slurm: the scheduler's state (reason)

@@ -1,0 +1,218 @@
+"""Loading a model for a sharded strategy without a full copy on every rank.
+
+- ZeRO-3: the DeepSpeed config is registered (``TrainingArguments(deepspeed=...)`` keeps an
+  ``HfDeepSpeedConfig`` alive) before the model is built, so transformers builds it under
+  ``deepspeed.zero.Init`` (partitioned at construction); the weights are then streamed from the
+  safetensors files in groups of about ``GROUP_BYTES``: rank 0 reads a group (the file opened
+  for that group only, so its mapped pages are released after it) and transformers'
+  ``_load_state_dict_into_zero3_model`` gathers, fills and re-partitions just those parameters.
+- FSDP2: every rank builds the model on the meta device (buffers such as RoPE's ``inv_freq``
+  stay real: accelerate's ``init_empty_weights(include_buffers=False)``), wraps it with the same
+  PEFT adapter, ``fully_shard``s it, allocates only its own shards (``to_empty``), and receives
+  the weights group by group from rank 0 through ``set_model_state_dict(full_state_dict=True,
+  broadcast_from_rank0=True)``. The LoRA initial values come from rank 0 building the model the
+  one-rank way (transformers maps an fp32 safetensors file without reading it), seeded as every
+  run is, so a sharded run starts from the same weights as a one-rank run.
+
+``peak_rss_mb`` (``VmHWM``) is what the ranks report in their ``rank_memory`` events.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+GROUP_BYTES = 64 * 2**20  # one group of tensors read at a time (a tensor larger than this is a group alone)
+PEFT_PREFIX = "base_model.model."
+
+
+def peak_rss_mb(status_path: str = "/proc/self/status") -> float | None:
+    """This process's peak resident set size (``VmHWM``) in MiB, or None where /proc is absent."""
+    try:
+        with open(status_path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except OSError:
+        return None
+    return None
+
+
+def safetensors_files(model_dir: str | Path) -> list[Path]:
+    d = Path(model_dir)
+    return sorted(d.glob("*.safetensors")) if d.is_dir() else []
+
+
+def _header(path: Path) -> dict[str, Any]:
+    """The safetensors header (names, dtypes, shapes, offsets): 8-byte length + JSON, no tensor read."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        head = json.loads(f.read(n))
+    head.pop("__metadata__", None)
+    return head
+
+
+def checkpoint_groups(model_dir: str | Path, group_bytes: int = GROUP_BYTES) -> list[tuple[Path, list[str]]]:
+    """(file, tensor names) groups in file order, each about ``group_bytes``; the same on every
+    rank (read from the headers only), so every rank makes the same collective calls."""
+    groups: list[tuple[Path, list[str]]] = []
+    for path in safetensors_files(model_dir):
+        head = _header(path)
+        names = sorted(head, key=lambda k: head[k]["data_offsets"][0])
+        cur: list[str] = []
+        size = 0
+        for name in names:
+            a, b = head[name]["data_offsets"]
+            if cur and size + (b - a) > group_bytes:
+                groups.append((path, cur))
+                cur, size = [], 0
+            cur.append(name)
+            size += b - a
+        if cur:
+            groups.append((path, cur))
+    return groups
+
+
+def canonical(key: str) -> str:
+    """A model state-dict key as the checkpoint names it (PEFT's wrapper prefix and ``base_layer`` removed)."""
+    key = key.removeprefix(PEFT_PREFIX)
+    return key.replace(".base_layer.", ".")
+
+
+def read_group(path: Path, names: list[str], dtype: Any) -> dict[str, Any]:
+    """The named tensors, copied out of the file (whose mapping closes on return), in ``dtype``."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(path), framework="pt") as f:
+        for name in names:
+            t = f.get_tensor(name)
+            out[name] = t.to(dtype) if (t.is_floating_point() and t.dtype != dtype) else t.clone()
+            del t
+    return out
+
+
+# -- FSDP2 -------------------------------------------------------------------------------------
+def empty_skeleton(cfg: dict[str, Any], ref: Any, dtype: Any) -> Any:
+    """The model with parameters on the meta device and real buffers."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg["trust_remote_code"]))
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]))
+    return model
+
+
+def not_in_checkpoint(model: Any, model_dir: str | Path) -> dict[str, Any]:
+    """The model's state-dict entries the checkpoint files do not hold (LoRA adapters), cloned."""
+    names = {n for path in safetensors_files(model_dir) for n in _header(path)}
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if canonical(k) not in names and v.device.type != "meta"}
+
+
+def fsdp2_materialise_and_load(model: Any, model_dir: str | Path, extras: dict[str, Any], *, rank: int, device: Any, dtype: Any, log=print) -> dict[str, Any]:
+    """After ``fully_shard`` on the meta skeleton: allocate this rank's shards, then fill them from
+    rank 0 (``extras`` first: the adapters; then the checkpoint, group by group). Collective."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+    )
+
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name in buffers:
+                b.copy_(buffers[name])
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    by_file_key: dict[str, list[str]] = {}
+    for key in model.state_dict():
+        by_file_key.setdefault(canonical(key), []).append(key)
+    in_files = {n for path in safetensors_files(model_dir) for n in _header(path)}
+    loaded: set[str] = {key for keys in by_file_key.values() for key in keys if canonical(key) not in in_files}  # rank 0's extras
+    if rank == 0 and set(extras) != loaded:
+        raise ValueError(f"sharded loading: the adapter tensors differ from the skeleton's: {sorted(set(extras) ^ loaded)[:3]}")
+    set_model_state_dict(model, dict(extras) if rank == 0 else {}, options=opts)
+    for path, names in checkpoint_groups(model_dir):
+        part: dict[str, Any] = {}
+        if rank == 0:
+            for name, t in read_group(path, names, dtype).items():
+                for key in by_file_key.get(name, []):
+                    part[key] = t
+        for name in names:
+            loaded.update(by_file_key.get(name, []))
+        set_model_state_dict(model, part, options=opts)
+        del part
+        gc.collect()
+    missing = [n for n, _ in model.named_parameters() if n not in loaded]
+    if missing:
+        raise ValueError(f"sharded loading: {len(missing)} parameters are in neither the checkpoint nor the adapter, e.g. {missing[:3]}")
+    return {"groups": len(checkpoint_groups(model_dir)), "adapter_tensors": len(extras)}
+
+
+# -- ZeRO-3 ------------------------------------------------------------------------------------
+def zero3_stream_load(model: Any, model_dir: str | Path, *, rank: int, dtype: Any) -> int:
+    """Fill a model built under ``zero.Init`` from the checkpoint, group by group (collective);
+    rank 0 reads, the others pass meta tensors of the same shapes. Returns the number of groups."""
+    import torch
+    from transformers.integrations.deepspeed import _load_state_dict_into_zero3_model
+
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    own = set(model.state_dict().keys())
+    groups = checkpoint_groups(model_dir)
+    for path, names in groups:
+        if rank == 0:
+            part = read_group(path, names, dtype)
+        else:
+            head = _header(path)
+            part = {n: torch.empty(head[n]["shape"], dtype=dtype, device="meta") for n in names}
+        # a checkpoint saved from the inner model names its keys without the prefix
+        if prefix and not any(k in own for k in part) and any(f"{prefix}.{k}" in own for k in part):
+            part = {f"{prefix}.{k}": v for k, v in part.items()}
+        _load_state_dict_into_zero3_model(model, part)
+        del part
+        gc.collect()
+    return len(groups)
+
+
+def iter_names(groups: list[tuple[Path, list[str]]]) -> Iterator[str]:
+    for _path, names in groups:
+        yield from names
+
+
+def sharded_base(cfg: dict[str, Any], ref: Any, dtype: Any, load: str) -> Any:
+    """The base model for ``load`` = ``meta`` (FSDP2 skeleton) or ``zero3`` (partitioned, filled)."""
+    if load == "meta":
+        return empty_skeleton(cfg, ref, dtype)
+    if load != "zero3":
+        raise ValueError(f"unknown load mode {load!r}")
+    import torch.distributed as dist
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        raise RuntimeError("zero3 loading needs the DeepSpeed config registered first (TrainingArguments(deepspeed=...))")
+    import deepspeed
+    from deepspeed import comm as ds_comm
+
+    if not ds_comm.is_initialized():  # zero.Init reads the world size from DeepSpeed's own view of the process group
+        deepspeed.init_distributed(dist_backend=dist.get_backend())
+    config = AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg["trust_remote_code"]))
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]))  # zero.Init
+    zero3_stream_load(model, ref.path, rank=dist.get_rank(), dtype=dtype)
+    return model
+
+
+def load_mode(cfg: dict[str, Any], ref: Any, zero3: bool, world_size: int) -> str:
+    """``zero3`` | ``fsdp_meta`` when the strategy shards parameters and the model is a
+    safetensors folder (the streamed load reads those), else ``full``."""
+    if world_size < 2 or cfg.get("quantization_bit") or not safetensors_files(ref.path):
+        return "full"
+    if cfg.get("fsdp"):
+        return "fsdp_meta"
+    return "zero3" if zero3 else "full"
