@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cockpit.config.stages import reference_copy
 from cockpit.errors import InputError, Problem
 
 DEFAULTS: dict[str, Any] = {
@@ -80,6 +81,8 @@ class RunSpec:
     freeze_trainable_layers: int
     deepspeed_path: str | None = None
     fsdp_text: str | None = None
+    stage: str = "sft"            # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
+    reference_copy: bool = False  # dpo / kto: a frozen second copy of the base (none with LoRA)
 
     @property
     def world(self) -> int:
@@ -251,4 +254,5 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         freeze_trainable_layers=ftl,
         deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
+        stage=str(cfg.get("stage") or "sft"), reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
     )

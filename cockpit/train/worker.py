@@ -476,6 +476,10 @@ def _placed_model(run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_
 
 
 def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
+    if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: a recipe (cockpit/train/recipes/)
+        from cockpit.train.recipes import run_stage
+
+        return run_stage(run, cfg, rank, world_size, local_rank, writer, t0)
     import torch
     from transformers import DataCollatorForSeq2Seq
 

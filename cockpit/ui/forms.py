@@ -371,7 +371,10 @@ def data_report(data: Any) -> "Any":
     t.append("Data ", style="bold underline")
     t.append(f" {data.get('samples')} samples; " + ", ".join(f"{k} ({v})" for k, v in formats.items()))
     tr = data.get("truncation") or {}
-    if tr:
+    if tr.get("stage"):  # pt / dpo / kto / rm: the stage's own report (cockpit/data/stage_data.py)
+        for line in tr.get("lines") or []:
+            t.append("\n" + line, style="bold yellow" if line.startswith("warning") else "")
+    elif tr:
         t.append(f"\ntokens per sample: p50 {tr.get('p50')}  p90 {tr.get('p90')}  p99 {tr.get('p99')}  max {tr.get('max')}")
         style = "yellow" if tr.get("truncated") else "green"
         t.append(f"\ncutoff_len {tr.get('cutoff_len')}: truncates {tr.get('truncated')} samples ({tr.get('truncated_pct', 0):.1f}%), "
@@ -386,10 +389,36 @@ def data_report(data: Any) -> "Any":
     for w in data.get("warnings") or []:
         t.append(f"\nwarning: {w}", style="yellow")
     pv = data.get("preview") or {}
-    if pv.get("pieces"):
+    if pv.get("pair"):  # a preference pair: the two answers side by side
+        t.append(_pair_table(pv))
+    elif pv.get("pieces"):
         t.append(f"\n\nFirst sample ({pv.get('source')}), ", style="bold")
         t.append("trained tokens highlighted", style="black on green")
         t.append(":\n")
         for piece in pv["pieces"]:
             t.append(piece.get("text", ""), style="black on green" if piece.get("trained") else "")
+    return t
+
+
+
+def _pair_table(pv: dict[str, Any], width: int = 36) -> Any:
+    """The first preference pair: its prompt, then the chosen and rejected answers side by side
+    (two wrapped columns of ``width`` characters)."""
+    import textwrap
+    from itertools import zip_longest
+
+    from rich.text import Text
+
+    t = Text()
+    prompt = "".join(p.get("text", "") for p in pv.get("pieces", []) if not p.get("trained"))
+    t.append(f"\nFirst pair ({pv.get('source')}), prompt:\n", style="bold")
+    t.append(prompt.strip()[-400:] + "\n")
+    left = textwrap.wrap(pv["pair"].get("chosen", ""), width) or [""]
+    right = textwrap.wrap(pv["pair"].get("rejected", ""), width) or [""]
+    t.append(f"{'chosen':<{width}} | ", style="bold green")
+    t.append("rejected\n", style="bold red")
+    for a, b in zip_longest(left[:12], right[:12], fillvalue=""):
+        t.append(f"{a:<{width}}", style="green")
+        t.append(" | ")
+        t.append(b + "\n", style="red")
     return t

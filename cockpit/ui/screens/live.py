@@ -26,7 +26,7 @@ from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 from cockpit.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail, ReadableLog
-from cockpit.ui.state import METRIC_TITLES, METRICS, RunFollower, RunState, fmt_num
+from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
 
@@ -88,6 +88,11 @@ class LiveScreen(Screen):
             for m in METRICS:
                 with Horizontal(classes="spark-row"):
                     yield Static(METRIC_TITLES[m], id=f"lbl-{m}", classes="spark-label")
+                    yield Sparkline([], id=f"spark-{m}", summary_function=max)
+        with Grid(id="stage-sparks", classes="hidden"):  # dpo / kto / rm: shown once the run reports them
+            for m in STAGE_METRICS:
+                with Horizontal(classes="spark-row hidden", id=f"row-{m}"):
+                    yield Static(STAGE_TITLES[m], id=f"lbl-{m}", classes="spark-label")
                     yield Sparkline([], id=f"spark-{m}", summary_function=max)
         with Horizontal(id="live-mid"):
             yield Static(id="devices", classes="pane")
@@ -255,14 +260,17 @@ class LiveScreen(Screen):
             # bar and alerts still show every step at once.
             now = time.monotonic()
             self._spark_pending = not st.ended and now - self._spark_at < self.SPARK_PERIOD_S
-            for m in () if self._spark_pending else METRICS:
+            for m in () if self._spark_pending else METRICS + STAGE_METRICS:
                 self._spark_at = now
                 s = st.series[m]
-                if self._drawn_counts.get(m) == (s.n, s.width):
+                if self._drawn_counts.get(m) == (s.n, s.width) or (m in STAGE_METRICS and not s.n):
                     continue
+                if m in STAGE_METRICS and m not in self._drawn_counts:  # the first value: show its row
+                    self.query_one("#stage-sparks").remove_class("hidden")
+                    self.query_one(f"#row-{m}").remove_class("hidden")
                 self._drawn_counts[m] = (s.n, s.width)
                 self.query_one(f"#spark-{m}", Sparkline).data = s.means()
-                label = f"{SHORT[m]:<9} {fmt_num(s.last, m):>10}"
+                label = f"{SHORT.get(m) or STAGE_TITLES[m]:<9} {fmt_num(s.last, m):>10}"
                 self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
             devices = self.query_one("#devices", Static)
             width = devices.size.width or self.size.width // 2

@@ -47,6 +47,13 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
         t.append(f"\nloss {fl:.4f} → {ll:.4f}")
         t.append(f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "", style="green" if ll < fl else "yellow")
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
+    before, after = summary.get("held_out_before"), summary.get("held_out_after")
+    if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
+        what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
+        t.append(f"\nheld-out pairs ({after.get('pairs')}): {100 * before['accuracy']:.0f}% → {100 * after['accuracy']:.0f}% ({what})",
+                 style="green" if after["accuracy"] > before["accuracy"] else "yellow")
+    if summary.get("data", {}).get("lines"):  # a non-SFT stage's data report
+        t.append("\ndata: " + "; ".join(summary["data"]["lines"][:2]), style="dim")
     tr = summary.get("truncation")
     if tr:
         t.append(f"\ndata: {tr.get('samples')} samples, p50 {tr.get('p50')} / max {tr.get('max')} tokens, "
