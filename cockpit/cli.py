@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("cockpit.commands.train", "start a run from a YAML config (detached supervisor)"),
     "check": ("cockpit.commands.check", "validate a config and its data, print the truncation report"),
     "runs": ("cockpit.commands.runs", "list the runs in the runs dir"),
+    "compare": ("cockpit.commands.compare", "two or more runs side by side: loss curves, config keys that differ, summaries"),
     "attach": ("cockpit.commands.attach", "replay a run's event log, then follow it live"),
     "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
     "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),

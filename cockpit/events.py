@@ -40,13 +40,24 @@ Kinds and their fields (units in the field names or stated here):
   half micro-batch, same global batch; null at micro-batch 1), remedy_env (the allocator's
   expandable_segments variable)
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
-  {prompt, expected, answer, ok}), device (before: where the answers were generated, e.g.
+  {prompt, expected, answer, ok, set}), sets (optional: set name -> {passed, total, rate}, when
+  the probes name sets, e.g. the demo's identity and control probes; also in summary.json), device (before: where the answers were generated, e.g.
   ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event)
 - ``rank_memory``: written by every rank (not only rank 0): rank, local_rank, node_rank, phase
   (loaded: the model is built, sharded and on its device; trained: training is over, before the
   final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
   /proc/self/status, MiB; null where /proc is absent). Host RAM at load time, per rank: the figure
   that shows whether ZeRO-3 / FSDP2 loading held a full copy of the model on every rank
+- stage metrics (non-SFT stages, ``cockpit/train/recipes/``): extra fields of ``step`` from the
+  trainer's logs at each logging step. dpo (all pref_loss values) and kto: reward_margin,
+  reward_chosen, reward_rejected (mean implicit rewards beta * log(pi / pi_ref) of the batch's
+  chosen / rejected answers; ORPO / SimPO: beta * the policy's log-prob, no reference),
+  reward_accuracy (0..1, the fraction of pairs whose chosen reward exceeds the rejected one);
+  kto also kl. rm: pairwise_accuracy (0..1), reward_margin, mean_reward (value-head scores).
+  ``eval`` carries the same names prefixed ``eval_`` when a held-out set is evaluated.
+- ``held_out``: phase (before|after), stage, pairs, accuracy (0..1: the policy's summed log-prob of
+  the chosen answer beats the rejected one (dpo), or the value head scores it higher (rm)),
+  mean_logp_margin (dpo) or mean_reward_margin (rm)
 - ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,
   vram_total_mb, util_pct, temp_c, power_w}; empty on the CPU), ranks (list of {rank, pid, alive,
   rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one
@@ -91,6 +102,7 @@ KINDS = frozenset(
         "checkpoint_saved",
         "alert",
         "probe_results",
+        "held_out",
         "rank_memory",
         "telemetry",
         "comm",

@@ -107,6 +107,10 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
 
 def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> CheckResult:
     """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation."""
+    if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: the stage's own data
+        from cockpit.train.recipes.check import check_stage
+
+        return check_stage(cfg, log, with_devices)
     from cockpit.data.collect import collect_samples
     from cockpit.data.prepare import prepare_dataset
     from cockpit.data.render import trainable_spans

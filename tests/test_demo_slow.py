@@ -1,4 +1,5 @@
-"""The demo preset for real: the embedded model learns a new identity on this CPU."""
+"""The demo preset for real: the embedded model learns a new identity on this CPU, and keeps
+answering the general questions it answered before (the control probes: no forgetting)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,15 @@ def test_cpu_demo_preset_learns_identity(tmp_path, embedded_dir):
     summary = json.loads((run / "summary.json").read_text())
     print(json.dumps({k: summary[k] for k in ("runtime_s", "train_runtime_s", "tokens_per_s", "first_loss", "last_loss", "probes_before", "probes_after")}))
     assert summary["state"] == "finished"
-    assert summary["probes_before"]["rate"] <= 0.2
-    assert summary["probes_after"]["rate"] >= 0.8
+    before, after = summary["probes_before"]["sets"], summary["probes_after"]["sets"]
+    assert before["identity"]["rate"] <= 0.2
+    assert after["identity"]["rate"] >= 0.8
+    # control: general questions (arithmetic, capitals, translation, a definition; English and
+    # Chinese) the base model answers. The goal is none forgotten; measured: 10/10 -> 9/10 (at the
+    # old settings, 6/10). One may go, not more.
+    assert before["control"]["total"] == after["control"]["total"] >= 8
+    assert before["control"]["passed"] >= 8
+    assert after["control"]["passed"] >= before["control"]["passed"] - 1
     assert summary["last_loss"] < 0.5 * summary["first_loss"]
     losses = [e["loss"] for e in read_events(run) if e["kind"] == "step"]
     assert len(losses) >= 5

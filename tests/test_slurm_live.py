@@ -181,7 +181,7 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
             await await_for(pilot, lambda: type(app.screen).__name__ == "RunsScreen", 10, "the runs screen")
             app.screen.refresh_runs()
             await pilot.pause()
-            assert str(app.screen.query_one(DataTable).get_row_at(0)[1]) == "queued · PENDING (JobHeldUser)"
+            assert str(app.screen.query_one(DataTable).get_row_at(0)[2]) == "◷ queued · PENDING (JobHeldUser)"
             await pilot.press("enter")
             await await_for(pilot, lambda: type(app.screen).__name__ == "LiveScreen", 10, "the live screen again")
             live = app.screen
@@ -195,6 +195,6 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
             await await_for(pilot, lambda: type(app.screen).__name__ == "RunsScreen", 10, "the runs screen")
             app.screen.refresh_runs()
             await pilot.pause()
-            assert str(app.screen.query_one(DataTable).get_row_at(0)[1]) == "cancelled"
+            assert str(app.screen.query_one(DataTable).get_row_at(0)[2]) == "■ cancelled"
 
     asyncio.run(scenario())

@@ -87,7 +87,13 @@ def test_setup_launch_live_stop_runs(tmp_path, monkeypatch, tiny_model_dir):
             await pilot.pause()
             table = app.screen.query_one(DataTable)
             assert table.row_count == 1
-            assert str(table.get_row_at(0)[1]) == "stopped"
+            assert str(table.get_row_at(0)[2]) == "■ stopped"
+            # one timestamp in the run id, and the preset's name; Runs shows it without the time
+            import re
+
+            run_id = live.run.run_id
+            assert re.fullmatch(r"\d{8}-\d{6}-cpu-demo-[0-9a-f]{4}", run_id), run_id
+            assert str(table.get_row_at(0)[1]) == run_id[16:]
 
     asyncio.run(scenario())
 

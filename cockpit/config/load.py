@@ -17,6 +17,7 @@ import yaml
 
 from cockpit.config.parity import parity_problems
 from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
+from cockpit.config.stages import stage_problems
 from cockpit.errors import InputError, Problem
 from cockpit.redact import REDACTED, SECRET_PATTERNS, is_secret_name, redact_env  # noqa: F401 (re-exported)
 
@@ -24,7 +25,7 @@ DEMO_PREFIX = "@demo"
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 
 # Keys whose values are paths that must exist (resolved to absolute paths).
-_INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes")
+_INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes", "ref_model_adapters")
 
 # -- YAML with line numbers ------------------------------------------------------------------
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -276,6 +277,7 @@ def validate(
         if bad or not opts:
             problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
     problems.extend(_strategy_problems(raw, cfg, where, problems))
+    problems.extend(stage_problems(cfg, where))
     problems.extend(parity_problems(raw, cfg, where))
 
     # -- paths: read as given, resolved against the working dir then the config's dir --------

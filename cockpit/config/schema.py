@@ -66,7 +66,7 @@ KEYS: tuple[Key, ...] = (
     _k("trust_remote_code", "bool", False, "run Python code shipped with the model (warned)", "model", nullable=False),
     _k("template", "str", None, "chat template: the tokenizer's own when unset, else a named one", "model"),
     # -- method --------------------------------------------------------------------------
-    _k("stage", "choice", "sft", "training stage", "method", choices=("sft",), nullable=False),
+    _k("stage", "choice", "sft", "sft | pt (raw text) | dpo (preference pairs) | kto (tagged answers) | rm (reward model)", "method", choices=("sft", "pt", "dpo", "kto", "rm"), nullable=False),
     _k("do_train", "bool", True, "train (must be true)", "method", nullable=False),
     _k("finetuning_type", "choice", "lora", "lora | freeze | full", "method", choices=("lora", "freeze", "full"), nullable=False),
     _k("lora_rank", "int", 8, "LoRA rank r", "method", min=1, max=4096, nullable=False),
@@ -75,6 +75,17 @@ KEYS: tuple[Key, ...] = (
     _k("lora_target", "str", "all", "'all' linear layers, or a comma list of module names", "method", nullable=False),
     _k("freeze_trainable_layers", "int", 2, "freeze: train the last N layers (negative: the first N)", "method", nullable=False),
     _k("quantization_bit", "choice", None, "4 (QLoRA, NF4) or 8 bit base weights; needs bitsandbytes and a GPU", "method", choices=(4, 8)),
+    # -- preference stages (dpo / kto; cockpit/config/stages.py has their cross-key rules) ----
+    _k("pref_loss", "choice", "sigmoid", "dpo loss: sigmoid (DPO) | ipo | hinge | orpo | simpo", "method", choices=("sigmoid", "ipo", "hinge", "orpo", "simpo"), nullable=False),
+    _k("pref_beta", "float", 0.1, "dpo/kto beta: how far the policy may move from the reference", "method", min=0.0, min_exclusive=True, nullable=False),
+    _k("pref_ftx", "float", 0.0, "weight of the SFT loss on the chosen answer added to the preference loss", "method", min=0.0, nullable=False),
+    _k("simpo_gamma", "float", 0.5, "SimPO target reward margin", "method", min=0.0, nullable=False),
+    _k("dpo_label_smoothing", "float", 0.0, "probability a preference label is flipped (robust DPO; sigmoid only)", "method", min=0.0, max=0.499, nullable=False),
+    _k("kto_chosen_weight", "float", 1.0, "KTO weight of desirable (kto_tag true) answers", "method", min=0.0, min_exclusive=True, nullable=False),
+    _k("kto_rejected_weight", "float", 1.0, "KTO weight of undesirable (kto_tag false) answers", "method", min=0.0, min_exclusive=True, nullable=False),
+    _k("ref_model", "str", None, "dpo/kto reference model (default: the base with the LoRA adapter disabled, else a copy of the base)", "method"),
+    _k("ref_model_adapters", "str", None, "a LoRA adapter folder applied to ref_model", "method"),
+    _k("ref_model_quantization_bit", "choice", None, "4 or 8 bit reference weights (GPU + bitsandbytes)", "method", choices=(4, 8)),
     # -- dataset -------------------------------------------------------------------------
     _k("dataset", "str", None, "a .json/.jsonl file, or comma-separated names from dataset_info.json", "dataset", nullable=False),
     _k("dataset_dir", "str", None, "folder with dataset_info.json (default: next to the config, then the built-in demo data)", "dataset"),
@@ -202,9 +213,9 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     media_dir data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding
     additional_target create_new_adapter freeze_extra_modules freeze_vision_tower freeze_multi_modal_projector
-    freeze_language_model train_mm_proj_only pref_beta pref_ftx pref_loss dpo_label_smoothing kto_chosen_weight
-    kto_rejected_weight simpo_gamma ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
-    ref_model ref_model_adapters ref_model_quantization_bit reward_model reward_model_adapters
+    freeze_language_model train_mm_proj_only
+    ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
+    reward_model reward_model_adapters
     reward_model_quantization_bit reward_model_type use_galore galore_target galore_rank galore_update_interval
     galore_scale galore_proj_type galore_layerwise use_apollo apollo_target apollo_rank use_badam badam_mode
     badam_start_block badam_switch_mode badam_switch_interval badam_update_ratio badam_mask_mode

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from cockpit.config.load import DEMO_DIR
 from cockpit.data.formats import DatasetSpec
+from cockpit.data.pairs import ranking_problem
 from cockpit.errors import InputError, Problem
 
 _UNSUPPORTED_ENTRY_KEYS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
@@ -102,8 +103,9 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
         if "file_name" not in entry:
             problems.append(Problem("missing 'file_name'", **loc))
             continue
-        if entry.get("ranking"):
-            problems.append(Problem("ranking (preference) datasets are not supported yet (stage sft only)", **loc))
+        stage_problem = ranking_problem(cfg.get("stage") or "sft", bool(entry.get("ranking")), entry)
+        if stage_problem:
+            problems.append(Problem(stage_problem, **loc))
             continue
         fmt = entry.get("formatting", "alpaca")
         if fmt not in ("alpaca", "sharegpt"):
@@ -118,7 +120,7 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
             continue
         columns = entry.get("columns") or {}
         tags = entry.get("tags") or {}
-        specs.append(DatasetSpec(name=name, path=path, formatting=fmt, columns=dict(columns), tags=dict(tags), info_file=str(info), info_line=line))
+        specs.append(DatasetSpec(name=name, path=path, formatting=fmt, columns=dict(columns), tags=dict(tags), info_file=str(info), info_line=line, ranking=bool(entry.get("ranking"))))
     if problems:
         raise InputError(problems)
     return specs

@@ -41,6 +41,7 @@ class DatasetSpec:
     tags: dict[str, str] = field(default_factory=dict)
     info_file: str | None = None
     info_line: int | None = None
+    ranking: bool = False  # chosen / rejected pairs (stage dpo / rm); read by cockpit/data/pairs.py
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """The probes file: prompts with expected substrings, answered before and after training.
 
-File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...]}``;
+File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...], "set": str}``;
 a probe passes when every expected substring appears in the greedy answer (case-insensitive).
+``set`` (optional) groups probes: the demo asks ``identity`` probes (what training should teach)
+and ``control`` probes (general questions the base model already answers: what it must not forget);
+results and ``summary.json`` then also count each set (``score``).
 Pure Python (no torch): the UI and the chat command score answers with ``passes``; the training
 ranks answer the probes with ``cockpit.train.probes.run_probes``.
 """
@@ -28,7 +31,11 @@ def load_probes(path: str | Path) -> list[dict[str, Any]]:
         if not (isinstance(expect, list) and expect and all(isinstance(e, str) and e for e in expect)):
             problems.append(Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line))
             continue
-        probes.append({"prompt": rec["prompt"], "expect": expect})
+        group = rec.get("set")
+        if group is not None and not (isinstance(group, str) and group.strip()):
+            problems.append(Problem("'set' must be a non-empty string", file=str(path), line=line))
+            continue
+        probes.append({"prompt": rec["prompt"], "expect": expect, **({"set": group.strip()} if group else {})})
     if problems:
         raise InputError(problems)
     return probes
@@ -37,3 +44,24 @@ def load_probes(path: str | Path) -> list[dict[str, Any]]:
 def passes(answer: str, expect: list[str]) -> bool:
     low = answer.lower()
     return all(e.lower() in low for e in expect)
+
+
+def _count(results: list[dict[str, Any]]) -> dict[str, Any]:
+    passed = sum(1 for r in results if r.get("ok"))
+    return {"passed": passed, "total": len(results), "rate": passed / len(results) if results else 0.0}
+
+
+def score(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """passed / total / rate over every probe, and per ``set`` (``sets``) when probes name one."""
+    out = _count(results)
+    names = list(dict.fromkeys(r["set"] for r in results if r.get("set")))
+    if names:
+        out["sets"] = {name: _count([r for r in results if r.get("set") == name]) for name in names}
+    return out
+
+
+def probe_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The counts ``summary.json`` keeps of a ``run_probes`` result (no answers)."""
+    if not result:
+        return None
+    return {k: result[k] for k in ("passed", "total", "rate", "sets") if k in result}

@@ -262,6 +262,9 @@ def weights(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, frozen: 
         terms.append(Term("lora weights", trainable * adapter_bytes / shards,
                           f"{trainable/1e6:.2f}M LoRA params (r={run.lora_rank}, {n_targets} modules/layer) x {adapter_bytes} B",
                           "PEFT get_peft_model on the meta model"))
+    if run.reference_copy:  # dpo / kto: a frozen second copy of the base (ref_model, or no LoRA to disable)
+        terms.append(Term("reference model", total * c / shards, f"{total/1e9:.3f}B frozen params x {c} B (a second copy of the base)",
+                          "DPO / KTO reference: ref_model, or a copy of the base when the policy is not LoRA"))
     return terms, host, shards
 
 
@@ -364,7 +367,7 @@ class Activations:
 
 def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_targets: int) -> Activations:
     """Activation memory of one micro-batch, and the transient copies that sit beside it."""
-    tokens = run.micro_batch * run.cutoff_len
+    tokens = run.micro_batch * run.cutoff_len * (2 if run.stage in ("dpo", "rm") else 1)  # pairs: chosen + rejected
     per_token = activation_terms(run, d, n_targets)
     ft, c = run.finetuning_type, run.compute_bytes
     layers = counts.layers
@@ -383,7 +386,7 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
         linear = counts.layers * counts.layer_linear
         autocast = (linear * (1 if ft == "full" else trainable / max(counts.total, 1)) + counts.lm_head * (ft == "full")) * c
     return Activations(tokens=tokens, per_token=per_token, layers=layers, saved_layers=saved, formula=formula,
-                       outside_layers=per_token["nonlayer"] * tokens, logits=per_token["logits"] * tokens,
+                       outside_layers=per_token["nonlayer"] * tokens, logits=per_token["logits"] * tokens if run.stage != "rm" else 4.0 * tokens,
                        autocast_copies=autocast, dequant=counts.max_linear * c if run.quantization_bit else 0.0)
 
 
@@ -442,7 +445,8 @@ def peak_terms(moment: str, moments: dict[str, float], run: RunSpec, d: Dims, co
         out.append(Term("activations", a.saved_layers + a.outside_layers,
                         a.formula + f" + outside layers {a.per_token['nonlayer']:.0f} B/token", source))
         out.append(Term("logits / loss", a.logits, f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
-                        "HF ForCausalLMLoss upcasts logits to fp32"))
+                        "HF ForCausalLMLoss upcasts logits to fp32") if run.stage != "rm" else
+                   Term("value head scores", a.logits, f"4 B x {tokens} tokens (one fp32 score per token, no vocabulary logits)", "reward model (rm)"))
         if a.autocast_copies:
             out.append(Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B (autocast cache, saved for backward)",
                             AUTOCAST_SOURCE))
@@ -496,4 +500,6 @@ def planner_notes(run: RunSpec) -> list[str]:
         notes.append("micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer")
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
+    if run.stage in ("dpo", "kto") and run.finetuning_type == "lora" and not run.reference_copy:
+        notes.append("reference model: the base with the LoRA adapter disabled (no second copy in memory)")
     return notes

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cockpit.config.stages import reference_copy
 from cockpit.errors import InputError, Problem
 
 DEFAULTS: dict[str, Any] = {
@@ -85,6 +86,8 @@ class RunSpec:
     fsdp_text: str | None = None
     liger: bool = False    # enable_liger_kernel: fused linear cross-entropy, no full logits
     packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
+    stage: str = "sft"            # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
+    reference_copy: bool = False  # dpo / kto: a frozen second copy of the base (none with LoRA)
 
     @property
     def world(self) -> int:
@@ -258,4 +261,5 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
         packing=_bool(cfg, "packing") or _bool(cfg, "neat_packing"),
         liger=_bool(cfg, "enable_liger_kernel"),
+        stage=str(cfg.get("stage") or "sft"), reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
     )

@@ -322,6 +322,8 @@ def tune(config: str, overrides: list[str] | None = None, *, memory_cap_gb: floa
     if gpus is not None:
         ov.update(nproc_per_node=gpus, nnodes=1)
     refuse_sharded({**raw, **ov})
+    if ({**raw, **ov}.get("stage") or "sft") != "sft":  # trials build the SFT trainer; recipes: cockpit/train/recipes/
+        raise InputError(Problem("cockpit tune measures stage sft trials so far; use cockpit plan for this stage", key="stage"))
     out_path = Path(out) if out else default_out(config)
     if out_path.resolve() == Path(config).resolve():
         raise InputError(Problem("is the input config; cockpit tune never overwrites it", key="--out"))

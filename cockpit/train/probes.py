@@ -1,17 +1,20 @@
 """Probes: prompts with expected substrings, answered before and after training.
 
-File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...]}``;
+File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...], "set": str}``;
 a probe passes when every expected substring appears in the greedy answer (case-insensitive).
+``set`` (optional) groups probes: the demo asks ``identity`` probes (what training should teach)
+and ``control`` probes (general questions the base model already answers: what it must not forget);
+results and ``summary.json`` then also count each set.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from cockpit.data.probes import load_probes, passes
+from cockpit.data.probes import load_probes, passes, probe_summary, score
 from cockpit.data.render import render_prompt_ids
 
-__all__ = ["load_probes", "passes", "run_probes"]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
+__all__ = ["load_probes", "passes", "probe_summary", "run_probes", "score"]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
 
 
 def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8) -> dict[str, Any]:
@@ -43,11 +46,12 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
                     pad_token_id=pad_id,
                     eos_token_id=tokenizer.eos_token_id,
                 )
-            for j, p in enumerate(chunk):
+            for j, probe in enumerate(chunk):
                 answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
-                results.append({"prompt": p["prompt"], "expect": p["expect"], "answer": answer, "ok": passes(answer, p["expect"])})
+                results.append({"prompt": probe["prompt"], "expect": probe["expect"], "answer": answer,
+                                "ok": passes(answer, probe["expect"]), **({"set": probe["set"]} if "set" in probe else {})})
     finally:
         if was_training:
             model.train()
-    passed = sum(r["ok"] for r in results)
-    return {"passed": passed, "total": len(results), "rate": passed / len(results) if results else 0.0, "results": results}
+    return {**score(results), "results": results}
+

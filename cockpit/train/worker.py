@@ -493,6 +493,10 @@ def _placed_model(run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_
 
 
 def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
+    if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: a recipe (cockpit/train/recipes/)
+        from cockpit.train.recipes import run_stage
+
+        return run_stage(run, cfg, rank, world_size, local_rank, writer, t0)
     import torch
     from cockpit.data.packing import build_collator
     from cockpit.data.prepare import prepare_dataset
@@ -500,7 +504,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
     from cockpit.train.callbacks import CockpitCallback
     from cockpit.train.placement import ProbesBeforeTraining
     from cockpit.train.variants import trainer_kwargs
-    from cockpit.train.probes import load_probes, run_probes
+    from cockpit.train.probes import load_probes, probe_summary, run_probes
 
     def log(msg: str) -> None:
         print(f"[rank{rank}] {msg}", flush=True)
@@ -603,8 +607,8 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         **_throughput(callback, train_runtime, tokens_total),
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
-        "probes_before": {k: probe_before[k] for k in ("passed", "total", "rate")} if probe_before else None,
-        "probes_after": {k: probe_after[k] for k in ("passed", "total", "rate")} if probe_after else None,
+        "probes_before": probe_summary(probe_before),
+        "probes_after": probe_summary(probe_after),
         "adapter_dir": str(dirs["adapter"]) if not poisoned or adapter_from else None,
         "adapter_from": adapter_from,
         "nan_step": callback.nan_step,

@@ -80,6 +80,7 @@ class CockpitApp(App):
         Binding("f3", "switch_mode('runs')", "Runs"),
         Binding("f4", "switch_mode('doctor')", "Doctor"),
         Binding("ctrl+q", "quit", "Quit (runs keep going)", priority=True),
+        Binding("question_mark", "toggle_keys", "Keys", key_display="?"),
     ]
 
     def __init__(
@@ -94,6 +95,7 @@ class CockpitApp(App):
         start_preset: str | Path | None = None,
         doctor_checks: list[dict] | None = None,
         open_run: str | None = None,
+        machine: Any = None,
     ) -> None:
         self.runs_dir = Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
         if start == "auto":
@@ -114,6 +116,7 @@ class CockpitApp(App):
         self.start_preset = start_preset
         self.doctor_checks = doctor_checks
         self.open_run_ref = open_run
+        self.machine = machine  # cockpit.ui.widgets.Machine; None: detected when first shown
 
     def get_default_screen(self):
         return self.SCREENS_BY_MODE[self.DEFAULT_MODE]()
@@ -126,6 +129,15 @@ class CockpitApp(App):
                 self.open_run(resolve_run(self.open_run_ref, self.runs_dir))
             except LookupError as exc:
                 self.notify(str(exc), severity="error")
+
+    def action_toggle_keys(self) -> None:
+        """``?``: the current screen's keys and what they do (a modal; ? or Esc closes it)."""
+        from cockpit.ui.screens.modals import KeysView
+
+        if isinstance(self.screen, KeysView):
+            self.pop_screen()
+        else:
+            self.push_screen(KeysView(self.screen))
 
     # -- navigation used by screens and the palette -------------------------------------------------
     def open_live(self, run: RunDir) -> None:

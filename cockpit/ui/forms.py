@@ -74,7 +74,7 @@ GROUPS: dict[str, list[Field]] = {
         _key("nnodes", "Nodes"),
         _key("deepspeed", "DeepSpeed JSON", placeholder="none: ZeRO-2/3 generate one (zero_stage, offload)"),
         Field("device", "Device", "select", DEVICES, "use_cpu"),
-        Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only (64: MI250 GCD, 192: MI300X)", placeholder="64"),
+        Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only on a GPU run (default: the detected GPUs', else 64: MI250 GCD; 192: MI300X)", placeholder="detected"),
     ],
     "Training": [
         _key("per_device_train_batch_size", "Micro-batch"),
@@ -295,24 +295,46 @@ class FormModel:
         except ValueError:
             return 64.0
 
+    def fit_memory(self, cfg: dict[str, Any], machine: Any) -> tuple[float, str, int]:
+        """What the fit line compares the planner's peak with: (GiB, where that number came
+        from, how many ranks share it). A CPU run: the host's RAM, shared by its ranks; a GPU
+        run: the GPU memory field, else the detected GPUs' memory, else 64 GiB (an MI250 GCD)."""
+        cpu = bool(cfg.get("use_cpu")) or (cfg.get("use_cpu") is None and not machine.gpus)
+        if cpu:
+            ranks = int(cfg.get("nproc_per_node") or 1)
+            if machine.ram_gb:
+                return machine.ram_gb, "host RAM (a CPU run)", ranks
+            return 64.0, "host RAM unknown: 64 GiB assumed", ranks
+        typed = (self.values.get("gpu_memory_gb") or "").strip()
+        if typed:
+            return self.gpu_memory(), "the GPU memory field", 1
+        if machine.gpus and machine.gpu_memory_gb:
+            return machine.gpu_memory_gb, f"detected: {machine.gpus} × {machine.gpu_kind} GPU", 1
+        return 64.0, "no GPU detected here: 64 GiB assumed (an MI250 GCD; set GPU memory)", 1
+
     def yaml(self) -> str:
         return to_yaml(self.typed(), only_changed=False)
 
 
-def fit_line(cfg: dict[str, Any], gpu_memory_gb: float) -> str:
-    """One line from the memory planner (pure Python, meta device off: torch-free)."""
+def fit_line(cfg: dict[str, Any], gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
+    """One line from the memory planner (pure Python, meta device off: torch-free).
+    ``source``: where ``gpu_memory_gb`` came from; ``ranks``: processes sharing it (the host's
+    RAM on a CPU run), so each gets its share."""
     from cockpit.plan import plan
 
+    per_device = gpu_memory_gb / max(1, ranks)
     try:
-        res = plan({k: v for k, v in cfg.items() if not k.startswith("_")}, gpu_memory_gb=gpu_memory_gb,
+        res = plan({k: v for k, v in cfg.items() if not k.startswith("_")}, gpu_memory_gb=per_device,
                    base_dir=cfg.get("_base_dir"), use_meta=False)
     except InputError as err:
         return "fit: cannot estimate: " + "; ".join(str(p) for p in err.problems)
     except Exception as exc:  # noqa: BLE001 - an unknown model layout must not break the form
         return f"fit: cannot estimate ({type(exc).__name__}: {exc})"
     v = res.verdict or {}
-    line = (f"fit: peak {res.estimate.peak / 2**30:.1f} GiB per device of {gpu_memory_gb:g} GiB "
-            f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)")
+    where = "per rank" if "host RAM" in source else "per device"
+    share = f" ({ranks} ranks share it)" if ranks > 1 else ""
+    line = (f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where} of {gpu_memory_gb:.3g} GiB {source or ''}{share} "
+            f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)").replace("  ", " ")
     if res.suggestion and res.suggestion.get("why"):
         line += f"; try: {res.suggestion['why']}"
     return line
@@ -349,7 +371,10 @@ def data_report(data: Any) -> "Any":
     t.append("Data ", style="bold underline")
     t.append(f" {data.get('samples')} samples; " + ", ".join(f"{k} ({v})" for k, v in formats.items()))
     tr = data.get("truncation") or {}
-    if tr:
+    if tr.get("stage"):  # pt / dpo / kto / rm: the stage's own report (cockpit/data/stage_data.py)
+        for line in tr.get("lines") or []:
+            t.append("\n" + line, style="bold yellow" if line.startswith("warning") else "")
+    elif tr:
         t.append(f"\ntokens per sample: p50 {tr.get('p50')}  p90 {tr.get('p90')}  p99 {tr.get('p99')}  max {tr.get('max')}")
         style = "yellow" if tr.get("truncated") else "green"
         t.append(f"\ncutoff_len {tr.get('cutoff_len')}: truncates {tr.get('truncated')} samples ({tr.get('truncated_pct', 0):.1f}%), "
@@ -364,10 +389,36 @@ def data_report(data: Any) -> "Any":
     for w in data.get("warnings") or []:
         t.append(f"\nwarning: {w}", style="yellow")
     pv = data.get("preview") or {}
-    if pv.get("pieces"):
+    if pv.get("pair"):  # a preference pair: the two answers side by side
+        t.append(_pair_table(pv))
+    elif pv.get("pieces"):
         t.append(f"\n\nFirst sample ({pv.get('source')}), ", style="bold")
         t.append("trained tokens highlighted", style="black on green")
         t.append(":\n")
         for piece in pv["pieces"]:
             t.append(piece.get("text", ""), style="black on green" if piece.get("trained") else "")
+    return t
+
+
+
+def _pair_table(pv: dict[str, Any], width: int = 36) -> Any:
+    """The first preference pair: its prompt, then the chosen and rejected answers side by side
+    (two wrapped columns of ``width`` characters)."""
+    import textwrap
+    from itertools import zip_longest
+
+    from rich.text import Text
+
+    t = Text()
+    prompt = "".join(p.get("text", "") for p in pv.get("pieces", []) if not p.get("trained"))
+    t.append(f"\nFirst pair ({pv.get('source')}), prompt:\n", style="bold")
+    t.append(prompt.strip()[-400:] + "\n")
+    left = textwrap.wrap(pv["pair"].get("chosen", ""), width) or [""]
+    right = textwrap.wrap(pv["pair"].get("rejected", ""), width) or [""]
+    t.append(f"{'chosen':<{width}} | ", style="bold green")
+    t.append("rejected\n", style="bold red")
+    for a, b in zip_longest(left[:12], right[:12], fillvalue=""):
+        t.append(f"{a:<{width}}", style="green")
+        t.append(" | ")
+        t.append(b + "\n", style="red")
     return t

@@ -1,10 +1,12 @@
-"""Incremental tail of a run's log files (``logs/rank*.log``, ``logs/supervisor.log``).
+"""Incremental tail of a run's log files (``logs/rank*.log``, ``logs/supervisor.log``), and the
+readable view of it the Live pane shows (:class:`ReadableLog`).
 
 Only new bytes are read; the kept lines are bounded (a deque). No textual here.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from pathlib import Path
 
@@ -66,3 +68,90 @@ class LogTail:
             return list(self.lines)
         low = needle.lower()
         return [ln for ln in self.lines if low in ln.lower()]
+
+
+# -- the Live pane's readable log ------------------------------------------------------------------
+_TAG = re.compile(r"^\[[\w.-]+\] ?")
+_WARNING = re.compile(r"Warning\b|warnings\.warn|\[WARNING\]|\bWARNING\b|^W\d{4} |\bwarn\(", re.IGNORECASE)
+_NOISE = re.compile(
+    r"^\{'(loss|eval_loss|train_runtime|grad_norm|learning_rate|epoch)'"  # HF Trainer's metric dicts: the step lines say them
+    r"|\d+%\|[^|]*\|"  # tqdm progress bars
+    r"|^\s*$"
+)
+# event kinds the pane shows, as `cockpit attach` prints them (cockpit.follow.format_event)
+EVENT_KINDS = frozenset({"run_started", "train_begin", "step", "eval", "probe_results", "checkpoint_saved", "alert",
+                         "run_finished", "run_stopped", "run_failed"})
+
+
+def classify(line: str, previous: str = "") -> str:
+    """``warning`` (with its indented continuation lines), ``noise`` (metric dicts, progress
+    bars, blanks: said better elsewhere) or ``text``."""
+    body = _TAG.sub("", line, count=1)
+    if previous == "warning" and body[:1].isspace() and body.strip():
+        return "warning"
+    if _WARNING.search(body):
+        return "warning"
+    if _NOISE.search(body):
+        return "noise"
+    return "text"
+
+
+class ReadableLog:
+    """What the Live pane shows: the run's events as ``cockpit attach`` prints them (step lines,
+    probes, checkpoints, alerts), the log lines that say something, and every warning folded
+    into one counted line (``expanded``: the warnings themselves). The raw log is LogTail's.
+
+    Log lines are placed after the events that had arrived when they were read (``marker``:
+    the RunState's event count then)."""
+
+    def __init__(self, max_lines: int = 2000) -> None:
+        self.text: deque[tuple[int, str]] = deque(maxlen=max_lines)
+        self.warnings: deque[str] = deque(maxlen=max_lines)
+        self.warning_count = 0
+        self.hidden = 0
+        self._previous = ""
+
+    def add(self, lines: list[str], marker: int, history: bool = False) -> None:
+        """New raw log lines; ``history``: lines from before the screen opened (only counted:
+        they have no place among the replayed events; the raw log has them)."""
+        for line in lines:
+            kind = self._previous = classify(line, self._previous)
+            if kind == "warning":
+                if not _TAG.sub("", line, count=1)[:1].isspace():
+                    self.warning_count += 1
+                self.warnings.append(line)
+            elif kind == "noise":
+                self.hidden += 1
+            elif not history:
+                self.text.append((marker, line))
+
+    def fold_line(self, expanded: bool) -> str:
+        if not self.warning_count:
+            return ""
+        verb = "w: fold them" if expanded else "w: show"
+        return f"⚠ {self.warning_count} warning(s) folded ({verb}) · l: the raw log"
+
+    def view(self, events: list[tuple[int, dict]], rows: int, expanded: bool = False, start_t: float | None = None) -> list[str]:
+        """The last ``rows`` lines: events and log text in order, the fold line last."""
+        from cockpit.follow import format_event
+
+        fold = self.fold_line(expanded)
+        room = max(1, rows - (1 if fold else 0))
+        if expanded:
+            return [*list(self.warnings)[-room:], fold]
+        merged: list[str] = []
+        text = list(self.text)
+        ti = len(text)
+        # walk back from the newest, taking events and text lines by their order, until full
+        ei = len(events)
+        while len(merged) < room and (ei > 0 or ti > 0):
+            if ti > 0 and (ei == 0 or text[ti - 1][0] >= events[ei - 1][0]):
+                ti -= 1
+                merged.extend(reversed([text[ti][1]]))
+            else:
+                ei -= 1
+                s = format_event(events[ei][1], start_t)
+                if s:
+                    merged.extend(reversed(s.splitlines()))
+        out = merged[:room][::-1]
+        return [*out, fold] if fold else out

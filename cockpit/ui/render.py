@@ -13,6 +13,15 @@ STATE_STYLE = {
     "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta", "lost": "bold red",
 }
 LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
+# every state also has a symbol: readable with NO_COLOR and on a 16-colour terminal
+STATE_SYMBOL = {"starting": "…", "running": "▶", "stopping": "…", "finished": "✓", "failed": "✗", "stopped": "■",
+                "queued": "◷", "cancelled": "■", "lost": "✗"}
+
+
+def state_text(state: str, shown: str | None = None) -> Text:
+    """A run state as symbol + word (``shown``: the words, e.g. a queued run's reason), coloured
+    (the colour is never the only sign)."""
+    return Text(f"{STATE_SYMBOL.get(state, '?')} {shown or state}", style=STATE_STYLE.get(state, ""))
 
 
 def bar(frac: float | None, width: int = 10) -> Text:
@@ -28,7 +37,7 @@ def header(state: RunState, now: float, replaying: float | None = None) -> Text:
     t = Text()
     t.append(state.run_id or "?", style="bold")
     t.append("  ")
-    t.append(f" {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}")
+    t.append(f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}")
     total = state.total or "?"
     t.append(f"  step {state.step}/{total}")
     if state.epoch is not None:
@@ -247,7 +256,10 @@ def alerts(state: RunState, limit: int = 3) -> Text:
     for phase in ("before", "after"):
         p = state.probes.get(phase)
         if p:
-            t.append(f"\nprobes {phase}: {p.get('passed')}/{p.get('total')} pass")
+            sets = p.get("sets") or {}
+            counts = " · ".join(f"{n} {c.get('passed')}/{c.get('total')}" for n, c in sets.items()) if sets else \
+                f"{p.get('passed')}/{p.get('total')}"
+            t.append(f"\nprobes {phase}: {counts} pass")
     if state.failed:
         t.append(f"\nFAILED: {state.failed.get('reason')}", style="bold red")
         for line in (state.failed.get("log_tail") or [])[-3:]:

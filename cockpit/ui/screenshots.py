@@ -33,12 +33,25 @@ def prepare_env(config_home: Path) -> None:
     os.environ["COCKPIT_SLURM"] = "0"  # no "Launch on Slurm", whether sbatch is on PATH or not
 
 
-def make_app(start: str, **kw: Any):
-    from cockpit.ui.app import CockpitApp
+# the recorded machine (the doctor.json one): a 2-core CPU box with 24 GiB and no GPU
+MACHINE: dict[str, Any] = {"host": "cpu-box", "gpus": 0, "gpu_kind": "", "gpu_memory_gb": None, "ram_gb": 24.0}
 
+
+def make_app(start: str, **kw: Any):
+    """``colours``: "no" (NO_COLOR set, as Textual reads it) or "16" (the ANSI theme, 16 colours)."""
+    from cockpit.ui.app import CockpitApp
+    from cockpit.ui.widgets import Machine
+
+    colours = kw.pop("colours", None)
     doctor = json.loads((ROOT / FIXTURE / "doctor.json").read_text(encoding="utf-8"))
-    return CockpitApp(FIXTURE, start=start, clock=lambda: FROZEN_NOW, follow=False, runs_refresh_s=3600,
-                      doctor_checks=doctor, **kw)
+    if colours == "no":
+        os.environ["NO_COLOR"] = "1"  # Textual reads (and removes) it when the app is made
+    app = CockpitApp(FIXTURE, start=start, clock=lambda: FROZEN_NOW, follow=False, runs_refresh_s=3600,
+                     doctor_checks=doctor, machine=Machine(**MACHINE), **kw)
+    os.environ.pop("NO_COLOR", None)
+    if colours == "16":
+        app.theme = "ansi-dark"  # the terminal's own 16 colours
+    return app
 
 
 async def _settle(pilot, until: Callable[[], bool] | None = None, timeout: float = 10.0) -> None:
@@ -107,6 +120,24 @@ async def _doctor(pilot) -> None:
     await _settle(pilot)
 
 
+COMPARE_RUNS = 3  # the newest recorded runs, marked in Runs with space, compared with d
+
+
+async def _compare(pilot) -> None:
+    await _settle(pilot)
+    for _ in range(COMPARE_RUNS):
+        await pilot.press("space", "down")
+    await pilot.press("d")
+    await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "CompareScreen" and pilot.app.screen.data is not None)
+    await pilot.pause(0.3)
+
+
+async def _keys(pilot) -> None:
+    await _settle(pilot)
+    await pilot.press("question_mark")
+    await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "KeysView")
+
+
 # name -> (start mode, extra app options, run_before)
 SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] = {
     "runs": ("runs", {}, _runs),
@@ -115,6 +146,10 @@ SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] 
     "summary": ("runs", {}, _summary),
     "setup": ("setup", {"start_preset": Path("presets") / "cpu-demo.yaml"}, _setup),
     "doctor": ("doctor", {}, _doctor),
+    "compare": ("runs", {}, _compare),
+    "keys": ("runs", {}, _keys),
+    "summary-nocolor": ("runs", {"colours": "no"}, _summary),
+    "runs-16colour": ("runs", {"colours": "16"}, _runs),
 }
 
 

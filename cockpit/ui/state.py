@@ -15,10 +15,16 @@ from typing import Any, Callable
 from cockpit.events import EventReader, as_float
 from cockpit.follow import fmt_duration  # noqa: F401 - re-exported for the screens
 from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.ui.logtail import EVENT_KINDS
 from cockpit.ui.series import BucketSeries
 
 METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
 METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
+# A training stage's own step fields (cockpit/events.py: dpo / kto rewards, rm pairwise accuracy);
+# the Live screen shows the rows of those a run reports.
+STAGE_METRICS = ("reward_margin", "reward_accuracy", "reward_chosen", "reward_rejected", "pairwise_accuracy", "mean_reward")
+STAGE_TITLES = {"reward_margin": "margin", "reward_accuracy": "rwd acc", "reward_chosen": "r chosen",
+                "reward_rejected": "r reject", "pairwise_accuracy": "pair acc", "mean_reward": "mean rwd"}
 
 
 def fmt_num(value: float | None, metric: str = "") -> str:
@@ -59,17 +65,20 @@ class RunState:
     alerts: deque = field(default_factory=lambda: deque(maxlen=100))
     checkpoints: deque = field(default_factory=lambda: deque(maxlen=20))
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    held_out: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> held_out event (dpo / rm)
     evals: BucketSeries | None = None
     finished: dict[str, Any] | None = None
     failed: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
     events_seen: int = 0
+    log_seq: int = 0  # events with a log line so far (cockpit.ui.logtail.ReadableLog orders by it)
+    recent: deque = field(default_factory=lambda: deque(maxlen=400))  # (log_seq, event): the log pane's events
     version: int = 0  # bumped by every apply() that changed something
     series: dict[str, BucketSeries] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.series:
-            self.series = {m: BucketSeries(self.capacity) for m in METRICS}
+            self.series = {m: BucketSeries(self.capacity) for m in METRICS + STAGE_METRICS}
         if self.evals is None:
             self.evals = BucketSeries(self.capacity)
 
@@ -84,6 +93,9 @@ class RunState:
 
     def _apply_one(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")
+        if kind in EVENT_KINDS:
+            self.log_seq += 1
+            self.recent.append((self.log_seq, ev))
         t = as_float(ev.get("t"))
         if self.t0 is None and t is not None:
             self.t0 = t
@@ -98,6 +110,9 @@ class RunState:
                 self.tokens_seen = ev.get("tokens_seen")
             for m in METRICS:
                 self.series[m].add(step, as_float(ev.get(m)))
+            for m in STAGE_METRICS:
+                if m in ev:
+                    self.series[m].add(step, as_float(ev[m]))
             if isinstance(ev.get("mem"), dict):
                 self.mem = ev["mem"]
             if self.state in ("starting",):
@@ -131,6 +146,8 @@ class RunState:
             self.checkpoints.append(ev)
         elif kind == "probe_results":
             self.probes[str(ev.get("phase"))] = ev
+        elif kind == "held_out":
+            self.held_out[str(ev.get("phase"))] = ev
         elif kind == "eval":
             self.evals.add(ev.get("step") or 0, as_float(ev.get("eval_loss")))
         elif kind == "run_finished":

@@ -23,6 +23,9 @@ class DoctorScreen(Screen):
         self.problems_only = False
 
     def compose(self) -> ComposeResult:
+        from cockpit.ui.widgets import Bearings
+
+        yield Bearings(id="bearings")
         yield Static("Doctor — is this machine ready to fine-tune?", id="doctor-title", classes="screen-title")
         yield DataTable(id="doctor-table", zebra_stripes=True, cursor_type="row")
         yield Static(id="doctor-detail", classes="pane")

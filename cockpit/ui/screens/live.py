@@ -25,8 +25,8 @@ from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 
 from cockpit.rundir import RunDir
 from cockpit.ui import render
-from cockpit.ui.logtail import LogTail
-from cockpit.ui.state import METRIC_TITLES, METRICS, RunFollower, RunState, fmt_num
+from cockpit.ui.logtail import LogTail, ReadableLog
+from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
 
@@ -40,8 +40,10 @@ class LiveScreen(Screen):
         Binding("r", "relaunch", "Relaunch (hang)", show=False),  # the alerts pane says it, after a hang
         Binding("m", "memory_remedy", "Memory remedy", show=False),  # the alerts pane says it, after a memory alert
         Binding("p", "plot", "Plot"),
-        Binding("l", "logs", "Logs"),
+        Binding("l", "logs", "Raw log"),
+        Binding("w", "warnings", "Warnings"),
         Binding("slash", "search", "Search"),
+        Binding("enter", "summary", "Summary"),  # shown once the run has ended
         Binding("escape,q", "leave", "Leave"),
     ]
 
@@ -58,6 +60,10 @@ class LiveScreen(Screen):
         self.state = self.follower.state
         self._state_lock = threading.Lock()  # not `self.lock`: Textual's own (an asyncio RLock, used by Widget.batch)
         self.tail = LogTail(run.logs_dir)
+        self.readable = ReadableLog()
+        self.warnings_open = False
+        self._ended_when_opened: bool | None = None  # known once the history is read
+        self._finish_told = False
         self.poll_s = poll_s
         self.replay_progress: float | None = 0.0
         self.peeked: RunState | None = None
@@ -82,6 +88,11 @@ class LiveScreen(Screen):
             for m in METRICS:
                 with Horizontal(classes="spark-row"):
                     yield Static(METRIC_TITLES[m], id=f"lbl-{m}", classes="spark-label")
+                    yield Sparkline([], id=f"spark-{m}", summary_function=max)
+        with Grid(id="stage-sparks", classes="hidden"):  # dpo / kto / rm: shown once the run reports them
+            for m in STAGE_METRICS:
+                with Horizontal(classes="spark-row hidden", id=f"row-{m}"):
+                    yield Static(STAGE_TITLES[m], id=f"lbl-{m}", classes="spark-label")
                     yield Sparkline([], id=f"spark-{m}", summary_function=max)
         with Horizontal(id="live-mid"):
             yield Static(id="devices", classes="pane")
@@ -135,7 +146,8 @@ class LiveScreen(Screen):
 
     def _start_following(self) -> None:
         self.replay_progress = None
-        self._read_logs()
+        self._ended_when_opened = self.state.ended
+        self._read_logs(history=True)
         self.draw()
         interval = self.poll_s or getattr(self.app, "poll_s", 0.25)
         if getattr(self.app, "follow", True):
@@ -148,17 +160,49 @@ class LiveScreen(Screen):
             self.draw()
         if time.monotonic() - self._logs_at >= self.LOG_PERIOD_S:
             self._read_logs()
+        if self.state.ended and self._ended_when_opened is False and not self._finish_told:
+            self._tell_finished()
 
-    def _read_logs(self) -> None:
+    # -- the run ended while on screen: say so, offer the Summary ---------------------------------
+    def _tell_finished(self) -> None:
+        self._finish_told = True
+        self._read_logs()
+        self.refresh_bindings()
+        state = self.state.state
+        self.notify(f"{self.run.run_id} {state}. Enter: its Summary (probes, loss, export)",
+                    title=f"run {state}", severity="information" if state == "finished" else "warning", timeout=30)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "summary":
+            return self.state.ended  # in the footer once the run has ended
+        return True
+
+    def action_summary(self) -> None:
+        if not self.state.ended:
+            return
+        from cockpit.ui.screens.summary import SummaryScreen
+
+        self.app.sub_title = ""
+        self.app.switch_screen(SummaryScreen(self.run))
+
+    def action_warnings(self) -> None:
+        self.warnings_open = not self.warnings_open
+        self._show_log()
+
+    def _read_logs(self, history: bool = False) -> None:
         self._logs_at = time.monotonic()
         if not self.state.ended and getattr(self.app, "follow", True):
             from cockpit.liveness import reconcile
 
             reconcile(self.run)  # a dead supervisor: adopted, or its end state reaches the event log
-        if self.tail.read_new():
+        new = self.tail.read_new()
+        self.readable.add(new, self.state.log_seq, history=history)
+        if new or self.state.log_seq != self._log_seen:
             self._show_log()
 
     def _show_log(self) -> None:
+        """The readable log (events as `cockpit attach` prints them, warnings folded); while
+        searching, the raw lines that match."""
         from rich.text import Text
 
         widget = self.query_one("#log", Static)
@@ -166,8 +210,13 @@ class LiveScreen(Screen):
         if self._needle:
             lines = self.tail.search(self._needle)[-rows:]
         else:
-            lines = list(itertools.islice(reversed(self.tail.lines), rows))[::-1]
+            with self._state_lock:
+                events = list(itertools.islice(reversed(self.state.recent), rows))[::-1]
+                self._log_seen = self.state.log_seq
+            lines = self.readable.view(events, rows, self.warnings_open, self.state.t0)
         text = Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
+        if lines and lines[-1].startswith("⚠"):
+            text.stylize("bold yellow", len(text.plain) - len(lines[-1]))
         if self._needle:
             text.highlight_words([self._needle], style="reverse yellow", case_sensitive=False)
         widget.update(text, layout=False)
@@ -211,14 +260,17 @@ class LiveScreen(Screen):
             # bar and alerts still show every step at once.
             now = time.monotonic()
             self._spark_pending = not st.ended and now - self._spark_at < self.SPARK_PERIOD_S
-            for m in () if self._spark_pending else METRICS:
+            for m in () if self._spark_pending else METRICS + STAGE_METRICS:
                 self._spark_at = now
                 s = st.series[m]
-                if self._drawn_counts.get(m) == (s.n, s.width):
+                if self._drawn_counts.get(m) == (s.n, s.width) or (m in STAGE_METRICS and not s.n):
                     continue
+                if m in STAGE_METRICS and m not in self._drawn_counts:  # the first value: show its row
+                    self.query_one("#stage-sparks").remove_class("hidden")
+                    self.query_one(f"#row-{m}").remove_class("hidden")
                 self._drawn_counts[m] = (s.n, s.width)
                 self.query_one(f"#spark-{m}", Sparkline).data = s.means()
-                label = f"{SHORT[m]:<9} {fmt_num(s.last, m):>10}"
+                label = f"{SHORT.get(m) or STAGE_TITLES[m]:<9} {fmt_num(s.last, m):>10}"
                 self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
             devices = self.query_one("#devices", Static)
             width = devices.size.width or self.size.width // 2

@@ -225,3 +225,55 @@ class LogView(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def key_rows(screen, app) -> list[tuple[str, str, str]]:
+    """(where, key, what) for every binding active on ``screen``: the screen's own first, then
+    the app's, then the focused widget's (cursor keys and the like)."""
+    from textual.screen import Screen as _Screen
+
+    own, glob, widget = [], [], []
+    seen: set[tuple[str, str]] = set()
+    for active in screen.active_bindings.values():
+        b = active.binding
+        if not b.description or b.action in ("toggle_keys", "command_palette") or \
+                any(a in b.action for a in ("focus_next", "focus_previous", "copy_text")):
+            continue
+        row = (app.get_key_display(b), b.description)
+        if row in seen:
+            continue
+        seen.add(row)
+        if isinstance(active.node, _Screen):
+            own.append(("this screen", *row))
+        elif active.node is app:
+            glob.append(("everywhere", *row))
+        else:
+            widget.append((type(active.node).__name__, *row))
+    return own + glob + [("everywhere", "^p", "command palette"), ("everywhere", "?", "this list")] + widget
+
+
+class KeysView(ModalScreen[None]):
+    """``?``: the keys of the screen below, with what they do (Esc or ? closes)."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
+
+    def __init__(self, screen) -> None:
+        super().__init__()
+        self.below = screen
+
+    def compose(self) -> ComposeResult:
+        t = Text()
+        t.append(f"Keys: {getattr(self.below, 'TITLE', None) or type(self.below).__name__.replace('Screen', '')}\n", style="bold")
+        where = None
+        for group, key, what in key_rows(self.below, self.app):
+            if group != where:
+                where = group
+                t.append(f"\n{group}\n", style="bold underline")
+            t.append(f"  {key:>10}  ", style="bold")
+            t.append(f"{what}\n")
+        t.append("\nEsc or ? closes", style="dim")
+        with VerticalScroll(id="keysview"):
+            yield Static(t)
+
+    def action_close(self) -> None:
+        self.dismiss()

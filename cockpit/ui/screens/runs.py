@@ -1,5 +1,10 @@
 """The Runs screen: every run in the runs dir (a DataTable, refreshed periodically); the selected
-finished run can be merged, exported, served or chatted with (``screens/actions.py``)."""
+finished run can be merged, exported, served or chatted with (``screens/actions.py``); space
+marks runs and d compares the marked ones (``screens/compare.py``).
+
+Columns fit their values (``update_cell(update_width=True)`` grows and shrinks them); the run
+column shows the run id without its timestamp (``started`` has the time; ``cockpit attach``
+takes the short name too)."""
 
 from __future__ import annotations
 
@@ -12,23 +17,24 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from cockpit.compare import short_name
 from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
-from cockpit.ui.render import STATE_STYLE
+from cockpit.ui.render import state_text
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
+from cockpit.ui.widgets import Bearings
 
 if TYPE_CHECKING:
     from textual import getters
 
     from cockpit.ui.app import CockpitApp
 
-COLUMNS = ("run", "state", "step", "last loss", "duration", "started")
+COLUMNS = ("mark", "run", "state", "step", "loss", "duration", "started")
+MARK = "●"
 
 
-def run_row(run: RunDir, now: float, status: dict | None = None) -> tuple:
-    from rich.text import Text
-
+def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None = None) -> tuple:
     from cockpit.liveness import reconcile
 
     st = status if status is not None else run.read_status()
@@ -40,8 +46,9 @@ def run_row(run: RunDir, now: float, status: dict | None = None) -> tuple:
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
     loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else "-"
-    return (run.run_id, Text(shown, style=STATE_STYLE.get(state, "")), step, loss_s, fmt_duration(dur), when), state
+    when = time.strftime("%m-%d %H:%M", time.localtime(started)) if started else "-"
+    mark = MARK if marked else " "
+    return (mark, short_name(run.run_id), state_text(state, shown), step, loss_s, fmt_duration(dur), when), state
 
 
 class RunsScreen(RunActions, Screen):
@@ -53,12 +60,14 @@ class RunsScreen(RunActions, Screen):
         Binding("enter", "open", "Open", show=True),
         Binding("a", "attach", "Attach live"),
         *ACTION_BINDINGS,
+        Binding("space", "mark", "Mark"),
+        Binding("d", "compare", "Compare marked"),
         Binding("n", "new", "New run"),
         Binding("r", "refresh_runs", "Refresh"),
     ]
 
     def compose(self) -> ComposeResult:
-        yield Static(id="runs-title", classes="screen-title")
+        yield Bearings(id="bearings", counted_by_screen=True)
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="runs-hint", classes="dim")
         yield Footer()
@@ -66,8 +75,9 @@ class RunsScreen(RunActions, Screen):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         for col in COLUMNS:
-            table.add_column(col, key=col)
+            table.add_column(" " if col == "mark" else col, key=col)
         self.states: dict[str, str] = {}
+        self.marked: set[str] = set()
         self.refresh_runs()
         self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self._tick)
         table.focus()
@@ -85,24 +95,26 @@ class RunsScreen(RunActions, Screen):
         asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
         if asking:
             self._ask_scheduler(asking)
-        rows = {r.run_id: run_row(r, now, statuses[r.run_id]) for r in runs}
+        self.marked &= {r.run_id for r in runs}
+        rows = {r.run_id: run_row(r, now, r.run_id in self.marked, statuses[r.run_id]) for r in runs}
         existing = {str(k.value) for k in table.rows}
-        for run_id in existing - rows.keys():
-            table.remove_row(run_id)
-        for run_id, (cells, state) in rows.items():
-            self.states[run_id] = state
-            if run_id in existing:
-                for col, value in zip(COLUMNS[1:], cells[1:]):
-                    table.update_cell(run_id, col, value)
-            else:
-                table.add_row(*cells, key=run_id)
-        if existing != set(rows):
-            table.sort("run", reverse=True)
+        if existing != set(rows):  # runs came or went: redraw in order, newest first, the cursor kept
+            selected = self._selected()
+            table.clear()
+            for run_id in sorted(rows, reverse=True):
+                table.add_row(*rows[run_id][0], key=run_id)
+            if selected is not None and selected.run_id in rows:
+                table.move_cursor(row=table.get_row_index(selected.run_id))
+        else:
+            for run_id, (cells, _state) in rows.items():
+                for col, value in zip(COLUMNS, cells):
+                    if table.get_cell(run_id, col) != value:  # a column grows (or shrinks) to its values
+                        table.update_cell(run_id, col, value, update_width=True)
+        self.states = {run_id: state for run_id, (_cells, state) in rows.items()}
         live = sum(1 for s in self.states.values() if s not in TERMINAL_STATES)
-        self.query_one("#runs-title", Static).update(f"Runs in {runs_dir}  —  {len(rows)} run(s), {live} active")
+        self.query_one(Bearings).refresh_line((live, len(rows)))
         self.query_one("#runs-hint", Static).update(
-            "Enter: live view of an active run, summary of a finished one · a: attach (replay) · "
-            "finished: c chat, s serve, m merge, e export · n: new run · quitting never stops a run"
+            "Enter: open · space: mark, d: compare marked · ?: every key · quitting never stops a run"
             if rows else "No runs yet. Press n (or F2) to set one up.")
 
     @work(thread=True, exclusive=True, group="slurm-queue")
@@ -113,6 +125,24 @@ class RunsScreen(RunActions, Screen):
 
     def action_refresh_runs(self) -> None:
         self.refresh_runs()
+
+    def action_mark(self) -> None:
+        run = self._selected()
+        if run is None:
+            return
+        self.marked ^= {run.run_id}
+        self.query_one(DataTable).update_cell(run.run_id, "mark", MARK if run.run_id in self.marked else " ")
+        self.query_one("#runs-hint", Static).update(
+            f"{len(self.marked)} marked: d compares them (space: mark or unmark the selected run)")
+
+    def action_compare(self) -> None:
+        from cockpit.ui.screens.compare import CompareScreen
+
+        marked = [r for r in list_runs(self.app.runs_dir) if r.run_id in self.marked]
+        if len(marked) < 2:
+            self.notify("mark two or more runs with space, then press d", severity="warning")
+            return
+        self.app.push_screen(CompareScreen(marked))
 
     def _selected(self) -> RunDir | None:
         table = self.query_one(DataTable)

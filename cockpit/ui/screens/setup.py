@@ -29,6 +29,7 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 
 from cockpit.ui import forms, presets, proc
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
+from cockpit.ui.widgets import Bearings, machine_of
 
 if TYPE_CHECKING:
     from textual import getters
@@ -87,14 +88,14 @@ class SetupScreen(Screen):
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 
-    BINDINGS = [
+    BINDINGS = [  # the tab keys first: the footer shows them even at 80 columns
+        Binding("ctrl+left", "prev_tab", "Tab", key_display="^←"),
+        Binding("ctrl+right", "next_tab", "Tab", key_display="^→"),
+        Binding("f8,ctrl+g", "launch", "Launch"),
         Binding("f5", "check_data", "Check data"),
         Binding("f6", "preview", "Preview"),
-        Binding("f7", "save_preset", "Save preset"),
-        Binding("f8,ctrl+g", "launch", "Launch"),
+        Binding("f7", "save_preset", "Save"),
         Binding("f9", "tune", "Tune"),
-        Binding("ctrl+right", "next_tab", "Next tab", show=False),
-        Binding("ctrl+left", "prev_tab", "Prev tab", show=False),
     ]
 
     def __init__(self) -> None:
@@ -111,6 +112,7 @@ class SetupScreen(Screen):
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        yield Bearings(id="bearings")
         with Horizontal(id="setup-top"):
             yield Label("Preset", classes="field-label")
             yield Select(self._preset_options(), prompt="load a preset …", id="preset", compact=True)
@@ -295,15 +297,15 @@ class SetupScreen(Screen):
             self.query_one("#yaml-live", Static).update(y)
         if checked.ok:
             self.query_one("#fit", Static).update("fit: estimating …")
-            self._fit(checked.cfg, self.model.gpu_memory())
+            self._fit(checked.cfg, *self.model.fit_memory(checked.cfg, machine_of(self.app)))
         else:
             self.query_one("#fit", Static).update("fit: (fix the problems first)")
 
     @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
-    def _fit(self, cfg: dict, gpu_gb: float) -> None:
+    def _fit(self, cfg: dict, gpu_gb: float, source: str = "", ranks: int = 1) -> None:
         from textual.worker import get_current_worker
 
-        line = forms.fit_line(cfg, gpu_gb)
+        line = forms.fit_line(cfg, gpu_gb, source, ranks)
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self._show_fit, line)
 
@@ -312,13 +314,13 @@ class SetupScreen(Screen):
         self.query_one("#fit", Static).update(Text(line, style=style))
 
     # -- files ------------------------------------------------------------------------------------
-    def _config_file(self, folder: Path, stem: str) -> Path:
+    def _config_file(self, folder: Path, stem: str, extra: dict | None = None) -> Path:
         from cockpit.config.load import to_yaml
         from cockpit.rundir import atomic_write_text
 
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = folder / f"{stem}.yaml"
-        atomic_write_text(path, to_yaml(self.model.typed(), only_changed=False))
+        atomic_write_text(path, to_yaml({**self.model.typed(), **(extra or {})}, only_changed=False))
         return path
 
     def _run_name(self) -> str:
@@ -435,7 +437,9 @@ class SetupScreen(Screen):
     def _start_launch(self) -> None:
         runs_dir = Path(self.app.runs_dir)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = self._config_file(runs_dir / ".ui-configs", f"{self._run_name()}-{stamp}")
+        # the run is named by the preset (or the user's run_name): the run id adds the one timestamp
+        name = self._run_name()
+        path = self._config_file(runs_dir / ".ui-configs", f"{name}-{stamp}", {"run_name": name})
         self._set_launching(True, f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)")
         self._launch(path, runs_dir)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -14,9 +15,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.rundir import RunDir
-from cockpit.ui.render import STATE_STYLE
+from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration
+from cockpit.ui.widgets import clip, share_width
 
 if TYPE_CHECKING:
     from textual import getters
@@ -29,7 +31,7 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     t = Text()
     t.append(run.run_id, style="bold")
     t.append("  ")
-    t.append(f" {state} ", style=f"reverse {STATE_STYLE.get(state, '')}")
+    t.append(f" {STATE_SYMBOL.get(state, '?')} {state} ", style=f"reverse {STATE_STYLE.get(state, '')}")
     reason = summary.get("reason") or status.get("reason")
     if reason:
         t.append(f"  {reason}", style=STATE_STYLE.get(state, ""))
@@ -44,10 +46,14 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     if isinstance(fl, (int, float)) and isinstance(ll, (int, float)):
         t.append(f"\nloss {fl:.4f} → {ll:.4f}")
         t.append(f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "", style="green" if ll < fl else "yellow")
-    for phase in ("before", "after"):
-        p = summary.get(f"probes_{phase}")
-        if p:
-            t.append(f"\nprobes {phase}: {p.get('passed')}/{p.get('total')} pass ({100 * (p.get('rate') or 0):.0f}%)")
+    t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
+    before, after = summary.get("held_out_before"), summary.get("held_out_after")
+    if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
+        what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
+        t.append(f"\nheld-out pairs ({after.get('pairs')}): {100 * before['accuracy']:.0f}% → {100 * after['accuracy']:.0f}% ({what})",
+                 style="green" if after["accuracy"] > before["accuracy"] else "yellow")
+    if summary.get("data", {}).get("lines"):  # a non-SFT stage's data report
+        t.append("\ndata: " + "; ".join(summary["data"]["lines"][:2]), style="dim")
     tr = summary.get("truncation")
     if tr:
         t.append(f"\ndata: {tr.get('samples')} samples, p50 {tr.get('p50')} / max {tr.get('max')} tokens, "
@@ -57,6 +63,35 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     if not summary:
         t.append("\n(no summary.json yet)", style="dim")
     return t
+
+
+def _count(p: dict) -> str:
+    return f"{p.get('passed')}/{p.get('total')} ({100 * (p.get('rate') or 0):.0f}%)" if p else "-"
+
+
+def probe_lines(before: dict, after: dict) -> Text:
+    """Probes before -> after, per set when the probes name sets (the demo: identity, control)."""
+    t = Text()
+    if not (before or after):
+        return t
+    sets = list(dict.fromkeys([*(before.get("sets") or {}), *(after.get("sets") or {})]))
+    if not sets:
+        t.append(f"\nprobes: {_count(before)} before → {_count(after)} after")
+        return t
+    for name in sets:
+        b, a = (before.get("sets") or {}).get(name) or {}, (after.get("sets") or {}).get(name) or {}
+        verdict = ""
+        if a and b:
+            verdict = ("  ✓ kept" if a["passed"] >= b["passed"] else "  ✗ forgot some") if name == "control" else \
+                      ("  ✓ learned" if a["passed"] > b["passed"] else "  ✗ not learned")
+        t.append(f"\nprobes {name}: {_count(b)} before → {_count(a)} after")
+        t.append(verdict, style="green" if "✓" in verdict else "red")
+    return t
+
+
+# probe table columns: the wanted and the least width of prompt, expected, before, after
+PROBE_COLUMNS = ("prompt", "expected", "before", "after")
+PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the least cells
 
 
 class SummaryScreen(RunActions, Screen):
@@ -117,27 +152,52 @@ class SummaryScreen(RunActions, Screen):
         plt.title("loss")
         plt.xlabel("step")
         widget.refresh()
+        self._fill_probes()
+
+    def _fill_probes(self) -> None:
+        """Every column on screen at any width (the after column is the one that matters): the
+        cells are cut to the table's width; a row per probe set names it."""
+        st = self.follower.state
         table = self.query_one("#probes", DataTable)
         table.clear()
         before = (st.probes.get("before") or {}).get("results") or []
         after = (st.probes.get("after") or {}).get("results") or []
         n = max(len(before), len(after))
 
-        def cell(r: dict | None) -> Text:
+        def longest(rows: list[dict], key: str, extra: int = 0) -> int:
+            return max((cell_len(str(r.get(key) or "").replace("\n", " ")) + extra for r in rows), default=0)
+
+        every = before + after
+        wants = [min(c, max(m, w)) for c, m, w in zip(
+            PROBE_WANTS, PROBE_MINS, (longest(every, "prompt"), longest(every, "expect") + 2,
+                                      longest(before, "answer", 2), longest(after, "answer", 2)))]
+        room = (table.size.width or self.size.width) - 2 * table.cell_padding * len(PROBE_COLUMNS) - 2
+        widths = dict(zip(PROBE_COLUMNS, share_width(room, wants, PROBE_MINS)))
+
+        def cell(r: dict | None, width: int) -> Text:
             if not r:
                 return Text("-", style="dim")
-            ans = (r.get("answer") or "").replace("\n", " ")[:40] or "(empty)"
-            return Text(("✓ " if r.get("ok") else "✗ ") + ans, style="green" if r.get("ok") else "red")
+            ans = (r.get("answer") or "").replace("\n", " ") or "(empty)"
+            return Text(clip(("✓ " if r.get("ok") else "✗ ") + ans, width), style="green" if r.get("ok") else "red")
 
+        group = None
         for i in range(n):
             b = before[i] if i < len(before) else None
             a = after[i] if i < len(after) else None
             base = a or b or {}
+            if base.get("set") and base.get("set") != group:
+                group = base["set"]
+                table.add_row(Text(clip(f"— {group} —", widths["prompt"]), style="bold"), "", "", "", key=f"set-{group}")
             exp = base.get("expect", base.get("expected"))
             exp_s = ", ".join(map(str, exp)) if isinstance(exp, list) else str(exp or "")
-            table.add_row(str(base.get("prompt", ""))[:48], exp_s[:20], cell(b), cell(a), key=str(i))
+            table.add_row(clip(str(base.get("prompt", "")), widths["prompt"]), clip(exp_s, widths["expected"]),
+                          cell(b, widths["before"]), cell(a, widths["after"]), key=str(i))
         if not n:
             table.add_row("(no probes in this run)", "", "", "")
+
+    def on_resize(self) -> None:
+        if self.follower.state.probes:
+            self.call_after_refresh(self._fill_probes)
 
     # merge / export / serve / chat: cockpit.ui.screens.actions.RunActions
     def action_target(self) -> RunDir:

@@ -1,0 +1,53 @@
+"""Cross-key rules of the training stages (sft | pt | dpo | kto | rm). No torch imports.
+
+The recipes themselves live in ``cockpit/train/recipes/``; this module only says which
+key combinations make sense, so ``cockpit check`` and the TUI's forms refuse them early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cockpit.errors import Problem
+
+PREFERENCE_STAGES = ("dpo", "kto")
+PAIRWISE_STAGES = ("dpo", "rm")  # datasets with chosen / rejected answers (ranking: true)
+REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # no reference model at all
+
+
+def uses_reference(cfg: Mapping[str, Any]) -> bool:
+    """Does the stage compare the policy with a reference model?"""
+    if cfg.get("stage") == "kto":
+        return True
+    return cfg.get("stage") == "dpo" and cfg.get("pref_loss") not in REFERENCE_FREE_LOSSES
+
+
+def reference_copy(cfg: Mapping[str, Any]) -> bool:
+    """Does the reference take a second model in memory? (With LoRA and no ``ref_model`` it is the
+    base with the adapter disabled: no copy.)"""
+    return uses_reference(cfg) and (bool(cfg.get("ref_model")) or cfg.get("finetuning_type") != "lora")
+
+
+def sequences_per_sample(cfg: Mapping[str, Any]) -> int:
+    """Sequences one sample puts through the model per step: chosen + rejected for pairs."""
+    return 2 if cfg.get("stage") in PAIRWISE_STAGES else 1
+
+
+def stage_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    stage = cfg.get("stage", "sft")
+    out: list[Problem] = []
+    if cfg.get("ref_model_adapters") and not cfg.get("ref_model"):
+        out.append(Problem("ref_model_adapters needs ref_model (the adapters are applied to it)", **where("ref_model_adapters")))
+    if cfg.get("ref_model_quantization_bit") and not cfg.get("ref_model"):
+        out.append(Problem("ref_model_quantization_bit needs ref_model", **where("ref_model_quantization_bit")))
+    if cfg.get("ref_model") and not uses_reference(cfg):
+        why = f"pref_loss {cfg.get('pref_loss')} uses no reference model" if stage == "dpo" else f"stage {stage} uses no reference model"
+        out.append(Problem(f"{why}; unset ref_model", **where("ref_model")))
+    if stage == "dpo" and cfg.get("dpo_label_smoothing") and cfg.get("pref_loss") != "sigmoid":
+        out.append(Problem(f"dpo_label_smoothing applies to pref_loss sigmoid (robust DPO), not {cfg.get('pref_loss')}", **where("dpo_label_smoothing")))
+    if stage == "rm" and cfg.get("finetuning_type") == "freeze":
+        out.append(Problem("stage rm trains a new value head: use finetuning_type lora or full", **where("finetuning_type")))
+    if stage != "sft" and (cfg.get("fsdp") or cfg.get("deepspeed") or cfg.get("zero_stage")):
+        out.append(Problem(f"stage {stage}: sharded strategies (fsdp / deepspeed / zero_stage) are for stage sft so far", **where("stage")))
+    return out

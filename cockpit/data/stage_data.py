@@ -1,0 +1,153 @@
+"""The non-SFT stages' data: every dataset read for the stage, tokenized the way the trainer will
+(TRL's prompt / prompt + answer split for pairs and KTO; LLaMA-Factory's packing for pt), and
+the report ``cockpit check`` and the ranks print. Tokenizer only; no model, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cockpit.data.dataset_info import resolve_datasets
+from cockpit.data.formats import LoadResult
+from cockpit.data.pairs import load_stage_file
+from cockpit.data.render import apply_template_choice
+from cockpit.data.report import percentile
+from cockpit.errors import InputError, Problem
+
+
+def collect_stage_samples(cfg: Mapping[str, Any]) -> LoadResult:
+    """Read every dataset of the config for its stage; bad rows raise (or, with allow_bad_rows, are kept as problems)."""
+    stage = cfg["stage"]
+    total = LoadResult([], [], {})
+    for spec in resolve_datasets(cfg):
+        res = load_stage_file(spec, stage, cfg.get("max_samples"))
+        total.samples += res.samples
+        total.problems += res.problems
+        total.formats.update(res.formats)
+        total.rows += res.rows
+    if total.problems and not cfg.get("allow_bad_rows", False):
+        raise InputError(total.problems)
+    if not total.samples:
+        raise InputError(total.problems or "no usable samples in the dataset(s)")
+    if stage == "kto" and not any(s["label"] for s in total.samples):
+        raise InputError(Problem("stage kto: no row is tagged true (desirable); KTO needs both kinds", key="dataset"))
+    return total
+
+
+def _ids(tokenizer: Any, messages: list[dict[str, str]], gen: bool) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def answer_lengths(tokenizer: Any, prompt: list[dict[str, str]], answers: Sequence[str]) -> tuple[int, list[int]]:
+    """(prompt tokens, tokens of each answer), split where TRL splits them: the prompt rendered
+    with the generation prompt, against the prompt + answer rendered as a conversation."""
+    p_ids = _ids(tokenizer, prompt, True)
+    fulls = [_ids(tokenizer, prompt + [{"role": "assistant", "content": a}], False) for a in answers]
+    p_len = min(_common_prefix(p_ids, f) for f in fulls)
+    return p_len, [len(f) - p_len for f in fulls]
+
+
+@dataclass
+class StageReport:
+    """Lengths and what cutoff_len cuts, for pairs (sides chosen + rejected), KTO (one side) or pt."""
+
+    stage: str
+    samples: int
+    cutoff_len: int
+    prompt: dict[str, int] = field(default_factory=dict)  # p50 / p90 / max tokens
+    responses: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> p50 / p90 / max
+    truncated: dict[str, int] = field(default_factory=dict)  # side -> samples whose side is cut
+    truncated_any: int = 0  # samples cut on either side
+    emptied: int = 0  # samples whose prompt fills cutoff_len: the whole answer is lost (dropped by TRL)
+    blocks: int = 0  # pt: cutoff_len blocks after packing
+    tokens_total: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "lines": self.lines()}
+
+    def lines(self) -> list[str]:
+        def stats(d: dict[str, int]) -> str:
+            return f"p50 {d.get('p50', 0)}  p90 {d.get('p90', 0)}  max {d.get('max', 0)}"
+
+        if self.stage == "pt":
+            return [f"documents: {self.samples}   tokens: {self.tokens_total}   packed into {self.blocks} blocks of cutoff_len {self.cutoff_len}"]
+        kind = "pairs" if self.stage in ("dpo", "rm") else "samples"
+        out = [f"{kind}: {self.samples}   prompt tokens: {stats(self.prompt)}"]
+        out += [f"{side} tokens: {stats(d)}" for side, d in self.responses.items()]
+        cut = ", ".join(f"{n} on the {side} side" for side, n in self.truncated.items())
+        out.append(f"cutoff_len {self.cutoff_len}: truncates {self.truncated_any} {kind} ({cut})")
+        if self.emptied:
+            out.append(f"warning: {self.emptied} {kind} lose the whole response (the prompt fills cutoff_len; they are dropped); raise cutoff_len")
+        return out
+
+
+def _dist(values: list[int]) -> dict[str, int]:
+    v = sorted(values)
+    return {"p50": percentile(v, 50), "p90": percentile(v, 90), "max": v[-1] if v else 0}
+
+
+def answers_report(stage: str, tokenizer: Any, samples: Sequence[dict[str, Any]], cutoff: int) -> StageReport:
+    sides = ("chosen", "rejected") if stage in ("dpo", "rm") else ("completion",)
+    prompts: list[int] = []
+    lengths: dict[str, list[int]] = {s: [] for s in sides}
+    cut = {s: 0 for s in sides}
+    any_cut = emptied = total = 0
+    for s in samples:
+        p_len, a_lens = answer_lengths(tokenizer, s["prompt"], [s[side] for side in sides])
+        prompts.append(p_len)
+        over = [p_len + n > cutoff for n in a_lens]
+        for side, n, o in zip(sides, a_lens, over):
+            lengths[side].append(n)
+            cut[side] += o
+        any_cut += any(over)
+        emptied += p_len >= cutoff
+        total += sum(min(p_len + n, cutoff) for n in a_lens)
+    return StageReport(stage, len(samples), cutoff, _dist(prompts), {s: _dist(v) for s, v in lengths.items()}, cut, any_cut, emptied, tokens_total=total)
+
+
+def pack_texts(tokenizer: Any, texts: Sequence[str], cutoff: int) -> list[list[int]]:
+    """LLaMA-Factory's pretraining packing: each text + EOS, concatenated, cut into cutoff_len
+    blocks; the remainder past the last whole block is dropped (unless there is not one whole block)."""
+    eos = tokenizer.eos_token or ""
+    stream: list[int] = []
+    for t in texts:
+        stream += tokenizer(t + eos, add_special_tokens=False)["input_ids"]
+    usable = (len(stream) // cutoff) * cutoff if len(stream) >= cutoff else len(stream)
+    return [stream[i : i + cutoff] for i in range(0, usable, cutoff)]
+
+
+@dataclass
+class StagePrepared:
+    loaded: LoadResult
+    report: StageReport
+    blocks: list[list[int]] = field(default_factory=list)  # pt only
+
+
+def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> StagePrepared:
+    stage, cutoff = cfg["stage"], int(cfg["cutoff_len"])
+    if stage != "pt":
+        try:
+            apply_template_choice(tokenizer, cfg.get("template"))
+        except ValueError as exc:
+            raise InputError(Problem(str(exc), key="template")) from None
+    loaded = loaded or collect_stage_samples(cfg)
+    if stage == "pt":
+        blocks = pack_texts(tokenizer, [s["text"] for s in loaded.samples], cutoff)
+        report = StageReport("pt", len(loaded.samples), cutoff, blocks=len(blocks), tokens_total=sum(map(len, blocks)))
+        return StagePrepared(loaded, report, blocks)
+    report = answers_report(stage, tokenizer, loaded.samples, cutoff)
+    if report.emptied == report.samples:
+        raise InputError(Problem(f"every sample's prompt fills cutoff_len {cutoff}: no answer token is left to train on", key="cutoff_len"))
+    return StagePrepared(loaded, report)

@@ -1,0 +1,265 @@
+"""The recipe interface and the one flow every non-SFT stage runs through.
+
+A recipe says, for its stage: how to build the data (train / held-out rows and the data
+report), the model(s) (policy, and a reference or none), the trainer (a TRL trainer class
+with Cockpit's atomic checkpoints mixed in), which of the trainer's logged metrics become
+fields of the ``step`` event, how to measure held-out pairs before and after, and what goes
+into ``summary.json``. :func:`run_recipe` does the rest exactly like the SFT path in
+``worker._train``: probes before / after, events, control requests, summary, final events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from cockpit.rundir import RunDir, atomic_write_json
+from cockpit.train.worker import (
+    EXIT_FAILED,
+    EXIT_OK,
+    artefact_dirs,
+    last_checkpoint,
+    plot_loss,
+    training_arguments,
+)
+
+
+@dataclass
+class RecipeContext:
+    run: RunDir
+    cfg: dict[str, Any]
+    rank: int
+    world_size: int
+    local_rank: int
+    writer: Any  # EventWriter on rank 0, else None
+    t0: float
+    use_cpu: bool
+    dirs: dict[str, Path]
+    model_ref: Any  # cockpit.models.resolve's resolved model (path + load kwargs)
+    tokenizer: Any
+    log: Callable[[str], None]
+
+
+@dataclass
+class StageData:
+    train: list[dict[str, Any]]
+    held_out: list[dict[str, Any]]
+    report: Any  # cockpit.data.stage_data.StageReport
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Recipe:
+    """One training stage. Subclasses fill in the ``build_*`` methods; the others have defaults."""
+
+    stage = ""
+    causal_lm = True  # the policy generates text: probes run before / after
+    # trainer log key -> step event field (see cockpit/events.py)
+    step_fields: ClassVar[dict[str, str]] = {}
+
+    def build_data(self, ctx: RecipeContext) -> StageData:
+        raise NotImplementedError
+
+    def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
+        """(policy, reference model or None)."""
+        raise NotImplementedError
+
+    def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def step_metrics(self, logs: dict[str, Any]) -> dict[str, Any]:
+        """The stage's own fields of a ``step`` (or, with ``eval_`` keys, an ``eval``) event."""
+        out = {}
+        for key, name in self.step_fields.items():
+            if key in logs:
+                out[name] = _num(logs[key])
+            if f"eval_{key}" in logs:
+                out[f"eval_{name}"] = _num(logs[f"eval_{key}"])
+        return out
+
+    def held_out(self, ctx: RecipeContext, model: Any, data: StageData) -> dict[str, Any] | None:
+        """A measurement on the held-out rows (run before and after training), or None."""
+        return None
+
+    def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
+        return {}
+
+
+def _num(value: Any) -> Any:
+    try:
+        return round(float(value), 6)
+    except (TypeError, ValueError):
+        return value
+
+
+def split_held_out(cfg: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held-out) by ``val_size`` (a fraction or a count), shuffled with the run's seed."""
+    if not cfg["val_size"]:
+        return rows, []
+    rows = list(rows)
+    random.Random(cfg["seed"]).shuffle(rows)
+    n = int(cfg["val_size"]) if cfg["val_size"] >= 1 else max(1, int(len(rows) * cfg["val_size"]))
+    return rows[n:], rows[:n]
+
+
+def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
+    """The worker's TrainingArguments (the one place the run config becomes HF arguments), as the
+    TRL config class of the stage with the stage's own keys added."""
+    from transformers import TrainingArguments
+
+    base = training_arguments(ctx.cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
+    kwargs = {f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)}
+    kwargs.pop("logging_dir", None)
+    # held-out rows are measured once before and once after training (run_recipe), not every few steps
+    kwargs.update(eval_strategy="no", eval_steps=None)
+    return config_cls(**{**kwargs, **extra})
+
+
+def cockpit_trainer(trl_cls: type) -> type:
+    """``trl_cls`` with Cockpit's atomic checkpoints (CockpitTrainer first in the MRO)."""
+    from cockpit.train.trainer import CockpitTrainer
+
+    return type(f"Cockpit{trl_cls.__name__}", (CockpitTrainer, trl_cls), {})
+
+
+def stage_callback(ctx: RecipeContext, recipe: Recipe) -> Any:
+    """CockpitCallback whose step / eval events carry the recipe's metrics."""
+    from cockpit.train.callbacks import CockpitCallback
+
+    class StageCallback(CockpitCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.extra = recipe.step_metrics(logs or {})
+            return super().on_log(args, state, control, logs=logs, **kwargs)
+
+        def emit(self, kind: str, **fields: Any) -> None:
+            extra = getattr(self, "extra", {})  # the recipe's metrics of the log being emitted
+            if kind == "step":
+                fields.update({k: v for k, v in extra.items() if not k.startswith("eval_")})
+            elif kind == "eval":
+                fields.update({k: v for k, v in extra.items() if k.startswith("eval_")})
+            super().emit(kind, **fields)
+
+    return StageCallback(ctx.run, ctx.cfg, ctx.rank, ctx.world_size, ctx.writer)
+
+
+def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None:
+    from cockpit.train.probes import load_probes, run_probes
+
+    cfg = ctx.cfg
+    if not cfg.get("probes") or ctx.rank != 0:
+        return None
+    probes = load_probes(cfg["probes"])
+    ctx.log(f"probes {phase} training ({len(probes)})")
+    disabled = model.disable_adapter() if phase == "before" and hasattr(model, "disable_adapter") else nullcontext()
+    with disabled:
+        result = run_probes(model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"])
+    ctx.writer.emit("probe_results", phase=phase, **result)
+    return result
+
+
+def _emit_held_out(ctx: RecipeContext, phase: str, result: dict[str, Any] | None) -> None:
+    if result is not None and ctx.writer is not None:
+        ctx.log(f"held-out {phase}: " + ", ".join(f"{k} {v}" for k, v in result.items() if not isinstance(v, (list, dict))))
+        ctx.writer.emit("held_out", phase=phase, stage=ctx.cfg["stage"], **result)
+
+
+def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
+    """Data, models, held-out / probes before, train, save, probes / held-out after, summary."""
+    data = recipe.build_data(ctx)
+    ctx.log("data: " + " | ".join(data.report.lines()))
+    model, ref_model = recipe.build_models(ctx)
+    probe_before = _probes(ctx, model, "before") if recipe.causal_lm else None
+    held_before = recipe.held_out(ctx, model, data) if ctx.rank == 0 and data.held_out else None
+    _emit_held_out(ctx, "before", held_before)
+    callback = stage_callback(ctx, recipe)
+    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback])
+    resume = ctx.cfg.get("resume_from_checkpoint")
+    if resume in ("last", "true", "True"):
+        resume = last_checkpoint(ctx.dirs["checkpoints"])
+    train_t0 = time.time()
+    trainer.train(resume_from_checkpoint=resume or None)
+    train_runtime = time.time() - train_t0
+    stopped = callback.stop_reason is not None
+    if ctx.rank == 0:
+        trainer.save_model(str(ctx.dirs["adapter"]))
+        ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
+    final_eval = trainer.evaluate() if data.held_out and not stopped else None  # the trainer's own metrics (an eval event)
+    probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
+    held_after = recipe.held_out(ctx, trainer.model, data) if ctx.rank == 0 and data.held_out else None
+    _emit_held_out(ctx, "after", held_after)
+    if ctx.rank != 0:
+        return EXIT_OK
+    held_after = {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}} if held_after else held_after
+    return _finish(recipe, ctx, trainer, data, callback, stopped, train_runtime, (probe_before, probe_after), (held_before, held_after))
+
+
+def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, callback: Any, stopped: bool, train_runtime: float, probes: tuple, held: tuple) -> int:
+    cfg, state, writer = ctx.cfg, trainer.state, ctx.writer
+    plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, ctx.dirs["plot"])
+
+    def rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
+        return {k: p[k] for k in ("passed", "total", "rate")} if p else None
+
+    summary = {
+        "run_id": ctx.run.run_id,
+        "stage": cfg["stage"],
+        "state": "stopped" if stopped else "finished",
+        "reason": callback.stop_reason,
+        "steps": state.global_step,
+        "total_steps": state.max_steps,
+        "epochs": state.epoch,
+        "runtime_s": round(time.time() - ctx.t0, 2),
+        "train_runtime_s": round(train_runtime, 2),
+        "tokens_seen": callback.tokens_total,
+        "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 and callback.tokens_total else None,
+        "first_loss": callback.first_loss,
+        "last_loss": callback.last_loss,
+        "probes_before": rate(probes[0]),
+        "probes_after": rate(probes[1]),
+        "held_out_before": held[0],
+        "held_out_after": held[1],
+        "adapter_dir": str(ctx.dirs["adapter"]),
+        "checkpoints_dir": str(ctx.dirs["checkpoints"]),
+        "loss_plot": str(ctx.dirs["plot"]) if plotted else None,
+        "samples": len(data.train),
+        "data": data.report.as_dict(),
+        **recipe.summary(ctx, trainer, data),
+    }
+    atomic_write_json(ctx.run.summary_path, summary)
+    if callback.nan_seen and cfg["nan_policy"] == "stop":
+        atomic_write_json(ctx.run.summary_path, {**summary, "state": "failed"})
+        writer.emit("run_failed", reason=callback.stop_reason, rank=0)
+        return EXIT_FAILED
+    if stopped:
+        writer.emit("run_stopped", reason=callback.stop_reason, step=state.global_step)
+    else:
+        writer.emit("run_finished", steps=state.global_step, runtime_s=summary["runtime_s"], tokens_per_s=summary["tokens_per_s"], first_loss=callback.first_loss, last_loss=callback.last_loss)
+    return EXIT_OK
+
+
+def make_context(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float) -> RecipeContext:
+    import torch
+
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+    from cockpit.train.worker import _use_cpu
+
+    def log(msg: str) -> None:
+        print(f"[rank{rank}] {msg}", flush=True)
+
+    use_cpu = _use_cpu(cfg)
+    if not use_cpu and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dirs = artefact_dirs(run, cfg)
+    dirs["out"].mkdir(parents=True, exist_ok=True)
+    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    tok = load_tokenizer(cfg, ref, log=log)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return RecipeContext(run, cfg, rank, world_size, local_rank, writer, t0, use_cpu, dirs, ref, tok, log)

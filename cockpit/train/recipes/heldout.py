@@ -1,0 +1,75 @@
+"""Held-out pairs, measured before and after training.
+
+- a policy (dpo): does it prefer the chosen answer? The summed log-probability of the chosen
+  answer against the rejected one, given the prompt (the answer tokens split from the prompt
+  where TRL splits them). Accuracy: the fraction of pairs where chosen scores higher.
+- a reward model (rm): does its value head score the chosen answer higher?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cockpit.data.stage_data import _common_prefix, _ids
+
+
+def _answer_logp(model: Any, tokenizer: Any, prompt: list[dict[str, str]], answer: str) -> float:
+    import torch
+
+    p_ids = _ids(tokenizer, prompt, True)
+    full = _ids(tokenizer, prompt + [{"role": "assistant", "content": answer}], False)
+    start = max(1, _common_prefix(p_ids, full))
+    device = next(model.parameters()).device
+    ids = torch.tensor([full], device=device)
+    logits = model(input_ids=ids).logits[0, :-1].float()
+    logps = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+    return float(logps[start - 1 :].sum())
+
+
+def policy_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    was_training = model.training
+    model.eval()
+    margins = []
+    try:
+        with torch.no_grad():
+            for p in pairs:
+                margins.append(_answer_logp(model, tokenizer, p["prompt"], p["chosen"]) - _answer_logp(model, tokenizer, p["prompt"], p["rejected"]))
+    finally:
+        if was_training:
+            model.train()
+    wins = sum(1 for m in margins if m > 0)
+    return {
+        "pairs": len(margins),
+        "accuracy": round(wins / len(margins), 4) if margins else None,
+        "mean_logp_margin": round(sum(margins) / len(margins), 4) if margins else None,
+    }
+
+
+def reward_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    margins = []
+
+    def score(prompt: list[dict[str, str]], answer: str) -> float:
+        ids = _ids(tokenizer, prompt + [{"role": "assistant", "content": answer}], False)
+        return float(model(input_ids=torch.tensor([ids], device=device)).logits[0, 0])
+
+    try:
+        with torch.no_grad():
+            for p in pairs:
+                margins.append(score(p["prompt"], p["chosen"]) - score(p["prompt"], p["rejected"]))
+    finally:
+        if was_training:
+            model.train()
+    wins = sum(1 for m in margins if m > 0)
+    return {
+        "pairs": len(margins),
+        "accuracy": round(wins / len(margins), 4) if margins else None,
+        "mean_reward_margin": round(sum(margins) / len(margins), 4) if margins else None,
+    }

@@ -1,0 +1,141 @@
+"""Small pieces the screens share: the bearings line (which machine, which runs dir), this
+machine's GPUs and RAM read without torch, and DataTable cells that fit the table's width."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+@dataclass(frozen=True)
+class Machine:
+    host: str
+    gpus: int
+    gpu_kind: str  # "AMD" | "NVIDIA" | ""
+    gpu_memory_gb: float | None  # per device, when the driver says it
+    ram_gb: float | None
+
+    @property
+    def gpu_text(self) -> str:
+        if not self.gpus:
+            return "no GPU: CPU runs"
+        mem = f" {self.gpu_memory_gb:.0f} GiB" if self.gpu_memory_gb else ""
+        return f"{self.gpus}× {self.gpu_kind} GPU{mem}"
+
+
+def _amd_gpus(root: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> tuple[int, float | None]:
+    """KFD topology: nodes with SIMDs are GPUs; their local memory bank gives the VRAM."""
+    count, mem = 0, None
+    for node in sorted(root.glob("*")) if root.is_dir() else []:
+        try:
+            props = dict(line.split()[:2] for line in (node / "properties").read_text().splitlines() if len(line.split()) >= 2)
+        except OSError:
+            continue
+        if int(props.get("simd_count", "0") or 0) <= 0:
+            continue
+        count += 1
+        for bank in (node / "mem_banks").glob("*/properties"):
+            try:
+                bp = dict(line.split()[:2] for line in bank.read_text().splitlines() if len(line.split()) >= 2)
+                mem = max(mem or 0.0, int(bp.get("size_in_bytes", "0")) / 2**30) or None
+            except (OSError, ValueError):
+                pass
+    return count, mem
+
+
+def host_ram_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20  # kB -> GiB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def detect_machine() -> Machine:
+    """This machine, from the kernel's files only (the UI never imports torch)."""
+    amd, amd_mem = _amd_gpus()
+    nvidia = Path("/proc/driver/nvidia/gpus")
+    nv = len(list(nvidia.iterdir())) if nvidia.is_dir() else 0
+    kind = "AMD" if amd else "NVIDIA" if nv else ""
+    return Machine(socket.gethostname().split(".")[0], amd or nv, kind, amd_mem if amd else None, host_ram_gb())
+
+
+def machine_of(app: Any) -> Machine:
+    """The app's machine (injected by tests and screenshots, else detected once)."""
+    m = getattr(app, "machine", None)
+    if m is None:
+        m = detect_machine()
+        try:
+            app.machine = m
+        except AttributeError:
+            pass
+    return m
+
+
+def bearings(machine: Machine, runs_dir: Path, active: int, total: int) -> Text:
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append("cockpit", style="bold")
+    t.append(f" · {machine.host} · ")
+    t.append(machine.gpu_text, style="bold" if machine.gpus else "")
+    t.append(" · ")
+    t.append(f"{active}/{total} runs active", style="bold" if active else "")
+    home = str(Path.home())
+    where = str(runs_dir)
+    t.append(" · " + ("~" + where[len(home):] if where.startswith(home + os.sep) else where))
+    return t
+
+
+class Bearings(Static):
+    """One line on top of Runs, Setup and Doctor: host, GPUs found, runs dir, active runs."""
+
+    DEFAULT_CSS = "Bearings { height: 1; padding: 0 1; background: $boost; }"
+
+    def __init__(self, *, counted_by_screen: bool = False, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.counted_by_screen = counted_by_screen  # Runs passes the counts it has just read
+
+    def on_mount(self) -> None:
+        if not self.counted_by_screen:
+            self.refresh_line()
+            self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_line)
+
+    def refresh_line(self, counts: tuple[int, int] | None = None) -> None:
+        from cockpit.rundir import TERMINAL_STATES, list_runs
+
+        runs_dir = Path(getattr(self.app, "runs_dir", "."))
+        if counts is None:
+            runs = list_runs(runs_dir)
+            counts = (sum(1 for r in runs if r.read_status().get("state") not in TERMINAL_STATES), len(runs))
+        self.update(bearings(machine_of(self.app), runs_dir, *counts))
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, an ellipsis where it was cut."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, max(0, width - 1)) + "…" if width > 0 else ""
+
+
+def share_width(total: int, wants: list[int], mins: list[int]) -> list[int]:
+    """Column widths that fit ``total`` cells: each column gets what it wants when all fit,
+    else the widest are cut first (never below their minimum)."""
+    widths = list(wants)
+    while sum(widths) > total:
+        i = max(range(len(widths)), key=lambda k: widths[k] - mins[k])
+        if widths[i] <= mins[i]:
+            break
+        widths[i] -= 1
+    return widths

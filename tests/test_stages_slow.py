@@ -1,0 +1,52 @@
+"""Preference stages for real (slow tier): the DPO demo preset on the embedded model, and a few
+KTO steps on the tiny model, through the real CLI and supervisor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT, cockpit, read_events, tiny_config
+
+
+@pytest.mark.slow
+def test_cpu_dpo_demo_prefers_the_chosen_identity(tmp_path, embedded_dir):
+    runs = tmp_path / "runs"
+    res = cockpit("train", str(ROOT / "presets" / "cpu-dpo-demo.yaml"), "--runs-dir", str(runs), timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in runs.iterdir() if d.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    print(json.dumps({k: summary[k] for k in ("runtime_s", "train_runtime_s", "held_out_before", "held_out_after", "probes_before", "probes_after")}))
+    assert summary["state"] == "finished" and summary["stage"] == "dpo"
+    before, after = summary["held_out_before"], summary["held_out_after"]
+    assert before["pairs"] == after["pairs"] == 12
+    assert before["accuracy"] <= 0.6  # about chance (or worse) before
+    assert after["accuracy"] >= 0.85
+    assert after["mean_logp_margin"] > before["mean_logp_margin"]
+    # the generation probe: the preferred identity shows in the greedy answers
+    assert summary["probes_after"]["rate"] >= summary["probes_before"]["rate"] + 0.5
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert steps and all("reward_margin" in e and "reward_accuracy" in e for e in steps)
+    assert steps[-1]["reward_margin"] > 0
+
+
+@pytest.mark.slow
+def test_kto_runs_a_few_steps_with_tagged_answers(tmp_path, tiny_model_dir):
+    rows = []
+    for i in range(6):
+        rows.append({"messages": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": f"A helpful answer {i}."}], "label": True})
+        rows.append({"messages": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": "Go away."}], "label": False})
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "kto.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "dataset_info.json").write_text(json.dumps({"kto_demo": {"file_name": "kto.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "kto_tag": "label"}, "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}))
+    cfg = tiny_config(tmp_path, tiny_model_dir, "kto", stage="kto", dataset="kto_demo", dataset_dir=str(data), per_device_train_batch_size=4,
+                      max_steps=3, probes=None, save_steps=10, kto_chosen_weight=1.0, kto_rejected_weight=1.5)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in (tmp_path / "runs").iterdir() if d.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["steps"] == 3
+    assert summary["kto_desirable"] == 6 and summary["kto_undesirable"] == 6
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3] and all("kl" in e for e in steps)
