@@ -350,6 +350,22 @@ def _throughput(callback, train_runtime: float, tokens_total: int) -> dict[str, 
     }
 
 
+def _close_process_group() -> None:
+    """Destroy this rank's process group before the interpreter exits: a gloo group left to
+    interpreter teardown can abort the rank (``terminate called without an active exception``)
+    when its peer has already closed the connections, turning a finished run into a failed one."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001 - the run's result is already written; report and go on
+        print(f"process group teardown: {type(exc).__name__}: {exc}", flush=True)
+
+
 def main(run_path: str) -> int:
     run = RunDir(Path(run_path))
     rank, world_size, local_rank = dist_env()
@@ -379,7 +395,9 @@ def main(run_path: str) -> int:
     start_node_telemetry(cfg, rank, local_rank, int(os.environ.get("GROUP_RANK", 0)), socket.gethostname(), EventWriter(run.events_path).emit if rank == 0 else None)
     t0 = time.time()
     try:
-        return _train(run, cfg, rank, world_size, local_rank, writer, t0)
+        code = _train(run, cfg, rank, world_size, local_rank, writer, t0)
+        _close_process_group()
+        return code
     except InputError as exc:
         if writer:
             writer.emit("run_failed", reason=f"invalid input: {exc}", rank=rank)
