@@ -75,6 +75,7 @@ class NodeCollector:
         self._seq: dict[int, int] = {}
         self._beat: dict[int, tuple[float, Any]] = {}  # node -> (when written, step)
         self._relayed: dict[int, float] = {}
+        self.ended: set[int] = set()  # nodes whose last report says training ended
 
     def collect(self) -> list[tuple[str, dict[str, Any]]]:
         """(kind, fields) for every node whose report is new since the last call (and due)."""
@@ -93,7 +94,10 @@ class NodeCollector:
                 continue
             self._seq[node] = seq
             last_t, last_step = self._beat.get(node, (None, None))
-            if last_t is None or report.get("step") != last_step or now - last_t >= self.min_gap_s:
+            ended_now = bool(report.get("train_ended")) and node not in self.ended
+            if report.get("train_ended"):
+                self.ended.add(node)
+            if last_t is None or ended_now or report.get("step") != last_step or now - last_t >= self.min_gap_s:
                 self._beat[node] = (now, report.get("step"))
                 out.append(("heartbeat", {"node_rank": node, "host": report.get("host"), "step": report.get("step"), "seq": seq,
                                           "train_ended": bool(report.get("train_ended"))}))
@@ -153,5 +157,22 @@ def note_step(step: int) -> None:
 
 
 def note_train_end() -> None:
+    """Training ended on this node: its last step is published at once (not a period later)."""
     if ACTIVE is not None:
         ACTIVE.reporter.train_ended = True
+        ACTIVE.tick()
+
+
+def finish(wait_s: float = 5.0) -> None:
+    """At the rank's end: stop the thread; global rank 0 first waits (up to ``wait_s``) for every
+    node's report that its training ended, so each node's last heartbeat reaches the event log
+    even when training was shorter than one telemetry period."""
+    active = ACTIVE
+    if active is None:
+        return
+    collector = active.collector
+    deadline = time.monotonic() + wait_s
+    while collector is not None and len(collector.ended) < collector.nnodes and time.monotonic() < deadline:
+        active.tick()
+        time.sleep(0.1)
+    active.stop()

@@ -396,6 +396,9 @@ def main(run_path: str) -> int:
     t0 = time.time()
     try:
         code = _train(run, cfg, rank, world_size, local_rank, writer, t0)
+        from cockpit.telemetry import node as node_telemetry
+
+        node_telemetry.finish()
         _close_process_group()
         return code
     except InputError as exc:
