@@ -64,6 +64,19 @@ def resolve_device(cfg: Mapping[str, Any], gpus_visible: int, reasons: list[str]
     return GPU if gpus_visible > 0 else CPU
 
 
+FP16_ON_CPU = ("fp16 mixed precision needs a GPU: on the CPU this run trains in fp32 "
+               "(fp16 applies where a GPU trains it; bf16 is the CPU's mixed precision)")
+
+
+def cpu_precision(cfg: Mapping[str, Any], device: str) -> tuple[dict[str, Any], str | None]:
+    """The config a rank trains with on ``device``, and what changed, in words: ``fp16`` on the
+    CPU (a GPU guide's ``--fp16`` pasted with ``--use_cpu true``) trains in fp32 rather than
+    failing. The run's saved config keeps what the user asked for."""
+    if device == CPU and cfg.get("fp16"):
+        return {**cfg, "fp16": False}, FP16_ON_CPU
+    return dict(cfg), None
+
+
 def describe(cfg: Mapping[str, Any]) -> str:
     """One line for the planner and the UI: what the config asks for."""
     use_cpu = _flag(cfg.get("use_cpu"))

@@ -32,7 +32,7 @@ Kinds and their fields (units in the field names or stated here):
   node's report in the rendezvous store changed (``cockpit/telemetry/node.py``)
 - ``eval``: step, eval_loss
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
-- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|
+- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|fp16_on_cpu|
   memory_pressure|no_checkpoint|...), message, remedies (list of strings), rank (optional). hang: phase
   (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and
   silent_nodes with several nodes. memory_pressure: trigger (near_capacity|swing), figures

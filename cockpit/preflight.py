@@ -81,7 +81,7 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     """Precision / quantization against the devices this machine has (imports torch)."""
     import torch
 
-    from cockpit.device import CPU, resolve_device
+    from cockpit.device import CPU, FP16_ON_CPU, resolve_device
 
     warnings: list[str] = []
     problems: list[Problem] = []
@@ -89,7 +89,7 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     cpu = resolve_device(cfg, gpus, reasons=doctor_gpu_reasons(cfg) if gpus == 0 else None) == CPU
     if cpu:
         if cfg.get("fp16"):
-            problems.append(Problem("fp16 mixed precision needs a GPU; use bf16 or fp32 on the CPU", key="fp16"))
+            warnings.append(f"fp16: {FP16_ON_CPU}")
         if cfg.get("quantization_bit"):
             problems.append(Problem("QLoRA (quantization_bit) needs a GPU with bitsandbytes; unset it on the CPU", key="quantization_bit"))
         if cfg.get("bf16"):

@@ -101,6 +101,13 @@ class Chaos:
         self.log.append(f"{what}: {st['state']} in {time.time() - t0:.1f}s" + (f" ({st.get('reason')})" if st.get("reason") else ""))
         return st
 
+    def explain(self, st: dict) -> str:
+        """What an unexpected verdict is made of: state, reason, who wrote it, the attempt's events."""
+        keys = ("state", "reason", "attempt", "supervisor_pid", "rank_pids", "procs", "events_offset", "exit_code")
+        tail = [{k: e.get(k) for k in ("kind", "t", "state", "reason", "by", "step", "pid", "rank") if k in e}
+                for e in read_events(self.run)[-12:]]
+        return f"status {({k: st.get(k) for k in keys})}; last events {tail}; trials {self.log}"
+
     def checkpoints_whole(self) -> None:
         for ckpt in (self.run / "checkpoints").glob("checkpoint-*"):
             assert (ckpt / "trainer_state.json").exists() and (ckpt / "cockpit_checkpoint.json").exists(), ckpt
@@ -142,7 +149,7 @@ class Chaos:
         os.kill(rank, signal.SIGKILL)
         self.gone(rank, sup)
         st = self.settled("SIGKILL supervisor and rank")
-        assert st["state"] == "lost" and f"supervisor pid {sup} exited without a final state" in st["reason"], st
+        assert st["state"] == "lost" and f"supervisor pid {sup} exited without a final state" in st["reason"], self.explain(st)
 
     def kill_during_save(self, st: dict) -> None:
         staging = self.run / "checkpoints" / ".staging"

@@ -40,9 +40,20 @@ def train(tmp_path: Path, model_dir: Path, name: str, timeout: float = 300, **ov
     runs = tmp_path / f"runs-{name}"
     res = cockpit("train", str(config(tmp_path, model_dir, name, **over)), "--runs-dir", str(runs), env=CACHE_ENV, timeout=timeout)
     run = next(d for d in runs.iterdir() if d.is_dir())
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:] + "\n".join((run / "logs" / f).read_text()[-3000:] for f in os.listdir(run / "logs") if f.endswith(".log"))
+    assert res.returncode == 0, failure_text(res, run)
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
     return run
+
+
+def failure_text(res, run: Path) -> str:
+    """Why a run failed, the most telling last (a CI log keeps the end): the CLI's output, every
+    log's tail (rank logs last, in rank order), then status.json's reason and log tail."""
+    logs = sorted((f for f in os.listdir(run / "logs") if f.endswith(".log")), key=lambda f: (f.startswith("rank"), f))
+    parts = [res.stdout[-1500:], res.stderr[-1500:]]
+    parts += [f"--- {f}\n" + (run / "logs" / f).read_text(errors="replace")[-1500:] for f in logs]
+    st = json.loads((run / "status.json").read_text())
+    parts.append(f"--- status: {st.get('state')}: {st.get('reason')}\n" + "\n".join(st.get("log_tail") or []))
+    return "\n".join(parts)
 
 
 def losses(run: Path) -> list[float]:

@@ -247,12 +247,13 @@ def make_context(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, l
     import torch
 
     from cockpit.models.resolve import load_tokenizer, resolve_model
-    from cockpit.train.worker import _use_cpu
+    from cockpit.train.worker import _use_cpu, rank_precision
 
     def log(msg: str) -> None:
         print(f"[rank{rank}] {msg}", flush=True)
 
     use_cpu = _use_cpu(cfg)
+    cfg = rank_precision(cfg, use_cpu, writer, log)
     if not use_cpu and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     dirs = artefact_dirs(run, cfg)
