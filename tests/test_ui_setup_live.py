@@ -392,3 +392,32 @@ def test_sparklines_redraw_at_most_a_few_times_per_second(env):
             assert live.state.series["loss"].n == written["n"]
 
     asyncio.run(scenario())
+
+
+# -- the stage and its keys in the Method form (issue 17) -----------------------------------------
+def test_method_form_holds_the_stage_and_its_keys_checked_as_you_type(env):
+    from textual.widgets import Input, Select
+
+    async def scenario() -> None:
+        app = make_app(env / "runs")
+        async with app.run_test(size=(120, 40)) as pilot:
+            scr = app.screen
+            await wait_for(pilot, lambda: "config valid" in text_of(scr, "#problems"), 10, "a valid config")
+            assert scr.query_one("#f-stage", Select).value == "sft"  # the SFT demo
+            scr.query_one("#preset", Select).value = str(ROOT / "presets" / "cpu-dpo-demo.yaml")  # picked, as a user does
+            await wait_for(pilot, lambda: scr.query_one("#f-stage", Select).value == "dpo", 10, "the DPO preset's stage")
+            await pilot.pause(0.3)  # the filled widgets' Changed messages
+            assert scr.query_one("#f-pref_loss", Select).value == "sigmoid"
+            assert scr.query_one("#f-pref_beta", Input).value == "0.1" and scr.query_one("#f-pref_ftx", Input).value == "1"
+            scr.query_one("#f-pref_beta", Input).value = "-1"
+            await wait_for(pilot, lambda: "pref_beta" in text_of(scr, "#problems"), 10, "the pref_beta problem")
+            assert scr.query_one("#f-pref_beta").has_class("-invalid") and scr.checked.cfg is None
+            scr.query_one("#f-pref_beta", Input).value = "0.2"
+            scr.query_one("#f-pref_loss", Select).value = "simpo"
+            await wait_for(pilot, lambda: scr.checked.cfg and scr.checked.cfg["pref_loss"] == "simpo", 10, "a valid SimPO config")
+            assert scr.checked.cfg["stage"] == "dpo" and scr.checked.cfg["pref_beta"] == 0.2
+            assert not scr.query_one("#f-pref_beta").has_class("-invalid")
+            scr.query_one("#f-stage", Select).value = "kto"
+            await wait_for(pilot, lambda: scr.model.raw().get("stage") == "kto", 10, "stage kto in the form's config")
+
+    asyncio.run(scenario())

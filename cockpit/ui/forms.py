@@ -60,12 +60,18 @@ GROUPS: dict[str, list[Field]] = {
         _key("allow_bad_rows", "Skip bad rows"),
     ],
     "Method": [
+        _key("stage", "Stage"),
         Field("method", "Method", "select", METHODS, "LoRA, QLoRA (= lora + quantization_bit 4), freeze or full"),
         _key("lora_rank", "LoRA rank"),
         _key("lora_alpha", "LoRA alpha", placeholder="2 x rank"),
         _key("lora_dropout", "LoRA dropout"),
         _key("lora_target", "LoRA targets"),
         _key("freeze_trainable_layers", "Freeze: layers"),
+        # the preference stages' keys (dpo: pref_loss sigmoid / ipo / hinge / orpo / simpo; kto: pref_beta)
+        _key("pref_loss", "Pref. loss"),
+        _key("pref_beta", "Pref. beta"),
+        _key("pref_ftx", "Pref. SFT weight"),
+        _key("simpo_gamma", "SimPO gamma"),
     ],
     "Strategy": [
         Field("strategy", "Strategy", "select", STRATEGIES, "DDP = nproc_per_node > 1; FSDP and ZeRO shard the states"),

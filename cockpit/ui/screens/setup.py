@@ -251,8 +251,8 @@ class SetupScreen(Screen):
             self._set(event.checkbox.id, event.value)
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select.id == "preset":
-            if event.value is not Select.BLANK and event.value is not None and str(event.value) != self._loaded_preset:
+        if event.select.id == "preset":  # a stale Changed (the picker moved on since) loads nothing
+            if event.value == event.select.value and event.value is not Select.BLANK and event.value is not None and str(event.value) != self._loaded_preset:
                 self.load_preset(Path(str(event.value)))
             return
         if event.value == event.select.value:
