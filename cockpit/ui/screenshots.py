@@ -62,6 +62,16 @@ async def _settle(pilot, until: Callable[[], bool] | None = None, timeout: float
     await pilot.pause(0.1)
 
 
+def tables_sized(pilot, screen: str, *selectors: str) -> bool:
+    """The screen is up and each of its tables has rows and columns sized to them: DataTable
+    sizes its columns to the new rows on idle (``_require_update_dimensions`` until then: a shot
+    taken before has columns of their labels' width)."""
+    if type(pilot.app.screen).__name__ != screen:
+        return False
+    tables = [t for sel in selectors for t in pilot.app.screen.query(sel)]
+    return bool(tables) and all(t.row_count and not t._require_update_dimensions for t in tables)
+
+
 async def _runs(pilot) -> None:
     await _settle(pilot)
 
@@ -80,13 +90,7 @@ async def _open(pilot, key: str, screen: str) -> None:
         pilot.app.open_summary(run)
         # the probes table is filled from a worker: wait for its rows, then for the layout pass
         # that sizes its columns (a shot taken between the two has squeezed columns)
-        def table_sized() -> bool:
-            tables = pilot.app.screen.query("#probes") if type(pilot.app.screen).__name__ == "SummaryScreen" else []
-            # DataTable sizes its columns to the rows on idle; until then they have their labels' width
-            return any(t.row_count and any(c.content_width > c.label.cell_len for c in t.columns.values())
-                       for t in tables)
-
-        await _settle(pilot, table_sized)
+        await _settle(pilot, lambda: tables_sized(pilot, "SummaryScreen", "#probes"))
         await pilot.wait_for_scheduled_animations()
         await pilot.pause(0.2)
     await pilot.pause(0.2)
@@ -129,6 +133,8 @@ async def _compare(pilot) -> None:
         await pilot.press("space", "down")
     await pilot.press("d")
     await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "CompareScreen" and pilot.app.screen.data is not None)
+    await _settle(pilot, lambda: tables_sized(pilot, "CompareScreen", "#compare-summary", "#compare-config"))
+    await pilot.wait_for_scheduled_animations()
     await pilot.pause(0.3)
 
 

@@ -73,8 +73,14 @@ class CompareScreen(Screen):
         return sorted(names, key=lambda n: (n != "loss", n != "eval_loss", n))
 
     def _columns_width(self) -> int:
-        table = self.query_one("#compare-summary", DataTable)
-        return max(12, (table.size.width or self.size.width // 2) - 18) // max(1, len(self.runs)) - 2
+        """Characters per run column, from the screen's width (known before the tables are laid
+        out): the tables take the whole width when narrow (under the plot), half beside it."""
+        width = self.size.width if self.has_class("-narrow") else self.size.width // 2
+        return max(12, width - 18) // max(1, len(self.runs)) - 2
+
+    def on_resize(self) -> None:
+        if self.data is not None:
+            self._fill_tables()
 
     def _fill_tables(self) -> None:
         assert self.data is not None

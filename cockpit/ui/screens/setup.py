@@ -252,7 +252,8 @@ class SetupScreen(Screen):
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "preset":  # a stale Changed (the picker moved on since) loads nothing
-            if event.value == event.select.value and event.value is not Select.BLANK and event.value is not None and str(event.value) != self._loaded_preset:
+            # (a cleared picker's value is Textual's Select.NULL sentinel, not a path)
+            if event.value == event.select.value and isinstance(event.value, str) and event.value != self._loaded_preset:
                 self.load_preset(Path(str(event.value)))
             return
         if event.value == event.select.value:
@@ -327,7 +328,7 @@ class SetupScreen(Screen):
         name = (self.model.values.get("run_name") or "").strip()
         if not name:
             preset = self.query_one("#preset", Select).value
-            name = Path(str(preset)).stem if preset not in (Select.BLANK, None) else "ui"
+            name = Path(preset).stem if isinstance(preset, str) else "ui"  # Select.NULL: no preset picked
         return name
 
     # -- actions ----------------------------------------------------------------------------------
