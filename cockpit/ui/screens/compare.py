@@ -78,10 +78,6 @@ class CompareScreen(Screen):
         width = self.size.width if self.has_class("-narrow") else self.size.width // 2
         return max(12, width - 18) // max(1, len(self.runs)) - 2
 
-    def on_resize(self) -> None:
-        if self.data is not None:
-            self._fill_tables()
-
     def _fill_tables(self) -> None:
         assert self.data is not None
         runs = self.data["runs"]
