@@ -4,6 +4,7 @@ KTO steps on the tiny model, through the real CLI and supervisor."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from conftest import ROOT, cockpit, read_events, tiny_config
@@ -50,3 +51,27 @@ def test_kto_runs_a_few_steps_with_tagged_answers(tmp_path, tiny_model_dir):
     assert summary["kto_desirable"] == 6 and summary["kto_undesirable"] == 6
     steps = [e for e in read_events(run) if e["kind"] == "step"]
     assert [e["step"] for e in steps] == [1, 2, 3] and all("kl" in e for e in steps)
+
+
+@pytest.mark.parametrize("loss,extra", [("orpo", {"pref_beta": 0.1}), ("simpo", {"pref_beta": 2.0, "simpo_gamma": 0.5, "pref_ftx": 0.1})])
+def test_orpo_and_simpo_train_end_to_end_without_a_reference(tmp_path, tiny_model_dir, loss, extra):
+    """pref_loss orpo (TRL's ORPOTrainer) and simpo (CPOTrainer, loss_type simpo) through the real
+    CLI and supervisor: steps with the preference metrics, held-out pairs before and after, an
+    adapter saved; neither builds a reference model."""
+    cfg = tiny_config(tmp_path, tiny_model_dir, loss, stage="dpo", pref_loss=loss, dataset="cockpit_identity_pairs", val_size=4,
+                      max_steps=2, logging_steps=1, probes=None, save_steps=10, **extra)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in (tmp_path / "runs").iterdir() if d.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["steps"] == 2
+    events = read_events(run)
+    steps = [e for e in events if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2]
+    assert all(math.isfinite(e["loss"]) and "reward_margin" in e and "reward_accuracy" in e for e in steps), steps
+    held = {e["phase"]: e for e in events if e["kind"] == "held_out"}
+    assert held["before"]["pairs"] == held["after"]["pairs"] == 4
+    assert (run / "adapter" / "adapter_config.json").exists()
+    trainer = "ORPOTrainer" if loss == "orpo" else "CPOTrainer"
+    assert summary["trainer"] == trainer
+    assert f"dpo (pref_loss {loss}): {trainer}, reference model: none" in (run / "logs" / "rank0.log").read_text()

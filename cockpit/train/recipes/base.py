@@ -179,6 +179,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     _emit_held_out(ctx, "before", held_before)
     callback = stage_callback(ctx, recipe)
     trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback])
+    ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {'none' if ref_model is None else 'a separate copy'}")
     resume = ctx.cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):
         resume = last_checkpoint(ctx.dirs["checkpoints"])
@@ -199,6 +200,16 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     return _finish(recipe, ctx, trainer, data, callback, stopped, train_runtime, (probe_before, probe_after), (held_before, held_after))
 
 
+def cfg_stage(cfg: dict[str, Any]) -> str:
+    """The stage in words: ``dpo (pref_loss simpo)``."""
+    return f"{cfg['stage']} (pref_loss {cfg['pref_loss']})" if cfg["stage"] == "dpo" else str(cfg["stage"])
+
+
+def trl_name(trainer: Any) -> str:
+    """The TRL trainer under Cockpit's mixin (``CockpitDPOTrainer`` -> ``DPOTrainer``)."""
+    return type(trainer).__name__.removeprefix("Cockpit")
+
+
 def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, callback: Any, stopped: bool, train_runtime: float, probes: tuple, held: tuple) -> int:
     cfg, state, writer = ctx.cfg, trainer.state, ctx.writer
     plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, ctx.dirs["plot"])
@@ -209,6 +220,7 @@ def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, c
     summary = {
         "run_id": ctx.run.run_id,
         "stage": cfg["stage"],
+        "trainer": trl_name(trainer),
         "state": "stopped" if stopped else "finished",
         "reason": callback.stop_reason,
         "steps": state.global_step,
