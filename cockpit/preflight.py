@@ -112,7 +112,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
 
         return check_stage(cfg, log, with_devices)
     from cockpit.data.collect import collect_samples
-    from cockpit.data.prepare import prepare_dataset
+    from cockpit.data.prepare import masking, prepare_dataset
     from cockpit.data.render import trainable_spans
     from cockpit.models.resolve import load_model_config, load_tokenizer, resolve_model
 
@@ -134,7 +134,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
             raise InputError(Problem(f"freeze_trainable_layers {cfg['freeze_trainable_layers']} but the model has {layers} layers", key="freeze_trainable_layers"))
     prepared = prepare_dataset(cfg, tok, loaded)
     first = prepared.loaded.samples[0]["messages"]
-    text, spans = trainable_spans(tok, first)
+    text, spans = trainable_spans(tok, first, **masking(cfg))
     pieces, pos = [], 0
     for a, b in spans:
         pieces += [{"text": text[pos:a], "trained": False}, {"text": text[a:b], "trained": True}]

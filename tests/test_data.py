@@ -117,6 +117,39 @@ def test_render_masks_everything_but_assistant_replies(tokenizer):
     assert r.target_tokens == r.target_kept and r.full_length == len(r.input_ids)
 
 
+@pytest.mark.parametrize("keys,expect", [
+    ({}, "Four.<|im_end|>Six.<|im_end|>"),
+    ({"mask_history": True}, "Six.<|im_end|>"),
+    ({"train_on_prompt": True}, None),  # every token
+    ({"train_on_prompt": True, "mask_history": True}, "all but the first reply"),
+])
+def test_train_on_prompt_and_mask_history_choose_the_trained_tokens(tokenizer, keys, expect):
+    """LLaMA-Factory's train_on_prompt (the prompt carries the loss too) and mask_history (the last
+    reply only), through the config as `cockpit check` and the ranks read it."""
+    from cockpit.config.load import validate
+    from cockpit.data.prepare import masking
+
+    apply_template_choice(tokenizer, "chatml")
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "Four."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "Six."},
+    ]
+    cfg = validate({"dataset": "x.jsonl", **keys}, check_paths=False)
+    r = render_sample(tokenizer, msgs, cutoff_len=1024, **masking(cfg))
+    trained = [t for t, lab in zip(r.input_ids, r.labels) if lab != IGNORE_INDEX]
+    assert r.target_tokens == len(trained)
+    if expect is None:
+        assert trained == r.input_ids
+    elif expect == "all but the first reply":
+        masked = tokenizer.decode([t for t, lab in zip(r.input_ids, r.labels) if lab == IGNORE_INDEX])
+        assert masked.strip() == "Four.<|im_end|>" and "Six." in tokenizer.decode(trained) and "Be brief." in tokenizer.decode(trained)
+    else:
+        assert tokenizer.decode(trained).replace("\n", "") == expect
+
+
 def test_truncation_counts_chinese_tokens(tokenizer):
     apply_template_choice(tokenizer, "chatml")
     long_zh = "今天天气很好，我们去公园散步吧。" * 40
@@ -141,3 +174,11 @@ def test_percentile_nearest_rank():
 def test_unknown_template(tokenizer):
     with pytest.raises(ValueError, match="unknown template"):
         apply_template_choice(tokenizer, "nope")
+
+
+def test_ignore_pad_token_for_loss_true_is_accepted_false_refused():
+    from cockpit.config.load import validate
+
+    assert validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": True}, check_paths=False)["ignore_pad_token_for_loss"] is True
+    with pytest.raises(InputError, match="ignore_pad_token_for_loss: padding never carries the loss here"):
+        validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": False}, check_paths=False)

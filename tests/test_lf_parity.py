@@ -205,10 +205,10 @@ def test_preprocessing_num_workers_tokenises_in_that_many_processes(tiny_model_d
     seen = tmp_path / "pids"
     real = prepare.render_sample
 
-    def spy(*args):  # the fork pool's children inherit the patched module global
+    def spy(*args, **kwargs):  # the fork pool's children inherit the patched module global
         with open(seen, "a") as f:
             f.write(f"{os.getpid()}\n")
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(prepare, "render_sample", spy)
     pids = lambda: set(seen.read_text().split()) if seen.exists() else set()  # noqa: E731

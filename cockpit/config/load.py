@@ -253,6 +253,8 @@ def validate(
     # -- cross-key rules ----------------------------------------------------------------
     if not cfg.get("dataset"):
         problems.append(Problem("required: a .json/.jsonl file or dataset names", **where("dataset")))
+    if cfg["ignore_pad_token_for_loss"] is False:
+        problems.append(Problem("padding never carries the loss here; ignore_pad_token_for_loss must be true", **where("ignore_pad_token_for_loss")))
     if cfg["do_train"] is False:
         problems.append(Problem("only training is supported (do_train must be true)", **where("do_train")))
     if cfg["bf16"] and cfg["fp16"]:

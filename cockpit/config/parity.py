@@ -154,7 +154,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
      "vocabulary changes (new tokens, resized embeddings) are not supported yet"),
     (("tokenized_path", "streaming", "buffer_size"), "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)"),
     (("mix_strategy", "interleave_probs"), "several datasets are concatenated; interleaving strategies are not supported yet"),
-    (("train_on_prompt", "mask_history", "ignore_pad_token_for_loss"), "the loss is on assistant tokens only (every turn); other masking is not supported yet"),
     (("tool_format", "default_system", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),

@@ -25,10 +25,15 @@ class Prepared:
 _POOL_TOKENIZER: Any = None
 
 
-def _render_one(args: tuple[Any, list[dict[str, str]], int]) -> tuple[Rendered | None, str | None]:
-    tokenizer, messages, cutoff = args
+def masking(cfg: Mapping[str, Any]) -> dict[str, bool]:
+    """Which tokens carry the loss: ``train_on_prompt`` and ``mask_history`` (render.trainable_spans)."""
+    return {"train_on_prompt": bool(cfg.get("train_on_prompt")), "mask_history": bool(cfg.get("mask_history"))}
+
+
+def _render_one(args: tuple[Any, list[dict[str, str]], int, dict[str, bool]]) -> tuple[Rendered | None, str | None]:
+    tokenizer, messages, cutoff, mask = args
     try:
-        return render_sample(tokenizer if tokenizer is not None else _POOL_TOKENIZER, messages, cutoff), None
+        return render_sample(tokenizer if tokenizer is not None else _POOL_TOKENIZER, messages, cutoff, **mask), None
     except Exception as exc:  # noqa: BLE001 - a template error on one row: reported by its line
         return None, str(exc)
 
@@ -38,18 +43,20 @@ def _pool_init(tokenizer: Any) -> None:
     _POOL_TOKENIZER = tokenizer
 
 
-def render_all(tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1) -> list[tuple[Rendered | None, str | None]]:
+def render_all(tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1,
+               mask: dict[str, bool] | None = None) -> list[tuple[Rendered | None, str | None]]:
     """Render (tokenise + mask) every sample, in order; ``preprocessing_num_workers`` > 1 splits
     the work over that many processes (a fork pool, each with the tokenizer). Per sample:
     (rendered, None) or (None, the error)."""
+    mask = mask or {}
     if workers <= 1 or len(samples) < 2:
-        return [_render_one((tokenizer, s["messages"], cutoff)) for s in samples]
+        return [_render_one((tokenizer, s["messages"], cutoff, mask)) for s in samples]
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     with ctx.Pool(min(workers, len(samples)), initializer=_pool_init, initargs=(tokenizer,)) as pool:
         chunk = max(1, len(samples) // (workers * 4))
-        return pool.map(_render_one, [(None, s["messages"], cutoff) for s in samples], chunksize=chunk)
+        return pool.map(_render_one, [(None, s["messages"], cutoff, mask) for s in samples], chunksize=chunk)
 
 
 def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
@@ -63,7 +70,7 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
     problems: list[Problem] = []
     cutoff = int(cfg["cutoff_len"])
     workers = int(cfg.get("preprocessing_num_workers") or 1)
-    for sample, (result, error) in zip(loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers)):
+    for sample, (result, error) in zip(loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, masking(cfg))):
         if error is None:
             rendered.append(result)
         else:  # a template error on one row: report it by its line

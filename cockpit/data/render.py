@@ -80,7 +80,27 @@ def _render(tokenizer: Any, messages: Sequence[dict[str, str]], gen: bool) -> st
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen)
 
 
-def trainable_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+def trainable_spans(tokenizer: Any, messages: Sequence[dict[str, str]], *, train_on_prompt: bool = False,
+                    mask_history: bool = False) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text and the character spans trained within it: the assistant replies
+    (``mask_history``: the last one only); ``train_on_prompt``: the prompt text too (everything
+    but the replies ``mask_history`` leaves out), as LLaMA-Factory's keys of those names do."""
+    full, replies = _reply_spans(tokenizer, messages)
+    trained = replies[-1:] if mask_history else replies
+    if not train_on_prompt:
+        return full, trained
+    masked = [s for s in replies if s not in trained]
+    spans, pos = [], 0
+    for a, b in masked:
+        if a > pos:
+            spans.append((pos, a))
+        pos = b
+    if pos < len(full):
+        spans.append((pos, len(full)))
+    return full, spans
+
+
+def _reply_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans of the assistant replies within it."""
     full = _render(tokenizer, messages, False)
     spans: list[tuple[int, int]] = []
@@ -101,8 +121,9 @@ def trainable_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple
     return full, spans
 
 
-def render_sample(tokenizer: Any, messages: Sequence[dict[str, str]], cutoff_len: int) -> Rendered:
-    text, spans = trainable_spans(tokenizer, messages)
+def render_sample(tokenizer: Any, messages: Sequence[dict[str, str]], cutoff_len: int, *, train_on_prompt: bool = False,
+                  mask_history: bool = False) -> Rendered:
+    text, spans = trainable_spans(tokenizer, messages, train_on_prompt=train_on_prompt, mask_history=mask_history)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids: list[int] = enc["input_ids"]
     labels = [IGNORE_INDEX] * len(ids)
