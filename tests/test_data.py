@@ -103,15 +103,17 @@ def test_strict_vs_allow_bad_rows(tmp_path):
     assert len(res.samples) == 1 and len(res.problems) == 1
 
 
+TWO_TURNS = [
+    {"role": "user", "content": "What is 2+2?"},
+    {"role": "assistant", "content": "Four."},
+    {"role": "user", "content": "And 3+3?"},
+    {"role": "assistant", "content": "Six."},
+]
+
+
 def test_render_masks_everything_but_assistant_replies(tokenizer):
     apply_template_choice(tokenizer, "chatml")
-    msgs = [
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "Four."},
-        {"role": "user", "content": "And 3+3?"},
-        {"role": "assistant", "content": "Six."},
-    ]
-    r = render_sample(tokenizer, msgs, cutoff_len=1024)
+    r = render_sample(tokenizer, TWO_TURNS, cutoff_len=1024)
     trained = tokenizer.decode([t for t, l in zip(r.input_ids, r.labels) if l != IGNORE_INDEX])
     assert trained.replace("\n", "") == "Four.<|im_end|>Six.<|im_end|>"
     assert r.target_tokens == r.target_kept and r.full_length == len(r.input_ids)
@@ -130,13 +132,7 @@ def test_train_on_prompt_and_mask_history_choose_the_trained_tokens(tokenizer, k
     from cockpit.data.prepare import masking
 
     apply_template_choice(tokenizer, "chatml")
-    msgs = [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "Four."},
-        {"role": "user", "content": "And 3+3?"},
-        {"role": "assistant", "content": "Six."},
-    ]
+    msgs = [{"role": "system", "content": "Be brief."}, *TWO_TURNS]
     cfg = validate({"dataset": "x.jsonl", **keys}, check_paths=False)
     r = render_sample(tokenizer, msgs, cutoff_len=1024, **masking(cfg))
     trained = [t for t, lab in zip(r.input_ids, r.labels) if lab != IGNORE_INDEX]
