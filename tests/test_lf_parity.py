@@ -171,6 +171,16 @@ def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_pa
     best = min(evals[1:], key=lambda e: e["eval_loss"])
     assert state["best_model_checkpoint"].endswith(f"checkpoint-{best['step']}")
     assert state["best_metric"] == pytest.approx(best["eval_loss"])
+    # summary.json and the Summary screen carry the eval losses
+    summary = json.loads((run / "summary.json").read_text())
+    ev = summary["eval_loss"]
+    assert ev["count"] == 3 and ev["first"] == [0, pytest.approx(evals[0]["eval_loss"])] and ev["last"] == [4, pytest.approx(evals[-1]["eval_loss"])]
+    assert ev["best"][1] == pytest.approx(min(e["eval_loss"] for e in evals))
+    from cockpit.rundir import RunDir
+    from cockpit.ui.screens.summary import summary_text
+
+    text = summary_text(RunDir(run), summary, {}).plain
+    assert f"eval loss {evals[0]['eval_loss']:.4f} (step 0) → {evals[-1]['eval_loss']:.4f} (step 4), 3 evals" in text
 
 
 # -- model options ----------------------------------------------------------------------------------

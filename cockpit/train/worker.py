@@ -322,6 +322,18 @@ def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tup
     return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
 
 
+def eval_losses(events_path: Path) -> dict[str, Any] | None:
+    """The run's eval losses for summary.json: how many, the first, the last and the best as
+    [step, loss]; None without evaluation."""
+    from cockpit.events import read_all
+
+    pts = loss_series(read_all(events_path), "eval", "eval_loss")
+    if not pts:
+        return None
+    best = min(pts, key=lambda p: p[1])
+    return {"count": len(pts), "first": list(pts[0]), "last": list(pts[-1]), "best": list(best)}
+
+
 def plot_loss(events_path: Path, out: Path) -> bool:
     import matplotlib
 
@@ -642,6 +654,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         **_throughput(callback, train_runtime, tokens_total),
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
+        "eval_loss": eval_losses(run.events_path),
         "probes_before": probe_summary(probe_before),
         "probes_after": probe_summary(probe_after),
         "adapter_dir": str(dirs["adapter"]) if not poisoned or adapter_from else None,

@@ -46,6 +46,11 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     if isinstance(fl, (int, float)) and isinstance(ll, (int, float)):
         t.append(f"\nloss {fl:.4f} → {ll:.4f}")
         t.append(f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "", style="green" if ll < fl else "yellow")
+    ev = summary.get("eval_loss")
+    if isinstance(ev, dict) and ev.get("first") and ev.get("last"):
+        (s0, e0), (s1, e1), (sb, eb) = ev["first"], ev["last"], ev.get("best") or ev["last"]
+        t.append(f"\neval loss {e0:.4f} (step {s0}) → {e1:.4f} (step {s1}), {ev.get('count')} evals, best {eb:.4f} at step {sb}",
+                 style="green" if e1 < e0 else "yellow")
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
     if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
