@@ -178,3 +178,30 @@ def test_ignore_pad_token_for_loss_true_is_accepted_false_refused():
     assert validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": True}, check_paths=False)["ignore_pad_token_for_loss"] is True
     with pytest.raises(InputError, match="ignore_pad_token_for_loss: padding never carries the loss here"):
         validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": False}, check_paths=False)
+
+
+def test_default_system_is_the_system_message_of_conversations_without_one(embedded_dir, tmp_path):
+    """LLaMA-Factory's default_system: in the rendered training text, in a probe's prompt, and in
+    the saved tokenizer's template (what a served model renders); a conversation's own system wins."""
+    from transformers import AutoTokenizer
+
+    from cockpit.config.load import validate
+    from cockpit.data.render import render_prompt_ids
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir))
+    cfg = validate({"dataset": "x.jsonl", "template": "chatml", "default_system": "你是 Kestrel。Be brief."}, check_paths=False)
+    apply_template_choice(tok, cfg["template"], cfg["default_system"])
+    apply_template_choice(tok, cfg["template"], cfg["default_system"])  # twice: still one system message
+    r = render_sample(tok, TWO_TURNS, cutoff_len=1024)
+    text = tok.decode(r.input_ids)
+    assert text.startswith("<|im_start|>system\n你是 Kestrel。Be brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?")
+    assert text.count("<|im_start|>system") == 1
+    trained = tok.decode([t for t, lab in zip(r.input_ids, r.labels) if lab != IGNORE_INDEX])
+    assert trained.replace("\n", "") == "Four.<|im_end|>Six.<|im_end|>"  # the system message is prompt: not trained
+    own = tok.decode(render_sample(tok, [{"role": "system", "content": "Be terse."}, *TWO_TURNS], 1024).input_ids)
+    assert own.startswith("<|im_start|>system\nBe terse.<|im_end|>") and "Kestrel" not in own
+    probe = tok.decode(render_prompt_ids(tok, [{"role": "user", "content": "Who are you?"}]))
+    assert probe == "<|im_start|>system\n你是 Kestrel。Be brief.<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+    tok.save_pretrained(tmp_path / "saved")
+    again = AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
+    assert again.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False).startswith("<|im_start|>system\n你是 Kestrel。Be brief.")

@@ -154,7 +154,7 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
      "vocabulary changes (new tokens, resized embeddings) are not supported yet"),
     (("tokenized_path", "streaming", "buffer_size"), "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)"),
     (("mix_strategy", "interleave_probs"), "several datasets are concatenated; interleaving strategies are not supported yet"),
-    (("tool_format", "default_system", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
+    (("tool_format", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
     (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),

@@ -94,6 +94,7 @@ KEYS: tuple[Key, ...] = (
     _k("val_size", "float", 0.0, "fraction (<1) or count (>=1) held out for eval", "dataset", min=0.0, nullable=False),
     _k("overwrite_cache", "bool", False, "no tokenised cache is ever kept: every run tokenises its data afresh (true's meaning; false has no cache to reuse)", "dataset", nullable=False),
     _k("preprocessing_num_workers", "int", None, "processes that tokenise the data (default: one)", "dataset", min=1, max=1024),
+    _k("default_system", "str", None, "the system message of every conversation that has none (training, probes, chat, the saved template)", "dataset"),
     _k("train_on_prompt", "bool", False, "the loss on the prompt tokens too (system, user), not only the assistant replies", "dataset", nullable=False),
     _k("mask_history", "bool", False, "the loss on the last assistant reply only (earlier turns are context)", "dataset", nullable=False),
     _k("ignore_pad_token_for_loss", "bool", True, "padding never carries the loss (labels -100): true is the only value", "dataset", nullable=False),

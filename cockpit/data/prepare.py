@@ -61,7 +61,7 @@ def render_all(tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, worke
 
 def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
     try:
-        apply_template_choice(tokenizer, cfg.get("template"))
+        apply_template_choice(tokenizer, cfg.get("template"), cfg.get("default_system"))
     except ValueError as exc:
         raise InputError(Problem(str(exc), key="template")) from None
     if loaded is None:

@@ -55,16 +55,36 @@ def template_names() -> list[str]:
     return ["default", *NAMED_TEMPLATES, *TEMPLATE_ALIASES]
 
 
-def apply_template_choice(tokenizer: Any, template: str | None) -> None:
-    """Set the tokenizer's chat template from the config's ``template`` key (ValueError if unknown)."""
+def apply_template_choice(tokenizer: Any, template: str | None, default_system: str | None = None) -> None:
+    """Set the tokenizer's chat template from the config's ``template`` key (ValueError if unknown);
+    ``default_system``: the system message of every conversation that has none (training, probes,
+    chat, and the saved tokenizer's template, so a served model gets it too)."""
     if not template or template == "default":
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the tokenizer has no chat template of its own; set template to one of " + ", ".join(NAMED_TEMPLATES))
-        return
-    name = TEMPLATE_ALIASES.get(template, template)
-    if name not in NAMED_TEMPLATES:
-        raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
-    tokenizer.chat_template = NAMED_TEMPLATES[name]
+    else:
+        name = TEMPLATE_ALIASES.get(template, template)
+        if name not in NAMED_TEMPLATES:
+            raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
+        tokenizer.chat_template = NAMED_TEMPLATES[name]
+    if default_system:
+        tokenizer.chat_template = with_default_system(tokenizer.chat_template, default_system)
+
+
+_SYSTEM_MARK = "{#- cockpit default_system -#}"
+
+
+def with_default_system(template: str, system: str) -> str:
+    """``template`` with a system message ``system`` put first in a conversation that has none
+    (LLaMA-Factory's ``default_system``). Applied once: an already wrapped template is unwrapped first."""
+    import json
+
+    if template.startswith(_SYSTEM_MARK):
+        template = template.split(_SYSTEM_MARK, 2)[2]
+    literal = json.dumps(system, ensure_ascii=False)  # a JSON string is a Jinja string literal
+    head = ("{% if not messages or messages[0]['role'] != 'system' %}"
+            "{% set messages = [{'role': 'system', 'content': " + literal + "}] + messages %}{% endif %}")
+    return _SYSTEM_MARK + head + _SYSTEM_MARK + template
 
 
 @dataclass
