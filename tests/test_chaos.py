@@ -32,7 +32,7 @@ from conftest import cockpit, read_events, start_detached, tiny_config, wait_for
 
 # Quarantined (issue 14): in .ci/run on fresh clones it failed 3 times in 4 (a `failed` verdict where
 # `lost` was expected after SIGKILL of supervisor and rank; no step within 120 s after the 19th
-# fault), while 5 runs of it here passed. .ci/run runs it after the suite and prints its result and
+# fault), while it passed in the fourth and in 4 runs of its own here. .ci/run runs it after the suite and prints its result and
 # diagnostics without failing CI, until the cause is found.
 pytestmark = [pytest.mark.slow, pytest.mark.quarantine]
 
