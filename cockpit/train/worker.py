@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from cockpit.errors import InputError
-from cockpit.events import EventWriter
+from cockpit.events import EventWriter, read_all
 from cockpit.rundir import RunDir, atomic_write_json
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
@@ -322,27 +322,24 @@ def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tup
     return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
 
 
-def eval_losses(events_path: Path) -> dict[str, Any] | None:
+def eval_losses(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The run's eval losses for summary.json: how many, the first, the last and the best as
     [step, loss]; None without evaluation."""
-    from cockpit.events import read_all
-
-    pts = loss_series(read_all(events_path), "eval", "eval_loss")
+    pts = loss_series(events, "eval", "eval_loss")
     if not pts:
         return None
     best = min(pts, key=lambda p: p[1])
     return {"count": len(pts), "first": list(pts[0]), "last": list(pts[-1]), "best": list(best)}
 
 
-def plot_loss(events_path: Path, out: Path) -> bool:
+def plot_loss(events_path: Path, out: Path, events: list[dict[str, Any]] | None = None) -> bool:
+    """loss.png from the event log (``events``: the log already read)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cockpit.events import read_all
-
-    events = read_all(events_path)
+    events = read_all(events_path) if events is None else events
     pts = loss_series(events, "step", "loss")
     if not pts:
         return False
@@ -638,7 +635,8 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         if local_rank == 0 and int(os.environ.get("GROUP_RANK", 0)) > 0:  # another node's run dir ends too
             EventWriter(run.events_path).emit("run_stopped" if stopped else "run_finished", steps=trainer.state.global_step, node_rank=int(os.environ["GROUP_RANK"]), reason=callback.stop_reason)
         return EXIT_OK
-    plotted = bool(cfg["plot_loss"]) and plot_loss(run.events_path, dirs["plot"])
+    events = read_all(run.events_path)  # once, for loss.png and the summary's eval losses
+    plotted = bool(cfg["plot_loss"]) and plot_loss(run.events_path, dirs["plot"], events)
     state = trainer.state
     tokens_total = int(getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total)  # the run's (restored on resume)
     summary = {
@@ -654,7 +652,7 @@ def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_r
         **_throughput(callback, train_runtime, tokens_total),
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
-        "eval_loss": eval_losses(run.events_path),
+        "eval_loss": eval_losses(events),
         "probes_before": probe_summary(probe_before),
         "probes_after": probe_summary(probe_after),
         "adapter_dir": str(dirs["adapter"]) if not poisoned or adapter_from else None,
