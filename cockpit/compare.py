@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cockpit.events import EventReader
-from cockpit.rundir import RunDir
+from cockpit.run.events import EventReader
+from cockpit.run.rundir import RunDir
 
 # step-event fields that are bookkeeping, not a curve worth overlaying
 _NOT_CURVES = frozenset({"v", "t", "kind", "step", "total_steps", "epoch", "tokens_seen", "mem", "samples_per_s", "lr"})
@@ -150,7 +150,7 @@ def compare(runs: list[RunDir]) -> dict[str, Any]:
 
 # -- text for the terminal (the CLI and the TUI's tables share these cells) -----------------------
 def fmt_cell(key: str, summary: dict[str, Any]) -> str:
-    from cockpit.follow import fmt_duration
+    from cockpit.run.follow import fmt_duration
 
     v = summary.get(key)
     if key == "probes":
@@ -218,6 +218,6 @@ def text_report(data: dict[str, Any], width: int = 100) -> str:
 
 def resolve_all(refs: list[str], runs_dir: Path) -> list[RunDir]:
     """Run ids, unique prefixes/suffixes or run dir paths -> run dirs (LookupError names the bad one)."""
-    from cockpit.rundir import resolve_run
+    from cockpit.run.rundir import resolve_run
 
     return [resolve_run(ref, runs_dir) for ref in refs]

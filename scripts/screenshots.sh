@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 [ -x .venv/bin/python ] && PY="${PYTHON:-.venv/bin/python}"
-exec "$PY" -m cockpit.ui.screenshots "${1:-screenshots}"
+exec "$PY" scripts/ui_screenshots.py "${1:-screenshots}"

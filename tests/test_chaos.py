@@ -26,8 +26,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.liveness import ranks_alive, reconcile, supervisor_alive
-from cockpit.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
+from cockpit.run.liveness import ranks_alive, reconcile, supervisor_alive
+from cockpit.run.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
 from conftest import cockpit, read_events, start_detached, tiny_config, wait_for
 
 # Quarantined (issue 14): in .ci/run on fresh clones it failed 3 times in 4 (a `failed` verdict where
@@ -126,7 +126,7 @@ class Chaos:
 
     def gone(self, *pids: int) -> None:
         """A SIGKILL is delivered asynchronously: the fault has happened once the process is gone."""
-        from cockpit.liveness import start_time
+        from cockpit.run.liveness import start_time
 
         wait_for(lambda: all(start_time(p) is None for p in pids), 10, f"pids {pids} to die")
 

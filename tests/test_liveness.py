@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.runstate import Outcome, attempt_outcome, decide, final_state
+from cockpit.run.runstate import Outcome, attempt_outcome, decide, final_state
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
 
@@ -67,7 +67,7 @@ def test_attempt_outcome_and_final_state():
 
 
 def test_a_reused_pid_is_not_the_supervisor():
-    from cockpit.liveness import is_alive, start_time
+    from cockpit.run.liveness import is_alive, start_time
 
     me = os.getpid()
     assert is_alive(me, start_time(me))
@@ -81,7 +81,7 @@ def test_a_reused_pid_is_not_the_supervisor():
 HAMMER = """
 import sys
 from pathlib import Path
-from cockpit.rundir import RunDir
+from cockpit.run.rundir import RunDir
 run = RunDir(Path(sys.argv[1]))
 who = sys.argv[2]
 for i in range(int(sys.argv[3])):
@@ -90,7 +90,7 @@ for i in range(int(sys.argv[3])):
 
 
 def test_status_hammered_from_two_processes_loses_no_field(tmp_path):
-    from cockpit.rundir import create_run_dir
+    from cockpit.run.rundir import create_run_dir
 
     run = create_run_dir(tmp_path / "runs", "hammer")
     run.update_status(state="running")
@@ -182,8 +182,8 @@ def test_supervisor_and_ranks_killed_is_lost_then_resumes_to_finished(tmp_path, 
 # -- the screens show it within 5 s of looking ------------------------------------------------------------
 def _orphaned_run(runs: Path, name: str, final: bool):
     """A run dir as a dead supervisor leaves it: status 'running' at 26/27, the supervisor gone."""
-    from cockpit.events import EventWriter
-    from cockpit.rundir import create_run_dir
+    from cockpit.run.events import EventWriter
+    from cockpit.run.rundir import create_run_dir
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

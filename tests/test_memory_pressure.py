@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.events import encode
+from cockpit.run.events import encode
 from cockpit.telemetry.pressure import MemoryPressure, remedy_set
 
 FIXTURES = Path(__file__).parent / "fixtures" / "memory"

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.events import EventReader
+from cockpit.run.events import EventReader
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
 pytestmark = pytest.mark.slow

@@ -191,7 +191,7 @@ def test_pref_loss_maps_to_the_trl_trainer_and_config(tmp_path, keys, trainer, e
 # -- LLaMA-Factory's stage examples ----------------------------------------------------------
 @pytest.mark.parametrize("name, stage, samples", [("dpo", "dpo", 5), ("kto", "kto", 10), ("pretrain", "pt", 5), ("reward", "rm", 5)])
 def test_llamafactory_stage_examples_pass_check(name, stage, samples, embedded_dir, monkeypatch, tmp_path):
-    from cockpit.preflight import check_run
+    from cockpit.run.preflight import check_run
 
     monkeypatch.chdir(tmp_path)  # output_dir: saves/... is relative
     cfg = load_config(FIXTURES / f"qwen3_lora_{name}.yaml")
@@ -258,8 +258,8 @@ def test_planner_counts_pairs_reference_copy_and_value_head():
 def test_live_screen_shows_the_stage_sparklines_a_run_reports(tmp_path, monkeypatch):
     import asyncio
 
-    from cockpit.events import EventWriter
-    from cockpit.rundir import RunDir, create_run_dir
+    from cockpit.run.events import EventWriter
+    from cockpit.run.rundir import RunDir, create_run_dir
     from cockpit.ui.screens.live import LiveScreen
     from tests.test_ui_pilot import wait_for
     from tests.test_ui_setup_live import make_app
@@ -304,7 +304,7 @@ def test_data_check_shows_the_stage_report_and_the_pair_side_by_side():
 
 
 def test_summary_shows_held_out_accuracy_before_and_after(tmp_path):
-    from cockpit.rundir import create_run_dir
+    from cockpit.run.rundir import create_run_dir
     from cockpit.ui.screens.summary import summary_text
 
     run = create_run_dir(tmp_path / "runs", "dpo")

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
-from cockpit.supervisor import free_port
+from cockpit.run.supervisor import free_port
 
 pytestmark = pytest.mark.slow
 CACHE_ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from cockpit.config import default_config
-from cockpit.rundir import create_run_dir
-from cockpit.supervisor import Supervisor
+from cockpit.run.rundir import create_run_dir
+from cockpit.run.supervisor import Supervisor
 from conftest import read_events
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cockpit.events import EventWriter, read_all
-from cockpit.rundir import RunDir
+from cockpit.run.events import EventWriter, read_all
+from cockpit.run.rundir import RunDir
 from cockpit.train import callbacks as cb
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.ui import screenshots as shots
+import ui_screenshots as shots
 
 FIXTURE = Path("tests") / "fixtures" / "ui_nodes"
 RUN_ID = "20261201-050119-two-nodes-ef92"
@@ -41,7 +41,7 @@ def make_app():
 
 
 async def open_live(pilot) -> None:
-    from cockpit.rundir import RunDir
+    from cockpit.run.rundir import RunDir
 
     pilot.app.open_live(RunDir(FIXTURE / RUN_ID))
     deadline = time.monotonic() + 10

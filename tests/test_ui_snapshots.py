@@ -1,5 +1,5 @@
 """Snapshots of every screen at 80x24 and 160x48, fed from the recorded run in
-tests/fixtures/ui_run (the scenes are the ones `python -m cockpit.ui.screenshots` draws).
+tests/fixtures/ui_run (the scenes are the ones `python scripts/ui_screenshots.py` draws).
 Update after an intended change: pytest tests/test_ui_snapshots.py --snapshot-update"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cockpit.ui import screenshots as shots
+import ui_screenshots as shots
 
 
 @pytest.fixture(autouse=True)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cockpit.events import encode
-from cockpit.watchdog import HangWatchdog, relaunch_env
+from cockpit.run.events import encode
+from cockpit.run.watchdog import HangWatchdog, relaunch_env
 
 
 def steps(dog: HangWatchdog, times: list[float], first_step: int = 1) -> None:

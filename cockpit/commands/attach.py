@@ -16,13 +16,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.commands.train import follow_interactively
-    from cockpit.follow import Follower
+    from cockpit.run.follow import Follower
 
     try:
         run_dir = find_run(args)
     except InputError as err:
         return print_input_error(err)
-    from cockpit.liveness import reconcile
+    from cockpit.run.liveness import reconcile
 
     status = reconcile(run_dir)  # adopts the ranks of a run whose supervisor died
     if args.no_follow:

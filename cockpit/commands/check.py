@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.preflight import check_run
+    from cockpit.run.preflight import check_run
 
     try:
         cfg = load_config_or_exit(args)

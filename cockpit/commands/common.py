@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cockpit.errors import InputError
-from cockpit.rundir import RunDir, default_runs_dir, resolve_run
+from cockpit.run.rundir import RunDir, default_runs_dir, resolve_run
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.export import export_run
+    from cockpit.serve.export import export_run
 
     import contextlib
     import sys

@@ -26,8 +26,8 @@ import yaml
 from cockpit.commands.common import EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.config.load import REDACTED
 from cockpit.errors import InputError
-from cockpit.events import EventWriter
-from cockpit.rundir import TERMINAL_STATES, RunDir, atomic_write_text
+from cockpit.run.events import EventWriter
+from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_text
 
 # what a checkpoint's shape depends on: changing one of these is a new run, not a resume
 FIXED_ON_RESUME = frozenset({
@@ -73,7 +73,7 @@ def changed_config(cfg: dict[str, Any], overrides: list[str]) -> tuple[dict[str,
 
 def stop_first(run_dir: RunDir, wait_s: float) -> None:
     """Ask a running run to save and stop; wait until it has (InputError when it does not)."""
-    from cockpit.liveness import reconcile
+    from cockpit.run.liveness import reconcile
 
     if reconcile(run_dir).get("state") in TERMINAL_STATES:
         return
@@ -87,8 +87,8 @@ def stop_first(run_dir: RunDir, wait_s: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.launch import record_supervisor, spawn_supervisor
-    from cockpit.liveness import reconcile
+    from cockpit.run.launch import record_supervisor, spawn_supervisor
+    from cockpit.run.liveness import reconcile
     from cockpit.train.worker import artefact_dirs, last_checkpoint
 
     try:

@@ -7,11 +7,11 @@ import json
 import time
 
 from cockpit.commands.common import EXIT_OK, add_runs_dir, runs_dir
-from cockpit.rundir import list_runs
+from cockpit.run.rundir import list_runs
 
 
 def run_row(run, status: dict | None = None) -> dict:
-    from cockpit.liveness import reconcile
+    from cockpit.run.liveness import reconcile
 
     st = status if status is not None else run.read_status()
     st = reconcile(run, status=st)  # liveness checked, not assumed: a dead supervisor's run is adopted or ended
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.follow import fmt_duration
+    from cockpit.run.follow import fmt_duration
 
     from cockpit.slurm.queue import effective_statuses
 

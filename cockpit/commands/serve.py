@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         if args.merged:
             merged = art.merged_dir if art.merged_dir else (art.adapter_dir if not art.is_lora else None)
             if merged is None:
-                from cockpit.export import export_run
+                from cockpit.serve.export import export_run
 
                 log("no merged export yet: merging now (cockpit export RUN --merge) ...")
                 merged = export_run(art.run, merge=True, log=log)["path"]

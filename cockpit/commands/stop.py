@@ -7,7 +7,7 @@ import time
 
 from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.errors import InputError
-from cockpit.rundir import TERMINAL_STATES
+from cockpit.run.rundir import TERMINAL_STATES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir = find_run(args)
     except InputError as err:
         return print_input_error(err)
-    from cockpit.liveness import reconcile
+    from cockpit.run.liveness import reconcile
     from cockpit.slurm.queue import effective_status, job_id
 
     status = reconcile(run_dir, status=effective_status(run_dir, fresh=True))  # the scheduler's word, then liveness

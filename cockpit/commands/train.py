@@ -31,13 +31,13 @@ def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.launch import start_run
+    from cockpit.run.launch import start_run
 
     quiet = args.json
     try:
         cfg = load_config_or_exit(slurm_args(args))
         if not args.skip_check:
-            from cockpit.preflight import check_run
+            from cockpit.run.preflight import check_run
 
             result = check_run(cfg, log=(lambda *_: None) if quiet else print)
             if not quiet:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 for w in result.warnings:
                     print(f"warning: {w}")
         else:
-            from cockpit.preflight import static_checks
+            from cockpit.run.preflight import static_checks
 
             static_checks(cfg)
     except InputError as err:
@@ -74,7 +74,7 @@ def slurm_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def follow_interactively(run) -> int:
-    from cockpit.follow import Follower
+    from cockpit.run.follow import Follower
 
     print(f"run dir: {run.path}")
     follower = Follower(run)

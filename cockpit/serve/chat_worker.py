@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}.items():
         os.environ.setdefault(k, v)
     from cockpit.errors import InputError
-    from cockpit.rundir import default_runs_dir, resolve_run
+    from cockpit.run.rundir import default_runs_dir, resolve_run
     from cockpit.serve.artifacts import load_run
 
     t0 = time.perf_counter()

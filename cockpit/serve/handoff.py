@@ -120,7 +120,7 @@ def handoff(
         "loaded": round(time.time(), 3),
         "mode": "runtime-lora",
     }
-    from cockpit.rundir import atomic_write_json
+    from cockpit.run.rundir import atomic_write_json
 
     atomic_write_json(art.run.path / "serve.json", record)
     return record

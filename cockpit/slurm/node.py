@@ -22,7 +22,7 @@ import yaml
 
 from cockpit.config.load import dump_resolved
 from cockpit.redact import REDACTED
-from cockpit.rundir import RunDir, atomic_write_text
+from cockpit.run.rundir import RunDir, atomic_write_text
 
 
 def job_port(job_id: str | None) -> int:
@@ -36,7 +36,7 @@ def node_config(cfg: dict[str, Any], node: int, env: dict[str, str]) -> dict[str
         if nnodes > 1:
             port = job_port(env.get("SLURM_JOB_ID"))
         else:
-            from cockpit.supervisor import free_port
+            from cockpit.run.supervisor import free_port
 
             port = free_port()
     out = {**cfg, "node_rank": node, "master_port": port}
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     run.update_status(state="starting", reason=None, run_id=run.run_id, started=time.time(), attempt=run.read_status().get("attempt") or 1, slurm=slurm)
     env.update({k: str(v) for k, v in (cfg.get("env") or {}).items() if v != REDACTED})  # secrets: from the job's env
     os.chdir(run.path)
-    os.execve(sys.executable, [sys.executable, "-m", "cockpit.supervisor", str(run.path)], env)
+    os.execve(sys.executable, [sys.executable, "-m", "cockpit.run.supervisor", str(run.path)], env)
     return 1  # not reached
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from cockpit.config.load import dump_resolved
 from cockpit.errors import InputError, Problem
-from cockpit.events import EventWriter
-from cockpit.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
+from cockpit.run.events import EventWriter
+from cockpit.run.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 from cockpit.slurm import fs
 from cockpit.slurm.script import SlurmOptions, cluster_has_gpus, job_script
 
@@ -43,7 +43,7 @@ def check_runs_dir(cfg: dict[str, Any], runs_dir: Path) -> None:
 def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None = None, runs_dir: Path | None = None, python: str = sys.executable) -> tuple[RunDir, str]:
     """Create the run dir (state ``queued``), write ``slurm/job.sh``, submit it. Returns (run, job id).
     Raises :class:`SubmitRefused` with sbatch's message (the run dir then says ``failed``)."""
-    from cockpit.launch import run_name
+    from cockpit.run.launch import run_name
 
     runs = Path(runs_dir or default_runs_dir()).expanduser().absolute()
     check_runs_dir(cfg, runs)

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from cockpit.redact import redact_env
 from cockpit.strategy.numa import NumaPlan, plan as numa_plan
 
-# set by the supervisor for every rank (cockpit/supervisor.py Supervisor.start)
+# set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
 SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -158,7 +158,7 @@ def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: Mapp
     """``launch.json`` in the run dir: command, per-rank environment (secrets redacted), NUMA plan."""
     import json
 
-    from cockpit.rundir import atomic_write_json
+    from cockpit.run.rundir import atomic_write_json
 
     data = launch.as_dict()
     data["env"] = redact_env({k: str(v) for k, v in (cfg.get("env") or {}).items()}) or {}

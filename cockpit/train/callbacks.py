@@ -17,8 +17,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from cockpit.events import EventWriter
-from cockpit.rundir import RunDir
+from cockpit.run.events import EventWriter
+from cockpit.run.rundir import RunDir
 from cockpit.telemetry import node as node_telemetry
 from cockpit.telemetry import rank_memory_stats
 from cockpit.telemetry.pressure import MemoryPressure

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from cockpit.errors import InputError
-from cockpit.events import EventWriter, read_all
-from cockpit.rundir import RunDir, atomic_write_json
+from cockpit.run.events import EventWriter, read_all
+from cockpit.run.rundir import RunDir, atomic_write_json
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -316,7 +316,7 @@ def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
 
 def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tuple[int, float]]:
     """(step, value) of the finite values of ``field`` in the events of ``kind``."""
-    from cockpit.events import as_float
+    from cockpit.run.events import as_float
 
     pts = [(e["step"], as_float(e.get(field))) for e in events if e["kind"] == kind]
     return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]

@@ -78,7 +78,7 @@ _NOISE = re.compile(
     r"|\d+%\|[^|]*\|"  # tqdm progress bars
     r"|^\s*$"
 )
-# event kinds the pane shows, as `cockpit attach` prints them (cockpit.follow.format_event)
+# event kinds the pane shows, as `cockpit attach` prints them (cockpit.run.follow.format_event)
 EVENT_KINDS = frozenset({"run_started", "train_begin", "step", "eval", "probe_results", "checkpoint_saved", "alert",
                          "run_finished", "run_stopped", "run_failed"})
 
@@ -133,7 +133,7 @@ class ReadableLog:
 
     def view(self, events: list[tuple[int, dict]], rows: int, expanded: bool = False, start_t: float | None = None) -> list[str]:
         """The last ``rows`` lines: events and log text in order, the fold line last."""
-        from cockpit.follow import format_event
+        from cockpit.run.follow import format_event
 
         fold = self.fold_line(expanded)
         room = max(1, rows - (1 if fold else 0))

@@ -1,6 +1,6 @@
 """A run's state, folded from its event log incrementally (no textual, no torch).
 
-``RunState.apply(events)`` takes the events :class:`cockpit.events.EventReader` returned since
+``RunState.apply(events)`` takes the events :class:`cockpit.run.events.EventReader` returned since
 the last call. Everything kept is bounded: metric series are :class:`BucketSeries`, alerts and
 checkpoints are short deques, telemetry keeps only the latest sample.
 """
@@ -12,15 +12,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cockpit.events import EventReader, as_float
-from cockpit.follow import fmt_duration  # noqa: F401 - re-exported for the screens
-from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.run.events import EventReader, as_float
+from cockpit.run.follow import fmt_duration  # noqa: F401 - re-exported for the screens
+from cockpit.run.rundir import TERMINAL_STATES, RunDir
 from cockpit.ui.logtail import EVENT_KINDS
 from cockpit.ui.series import BucketSeries
 
 METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
 METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
-# A training stage's own step fields (cockpit/events.py: dpo / kto rewards, rm pairwise accuracy);
+# A training stage's own step fields (cockpit/run/events.py: dpo / kto rewards, rm pairwise accuracy);
 # the Live screen shows the rows of those a run reports.
 STAGE_METRICS = ("reward_margin", "reward_accuracy", "reward_chosen", "reward_rejected", "pairwise_accuracy", "mean_reward")
 STAGE_TITLES = {"reward_margin": "margin", "reward_accuracy": "rwd acc", "reward_chosen": "r chosen",
@@ -313,8 +313,8 @@ def memory_remedy_args(alert: dict[str, Any]) -> list[str]:
 
 def remedy_env(alert: dict[str, Any]) -> dict[str, str]:
     """The alert's relaunch environment (NCCL INFO logging of init and collectives) plus the
-    network plugin ruled out (cockpit.watchdog: the first two remedies)."""
-    from cockpit.watchdog import DEBUG_ENV, NO_PLUGIN_ENV
+    network plugin ruled out (cockpit.run.watchdog: the first two remedies)."""
+    from cockpit.run.watchdog import DEBUG_ENV, NO_PLUGIN_ENV
 
     env = {str(k): str(v) for k, v in (alert.get("relaunch_env") or DEBUG_ENV).items()}
     env.update(NO_PLUGIN_ENV)

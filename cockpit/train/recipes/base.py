@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cockpit.rundir import RunDir, atomic_write_json
+from cockpit.run.rundir import RunDir, atomic_write_json
 from cockpit.train.worker import (
     EXIT_FAILED,
     EXIT_OK,
@@ -60,7 +60,7 @@ class Recipe:
 
     stage = ""
     causal_lm = True  # the policy generates text: probes run before / after
-    # trainer log key -> step event field (see cockpit/events.py)
+    # trainer log key -> step event field (see cockpit/run/events.py)
     step_fields: ClassVar[dict[str, str]] = {}
 
     def build_data(self, ctx: RecipeContext) -> StageData:

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual import work
 from textual.binding import Binding
 
-from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.run.rundir import TERMINAL_STATES, RunDir
 from cockpit.ui.proc import vllm_url
 
 ACTION_BINDINGS = [

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from cockpit.rundir import RunDir
+from cockpit.run.rundir import RunDir
 
 SIDES = ("base", "tuned")
 

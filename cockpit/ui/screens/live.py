@@ -23,7 +23,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 
-from cockpit.rundir import RunDir
+from cockpit.run.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
@@ -192,7 +192,7 @@ class LiveScreen(Screen):
     def _read_logs(self, history: bool = False) -> None:
         self._logs_at = time.monotonic()
         if not self.state.ended and getattr(self.app, "follow", True):
-            from cockpit.liveness import reconcile
+            from cockpit.run.liveness import reconcile
 
             reconcile(self.run)  # a dead supervisor: adopted, or its end state reaches the event log
         new = self.tail.read_new()
@@ -380,7 +380,7 @@ class LiveScreen(Screen):
         import signal
 
         from cockpit.config.load import to_yaml
-        from cockpit.rundir import TERMINAL_STATES, atomic_write_text
+        from cockpit.run.rundir import TERMINAL_STATES, atomic_write_text
         from cockpit.ui import proc
 
         run = self.run

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.compare import short_name
-from cockpit.rundir import TERMINAL_STATES, RunDir, list_runs
+from cockpit.run.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.ui.render import state_text
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
@@ -35,7 +35,7 @@ MARK = "●"
 
 
 def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None = None) -> tuple:
-    from cockpit.liveness import reconcile
+    from cockpit.run.liveness import reconcile
 
     st = status if status is not None else run.read_status()
     st = reconcile(run, status=st)  # liveness checked: a dead supervisor's run is adopted or ended (lost/finished)

@@ -317,7 +317,7 @@ class SetupScreen(Screen):
     # -- files ------------------------------------------------------------------------------------
     def _config_file(self, folder: Path, stem: str, extra: dict | None = None) -> Path:
         from cockpit.config.load import to_yaml
-        from cockpit.rundir import atomic_write_text
+        from cockpit.run.rundir import atomic_write_text
 
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = folder / f"{stem}.yaml"
@@ -450,7 +450,7 @@ class SetupScreen(Screen):
         self.app.call_from_thread(self._launched, res)
 
     def _launched(self, res: proc.CliResult) -> None:
-        from cockpit.rundir import RunDir
+        from cockpit.run.rundir import RunDir
 
         self._set_launching(False)
         if res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir"):

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from cockpit.rundir import RunDir
+from cockpit.run.rundir import RunDir
 from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration

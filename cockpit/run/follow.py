@@ -10,8 +10,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from cockpit.events import EventReader, as_float
-from cockpit.rundir import TERMINAL_STATES, RunDir
+from cockpit.run.events import EventReader, as_float
+from cockpit.run.rundir import TERMINAL_STATES, RunDir
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -127,7 +127,7 @@ class Follower:
         return events
 
     def ended(self) -> str | None:
-        from cockpit.liveness import reconcile
+        from cockpit.run.liveness import reconcile
         from cockpit.slurm.queue import effective_status
 
         # a Slurm job the scheduler ended counts; a dead supervisor: its ranks adopted, or the run ended

@@ -1,6 +1,6 @@
 """What state a run is in: pure decisions from ``status.json``, the attempt's events and liveness.
 
-No I/O here (``cockpit/liveness.py`` gathers the facts and acts on the verdict), so every rule
+No I/O here (``cockpit/run/liveness.py`` gathers the facts and acts on the verdict), so every rule
 is a unit test away and other states (a Slurm ``queued``, per-node facts) plug in here:
 
 - :func:`attempt_outcome`: how the ranks said this attempt ended (``run_finished`` /
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from cockpit.rundir import ACTIVE_STATES
+from cockpit.run.rundir import ACTIVE_STATES
 
 # a launched run whose supervisor has not recorded itself yet is left alone this long
 START_GRACE_S = 60.0

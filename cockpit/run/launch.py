@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cockpit.config.load import dump_resolved
-from cockpit.events import EventWriter
-from cockpit.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
+from cockpit.run.events import EventWriter
+from cockpit.run.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 
 
 def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
@@ -30,7 +30,7 @@ def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
 def start_run(cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: str | os.PathLike[str] | None = None) -> RunDir:
     """Create the run dir and start the supervisor in its own session; returns at once."""
     if not cfg.get("master_port"):
-        from cockpit.supervisor import free_port
+        from cockpit.run.supervisor import free_port
 
         cfg = {**cfg, "master_port": free_port()}
     run = create_run_dir(runs_dir or default_runs_dir(), run_name(cfg, config_path))
@@ -54,7 +54,7 @@ def start_run(cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: 
 def record_supervisor(run: RunDir, proc: subprocess.Popen) -> None:
     """Name the new supervisor (pid + start time) in status.json at once, so a reader can tell
     a supervisor that died at birth from one still starting."""
-    from cockpit.liveness import start_time
+    from cockpit.run.liveness import start_time
 
     started = start_time(proc.pid)
     with run.status_lock():
@@ -68,7 +68,7 @@ def spawn_supervisor(run: RunDir, env_add: Mapping[str, str]) -> subprocess.Pope
     log = open(run.supervisor_log, "ab", buffering=0)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "cockpit.supervisor", str(run.path)],
+            [sys.executable, "-m", "cockpit.run.supervisor", str(run.path)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
-"""The detached owner of a run: ``python -m cockpit.supervisor RUN_DIR``.
+"""The detached owner of a run: ``python -m cockpit.run.supervisor RUN_DIR``.
 
-Started by :func:`cockpit.launch.start_run` in its own session (``setsid``), so closing the
+Started by :func:`cockpit.run.launch.start_run` in its own session (``setsid``), so closing the
 terminal, an SSH drop or killing tmux does not reach it. It:
 
 - launches the ranks (1 process: the worker directly; several: ``torchrun``), each rank's
@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
-from cockpit.events import EventReader, EventWriter
-from cockpit.rundir import ACTIVE_STATES, RunDir, atomic_write_json
-from cockpit.runstate import attempt_outcome, final_state
-from cockpit.watchdog import HangWatchdog
+from cockpit.run.events import EventReader, EventWriter
+from cockpit.run.rundir import ACTIVE_STATES, RunDir, atomic_write_json
+from cockpit.run.runstate import attempt_outcome, final_state
+from cockpit.run.watchdog import HangWatchdog
 
 POLL_S = 0.2
 KILL_GRACE_S = 10.0
@@ -171,12 +171,12 @@ class Supervisor:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:
-        from cockpit.liveness import start_time
+        from cockpit.run.liveness import start_time
 
         return {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()), "supervisor_host": socket.gethostname()}
 
     def start(self) -> None:
-        from cockpit.liveness import start_time
+        from cockpit.run.liveness import start_time
 
         cmd, env_add = rank_command(self.run, self.cfg)
         env = dict(os.environ)
@@ -221,7 +221,7 @@ class Supervisor:
     def adopt(self) -> bool:
         """Take over ranks whose supervisor died: replay this attempt's events (rank pids, steps,
         final events), then watch them as if they were ours. False when there is nothing to adopt."""
-        from cockpit.liveness import is_alive, supervisor_alive
+        from cockpit.run.liveness import is_alive, supervisor_alive
 
         status = self.run.read_status()
         if status.get("state") not in ACTIVE_STATES:
@@ -251,7 +251,7 @@ class Supervisor:
     def ranks_running(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        from cockpit.liveness import is_alive
+        from cockpit.run.liveness import is_alive
 
         return any(is_alive(pid, started) for pid, started in self.procs.items())
 
@@ -274,7 +274,7 @@ class Supervisor:
             self._signal(signal.SIGTERM)
 
     def _signal(self, sig: int) -> None:
-        from cockpit.liveness import is_alive
+        from cockpit.run.liveness import is_alive
 
         group = self.proc.pid if self.proc is not None else self.launcher_pid
         if group and (self.proc is not None or is_alive(group, self.procs.get(int(group)))):
@@ -295,7 +295,7 @@ class Supervisor:
     def follow_events(self) -> None:
         """Fold the ranks' new events; status.json changes (the ranks never write it) are
         collected and written once per tick by :meth:`flush_status`."""
-        from cockpit.liveness import start_time
+        from cockpit.run.liveness import start_time
 
         changes = self.status_changes
         for ev in self.reader.read_new():
@@ -410,7 +410,7 @@ class Supervisor:
         return self.finish(code)
 
     def finish(self, code: int | None) -> int:
-        """Record the end: state and reason (``cockpit.runstate.final_state``) in status.json,
+        """Record the end: state and reason (``cockpit.run.runstate.final_state``) in status.json,
         the event log and summary.json. ``code`` None: an adopted run (the exit code is unknown)."""
         if self.disk_full or _disk_nearly_full(self.run.path):
             release_reserve(self.run)
@@ -515,7 +515,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if adopting:
         if not sup.adopt():
-            from cockpit.liveness import reconcile
+            from cockpit.run.liveness import reconcile
 
             reconcile(run, adopt=False, supervisor_gone=True)  # nothing left to watch: the readers' verdict ends it
             return 0

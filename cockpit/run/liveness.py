@@ -5,9 +5,9 @@ in clock ticks since boot) and the rank processes (``procs``: ``[[pid, start], .
 and every rank). A
 pid counts as alive only when a process with that pid exists, is not a zombie, and started at
 the recorded time (so a reused pid does not count). When the supervisor is gone while the
-status still says the run is active, :func:`cockpit.runstate.decide` says what happens:
+status still says the run is active, :func:`cockpit.run.runstate.decide` says what happens:
 
-- ranks still running: a new supervisor adopts them (``python -m cockpit.supervisor RUN --adopt``);
+- ranks still running: a new supervisor adopts them (``python -m cockpit.run.supervisor RUN --adopt``);
 - ranks gone and the attempt's final event exists: that end state (``finished`` ...);
 - otherwise ``lost``, with the reason; ``cockpit resume`` continues it.
 
@@ -25,9 +25,9 @@ from typing import Any
 
 import psutil
 
-from cockpit.events import EventReader, EventWriter
-from cockpit.rundir import ACTIVE_STATES, RunDir
-from cockpit.runstate import attempt_outcome, decide
+from cockpit.run.events import EventReader, EventWriter
+from cockpit.run.rundir import ACTIVE_STATES, RunDir
+from cockpit.run.runstate import attempt_outcome, decide
 
 def start_time(pid: int) -> float | None:
     """The process's start time, or None when no live (non-zombie) process has ``pid``.
@@ -126,7 +126,7 @@ def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -
 
 
 def _settle_summary(run: RunDir, state: str, reason: str | None, step: int) -> None:
-    from cockpit.rundir import atomic_write_json
+    from cockpit.run.rundir import atomic_write_json
 
     summary = run.read_summary()
     if summary.get("state") == state:
@@ -142,7 +142,7 @@ def spawn_adopter(run: RunDir) -> subprocess.Popen:
     log = open(run.supervisor_log, "ab", buffering=0)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "cockpit.supervisor", str(run.path), "--adopt"],
+            [sys.executable, "-m", "cockpit.run.supervisor", str(run.path), "--adopt"],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from cockpit.errors import InputError
-from cockpit.rundir import RunDir
+from cockpit.run.rundir import RunDir
 
 
 def adapter_checksum(folder: Path) -> str:

@@ -1,6 +1,9 @@
 """Screenshots of every screen, fed from the recorded run in ``tests/fixtures/ui_run``.
 
-    python -m cockpit.ui.screenshots [OUT_DIR]     # default: screenshots/
+    python scripts/ui_screenshots.py [OUT_DIR]     # default: screenshots/
+
+A development script (it reads tests/fixtures/), so it lives here, not in the shipped package;
+the tests import it through pytest's ``pythonpath = ["scripts"]``.
 
 The same scenes drive the snapshot tests (tests/test_ui_snapshots.py), so what the README
 shows is what the tests pin. Deterministic: frozen clock, no live following, UTC times,
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path("tests") / "fixtures" / "ui_run"  # relative to ROOT: paths on screen stay short
 RUN_ID = "20261130-094516-cpu-demo-tiny-de8f"
 FROZEN_NOW = 1796031960.0
@@ -77,7 +80,7 @@ async def _runs(pilot) -> None:
 
 
 async def _open(pilot, key: str, screen: str) -> None:
-    from cockpit.rundir import RunDir
+    from cockpit.run.rundir import RunDir
 
     run = RunDir(FIXTURE / RUN_ID)
     if screen == "live":
