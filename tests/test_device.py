@@ -133,7 +133,7 @@ def test_worker_refuses_a_gpu_config_without_gpus():
     if _gpus_here():
         pytest.skip("this machine has a GPU")
     from cockpit.errors import InputError
-    from cockpit.train.worker import _use_cpu
+    from cockpit.train.arguments import trains_on_cpu as _use_cpu
 
     with pytest.raises(InputError, match="will not fall back"):
         _use_cpu({"use_cpu": False})

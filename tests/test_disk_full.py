@@ -44,7 +44,7 @@ def test_full_runs_dir_ends_failed_disk_full_with_everything_before_intact(tmp_p
     for ckpt in (run / "checkpoints").glob("checkpoint-*"):
         assert (ckpt / "trainer_state.json").exists() and (ckpt / "cockpit_checkpoint.json").exists()
     assert not list((run / "checkpoints").glob(".staging/*")), "no partial checkpoint left"
-    from cockpit.train.worker import last_checkpoint
+    from cockpit.train.outcome import last_checkpoint
 
     ckpts = sorted((run / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert ckpts and last_checkpoint(run / "checkpoints") == str(ckpts[-1])

@@ -25,7 +25,7 @@ def test_liger_without_the_package_is_refused_on_a_gpu_too():
 def test_torch_compile_becomes_the_trainer_switch_or_a_refusal(monkeypatch, tmp_path):
     cfg = validate({"dataset": "x", "torch_compile": True, "use_cpu": True})
     if kernels.compile_refusal(True) is None:
-        from cockpit.train.worker import training_arguments
+        from cockpit.train.arguments import training_arguments
 
         assert training_arguments(cfg, {"checkpoints": tmp_path}, True, 1).torch_compile is True
     monkeypatch.setattr(kernels.shutil, "which", lambda name: None)

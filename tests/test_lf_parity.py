@@ -19,14 +19,14 @@ def cfg_for(model_dir: Path, **over):
 
 def build(model_dir: Path, **over):
     from cockpit.models.resolve import resolve_model
-    from cockpit.train.worker import build_model
+    from cockpit.train.model import build_model
 
     cfg = cfg_for(model_dir, **over)
     return build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0), cfg
 
 
 def args_for(cfg, tmp_path):
-    from cockpit.train.worker import training_arguments
+    from cockpit.train.arguments import training_arguments
 
     return training_arguments(cfg, {"checkpoints": tmp_path / "ck"}, True, 1)
 
@@ -164,7 +164,7 @@ def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_pa
     assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval_loss"] > 0 for e in evals)
     state = json.loads((run / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     from cockpit.run.events import read_all
-    from cockpit.train.worker import loss_series
+    from cockpit.train.outcome import loss_series
 
     assert [s for s, _ in loss_series(read_all(run / "events.jsonl"), "eval", "eval_loss")] == [0, 2, 4]  # loss.png's second line
     assert (run / "loss.png").stat().st_size > 0

@@ -20,7 +20,7 @@ def _ckpt(root: Path, step: int, finite: bool | None) -> Path:
 
 
 def test_last_checkpoint_never_picks_one_saved_after_a_nan(tmp_path):
-    from cockpit.train.worker import last_checkpoint
+    from cockpit.train.outcome import last_checkpoint
 
     _ckpt(tmp_path, 2, None)  # saved before records existed: counts as finite
     good = _ckpt(tmp_path, 4, True)
@@ -34,7 +34,7 @@ def test_last_checkpoint_never_picks_one_saved_after_a_nan(tmp_path):
 def test_nan_stop_keeps_the_last_good_checkpoint_as_the_adapter_and_resume_uses_it(tmp_path, tiny_model_dir):
     from safetensors.torch import load_file
 
-    from cockpit.train.worker import last_checkpoint
+    from cockpit.train.outcome import last_checkpoint
 
     cfg = tiny_config(tmp_path, tiny_model_dir, finetuning_type="full", learning_rate=1e6, weight_decay=10.0, max_grad_norm=0.0,
                       max_steps=30, probes=None, nan_policy="stop", save_steps=1, telemetry_interval_s=0)

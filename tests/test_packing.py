@@ -73,7 +73,7 @@ def _train(model_dir, tok, rows, cfg: dict, tmp_path) -> tuple[list[float], obje
     from transformers import AutoModelForCausalLM
 
     from cockpit.train.trainer import CockpitTrainer
-    from cockpit.train.worker import ListDataset, training_arguments
+    from cockpit.train.arguments import ListDataset, training_arguments
 
     full = {**default_config(), "dataset": "x", "finetuning_type": "full", "per_device_train_batch_size": 3,
             "max_steps": 4, "learning_rate": 1e-2, "lr_scheduler_type": "constant", "logging_steps": 1,
@@ -108,7 +108,7 @@ def test_group_by_length_batches_similar_lengths(tiny, tmp_path):
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     from cockpit.train.trainer import CockpitTrainer
-    from cockpit.train.worker import ListDataset, training_arguments
+    from cockpit.train.arguments import ListDataset, training_arguments
 
     model, tok = tiny
     lengths = [random.Random(i).randrange(4, 120) for i in range(64)]

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.errors import InputError
@@ -83,20 +84,14 @@ def _jsonl_vllm(backend) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.serve.artifacts import load_run, load_run_probes
-    from cockpit.serve.compare import LocalBackend, collect, side_by_side
+    from cockpit.serve.compare import LocalBackend
     from cockpit.serve.vllm import VLLMError
-    from cockpit.data.probes import passes
 
     try:
         art = load_run(find_run(args))
         max_new = args.max_new_tokens or art.max_new_tokens()
         if args.jsonl and not args.vllm_url:
-            # the worker itself speaks the protocol: hand it this process
-            argv = [sys.executable, "-m", "cockpit.serve.chat_worker", str(art.run.path), "--max-new-tokens", str(max_new)]
-            if args.device:
-                argv += ["--device", args.device]
-            sys.stdout.flush()
-            os.execv(sys.executable, argv)
+            _exec_chat_worker(args, art, max_new)  # the worker itself speaks the protocol
         backend = _vllm_backend(args, art, max_new) if args.vllm_url else None
         if args.jsonl:
             return _jsonl_vllm(backend)
@@ -113,56 +108,67 @@ def run(args: argparse.Namespace) -> int:
     except (VLLMError, RuntimeError) as err:
         print(f"cockpit chat: {err}", file=sys.stderr)
         return EXIT_FAILED
-
-    def source():
-        yield from prompts
-        if interactive:
-            for line in sys.stdin:
-                if line.strip():
-                    yield {"prompt": line.strip()}
-
-    results = []
-    failed = False
     try:
-        for item in source():
-            msgs = [{"role": "user", "content": item["prompt"]}]
-            state = {"side": None}
-
-            def show(ev, state=state):
-                if args.json:
-                    return
-                side = ev.get("side")
-                if "delta" in ev:
-                    if state["side"] != side:
-                        print(f"\n[{side}] ", end="")
-                        state["side"] = side
-                    print(ev["delta"], end="", flush=True)
-                elif "error" in ev:
-                    print(f"\nerror: {ev['error']}", file=sys.stderr)
-
-            if not args.json:
-                print(f"\n>>> {item['prompt']}", end="")
-            res = collect(backend.ask(msgs, max_new, args.temperature), show)
-            res["prompt"] = item["prompt"]
-            if "error" in res:
-                failed = True
-            if "expect" in item:
-                res["expect"] = item["expect"]
-                res["base_ok"] = passes(res.get("base", ""), item["expect"])
-                res["tuned_ok"] = passes(res.get("tuned", ""), item["expect"])
-            results.append(res)
-            if not args.json:
-                print()
-                if len(prompts) > 1 or "expect" in item:
-                    print(side_by_side(res.get("base", ""), res.get("tuned", "")))
-                if "expect" in item:
-                    print(f"expect {item['expect']}: base {'PASS' if res['base_ok'] else 'fail'}, tuned {'PASS' if res['tuned_ok'] else 'fail'}")
+        results = [_ask(args, backend, item, max_new, many=len(prompts) > 1) for item in _prompts(prompts, interactive)]
     finally:
         backend.close()
-    if probes:
-        summary = {s: sum(1 for r in results if r.get(f"{s}_ok")) for s in ("base", "tuned")}
-        if not args.json:
-            print(f"\nprobes: base {summary['base']}/{len(probes)}, tuned {summary['tuned']}/{len(probes)}")
+    if probes and not args.json:
+        passed = {s: sum(1 for r in results if r.get(f"{s}_ok")) for s in ("base", "tuned")}
+        print(f"\nprobes: base {passed['base']}/{len(probes)}, tuned {passed['tuned']}/{len(probes)}")
     if args.json:
         print(json.dumps({"run_id": art.run_id, "backend": "vllm" if args.vllm_url else "local", "results": results}, indent=1, ensure_ascii=False))
-    return EXIT_FAILED if failed else EXIT_OK
+    return EXIT_FAILED if any("error" in r for r in results) else EXIT_OK
+
+
+def _exec_chat_worker(args: argparse.Namespace, art: Any, max_new: int) -> None:
+    """``--jsonl`` with local models: this process becomes the chat worker (JSON lines on stdin/stdout)."""
+    argv = [sys.executable, "-m", "cockpit.serve.chat_worker", str(art.run.path), "--max-new-tokens", str(max_new)]
+    if args.device:
+        argv += ["--device", args.device]
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
+
+
+def _prompts(prompts: list[dict[str, Any]], interactive: bool):
+    """The given prompts and probes, then (none given) one per line of stdin."""
+    yield from prompts
+    if interactive:
+        for line in sys.stdin:
+            if line.strip():
+                yield {"prompt": line.strip()}
+
+
+def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: int, *, many: bool) -> dict[str, Any]:
+    """One prompt to base and tuned, streamed to the terminal (unless ``--json``), with a probe's verdicts."""
+    from cockpit.data.probes import passes
+    from cockpit.serve.compare import collect, side_by_side
+
+    state: dict[str, Any] = {"side": None}
+
+    def show(ev: dict[str, Any]) -> None:
+        if args.json:
+            return
+        side = ev.get("side")
+        if "delta" in ev:
+            if state["side"] != side:
+                print(f"\n[{side}] ", end="")
+                state["side"] = side
+            print(ev["delta"], end="", flush=True)
+        elif "error" in ev:
+            print(f"\nerror: {ev['error']}", file=sys.stderr)
+
+    if not args.json:
+        print(f"\n>>> {item['prompt']}", end="")
+    res = collect(backend.ask([{"role": "user", "content": item["prompt"]}], max_new, args.temperature), show)
+    res["prompt"] = item["prompt"]
+    if "expect" in item:
+        res["expect"] = item["expect"]
+        res["base_ok"] = passes(res.get("base", ""), item["expect"])
+        res["tuned_ok"] = passes(res.get("tuned", ""), item["expect"])
+    if not args.json:
+        print()
+        if many or "expect" in item:
+            print(side_by_side(res.get("base", ""), res.get("tuned", "")))
+        if "expect" in item:
+            print(f"expect {item['expect']}: base {'PASS' if res['base_ok'] else 'fail'}, tuned {'PASS' if res['tuned_ok'] else 'fail'}")
+    return res

@@ -89,7 +89,8 @@ def stop_first(run_dir: RunDir, wait_s: float) -> None:
 def run(args: argparse.Namespace) -> int:
     from cockpit.run.launch import record_supervisor, spawn_supervisor
     from cockpit.run.liveness import reconcile
-    from cockpit.train.worker import artefact_dirs, last_checkpoint
+    from cockpit.train.arguments import artefact_dirs
+    from cockpit.train.outcome import last_checkpoint
 
     try:
         run_dir = find_run(args)

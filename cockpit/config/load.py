@@ -233,13 +233,36 @@ def validate(
     """Validate a raw mapping; returns the resolved config (every key). Collects all problems."""
     lines = lines or {}
     problems: list[Problem] = []
-    cfg = default_config()
 
     def where(key: str) -> dict[str, Any]:
         return {"file": file, "line": lines.get(key), "key": key}
 
     notes: list[str] = []
     raw = _resolve_aliases(raw, problems, where, notes)
+    cfg = _typed_values(raw, problems, where, file, lines)
+    problems.extend(_cross_key_problems(cfg, where))
+    problems.extend(_strategy_problems(raw, cfg, where, problems))
+    problems.extend(stage_problems(cfg, where))
+    problems.extend(parity_problems(raw, cfg, where))
+    # paths: read as given, resolved against the working dir then the config's dir
+    bases = [Path.cwd()]
+    if base_dir is not None:
+        bases.append(Path(base_dir).resolve())
+    if check_paths:
+        problems.extend(_resolve_paths(cfg, bases, where))
+    cfg["_base_dir"] = str(bases[-1])
+    cfg["_notes"] = notes
+    if check_paths and not problems and (cfg.get("deepspeed") or cfg.get("zero_stage")):
+        problems.extend(_deepspeed_problems(cfg, full=False))
+    if problems:
+        raise InputError(problems)
+    return cfg
+
+
+def _typed_values(raw: Mapping[str, Any], problems: list[Problem], where: Any, file: str | None, lines: Mapping[str, int]) -> dict[str, Any]:
+    """The defaults with every known key's value coerced to its schema type; unknown keys and
+    values of the wrong type are problems."""
+    cfg = default_config()
     for key, value in raw.items():
         spec = SCHEMA.get(key)
         if spec is None:
@@ -249,8 +272,12 @@ def validate(
             cfg[key] = coerce(spec, value)
         except ValueError as exc:
             problems.append(Problem(str(exc), **where(key)))
+    return cfg
 
-    # -- cross-key rules ----------------------------------------------------------------
+
+def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
+    """Rules between keys (and ``lora_alpha``'s default, twice the rank)."""
+    problems = []
     if not cfg.get("dataset"):
         problems.append(Problem("required: a .json/.jsonl file or dataset names", **where("dataset")))
     if cfg["ignore_pad_token_for_loss"] is False:
@@ -278,52 +305,39 @@ def validate(
         bad = [o for o in opts if o not in allowed]
         if bad or not opts:
             problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
-    problems.extend(_strategy_problems(raw, cfg, where, problems))
-    problems.extend(stage_problems(cfg, where))
-    problems.extend(parity_problems(raw, cfg, where))
+    return problems
 
-    # -- paths: read as given, resolved against the working dir then the config's dir --------
-    bases = [Path.cwd()]
-    if base_dir is not None:
-        bases.append(Path(base_dir).resolve())
-    if check_paths:
-        for key in _INPUT_PATH_KEYS:
-            value = cfg.get(key)
-            if not value or (key == "adapter_name_or_path" and value is None):
-                continue
-            found = _resolve_existing(value, bases)
-            if found is None:
-                problems.append(Problem(f"no such file or folder: {value}", **where(key)))
-            else:
-                if key in ("deepspeed", "probes") and found.is_dir():
-                    problems.append(Problem(f"is a directory, expected a file: {value}", **where(key)))
-                cfg[key] = str(found)
-        if cfg["dataset_dir"]:
-            found = _resolve_existing(cfg["dataset_dir"], bases)
-            if found is None or not found.is_dir():
-                problems.append(Problem(f"no such folder: {cfg['dataset_dir']}", **where("dataset_dir")))
-            else:
-                cfg["dataset_dir"] = str(found)
-        mp = cfg["model_name_or_path"]
-        local = _resolve_existing(mp, bases) if mp else None
-        if local is not None:
-            cfg["model_name_or_path"] = str(local)
-        if cfg["output_dir"]:
-            cfg["output_dir"] = str((Path.cwd() / Path(cfg["output_dir"]).expanduser()).resolve())
-        rfc = cfg["resume_from_checkpoint"]
-        if rfc and rfc not in ("last", "true", "True"):
-            found = _resolve_existing(rfc, bases)
-            if found is None or not found.is_dir():
-                problems.append(Problem(f"no such checkpoint folder: {rfc}", **where("resume_from_checkpoint")))
-            else:
-                cfg["resume_from_checkpoint"] = str(found)
-    cfg["_base_dir"] = str(bases[-1])
-    cfg["_notes"] = notes
-    if check_paths and not problems and (cfg.get("deepspeed") or cfg.get("zero_stage")):
-        problems.extend(_deepspeed_problems(cfg, full=False))
-    if problems:
-        raise InputError(problems)
-    return cfg
+
+def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[Problem]:
+    """Input files and folders made absolute (each must exist); ``output_dir`` against the working dir."""
+    problems = []
+    for key in _INPUT_PATH_KEYS:
+        value = cfg.get(key)
+        if not value:
+            continue
+        found = _resolve_existing(value, bases)
+        if found is None:
+            problems.append(Problem(f"no such file or folder: {value}", **where(key)))
+        else:
+            if key in ("deepspeed", "probes") and found.is_dir():
+                problems.append(Problem(f"is a directory, expected a file: {value}", **where(key)))
+            cfg[key] = str(found)
+    for key, what in (("dataset_dir", "folder"), ("resume_from_checkpoint", "checkpoint folder")):
+        value = cfg[key]
+        if not value or (key == "resume_from_checkpoint" and value in ("last", "true", "True")):
+            continue
+        found = _resolve_existing(value, bases)
+        if found is None or not found.is_dir():
+            problems.append(Problem(f"no such {what}: {value}", **where(key)))
+        else:
+            cfg[key] = str(found)
+    mp = cfg["model_name_or_path"]
+    local = _resolve_existing(mp, bases) if mp else None
+    if local is not None:
+        cfg["model_name_or_path"] = str(local)
+    if cfg["output_dir"]:
+        cfg["output_dir"] = str((Path.cwd() / Path(cfg["output_dir"]).expanduser()).resolve())
+    return problems
 
 
 def _resolve_aliases(raw: Mapping[str, Any], problems: list[Problem], where: Any, notes: list[str]) -> dict[str, Any]:

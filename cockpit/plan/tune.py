@@ -23,7 +23,7 @@ Multi-rank runs: plain data parallel (DDP) is tried on one rank with the per-dev
 rank holds a full replica, so one rank's memory is the per-device memory, less DDP's gradient
 buckets). DeepSpeed and FSDP shard states over ranks, which one process cannot reproduce: refused.
 
-torch / transformers are imported inside :func:`run_trials` only.
+torch / transformers are imported inside the trial functions only (``run_trials`` and below).
 """
 
 from __future__ import annotations
@@ -130,45 +130,148 @@ def trial_rows(rendered: list[Any], n: int) -> list[dict[str, list[int]]]:
 def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: float | None, steps: int,
                log: Callable[[str], None]) -> dict[str, Any]:
     """Run every candidate (ascending) in this process; returns {device, cap_gb, trials}."""
-    import contextlib
-    import gc
-    import io
     import tempfile
 
-    import torch
-    from transformers import TrainerCallback
-
-    from cockpit.data.packing import build_collator
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
-    from cockpit.plan.measure import live_tensor_bytes
-    from cockpit.train.trainer import CockpitTrainer
-    from cockpit.train.worker import ListDataset, _use_cpu, build_model, training_arguments
+    from cockpit.train.model import build_model
 
-    use_cpu = _use_cpu(cfg)
-    if use_cpu:
-        import psutil
+    device = TrialDevice.open(cfg, cap_gb)
+    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    tok = load_tokenizer(cfg, ref, log=log)
+    rows = trial_rows(prepare_dataset(cfg, tok).rendered, steps * local_batch)
+    model = build_model(cfg, ref, device.use_cpu, 0)
+    plan_cfg = {**cfg, "model_name_or_path": ref.path} if not ref.hub else cfg
+    trials: list[dict[str, Any]] = []
+    stop_at: int | None = None
+    with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
+        for m in cands:
+            t = new_trial(plan_cfg, m, local_batch // m)
+            trials.append(t)
+            if stop_at is not None:
+                t["error"] = f"not tried: micro-batch {stop_at} already ran out of memory"
+                continue
+            log(f"trial: micro-batch {m} x accumulation {t['accumulation']}, {steps} steps")
+            tcfg = {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": t["accumulation"],
+                    "max_steps": steps, "save_strategy": "no", "val_size": 0, "logging_steps": 10 ** 6,
+                    "report_to": "none", "dataloader_num_workers": 0}
+            run_trial(t, device, tcfg, model, tok, rows, Path(tmp))
+            stop_at = m if t["oom"] else None
+            log(f"  -> {t['status']}" + (f", peak {t['peak_gb']:.4f} GiB, {t['tokens_per_s']} tokens/s" if t["peak_gb"] else ""))
+    return {"device": device.name, "cap_gb": round(device.cap / GiB, 6), "trials": trials}
 
-        device = "cpu"
-        cap = cap_gb * GiB if cap_gb else float(psutil.virtual_memory().available)
-    else:
+
+def new_trial(plan_cfg: dict[str, Any], m: int, a: int) -> dict[str, Any]:
+    """A trial's record before it runs, with the planner's figures for the same batch."""
+    plan_t, plan_d = planned(plan_cfg, m, a)
+    return {"micro_batch": m, "accumulation": a, "peak_gb": None,
+            "planned_gb": None if plan_t is None else round(plan_t, 6),
+            "planned_device_gb": None if plan_d is None else round(plan_d, 6),
+            "tokens_per_s": None, "oom": False, "status": "skipped", "error": None, "pid": os.getpid()}
+
+
+class TrialDevice:
+    """Where the trials run and the memory cap they are held to (see the module's docstring)."""
+
+    def __init__(self, use_cpu: bool, name: str, cap: float) -> None:
+        self.use_cpu, self.name, self.cap = use_cpu, name, cap
+
+    @classmethod
+    def open(cls, cfg: dict[str, Any], cap_gb: float | None) -> TrialDevice:
+        import torch
+
+        from cockpit.train.arguments import trains_on_cpu
+
+        if trains_on_cpu(cfg):
+            import psutil
+
+            return cls(True, "cpu", cap_gb * GiB if cap_gb else float(psutil.virtual_memory().available))
         torch.cuda.set_device(0)
         props = torch.cuda.get_device_properties(0)
-        device = f"cuda:0 {props.name}"
         total = float(props.total_memory)
         cap = min(cap_gb * GiB, total) if cap_gb else total
         if cap < total:  # the allocator itself refuses beyond the cap: a real OutOfMemoryError
             torch.cuda.set_per_process_memory_fraction(cap / total, 0)
+        return cls(False, f"cuda:0 {props.name}", cap)
 
-    ref = resolve_model(cfg["model_name_or_path"], log=log)
-    tok = load_tokenizer(cfg, ref, log=log)
-    rows = trial_rows(prepare_dataset(cfg, tok).rendered, steps * local_batch)
-    model = build_model(cfg, ref, use_cpu, 0)
-    plan_cfg = {**cfg, "model_name_or_path": ref.path} if not ref.hub else cfg
+    def measure(self, model: Any, trainer: Any) -> tuple[float, float | None]:
+        """Train and return (peak bytes, reserved bytes or None): the allocator's peak on a GPU,
+        the live-tensor tracker's (with the cap) on the CPU."""
+        import gc
 
-    class InOrder(CockpitTrainer):  # every candidate sees the same rows in the same steps
+        import torch
+
+        from cockpit.plan.measure import live_tensor_bytes
+
+        if self.use_cpu:
+            gc.collect()
+            meter = live_tensor_bytes(cap=int(self.cap))
+            with meter:
+                meter.track_existing(list(model.parameters()) + list(model.buffers()))
+                meter.reset_peak()
+                trainer.train()
+            return float(meter.peak), None
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        trainer.train()
+        return float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved())
+
+
+def run_trial(t: dict[str, Any], device: TrialDevice, tcfg: dict[str, Any], model: Any, tok: Any,
+              rows: list[dict[str, list[int]]], tmp: Path) -> None:
+    """One candidate: the SFT trainer (every candidate sees the same rows in the same steps), its
+    peak and tokens/s after the warm-up step, or its out-of-memory; ``t`` is filled in."""
+    import contextlib
+    import gc
+    import io
+
+    import torch
+
+    from cockpit.train.arguments import training_arguments
+    from cockpit.train.recipes.sft import sft_trainer
+
+    args = training_arguments(tcfg, {"checkpoints": tmp}, device.use_cpu, 1)
+    clock = step_clock(device.use_cpu)
+    trainer = sft_trainer(in_order_trainer(), tcfg, model, args, tok, rows, callbacks=[clock])
+    peak: float | None = None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its metrics dicts: keep stdout for our table / JSON
+            peak, reserved = device.measure(model, trainer)
+        if reserved is not None:
+            t["reserved_gb"] = round(reserved / GiB, 6)  # allocator's view (scripts/gpu_check.sh)
+    except torch.OutOfMemoryError as exc:
+        t["oom"], t["error"] = True, str(exc).strip().splitlines()[0][:300]
+    finally:
+        del trainer
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        if not device.use_cpu:
+            torch.cuda.empty_cache()
+    if peak is not None:
+        t["peak_gb"] = round(peak / GiB, 6)
+        (t0, n0), (t1, n1) = clock.marks[0], clock.marks[-1]
+        t["tokens_per_s"] = round((n1 - n0) / (t1 - t0), 2) if t1 > t0 else None
+    t["status"] = status_of(peak, device.cap, t["oom"])
+
+
+def in_order_trainer() -> type:
+    """CockpitTrainer reading the rows in order: every candidate sees the same batches."""
+    import torch
+
+    from cockpit.train.trainer import CockpitTrainer
+
+    class InOrder(CockpitTrainer):
         def _get_train_sampler(self, *a: Any, **k: Any) -> Any:
             return torch.utils.data.SequentialSampler(self.train_dataset)
+
+    return InOrder
+
+
+def step_clock(use_cpu: bool) -> Any:
+    """A callback recording (time, tokens seen) at every optimizer step's end."""
+    import torch
+    from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
@@ -179,65 +282,7 @@ def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: 
                 torch.cuda.synchronize()
             self.marks.append((time.perf_counter(), int(state.num_input_tokens_seen)))
 
-    trials: list[dict[str, Any]] = []
-    stop_at: int | None = None
-    with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
-        for m in cands:
-            a = local_batch // m
-            plan_t, plan_d = planned(plan_cfg, m, a)
-            t: dict[str, Any] = {"micro_batch": m, "accumulation": a, "peak_gb": None,
-                                 "planned_gb": None if plan_t is None else round(plan_t, 6),
-                                 "planned_device_gb": None if plan_d is None else round(plan_d, 6),
-                                 "tokens_per_s": None, "oom": False, "status": "skipped", "error": None,
-                                 "pid": os.getpid()}
-            trials.append(t)
-            if stop_at is not None:
-                t["error"] = f"not tried: micro-batch {stop_at} already ran out of memory"
-                continue
-            log(f"trial: micro-batch {m} x accumulation {a}, {steps} steps")
-            tcfg = {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": a,
-                    "max_steps": steps, "save_strategy": "no", "val_size": 0, "logging_steps": 10 ** 6,
-                    "report_to": "none", "dataloader_num_workers": 0}
-            args = training_arguments(tcfg, {"checkpoints": Path(tmp)}, use_cpu, 1)
-            clock = Clock()
-            trainer = InOrder(model=model, args=args, train_dataset=ListDataset(rows),
-                              data_collator=build_collator(cfg, tok, model),  # packing: its real memory
-                              processing_class=tok, callbacks=[clock])
-            peak: float | None = None
-            try:
-                # the Trainer prints its metrics dicts: keep stdout for our table / JSON
-                with contextlib.redirect_stdout(io.StringIO()):
-                    if use_cpu:
-                        gc.collect()
-                        meter = live_tensor_bytes(cap=int(cap))
-                        with meter:
-                            meter.track_existing(list(model.parameters()) + list(model.buffers()))
-                            meter.reset_peak()
-                            trainer.train()
-                        peak = float(meter.peak)
-                    else:
-                        torch.cuda.synchronize()
-                        torch.cuda.empty_cache()
-                        torch.cuda.reset_peak_memory_stats()
-                        trainer.train()
-                        peak = float(torch.cuda.max_memory_allocated())
-                        t["reserved_gb"] = round(torch.cuda.max_memory_reserved() / GiB, 6)  # allocator's view (scripts/gpu_check.sh)
-            except torch.OutOfMemoryError as exc:
-                t["oom"], t["error"] = True, str(exc).strip().splitlines()[0][:300]
-                stop_at = m
-            finally:
-                del trainer
-                model.zero_grad(set_to_none=True)
-                gc.collect()
-                if not use_cpu:
-                    torch.cuda.empty_cache()
-            if peak is not None:
-                t["peak_gb"] = round(peak / GiB, 6)
-                (t0, n0), (t1, n1) = clock.marks[0], clock.marks[-1]
-                t["tokens_per_s"] = round((n1 - n0) / (t1 - t0), 2) if t1 > t0 else None
-            t["status"] = status_of(peak, cap, t["oom"])
-            log(f"  -> {t['status']}" + (f", peak {t['peak_gb']:.4f} GiB, {t['tokens_per_s']} tokens/s" if peak else ""))
-    return {"device": device, "cap_gb": round(cap / GiB, 6), "trials": trials}
+    return Clock()
 
 
 # -- the tuned config ---------------------------------------------------------------------------

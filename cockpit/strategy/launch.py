@@ -82,76 +82,86 @@ def node_launch(
     worker = [python, "-m", "cockpit.train.worker", str(run_path)]
     notes = list(numa.notes)
     single = nproc == 1 and nnodes == 1
-    if numa.active:
-        wrap = [python, "-m", "cockpit.strategy.bind", f"--map={numa.map_text()}", f"--method={numa.method}"]
-        if sysfs != "/sys":
-            wrap.append(f"--sysfs={sysfs}")
-        if single:
-            wrap.append("--single")
-        rank_argv = [*wrap, "--", *worker]
-    else:
-        rank_argv = worker
     port = int(cfg["master_port"] or 0) or 29500
-    if single:
-        command = rank_argv
-    else:
-        command = [
-            python,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={nproc}",
-            f"--nnodes={nnodes}",
-            f"--node_rank={node_rank}",
-            "--rdzv_backend=c10d",
-            f"--rdzv_endpoint={cfg['master_addr']}:{port}",
-            f"--rdzv_id={rdzv_id(cfg, run_id)}",
-            "--max_restarts=0",
-        ]
-        if numa.active:
-            command += ["--no-python", *rank_argv]
-        else:
-            command += rank_argv[1:]  # torchrun prepends its own python
+    rank_argv = _bound(worker, numa, python, sysfs, single)
+    command = rank_argv if single else _torchrun(cfg, run_id, python, node_rank, port, rank_argv, numa.active)
     env_add: dict[str, str] = {}
     if single and (cfg.get("deepspeed") or cfg.get("zero_stage")):
         # DeepSpeed without a launcher looks for MPI (mpi4py) to learn its rank; one process says it here
         env_add.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    user_env = {k: str(v) for k, v in (cfg.get("env") or {}).items()}
-    shown_env = redact_env(user_env) or {}
-    ranks = []
-    for local in range(nproc):
-        rank_env: dict[str, str] = {**shown_env, **SUPERVISOR_ENV, "COCKPIT_RUN_DIR": str(run_path)}
-        if not single:
-            rank_env.update(
-                {
-                    "RANK": str(node_rank * nproc + local),
-                    "LOCAL_RANK": str(local),
-                    "GROUP_RANK": str(node_rank),
-                    "WORLD_SIZE": str(nproc * nnodes),
-                    "LOCAL_WORLD_SIZE": str(nproc),
-                    "MASTER_ADDR": "(the rendezvous store, set by torchrun)",
-                    "MASTER_PORT": "(set by torchrun)",
-                    "TORCHELASTIC_RUN_ID": rdzv_id(cfg, run_id),
-                }
-            )
-            if nproc > 1 and "OMP_NUM_THREADS" not in user_env and "OMP_NUM_THREADS" not in (os.environ if env is None else env):
-                rank_env["OMP_NUM_THREADS"] = "1"
-        rank_env.update(env_add)
-        ranks.append(
-            {
-                "rank": node_rank * nproc + local,
-                "local_rank": local,
-                "node_rank": node_rank,
-                "numa_node": numa.nodes.get(local),
-                "command": [*numa.prefix(local), *worker],
-                "env": rank_env,
-            }
-        )
+    ranks = [
+        {
+            "rank": node_rank * nproc + local,
+            "local_rank": local,
+            "node_rank": node_rank,
+            "numa_node": numa.nodes.get(local),
+            "command": [*numa.prefix(local), *worker],
+            "env": {**_rank_env(run_path, run_id, cfg, local, node_rank, env), **env_add},
+        }
+        for local in range(nproc)
+    ]
     if nnodes > 1:
         notes.append("c10d assigns global ranks by the order nodes join; RANK above assumes node order")
-        if str(cfg["master_addr"]) in ("127.0.0.1", "localhost") :
+        if str(cfg["master_addr"]) in ("127.0.0.1", "localhost"):
             notes.append("master_addr is loopback: the other nodes cannot reach it unless they are this machine")
     return LaunchPlan(command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=strategy_name(cfg), notes=notes)
+
+
+def _bound(worker: list[str], numa: NumaPlan, python: str, sysfs: str, single: bool) -> list[str]:
+    """The rank's command, behind the NUMA binding wrapper when binding is on."""
+    if not numa.active:
+        return worker
+    wrap = [python, "-m", "cockpit.strategy.bind", f"--map={numa.map_text()}", f"--method={numa.method}"]
+    if sysfs != "/sys":
+        wrap.append(f"--sysfs={sysfs}")
+    if single:
+        wrap.append("--single")
+    return [*wrap, "--", *worker]
+
+
+def _torchrun(cfg: Mapping[str, Any], run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool) -> list[str]:
+    """torchrun with the c10d rendezvous for this node's ranks."""
+    command = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={int(cfg['nproc_per_node'])}",
+        f"--nnodes={int(cfg['nnodes'])}",
+        f"--node_rank={node_rank}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={cfg['master_addr']}:{port}",
+        f"--rdzv_id={rdzv_id(cfg, run_id)}",
+        "--max_restarts=0",
+    ]
+    # the binding wrapper is its own program; otherwise torchrun prepends its own python
+    return [*command, "--no-python", *rank_argv] if bound else [*command, *rank_argv[1:]]
+
+
+def _rank_env(run_path: str | os.PathLike[str], run_id: str, cfg: Mapping[str, Any], local: int, node_rank: int,
+              env: Mapping[str, str] | None) -> dict[str, str]:
+    """One rank's environment as launch.json shows it (the user's ``env`` with secrets redacted;
+    under torchrun the variables torchrun sets)."""
+    nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
+    user_env = {k: str(v) for k, v in (cfg.get("env") or {}).items()}
+    rank_env: dict[str, str] = {**(redact_env(user_env) or {}), **SUPERVISOR_ENV, "COCKPIT_RUN_DIR": str(run_path)}
+    if nproc == 1 and nnodes == 1:
+        return rank_env
+    rank_env.update(
+        {
+            "RANK": str(node_rank * nproc + local),
+            "LOCAL_RANK": str(local),
+            "GROUP_RANK": str(node_rank),
+            "WORLD_SIZE": str(nproc * nnodes),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "(the rendezvous store, set by torchrun)",
+            "MASTER_PORT": "(set by torchrun)",
+            "TORCHELASTIC_RUN_ID": rdzv_id(cfg, run_id),
+        }
+    )
+    if nproc > 1 and "OMP_NUM_THREADS" not in user_env and "OMP_NUM_THREADS" not in (os.environ if env is None else env):
+        rank_env["OMP_NUM_THREADS"] = "1"
+    return rank_env
 
 
 def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: Mapping[str, Any]) -> None:

@@ -1,16 +1,14 @@
 """Training recipes: one per ``stage``, chosen by :func:`get_recipe`.
 
-``worker._train`` hands every stage but ``sft`` to :func:`run_stage`; the recipe interface and
-the shared flow are in :mod:`cockpit.train.recipes.base`. Importing this package imports no
-torch (the recipe modules are loaded on first use).
+The worker hands every stage to :func:`run_stage`: the stage's recipe runs in a context built
+once (:func:`cockpit.train.recipes.base.make_context`: device, precision, folders, model
+reference, tokenizer). The recipe interface and the flow the non-SFT stages share are in
+:mod:`cockpit.train.recipes.base`; SFT (:mod:`cockpit.train.recipes.sft`) runs its own flow, the
+one with every distributed strategy, and lends its trainer to ``cockpit tune``'s trials.
+Importing this package imports no torch (the recipe modules are loaded on first use).
 
-SFT is still the inline path of ``worker._train`` (others were editing it while the seam was
-cut). It moves in as ``recipes/sft.py``: ``build_data`` = ``prepare_dataset`` + the val split,
-``build_models`` = ``build_model`` + ``_apply_strategy`` / FSDP sharding (which move into
-``run_recipe`` so every stage gets them), ``build_trainer`` = ``CockpitTrainer`` (or FSDP's
-``trainer_class``) with ``DataCollatorForSeq2Seq``, ``summary`` = the truncation report. Then
-``_train`` is ``run_recipe(get_recipe(stage), make_context(...))`` and ``plan/tune.py``'s trial
-trainer asks ``recipe.build_trainer`` instead of the worker's private helpers.
+Still SFT-only: DeepSpeed / FSDP2, sharded loading and the NaN rule's last-good adapter (the
+other stages refuse the strategies in ``cockpit check``, ``config/stages.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from typing import Any
 
 # stage -> "module:class" (lazy: a recipe module imports torch / TRL)
 RECIPES = {
+    "sft": "cockpit.train.recipes.sft:SFTRecipe",
     "dpo": "cockpit.train.recipes.preference:DPORecipe",
     "kto": "cockpit.train.recipes.preference:KTORecipe",
     "rm": "cockpit.train.recipes.reward:RewardRecipe",
@@ -29,14 +28,14 @@ RECIPES = {
 
 def get_recipe(stage: str) -> Any:
     if stage not in RECIPES:
-        raise KeyError(f"no recipe for stage {stage!r} (known: sft, {', '.join(RECIPES)})")
+        raise KeyError(f"no recipe for stage {stage!r} (known: {', '.join(RECIPES)})")
     module, _, name = RECIPES[stage].partition(":")
     return getattr(import_module(module), name)()
 
 
 def run_stage(run: Any, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float) -> int:
-    """Train one non-SFT stage in this rank; the worker's exit codes."""
-    from cockpit.train.recipes.base import make_context, run_recipe
+    """Train the run's stage in this rank; the worker's exit codes."""
+    from cockpit.train.recipes.base import make_context
 
-    recipe = get_recipe(cfg["stage"])
-    return run_recipe(recipe, make_context(run, cfg, rank, world_size, local_rank, writer, t0))
+    recipe = get_recipe(cfg.get("stage", "sft"))
+    return recipe.run(make_context(run, cfg, rank, world_size, local_rank, writer, t0))

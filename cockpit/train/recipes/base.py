@@ -4,8 +4,9 @@ A recipe says, for its stage: how to build the data (train / held-out rows and t
 report), the model(s) (policy, and a reference or none), the trainer (a TRL trainer class
 with Cockpit's atomic checkpoints mixed in), which of the trainer's logged metrics become
 fields of the ``step`` event, how to measure held-out pairs before and after, and what goes
-into ``summary.json``. :func:`run_recipe` does the rest exactly like the SFT path in
-``worker._train``: probes before / after, events, control requests, summary, final events.
+into ``summary.json``. :func:`run_recipe` does the rest: probes before / after, events, control
+requests, summary, final events. SFT (``recipes/sft.py``) runs its own :meth:`Recipe.run`, the
+flow with every distributed strategy.
 """
 
 from __future__ import annotations
@@ -21,14 +22,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cockpit.run.rundir import RunDir, atomic_write_json
-from cockpit.train.worker import (
-    EXIT_FAILED,
-    EXIT_OK,
-    artefact_dirs,
-    last_checkpoint,
-    plot_loss,
-    training_arguments,
-)
+from cockpit.train.arguments import artefact_dirs, training_arguments
+from cockpit.train.outcome import last_checkpoint, plot_loss
+
+EXIT_OK, EXIT_FAILED = 0, 1  # the worker's (cockpit.train.worker)
 
 
 @dataclass
@@ -89,6 +86,10 @@ class Recipe:
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         return {}
+
+    def run(self, ctx: RecipeContext) -> int:
+        """Train this stage in this rank; the worker's exit codes."""
+        return run_recipe(self, ctx)
 
 
 def _num(value: Any) -> Any:
@@ -211,7 +212,7 @@ def trl_name(trainer: Any) -> str:
 
 
 def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, callback: Any, stopped: bool, train_runtime: float, probes: tuple, held: tuple) -> int:
-    cfg, state, writer = ctx.cfg, trainer.state, ctx.writer
+    cfg, state = ctx.cfg, trainer.state
     plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, ctx.dirs["plot"])
 
     def rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -243,15 +244,21 @@ def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, c
         "data": data.report.as_dict(),
         **recipe.summary(ctx, trainer, data),
     }
+    return end_run(ctx, summary, callback, state.global_step)
+
+
+def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: int) -> int:
+    """Rank 0: summary.json and the run's final event. A NaN under ``nan_policy: stop`` fails it."""
+    writer = ctx.writer
     atomic_write_json(ctx.run.summary_path, summary)
-    if callback.nan_seen and cfg["nan_policy"] == "stop":
+    if callback.nan_seen and ctx.cfg["nan_policy"] == "stop":
         atomic_write_json(ctx.run.summary_path, {**summary, "state": "failed"})
-        writer.emit("run_failed", reason=callback.stop_reason, rank=0)
+        writer.emit("run_failed", reason=summary["reason"], rank=0)
         return EXIT_FAILED
-    if stopped:
-        writer.emit("run_stopped", reason=callback.stop_reason, step=state.global_step)
+    if callback.stop_reason is not None:
+        writer.emit("run_stopped", reason=callback.stop_reason, step=steps)
     else:
-        writer.emit("run_finished", steps=state.global_step, runtime_s=summary["runtime_s"], tokens_per_s=summary["tokens_per_s"], first_loss=callback.first_loss, last_loss=callback.last_loss)
+        writer.emit("run_finished", steps=steps, runtime_s=summary["runtime_s"], tokens_per_s=summary["tokens_per_s"], first_loss=callback.first_loss, last_loss=callback.last_loss)
     return EXIT_OK
 
 
@@ -259,13 +266,15 @@ def make_context(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, l
     import torch
 
     from cockpit.models.resolve import load_tokenizer, resolve_model
-    from cockpit.train.worker import _use_cpu, rank_precision
+    from cockpit.train.arguments import rank_precision, trains_on_cpu
+    from cockpit.train.kernels import kernel_arguments
 
     def log(msg: str) -> None:
         print(f"[rank{rank}] {msg}", flush=True)
 
-    use_cpu = _use_cpu(cfg)
+    use_cpu = trains_on_cpu(cfg)
     cfg = rank_precision(cfg, use_cpu, writer, log)
+    kernel_arguments(cfg, use_cpu)  # enable_liger_kernel / torch_compile: refused before loading anything
     if not use_cpu and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     dirs = artefact_dirs(run, cfg)

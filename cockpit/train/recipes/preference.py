@@ -22,7 +22,7 @@ from cockpit.train.recipes.base import (
     split_held_out,
     stage_arguments,
 )
-from cockpit.train.worker import build_model
+from cockpit.train.model import build_model
 
 PREF_FIELDS = {
     "rewards/margins": "reward_margin",

@@ -15,7 +15,8 @@ from cockpit.train.recipes.base import (
     split_held_out,
     stage_arguments,
 )
-from cockpit.train.worker import ListDataset, build_model
+from cockpit.train.arguments import ListDataset
+from cockpit.train.model import build_model
 
 
 class PretrainRecipe(Recipe):

@@ -1,0 +1,160 @@
+"""The model a rank trains: base (+ quantization) + PEFT adapter / freeze / full, loaded whole,
+on the meta device (FSDP2) or partitioned (ZeRO-3), and placed for its strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cockpit.errors import InputError
+from cockpit.run.rundir import RunDir
+
+
+def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full"):
+    """The model to train: base (+ quantization) + PEFT adapter / freeze / full.
+
+    ``load``: ``full`` (from_pretrained), ``meta`` (parameters on the meta device, for FSDP2's
+    sharded load) or ``zero3`` (built partitioned under zero.Init, weights streamed): see
+    :mod:`cockpit.train.sharded_load`."""
+    from transformers import AutoModelForCausalLM, set_seed
+
+    from cockpit.train.variants import model_load_kwargs, upcast
+
+    set_seed(cfg["seed"])  # the adapter's random init: the same on every rank (FSDP2 shards each rank's copy) and every run
+    kwargs = base_load_kwargs(cfg, ref, use_cpu, local_rank)
+    if load == "full":
+        model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
+    else:
+        from cockpit.train.sharded_load import sharded_base
+
+        model = sharded_base(cfg, ref, kwargs["dtype"], load)
+    model.config.use_cache = False
+    upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
+    if cfg["quantization_bit"]:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg["gradient_checkpointing"])
+    if cfg["finetuning_type"] == "lora":
+        return with_lora_adapter(model, cfg)
+    if cfg["finetuning_type"] == "freeze":
+        freeze_all_but_chosen_layers(model, cfg)
+    return model
+
+
+def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for the base: its dtype (LoRA/freeze on a GPU: frozen base
+    weights in the half precision; full fine-tuning and the CPU: fp32 master weights) and the
+    4-/8-bit quantization of QLoRA (a GPU and bitsandbytes only)."""
+    import torch
+
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.kwargs()}
+    if cfg["quantization_bit"]:
+        if use_cpu:
+            raise InputError("quantization_bit (QLoRA) needs a GPU and bitsandbytes; unset it to train on the CPU")
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.bfloat16 if cfg["bf16"] else (torch.float16 if cfg["fp16"] else torch.float32)
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute)
+            if cfg["quantization_bit"] == 4
+            else BitsAndBytesConfig(load_in_8bit=True)
+        )
+        kwargs["device_map"] = {"": local_rank}
+    half = cfg["finetuning_type"] == "lora" and not use_cpu and (cfg["bf16"] or cfg["fp16"])
+    kwargs["dtype"] = (torch.bfloat16 if cfg["bf16"] else torch.float16) if half else torch.float32
+    return kwargs
+
+
+def with_lora_adapter(model, cfg: dict[str, Any]):
+    """The base with its LoRA adapter: ``adapter_name_or_path`` trained further, or merged into the
+    base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import set_seed
+
+    from cockpit.train.variants import lora_config_kwargs
+
+    if cfg.get("adapter_name_or_path") and not cfg.get("create_new_adapter"):
+        return PeftModel.from_pretrained(model, cfg["adapter_name_or_path"], is_trainable=True)
+    if cfg.get("adapter_name_or_path"):  # create_new_adapter: the old adapter merged into the base, a new one trained
+        model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"]).merge_and_unload()
+    set_seed(cfg["seed"])  # the adapter's init depends on the seed only, however the base was loaded
+    target = cfg["lora_target"]
+    targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
+    lora = LoraConfig(
+        r=cfg["lora_rank"],
+        lora_alpha=cfg["lora_alpha"],
+        lora_dropout=cfg["lora_dropout"],
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+        **lora_config_kwargs(cfg),  # DoRA, rsLoRA, PiSSA, modules_to_save
+    )
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as exc:
+        raise InputError(f"lora_target: {exc}") from None
+
+
+def freeze_all_but_chosen_layers(model, cfg: dict[str, Any]) -> None:
+    """``finetuning_type: freeze``: only the last (or, negative, first) ``freeze_trainable_layers``
+    decoder layers train, and in them only ``freeze_trainable_modules``."""
+    from cockpit.train.variants import freeze_module_selected
+
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    if layers is None:
+        raise InputError("finetuning_type freeze: cannot find the decoder layers of this model")
+    n = cfg["freeze_trainable_layers"]
+    chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for i in chosen:
+        for name, p in layers[i].named_parameters():
+            p.requires_grad_(freeze_module_selected(name, cfg.get("freeze_trainable_modules")))
+    if not any(p.requires_grad for p in model.parameters()):
+        raise InputError(f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers")
+
+
+def config_only(ref):
+    """Something with the model's ``config.hidden_size`` (DeepSpeed's buckets) before the model exists."""
+    from types import SimpleNamespace
+
+    from cockpit.strategy.deepspeed import hidden_size_of
+
+    return SimpleNamespace(config=SimpleNamespace(hidden_size=hidden_size_of(ref.path)))
+
+
+def placed_model(run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log):
+    """The model on its training device (sharded for FSDP2), and the Trainer class to use.
+    ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
+    import gc
+
+    from cockpit.train import sharded_load
+    from cockpit.train.trainer import CockpitTrainer
+
+    world_size = int(args.world_size)
+    mode = sharded_load.load_mode(cfg, ref, sharded, world_size)
+    if world_size > 1:
+        _ = args.device  # sets up the process group (gloo / nccl) that zero.Init, fully_shard and the broadcast use
+    extras: dict[str, Any] | None = None
+    if mode == "fsdp_meta":
+        extras = {}
+        if rank == 0:  # the adapters' seeded init, exactly as a one-rank run makes it (the base weights stay unread)
+            real = build_model(cfg, ref, use_cpu, local_rank)
+            extras = sharded_load.not_in_checkpoint(real, ref.path)
+            del real
+            gc.collect()
+        model = build_model(cfg, ref, use_cpu, local_rank, load="meta")
+    else:
+        model = build_model(cfg, ref, use_cpu, local_rank, load=mode)
+    log(f"model loaded ({mode})")
+    if not cfg.get("fsdp"):
+        return model, CockpitTrainer
+    from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
+
+    dtype = next(model.parameters()).dtype
+    info = shard(model, cfg["fsdp"], use_cpu=use_cpu, local_rank=local_rank, nnodes=int(cfg["nnodes"]), bf16=cfg["bf16"], fp16=cfg["fp16"])
+    if extras is not None:
+        device = args.device
+        info["sharded_load"] = sharded_load.fsdp2_materialise_and_load(model, ref.path, extras, rank=rank, device=device, dtype=dtype, log=log)
+    report = shard_report(model)
+    write_report(run.path, rank, info, report)
+    log(f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters")
+    return model, trainer_class(CockpitTrainer)  # saves gather the sharded state dict first

@@ -1,0 +1,132 @@
+"""What a run leaves and starts from: its checkpoints (the newest one with a finite loss, the
+resume point and the totals saved with it, the adapter after a NaN), its loss curve (loss.png,
+the summary's eval losses) and its throughput."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from cockpit.run.events import read_all
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    """The newest complete checkpoint (one with trainer_state.json) whose training loss up to it
+    was finite (its record says so; older checkpoints without a record count as finite), or None."""
+    from cockpit.train.trainer import checkpoint_record
+
+    if not checkpoints.is_dir():
+        return None
+    good = []
+    for d in checkpoints.iterdir():
+        if d.is_dir() and d.name.startswith("checkpoint-") and (d / "trainer_state.json").exists():
+            if checkpoint_record(d).get("loss_finite") is False:
+                continue  # saved after a NaN: poisoned
+            try:
+                good.append((int(d.name.split("-")[1]), d))
+            except ValueError:
+                continue
+    return str(max(good)[1]) if good else None
+
+
+def resume_point(cfg: dict[str, Any], dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
+    """The checkpoint this attempt starts from, and the run's totals saved with it (first loss,
+    training seconds). ``resume_from_checkpoint: last`` that finds none says so (a warning event
+    and a log line) before starting from scratch."""
+    from cockpit.train.trainer import checkpoint_record
+
+    resume = cfg.get("resume_from_checkpoint")
+    if resume in ("last", "true", "True", True):
+        resume = last_checkpoint(dirs["checkpoints"])
+        if resume is None:
+            message = f"resume_from_checkpoint: last found no complete checkpoint with a finite loss in {dirs['checkpoints']}; training starts from step 0"
+            log(f"warning: {message}")
+            if writer is not None:
+                writer.emit("alert", level="warn", code="no_checkpoint", message=message, remedies=["check output_dir", "cockpit runs shows where each run saved"])
+    if not resume:
+        return None, {}
+    record = checkpoint_record(resume)
+    return str(resume), {k: record[k] for k in ("first_loss", "train_time_s") if record.get(k) is not None}
+
+
+MODEL_FILES_SKIPPED = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", "cockpit_checkpoint", "global_step", "zero_to_fp32", "latest")
+
+
+def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
+    """After a NaN: the run's adapter is the last checkpoint saved with a finite loss (its model
+    files copied to ``adapter/``, atomically), or none. Returns the checkpoint's name."""
+    import shutil
+
+    good = last_checkpoint(dirs["checkpoints"])
+    if good is None or rank != 0:
+        return Path(good).name if good else None
+    staging = dirs["adapter"].with_name(f".{dirs['adapter'].name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for f in Path(good).iterdir():
+        if f.is_file() and not f.name.startswith(MODEL_FILES_SKIPPED):
+            shutil.copy2(f, staging / f.name)
+    shutil.rmtree(dirs["adapter"], ignore_errors=True)
+    os.replace(staging, dirs["adapter"])
+    log(f"loss was not finite: the adapter is {Path(good).name}'s, the last checkpoint before the NaN")
+    return Path(good).name
+
+
+def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tuple[int, float]]:
+    """(step, value) of the finite values of ``field`` in the events of ``kind``."""
+    from cockpit.run.events import as_float
+
+    pts = [(e["step"], as_float(e.get(field))) for e in events if e["kind"] == kind]
+    return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
+
+
+def eval_losses(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's eval losses for summary.json: how many, the first, the last and the best as
+    [step, loss]; None without evaluation."""
+    pts = loss_series(events, "eval", "eval_loss")
+    if not pts:
+        return None
+    best = min(pts, key=lambda p: p[1])
+    return {"count": len(pts), "first": list(pts[0]), "last": list(pts[-1]), "best": list(best)}
+
+
+def plot_loss(events_path: Path, out: Path, events: list[dict[str, Any]] | None = None) -> bool:
+    """loss.png from the event log (``events``: the log already read)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = read_all(events_path) if events is None else events
+    pts = loss_series(events, "step", "loss")
+    if not pts:
+        return False
+    evals = loss_series(events, "eval", "eval_loss")  # do_eval / val_size / eval_dataset: a second line
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1, label="training loss")
+    if evals:
+        ax.plot([p[0] for p in evals], [p[1] for p in evals], marker="o", linewidth=1, label="eval loss")
+        ax.legend()
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return True
+
+
+def throughput(callback, train_runtime: float, tokens_total: int) -> dict[str, Any]:
+    """The summary's tokens/s with the warm-up steps left out (all steps when the run ended in
+    its warm-up), and the all-steps figure beside it."""
+    overall = round(tokens_total / train_runtime, 2) if train_runtime > 0 else None
+    steady = callback.steady_tokens_per_s()
+    return {
+        "tokens_per_s": round(steady, 2) if steady is not None else overall,
+        "tokens_per_s_with_warmup": overall,
+        "warmup_steps_excluded": callback.warmup_steps if steady is not None else 0,
+    }

@@ -1,0 +1,208 @@
+"""``stage: sft``: supervised fine-tuning, the first recipe and the one with every strategy.
+
+The data are chat-rendered samples with the loss on the assistant's tokens
+(:func:`cockpit.data.prepare.prepare_dataset`), held out by ``val_size`` or read from
+``eval_dataset``; the trainer is Cockpit's (HF Trainer + atomic checkpoints, FSDP2's saving
+variant when sharded) with the padded or packed collator. SFT runs its own flow (:meth:`run`)
+because it is the stage that trains under DeepSpeed / FSDP2 across ranks and nodes: the strategy
+before the model, sharded loading, probes asked on the training device by every rank, the
+resume point and the run's totals, and the NaN rule (the final adapter never comes from weights
+trained through a NaN). :func:`sft_trainer` is also ``cockpit tune``'s trial trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from cockpit.errors import InputError
+from cockpit.run.events import EventWriter, read_all
+from cockpit.train.arguments import ListDataset, training_arguments
+from cockpit.train.distributed import apply_strategy, comm_health_probe, report_peak_memory
+from cockpit.train.model import config_only, placed_model
+from cockpit.train.outcome import adapter_from_last_good, eval_losses, plot_loss, resume_point, throughput
+from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run, split_held_out
+
+EXIT_OK = 0
+
+
+def sft_trainer(trainer_cls: type, cfg: dict[str, Any], model: Any, args: Any, tokenizer: Any, train_rows: list[dict[str, Any]],
+                eval_rows: list[dict[str, Any]] | None = None, callbacks: list[Any] | None = None) -> Any:
+    """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set."""
+    from cockpit.data.packing import build_collator
+    from cockpit.train.variants import trainer_kwargs
+
+    return trainer_cls(
+        model=model,
+        args=args,
+        train_dataset=ListDataset(train_rows),
+        eval_dataset=ListDataset(eval_rows) if eval_rows else None,
+        data_collator=build_collator(cfg, tokenizer, model),
+        processing_class=tokenizer,
+        callbacks=list(callbacks or []),
+        **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
+    )
+
+
+@dataclasses.dataclass
+class Attempt:
+    """This attempt's trainer and what it measured."""
+
+    trainer: Any
+    callback: Any  # CockpitCallback
+    probes_before: Any  # ProbesBeforeTraining
+    probes: list[dict[str, Any]]
+    train_runtime: float = 0.0  # the run's, over its attempts
+    poisoned: bool = False
+    adapter_from: str | None = None  # after a NaN: the checkpoint the adapter was copied from
+    probe_after: dict[str, Any] | None = None
+
+
+class SFTRecipe(Recipe):
+    stage = "sft"
+
+    def build_data(self, ctx: RecipeContext) -> StageData:
+        from cockpit.data.prepare import prepare_dataset
+
+        prepared = prepare_dataset(ctx.cfg, ctx.tokenizer)
+        rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
+        if not rows:
+            raise InputError(f"cutoff_len {ctx.cfg['cutoff_len']}: every sample loses all its assistant tokens; nothing to train on")
+        train, held_out = split_held_out(ctx.cfg, rows)
+        if ctx.cfg.get("eval_dataset"):
+            from cockpit.train.variants import eval_dataset_rows
+
+            held_out = eval_dataset_rows(ctx.cfg, ctx.tokenizer)
+        return StageData(train, held_out, prepared.report)
+
+    def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
+        return {"samples": len(data.train), "truncation": data.report.as_dict()}
+
+    def run(self, ctx: RecipeContext) -> int:
+        data = self.build_data(ctx)
+        ctx.log("data: " + " | ".join(data.report.lines()))
+        # the strategy (and so the DeepSpeed config) before the model: ZeRO-3 partitions at load
+        cfg, sharded = apply_strategy(ctx.run, ctx.cfg, config_only(ctx.model_ref), ctx.rank, ctx.world_size, ctx.local_rank, ctx.use_cpu, len(data.train), ctx.log)
+        ctx = dataclasses.replace(ctx, cfg=cfg)
+        attempt = self.start(ctx, data, sharded)
+        train(ctx, attempt)
+        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
+        save_final_model(ctx, attempt)
+        probes_after(ctx, attempt, sharded)
+        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "finished")
+        if ctx.rank != 0:
+            return other_rank_done(ctx, attempt)
+        summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
+        return end_run(ctx, summary, attempt.callback, attempt.trainer.state.global_step)
+
+    def start(self, ctx: RecipeContext, data: StageData, sharded: bool) -> Attempt:
+        """Training arguments (the process group with them), the comm probe, the placed model and
+        its trainer with Cockpit's callbacks."""
+        from cockpit.train.callbacks import CockpitCallback
+        from cockpit.train.placement import ProbesBeforeTraining
+        from cockpit.train.probes import load_probes
+
+        cfg = ctx.cfg
+        args = training_arguments(cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
+        if ctx.world_size > 1 and cfg.get("comm_probe", True):
+            comm_health_probe(ctx.writer, ctx.use_cpu, ctx.log)
+        model, trainer_cls = placed_model(ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, sharded, ctx.log)
+        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
+        probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
+        callback = CockpitCallback(ctx.run, cfg, ctx.rank, ctx.world_size, ctx.writer)
+        before = ProbesBeforeTraining(ctx.tokenizer, probes, cfg["probe_max_new_tokens"], ctx.writer, ctx.rank, fsdp=bool(cfg.get("fsdp")), log=ctx.log)
+        trainer = sft_trainer(trainer_cls, cfg, model, args, ctx.tokenizer, data.train, data.held_out, [callback, before])
+        before.trainer = trainer
+        return Attempt(trainer, callback, before, probes)
+
+
+def train(ctx: RecipeContext, attempt: Attempt) -> None:
+    """From the resume point (if any) to the end; the run's first loss and training time count
+    over its attempts (saved with each checkpoint: ``trainer.run_totals``)."""
+    trainer, callback = attempt.trainer, attempt.callback
+    resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
+    callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
+    train_t0 = time.time()
+    trainer.run_totals = lambda: {"first_loss": callback.first_loss, "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3), "tokens_seen": callback.tokens_total}
+    trainer.train(resume_from_checkpoint=resume or None)
+    attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
+
+
+def save_final_model(ctx: RecipeContext, attempt: Attempt) -> None:
+    """The final adapter / model, never from weights trained through a NaN: then the last good
+    checkpoint's (or none). Sharded strategies save collectively."""
+    trainer, callback, cfg = attempt.trainer, attempt.callback, ctx.cfg
+    attempt.poisoned = callback.nan_seen or not trainer.loss_finite
+    if attempt.poisoned:
+        attempt.adapter_from = adapter_from_last_good(ctx.dirs, ctx.rank, ctx.log)
+    elif ctx.rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
+        trainer.save_model(str(ctx.dirs["adapter"]))
+        if ctx.rank == 0:
+            ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
+
+
+def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
+    """The trained model's answers; sharded parameters: every rank joins generate's gathers."""
+    from contextlib import nullcontext
+
+    from cockpit.strategy.fsdp import gathered_root
+    from cockpit.train.probes import run_probes
+
+    if not attempt.probes or not (ctx.rank == 0 or sharded):
+        return
+    ctx.log("probes after training")
+    model = attempt.trainer.model
+    with gathered_root(model) if ctx.cfg.get("fsdp") else nullcontext():
+        attempt.probe_after = run_probes(model, ctx.tokenizer, attempt.probes, ctx.cfg["probe_max_new_tokens"])
+    if ctx.rank == 0:
+        ctx.writer.emit("probe_results", phase="after", **attempt.probe_after)
+
+
+def other_rank_done(ctx: RecipeContext, attempt: Attempt) -> int:
+    """A rank other than 0 is done; local rank 0 of another node ends its node's run dir too."""
+    node_rank = int(os.environ.get("GROUP_RANK", 0))
+    if ctx.local_rank == 0 and node_rank > 0:
+        state, callback = attempt.trainer.state, attempt.callback
+        kind = "run_stopped" if callback.stop_reason is not None else "run_finished"
+        EventWriter(ctx.run.events_path).emit(kind, steps=state.global_step, node_rank=node_rank, reason=callback.stop_reason)
+    return EXIT_OK
+
+
+def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
+    """summary.json's common part (rank 0), loss.png drawn on the way."""
+    from cockpit.train.probes import probe_summary
+
+    cfg, dirs, callback, state = ctx.cfg, ctx.dirs, attempt.callback, attempt.trainer.state
+    events = read_all(ctx.run.events_path)  # once, for loss.png and the summary's eval losses
+    plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, dirs["plot"], events)
+    tokens_total = int(getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total)  # the run's (restored on resume)
+    summary = {
+        "run_id": ctx.run.run_id,
+        "state": "stopped" if callback.stop_reason is not None else "finished",
+        "reason": callback.stop_reason,
+        "steps": state.global_step,
+        "total_steps": state.max_steps,
+        "epochs": state.epoch,
+        "runtime_s": round(time.time() - ctx.t0, 2),
+        "train_runtime_s": round(attempt.train_runtime, 2),
+        "tokens_seen": tokens_total,
+        **throughput(callback, attempt.train_runtime, tokens_total),
+        "first_loss": callback.first_loss,
+        "last_loss": callback.last_loss,
+        "eval_loss": eval_losses(events),
+        "probes_before": probe_summary(attempt.probes_before.result),
+        "probes_after": probe_summary(attempt.probe_after),
+        "adapter_dir": str(dirs["adapter"]) if not attempt.poisoned or attempt.adapter_from else None,
+        "adapter_from": attempt.adapter_from,
+        "nan_step": callback.nan_step,
+        "checkpoints_dir": str(dirs["checkpoints"]),
+        "loss_plot": str(dirs["plot"]) if plotted else None,
+    }
+    if attempt.poisoned:
+        where = f"adapter = {attempt.adapter_from}" if attempt.adapter_from else "no adapter (no checkpoint before the NaN)"
+        what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
+        summary["reason"] = f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or state.global_step}; {where}"
+    return summary
+
