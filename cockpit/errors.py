@@ -1,8 +1,11 @@
-"""Errors for bad input: each names the file, line or key it is about (exit code 2)."""
+"""Errors for bad input: each names the file, line or key it is about (exit code 2), and the
+exit codes every command and every training rank uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2  # finished (or stopped on request); failed; invalid input
 
 
 @dataclass

@@ -6,10 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from cockpit.errors import InputError
+from cockpit.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError  # noqa: F401 (the commands import them from here)
 from cockpit.run.rundir import RunDir, default_runs_dir, resolve_run
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 
 CONFIG_FLAGS_EPILOG = (

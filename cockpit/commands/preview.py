@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cockpit.commands.common import EXIT_OK, add_config_args, load_config_or_exit, print_input_error
 from cockpit.errors import InputError
+from cockpit.shape import shape_of
 
 RUN_DIR = "<RUN_DIR>"
 
@@ -38,7 +39,7 @@ def build(args: argparse.Namespace, cfg: dict) -> dict:
         shown["master_port"] = 0
     launch = node_launch(RUN_DIR, "<RUN_ID>", shown)
     out = launch.as_dict()
-    out["world_size"] = int(cfg["nproc_per_node"]) * int(cfg["nnodes"])
+    out["world_size"] = shape_of(cfg).world_size
     out["node_rank"] = int(cfg["node_rank"])
     out["command_shell"] = shlex.join(launch.command)
     if not cfg.get("master_port") and out["world_size"] > 1:

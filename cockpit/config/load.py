@@ -20,6 +20,7 @@ from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key
 from cockpit.config.stages import stage_problems
 from cockpit.errors import InputError, Problem
 from cockpit.redact import REDACTED, SECRET_PATTERNS, is_secret_name, redact_env  # noqa: F401 (re-exported)
+from cockpit.shape import world_size_of
 
 DEMO_PREFIX = "@demo"
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
@@ -380,7 +381,7 @@ def _strategy_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, 
         out.append(Problem("several nodes need a fixed master_port that every node uses (0 picks a free port on one machine only)", **where("master_port")))
     if cfg.get("fsdp"):
         opts = set(str(cfg["fsdp"]).split())
-        if int(cfg["nproc_per_node"]) * int(cfg["nnodes"]) < 2:
+        if world_size_of(cfg) < 2:
             out.append(Problem("FSDP shards over several processes; set nproc_per_node (or nnodes) above 1", **where("fsdp")))
         if "no_shard" in opts:
             out.append(Problem("no_shard is plain data parallel: unset fsdp to train with DDP", **where("fsdp")))

@@ -38,6 +38,7 @@ import yaml
 from cockpit.errors import InputError, Problem
 from cockpit.plan.estimate import GiB
 from cockpit.plan.verdict import TIGHT_HEADROOM
+from cockpit.shape import shape_of
 
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")
 SHARDING_KEYS = ("deepspeed", "zero_stage", "fsdp")
@@ -375,7 +376,7 @@ def tune(config: str, overrides: list[str] | None = None, *, memory_cap_gb: floa
     if out_path.is_dir():
         raise InputError(Problem(f"{out_path} is a folder; give a file name", key="--out"))
     cfg = load_config(config, ov)
-    world = int(cfg["nproc_per_node"]) * int(cfg["nnodes"])
+    world = shape_of(cfg).world_size
     m0, a0 = int(cfg["per_device_train_batch_size"]), int(cfg["gradient_accumulation_steps"])
     local = m0 * a0
     cands = candidates_for(local, candidates, m0)

@@ -37,6 +37,7 @@ from cockpit.run.events import EventReader, EventWriter
 from cockpit.run.rundir import ACTIVE_STATES, RunDir, atomic_write_json
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
+from cockpit.shape import shape_of
 
 POLL_S = 0.2
 KILL_GRACE_S = 10.0
@@ -207,7 +208,7 @@ class Supervisor:
             model=self.cfg.get("model_name_or_path"),
             dataset=self.cfg.get("dataset"),
             method=self.cfg.get("finetuning_type"),
-            world_size=int(self.cfg["nproc_per_node"]) * int(self.cfg["nnodes"]),
+            world_size=shape_of(self.cfg).world_size,
             nproc_per_node=int(self.cfg["nproc_per_node"]),
             nnodes=int(self.cfg["nnodes"]),
             output_dir=self.cfg.get("output_dir"),
@@ -367,7 +368,7 @@ class Supervisor:
         event when what it knows changes (version, init state, transports)."""
         from cockpit.comm.nccl_log import NcclLogParser, merge_snapshots
 
-        world = int(self.cfg["nproc_per_node"]) * int(self.cfg["nnodes"])
+        world = shape_of(self.cfg).world_size
         if world <= 1 and not any(k.startswith(("NCCL_", "RCCL_")) for k in os.environ):
             return
         for log in sorted(self.run.logs_dir.glob("rank*.log")):

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping
 
 from cockpit.errors import InputError, Problem
+from cockpit.shape import PRECISIONS, precision_of, world_size_of
 
 # Top-level keys DeepSpeed 0.19 reads (each is a quoted key in DeepSpeed's source: pinned by
 # tests/test_strategy_deepspeed.py). DeepSpeed ignores any other top-level key silently.
@@ -44,16 +45,11 @@ KNOWN_TOP_LEVEL = frozenset(
     datastates_ckpt sequence_parallel_size zenflow graph_harvesting moe vocabulary_size
     """.split()
 )
-PRECISIONS = ("bf16", "fp16", "fp32")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 
-def precision(cfg: Mapping[str, Any]) -> str:
-    return "bf16" if cfg.get("bf16") else ("fp16" if cfg.get("fp16") else "fp32")
-
-
-def world_size(cfg: Mapping[str, Any]) -> int:
-    return int(cfg.get("nproc_per_node") or 1) * int(cfg.get("nnodes") or 1)
+precision = precision_of  # cockpit.shape's, under the names this module's callers use
+world_size = world_size_of
 
 
 def generate(cfg: Mapping[str, Any], *, use_cpu: bool | None = None) -> dict[str, Any]:

@@ -19,22 +19,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cockpit.redact import redact_env
+from cockpit.shape import strategy_of
 from cockpit.strategy.numa import NumaPlan, plan as numa_plan
 
 # set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
 SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def strategy_name(cfg: Mapping[str, Any]) -> str:
-    ws = int(cfg["nproc_per_node"]) * int(cfg["nnodes"])
-    if cfg.get("deepspeed"):
-        return "deepspeed (user config)"
-    if cfg.get("zero_stage"):
-        off = cfg.get("offload") or "none"
-        return f"deepspeed ZeRO-{cfg['zero_stage']}" + (f" + offload {off}" if off != "none" else "")
-    if cfg.get("fsdp"):
-        return f"FSDP2 ({cfg['fsdp']})"
-    return "DDP" if ws > 1 else "single process"
+strategy_name = strategy_of  # cockpit.shape's
 
 
 def rdzv_id(cfg: Mapping[str, Any], run_id: str) -> str:

@@ -23,11 +23,10 @@ from typing import Any
 
 import yaml
 
-from cockpit.errors import InputError
+from cockpit.errors import EXIT_FAILED, EXIT_INPUT, InputError
 from cockpit.run.events import EventWriter
 from cockpit.run.rundir import RunDir
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 
 OOM_REMEDIES = [

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cockpit.errors import EXIT_FAILED, EXIT_OK
 from cockpit.run.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
 from cockpit.train.outcome import last_checkpoint, plot_loss
-
-EXIT_OK, EXIT_FAILED = 0, 1  # the worker's (cockpit.train.worker)
 
 
 @dataclass

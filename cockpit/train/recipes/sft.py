@@ -17,15 +17,13 @@ import os
 import time
 from typing import Any
 
-from cockpit.errors import InputError
+from cockpit.errors import EXIT_OK, InputError
 from cockpit.run.events import EventWriter, read_all
 from cockpit.train.arguments import ListDataset, training_arguments
 from cockpit.train.distributed import apply_strategy, comm_health_probe, report_peak_memory
 from cockpit.train.model import config_only, placed_model
 from cockpit.train.outcome import adapter_from_last_good, eval_losses, plot_loss, resume_point, throughput
 from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run, split_held_out
-
-EXIT_OK = 0
 
 
 def sft_trainer(trainer_cls: type, cfg: dict[str, Any], model: Any, args: Any, tokenizer: Any, train_rows: list[dict[str, Any]],
