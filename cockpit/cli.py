@@ -18,17 +18,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("cockpit.commands.train", "start a run from a YAML config (detached supervisor)"),
     "check": ("cockpit.commands.check", "validate a config and its data, print the truncation report"),
     "runs": ("cockpit.commands.runs", "list the runs in the runs dir"),
-    "compare": ("cockpit.commands.compare", "two or more runs side by side: loss curves, config keys that differ, summaries"),
+    "compare": (
+        "cockpit.commands.compare",
+        "two or more runs side by side: loss curves, config keys that differ, summaries",
+    ),
     "attach": ("cockpit.commands.attach", "replay a run's event log, then follow it live"),
     "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
     "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),
     "resume": ("cockpit.commands.resume", "continue a stopped or failed run from its last good checkpoint"),
     "export": ("cockpit.commands.export", "export a run's adapter, or merge it into the base model"),
-    "serve": ("cockpit.commands.serve", "hand a run to vLLM: hot-load its adapter into a running server, or print/start the server"),
+    "serve": (
+        "cockpit.commands.serve",
+        "hand a run to vLLM: hot-load its adapter into a running server, or print/start the server",
+    ),
     "chat": ("cockpit.commands.chat", "the same prompt to base and tuned model, side by side, streamed"),
-    "preview": ("cockpit.commands.preview", "show the exact launch: torchrun command, every rank's env, NUMA binding, other nodes"),
+    "preview": (
+        "cockpit.commands.preview",
+        "show the exact launch: torchrun command, every rank's env, NUMA binding, other nodes",
+    ),
     "plan": ("cockpit.commands.plan", "estimate per-device memory before launch; say whether it fits"),
-    "tune": ("cockpit.commands.tune", "find the micro-batch that fits and runs fastest by real trial steps; write a tuned config"),
+    "tune": (
+        "cockpit.commands.tune",
+        "find the micro-batch that fits and runs fastest by real trial steps; write a tuned config",
+    ),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
 }
 
@@ -65,8 +77,13 @@ def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
     from cockpit import __version__
 
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
-    parser.add_argument("--runs-dir", dest="ui_runs_dir", default=None, metavar="DIR",
-                        help="with no command: the runs dir the TUI shows (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)")
+    parser.add_argument(
+        "--runs-dir",
+        dest="ui_runs_dir",
+        default=None,
+        metavar="DIR",
+        help="with no command: the runs dir the TUI shows (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)",
+    )
     if not with_commands:
         parser.set_defaults(command=None)
         return parser

@@ -141,7 +141,13 @@ def compare(runs: list[RunDir]) -> dict[str, Any]:
     configs = [read_config(r) for r in runs]
     return {
         "runs": [
-            {"run_id": r.run_id, "name": short_name(r.run_id), "run_dir": str(r.path), "summary": run_summary(r, c), **c}
+            {
+                "run_id": r.run_id,
+                "name": short_name(r.run_id),
+                "run_dir": str(r.path),
+                "summary": run_summary(r, c),
+                **c,
+            }
             for r, c in zip(runs, curves)
         ],
         "config_diff": config_diff(configs),
@@ -157,6 +163,7 @@ def fmt_cell(key: str, summary: dict[str, Any]) -> str:
         b, a = summary.get("probes_before"), summary.get("probes_after")
         if not (a or b):
             return "-"
+
         def side(p: dict[str, Any] | None) -> str:
             return f"{p.get('passed')}/{p.get('total')}" if p else "-"
 

@@ -44,7 +44,9 @@ def needs_gpu(cfg: Mapping[str, Any]) -> bool:
 
 def why_gpu(cfg: Mapping[str, Any]) -> str:
     """Which key asked for GPUs (for messages)."""
-    return "use_cpu: false" if _flag(cfg.get("use_cpu")) is False else f"quantization_bit: {cfg.get('quantization_bit')}"
+    return (
+        "use_cpu: false" if _flag(cfg.get("use_cpu")) is False else f"quantization_bit: {cfg.get('quantization_bit')}"
+    )
 
 
 def resolve_device(cfg: Mapping[str, Any], gpus_visible: int, reasons: list[str] | None = None) -> str:
@@ -64,8 +66,10 @@ def resolve_device(cfg: Mapping[str, Any], gpus_visible: int, reasons: list[str]
     return GPU if gpus_visible > 0 else CPU
 
 
-FP16_ON_CPU = ("fp16 mixed precision needs a GPU: on the CPU this run trains in fp32 "
-               "(fp16 applies where a GPU trains it; bf16 is the CPU's mixed precision)")
+FP16_ON_CPU = (
+    "fp16 mixed precision needs a GPU: on the CPU this run trains in fp32 "
+    "(fp16 applies where a GPU trains it; bf16 is the CPU's mixed precision)"
+)
 
 
 def cpu_precision(cfg: Mapping[str, Any], device: str) -> tuple[dict[str, Any], str | None]:

@@ -8,8 +8,9 @@ multiplying ``nproc_per_node`` by ``nnodes`` or re-deciding the precision.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 

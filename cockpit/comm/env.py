@@ -11,7 +11,7 @@ Only variables that are set are returned: first the well-known ones in :data:`KE
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 KEY_VARS = (
     "NCCL_DEBUG",

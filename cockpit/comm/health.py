@@ -26,7 +26,8 @@ torch is imported inside the functions only: this module is importable by the su
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 MB = 2**20
 DEFAULT_SIZES = (1 * MB, 4 * MB, 16 * MB, 64 * MB)

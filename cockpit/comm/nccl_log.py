@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 STATE_ORDER = ("unknown", "complete", "initializing", "timeout", "error")  # later = worse
 

@@ -28,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
     if args.no_follow:
         f = Follower(run_dir, show_progress=False)
         f.pump()
-        print(f"run {run_dir.run_id}: {status.get('state')}" + (f" ({status['reason']})" if status.get("reason") and status.get("state") == "lost" else ""))
+        print(
+            f"run {run_dir.run_id}: {status.get('state')}"
+            + (f" ({status['reason']})" if status.get("reason") and status.get("state") == "lost" else "")
+        )
         return EXIT_OK
     return follow_interactively(run_dir)

@@ -24,13 +24,26 @@ from cockpit.errors import InputError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run")
     add_runs_dir(p)
-    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable); none and no --probes: read prompts from stdin")
+    p.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        help="a prompt (repeatable); none and no --probes: read prompts from stdin",
+    )
     p.add_argument("--probes", action="store_true", help="ask the run's probes, report pass/fail for both sides")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's probe_max_new_tokens")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--device", default=None, help="local generation: cpu, cuda, ... (default: cuda when available)")
-    p.add_argument("--vllm-url", default=os.environ.get("COCKPIT_VLLM_URL"), help="generate on this vLLM server instead (default: $COCKPIT_VLLM_URL)")
-    p.add_argument("--name", default=None, help="with --vllm-url: the adapter's model name (default: serve.json's, else the run id)")
+    p.add_argument(
+        "--vllm-url",
+        default=os.environ.get("COCKPIT_VLLM_URL"),
+        help="generate on this vLLM server instead (default: $COCKPIT_VLLM_URL)",
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        help="with --vllm-url: the adapter's model name (default: serve.json's, else the run id)",
+    )
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     p.add_argument("--jsonl", action="store_true", help="speak the chat worker's JSON-lines protocol on stdin/stdout")
     p.add_argument("--json", action="store_true", help="print one JSON result at the end instead of streaming text")
@@ -51,7 +64,9 @@ def _vllm_backend(args, art, max_new):
     else:
         base = listed[name].get("parent") or rec.get("base_model_id")
         if not base:
-            raise InputError(f"{name!r} on {client.url} is not a LoRA adapter (no parent model); pass --name of the adapter")
+            raise InputError(
+                f"{name!r} on {client.url} is not a LoRA adapter (no parent model); pass --name of the adapter"
+            )
     return VLLMBackend(art, client, tuned=name, base=base, max_new_tokens=max_new)
 
 
@@ -116,7 +131,13 @@ def run(args: argparse.Namespace) -> int:
         passed = {s: sum(1 for r in results if r.get(f"{s}_ok")) for s in ("base", "tuned")}
         print(f"\nprobes: base {passed['base']}/{len(probes)}, tuned {passed['tuned']}/{len(probes)}")
     if args.json:
-        print(json.dumps({"run_id": art.run_id, "backend": "vllm" if args.vllm_url else "local", "results": results}, indent=1, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"run_id": art.run_id, "backend": "vllm" if args.vllm_url else "local", "results": results},
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
     return EXIT_FAILED if any("error" in r for r in results) else EXIT_OK
 
 
@@ -170,5 +191,7 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
         if many or "expect" in item:
             print(side_by_side(res.get("base", ""), res.get("tuned", "")))
         if "expect" in item:
-            print(f"expect {item['expect']}: base {'PASS' if res['base_ok'] else 'fail'}, tuned {'PASS' if res['tuned_ok'] else 'fail'}")
+            print(
+                f"expect {item['expect']}: base {'PASS' if res['base_ok'] else 'fail'}, tuned {'PASS' if res['tuned_ok'] else 'fail'}"
+            )
     return res

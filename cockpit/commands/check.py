@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from cockpit.commands.common import EXIT_OK, add_config_args, label_flag_problems, load_config_or_exit, print_input_error
+from cockpit.commands.common import (
+    EXIT_OK,
+    add_config_args,
+    label_flag_problems,
+    load_config_or_exit,
+    print_input_error,
+)
 from cockpit.errors import InputError
 
 

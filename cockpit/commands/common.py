@@ -9,8 +9,6 @@ from pathlib import Path
 from cockpit.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError  # noqa: F401 (the commands import them from here)
 from cockpit.run.rundir import RunDir, default_runs_dir, resolve_run
 
-
-
 CONFIG_FLAGS_EPILOG = (
     "Config keys also as LLaMA-Factory's flags, with or without a YAML file: --model_name_or_path M "
     "--dataset D --learning_rate 1e-4 --do_train (a bare flag is true). Flags override the file; --set overrides both."
@@ -21,15 +19,29 @@ def add_config_args(p: argparse.ArgumentParser, *, flag_form: bool = False) -> N
     """CONFIG and --set; with ``flag_form`` (train/check/plan, see cockpit.cli.CONFIG_FLAG_COMMANDS)
     CONFIG is optional: the keys may come as LLaMA-Factory flags instead."""
     if flag_form:
-        p.add_argument("config", nargs="?", default=None, help="a YAML run config (LLaMA-Factory keys); optional with --key value flags")
+        p.add_argument(
+            "config",
+            nargs="?",
+            default=None,
+            help="a YAML run config (LLaMA-Factory keys); optional with --key value flags",
+        )
         p.epilog = CONFIG_FLAGS_EPILOG
     else:
         p.add_argument("config", help="a YAML run config (LLaMA-Factory keys)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable)",
+    )
 
 
 def add_runs_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runs-dir", default=None, help="where runs live (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)")
+    p.add_argument(
+        "--runs-dir", default=None, help="where runs live (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)"
+    )
 
 
 def runs_dir(args: argparse.Namespace) -> Path:

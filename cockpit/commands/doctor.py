@@ -29,9 +29,21 @@ def _tags(value: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the checks as a JSON list (stable schema, see cockpit.doctor)")
-    parser.add_argument("--gpu-smoke", action="store_true", help="also run a matmul on each GPU and an all-reduce across them (CPU-only torch: CPU matmul + 2-process gloo all-reduce)")
-    parser.add_argument("--needs", type=_tags, default=[], metavar="TAGS", help="comma-separated tags the planned run needs (e.g. multi_gpu,deepspeed,qlora): missing pieces for them fail instead of warn")
+    parser.add_argument(
+        "--json", action="store_true", help="print the checks as a JSON list (stable schema, see cockpit.doctor)"
+    )
+    parser.add_argument(
+        "--gpu-smoke",
+        action="store_true",
+        help="also run a matmul on each GPU and an all-reduce across them (CPU-only torch: CPU matmul + 2-process gloo all-reduce)",
+    )
+    parser.add_argument(
+        "--needs",
+        type=_tags,
+        default=[],
+        metavar="TAGS",
+        help="comma-separated tags the planned run needs (e.g. multi_gpu,deepspeed,qlora): missing pieces for them fail instead of warn",
+    )
 
 
 @contextlib.contextmanager

@@ -30,8 +30,9 @@ def read_config(path: str) -> dict[str, Any]:
         raise InputError(Problem(f"cannot read: {e.strerror or e}", file=path)) from e
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
-        raise InputError(Problem(f"not valid YAML: {getattr(e, 'problem', e)}", file=path,
-                                 line=None if line is None else line + 1)) from e
+        raise InputError(
+            Problem(f"not valid YAML: {getattr(e, 'problem', e)}", file=path, line=None if line is None else line + 1)
+        ) from e
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -60,30 +61,57 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cockpit.commands.common import CONFIG_FLAGS_EPILOG
 
-    parser.add_argument("config", nargs="?", default=None,
-                        help="run config (YAML, LLaMA-Factory key names); optional with --key value flags")
+    parser.add_argument(
+        "config",
+        nargs="?",
+        default=None,
+        help="run config (YAML, LLaMA-Factory key names); optional with --key value flags",
+    )
     parser.epilog = CONFIG_FLAGS_EPILOG
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key (repeatable), e.g. --set cutoff_len=4096")
-    parser.add_argument("--gpus", type=int, default=None, metavar="N",
-                        help="data-parallel size on one node (overrides nproc_per_node / nnodes)")
-    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
-                        help="memory of one device in GiB (MI250 GCD: 64, MI300X: 192); enables the verdict")
-    parser.add_argument("--host-memory", type=float, default=None, metavar="GB",
-                        help="host RAM of one node in GiB for the load-time line (default: this machine's)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable), e.g. --set cutoff_len=4096",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="data-parallel size on one node (overrides nproc_per_node / nnodes)",
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="memory of one device in GiB (MI250 GCD: 64, MI300X: 192); enables the verdict",
+    )
+    parser.add_argument(
+        "--host-memory",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="host RAM of one node in GiB for the load-time line (default: this machine's)",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as a JSON object")
 
 
 def _fmt(b: float) -> str:
-    gib = b / 2 ** 30
-    return f"{gib:8.2f} GiB" if gib >= 0.1 else f"{b / 2 ** 20:8.1f} MiB"
+    gib = b / 2**30
+    return f"{gib:8.2f} GiB" if gib >= 0.1 else f"{b / 2**20:8.1f} MiB"
 
 
 def render(d: dict[str, Any]) -> str:
-    lines = [f"model {d['model']} ({d['model_source']}), {d['params']['total'] / 1e9:.3f}B params "
-             f"({d['params']['source']}), trainable {d['params']['trainable'] / 1e6:.2f}M, "
-             f"{d['finetuning_type']}, {d['precision']}, data-parallel {d['data_parallel']}",
-             f"peak at: {d['moment']}", ""]
+    lines = [
+        f"model {d['model']} ({d['model_source']}), {d['params']['total'] / 1e9:.3f}B params "
+        f"({d['params']['source']}), trainable {d['params']['trainable'] / 1e6:.2f}M, "
+        f"{d['finetuning_type']}, {d['precision']}, data-parallel {d['data_parallel']}",
+        f"peak at: {d['moment']}",
+        "",
+    ]
     peak = d["peak_bytes"] or 1
     width = max(len(t["name"]) for t in d["terms"])
     for t in d["terms"]:
@@ -99,22 +127,26 @@ def render(d: dict[str, Any]) -> str:
     h = d.get("host")
     if h:
         hv = h.get("verdict")
-        tail = f" -> {hv['status'].upper()} on {h['capacity_gib']:g} GiB of host RAM (headroom {hv['headroom']:.0%})" if hv else ""
+        tail = (
+            f" -> {hv['status'].upper()} on {h['capacity_gib']:g} GiB of host RAM (headroom {hv['headroom']:.0%})"
+            if hv
+            else ""
+        )
         lines.append(f"  host RAM at load, per node: {h['peak_gib']:.2f} GiB ({h['pattern']}){tail}")
     if d.get("device"):
         lines.append(f"  device: {d['device']}")
     v = d.get("verdict")
     if v:
         lines.append("")
-        lines.append(f"verdict: {v['status'].upper()} on {d['capacity_gib']:g} GiB "
-                     f"(headroom {v['headroom']:.0%})")
+        lines.append(f"verdict: {v['status'].upper()} on {d['capacity_gib']:g} GiB (headroom {v['headroom']:.0%})")
         s = d.get("suggestion")
         if s:
             if s.get("changes"):
                 ch = ", ".join(f"{k}: {json.dumps(val)}" for k, val in s["changes"].items())
                 lines.append(f"suggestion: {s['why']}")
-                lines.append(f"  set {ch} -> {_fmt(s['peak_bytes']).strip()} ({s['status']}, "
-                             f"headroom {s['headroom']:.0%})")
+                lines.append(
+                    f"  set {ch} -> {_fmt(s['peak_bytes']).strip()} ({s['status']}, headroom {s['headroom']:.0%})"
+                )
             else:
                 lines.append(f"suggestion: {s['why']}")
     else:
@@ -145,8 +177,13 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(Problem("must be a positive number of GiB", key="--host-memory"))
         from cockpit.plan import plan
 
-        result = plan(cfg, gpus=args.gpus, gpu_memory_gb=args.gpu_memory, host_memory_gb=args.host_memory,
-                      base_dir=os.path.dirname(os.path.abspath(args.config)) if args.config else os.getcwd())
+        result = plan(
+            cfg,
+            gpus=args.gpus,
+            gpu_memory_gb=args.gpu_memory,
+            host_memory_gb=args.host_memory,
+            base_dir=os.path.dirname(os.path.abspath(args.config)) if args.config else os.getcwd(),
+        )
     except InputError as e:
         print(f"cockpit plan: {e}", file=sys.stderr)
         return 2

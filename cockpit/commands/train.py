@@ -11,7 +11,15 @@ import argparse
 import json
 import sys
 
-from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_config_args, add_runs_dir, load_config_or_exit, print_input_error, runs_dir
+from cockpit.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_config_args,
+    add_runs_dir,
+    load_config_or_exit,
+    print_input_error,
+    runs_dir,
+)
 from cockpit.errors import InputError
 
 

@@ -40,16 +40,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_config_args(p)
-    p.add_argument("--memory-cap", type=float, default=None, metavar="GB",
-                   help="memory of one device in GiB (default: the device's memory; on the CPU the available RAM)")
-    p.add_argument("--gpus", type=int, default=None, metavar="N",
-                   help="data-parallel size on one node (overrides nproc_per_node / nnodes)")
-    p.add_argument("--candidates", default=None, metavar="1,2,4,8",
-                   help="micro-batches to try; each must divide the per-device batch "
-                        "(default: its power-of-two divisors and the config's own micro-batch)")
-    p.add_argument("--steps", type=int, default=3, metavar="N",
-                   help="optimizer steps per candidate, the first a warm-up (default 3, at least 2)")
-    p.add_argument("--out", default=None, metavar="PATH", help="the tuned config (default: <config>.tuned.yaml beside it)")
+    p.add_argument(
+        "--memory-cap",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="memory of one device in GiB (default: the device's memory; on the CPU the available RAM)",
+    )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="data-parallel size on one node (overrides nproc_per_node / nnodes)",
+    )
+    p.add_argument(
+        "--candidates",
+        default=None,
+        metavar="1,2,4,8",
+        help="micro-batches to try; each must divide the per-device batch "
+        "(default: its power-of-two divisors and the config's own micro-batch)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        metavar="N",
+        help="optimizer steps per candidate, the first a warm-up (default 3, at least 2)",
+    )
+    p.add_argument(
+        "--out", default=None, metavar="PATH", help="the tuned config (default: <config>.tuned.yaml beside it)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -61,23 +82,40 @@ def _size(gb: float | None) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
-    lines = [f"{doc['config']}: global batch {doc['global_batch']} ({doc['per_device_batch']} per device x "
-             f"{doc['world']} rank{'s' if doc['world'] > 1 else ''}), cap {_size(doc['cap_gb'])} on {doc['device']}, "
-             f"{doc['steps']} steps per candidate (the first untimed)", ""]
+    lines = [
+        f"{doc['config']}: global batch {doc['global_batch']} ({doc['per_device_batch']} per device x "
+        f"{doc['world']} rank{'s' if doc['world'] > 1 else ''}), cap {_size(doc['cap_gb'])} on {doc['device']}, "
+        f"{doc['steps']} steps per candidate (the first untimed)",
+        "",
+    ]
     head = ("micro-batch", "accumulation", "peak measured", "planned", "tokens/s", "result")
     rows = [head]
     for t in doc["trials"]:
-        result = {"fits": "fits", "tight": f"tight (<{doc['headroom']:.0%} free)", "oom": "OOM",
-                  "skipped": "not tried (a smaller one OOMed)"}[t["status"]]
-        rows.append((str(t["micro_batch"]), str(t["accumulation"]), _size(t["peak_gb"]), _size(t["planned_gb"]),
-                     "-" if t["tokens_per_s"] is None else f"{t['tokens_per_s']:.1f}", result))
+        result = {
+            "fits": "fits",
+            "tight": f"tight (<{doc['headroom']:.0%} free)",
+            "oom": "OOM",
+            "skipped": "not tried (a smaller one OOMed)",
+        }[t["status"]]
+        rows.append(
+            (
+                str(t["micro_batch"]),
+                str(t["accumulation"]),
+                _size(t["peak_gb"]),
+                _size(t["planned_gb"]),
+                "-" if t["tokens_per_s"] is None else f"{t['tokens_per_s']:.1f}",
+                result,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for r in rows:
         lines.append("  " + "  ".join(c.rjust(w) if i < 5 else c for i, (c, w) in enumerate(zip(r, widths))))
     lines += ["", ("chose: " if doc["ok"] else "") + doc["message"]]
     if doc["out"]:
         lines.append(f"wrote: {doc['out']}")
-    lines.append("planned: cockpit plan's tensor peak at full cutoff_len; the trial steps run the data's longest samples")
+    lines.append(
+        "planned: cockpit plan's tensor peak at full cutoff_len; the trial steps run the data's longest samples"
+    )
     return "\n".join(lines)
 
 
@@ -104,12 +142,24 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with stdout_to_stderr():
-            doc = tune(args.config, args.overrides, memory_cap_gb=args.memory_cap, gpus=args.gpus,
-                       candidates=parse_candidates(args.candidates), steps=args.steps, out=args.out, log=log)
+            doc = tune(
+                args.config,
+                args.overrides,
+                memory_cap_gb=args.memory_cap,
+                gpus=args.gpus,
+                candidates=parse_candidates(args.candidates),
+                steps=args.steps,
+                out=args.out,
+                log=log,
+            )
     except InputError as err:
         if args.json:
-            print(json.dumps({"ok": False, "out": None, "problems": [str(p) for p in err.problems],
-                              "message": str(err)}, ensure_ascii=False))
+            print(
+                json.dumps(
+                    {"ok": False, "out": None, "problems": [str(p) for p in err.problems], "message": str(err)},
+                    ensure_ascii=False,
+                )
+            )
         return print_input_error(err)
     except Exception as exc:  # noqa: BLE001 - a trial failed for another reason than memory
         import traceback

@@ -10,8 +10,9 @@ the schema types them. No torch imports.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -104,7 +105,9 @@ def flags_to_overrides(flags: Iterable[ConfigFlag]) -> tuple[dict[str, Any], dic
 
 def own_options(parser: Any) -> dict[str, bool]:
     """A command parser's option strings -> whether each takes a value."""
-    return {opt: action.nargs != 0 for opt, action in parser._option_string_actions.items()}  # argparse has no public list of options
+    return {
+        opt: action.nargs != 0 for opt, action in parser._option_string_actions.items()
+    }  # argparse has no public list of options
 
 
 def typed_values(flags: Iterable[ConfigFlag]) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -27,6 +28,7 @@ DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 
 # Keys whose values are paths that must exist (resolved to absolute paths).
 _INPUT_PATH_KEYS = ("adapter_name_or_path", "deepspeed", "probes", "ref_model_adapters")
+
 
 # -- YAML with line numbers ------------------------------------------------------------------
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -82,11 +84,15 @@ def parse_yaml_text(text: str, name: str = "<config>") -> tuple[dict[str, Any], 
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(Problem(f"invalid YAML: {problem}", file=name, line=(mark.line + 1) if mark else None)) from None
+        raise InputError(
+            Problem(f"invalid YAML: {problem}", file=name, line=(mark.line + 1) if mark else None)
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InputError(Problem(f"expected a mapping of key: value at the top level, got {type(data).__name__}", file=name, line=1))
+        raise InputError(
+            Problem(f"expected a mapping of key: value at the top level, got {type(data).__name__}", file=name, line=1)
+        )
     lines: dict[str, int] = {}
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -217,7 +223,7 @@ def _resolve_existing(value: str, base_dirs: list[Path]) -> Path | None:
     if p.is_absolute():
         return p if p.exists() else None
     for base in base_dirs:
-        cand = (base / p)
+        cand = base / p
         if cand.exists():
             return cand.resolve()
     return None
@@ -260,7 +266,9 @@ def validate(
     return cfg
 
 
-def _typed_values(raw: Mapping[str, Any], problems: list[Problem], where: Any, file: str | None, lines: Mapping[str, int]) -> dict[str, Any]:
+def _typed_values(
+    raw: Mapping[str, Any], problems: list[Problem], where: Any, file: str | None, lines: Mapping[str, int]
+) -> dict[str, Any]:
     """The defaults with every known key's value coerced to its schema type; unknown keys and
     values of the wrong type are problems."""
     cfg = default_config()
@@ -282,7 +290,12 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
     if not cfg.get("dataset"):
         problems.append(Problem("required: a .json/.jsonl file or dataset names", **where("dataset")))
     if cfg["ignore_pad_token_for_loss"] is False:
-        problems.append(Problem("padding never carries the loss here; ignore_pad_token_for_loss must be true", **where("ignore_pad_token_for_loss")))
+        problems.append(
+            Problem(
+                "padding never carries the loss here; ignore_pad_token_for_loss must be true",
+                **where("ignore_pad_token_for_loss"),
+            )
+        )
     if cfg["do_train"] is False:
         problems.append(Problem("only training is supported (do_train must be true)", **where("do_train")))
     if cfg["bf16"] and cfg["fp16"]:
@@ -290,14 +303,21 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
     if cfg["deepspeed"] and cfg["fsdp"]:
         problems.append(Problem("deepspeed and fsdp are both set; choose one strategy", **where("fsdp")))
     if cfg["quantization_bit"] is not None and cfg["finetuning_type"] != "lora":
-        problems.append(Problem(f"quantization_bit needs finetuning_type: lora (QLoRA), got {cfg['finetuning_type']}", **where("quantization_bit")))
+        problems.append(
+            Problem(
+                f"quantization_bit needs finetuning_type: lora (QLoRA), got {cfg['finetuning_type']}",
+                **where("quantization_bit"),
+            )
+        )
     if cfg["node_rank"] >= cfg["nnodes"]:
         problems.append(Problem(f"node_rank {cfg['node_rank']} must be < nnodes {cfg['nnodes']}", **where("node_rank")))
     if isinstance(cfg["val_size"], float) and cfg["val_size"] >= 1 and not cfg["val_size"].is_integer():
         problems.append(Problem("val_size must be a fraction < 1 or a whole count", **where("val_size")))
     target = cfg["lora_target"]
     if target != "all" and not all(re.fullmatch(r"[A-Za-z0-9_.*]+", t.strip()) for t in target.split(",")):
-        problems.append(Problem(f"expected 'all' or a comma list of module names, got {target!r}", **where("lora_target")))
+        problems.append(
+            Problem(f"expected 'all' or a comma list of module names, got {target!r}", **where("lora_target"))
+        )
     if cfg["lora_alpha"] is None:
         cfg["lora_alpha"] = 2 * cfg["lora_rank"]
     if cfg["fsdp"] is not None:
@@ -305,7 +325,9 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
         allowed = {"full_shard", "shard_grad_op", "hybrid_shard", "no_shard", "offload", "auto_wrap"}
         bad = [o for o in opts if o not in allowed]
         if bad or not opts:
-            problems.append(Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp")))
+            problems.append(
+                Problem(f"unknown fsdp option(s) {bad or opts}; allowed: {' '.join(sorted(allowed))}", **where("fsdp"))
+            )
     return problems
 
 
@@ -357,7 +379,9 @@ def _resolve_aliases(raw: Mapping[str, Any], problems: list[Problem], where: Any
     return out
 
 
-def _strategy_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, problems: list[Problem]) -> list[Problem]:
+def _strategy_problems(
+    raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, problems: list[Problem]
+) -> list[Problem]:
     """Cross-key rules of the strategy keys (zero_stage, offload, numa_bind, multi-node, fsdp)."""
     from cockpit.strategy.numa import check_value
 
@@ -369,26 +393,53 @@ def _strategy_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Any, 
     if msg:
         out.append(Problem(f"{msg} (auto | off | a quoted map like '0:0,1:0,2:1')", **where("numa_bind")))
     if cfg.get("zero_stage") and cfg.get("deepspeed"):
-        out.append(Problem("zero_stage generates a DeepSpeed config, and deepspeed names one too; choose one", **where("zero_stage")))
+        out.append(
+            Problem(
+                "zero_stage generates a DeepSpeed config, and deepspeed names one too; choose one",
+                **where("zero_stage"),
+            )
+        )
     if cfg.get("zero_stage") and cfg.get("fsdp"):
         out.append(Problem("zero_stage (DeepSpeed) and fsdp are both set; choose one strategy", **where("fsdp")))
     if cfg.get("offload", "none") != "none" and not cfg.get("zero_stage"):
-        hint = " (for a deepspeed file, set offload in the file; for fsdp, add 'offload' to fsdp)" if (cfg.get("deepspeed") or cfg.get("fsdp")) else ""
-        out.append(Problem(f"offload applies to a generated DeepSpeed config: set zero_stage: 2 or 3{hint}", **where("offload")))
+        hint = (
+            " (for a deepspeed file, set offload in the file; for fsdp, add 'offload' to fsdp)"
+            if (cfg.get("deepspeed") or cfg.get("fsdp"))
+            else ""
+        )
+        out.append(
+            Problem(
+                f"offload applies to a generated DeepSpeed config: set zero_stage: 2 or 3{hint}", **where("offload")
+            )
+        )
     if cfg.get("offload") == "optimizer+params" and cfg.get("zero_stage") == 2:
-        out.append(Problem("parameter offload needs zero_stage: 3 (ZeRO-2 offloads the optimizer only)", **where("offload")))
+        out.append(
+            Problem("parameter offload needs zero_stage: 3 (ZeRO-2 offloads the optimizer only)", **where("offload"))
+        )
     if int(cfg["nnodes"]) > 1 and not int(cfg["master_port"] or 0):
-        out.append(Problem("several nodes need a fixed master_port that every node uses (0 picks a free port on one machine only)", **where("master_port")))
+        out.append(
+            Problem(
+                "several nodes need a fixed master_port that every node uses (0 picks a free port on one machine only)",
+                **where("master_port"),
+            )
+        )
     if cfg.get("fsdp"):
         opts = set(str(cfg["fsdp"]).split())
         if world_size_of(cfg) < 2:
-            out.append(Problem("FSDP shards over several processes; set nproc_per_node (or nnodes) above 1", **where("fsdp")))
+            out.append(
+                Problem("FSDP shards over several processes; set nproc_per_node (or nnodes) above 1", **where("fsdp"))
+            )
         if "no_shard" in opts:
             out.append(Problem("no_shard is plain data parallel: unset fsdp to train with DDP", **where("fsdp")))
         if {"full_shard", "shard_grad_op"} <= opts:
             out.append(Problem("full_shard and shard_grad_op are both given; choose one", **where("fsdp")))
         if cfg.get("quantization_bit"):
-            out.append(Problem("FSDP with a quantized (QLoRA) base is not supported; unset quantization_bit or fsdp", **where("fsdp")))
+            out.append(
+                Problem(
+                    "FSDP with a quantized (QLoRA) base is not supported; unset quantization_bit or fsdp",
+                    **where("fsdp"),
+                )
+            )
     return out
 
 
@@ -459,6 +510,7 @@ def to_yaml(cfg: Mapping[str, Any], *, only_changed: bool = True) -> str:
     out = {
         k: v
         for k, v in cfg.items()
-        if not k.startswith("_") and (not only_changed or v != defaults.get(k) or k in ("model_name_or_path", "dataset"))
+        if not k.startswith("_")
+        and (not only_changed or v != defaults.get(k) or k in ("model_name_or_path", "dataset"))
     }
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)

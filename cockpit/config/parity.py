@@ -5,7 +5,8 @@ package's presence is looked up with importlib.util.find_spec."""
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from cockpit.errors import Problem
 
@@ -48,50 +49,113 @@ def has_module(name: str) -> bool:
         return False
 
 
-def parity_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def parity_problems(
+    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+) -> list[Problem]:
     out: list[Problem] = []
     method = cfg["finetuning_type"]
     for key in LORA_ONLY:
         if key in raw and cfg.get(key) and method != "lora":
             out.append(Problem(f"a LoRA variant: needs finetuning_type: lora, got {method}", **where(key)))
     if cfg.get("pissa_init") and cfg.get("adapter_name_or_path"):
-        out.append(Problem("PiSSA initialises a new adapter; adapter_name_or_path loads an existing one: choose one", **where("pissa_init")))
+        out.append(
+            Problem(
+                "PiSSA initialises a new adapter; adapter_name_or_path loads an existing one: choose one",
+                **where("pissa_init"),
+            )
+        )
     if cfg.get("loraplus_lr_ratio") and (cfg.get("deepspeed") or cfg.get("zero_stage") or cfg.get("fsdp")):
-        out.append(Problem("LoRA+ builds its own optimizer before training; with DeepSpeed or FSDP the strategy builds it: not supported together yet", **where("loraplus_lr_ratio")))
+        out.append(
+            Problem(
+                "LoRA+ builds its own optimizer before training; with DeepSpeed or FSDP the strategy builds it: not supported together yet",
+                **where("loraplus_lr_ratio"),
+            )
+        )
     optim = cfg.get("optim")
     need = optim_requirement(optim) if optim else None
     if need and not has_module(need[0]):
         gpu = " and a GPU" if need[2] else ""
-        out.append(Problem(f"{optim} needs the {need[1]} package{gpu}; it is not installed here (adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop need nothing)", **where("optim")))
+        out.append(
+            Problem(
+                f"{optim} needs the {need[1]} package{gpu}; it is not installed here (adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop need nothing)",
+                **where("optim"),
+            )
+        )
     elif need and need[2] and cfg.get("use_cpu"):
         out.append(Problem(f"{optim} ({need[1]}) runs on a GPU only; on the CPU use adamw_torch", **where("optim")))
     out += _eval_problems(raw, cfg, where)
     if cfg.get("flash_attn") == "fa2":
         if cfg.get("use_cpu"):
-            out.append(Problem("fa2 (FlashAttention-2) is a GPU kernel; on the CPU use sdpa or eager", **where("flash_attn")))
+            out.append(
+                Problem("fa2 (FlashAttention-2) is a GPU kernel; on the CPU use sdpa or eager", **where("flash_attn"))
+            )
         elif not has_module("flash_attn"):
-            out.append(Problem("fa2 needs the flash-attn package (on ROCm: AMD's ROCm/flash-attention build); not installed here, use sdpa", **where("flash_attn")))
+            out.append(
+                Problem(
+                    "fa2 needs the flash-attn package (on ROCm: AMD's ROCm/flash-attention build); not installed here, use sdpa",
+                    **where("flash_attn"),
+                )
+            )
     if cfg.get("disable_gradient_checkpointing") and cfg.get("gradient_checkpointing"):
-        out.append(Problem("gradient_checkpointing is true and disable_gradient_checkpointing too; keep one", **where("disable_gradient_checkpointing")))
+        out.append(
+            Problem(
+                "gradient_checkpointing is true and disable_gradient_checkpointing too; keep one",
+                **where("disable_gradient_checkpointing"),
+            )
+        )
     if cfg.get("create_new_adapter") and not cfg.get("adapter_name_or_path"):
-        out.append(Problem("needs adapter_name_or_path (the adapter merged into the base before a new one is trained)", **where("create_new_adapter")))
+        out.append(
+            Problem(
+                "needs adapter_name_or_path (the adapter merged into the base before a new one is trained)",
+                **where("create_new_adapter"),
+            )
+        )
     elif cfg.get("create_new_adapter") and cfg.get("quantization_bit"):
-        out.append(Problem("an adapter cannot be merged into quantized (QLoRA) weights; unset quantization_bit or create_new_adapter", **where("create_new_adapter")))
+        out.append(
+            Problem(
+                "an adapter cannot be merged into quantized (QLoRA) weights; unset quantization_bit or create_new_adapter",
+                **where("create_new_adapter"),
+            )
+        )
     if cfg.get("include_num_input_tokens_seen") is False:
-        out.append(Problem("always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens", **where("include_num_input_tokens_seen")))
+        out.append(
+            Problem(
+                "always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens",
+                **where("include_num_input_tokens_seen"),
+            )
+        )
     modules = str(cfg.get("freeze_trainable_modules") or "all")
-    if modules != "all" and not all(m.strip() and m.strip().replace("_", "").replace(".", "").isalnum() for m in modules.split(",")):
-        out.append(Problem(f"expected 'all' or a comma list of module names, got {modules!r}", **where("freeze_trainable_modules")))
+    if modules != "all" and not all(
+        m.strip() and m.strip().replace("_", "").replace(".", "").isalnum() for m in modules.split(",")
+    ):
+        out.append(
+            Problem(
+                f"expected 'all' or a comma list of module names, got {modules!r}", **where("freeze_trainable_modules")
+            )
+        )
     if "freeze_trainable_modules" in raw and modules != "all" and cfg["finetuning_type"] != "freeze":
-        out.append(Problem(f"applies to finetuning_type: freeze, got {cfg['finetuning_type']}", **where("freeze_trainable_modules")))
+        out.append(
+            Problem(
+                f"applies to finetuning_type: freeze, got {cfg['finetuning_type']}", **where("freeze_trainable_modules")
+            )
+        )
     if cfg.get("low_cpu_mem_usage") is False:
-        out.append(Problem("transformers 5 always loads weights without a full random init first; it cannot be turned off", **where("low_cpu_mem_usage")))
+        out.append(
+            Problem(
+                "transformers 5 always loads weights without a full random init first; it cannot be turned off",
+                **where("low_cpu_mem_usage"),
+            )
+        )
     return out
 
 
-def _eval_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _eval_problems(
+    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+) -> list[Problem]:
     if cfg.get("val_size") and cfg.get("eval_dataset"):
-        return [Problem("val_size holds out a split and eval_dataset names other data; choose one", **where("eval_dataset"))]
+        return [
+            Problem("val_size holds out a split and eval_dataset names other data; choose one", **where("eval_dataset"))
+        ]
     if cfg.get("val_size") or cfg.get("eval_dataset"):
         return _best_model_problems(cfg, where)
     why = "needs evaluation data: set val_size or eval_dataset"
@@ -99,8 +163,18 @@ def _eval_problems(raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[
     for key in ("do_eval", "eval_on_start", "load_best_model_at_end"):
         if cfg.get(key):
             out.append(Problem(f"{key} {why}", **where(key)))
-    for key in ("eval_strategy", "eval_steps", "per_device_eval_batch_size", "metric_for_best_model", "greater_is_better"):
-        if key in raw and cfg.get(key) not in (None, "no") and not (key == "per_device_eval_batch_size" and cfg[key] == 1):
+    for key in (
+        "eval_strategy",
+        "eval_steps",
+        "per_device_eval_batch_size",
+        "metric_for_best_model",
+        "greater_is_better",
+    ):
+        if (
+            key in raw
+            and cfg.get(key) not in (None, "no")
+            and not (key == "per_device_eval_batch_size" and cfg[key] == 1)
+        ):
             out.append(Problem(f"{key} {why}", **where(key)))
     return out
 
@@ -119,47 +193,114 @@ def _best_model_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, A
     if not cfg.get("load_best_model_at_end"):
         return []
     if cfg["save_strategy"] != strategy:
-        return [Problem(f"load_best_model_at_end needs save_strategy = eval strategy ({strategy}), got {cfg['save_strategy']}", **where("load_best_model_at_end"))]
+        return [
+            Problem(
+                f"load_best_model_at_end needs save_strategy = eval strategy ({strategy}), got {cfg['save_strategy']}",
+                **where("load_best_model_at_end"),
+            )
+        ]
     if strategy == "steps" and steps and cfg["save_steps"] % steps:
-        return [Problem(f"load_best_model_at_end needs save_steps ({cfg['save_steps']}) to be a multiple of eval_steps ({steps})", **where("save_steps"))]
+        return [
+            Problem(
+                f"load_best_model_at_end needs save_steps ({cfg['save_steps']}) to be a multiple of eval_steps ({steps})",
+                **where("save_steps"),
+            )
+        ]
     return []
 
 
 # Why each LLaMA-Factory key Cockpit does not implement is refused: (fnmatch patterns, reason).
 # The first match wins; tests/test_lf_parity.py checks that every refused key has one.
 REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("image_*", "video_*", "audio_*", "crop_to_patches", "use_audio_in_video", "media_dir", "freeze_vision_tower",
-      "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only"),
-     "multimodal (image/video/audio) training; Cockpit trains text models only"),
+    (
+        (
+            "image_*",
+            "video_*",
+            "audio_*",
+            "crop_to_patches",
+            "use_audio_in_video",
+            "media_dir",
+            "freeze_vision_tower",
+            "freeze_multi_modal_projector",
+            "freeze_language_model",
+            "train_mm_proj_only",
+        ),
+        "multimodal (image/video/audio) training; Cockpit trains text models only",
+    ),
     (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
-    (("vllm_*", "infer_backend", "infer_dtype", "use_kv_cache"), "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`"),
-    (("ppo_*", "reward_model*"),
-     "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
-    (("use_galore", "galore_*"), "GaLore needs the galore-torch package and is not wired in yet (optim: galore_adamw works where galore-torch is installed)"),
-    (("use_apollo", "apollo_*"), "APOLLO needs the apollo-torch package and is not wired in yet (optim: apollo_adamw works where apollo-torch is installed)"),
+    (
+        ("vllm_*", "infer_backend", "infer_dtype", "use_kv_cache"),
+        "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`",
+    ),
+    (("ppo_*", "reward_model*"), "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
+    (
+        ("use_galore", "galore_*"),
+        "GaLore needs the galore-torch package and is not wired in yet (optim: galore_adamw works where galore-torch is installed)",
+    ),
+    (
+        ("use_apollo", "apollo_*"),
+        "APOLLO needs the apollo-torch package and is not wired in yet (optim: apollo_adamw works where apollo-torch is installed)",
+    ),
     (("use_badam", "badam_*"), "BAdam (block-wise Adam) needs the badam package; not supported yet"),
-    (("swanlab_*", "use_swanlab"), "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record"),
-    (("ray_*", "resources_per_worker", "placement_strategy"), "Ray launching; Cockpit launches with torchrun (nproc_per_node / nnodes) or Slurm"),
-    (("hf_hub_token", "ms_hub_token", "om_hub_token"), "a hub token in a config file; set HF_TOKEN in the environment instead (never stored in the run dir)"),
-    (("quantization_method", "quantization_type", "double_quantization", "quantization_device_map"),
-     "Cockpit's QLoRA is bitsandbytes NF4 with double quantization (quantization_bit: 4 | 8); other methods are not supported yet"),
+    (
+        ("swanlab_*", "use_swanlab"),
+        "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record",
+    ),
+    (
+        ("ray_*", "resources_per_worker", "placement_strategy"),
+        "Ray launching; Cockpit launches with torchrun (nproc_per_node / nnodes) or Slurm",
+    ),
+    (
+        ("hf_hub_token", "ms_hub_token", "om_hub_token"),
+        "a hub token in a config file; set HF_TOKEN in the environment instead (never stored in the run dir)",
+    ),
+    (
+        ("quantization_method", "quantization_type", "double_quantization", "quantization_device_map"),
+        "Cockpit's QLoRA is bitsandbytes NF4 with double quantization (quantization_bit: 4 | 8); other methods are not supported yet",
+    ),
     (("use_unsloth", "use_unsloth_gc"), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
     (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),
     (("shift_attn",), "LongLoRA shift short attention is Llama-only and patches the model; not supported"),
     (("mixture_of_depths",), "Mixture-of-Depths conversion needs the MoD package; not supported"),
     (("moe_aux_loss_coef",), "MoE router auxiliary loss: not wired in yet"),
-    (("train_from_scratch",), "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)"),
-    (("offload_folder", "use_cache", "print_param_status", "model_revision"), "a model-loading option not wired in yet (pin a revision with a local folder)"),
-    (("resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens", "split_special_tokens"),
-     "vocabulary changes (new tokens, resized embeddings) are not supported yet"),
-    (("tokenized_path", "streaming", "buffer_size"), "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)"),
-    (("mix_strategy", "interleave_probs"), "several datasets are concatenated; interleaving strategies are not supported yet"),
-    (("tool_format", "enable_thinking"), "a template option not supported yet (the chat template renders the data as given)"),
+    (
+        ("train_from_scratch",),
+        "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)",
+    ),
+    (
+        ("offload_folder", "use_cache", "print_param_status", "model_revision"),
+        "a model-loading option not wired in yet (pin a revision with a local folder)",
+    ),
+    (
+        ("resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens", "split_special_tokens"),
+        "vocabulary changes (new tokens, resized embeddings) are not supported yet",
+    ),
+    (
+        ("tokenized_path", "streaming", "buffer_size"),
+        "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)",
+    ),
+    (
+        ("mix_strategy", "interleave_probs"),
+        "several datasets are concatenated; interleaving strategies are not supported yet",
+    ),
+    (
+        ("tool_format", "enable_thinking"),
+        "a template option not supported yet (the chat template renders the data as given)",
+    ),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
-    (("do_predict", "predict_with_generate"), "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run"),
-    (("pissa_convert",), "converting a PiSSA adapter back to a plain LoRA at save time is not supported yet (cockpit export merges it)"),
-    (("freeze_extra_modules",), "extra fully-trained modules in freeze tuning are not supported yet (additional_target does it for LoRA)"),
+    (
+        ("do_predict", "predict_with_generate"),
+        "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run",
+    ),
+    (
+        ("pissa_convert",),
+        "converting a PiSSA adapter back to a plain LoRA at save time is not supported yet (cockpit export merges it)",
+    ),
+    (
+        ("freeze_extra_modules",),
+        "extra fully-trained modules in freeze tuning are not supported yet (additional_target does it for LoRA)",
+    ),
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
 )
 

@@ -38,16 +38,36 @@ def stage_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]
     stage = cfg.get("stage", "sft")
     out: list[Problem] = []
     if cfg.get("ref_model_adapters") and not cfg.get("ref_model"):
-        out.append(Problem("ref_model_adapters needs ref_model (the adapters are applied to it)", **where("ref_model_adapters")))
+        out.append(
+            Problem(
+                "ref_model_adapters needs ref_model (the adapters are applied to it)", **where("ref_model_adapters")
+            )
+        )
     if cfg.get("ref_model_quantization_bit") and not cfg.get("ref_model"):
         out.append(Problem("ref_model_quantization_bit needs ref_model", **where("ref_model_quantization_bit")))
     if cfg.get("ref_model") and not uses_reference(cfg):
-        why = f"pref_loss {cfg.get('pref_loss')} uses no reference model" if stage == "dpo" else f"stage {stage} uses no reference model"
+        why = (
+            f"pref_loss {cfg.get('pref_loss')} uses no reference model"
+            if stage == "dpo"
+            else f"stage {stage} uses no reference model"
+        )
         out.append(Problem(f"{why}; unset ref_model", **where("ref_model")))
     if stage == "dpo" and cfg.get("dpo_label_smoothing") and cfg.get("pref_loss") != "sigmoid":
-        out.append(Problem(f"dpo_label_smoothing applies to pref_loss sigmoid (robust DPO), not {cfg.get('pref_loss')}", **where("dpo_label_smoothing")))
+        out.append(
+            Problem(
+                f"dpo_label_smoothing applies to pref_loss sigmoid (robust DPO), not {cfg.get('pref_loss')}",
+                **where("dpo_label_smoothing"),
+            )
+        )
     if stage == "rm" and cfg.get("finetuning_type") == "freeze":
-        out.append(Problem("stage rm trains a new value head: use finetuning_type lora or full", **where("finetuning_type")))
+        out.append(
+            Problem("stage rm trains a new value head: use finetuning_type lora or full", **where("finetuning_type"))
+        )
     if stage != "sft" and (cfg.get("fsdp") or cfg.get("deepspeed") or cfg.get("zero_stage")):
-        out.append(Problem(f"stage {stage}: sharded strategies (fsdp / deepspeed / zero_stage) are for stage sft so far", **where("stage")))
+        out.append(
+            Problem(
+                f"stage {stage}: sharded strategies (fsdp / deepspeed / zero_stage) are for stage sft so far",
+                **where("stage"),
+            )
+        )
     return out

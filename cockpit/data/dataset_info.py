@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.config.load import DEMO_DIR
 from cockpit.data.formats import DatasetSpec
@@ -87,7 +88,12 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
         hit = next(((d, info, data, text) for d, info, data, text in registries if name in data), None)
         if hit is None:
             known = sorted({n for _, _, data, _ in registries for n in data})
-            problems.append(Problem(f"dataset {name!r} is not in {', '.join(str(r[1]) for r in registries)} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})", **where))
+            problems.append(
+                Problem(
+                    f"dataset {name!r} is not in {', '.join(str(r[1]) for r in registries)} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})",
+                    **where,
+                )
+            )
             continue
         d, info, data, text = hit
         entry = data[name]
@@ -98,7 +104,12 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
             continue
         remote = [k for k in _UNSUPPORTED_ENTRY_KEYS if k in entry]
         if remote and "file_name" not in entry:
-            problems.append(Problem(f"{remote[0]}: datasets from a hub or script are not supported (no hub access); download it and use file_name", **loc))
+            problems.append(
+                Problem(
+                    f"{remote[0]}: datasets from a hub or script are not supported (no hub access); download it and use file_name",
+                    **loc,
+                )
+            )
             continue
         if "file_name" not in entry:
             problems.append(Problem("missing 'file_name'", **loc))
@@ -116,11 +127,26 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
             problems.append(Problem(f"file_name {entry['file_name']!r}: no such file in {d}", **loc))
             continue
         if path.is_dir():
-            problems.append(Problem(f"file_name {entry['file_name']!r} is a directory (folders of files are not supported yet)", **loc))
+            problems.append(
+                Problem(
+                    f"file_name {entry['file_name']!r} is a directory (folders of files are not supported yet)", **loc
+                )
+            )
             continue
         columns = entry.get("columns") or {}
         tags = entry.get("tags") or {}
-        specs.append(DatasetSpec(name=name, path=path, formatting=fmt, columns=dict(columns), tags=dict(tags), info_file=str(info), info_line=line, ranking=bool(entry.get("ranking"))))
+        specs.append(
+            DatasetSpec(
+                name=name,
+                path=path,
+                formatting=fmt,
+                columns=dict(columns),
+                tags=dict(tags),
+                info_file=str(info),
+                info_line=line,
+                ranking=bool(entry.get("ranking")),
+            )
+        )
     if problems:
         raise InputError(problems)
     return specs

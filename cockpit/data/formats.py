@@ -11,13 +11,20 @@ A normalized sample is ``{"messages": [{"role": "system"|"user"|"assistant"|"too
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.errors import Problem
 
-ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "system": "system", "history": "history"}
+ALPACA_COLUMNS = {
+    "prompt": "instruction",
+    "query": "input",
+    "response": "output",
+    "system": "system",
+    "history": "history",
+}
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": "system", "tools": "tools"}
 SHAREGPT_TAGS = {
     "role_tag": "from",
@@ -74,7 +81,9 @@ def read_records(path: Path) -> tuple[list[tuple[int, Any]], list[Problem]]:
             try:
                 text_lines.append(bline.decode("utf-8-sig" if i == 1 else "utf-8"))
             except UnicodeDecodeError as exc:
-                problems.append(Problem(f"not UTF-8 (byte 0x{bline[exc.start]:02x} at column {exc.start + 1})", file=name, line=i))
+                problems.append(
+                    Problem(f"not UTF-8 (byte 0x{bline[exc.start]:02x} at column {exc.start + 1})", file=name, line=i)
+                )
                 text_lines.append("")
         text = "\n".join(text_lines)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -170,7 +179,15 @@ def sharegpt_to_messages(
     conv = rec.get(cols["messages"])
     if conv is None and cols["messages"] == "conversations" and "messages" in rec:
         conv = rec["messages"]
-        t = {**t, "role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system", "observation_tag": "tool"}
+        t = {
+            **t,
+            "role_tag": "role",
+            "content_tag": "content",
+            "user_tag": "user",
+            "assistant_tag": "assistant",
+            "system_tag": "system",
+            "observation_tag": "tool",
+        }
     if conv is None:
         return None, f"missing field {cols['messages']!r}"
     if not isinstance(conv, list) or not conv:

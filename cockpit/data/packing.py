@@ -20,7 +20,8 @@ torch / transformers are imported inside the functions (``cockpit check`` import
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def packing_enabled(cfg: Mapping[str, Any]) -> bool:

@@ -39,9 +39,9 @@ def ranking_problem(stage: str, ranking: bool, entry: Mapping[str, Any]) -> str 
     if ranking and stage not in PAIRWISE:
         return f"a ranking (chosen / rejected) dataset needs stage dpo or rm, not {stage}"
     if stage in PAIRWISE and not ranking:
-        return f"stage {stage} needs preference pairs: an entry with \"ranking\": true and chosen / rejected columns"
+        return f'stage {stage} needs preference pairs: an entry with "ranking": true and chosen / rejected columns'
     if stage == "kto" and not (entry.get("columns") or {}).get("kto_tag"):
-        return "stage kto needs a kto_tag column (columns: {\"kto_tag\": \"label\"})"
+        return 'stage kto needs a kto_tag column (columns: {"kto_tag": "label"})'
     return None
 
 
@@ -132,7 +132,10 @@ def text_from_record(rec: Any, fmt: str, spec: DatasetSpec) -> tuple[dict[str, A
         col = "text"  # a bare file of {"text": ...} lines (c4 style) without a dataset_info entry
     text = rec.get(col)
     if text is None:
-        return None, f"missing field {col!r} (stage pt reads raw text from the prompt column, e.g. columns: {{prompt: text}})"
+        return (
+            None,
+            f"missing field {col!r} (stage pt reads raw text from the prompt column, e.g. columns: {{prompt: text}})",
+        )
     if not isinstance(text, str):
         return None, f"field {col!r} must be a string, got {type(text).__name__}"
     if not text.strip():

@@ -5,8 +5,9 @@ One code path for ``cockpit check`` and the training ranks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.data.collect import collect_samples
 from cockpit.data.formats import LoadResult
@@ -43,8 +44,9 @@ def _pool_init(tokenizer: Any) -> None:
     _POOL_TOKENIZER = tokenizer
 
 
-def render_all(tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1,
-               mask: dict[str, bool] | None = None) -> list[tuple[Rendered | None, str | None]]:
+def render_all(
+    tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1, mask: dict[str, bool] | None = None
+) -> list[tuple[Rendered | None, str | None]]:
     """Render (tokenise + mask) every sample, in order; ``preprocessing_num_workers`` > 1 splits
     the work over that many processes (a fork pool, each with the tokenizer). Per sample:
     (rendered, None) or (None, the error)."""
@@ -70,7 +72,9 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
     problems: list[Problem] = []
     cutoff = int(cfg["cutoff_len"])
     workers = int(cfg.get("preprocessing_num_workers") or 1)
-    for sample, (result, error) in zip(loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, masking(cfg))):
+    for sample, (result, error) in zip(
+        loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, masking(cfg))
+    ):
         if error is None:
             rendered.append(result)
         else:  # a template error on one row: report it by its line

@@ -23,13 +23,15 @@ def load_probes(path: str | Path) -> list[dict[str, Any]]:
     probes = []
     for line, rec in records:
         if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
-            problems.append(Problem("expected {\"prompt\": str, \"expect\": str | [str]}", file=str(path), line=line))
+            problems.append(Problem('expected {"prompt": str, "expect": str | [str]}', file=str(path), line=line))
             continue
         expect = rec.get("expect")
         if isinstance(expect, str):
             expect = [expect]
         if not (isinstance(expect, list) and expect and all(isinstance(e, str) and e for e in expect)):
-            problems.append(Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line))
+            problems.append(
+                Problem("'expect' must be a non-empty string or list of strings", file=str(path), line=line)
+            )
             continue
         group = rec.get("set")
         if group is not None and not (isinstance(group, str) and group.strip()):

@@ -8,8 +8,9 @@ fast tokenizer's offsets, so it works for any template and any script (Chinese i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 IGNORE_INDEX = -100
 
@@ -61,7 +62,9 @@ def apply_template_choice(tokenizer: Any, template: str | None, default_system: 
     chat, and the saved tokenizer's template, so a served model gets it too)."""
     if not template or template == "default":
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("the tokenizer has no chat template of its own; set template to one of " + ", ".join(NAMED_TEMPLATES))
+            raise ValueError(
+                "the tokenizer has no chat template of its own; set template to one of " + ", ".join(NAMED_TEMPLATES)
+            )
     else:
         name = TEMPLATE_ALIASES.get(template, template)
         if name not in NAMED_TEMPLATES:
@@ -82,8 +85,10 @@ def with_default_system(template: str, system: str) -> str:
     if template.startswith(_SYSTEM_MARK):
         template = template.split(_SYSTEM_MARK, 2)[2]
     literal = json.dumps(system, ensure_ascii=False)  # a JSON string is a Jinja string literal
-    head = ("{% if not messages or messages[0]['role'] != 'system' %}"
-            "{% set messages = [{'role': 'system', 'content': " + literal + "}] + messages %}{% endif %}")
+    head = (
+        "{% if not messages or messages[0]['role'] != 'system' %}"
+        "{% set messages = [{'role': 'system', 'content': " + literal + "}] + messages %}{% endif %}"
+    )
     return _SYSTEM_MARK + head + _SYSTEM_MARK + template
 
 
@@ -100,8 +105,9 @@ def _render(tokenizer: Any, messages: Sequence[dict[str, str]], gen: bool) -> st
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen)
 
 
-def trainable_spans(tokenizer: Any, messages: Sequence[dict[str, str]], *, train_on_prompt: bool = False,
-                    mask_history: bool = False) -> tuple[str, list[tuple[int, int]]]:
+def trainable_spans(
+    tokenizer: Any, messages: Sequence[dict[str, str]], *, train_on_prompt: bool = False, mask_history: bool = False
+) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans trained within it: the assistant replies
     (``mask_history``: the last one only); ``train_on_prompt``: the prompt text too (everything
     but the replies ``mask_history`` leaves out), as LLaMA-Factory's keys of those names do."""
@@ -141,8 +147,14 @@ def _reply_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[st
     return full, spans
 
 
-def render_sample(tokenizer: Any, messages: Sequence[dict[str, str]], cutoff_len: int, *, train_on_prompt: bool = False,
-                  mask_history: bool = False) -> Rendered:
+def render_sample(
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    cutoff_len: int,
+    *,
+    train_on_prompt: bool = False,
+    mask_history: bool = False,
+) -> Rendered:
     text, spans = trainable_spans(tokenizer, messages, train_on_prompt=train_on_prompt, mask_history=mask_history)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids: list[int] = enc["input_ids"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from cockpit.data.render import Rendered
 
@@ -42,7 +43,9 @@ class TruncationReport:
             f"loses {self.target_tokens_lost} of {self.target_tokens} assistant tokens ({self.target_lost_pct:.1f}%)",
         ]
         if self.emptied:
-            out.append(f"warning: {self.emptied} samples keep no assistant token after truncation (they teach nothing); raise cutoff_len")
+            out.append(
+                f"warning: {self.emptied} samples keep no assistant token after truncation (they teach nothing); raise cutoff_len"
+            )
         return out
 
 

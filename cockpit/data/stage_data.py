@@ -82,14 +82,18 @@ class StageReport:
             return f"p50 {d.get('p50', 0)}  p90 {d.get('p90', 0)}  max {d.get('max', 0)}"
 
         if self.stage == "pt":
-            return [f"documents: {self.samples}   tokens: {self.tokens_total}   packed into {self.blocks} blocks of cutoff_len {self.cutoff_len}"]
+            return [
+                f"documents: {self.samples}   tokens: {self.tokens_total}   packed into {self.blocks} blocks of cutoff_len {self.cutoff_len}"
+            ]
         kind = "pairs" if self.stage in ("dpo", "rm") else "samples"
         out = [f"{kind}: {self.samples}   prompt tokens: {stats(self.prompt)}"]
         out += [f"{side} tokens: {stats(d)}" for side, d in self.responses.items()]
         cut = ", ".join(f"{n} on the {side} side" for side, n in self.truncated.items())
         out.append(f"cutoff_len {self.cutoff_len}: truncates {self.truncated_any} {kind} ({cut})")
         if self.emptied:
-            out.append(f"warning: {self.emptied} {kind} lose the whole response (the prompt fills cutoff_len; they are dropped); raise cutoff_len")
+            out.append(
+                f"warning: {self.emptied} {kind} lose the whole response (the prompt fills cutoff_len; they are dropped); raise cutoff_len"
+            )
         return out
 
 
@@ -114,7 +118,17 @@ def answers_report(stage: str, tokenizer: Any, samples: Sequence[dict[str, Any]]
         any_cut += any(over)
         emptied += p_len >= cutoff
         total += sum(min(p_len + n, cutoff) for n in a_lens)
-    return StageReport(stage, len(samples), cutoff, _dist(prompts), {s: _dist(v) for s, v in lengths.items()}, cut, any_cut, emptied, tokens_total=total)
+    return StageReport(
+        stage,
+        len(samples),
+        cutoff,
+        _dist(prompts),
+        {s: _dist(v) for s, v in lengths.items()},
+        cut,
+        any_cut,
+        emptied,
+        tokens_total=total,
+    )
 
 
 def pack_texts(tokenizer: Any, texts: Sequence[str], cutoff: int) -> list[list[int]]:
@@ -149,5 +163,10 @@ def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResul
         return StagePrepared(loaded, report, blocks)
     report = answers_report(stage, tokenizer, loaded.samples, cutoff)
     if report.emptied == report.samples:
-        raise InputError(Problem(f"every sample's prompt fills cutoff_len {cutoff}: no answer token is left to train on", key="cutoff_len"))
+        raise InputError(
+            Problem(
+                f"every sample's prompt fills cutoff_len {cutoff}: no answer token is left to train on",
+                key="cutoff_len",
+            )
+        )
     return StagePrepared(loaded, report)

@@ -102,8 +102,12 @@ def _guarded(check_id: str, fn: Callable[[], Check]) -> Check:
     except Exception as exc:  # one broken check must not hide the others
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return Check(
-            check_id, check_id, WARN, f"check crashed: {type(exc).__name__}: {exc} ({os.path.basename(where.filename)}:{where.lineno})",
-            "please report this (cockpit doctor --json output)", data={"crashed": True},
+            check_id,
+            check_id,
+            WARN,
+            f"check crashed: {type(exc).__name__}: {exc} ({os.path.basename(where.filename)}:{where.lineno})",
+            "please report this (cockpit doctor --json output)",
+            data={"crashed": True},
         )
 
 
@@ -153,4 +157,3 @@ def summary(checks: Iterable[Check]) -> dict[str, int]:
     for c in checks:
         counts[c.status] += 1
     return counts
-

@@ -27,7 +27,9 @@ def ld_cache(ctx: Context) -> dict[str, str]:
     """soname -> path from ``ldconfig -p`` (empty when ldconfig is not there or roots say no)."""
     if not ctx.roots.ld_cache:
         return {}
-    ldconfig = ctx.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if Path(p).is_file()), None)
+    ldconfig = ctx.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if Path(p).is_file()), None
+    )
     if not ldconfig:
         return {}
     code, out = ctx.run([ldconfig, "-p"])
@@ -76,19 +78,37 @@ def check_rccl(ctx: Context) -> Check:
     if f.build != "rocm":
         return Check("rccl", title, SKIP, "not a ROCm build of torch", matters_for=TAGS)
     system = find_lib(lib_dirs(ctx), "librccl.so")
-    system_path = str(system) if system else next((p for n, p in ld_cache(ctx).items() if n.startswith("librccl.so")), "")
+    system_path = (
+        str(system) if system else next((p for n, p in ld_cache(ctx).items() if n.startswith("librccl.so")), "")
+    )
     how, torch_path = torch_rccl_link(f.lib_dir, ctx)
     version = f.nccl_version or rccl_header_version(ctx.roots.rocm)
     data = {"version": version, "system": system_path, "torch": torch_path, "torch_link": how}
     vtext = f"RCCL {version}" if version else "RCCL (version unknown)"
     if how == "missing":
-        return Check("rccl", title, FAIL, f"torch's libtorch_hip.so needs {torch_path}, which is not found", "install rccl (apt install rccl) or add its lib dir to LD_LIBRARY_PATH", TAGS, data)
+        return Check(
+            "rccl",
+            title,
+            FAIL,
+            f"torch's libtorch_hip.so needs {torch_path}, which is not found",
+            "install rccl (apt install rccl) or add its lib dir to LD_LIBRARY_PATH",
+            TAGS,
+            data,
+        )
     if how:
         where = "bundled with torch" if how == "bundled" else "linked by torch"
         return Check("rccl", title, PASS, f"{vtext}, {where}: {torch_path}", matters_for=TAGS, data=data)
     if system_path:
         return Check("rccl", title, PASS, f"{vtext} at {system_path}", matters_for=TAGS, data=data)
-    return Check("rccl", title, ctx.severity("multi_gpu"), "no librccl.so found (ROCm lib dir, LD_LIBRARY_PATH, ld cache, torch/lib)", "install rccl (apt install rccl), or a torch ROCm wheel (it bundles librccl)", TAGS, data)
+    return Check(
+        "rccl",
+        title,
+        ctx.severity("multi_gpu"),
+        "no librccl.so found (ROCm lib dir, LD_LIBRARY_PATH, ld cache, torch/lib)",
+        "install rccl (apt install rccl), or a torch ROCm wheel (it bundles librccl)",
+        TAGS,
+        data,
+    )
 
 
 def interfaces(ctx: Context) -> list[str] | None:
@@ -135,34 +155,75 @@ def comm_findings(ctx: Context) -> list[tuple[str, str, str]]:
     if env.get("NCCL_P2P_DISABLE", "").strip() not in ("", "0"):
         # P2P is the direct GPU-to-GPU transport (xGMI / PCIe); without it traffic goes through
         # host memory (SHM) or the network: NCCL env docs, NCCL_P2P_DISABLE.
-        out.append((WARN, f"NCCL_P2P_DISABLE={env['NCCL_P2P_DISABLE']}: GPU-to-GPU (xGMI) transport off, intra-node all-reduce goes through host memory", "unset NCCL_P2P_DISABLE"))
+        out.append(
+            (
+                WARN,
+                f"NCCL_P2P_DISABLE={env['NCCL_P2P_DISABLE']}: GPU-to-GPU (xGMI) transport off, intra-node all-reduce goes through host memory",
+                "unset NCCL_P2P_DISABLE",
+            )
+        )
     if env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("0", "LOC"):
         out.append((WARN, f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']} never uses P2P", "unset NCCL_P2P_LEVEL"))
-    if env.get("NCCL_SHM_DISABLE", "").strip() not in ("", "0") and env.get("NCCL_P2P_DISABLE", "").strip() not in ("", "0"):
-        out.append((WARN, "NCCL_SHM_DISABLE and NCCL_P2P_DISABLE: intra-node traffic falls back to sockets", "unset NCCL_SHM_DISABLE NCCL_P2P_DISABLE"))
+    if env.get("NCCL_SHM_DISABLE", "").strip() not in ("", "0") and env.get("NCCL_P2P_DISABLE", "").strip() not in (
+        "",
+        "0",
+    ):
+        out.append(
+            (
+                WARN,
+                "NCCL_SHM_DISABLE and NCCL_P2P_DISABLE: intra-node traffic falls back to sockets",
+                "unset NCCL_SHM_DISABLE NCCL_P2P_DISABLE",
+            )
+        )
     debug = env.get("NCCL_DEBUG", "").strip().upper()
     if debug == "TRACE":
         # TRACE logs every call: rank logs grow by MBs per step.
-        out.append((WARN, "NCCL_DEBUG=TRACE logs every collective call: rank logs flood", "export NCCL_DEBUG=WARN (INFO for one debugging run)"))
+        out.append(
+            (
+                WARN,
+                "NCCL_DEBUG=TRACE logs every collective call: rank logs flood",
+                "export NCCL_DEBUG=WARN (INFO for one debugging run)",
+            )
+        )
     for var in ("NCCL_ALGO", "NCCL_PROTO"):
         if env.get(var, "").strip():
-            out.append((WARN, f"{var}={env[var]} overrides RCCL's tuning", f"unset {var} unless you are debugging a hang"))
+            out.append(
+                (WARN, f"{var}={env[var]} overrides RCCL's tuning", f"unset {var} unless you are debugging a hang")
+            )
     for var in ("NCCL_NET_PLUGIN", "RCCL_NET_PLUGIN"):
         value = env.get(var, "").strip()
         if value and value.lower() != "none":
             path = plugin_present(ctx, value)
             if not path:
-                out.append((WARN, f"{var}={value}: no such plugin library (looked for {value}, libnccl-net-{value}.so, librccl-net-{value}.so)", f"unset {var}, or install the plugin and add its dir to LD_LIBRARY_PATH"))
+                out.append(
+                    (
+                        WARN,
+                        f"{var}={value}: no such plugin library (looked for {value}, libnccl-net-{value}.so, librccl-net-{value}.so)",
+                        f"unset {var}, or install the plugin and add its dir to LD_LIBRARY_PATH",
+                    )
+                )
     spec = env.get("NCCL_SOCKET_IFNAME", "").strip()
     if spec:
         ifaces = interfaces(ctx)
         if ifaces is not None and not ifname_selects(spec, ifaces):
-            out.append((FAIL, f"NCCL_SOCKET_IFNAME={spec} matches no interface (have: {', '.join(ifaces) or 'none'}): bootstrap fails with 'no socket interface found'", f"export NCCL_SOCKET_IFNAME={_suggest_iface(ifaces)} (or unset it)"))
+            out.append(
+                (
+                    FAIL,
+                    f"NCCL_SOCKET_IFNAME={spec} matches no interface (have: {', '.join(ifaces) or 'none'}): bootstrap fails with 'no socket interface found'",
+                    f"export NCCL_SOCKET_IFNAME={_suggest_iface(ifaces)} (or unset it)",
+                )
+            )
     if "HSA_FORCE_FINE_GRAIN_PCIE" in env or ctx.facts.build == "rocm":
         version, _ = rocm_version(ctx)
         mm = major_minor(version or ctx.facts.hip)
         if mm and mm < (5, 7) and env.get("HSA_FORCE_FINE_GRAIN_PCIE") != "1":
-            out.append((WARN, f"ROCm {'.'.join(map(str, mm))} without HSA_FORCE_FINE_GRAIN_PCIE=1: no P2P between PCIe-connected GPUs", "export HSA_FORCE_FINE_GRAIN_PCIE=1 (not needed on xGMI-connected GPUs or ROCm >= 5.7)"))
+            out.append(
+                (
+                    WARN,
+                    f"ROCm {'.'.join(map(str, mm))} without HSA_FORCE_FINE_GRAIN_PCIE=1: no P2P between PCIe-connected GPUs",
+                    "export HSA_FORCE_FINE_GRAIN_PCIE=1 (not needed on xGMI-connected GPUs or ROCm >= 5.7)",
+                )
+            )
     return out
 
 
@@ -173,11 +234,15 @@ def _suggest_iface(ifaces: list[str]) -> str:
 
 def check_comm_env(ctx: Context) -> Check:
     title = "NCCL/RCCL settings"
-    shown = {k: v for k, v in sorted(ctx.env.items()) if k.startswith(("NCCL_", "RCCL_")) or k == "HSA_FORCE_FINE_GRAIN_PCIE"}
+    shown = {
+        k: v for k, v in sorted(ctx.env.items()) if k.startswith(("NCCL_", "RCCL_")) or k == "HSA_FORCE_FINE_GRAIN_PCIE"
+    }
     findings = comm_findings(ctx)
     data = {"settings": shown, "findings": [{"status": s, "seen": w, "fix": x} for s, w, x in findings]}
     if not findings:
         seen = ("set: " + " ".join(f"{k}={v}" for k, v in shown.items())) if shown else "no NCCL_*/RCCL_* settings"
         return Check("comm_env", title, PASS, seen + "; none known to cause trouble", matters_for=TAGS, data=data)
     worst = max((s for s, _, _ in findings), key=_RANK.__getitem__)
-    return Check("comm_env", title, worst, "; ".join(w for _, w, _ in findings), "\n".join(x for _, _, x in findings), TAGS, data)
+    return Check(
+        "comm_env", title, worst, "; ".join(w for _, w, _ in findings), "\n".join(x for _, _, x in findings), TAGS, data
+    )

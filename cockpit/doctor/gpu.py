@@ -31,19 +31,34 @@ def check_torch(ctx: Context) -> Check:
     f = ctx.facts
     title = "torch build"
     if not f.importable:
-        return Check("torch", title, FAIL, f"torch does not import: {f.error}", "pip install 'torch>=2.4' (a ROCm build on AMD GPUs, see https://pytorch.org/get-started/locally/)")
+        return Check(
+            "torch",
+            title,
+            FAIL,
+            f"torch does not import: {f.error}",
+            "pip install 'torch>=2.4' (a ROCm build on AMD GPUs, see https://pytorch.org/get-started/locally/)",
+        )
     data = {"version": f.version, "build": f.build, "hip": f.hip, "cuda": f.cuda}
     if f.build == "rocm":
-        return Check("torch", title, PASS, f"torch {f.version}, ROCm (HIP {f.hip})", data=data, matters_for=frozenset({"gpu"}))
+        return Check(
+            "torch", title, PASS, f"torch {f.version}, ROCm (HIP {f.hip})", data=data, matters_for=frozenset({"gpu"})
+        )
     rocm = _rocm_release(ctx)
     if f.build == "cuda":
         if rocm and (ctx.roots.dev / "kfd").exists() and not (ctx.roots.dev / "nvidiactl").exists():
             # The usual slip: a plain `pip install torch` brings the CUDA wheel onto an AMD box.
             return Check(
-                "torch", title, ctx.severity(*GPU_BUILD_TAGS), f"torch {f.version} is a CUDA build, but this is a ROCm {rocm} machine (/dev/kfd, no NVIDIA driver)",
-                f"pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}", frozenset(GPU_BUILD_TAGS), data,
+                "torch",
+                title,
+                ctx.severity(*GPU_BUILD_TAGS),
+                f"torch {f.version} is a CUDA build, but this is a ROCm {rocm} machine (/dev/kfd, no NVIDIA driver)",
+                f"pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}",
+                frozenset(GPU_BUILD_TAGS),
+                data,
             )
-        return Check("torch", title, PASS, f"torch {f.version}, CUDA {f.cuda}", data=data, matters_for=frozenset({"gpu"}))
+        return Check(
+            "torch", title, PASS, f"torch {f.version}, CUDA {f.cuda}", data=data, matters_for=frozenset({"gpu"})
+        )
     if rocm:
         seen = f"torch {f.version} is a CPU-only build, but ROCm {rocm} is installed at {ctx.roots.rocm}"
         fix = f"install a ROCm build of torch matching ROCm {rocm}: pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}"
@@ -65,7 +80,15 @@ def check_gpu_visible(ctx: Context) -> Check:
     env_note = " ".join(f"{k}={v!r}" for k, v in vis.items())
     data = {"device_count": f.device_count, "visible_env": vis}
     if f.build in ("none", "cpu"):
-        return Check("gpu_visible", title, ctx.severity(*GPU_BUILD_TAGS, otherwise=SKIP), "no GPU build of torch", "see the torch check", tags, data)
+        return Check(
+            "gpu_visible",
+            title,
+            ctx.severity(*GPU_BUILD_TAGS, otherwise=SKIP),
+            "no GPU build of torch",
+            "see the torch check",
+            tags,
+            data,
+        )
     if not f.cuda_available or f.device_count == 0:
         seen = "torch.cuda.is_available() is False" + (f" ({f.device_error})" if f.device_error else "")
         if env_note:
@@ -82,27 +105,52 @@ def check_gpu_visible(ctx: Context) -> Check:
     seen = f"{f.device_count} GPU(s) visible" + (f" ({env_note})" if env_note else "")
     problems: list[tuple[str, str]] = []
     if f.build == "rocm":
-        index_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in vis else ("CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None)
+        index_var = (
+            "HIP_VISIBLE_DEVICES"
+            if "HIP_VISIBLE_DEVICES" in vis
+            else ("CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None)
+        )
         # ROCR_VISIBLE_DEVICES masks first, then HIP/CUDA_VISIBLE_DEVICES index what is left, in
         # another order (HIP init order); mixing them can hide every GPU:
         # github.com/mcmonkeyprojects/SwarmUI/issues/565, github.com/Parsl/parsl/issues/3858.
         if "ROCR_VISIBLE_DEVICES" in vis and index_var:
-            problems.append((f"ROCR_VISIBLE_DEVICES and {index_var} are both set: they index GPUs differently", f"set only ROCR_VISIBLE_DEVICES (unset {index_var})"))
+            problems.append(
+                (
+                    f"ROCR_VISIBLE_DEVICES and {index_var} are both set: they index GPUs differently",
+                    f"set only ROCR_VISIBLE_DEVICES (unset {index_var})",
+                )
+            )
         # torch reads HIP_VISIBLE_DEVICES first and CUDA_VISIBLE_DEVICES only as a fallback
         # (github.com/pytorch/pytorch/pull/129650): two different values mean two different views.
         hip, cuda = vis.get("HIP_VISIBLE_DEVICES"), vis.get("CUDA_VISIBLE_DEVICES")
         if hip is not None and cuda is not None and hip.strip() != cuda.strip():
-            problems.append(("HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES differ", "set one of them (on ROCm: HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES)"))
+            problems.append(
+                (
+                    "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES differ",
+                    "set one of them (on ROCm: HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES)",
+                )
+            )
         expected_var = index_var or ("ROCR_VISIBLE_DEVICES" if "ROCR_VISIBLE_DEVICES" in vis else None)
     else:
         expected_var = "CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None
     if expected_var and not vis[expected_var].strip().startswith("GPU-"):
         want = len(_listed(vis[expected_var]))
         if want != f.device_count:
-            problems.append((f"{expected_var} lists {want} GPU(s) but torch sees {f.device_count}", f"correct {expected_var}: indexes of GPUs that do not exist are dropped"))
+            problems.append(
+                (
+                    f"{expected_var} lists {want} GPU(s) but torch sees {f.device_count}",
+                    f"correct {expected_var}: indexes of GPUs that do not exist are dropped",
+                )
+            )
     if problems:
         return Check(
-            "gpu_visible", title, WARN, seen + "; " + "; ".join(p for p, _ in problems), "\n".join(x for _, x in problems), frozenset({"gpu", "multi_gpu"}), data
+            "gpu_visible",
+            title,
+            WARN,
+            seen + "; " + "; ".join(p for p, _ in problems),
+            "\n".join(x for _, x in problems),
+            frozenset({"gpu", "multi_gpu"}),
+            data,
         )
     return Check("gpu_visible", title, PASS, seen, matters_for=tags, data=data)
 
@@ -116,10 +164,29 @@ def check_gpu_devices(ctx: Context) -> Check:
     for d in f.devices:
         arch = f", {d.gcn_arch}" if d.gcn_arch else (f", {d.target}" if d.target else "")
         parts.append(f"{d.index}: {d.name} ({gib(d.total_memory)}{arch})")
-    data = {"devices": [{"index": d.index, "name": d.name, "total_memory": d.total_memory, "gcn_arch": d.gcn_arch, "target": d.target} for d in f.devices]}
+    data = {
+        "devices": [
+            {
+                "index": d.index,
+                "name": d.name,
+                "total_memory": d.total_memory,
+                "gcn_arch": d.gcn_arch,
+                "target": d.target,
+            }
+            for d in f.devices
+        ]
+    }
     kinds = {(d.name, d.target) for d in f.devices}
     if len(kinds) > 1:
-        return Check("gpu_devices", title, WARN, "mixed GPUs: " + "; ".join(parts), "use one kind of GPU per run (set HIP_VISIBLE_DEVICES): ranks on unlike GPUs run at the slowest one's pace", frozenset({"multi_gpu"}), data)
+        return Check(
+            "gpu_devices",
+            title,
+            WARN,
+            "mixed GPUs: " + "; ".join(parts),
+            "use one kind of GPU per run (set HIP_VISIBLE_DEVICES): ranks on unlike GPUs run at the slowest one's pace",
+            frozenset({"multi_gpu"}),
+            data,
+        )
     return Check("gpu_devices", title, PASS, "; ".join(parts), matters_for=frozenset({"gpu"}), data=data)
 
 
@@ -152,18 +219,34 @@ def check_torch_arch(ctx: Context) -> Check:
         # "HIP error: invalid device function" is what a kernel launch without code for the
         # device's ISA gives: github.com/pytorch/pytorch/issues/147626, ROCm/ROCm#4208.
         return Check(
-            "torch_arch", title, FAIL,
+            "torch_arch",
+            title,
+            FAIL,
             f"torch {f.version} has no kernels for {', '.join(missing)} (built for {', '.join(sorted(built))}): expect 'HIP error: invalid device function'",
-            "install a torch ROCm wheel built for these GPUs (the official rocm wheels cover gfx90a and gfx942)", tags, data,
+            "install a torch ROCm wheel built for these GPUs (the official rocm wheels cover gfx90a and gfx942)",
+            tags,
+            data,
         )
     if override and any(t.startswith("gfx9") for t in targets):
         # Forcing the ISA on a data-centre GPU that runs natively loads code for the wrong
         # target: illegal-instruction aborts or wrong results.
         return Check(
-            "torch_arch", title, WARN, f"HSA_OVERRIDE_GFX_VERSION={override} forces the ISA on {', '.join(targets)}",
-            "unset HSA_OVERRIDE_GFX_VERSION: these GPUs are supported natively", tags, data,
+            "torch_arch",
+            title,
+            WARN,
+            f"HSA_OVERRIDE_GFX_VERSION={override} forces the ISA on {', '.join(targets)}",
+            "unset HSA_OVERRIDE_GFX_VERSION: these GPUs are supported natively",
+            tags,
+            data,
         )
-    return Check("torch_arch", title, PASS, f"torch has kernels for {', '.join(targets) or 'the GPUs'}", matters_for=tags, data=data)
+    return Check(
+        "torch_arch",
+        title,
+        PASS,
+        f"torch has kernels for {', '.join(targets) or 'the GPUs'}",
+        matters_for=tags,
+        data=data,
+    )
 
 
 def check_rocm_arch(ctx: Context) -> Check:
@@ -179,13 +262,34 @@ def check_rocm_arch(ctx: Context) -> Check:
     data = {"value": value, "targets": targets}
     if value is None:
         tip = f" (tip: {_export_line(targets)} builds only what this machine needs)" if targets else ""
-        return Check("rocm_arch", title, PASS, f"unset: extensions build for torch's own arch list{tip}", matters_for=tags, data=data)
+        return Check(
+            "rocm_arch",
+            title,
+            PASS,
+            f"unset: extensions build for torch's own arch list{tip}",
+            matters_for=tags,
+            data=data,
+        )
     listed = parse_arch_list(value)
     if not targets:
-        return Check("rocm_arch", title, PASS, f"PYTORCH_ROCM_ARCH={value!r}; no GPU to compare with", matters_for=tags, data=data)
+        return Check(
+            "rocm_arch",
+            title,
+            PASS,
+            f"PYTORCH_ROCM_ARCH={value!r}; no GPU to compare with",
+            matters_for=tags,
+            data=data,
+        )
     missing = [t for t in targets if t not in listed]
     if not missing:
-        return Check("rocm_arch", title, PASS, f"PYTORCH_ROCM_ARCH={value!r} covers {', '.join(targets)}", matters_for=tags, data=data)
+        return Check(
+            "rocm_arch",
+            title,
+            PASS,
+            f"PYTORCH_ROCM_ARCH={value!r} covers {', '.join(targets)}",
+            matters_for=tags,
+            data=data,
+        )
     names = {d.target: d.name for d in f.devices}
     who = ", ".join(f"{names.get(t, 'GPU')} ({t})" for t in missing)
     # PyTorch's cpp_extension (and so DeepSpeed's JIT ops, bitsandbytes/flash-attn source
@@ -206,7 +310,21 @@ def check_kfd(ctx: Context) -> Check:
     if ctx.facts.build != "rocm":
         return Check("kfd", title, SKIP, "not a ROCm build of torch", matters_for=tags)
     if not kfd.exists():
-        return Check("kfd", title, FAIL, f"{kfd} is missing: the amdgpu driver is not loaded, or the container has no GPU", "load amdgpu (sudo modprobe amdgpu); in docker add --device=/dev/kfd --device=/dev/dri --group-add video", tags)
+        return Check(
+            "kfd",
+            title,
+            FAIL,
+            f"{kfd} is missing: the amdgpu driver is not loaded, or the container has no GPU",
+            "load amdgpu (sudo modprobe amdgpu); in docker add --device=/dev/kfd --device=/dev/dri --group-add video",
+            tags,
+        )
     if not os.access(kfd, os.R_OK | os.W_OK):
-        return Check("kfd", title, FAIL, f"no read/write access to {kfd}", "sudo usermod -aG render,video $USER, then log in again", tags)
+        return Check(
+            "kfd",
+            title,
+            FAIL,
+            f"no read/write access to {kfd}",
+            "sudo usermod -aG render,video $USER, then log in again",
+            tags,
+        )
     return Check("kfd", title, PASS, f"{kfd} is accessible", matters_for=tags)

@@ -37,12 +37,26 @@ def check_numactl(ctx: Context) -> Check:
     title = "numactl"
     path = ctx.which("numactl")
     if not path:
-        return Check("numactl", title, WARN, "numactl is not on PATH: ranks cannot be bound to the GPU's NUMA node", "sudo apt-get install numactl (or dnf install numactl)", NUMA)
+        return Check(
+            "numactl",
+            title,
+            WARN,
+            "numactl is not on PATH: ranks cannot be bound to the GPU's NUMA node",
+            "sudo apt-get install numactl (or dnf install numactl)",
+            NUMA,
+        )
     code, out = ctx.run([path, "--hardware"])
     m = re.search(r"available:\s*(\d+)\s+nodes?", out)
     if code != 0 or not m:
         first = out.strip().splitlines()[0] if out.strip() else f"exit {code}"
-        return Check("numactl", title, WARN, f"{path} --hardware failed: {first}", "check that numactl works here (containers may need --cap-add SYS_NICE)", NUMA)
+        return Check(
+            "numactl",
+            title,
+            WARN,
+            f"{path} --hardware failed: {first}",
+            "check that numactl works here (containers may need --cap-add SYS_NICE)",
+            NUMA,
+        )
     nodes = int(m.group(1))
     return Check("numactl", title, PASS, f"{path}: {nodes} NUMA node(s)", matters_for=NUMA, data={"nodes": nodes})
 
@@ -52,12 +66,18 @@ def check_numa_balancing(ctx: Context) -> Check:
     path = ctx.roots.proc / "sys" / "kernel" / "numa_balancing"
     value = read_text(path)
     if value is None:
-        return Check("numa_balancing", title, SKIP, f"{path} not readable (kernel without NUMA balancing)", matters_for=NUMA)
+        return Check(
+            "numa_balancing", title, SKIP, f"{path} not readable (kernel without NUMA balancing)", matters_for=NUMA
+        )
     if value.strip() == "0":
         return Check("numa_balancing", title, PASS, "off", matters_for=NUMA)
     return Check(
-        "numa_balancing", title, WARN, f"on ({path} = {value}): the kernel keeps migrating pages under the ranks",
-        "sudo sysctl kernel.numa_balancing=0 (persist: echo kernel.numa_balancing=0 | sudo tee /etc/sysctl.d/90-numa.conf)", NUMA,
+        "numa_balancing",
+        title,
+        WARN,
+        f"on ({path} = {value}): the kernel keeps migrating pages under the ranks",
+        "sudo sysctl kernel.numa_balancing=0 (persist: echo kernel.numa_balancing=0 | sudo tee /etc/sysctl.d/90-numa.conf)",
+        NUMA,
     )
 
 
@@ -84,7 +104,11 @@ def gpu_numa_map(ctx: Context) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     seen: set[str] = set()
     drm = ctx.roots.sys / "class" / "drm"
-    cards = sorted((p for p in drm.glob("card*") if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:])) if drm.is_dir() else []
+    cards = (
+        sorted((p for p in drm.glob("card*") if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:]))
+        if drm.is_dir()
+        else []
+    )
     for card in cards:
         got = _gpu_dev(card / "device")
         if got and got[1] not in seen:
@@ -109,7 +133,15 @@ def check_gpu_numa(ctx: Context) -> Check:
         return Check("gpu_numa", title, SKIP, "no AMD/NVIDIA GPU in sysfs", matters_for=NUMA, data=data)
     shown = ", ".join(f"{g['card'] or g['bdf']} ({g['bdf']}) -> node {g['numa_node']}" for g in gpus)
     if nodes > 1 and all(g["numa_node"] == -1 for g in gpus):
-        return Check("gpu_numa", title, WARN, f"{nodes} NUMA nodes, but no GPU reports one: {shown}", "enable ACPI SRAT/NUMA reporting in the BIOS (NPS setting); bind ranks by hand with numactl --cpunodebind", NUMA, data)
+        return Check(
+            "gpu_numa",
+            title,
+            WARN,
+            f"{nodes} NUMA nodes, but no GPU reports one: {shown}",
+            "enable ACPI SRAT/NUMA reporting in the BIOS (NPS setting); bind ranks by hand with numactl --cpunodebind",
+            NUMA,
+            data,
+        )
     spread = sorted({int(g["numa_node"]) for g in gpus if int(g["numa_node"]) >= 0})
     tail = f"; GPUs on nodes {spread}: bind each rank to its GPU's node" if len(spread) > 1 else ""
     return Check("gpu_numa", title, PASS, shown + tail, matters_for=NUMA, data=data)
@@ -138,7 +170,14 @@ def _disk_check(check_id: str, title: str, path: Path, what: str) -> Check:
     if status == PASS:
         return Check(check_id, title, PASS, seen, data=data)
     floor = gib(DISK_FAIL if status == FAIL else DISK_WARN)
-    return Check(check_id, title, status, f"{seen}: under {floor}, {what} may not fit", f"free space there, or set {'COCKPIT_RUNS_DIR' if check_id == 'disk_runs' else 'COCKPIT_CACHE_DIR'} to a bigger disk", data=data)
+    return Check(
+        check_id,
+        title,
+        status,
+        f"{seen}: under {floor}, {what} may not fit",
+        f"free space there, or set {'COCKPIT_RUNS_DIR' if check_id == 'disk_runs' else 'COCKPIT_CACHE_DIR'} to a bigger disk",
+        data=data,
+    )
 
 
 def check_disk_runs(ctx: Context) -> Check:
@@ -195,7 +234,21 @@ def check_host_memory(ctx: Context) -> Check:
     seen = f"{gib(avail)} available of {gib(total)}"
     data = {"total": total, "available": avail}
     if avail < MEM_FAIL:
-        return Check("host_memory", title, FAIL, seen + ": too little to load a model", "stop other jobs on this machine (see `top`)", data=data)
+        return Check(
+            "host_memory",
+            title,
+            FAIL,
+            seen + ": too little to load a model",
+            "stop other jobs on this machine (see `top`)",
+            data=data,
+        )
     if avail < MEM_WARN:
-        return Check("host_memory", title, WARN, seen + ": loading a 7B model needs ~15 GB on the host", "stop other jobs, or train a smaller model", data=data)
+        return Check(
+            "host_memory",
+            title,
+            WARN,
+            seen + ": loading a 7B model needs ~15 GB on the host",
+            "stop other jobs, or train a smaller model",
+            data=data,
+        )
     return Check("host_memory", title, PASS, seen, data=data)

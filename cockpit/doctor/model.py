@@ -97,7 +97,9 @@ class Roots:
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Roots:
         rocm = env.get("ROCM_PATH") or env.get("ROCM_HOME") or "/opt/rocm"
         base = cls(rocm=Path(rocm))
-        clean: dict[str, Any] = {k: v if isinstance(v, bool) else Path(v) for k, v in overrides.items() if v is not None}
+        clean: dict[str, Any] = {
+            k: v if isinstance(v, bool) else Path(v) for k, v in overrides.items() if v is not None
+        }
         return replace(base, **clean)
 
 

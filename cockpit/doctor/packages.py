@@ -56,14 +56,28 @@ def check_deepspeed(ctx: Context) -> Check:
     title = "DeepSpeed"
     tags = frozenset({"deepspeed"})
     if importlib.util.find_spec("deepspeed") is None:
-        return Check("deepspeed", title, ctx.severity("deepspeed", otherwise=SKIP), "not installed", "pip install 'cockpit-tune[deepspeed]'", tags)
+        return Check(
+            "deepspeed",
+            title,
+            ctx.severity("deepspeed", otherwise=SKIP),
+            "not installed",
+            "pip install 'cockpit-tune[deepspeed]'",
+            tags,
+        )
     try:
         with _quiet():
             import deepspeed
 
             builders, installed = _ds_ops()
     except Exception as exc:
-        return Check("deepspeed", title, FAIL, f"deepspeed does not import: {type(exc).__name__}: {exc}", "pip install -U 'deepspeed>=0.15' (with the torch you train with)", tags)
+        return Check(
+            "deepspeed",
+            title,
+            FAIL,
+            f"deepspeed does not import: {type(exc).__name__}: {exc}",
+            "pip install -U 'deepspeed>=0.15' (with the torch you train with)",
+            tags,
+        )
     version = dist_version("deepspeed", deepspeed)
     ops: dict[str, dict[str, bool]] = {}
     for name in DS_OPS:
@@ -81,10 +95,14 @@ def check_deepspeed(ctx: Context) -> Check:
     unusable = [n for n in ops if n not in usable]
     needs_jit = any(not o["installed"] for o in ops.values())
     data = {"version": version, "ops": ops, "ninja": ninja}
-    seen = f"deepspeed {version}; ops usable here: {', '.join(usable) or 'none'}" + (f"; cannot build: {', '.join(unusable)}" if unusable else "")
+    seen = f"deepspeed {version}; ops usable here: {', '.join(usable) or 'none'}" + (
+        f"; cannot build: {', '.join(unusable)}" if unusable else ""
+    )
     problems = []
     if any(n in unusable for n in ("cpu_adam", "fused_adam")):
-        problems.append("see the compilers and rocm_dev checks (DeepSpeed builds its ops with hipcc/nvcc and the C++ compiler)")
+        problems.append(
+            "see the compilers and rocm_dev checks (DeepSpeed builds its ops with hipcc/nvcc and the C++ compiler)"
+        )
     if needs_jit and not ninja:
         seen += "; ninja missing (JIT op builds need it)"
         problems.append("pip install ninja")
@@ -113,7 +131,14 @@ def check_bitsandbytes(ctx: Context) -> Check:
     f = ctx.facts
     spec = importlib.util.find_spec("bitsandbytes")
     if spec is None:
-        return Check("bitsandbytes", title, ctx.severity("qlora", otherwise=SKIP), "not installed", "pip install 'cockpit-tune[qlora]'", tags)
+        return Check(
+            "bitsandbytes",
+            title,
+            ctx.severity("qlora", otherwise=SKIP),
+            "not installed",
+            "pip install 'cockpit-tune[qlora]'",
+            tags,
+        )
     version = dist_version("bitsandbytes")
     libs = bnb_libraries(spec)
     has_rocm = any("rocm" in n or "hip" in n for n in libs)
@@ -124,15 +149,42 @@ def check_bitsandbytes(ctx: Context) -> Check:
         targets = [d.target for d in f.devices if d.target]
         cdna = any(is_warp64(t) for t in targets) or not targets
         if not has_rocm:
-            return Check("bitsandbytes", title, FAIL, seen + ": no ROCm/HIP library, 4-bit will not run on these GPUs", f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}' (wheels with ROCm libraries), or build with cmake -DCOMPUTE_BACKEND=hip", tags, data)
+            return Check(
+                "bitsandbytes",
+                title,
+                FAIL,
+                seen + ": no ROCm/HIP library, 4-bit will not run on these GPUs",
+                f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}' (wheels with ROCm libraries), or build with cmake -DCOMPUTE_BACKEND=hip",
+                tags,
+                data,
+            )
         if cdna and not version_at_least(version, BNB_MIN_CDNA_4BIT):
-            return Check("bitsandbytes", title, FAIL, seen + f": 4-bit (blocksize 64) is broken on CDNA (gfx90a/gfx942) before {BNB_MIN_CDNA_4BIT}", f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}'", tags, data)
+            return Check(
+                "bitsandbytes",
+                title,
+                FAIL,
+                seen + f": 4-bit (blocksize 64) is broken on CDNA (gfx90a/gfx942) before {BNB_MIN_CDNA_4BIT}",
+                f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}'",
+                tags,
+                data,
+            )
         if cdna and not version_at_least(version, BNB_GOOD_CDNA):
-            return Check("bitsandbytes", title, WARN, seen + f": 4-bit training works; the 4-bit GEMV (generation) kernel is fixed for warp-64 GPUs only in {BNB_GOOD_CDNA}", f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}'", tags, data)
+            return Check(
+                "bitsandbytes",
+                title,
+                WARN,
+                seen
+                + f": 4-bit training works; the 4-bit GEMV (generation) kernel is fixed for warp-64 GPUs only in {BNB_GOOD_CDNA}",
+                f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}'",
+                tags,
+                data,
+            )
         return Check("bitsandbytes", title, PASS, seen, matters_for=tags, data=data)
     if f.build == "cuda":
         if not has_cuda:
-            return Check("bitsandbytes", title, FAIL, seen + ": no CUDA library", "pip install -U bitsandbytes", tags, data)
+            return Check(
+                "bitsandbytes", title, FAIL, seen + ": no CUDA library", "pip install -U bitsandbytes", tags, data
+            )
         return Check("bitsandbytes", title, PASS, seen, matters_for=tags, data=data)
     return Check("bitsandbytes", title, SKIP, seen + "; no GPU build of torch", matters_for=tags, data=data)
 
@@ -145,7 +197,14 @@ def check_telemetry(ctx: Context) -> Check:
         ok, note = probe_amdsmi()
         if ok:
             return Check("telemetry", title, PASS, note, matters_for=tags)
-        return Check("telemetry", title, WARN, note + "; power/temperature/VRAM panels fall back to torch", f"pip install {ctx.roots.rocm}/share/amd_smi (the amdsmi matching your ROCm), or pip install 'cockpit-tune[amd]'", tags)
+        return Check(
+            "telemetry",
+            title,
+            WARN,
+            note + "; power/temperature/VRAM panels fall back to torch",
+            f"pip install {ctx.roots.rocm}/share/amd_smi (the amdsmi matching your ROCm), or pip install 'cockpit-tune[amd]'",
+            tags,
+        )
     if build == "cuda":
         ok, note = probe_nvml()
         if ok:

@@ -57,5 +57,8 @@ def blocking_for_config(checks: Iterable[Check | Mapping[str, Any]], cfg: Mappin
     tags = config_tags(cfg)
     parsed = [c if isinstance(c, Check) else Check.from_dict(c) for c in checks]
     failing = {id(c) for c in blocking_failures(parsed, tags)}
-    return [c for c in parsed if id(c) in failing
-            or (c.id in REQUIRED and REQUIRED[c.id][0] in tags and c.status in REQUIRED[c.id][1])]
+    return [
+        c
+        for c in parsed
+        if id(c) in failing or (c.id in REQUIRED and REQUIRED[c.id][0] in tags and c.status in REQUIRED[c.id][1])
+    ]

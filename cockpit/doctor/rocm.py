@@ -40,18 +40,33 @@ def check_rocm_version(ctx: Context) -> Check:
     if not version:
         if f.build == "rocm":
             return Check(
-                "rocm_version", title, ctx.severity("build"),
+                "rocm_version",
+                title,
+                ctx.severity("build"),
                 f"no ROCm install at {ctx.roots.rocm}: torch {f.version} brings its own runtime, but nothing can be compiled here",
-                f"install ROCm {'.'.join(map(str, major_minor(f.hip)))} (amdgpu-install --usecase=rocm) or set ROCM_PATH", BUILD_TAGS, data,
+                f"install ROCm {'.'.join(map(str, major_minor(f.hip)))} (amdgpu-install --usecase=rocm) or set ROCM_PATH",
+                BUILD_TAGS,
+                data,
             )
-        return Check("rocm_version", title, SKIP, f"no ROCm install at {ctx.roots.rocm}", matters_for=frozenset({"rocm"}), data=data)
+        return Check(
+            "rocm_version",
+            title,
+            SKIP,
+            f"no ROCm install at {ctx.roots.rocm}",
+            matters_for=frozenset({"rocm"}),
+            data=data,
+        )
     seen = f"ROCm {version} ({source})"
     if f.build == "rocm" and major_minor(f.hip) and major_minor(version) != major_minor(f.hip):
         torch_rocm = ".".join(map(str, major_minor(f.hip)))
         return Check(
-            "rocm_version", title, WARN,
+            "rocm_version",
+            title,
+            WARN,
             f"{seen}, but torch was built for ROCm {torch_rocm}: extensions compiled here may not load",
-            f"install torch for ROCm {'.'.join(map(str, major_minor(version)))}, or point ROCM_PATH at a ROCm {torch_rocm} install", BUILD_TAGS, data,
+            f"install torch for ROCm {'.'.join(map(str, major_minor(version)))}, or point ROCM_PATH at a ROCm {torch_rocm} install",
+            BUILD_TAGS,
+            data,
         )
     return Check("rocm_version", title, PASS, seen, matters_for=frozenset({"rocm"}), data=data)
 
@@ -86,11 +101,21 @@ def check_rocm_dev(ctx: Context) -> Check:
     missing += [name for name in ROCM_LIBS if find_lib(dirs, name) is None]
     if missing:
         return Check(
-            "rocm_dev", title, ctx.severity("build"), "missing: " + ", ".join(missing),
+            "rocm_dev",
+            title,
+            ctx.severity("build"),
+            "missing: " + ", ".join(missing),
             "install the ROCm development packages: sudo amdgpu-install --usecase=rocm,hiplibsdk (or apt install rocm-hip-sdk)",
-            BUILD_TAGS, {"missing": missing},
+            BUILD_TAGS,
+            {"missing": missing},
         )
-    return Check("rocm_dev", title, PASS, f"{header.relative_to(root)} and {', '.join(ROCM_LIBS)} under {root}", matters_for=BUILD_TAGS)
+    return Check(
+        "rocm_dev",
+        title,
+        PASS,
+        f"{header.relative_to(root)} and {', '.join(ROCM_LIBS)} under {root}",
+        matters_for=BUILD_TAGS,
+    )
 
 
 def compiler_version(ctx: Context, name: str) -> tuple[str, tuple[int, ...]]:
@@ -133,5 +158,13 @@ def check_compilers(ctx: Context) -> Check:
             fix.append(f"install gcc >= {MIN_GCC} (apt install g++-12) and put it first on PATH")
         if need_hipcc and not hipcc:
             fix.append("install hipcc (apt install hipcc / rocm-hip-sdk), or set ROCM_PATH to a ROCm with bin/hipcc")
-        return Check("compilers", title, ctx.severity("build"), f"{seen}; " + "; ".join(problems), "\n".join(fix), BUILD_TAGS, data)
+        return Check(
+            "compilers",
+            title,
+            ctx.severity("build"),
+            f"{seen}; " + "; ".join(problems),
+            "\n".join(fix),
+            BUILD_TAGS,
+            data,
+        )
     return Check("compilers", title, PASS, seen, matters_for=BUILD_TAGS, data=data)

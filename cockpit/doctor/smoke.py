@@ -66,7 +66,9 @@ def _worker_env(ctx: Context, backend: str) -> dict[str, str]:
     return env
 
 
-def run_ranks(ctx: Context, world: int, backend: str, timeout: float | None = None) -> tuple[list[dict[str, Any]], bool]:
+def run_ranks(
+    ctx: Context, world: int, backend: str, timeout: float | None = None
+) -> tuple[list[dict[str, Any]], bool]:
     """Start ``world`` ranks, collect each one's JSON line. (results, hung)."""
     timeout = TIMEOUT_S if timeout is None else timeout
     results: list[dict[str, Any]] = []
@@ -77,7 +79,15 @@ def run_ranks(ctx: Context, world: int, backend: str, timeout: float | None = No
         for rank in range(world):
             log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
             argv = [sys.executable, "-m", "cockpit.doctor.smoke", str(rank), str(world), backend, init_file]
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, env=_worker_env(ctx, backend), cwd=tmp)
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=_worker_env(ctx, backend),
+                cwd=tmp,
+            )
             procs.append((rank, proc, log))
         deadline = time.monotonic() + timeout
         for rank, proc, log in procs:
@@ -92,7 +102,11 @@ def run_ranks(ctx: Context, world: int, backend: str, timeout: float | None = No
             except (ValueError, IndexError):
                 log.seek(0)
                 tail = [ln for ln in log.read().splitlines() if ln.strip()][-1:]
-                why = "killed after the timeout" if proc.returncode in (-9, 137) else (tail[0] if tail else f"exit {proc.returncode}")
+                why = (
+                    "killed after the timeout"
+                    if proc.returncode in (-9, 137)
+                    else (tail[0] if tail else f"exit {proc.returncode}")
+                )
                 results.append({"rank": rank, "ok": False, "error": why})
             log.close()
     return results, hung
@@ -119,12 +133,22 @@ def check_smoke(ctx: Context, run: bool) -> Check:
         elif not mm.get("ok"):
             notes.append(f"matmul on {mm.get('device')} is wrong (rel err {mm.get('rel_err', float('nan')):.2g})")
         elif world >= 2 and not (r.get("all_reduce") or {}).get("ok"):
-            notes.append(f"rank {r['rank']}: all-reduce gave {(r.get('all_reduce') or {}).get('value')}, want {world * (world + 1) / 2:g}")
+            notes.append(
+                f"rank {r['rank']}: all-reduce gave {(r.get('all_reduce') or {}).get('value')}, want {world * (world + 1) / 2:g}"
+            )
     if notes:
         comm_trouble = hung or any("all-reduce" in n or "init_process_group" in n or "NCCL" in n for n in notes)
-        fix = "see the comm_env and rccl checks; rerun with NCCL_DEBUG=INFO to see where it stops" if comm_trouble else "see the torch_arch and gpu_visible checks"
+        fix = (
+            "see the comm_env and rccl checks; rerun with NCCL_DEBUG=INFO to see where it stops"
+            if comm_trouble
+            else "see the torch_arch and gpu_visible checks"
+        )
         return Check("smoke", title, FAIL, "; ".join(notes), fix, TAGS, data)
-    speed = [f"{r['matmul']['device']} {r['matmul']['bf16_tflops']} TFLOP/s" for r in results if "bf16_tflops" in r.get("matmul", {})]
+    speed = [
+        f"{r['matmul']['device']} {r['matmul']['bf16_tflops']} TFLOP/s"
+        for r in results
+        if "bf16_tflops" in r.get("matmul", {})
+    ]
     seen = f"matmul ok on {world} GPU(s)" if gpu else "CPU-only torch: matmul on the CPU ok"
     if speed:
         seen += " (bf16: " + ", ".join(speed) + ")"
@@ -148,7 +172,13 @@ def _worker(rank: int, world: int, backend: str, init_file: str) -> int:
         if world >= 2:
             import torch.distributed as dist
 
-            dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=TIMEOUT_S))
+            dist.init_process_group(
+                backend,
+                init_method=f"file://{init_file}",
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(seconds=TIMEOUT_S),
+            )
             t = torch.full((1 << 20,), float(rank + 1), device=device)
             dist.all_reduce(t)
             ok = bool(torch.all(t == world * (world + 1) / 2).item())

@@ -51,7 +51,11 @@ def embedded_model_dir() -> Path:
 
 
 def _is_complete(folder: Path) -> bool:
-    return (folder / "model.safetensors").exists() and (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
+    return (
+        (folder / "model.safetensors").exists()
+        and (folder / "config.json").exists()
+        and (folder / "tokenizer.json").exists()
+    )
 
 
 def ensure_embedded_model(log=print) -> Path:

@@ -3,9 +3,10 @@ HF folder, a ``.gguf`` file, or a hub id (only where a hub or the HF cache has i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.errors import InputError, Problem
 from cockpit.models.embedded import ensure_embedded_model, is_embedded
@@ -33,7 +34,9 @@ def resolve_model(name: str, log=print) -> ModelRef:
             ggufs = sorted(p.glob("*.gguf"))
             if ggufs:
                 return ModelRef(str(p), gguf_file=ggufs[0].name)
-            raise InputError(Problem(f"{p} has no config.json (not a Hugging Face model folder)", key="model_name_or_path"))
+            raise InputError(
+                Problem(f"{p} has no config.json (not a Hugging Face model folder)", key="model_name_or_path")
+            )
         return ModelRef(str(p))
     if p.exists():
         raise InputError(Problem(f"{p} is neither a model folder nor a .gguf file", key="model_name_or_path"))
@@ -58,7 +61,9 @@ def load_tokenizer(cfg: Mapping[str, Any], ref: ModelRef | None = None, log=prin
 
     ref = ref or resolve_model(cfg["model_name_or_path"], log=log)
     try:
-        tok = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs())
+        tok = AutoTokenizer.from_pretrained(
+            ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
+        )
     except (OSError, ValueError) as exc:
         if ref.hub:
             raise _hub_error(ref, exc) from None
@@ -72,8 +77,12 @@ def load_model_config(cfg: Mapping[str, Any], ref: ModelRef):
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs())
+        return AutoConfig.from_pretrained(
+            ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
+        )
     except (OSError, ValueError) as exc:
         if ref.hub:
             raise _hub_error(ref, exc) from None
-        raise InputError(Problem(f"cannot read the model config from {ref.path}: {exc}", key="model_name_or_path")) from None
+        raise InputError(
+            Problem(f"cannot read the model config from {ref.path}: {exc}", key="model_name_or_path")
+        ) from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cockpit.plan.catalogue import CATALOGUE, known_models, resolve_model_config
-from cockpit.plan.estimate import GiB, Estimate, estimate
+from cockpit.plan.estimate import Estimate, GiB, estimate
 from cockpit.plan.params import count_lora, count_params, dims_of, resolve_targets
 from cockpit.plan.spec import RunSpec, parse_run
 from cockpit.plan.verdict import find_fix, verdict
@@ -35,9 +35,14 @@ class PlanResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        d = {"model": self.model, "model_source": self.model_source, "precision": self.run.precision,
-             "finetuning_type": self.run.finetuning_type, "data_parallel": self.run.world,
-             **self.estimate.as_dict()}
+        d = {
+            "model": self.model,
+            "model_source": self.model_source,
+            "precision": self.run.precision,
+            "finetuning_type": self.run.finetuning_type,
+            "data_parallel": self.run.world,
+            **self.estimate.as_dict(),
+        }
         d["capacity_gib"] = self.capacity_gib
         d["host"] = self.extra.get("host")
         d["device"] = self.extra.get("device")
@@ -53,8 +58,9 @@ def _apply_overrides(config: dict[str, Any], gpus: int | None) -> dict[str, Any]
     return cfg
 
 
-def estimate_config(config: dict[str, Any], *, base_dir: str | None = None, use_meta: bool = True
-                    ) -> tuple[RunSpec, Estimate, str]:
+def estimate_config(
+    config: dict[str, Any], *, base_dir: str | None = None, use_meta: bool = True
+) -> tuple[RunSpec, Estimate, str]:
     """Parse + estimate one config dict; returns (run, estimate, model config source)."""
     run = parse_run(config, base_dir)
     mcfg, src = resolve_model_config(run.model_name_or_path)
@@ -72,9 +78,16 @@ def estimate_config(config: dict[str, Any], *, base_dir: str | None = None, use_
     return run, est, src
 
 
-def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: float | None = None,
-         base_dir: str | None = None, use_meta: bool = True, suggest: bool = True,
-         host_memory_gb: float | None = None) -> PlanResult:
+def plan(
+    config: dict[str, Any],
+    *,
+    gpus: int | None = None,
+    gpu_memory_gb: float | None = None,
+    base_dir: str | None = None,
+    use_meta: bool = True,
+    suggest: bool = True,
+    host_memory_gb: float | None = None,
+) -> PlanResult:
     """Estimate per-device peak memory for ``config`` (flat LLaMA-Factory keys).
 
     ``gpus``: data-parallel size on one node (overrides nproc_per_node/nnodes).
@@ -92,8 +105,13 @@ def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: floa
 
     use_cpu = not needs_gpu(cfg) and str(cfg.get("use_cpu")).lower() in ("true", "1", "yes")
     res.extra["device"] = describe(cfg)
-    res.extra["host"] = host_load(cfg, run, int(est.params["total"]), use_cpu=use_cpu,
-                                  host_memory_gib=host_memory_gb if host_memory_gb else machine_ram_gib())
+    res.extra["host"] = host_load(
+        cfg,
+        run,
+        int(est.params["total"]),
+        use_cpu=use_cpu,
+        host_memory_gib=host_memory_gb if host_memory_gb else machine_ram_gib(),
+    )
     if gpu_memory_gb is not None:
         if not gpu_memory_gb or gpu_memory_gb <= 0:
             from cockpit.errors import InputError, Problem
@@ -103,14 +121,19 @@ def plan(config: dict[str, Any], *, gpus: int | None = None, gpu_memory_gb: floa
         res.capacity_gib = float(gpu_memory_gb)
         res.verdict = verdict(est.peak, cap)
         if suggest and res.verdict["status"] != "fits":
+
             def replan(c: dict[str, Any]) -> float:
                 return estimate_config(c, base_dir=base_dir, use_meta=use_meta)[1].peak
 
             res.suggestion = find_fix(cfg, run, cap, replan)
             if res.suggestion is not None:
-                res.suggestion["tried"] = [{k: t[k] for k in ("why", "peak_bytes", "status")}
-                                           for t in res.suggestion.get("tried", [])]
+                res.suggestion["tried"] = [
+                    {k: t[k] for k in ("why", "peak_bytes", "status")} for t in res.suggestion.get("tried", [])
+                ]
             if res.suggestion is None:
-                res.suggestion = {"why": "nothing the planner can change makes it fit: use more or larger devices, "
-                                         "a shorter cutoff_len, or a smaller model", "changes": {}}
+                res.suggestion = {
+                    "why": "nothing the planner can change makes it fit: use more or larger devices, "
+                    "a shorter cutoff_len, or a smaller model",
+                    "changes": {},
+                }
     return res

@@ -15,38 +15,86 @@ from typing import Any
 from cockpit.errors import InputError, Problem
 
 _LLAMA3_8B = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
     "rope_theta": 500000.0,
 }
 _LLAMA3_70B = {
-    "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
-    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
     "rope_theta": 500000.0,
 }
 # Qwen2 always has biases on q/k/v (not on o); transformers builds them from model_type.
-_QWEN25 = {"model_type": "qwen2", "vocab_size": 152064, "tie_word_embeddings": False,
-           "rope_theta": 1000000.0}
-_QWEN25_7B = {**_QWEN25, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-              "num_attention_heads": 28, "num_key_value_heads": 4}
-_QWEN25_14B = {**_QWEN25, "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 48,
-               "num_attention_heads": 40, "num_key_value_heads": 8}
-_QWEN25_32B = {**_QWEN25, "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64,
-               "num_attention_heads": 40, "num_key_value_heads": 8}
-_QWEN25_72B = {**_QWEN25, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
-               "num_attention_heads": 64, "num_key_value_heads": 8}
+_QWEN25 = {"model_type": "qwen2", "vocab_size": 152064, "tie_word_embeddings": False, "rope_theta": 1000000.0}
+_QWEN25_7B = {
+    **_QWEN25,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+}
+_QWEN25_14B = {
+    **_QWEN25,
+    "hidden_size": 5120,
+    "intermediate_size": 13824,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+}
+_QWEN25_32B = {
+    **_QWEN25,
+    "hidden_size": 5120,
+    "intermediate_size": 27648,
+    "num_hidden_layers": 64,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+}
+_QWEN25_72B = {
+    **_QWEN25,
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+}
 _MISTRAL_7B = {
-    "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 128, "tie_word_embeddings": False, "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 32768,
 }
 SMOLLM2_135M = {
-    "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
-    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-    "head_dim": 64, "vocab_size": 49152, "tie_word_embeddings": True,
-    "max_position_embeddings": 8192, "rope_theta": 100000.0,
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 8192,
+    "rope_theta": 100000.0,
 }
 
 CATALOGUE: dict[str, dict[str, Any]] = {
@@ -66,18 +114,20 @@ CATALOGUE: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-32B-Instruct": {**_QWEN25_32B, "max_position_embeddings": 32768},
     "Qwen/Qwen2.5-72B": {**_QWEN25_72B, "max_position_embeddings": 131072},
     "Qwen/Qwen2.5-72B-Instruct": {**_QWEN25_72B, "max_position_embeddings": 32768},
-    "mistralai/Mistral-7B-v0.1": {**_MISTRAL_7B, "vocab_size": 32000, "rope_theta": 10000.0,
-                                  "sliding_window": 4096},
-    "mistralai/Mistral-7B-Instruct-v0.3": {**_MISTRAL_7B, "vocab_size": 32768,
-                                           "rope_theta": 1000000.0, "sliding_window": None},
+    "mistralai/Mistral-7B-v0.1": {**_MISTRAL_7B, "vocab_size": 32000, "rope_theta": 10000.0, "sliding_window": 4096},
+    "mistralai/Mistral-7B-Instruct-v0.3": {
+        **_MISTRAL_7B,
+        "vocab_size": 32768,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+    },
     "HuggingFaceTB/SmolLM2-135M-Instruct": dict(SMOLLM2_135M),
     "smollm2-135m-instruct": dict(SMOLLM2_135M),
 }
 
 _BY_LOWER = {k.lower(): k for k in CATALOGUE}
 
-REQUIRED_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers",
-                 "num_attention_heads", "vocab_size")
+REQUIRED_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
 def known_models() -> list[str]:
@@ -111,7 +161,11 @@ def resolve_model_config(name_or_path: str, *, key: str = "model_name_or_path") 
         return cfg, cfg_path
     hit = _BY_LOWER.get(name.rstrip("/").lower())
     if hit is None:
-        raise InputError(Problem(
-            f"{name!r} is neither a local folder with config.json nor in the built-in catalogue "
-            f"({', '.join(known_models())})", key=key))
+        raise InputError(
+            Problem(
+                f"{name!r} is neither a local folder with config.json nor in the built-in catalogue "
+                f"({', '.join(known_models())})",
+                key=key,
+            )
+        )
     return dict(CATALOGUE[hit]), "catalogue"

@@ -36,7 +36,7 @@ from typing import Any
 from cockpit.plan.params import Dims, ParamCounts
 from cockpit.plan.spec import ADAM_8, RunSpec
 
-GiB = 1024 ** 3
+GiB = 1024**3
 
 # Runtime overhead (see README section in the planner report): HIP/CUDA context, loaded kernels,
 # rocBLAS/hipBLASLt workspaces; RCCL/NCCL channel buffers with more than one rank; and the caching
@@ -63,11 +63,11 @@ class Term:
 @dataclass
 class Estimate:
     terms: list[Term]
-    moment: str                 # which moment is the peak
-    moments: dict[str, float]   # tensor bytes at each moment (without runtime overhead)
-    tensor_peak: float          # peak of live tensor bytes (what the CPU bench measures)
-    peak: float                 # tensor_peak + runtime overhead: what the device needs
-    host_bytes: float           # CPU memory per rank for offloaded states
+    moment: str  # which moment is the peak
+    moments: dict[str, float]  # tensor bytes at each moment (without runtime overhead)
+    tensor_peak: float  # peak of live tensor bytes (what the CPU bench measures)
+    peak: float  # tensor_peak + runtime overhead: what the device needs
+    host_bytes: float  # CPU memory per rank for offloaded states
     params: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     # full size of each quantity, whatever the peak moment: weights, lora, grads, master,
@@ -76,11 +76,15 @@ class Estimate:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "peak_bytes": int(self.peak), "peak_gib": round(self.peak / GiB, 3),
-            "tensor_peak_bytes": int(self.tensor_peak), "moment": self.moment,
+            "peak_bytes": int(self.peak),
+            "peak_gib": round(self.peak / GiB, 3),
+            "tensor_peak_bytes": int(self.tensor_peak),
+            "moment": self.moment,
             "moments_gib": {k: round(v / GiB, 3) for k, v in self.moments.items()},
             "host_bytes_per_rank": int(self.host_bytes),
-            "terms": [t.as_dict() for t in self.terms], "params": self.params, "notes": self.notes,
+            "terms": [t.as_dict() for t in self.terms],
+            "params": self.params,
+            "notes": self.notes,
             "components_bytes": {k: int(v) for k, v in self.components.items()},
         }
 
@@ -114,22 +118,22 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     # output (input of q/k/v or gate/up) unless autocast copies are kept instead.
     per_norm = 4 * h + (nb * h if norm_trainable else 0) + (0 if (run.mixed and residual_fp32) else nb * h)
     autocast_copies = 5 * c * h if (run.mixed and residual_fp32) else 0  # q,k,v and gate,up inputs
-    mask = (run.micro_batch > 1 or packed_mask) and run.attn != "fa2"   # padded batches carry an attention mask
+    mask = (run.micro_batch > 1 or packed_mask) and run.attn != "fa2"  # padded batches carry an attention mask
     if run.attn == "eager":
-        kv_eff = qd                      # repeat_kv to all heads
+        kv_eff = qd  # repeat_kv to all heads
         attn = c * (qd + 2 * kv_eff + qd) + 4 * a * s + (c * a * s if c != 4 else 0) + c * qd
     else:
-        kv_eff = qd if (run.attn == "sdpa" and mask) else kvd   # enable_gqa only without a mask
-        attn = c * (qd + 2 * kv_eff + qd) + 4 * a   # q, k, v, output (= o_proj input), logsumexp
+        kv_eff = qd if (run.attn == "sdpa" and mask) else kvd  # enable_gqa only without a mask
+        attn = c * (qd + 2 * kv_eff + qd) + 4 * a  # q, k, v, output (= o_proj input), logsumexp
         if mask and run.attn == "sdpa" and not run.packing:
-            attn += c * s                # boolean mask turned into an additive float mask, saved
+            attn += c * s  # boolean mask turned into an additive float mask, saved
     mlp = 4 * i * c
     lora = n_targets * run.lora_rank * c if run.finetuning_type == "lora" else 0
     layer = 2 * per_norm + autocast_copies + attn + mlp + lora + 2 * 4  # + two rsqrt values
-    ckpt_layer = nb * h                   # checkpointing keeps each layer's input only
+    ckpt_layer = nb * h  # checkpointing keeps each layer's input only
     lm_head_trains = full
     nonlayer = 4 * h + ((nb * h + nb * h) if lm_head_trains else 0) + 2 * d.head_dim * 4 + 16
-    nonlayer += s if packed_mask else 0   # the packed row's T x T bool mask: T bytes per token
+    nonlayer += s if packed_mask else 0  # the packed row's T x T bool mask: T bytes per token
     # logits: at the start of backward the fp32 log_softmax (saved), its gradient and the gradient of
     # the logits are alive together: 3 x 4 B x vocab (the forward's logits + fp32 copy are fewer).
     logits = 12 * d.vocab
@@ -137,8 +141,13 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
         logits = 0
     # backward of one layer: gradient of the hidden state in and out, MLP-sized gradient buffers
     bwd_transient = c * (2 * h + 3 * i) + (4 * a * s if run.attn == "eager" else 0)
-    return {"layer": layer, "ckpt_layer": ckpt_layer, "nonlayer": nonlayer, "logits": logits,
-            "bwd_transient": bwd_transient}
+    return {
+        "layer": layer,
+        "ckpt_layer": ckpt_layer,
+        "nonlayer": nonlayer,
+        "logits": logits,
+        "bwd_transient": bwd_transient,
+    }
 
 
 ZERO_SOURCE = "ZeRO paper sec. 3.1 (2+2+12 B/param, sharded by stage)"
@@ -155,10 +164,15 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
     comm = communication_terms(run, d, counts, trainable)
     acts = activations(run, d, counts, trainable, n_targets)
     resident = sum(t.bytes for t in weight_terms + states.terms) + sum(t.bytes for t in comm)
-    step = _StepMemory(trainable=trainable, resident=resident, grads=states.grads, kept_grads=states.grads if run.grad_accum > 1 else 0.0,
-                       one_layer=acts.per_token["layer"] * acts.tokens + acts.per_token["bwd_transient"] * acts.tokens,
-                       tied_extra=tied_embedding_gradient(run, d, counts, trainable, states.grads),
-                       step_buffers=optimizer_step_buffers(run, trainable))
+    step = _StepMemory(
+        trainable=trainable,
+        resident=resident,
+        grads=states.grads,
+        kept_grads=states.grads if run.grad_accum > 1 else 0.0,
+        one_layer=acts.per_token["layer"] * acts.tokens + acts.per_token["bwd_transient"] * acts.tokens,
+        tied_extra=tied_embedding_gradient(run, d, counts, trainable, states.grads),
+        step_buffers=optimizer_step_buffers(run, trainable),
+    )
     moments = step_moments(run, d, counts, acts, step)
     moment = max(moments, key=moments.__getitem__)
     tensor_peak = moments[moment]
@@ -166,21 +180,41 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
     out = weight_terms + states.terms + comm + peak_terms(moment, moments, run, d, counts, acts, step, states.formula)
     overhead = CONTEXT_BYTES + (COLLECTIVE_BYTES if run.world > 1 else 0) + FRAGMENTATION * tensor_peak
     out.append(overhead_term(run, overhead))
-    params = {"total": counts.total, "trainable": trainable, "lora": lora_params if run.finetuning_type == "lora" else 0,
-              "layers": counts.layers, "source": counts.source, "data_parallel": run.world,
-              "tokens_per_micro_batch": acts.tokens}
+    params = {
+        "total": counts.total,
+        "trainable": trainable,
+        "lora": lora_params if run.finetuning_type == "lora" else 0,
+        "layers": counts.layers,
+        "source": counts.source,
+        "data_parallel": run.world,
+        "tokens_per_micro_batch": acts.tokens,
+    }
     by_name = {t.name: t.bytes for t in weight_terms + states.terms + comm}
     components = {
-        "weights": by_name.get("weights", 0.0), "lora": by_name.get("lora weights", 0.0),
-        "grads": states.grads, "master": by_name.get("master weights (fp32)", 0.0),
+        "weights": by_name.get("weights", 0.0),
+        "lora": by_name.get("lora weights", 0.0),
+        "grads": states.grads,
+        "master": by_name.get("master weights (fp32)", 0.0),
         "optimizer": by_name.get("optimizer states", 0.0),
         "comm": sum(t.bytes for t in comm),
-        "activations_saved": acts.saved_layers + acts.outside_layers, "activations_per_layer_per_token": acts.per_token["layer"],
-        "logits": acts.logits, "autocast_copies": acts.autocast_copies, "dequant": acts.dequant, "overhead": overhead,
+        "activations_saved": acts.saved_layers + acts.outside_layers,
+        "activations_per_layer_per_token": acts.per_token["layer"],
+        "logits": acts.logits,
+        "autocast_copies": acts.autocast_copies,
+        "dequant": acts.dequant,
+        "overhead": overhead,
     }
-    return Estimate(terms=out, moment=moment, moments=moments, tensor_peak=tensor_peak,
-                    peak=tensor_peak + overhead, host_bytes=weights_host + states.host, params=params,
-                    notes=planner_notes(run), components=components)
+    return Estimate(
+        terms=out,
+        moment=moment,
+        moments=moments,
+        tensor_peak=tensor_peak,
+        peak=tensor_peak + overhead,
+        host_bytes=weights_host + states.host,
+        params=params,
+        notes=planner_notes(run),
+        components=components,
+    )
 
 
 def trainable_params(run: RunSpec, counts: ParamCounts, lora_params: int) -> tuple[int, int]:
@@ -207,13 +241,25 @@ def quantized_base_weights(run: RunSpec, d: Dims, counts: ParamCounts) -> tuple[
     linear = counts.layers * counts.layer_linear
     if run.quantization_bit == 4:
         per_param = nf4_bytes_per_param(run.double_quantization)
-        formula = (f"{linear/1e9:.3f}B linear params x {per_param:.4f} B (NF4{' + double quant' if run.double_quantization else ''})"
-                   f" + {(total - linear)/1e9:.3f}B embeddings/norms x {c} B")
-        return linear * per_param + (total - linear) * c, formula, "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256)"
+        formula = (
+            f"{linear / 1e9:.3f}B linear params x {per_param:.4f} B (NF4{' + double quant' if run.double_quantization else ''})"
+            f" + {(total - linear) / 1e9:.3f}B embeddings/norms x {c} B"
+        )
+        return (
+            linear * per_param + (total - linear) * c,
+            formula,
+            "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256)",
+        )
     if run.quantization_bit == 8:
         per_param = 1 + 4 / d.hidden  # int8 weight + one fp32 scale per output row (LLM.int8)
-        formula = f"{linear/1e9:.3f}B linear params x ~1 B (int8 + per-row scale) + {(total - linear)/1e9:.3f}B x {c} B"
-        return linear * per_param + (total - linear) * c, formula, "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row"
+        formula = (
+            f"{linear / 1e9:.3f}B linear params x ~1 B (int8 + per-row scale) + {(total - linear) / 1e9:.3f}B x {c} B"
+        )
+        return (
+            linear * per_param + (total - linear) * c,
+            formula,
+            "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row",
+        )
     return None, "", ""
 
 
@@ -221,20 +267,26 @@ def weight_shards(run: RunSpec) -> int:
     """Over how many devices the weights are sharded (ZeRO-3, or FSDP's sharding strategies)."""
     if run.zero is not None and run.zero.stage == 3:
         return run.world
-    if run.fsdp is not None and run.fsdp.strategy in ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"):
+    if run.fsdp is not None and run.fsdp.strategy in (
+        "full_shard",
+        "shard_grad_op",
+        "hybrid_shard",
+        "hybrid_shard_zero2",
+    ):
         return shard_group(run)
     return 1
 
 
-def weights(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, frozen: int,
-            n_targets: int) -> tuple[list[Term], float, int]:
+def weights(
+    run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, frozen: int, n_targets: int
+) -> tuple[list[Term], float, int]:
     """The weights term (and the LoRA adapter's), the host bytes when offloaded, the shard count."""
     c, total, ft, zero, fsdp = run.compute_bytes, counts.total, run.finetuning_type, run.zero, run.fsdp
     quantized, formula, source = quantized_base_weights(run, d, counts)
     if zero is not None and run.mixed:
         # DeepSpeed casts the module to bf16/fp16; fp32 copies live in the optimizer (master)
         size = quantized if quantized is not None else total * c
-        formula = formula if quantized is not None else f"{total/1e9:.3f}B params x {c} B ({run.precision})"
+        formula = formula if quantized is not None else f"{total / 1e9:.3f}B params x {c} B ({run.precision})"
         source = source or ZERO_SOURCE
     elif quantized is not None:
         size = quantized
@@ -242,45 +294,58 @@ def weights(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, frozen: 
         # LLaMA-Factory upcasts trainable params to fp32; frozen ones stay in the load dtype
         size = frozen * c + (trainable if ft != "lora" else 0) * 4
         if ft == "lora":
-            formula = f"{total/1e9:.3f}B frozen base params x {c} B ({run.precision})"
+            formula = f"{total / 1e9:.3f}B frozen base params x {c} B ({run.precision})"
         elif ft == "full":
-            formula = f"{total/1e9:.3f}B params x 4 B (fp32" + (", upcast for training)" if run.mixed else ")")
+            formula = f"{total / 1e9:.3f}B params x 4 B (fp32" + (", upcast for training)" if run.mixed else ")")
         else:
-            formula = f"{frozen/1e9:.3f}B frozen x {c} B + {trainable/1e9:.3f}B trainable x 4 B"
+            formula = f"{frozen / 1e9:.3f}B frozen x {c} B + {trainable / 1e9:.3f}B trainable x 4 B"
         source = "trainable params upcast to fp32 (LLaMA-Factory), frozen in the load dtype"
     shards = weight_shards(run)
     per_device = size / shards
     host = 0.0
     if (zero is not None and zero.offload_param) or (fsdp is not None and fsdp.offload):
         host += per_device
-        terms = [Term("weights", 0.0, formula + f", /{shards} sharded, offloaded to CPU", source, host_bytes=per_device)]
+        terms = [
+            Term("weights", 0.0, formula + f", /{shards} sharded, offloaded to CPU", source, host_bytes=per_device)
+        ]
     else:
         terms = [Term("weights", per_device, formula + (f", / {shards} (sharded)" if shards > 1 else ""), source)]
     if ft == "lora":
         # LoRA adapter weights (fp32, upcast by LLaMA-Factory; bf16 inside a DeepSpeed module)
         adapter_bytes = c if (zero is not None and run.mixed) else 4
-        terms.append(Term("lora weights", trainable * adapter_bytes / shards,
-                          f"{trainable/1e6:.2f}M LoRA params (r={run.lora_rank}, {n_targets} modules/layer) x {adapter_bytes} B",
-                          "PEFT get_peft_model on the meta model"))
+        terms.append(
+            Term(
+                "lora weights",
+                trainable * adapter_bytes / shards,
+                f"{trainable / 1e6:.2f}M LoRA params (r={run.lora_rank}, {n_targets} modules/layer) x {adapter_bytes} B",
+                "PEFT get_peft_model on the meta model",
+            )
+        )
     if run.reference_copy:  # dpo / kto: a frozen second copy of the base (ref_model, or no LoRA to disable)
-        terms.append(Term("reference model", total * c / shards, f"{total/1e9:.3f}B frozen params x {c} B (a second copy of the base)",
-                          "DPO / KTO reference: ref_model, or a copy of the base when the policy is not LoRA"))
+        terms.append(
+            Term(
+                "reference model",
+                total * c / shards,
+                f"{total / 1e9:.3f}B frozen params x {c} B (a second copy of the base)",
+                "DPO / KTO reference: ref_model, or a copy of the base when the policy is not LoRA",
+            )
+        )
     return terms, host, shards
 
 
 @dataclass
 class OptimizerStates:
-    terms: list[Term]   # master weights, optimizer states (resident)
-    grads: float        # gradient bytes on the device once backward is complete
-    formula: str        # how ``grads`` is computed, for the gradients term
-    host: float         # CPU bytes for offloaded states
+    terms: list[Term]  # master weights, optimizer states (resident)
+    grads: float  # gradient bytes on the device once backward is complete
+    formula: str  # how ``grads`` is computed, for the gradients term
+    host: float  # CPU bytes for offloaded states
 
 
 def optimizer_states(run: RunSpec, trainable: int) -> OptimizerStates:
     """Gradients, fp32 master weights and AdamW states per device, by how ZeRO / FSDP shard them."""
     world, c, zero, fsdp = run.world, run.compute_bytes, run.zero, run.fsdp
     adam = adam_bytes_per_param(run.optim)
-    billions = f"{trainable/1e9:.3f}B"
+    billions = f"{trainable / 1e9:.3f}B"
     terms: list[Term] = []
     if zero is not None:
         grad_bytes = c if run.mixed else 4
@@ -308,13 +373,22 @@ def optimizer_states(run: RunSpec, trainable: int) -> OptimizerStates:
         if fsdp.offload:
             terms.append(Term("optimizer states", 0.0, "offloaded to CPU (FSDP cpu offload)", "", host_bytes=opt))
             return OptimizerStates(terms, 0.0, formula + ", offloaded to CPU", opt + grads)
-        terms.append(Term("optimizer states", opt, f"{billions} x {adam:g} B / {group} (FSDP shards like ZeRO-3)", ZERO_SOURCE))
+        terms.append(
+            Term("optimizer states", opt, f"{billions} x {adam:g} B / {group} (FSDP shards like ZeRO-3)", ZERO_SOURCE)
+        )
         return OptimizerStates(terms, grads, formula, 0.0)
-    terms.append(Term("optimizer states", trainable * adam,
-                      f"{billions} trainable x {adam:g} B (AdamW m, v in fp32)" if adam == 8
-                      else f"{billions} trainable x {adam:g} B (8-bit AdamW)",
-                      "ZeRO paper sec. 3.1 (Adam: K=8 for m and v; master weights are the fp32 params)"
-                      if adam == 8 else "8-bit optimizers paper (block-wise, blocksize 256)"))
+    terms.append(
+        Term(
+            "optimizer states",
+            trainable * adam,
+            f"{billions} trainable x {adam:g} B (AdamW m, v in fp32)"
+            if adam == 8
+            else f"{billions} trainable x {adam:g} B (8-bit AdamW)",
+            "ZeRO paper sec. 3.1 (Adam: K=8 for m and v; master weights are the fp32 params)"
+            if adam == 8
+            else "8-bit optimizers paper (block-wise, blocksize 256)",
+        )
+    )
     return OptimizerStates(terms, trainable * 4, f"{billions} trainable x 4 B (fp32)", 0.0)
 
 
@@ -323,20 +397,34 @@ def communication_terms(run: RunSpec, d: Dims, counts: ParamCounts, trainable: i
     DDP's gradient buckets."""
     zero, fsdp, c = run.zero, run.fsdp, run.compute_bytes
     if zero is not None:
-        reduce_elems = zero.reduce_bucket if zero.reduce_bucket is not None else d.hidden ** 2
+        reduce_elems = zero.reduce_bucket if zero.reduce_bucket is not None else d.hidden**2
         bucket_bytes = c if run.mixed else 4
         if zero.stage == 3:
-            return [Term("gathered params (ZeRO-3)", counts.per_layer * bucket_bytes,
-                         f"one decoder layer ({counts.per_layer/1e6:.0f}M) x {bucket_bytes} B fetched at a time",
-                         "DeepSpeed stage 3 fetches per submodule with a prefetch bucket"),
-                    Term("ZeRO buckets", reduce_elems * bucket_bytes, f"reduce_bucket_size {reduce_elems:.3g} x {bucket_bytes} B",
-                         "DeepSpeed zero_optimization")]
+            return [
+                Term(
+                    "gathered params (ZeRO-3)",
+                    counts.per_layer * bucket_bytes,
+                    f"one decoder layer ({counts.per_layer / 1e6:.0f}M) x {bucket_bytes} B fetched at a time",
+                    "DeepSpeed stage 3 fetches per submodule with a prefetch bucket",
+                ),
+                Term(
+                    "ZeRO buckets",
+                    reduce_elems * bucket_bytes,
+                    f"reduce_bucket_size {reduce_elems:.3g} x {bucket_bytes} B",
+                    "DeepSpeed zero_optimization",
+                ),
+            ]
         if run.world > 1 or zero.stage > 0:
             allgather = zero.allgather_bucket if zero.allgather_bucket is not None else 5e8
             allgather_used = allgather if zero.stage in (1, 2) else 0
-            return [Term("ZeRO buckets", (reduce_elems + allgather_used) * bucket_bytes,
-                         f"(reduce {reduce_elems:.3g} + allgather {allgather_used:.3g}) x {bucket_bytes} B",
-                         "DeepSpeed zero_optimization bucket sizes")]
+            return [
+                Term(
+                    "ZeRO buckets",
+                    (reduce_elems + allgather_used) * bucket_bytes,
+                    f"(reduce {reduce_elems:.3g} + allgather {allgather_used:.3g}) x {bucket_bytes} B",
+                    "DeepSpeed zero_optimization bucket sizes",
+                )
+            ]
         return []
     if fsdp is not None and fsdp.strategy != "no_shard":
         if fsdp.strategy in ("shard_grad_op", "hybrid_shard_zero2"):
@@ -344,25 +432,31 @@ def communication_terms(run: RunSpec, d: Dims, counts: ParamCounts, trainable: i
             text = f"all params unsharded in {c} B during forward/backward (SHARD_GRAD_OP)"
         else:
             gathered = 2 * counts.per_layer * c
-            text = f"2 units (current + prefetch) x one layer {counts.per_layer/1e6:.0f}M x {c} B"
+            text = f"2 units (current + prefetch) x one layer {counts.per_layer / 1e6:.0f}M x {c} B"
         return [Term("gathered params (FSDP)", gathered, text, "FSDP unit = decoder layer (auto_wrap)")]
     if run.world > 1:
-        return [Term("DDP gradient buckets", trainable * 4, f"{trainable/1e9:.3f}B x 4 B (flat bucket copy of grads)",
-                     "torch DDP reducer (gradient_as_bucket_view=False)")]
+        return [
+            Term(
+                "DDP gradient buckets",
+                trainable * 4,
+                f"{trainable / 1e9:.3f}B x 4 B (flat bucket copy of grads)",
+                "torch DDP reducer (gradient_as_bucket_view=False)",
+            )
+        ]
     return []
 
 
 @dataclass
 class Activations:
-    tokens: int                   # tokens per micro-batch
-    per_token: dict[str, float]   # activation_terms(): bytes per token
-    layers: int                   # layers whose activations are saved
-    saved_layers: float           # saved activations of those layers (bytes)
-    formula: str                  # how ``saved_layers`` is computed
-    outside_layers: float         # embeddings, final norm, rotary tables
-    logits: float                 # fp32 logits / loss buffers
-    autocast_copies: float        # half copies of fp32 trainable weights under torch.autocast
-    dequant: float                # one dequantized weight of a quantized base model
+    tokens: int  # tokens per micro-batch
+    per_token: dict[str, float]  # activation_terms(): bytes per token
+    layers: int  # layers whose activations are saved
+    saved_layers: float  # saved activations of those layers (bytes)
+    formula: str  # how ``saved_layers`` is computed
+    outside_layers: float  # embeddings, final norm, rotary tables
+    logits: float  # fp32 logits / loss buffers
+    autocast_copies: float  # half copies of fp32 trainable weights under torch.autocast
+    dequant: float  # one dequantized weight of a quantized base model
 
 
 def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_targets: int) -> Activations:
@@ -375,8 +469,10 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
         layers = min(run.freeze_trainable_layers, counts.layers)
     if run.gradient_checkpointing:
         saved = layers * per_token["ckpt_layer"] * tokens
-        formula = (f"{layers} layers x h={d.hidden} x {int(per_token['ckpt_layer'] // d.hidden)} B x {tokens} tokens "
-                   f"(checkpointing keeps layer inputs)")
+        formula = (
+            f"{layers} layers x h={d.hidden} x {int(per_token['ckpt_layer'] // d.hidden)} B x {tokens} tokens "
+            f"(checkpointing keeps layer inputs)"
+        )
     else:
         saved = layers * per_token["layer"] * tokens
         formula = f"{layers} layers x {per_token['layer']:.0f} B/token x {tokens} tokens"
@@ -384,21 +480,31 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
     plain = run.zero is None and (run.fsdp is None or run.fsdp.strategy == "no_shard")
     if run.mixed and plain and ft in ("full", "freeze"):
         linear = counts.layers * counts.layer_linear
-        autocast = (linear * (1 if ft == "full" else trainable / max(counts.total, 1)) + counts.lm_head * (ft == "full")) * c
-    return Activations(tokens=tokens, per_token=per_token, layers=layers, saved_layers=saved, formula=formula,
-                       outside_layers=per_token["nonlayer"] * tokens, logits=per_token["logits"] * tokens if run.stage != "rm" else 4.0 * tokens,
-                       autocast_copies=autocast, dequant=counts.max_linear * c if run.quantization_bit else 0.0)
+        autocast = (
+            linear * (1 if ft == "full" else trainable / max(counts.total, 1)) + counts.lm_head * (ft == "full")
+        ) * c
+    return Activations(
+        tokens=tokens,
+        per_token=per_token,
+        layers=layers,
+        saved_layers=saved,
+        formula=formula,
+        outside_layers=per_token["nonlayer"] * tokens,
+        logits=per_token["logits"] * tokens if run.stage != "rm" else 4.0 * tokens,
+        autocast_copies=autocast,
+        dequant=counts.max_linear * c if run.quantization_bit else 0.0,
+    )
 
 
 @dataclass
 class _StepMemory:
-    trainable: int        # trainable parameters
-    resident: float       # weights, optimizer states, communication buffers
-    grads: float          # all gradients of the step (end of backward)
-    kept_grads: float     # gradients alive before backward: accumulated from the last micro-batch
-    one_layer: float      # one layer's activations and backward buffers
-    tied_extra: float     # tied embeddings: the second dense gradient while the two are summed
-    step_buffers: float   # the optimizer step's temporaries
+    trainable: int  # trainable parameters
+    resident: float  # weights, optimizer states, communication buffers
+    grads: float  # all gradients of the step (end of backward)
+    kept_grads: float  # gradients alive before backward: accumulated from the last micro-batch
+    one_layer: float  # one layer's activations and backward buffers
+    tied_extra: float  # tied embeddings: the second dense gradient while the two are summed
+    step_buffers: float  # the optimizer step's temporaries
 
 
 def tied_embedding_gradient(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, grads: float) -> float:
@@ -418,86 +524,197 @@ def step_moments(run: RunSpec, d: Dims, counts: ParamCounts, acts: Activations, 
     """Live tensor bytes at each moment of a step that can be its peak."""
     a = acts
     # start of backward: every saved activation, the loss buffers, no gradient of this step yet
-    moments = {"activations (start of backward)": step.resident + a.saved_layers + a.outside_layers + a.logits
-               + step.kept_grads + a.autocast_copies + a.dequant}
+    moments = {
+        "activations (start of backward)": step.resident
+        + a.saved_layers
+        + a.outside_layers
+        + a.logits
+        + step.kept_grads
+        + a.autocast_copies
+        + a.dequant
+    }
     if run.gradient_checkpointing:
         # the last layer is recomputed: its full activations on top of the saved layer inputs;
         # the loss buffers are gone, lm_head/norm gradients exist
-        head_grads = (counts.lm_head + counts.other + (counts.embedding if d.tied else 0)) * (step.grads / max(step.trainable, 1)) \
-            if run.finetuning_type == "full" else 0.0
-        moments["recompute (first layer of backward)"] = step.resident + a.saved_layers + a.outside_layers + step.one_layer + \
-            max(step.kept_grads, head_grads) + a.autocast_copies + a.dequant
+        head_grads = (
+            (counts.lm_head + counts.other + (counts.embedding if d.tied else 0))
+            * (step.grads / max(step.trainable, 1))
+            if run.finetuning_type == "full"
+            else 0.0
+        )
+        moments["recompute (first layer of backward)"] = (
+            step.resident
+            + a.saved_layers
+            + a.outside_layers
+            + step.one_layer
+            + max(step.kept_grads, head_grads)
+            + a.autocast_copies
+            + a.dequant
+        )
     # end of backward: all gradients, the first layer's activations and backward buffers
     moments["gradients (end of backward)"] = step.resident + step.grads + step.one_layer + step.tied_extra + a.dequant
     moments["optimizer step"] = step.resident + step.grads + step.step_buffers
     return moments
 
 
-def peak_terms(moment: str, moments: dict[str, float], run: RunSpec, d: Dims, counts: ParamCounts,
-               acts: Activations, step: _StepMemory, grads_formula: str) -> list[Term]:
+def peak_terms(
+    moment: str,
+    moments: dict[str, float],
+    run: RunSpec,
+    d: Dims,
+    counts: ParamCounts,
+    acts: Activations,
+    step: _StepMemory,
+    grads_formula: str,
+) -> list[Term]:
     """The terms alive at the peak moment besides the resident ones (they add up to its total)."""
     c, a, tokens = run.compute_bytes, acts, acts.tokens
     source = ACTIVATION_SOURCE.format(attn=run.attn)
     out: list[Term] = []
     if moment.startswith("activations"):
-        out.append(Term("gradients", step.kept_grads, grads_formula + (" (kept across accumulation)" if step.kept_grads else
-                        ": none yet at this moment (the step's gradients appear during backward)"), ZERO_SOURCE))
-        out.append(Term("activations", a.saved_layers + a.outside_layers,
-                        a.formula + f" + outside layers {a.per_token['nonlayer']:.0f} B/token", source))
-        out.append(Term("logits / loss", a.logits, f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
-                        "HF ForCausalLMLoss upcasts logits to fp32") if run.stage != "rm" else
-                   Term("value head scores", a.logits, f"4 B x {tokens} tokens (one fp32 score per token, no vocabulary logits)", "reward model (rm)"))
+        out.append(
+            Term(
+                "gradients",
+                step.kept_grads,
+                grads_formula
+                + (
+                    " (kept across accumulation)"
+                    if step.kept_grads
+                    else ": none yet at this moment (the step's gradients appear during backward)"
+                ),
+                ZERO_SOURCE,
+            )
+        )
+        out.append(
+            Term(
+                "activations",
+                a.saved_layers + a.outside_layers,
+                a.formula + f" + outside layers {a.per_token['nonlayer']:.0f} B/token",
+                source,
+            )
+        )
+        out.append(
+            Term(
+                "logits / loss",
+                a.logits,
+                f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
+                "HF ForCausalLMLoss upcasts logits to fp32",
+            )
+            if run.stage != "rm"
+            else Term(
+                "value head scores",
+                a.logits,
+                f"4 B x {tokens} tokens (one fp32 score per token, no vocabulary logits)",
+                "reward model (rm)",
+            )
+        )
         if a.autocast_copies:
-            out.append(Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B (autocast cache, saved for backward)",
-                            AUTOCAST_SOURCE))
+            out.append(
+                Term(
+                    "autocast weight copies",
+                    a.autocast_copies,
+                    f"trainable linear weights x {c} B (autocast cache, saved for backward)",
+                    AUTOCAST_SOURCE,
+                )
+            )
     elif moment.startswith("recompute"):
-        grads_so_far = moments[moment] - (step.resident + a.saved_layers + a.outside_layers + step.one_layer
-                                          + a.autocast_copies + a.dequant)
-        out.append(Term("gradients", grads_so_far, grads_formula + (" (kept across accumulation)" if step.kept_grads else
-                        ": only lm_head/final-norm gradients so far"), ZERO_SOURCE))
-        out.append(Term("activations", a.saved_layers + a.outside_layers + step.one_layer,
-                        a.formula + f" + the layer being recomputed and its backward buffers, {tokens} tokens", source))
+        grads_so_far = moments[moment] - (
+            step.resident + a.saved_layers + a.outside_layers + step.one_layer + a.autocast_copies + a.dequant
+        )
+        out.append(
+            Term(
+                "gradients",
+                grads_so_far,
+                grads_formula
+                + (" (kept across accumulation)" if step.kept_grads else ": only lm_head/final-norm gradients so far"),
+                ZERO_SOURCE,
+            )
+        )
+        out.append(
+            Term(
+                "activations",
+                a.saved_layers + a.outside_layers + step.one_layer,
+                a.formula + f" + the layer being recomputed and its backward buffers, {tokens} tokens",
+                source,
+            )
+        )
         if a.autocast_copies:
-            out.append(Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B", AUTOCAST_SOURCE))
+            out.append(
+                Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B", AUTOCAST_SOURCE)
+            )
     elif moment.startswith("gradients"):
         out.append(Term("gradients", step.grads, grads_formula, ZERO_SOURCE))
-        out.append(Term("activations", step.one_layer, f"first layer's activations + backward buffers, {tokens} tokens", source))
+        out.append(
+            Term(
+                "activations", step.one_layer, f"first layer's activations + backward buffers, {tokens} tokens", source
+            )
+        )
         if step.tied_extra:
-            out.append(Term("tied embedding gradient", step.tied_extra, f"2 x vocab x hidden x {step.grads / max(step.trainable, 1):g} B",
-                            "autograd accumulates the embedding's and lm_head's gradients"))
+            out.append(
+                Term(
+                    "tied embedding gradient",
+                    step.tied_extra,
+                    f"2 x vocab x hidden x {step.grads / max(step.trainable, 1):g} B",
+                    "autograd accumulates the embedding's and lm_head's gradients",
+                )
+            )
     else:
         out.append(Term("gradients", step.grads, grads_formula, ZERO_SOURCE))
         if step.step_buffers:
-            out.append(Term("optimizer step buffers", step.step_buffers, "foreach AdamW: one fp32 temporary per trainable param",
-                            "torch.optim.AdamW(foreach=True)"))
+            out.append(
+                Term(
+                    "optimizer step buffers",
+                    step.step_buffers,
+                    "foreach AdamW: one fp32 temporary per trainable param",
+                    "torch.optim.AdamW(foreach=True)",
+                )
+            )
     if a.dequant and not moment.startswith("optimizer"):
-        out.append(Term("dequantize buffer", a.dequant, f"largest linear {counts.max_linear/1e6:.0f}M x {c} B",
-                        "bitsandbytes dequantizes one weight at a time"))
+        out.append(
+            Term(
+                "dequantize buffer",
+                a.dequant,
+                f"largest linear {counts.max_linear / 1e6:.0f}M x {c} B",
+                "bitsandbytes dequantizes one weight at a time",
+            )
+        )
     return out
 
 
 def overhead_term(run: RunSpec, overhead: float) -> Term:
     multi = run.world > 1
-    return Term("runtime overhead", overhead,
-                f"{CONTEXT_BYTES/GiB:.1f} GiB context/kernels/BLAS workspaces"
-                + (f" + {COLLECTIVE_BYTES/GiB:.1f} GiB RCCL buffers" if multi else "")
-                + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
-                "rule of thumb, see planner notes")
+    return Term(
+        "runtime overhead",
+        overhead,
+        f"{CONTEXT_BYTES / GiB:.1f} GiB context/kernels/BLAS workspaces"
+        + (f" + {COLLECTIVE_BYTES / GiB:.1f} GiB RCCL buffers" if multi else "")
+        + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
+        "rule of thumb, see planner notes",
+    )
 
 
 def planner_notes(run: RunSpec) -> list[str]:
     """Notes shown under the breakdown: what the estimate assumed that the config did not say."""
     notes = []
     if run.liger:
-        notes.append("enable_liger_kernel: fused linear cross-entropy, so no fp32 logits term; its RMSNorm/SwiGLU "
-                     "savings are not counted (an upper bound)")
+        notes.append(
+            "enable_liger_kernel: fused linear cross-entropy, so no fp32 logits term; its RMSNorm/SwiGLU "
+            "savings are not counted (an upper bound)"
+        )
     if run.packing:
         tokens = run.micro_batch * run.cutoff_len
-        notes.append(f"packing: each micro-batch is one row of up to {tokens} tokens (the samples' own lengths, no padding); "
-                     + ("fa2 attends per sample (varlen)" if run.attn == "fa2" else
-                        f"{run.attn} attends through a {tokens}x{tokens} block-diagonal mask"))
+        notes.append(
+            f"packing: each micro-batch is one row of up to {tokens} tokens (the samples' own lengths, no padding); "
+            + (
+                "fa2 attends per sample (varlen)"
+                if run.attn == "fa2"
+                else f"{run.attn} attends through a {tokens}x{tokens} block-diagonal mask"
+            )
+        )
     elif run.micro_batch > 1 and run.attn == "sdpa":
-        notes.append("micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer")
+        notes.append(
+            "micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer"
+        )
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
     if run.stage in ("dpo", "kto") and run.finetuning_type == "lora" and not run.reference_copy:

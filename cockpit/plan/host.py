@@ -57,14 +57,20 @@ def sharded_load(run: Any) -> bool:
     return run.fsdp is not None and run.fsdp.strategy in ("full_shard", "hybrid_shard")
 
 
-def host_load(cfg: Mapping[str, Any], run: Any, total_params: int, *, use_cpu: bool, host_memory_gib: float | None) -> dict[str, Any]:
+def host_load(
+    cfg: Mapping[str, Any], run: Any, total_params: int, *, use_cpu: bool, host_memory_gib: float | None
+) -> dict[str, Any]:
     """The load-time host peak per node for the run's strategy, and its verdict."""
     model = total_params * load_bytes_per_param(cfg, use_cpu)
     ranks = int(run.nproc_per_node)
     if sharded_load(run):
-        on_host = use_cpu or (run.zero is not None and run.zero.offload_param) or (run.fsdp is not None and run.fsdp.offload)
+        on_host = (
+            use_cpu or (run.zero is not None and run.zero.offload_param) or (run.fsdp is not None and run.fsdp.offload)
+        )
         weights = (model * ranks / run.world if on_host else 0.0) + GROUP_BYTES
-        pattern = f"sharded: rank 0 streams the checkpoint, each of {ranks} ranks keeps 1/{run.world}" + (" on the host" if on_host else " on its GPU")
+        pattern = f"sharded: rank 0 streams the checkpoint, each of {ranks} ranks keeps 1/{run.world}" + (
+            " on the host" if on_host else " on its GPU"
+        )
     else:
         weights = float(model * ranks)
         pattern = f"every one of {ranks} ranks builds the whole model on the host"

@@ -67,7 +67,8 @@ def _mode_class():
                     # the CPU stand-in for the device allocator refusing an allocation
                     raise torch.OutOfMemoryError(
                         f"live tensor bytes {self.live} over the memory cap {self.cap} "
-                        "(CPU stand-in for the device allocator)")
+                        "(CPU stand-in for the device allocator)"
+                    )
 
         def track_existing(self, tensors: Any) -> None:
             for t in tensors:
@@ -96,8 +97,9 @@ def live_tensor_bytes(cap: int | None = None):
     return _mode_class()(cap)
 
 
-def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, steps: int = 2,
-                          seed: int = 0, warmup_len: int | None = 16) -> dict[str, Any]:
+def measure_training_peak(
+    model_dir_or_cfg: Any, config: dict[str, Any], *, steps: int = 2, seed: int = 0, warmup_len: int | None = 16
+) -> dict[str, Any]:
     """Peak live tensor bytes over ``steps`` optimizer steps of the real HF Trainer on CPU (fp32).
 
     ``model_dir_or_cfg``: a folder with config.json (+ weights, loaded if present) or a config dict
@@ -137,8 +139,11 @@ def measure_training_peak(model_dir_or_cfg: Any, config: dict[str, Any], *, step
             with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its metrics dict
                 trainer.train()
         peak = mode.peak - input_bytes
-    result = {"peak_bytes": peak, "weights_bytes": weights,
-              "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    result = {
+        "peak_bytes": peak,
+        "weights_bytes": weights,
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+    }
     del trainer, model, rows
     gc.collect()
     return result
@@ -156,11 +161,13 @@ def _fp32_model(model_dir_or_cfg: Any, flash_attn: str) -> Any:
     if isinstance(model_dir_or_cfg, str) and os.path.isfile(os.path.join(model_dir_or_cfg, "config.json")):
         has_weights = any(f.endswith(".safetensors") for f in os.listdir(model_dir_or_cfg))
         if has_weights:
-            model = AutoModelForCausalLM.from_pretrained(model_dir_or_cfg, dtype=torch.float32,
-                                                         attn_implementation=attn)
+            model = AutoModelForCausalLM.from_pretrained(
+                model_dir_or_cfg, dtype=torch.float32, attn_implementation=attn
+            )
         else:
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir_or_cfg),
-                                                     attn_implementation=attn)
+            model = AutoModelForCausalLM.from_config(
+                AutoConfig.from_pretrained(model_dir_or_cfg), attn_implementation=attn
+            )
     else:
         cfg = dict(model_dir_or_cfg)
         model_type = cfg.pop("model_type", "llama")
@@ -178,12 +185,14 @@ def _with_lora(model: Any, config: dict[str, Any]) -> Any:
 
     targets = resolve_targets(config.get("lora_target", "all"), LLAMA_LINEARS)
     rank = int(config.get("lora_rank", 8))
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets,
-                                            lora_dropout=0.0, task_type="CAUSAL_LM"))
+    return get_peft_model(
+        model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM")
+    )
 
 
-def _synthetic_rows(vocab_size: int, config: dict[str, Any], *, steps: int, seed: int,
-                    warmup_len: int | None) -> list[dict[str, Any]]:
+def _synthetic_rows(
+    vocab_size: int, config: dict[str, Any], *, steps: int, seed: int, warmup_len: int | None
+) -> list[dict[str, Any]]:
     """Random token rows for ``steps`` optimizer steps, in the order the Trainer will feed them:
     cutoff_len tokens each (the first step's rows ``warmup_len`` long when set); with micro-batch > 1
     the first row of every micro-batch ends in one padding token."""
@@ -207,8 +216,9 @@ def _synthetic_rows(vocab_size: int, config: dict[str, Any], *, steps: int, seed
     return rows
 
 
-def _in_order_trainer(model: Any, rows: list[dict[str, Any]], config: dict[str, Any], *, steps: int,
-                      seed: int, output_dir: str) -> Any:
+def _in_order_trainer(
+    model: Any, rows: list[dict[str, Any]], config: dict[str, Any], *, steps: int, seed: int, output_dir: str
+) -> Any:
     """An HF Trainer over ``rows`` in their order (no shuffling), CPU, no saving or logging."""
     import torch
     from transformers import Trainer, TrainingArguments
@@ -225,11 +235,19 @@ def _in_order_trainer(model: Any, rows: list[dict[str, Any]], config: dict[str, 
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
     args = TrainingArguments(
-        output_dir=output_dir, per_device_train_batch_size=int(config.get("per_device_train_batch_size", 1)),
+        output_dir=output_dir,
+        per_device_train_batch_size=int(config.get("per_device_train_batch_size", 1)),
         gradient_accumulation_steps=int(config.get("gradient_accumulation_steps", 1)),
-        max_steps=steps, learning_rate=1e-4, use_cpu=True, report_to=[], save_strategy="no",
-        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        max_steps=steps,
+        learning_rate=1e-4,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
         gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
-        seed=seed, optim=str(config.get("optim", "adamw_torch_fused")),
+        seed=seed,
+        optim=str(config.get("optim", "adamw_torch_fused")),
     )
     return _InOrder(model=model, args=args, train_dataset=_Rows())

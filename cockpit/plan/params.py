@@ -50,32 +50,42 @@ def dims_of(cfg: dict[str, Any]) -> Dims:
     hd = cfg.get("head_dim") or h // a
     mt = str(cfg.get("model_type", "llama"))
     return Dims(
-        hidden=h, intermediate=int(cfg["intermediate_size"]), layers=int(cfg["num_hidden_layers"]),
-        heads=a, kv_heads=int(cfg.get("num_key_value_heads") or a), head_dim=int(hd),
-        vocab=int(cfg["vocab_size"]), tied=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=bool(cfg.get("attention_bias", False)) or mt == "qwen2", model_type=mt,
+        hidden=h,
+        intermediate=int(cfg["intermediate_size"]),
+        layers=int(cfg["num_hidden_layers"]),
+        heads=a,
+        kv_heads=int(cfg.get("num_key_value_heads") or a),
+        head_dim=int(hd),
+        vocab=int(cfg["vocab_size"]),
+        tied=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=bool(cfg.get("attention_bias", False)) or mt == "qwen2",
+        model_type=mt,
     )
 
 
 def linear_shapes(d: Dims) -> dict[str, tuple[int, int]]:
     """(in, out) of each decoder-layer linear, Llama/Qwen2/Mistral layout."""
     return {
-        "q_proj": (d.hidden, d.q_dim), "k_proj": (d.hidden, d.kv_dim), "v_proj": (d.hidden, d.kv_dim),
-        "o_proj": (d.q_dim, d.hidden), "gate_proj": (d.hidden, d.intermediate),
-        "up_proj": (d.hidden, d.intermediate), "down_proj": (d.intermediate, d.hidden),
+        "q_proj": (d.hidden, d.q_dim),
+        "k_proj": (d.hidden, d.kv_dim),
+        "v_proj": (d.hidden, d.kv_dim),
+        "o_proj": (d.q_dim, d.hidden),
+        "gate_proj": (d.hidden, d.intermediate),
+        "up_proj": (d.hidden, d.intermediate),
+        "down_proj": (d.intermediate, d.hidden),
     }
 
 
 @dataclass(frozen=True)
 class ParamCounts:
-    total: int               # unique parameters (tied embeddings once)
-    embedding: int           # embed_tokens
-    lm_head: int             # 0 when tied
-    per_layer: int           # one decoder layer, everything
-    layer_linear: int        # one decoder layer, nn.Linear weights only (quantizable)
+    total: int  # unique parameters (tied embeddings once)
+    embedding: int  # embed_tokens
+    lm_head: int  # 0 when tied
+    per_layer: int  # one decoder layer, everything
+    layer_linear: int  # one decoder layer, nn.Linear weights only (quantizable)
     layers: int
-    other: int               # final norm etc.
-    max_linear: int          # the largest single linear weight (dequantize buffer)
+    other: int  # final norm etc.
+    max_linear: int  # the largest single linear weight (dequantize buffer)
     linear_names: tuple[str, ...] = field(default=LLAMA_LINEARS)
     source: str = "analytic"
 
@@ -92,9 +102,15 @@ def analytic_counts(d: Dims) -> ParamCounts:
     head = 0 if d.tied else emb
     other = d.hidden
     return ParamCounts(
-        total=emb + head + d.layers * per_layer + other, embedding=emb, lm_head=head,
-        per_layer=per_layer, layer_linear=lin, layers=d.layers, other=other,
-        max_linear=max(i * o for i, o in shapes.values()), source="analytic",
+        total=emb + head + d.layers * per_layer + other,
+        embedding=emb,
+        lm_head=head,
+        per_layer=per_layer,
+        layer_linear=lin,
+        layers=d.layers,
+        other=other,
+        max_linear=max(i * o for i, o in shapes.values()),
+        source="analytic",
     )
 
 
@@ -146,9 +162,14 @@ def _meta_counts(key: str) -> ParamCounts:
     nl = len(layer_tot)
     per_layer = max(layer_tot.values()) if layer_tot else 0
     return ParamCounts(
-        total=emb + head + sum(layer_tot.values()) + other, embedding=emb, lm_head=head,
-        per_layer=per_layer, layer_linear=max(layer_lin.values()) if layer_lin else 0, layers=nl,
-        other=other, max_linear=max_linear,
+        total=emb + head + sum(layer_tot.values()) + other,
+        embedding=emb,
+        lm_head=head,
+        per_layer=per_layer,
+        layer_linear=max(layer_lin.values()) if layer_lin else 0,
+        layers=nl,
+        other=other,
+        max_linear=max_linear,
         linear_names=tuple(n for n in LLAMA_LINEARS if n in names) + tuple(sorted(names - set(LLAMA_LINEARS))),
         source="meta",
     )
@@ -174,9 +195,13 @@ def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:
     if unknown or not names:
         from cockpit.errors import InputError, Problem
 
-        raise InputError(Problem(
-            f"unknown module(s) {', '.join(unknown) or '(empty)'}; this model's linears are "
-            f"{', '.join(available)} (or 'all')", key="lora_target"))
+        raise InputError(
+            Problem(
+                f"unknown module(s) {', '.join(unknown) or '(empty)'}; this model's linears are "
+                f"{', '.join(available)} (or 'all')",
+                key="lora_target",
+            )
+        )
     return names
 
 
@@ -192,8 +217,7 @@ def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
     cfg = json.loads(key)
     layers = int(cfg["num_hidden_layers"])
     model = _meta_model(cfg, layers=1)
-    pm = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets),
-                                          lora_dropout=0.0))
+    pm = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets), lora_dropout=0.0))
     per_layer = sum(p.numel() for n, p in pm.named_parameters() if "lora_" in n)
     return per_layer * layers
 

@@ -41,8 +41,7 @@ DEFAULTS: dict[str, Any] = {
 ADAM_32 = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw"}
 ADAM_8 = {"adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "adamw_torch_8bit"}
 ADAM_32_PAGED = {"paged_adamw_32bit"}
-FSDP_WORDS = {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard",
-              "offload", "auto_wrap"}
+FSDP_WORDS = {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"}
 
 
 @dataclass(frozen=True)
@@ -50,14 +49,14 @@ class ZeroSpec:
     stage: int
     offload_optimizer: bool = False
     offload_param: bool = False
-    reduce_bucket: float | None = None      # elements; None = "auto" (hidden^2, HF integration)
+    reduce_bucket: float | None = None  # elements; None = "auto" (hidden^2, HF integration)
     allgather_bucket: float | None = None
     source: str = ""
 
 
 @dataclass(frozen=True)
 class FsdpSpec:
-    strategy: str          # full_shard | shard_grad_op | hybrid_shard | no_shard
+    strategy: str  # full_shard | shard_grad_op | hybrid_shard | no_shard
     offload: bool
 
 
@@ -75,7 +74,7 @@ class RunSpec:
     bf16: bool
     fp16: bool
     gradient_checkpointing: bool
-    attn: str              # sdpa | eager | fa2
+    attn: str  # sdpa | eager | fa2
     optim: str
     zero: ZeroSpec | None
     fsdp: FsdpSpec | None
@@ -84,9 +83,9 @@ class RunSpec:
     freeze_trainable_layers: int
     deepspeed_path: str | None = None
     fsdp_text: str | None = None
-    liger: bool = False    # enable_liger_kernel: fused linear cross-entropy, no full logits
+    liger: bool = False  # enable_liger_kernel: fused linear cross-entropy, no full logits
     packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
-    stage: str = "sft"            # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
+    stage: str = "sft"  # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
     reference_copy: bool = False  # dpo / kto: a frozen second copy of the base (none with LoRA)
 
     @property
@@ -105,7 +104,7 @@ class RunSpec:
     def precision(self) -> str:
         return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
 
-    def with_changes(self, **kw: Any) -> "RunSpec":
+    def with_changes(self, **kw: Any) -> RunSpec:
         return replace(self, **kw)
 
 
@@ -151,8 +150,12 @@ def zero_from_name(name: str) -> ZeroSpec | None:
         return None
     off = "offload" in name.lower()
     stage = int(m.group(1))
-    return ZeroSpec(stage=stage, offload_optimizer=off and stage >= 1, offload_param=off and stage == 3,
-                    source=f"inferred from the file name {os.path.basename(name)}")
+    return ZeroSpec(
+        stage=stage,
+        offload_optimizer=off and stage >= 1,
+        offload_param=off and stage == 3,
+        source=f"inferred from the file name {os.path.basename(name)}",
+    )
 
 
 def parse_deepspeed(value: Any, base_dir: str | None = None) -> ZeroSpec | None:
@@ -167,8 +170,9 @@ def parse_deepspeed(value: Any, base_dir: str | None = None) -> ZeroSpec | None:
         if found is None:
             spec = zero_from_name(path)
             if spec is None:
-                raise InputError(Problem(f"file {value!r} not found and its name does not say the ZeRO stage",
-                                         key="deepspeed"))
+                raise InputError(
+                    Problem(f"file {value!r} not found and its name does not say the ZeRO stage", key="deepspeed")
+                )
             return spec
         try:
             with open(found, encoding="utf-8") as f:
@@ -187,10 +191,14 @@ def parse_deepspeed(value: Any, base_dir: str | None = None) -> ZeroSpec | None:
         d = zo.get(k) or {}
         return isinstance(d, dict) and str(d.get("device", "none")).lower() in ("cpu", "nvme")
 
-    return ZeroSpec(stage=int(stage), offload_optimizer=dev("offload_optimizer") and stage >= 1,
-                    offload_param=dev("offload_param") and stage == 3,
-                    reduce_bucket=_bucket(zo.get("reduce_bucket_size")),
-                    allgather_bucket=_bucket(zo.get("allgather_bucket_size")), source=where)
+    return ZeroSpec(
+        stage=int(stage),
+        offload_optimizer=dev("offload_optimizer") and stage >= 1,
+        offload_param=dev("offload_param") and stage == 3,
+        reduce_bucket=_bucket(zo.get("reduce_bucket_size")),
+        allgather_bucket=_bucket(zo.get("allgather_bucket_size")),
+        source=where,
+    )
 
 
 def parse_fsdp(value: Any) -> FsdpSpec | None:
@@ -199,8 +207,9 @@ def parse_fsdp(value: Any) -> FsdpSpec | None:
     words = str(value).replace(",", " ").split()
     unknown = [w for w in words if w not in FSDP_WORDS]
     if unknown:
-        raise InputError(Problem(f"unknown option(s) {', '.join(unknown)}; use {', '.join(sorted(FSDP_WORDS))}",
-                                 key="fsdp"))
+        raise InputError(
+            Problem(f"unknown option(s) {', '.join(unknown)}; use {', '.join(sorted(FSDP_WORDS))}", key="fsdp")
+        )
     strat = next((w for w in words if w not in ("offload", "auto_wrap")), "full_shard")
     return FsdpSpec(strategy=strat, offload="offload" in words)
 
@@ -221,25 +230,38 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
             raise InputError(Problem(f"must be 4, 8 or null, not {qb!r}", key="quantization_bit"))
         qb = int(qb)
         if ft != "lora":
-            raise InputError(Problem("quantized models can only be trained with finetuning_type: lora",
-                                     key="quantization_bit"))
+            raise InputError(
+                Problem("quantized models can only be trained with finetuning_type: lora", key="quantization_bit")
+            )
     bf16, fp16 = _bool(cfg, "bf16"), _bool(cfg, "fp16")
     if bf16 and fp16:
         raise InputError(Problem("bf16 and fp16 cannot both be true", key="fp16"))
     attn_raw = str(cfg.get("flash_attn") or "auto").lower()
-    attn = {"auto": "sdpa", "sdpa": "sdpa", "disabled": "eager", "eager": "eager", "fa2": "fa2",
-            "flash_attention_2": "fa2"}.get(attn_raw)
+    attn = {
+        "auto": "sdpa",
+        "sdpa": "sdpa",
+        "disabled": "eager",
+        "eager": "eager",
+        "fa2": "fa2",
+        "flash_attention_2": "fa2",
+    }.get(attn_raw)
     if attn is None:
         raise InputError(Problem(f"must be auto, sdpa, fa2 or disabled, not {attn_raw!r}", key="flash_attn"))
     optim = str(cfg.get("optim") or DEFAULTS["optim"]).lower()
     if optim not in ADAM_32 | ADAM_8 | ADAM_32_PAGED:
-        raise InputError(Problem(f"the planner knows AdamW variants only ({', '.join(sorted(ADAM_32 | ADAM_8))}),"
-                                 f" not {optim!r}", key="optim"))
+        raise InputError(
+            Problem(
+                f"the planner knows AdamW variants only ({', '.join(sorted(ADAM_32 | ADAM_8))}), not {optim!r}",
+                key="optim",
+            )
+        )
     zero = parse_deepspeed(cfg.get("deepspeed"), base_dir)
     if zero is None and cfg.get("zero_stage"):  # cockpit generates the DeepSpeed config from these keys
         stage = int(cfg["zero_stage"])
         off = str(cfg.get("offload") or "none")
-        zero = ZeroSpec(stage=stage, offload_optimizer=off != "none", offload_param=off == "optimizer+params" and stage == 3)
+        zero = ZeroSpec(
+            stage=stage, offload_optimizer=off != "none", offload_param=off == "optimizer+params" and stage == 3
+        )
     fsdp = parse_fsdp(cfg.get("fsdp"))
     if zero and fsdp:
         raise InputError(Problem("set either deepspeed or fsdp, not both", key="fsdp"))
@@ -250,16 +272,29 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
     if isinstance(ftl, bool) or not isinstance(ftl, int) or ftl == 0:
         raise InputError(Problem(f"must be a non-zero integer, not {ftl!r}", key="freeze_trainable_layers"))
     return RunSpec(
-        model_name_or_path=str(name), finetuning_type=ft, lora_rank=_int(cfg, "lora_rank"),
-        lora_target=lt, quantization_bit=qb, double_quantization=_bool(cfg, "double_quantization"),
-        cutoff_len=_int(cfg, "cutoff_len"), micro_batch=_int(cfg, "per_device_train_batch_size"),
-        grad_accum=_int(cfg, "gradient_accumulation_steps"), bf16=bf16, fp16=fp16,
-        gradient_checkpointing=_bool(cfg, "gradient_checkpointing"), attn=attn, optim=optim,
-        zero=zero, fsdp=fsdp, nproc_per_node=_int(cfg, "nproc_per_node"), nnodes=_int(cfg, "nnodes"),
+        model_name_or_path=str(name),
+        finetuning_type=ft,
+        lora_rank=_int(cfg, "lora_rank"),
+        lora_target=lt,
+        quantization_bit=qb,
+        double_quantization=_bool(cfg, "double_quantization"),
+        cutoff_len=_int(cfg, "cutoff_len"),
+        micro_batch=_int(cfg, "per_device_train_batch_size"),
+        grad_accum=_int(cfg, "gradient_accumulation_steps"),
+        bf16=bf16,
+        fp16=fp16,
+        gradient_checkpointing=_bool(cfg, "gradient_checkpointing"),
+        attn=attn,
+        optim=optim,
+        zero=zero,
+        fsdp=fsdp,
+        nproc_per_node=_int(cfg, "nproc_per_node"),
+        nnodes=_int(cfg, "nnodes"),
         freeze_trainable_layers=ftl,
         deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
         packing=_bool(cfg, "packing") or _bool(cfg, "neat_packing"),
         liger=_bool(cfg, "enable_liger_kernel"),
-        stage=str(cfg.get("stage") or "sft"), reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
+        stage=str(cfg.get("stage") or "sft"),
+        reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
     )

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 
@@ -50,10 +51,14 @@ def refuse_sharded(raw: Mapping[str, Any]) -> None:
     """DeepSpeed / FSDP: one trial process cannot show a sharded rank's memory."""
     for key in SHARDING_KEYS:
         if raw.get(key) not in (None, "", False, 0):
-            raise InputError(Problem(
-                "cockpit tune trials one rank, and a sharded run's per-device memory (DeepSpeed ZeRO, FSDP) "
-                "depends on the other ranks; unset it to tune the plain data-parallel batch, or use "
-                "cockpit plan for the sharded run", key=key))
+            raise InputError(
+                Problem(
+                    "cockpit tune trials one rank, and a sharded run's per-device memory (DeepSpeed ZeRO, FSDP) "
+                    "depends on the other ranks; unset it to tune the plain data-parallel batch, or use "
+                    "cockpit plan for the sharded run",
+                    key=key,
+                )
+            )
 
 
 def candidates_for(local_batch: int, given: list[int] | None, current: int) -> list[int]:
@@ -69,11 +74,14 @@ def candidates_for(local_batch: int, given: list[int] | None, current: int) -> l
         return sorted(out)
     bad = [m for m in given if m < 1 or local_batch % m]
     if bad:
-        raise InputError(Problem(
-            f"{', '.join(map(str, bad))} must divide the per-device batch {local_batch} "
-            "(per_device_train_batch_size x gradient_accumulation_steps), which stays fixed; "
-            f"divisors: {', '.join(str(d) for d in range(1, local_batch + 1) if local_batch % d == 0)}",
-            key="--candidates"))
+        raise InputError(
+            Problem(
+                f"{', '.join(map(str, bad))} must divide the per-device batch {local_batch} "
+                "(per_device_train_batch_size x gradient_accumulation_steps), which stays fixed; "
+                f"divisors: {', '.join(str(d) for d in range(1, local_batch + 1) if local_batch % d == 0)}",
+                key="--candidates",
+            )
+        )
     return sorted(set(given))
 
 
@@ -83,8 +91,9 @@ def parse_candidates(text: str | None) -> list[int] | None:
     try:
         vals = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise InputError(Problem(f"a comma list of micro-batch sizes like 1,2,4,8, not {text!r}",
-                                 key="--candidates")) from None
+        raise InputError(
+            Problem(f"a comma list of micro-batch sizes like 1,2,4,8, not {text!r}", key="--candidates")
+        ) from None
     if not vals:
         raise InputError(Problem("give at least one micro-batch size", key="--candidates"))
     return vals
@@ -112,8 +121,9 @@ def planned(cfg: Mapping[str, Any], m: int, a: int) -> tuple[float | None, float
     from cockpit.plan import estimate_config
 
     try:
-        est = estimate_config({**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": a},
-                              base_dir=cfg.get("_base_dir"))[1]
+        est = estimate_config(
+            {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": a}, base_dir=cfg.get("_base_dir")
+        )[1]
     except InputError:
         return None, None
     return est.tensor_peak / GiB, est.peak / GiB
@@ -128,8 +138,14 @@ def trial_rows(rendered: list[Any], n: int) -> list[dict[str, list[int]]]:
     return [{"input_ids": rows[i % len(rows)].input_ids, "labels": rows[i % len(rows)].labels} for i in range(n)]
 
 
-def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: float | None, steps: int,
-               log: Callable[[str], None]) -> dict[str, Any]:
+def run_trials(
+    cfg: dict[str, Any],
+    cands: list[int],
+    local_batch: int,
+    cap_gb: float | None,
+    steps: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
     """Run every candidate (ascending) in this process; returns {device, cap_gb, trials}."""
     import tempfile
 
@@ -153,22 +169,41 @@ def run_trials(cfg: dict[str, Any], cands: list[int], local_batch: int, cap_gb: 
                 t["error"] = f"not tried: micro-batch {stop_at} already ran out of memory"
                 continue
             log(f"trial: micro-batch {m} x accumulation {t['accumulation']}, {steps} steps")
-            tcfg = {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": t["accumulation"],
-                    "max_steps": steps, "save_strategy": "no", "val_size": 0, "logging_steps": 10 ** 6,
-                    "report_to": "none", "dataloader_num_workers": 0}
+            tcfg = {
+                **cfg,
+                "per_device_train_batch_size": m,
+                "gradient_accumulation_steps": t["accumulation"],
+                "max_steps": steps,
+                "save_strategy": "no",
+                "val_size": 0,
+                "logging_steps": 10**6,
+                "report_to": "none",
+                "dataloader_num_workers": 0,
+            }
             run_trial(t, device, tcfg, model, tok, rows, Path(tmp))
             stop_at = m if t["oom"] else None
-            log(f"  -> {t['status']}" + (f", peak {t['peak_gb']:.4f} GiB, {t['tokens_per_s']} tokens/s" if t["peak_gb"] else ""))
+            log(
+                f"  -> {t['status']}"
+                + (f", peak {t['peak_gb']:.4f} GiB, {t['tokens_per_s']} tokens/s" if t["peak_gb"] else "")
+            )
     return {"device": device.name, "cap_gb": round(device.cap / GiB, 6), "trials": trials}
 
 
 def new_trial(plan_cfg: dict[str, Any], m: int, a: int) -> dict[str, Any]:
     """A trial's record before it runs, with the planner's figures for the same batch."""
     plan_t, plan_d = planned(plan_cfg, m, a)
-    return {"micro_batch": m, "accumulation": a, "peak_gb": None,
-            "planned_gb": None if plan_t is None else round(plan_t, 6),
-            "planned_device_gb": None if plan_d is None else round(plan_d, 6),
-            "tokens_per_s": None, "oom": False, "status": "skipped", "error": None, "pid": os.getpid()}
+    return {
+        "micro_batch": m,
+        "accumulation": a,
+        "peak_gb": None,
+        "planned_gb": None if plan_t is None else round(plan_t, 6),
+        "planned_device_gb": None if plan_d is None else round(plan_d, 6),
+        "tokens_per_s": None,
+        "oom": False,
+        "status": "skipped",
+        "error": None,
+        "pid": os.getpid(),
+    }
 
 
 class TrialDevice:
@@ -219,8 +254,15 @@ class TrialDevice:
         return float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved())
 
 
-def run_trial(t: dict[str, Any], device: TrialDevice, tcfg: dict[str, Any], model: Any, tok: Any,
-              rows: list[dict[str, list[int]]], tmp: Path) -> None:
+def run_trial(
+    t: dict[str, Any],
+    device: TrialDevice,
+    tcfg: dict[str, Any],
+    model: Any,
+    tok: Any,
+    rows: list[dict[str, list[int]]],
+    tmp: Path,
+) -> None:
     """One candidate: the SFT trainer (every candidate sees the same rows in the same steps), its
     peak and tokens/s after the warm-up step, or its out-of-memory; ``t`` is filled in."""
     import contextlib
@@ -237,7 +279,9 @@ def run_trial(t: dict[str, Any], device: TrialDevice, tcfg: dict[str, Any], mode
     trainer = sft_trainer(in_order_trainer(), tcfg, model, args, tok, rows, callbacks=[clock])
     peak: float | None = None
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its metrics dicts: keep stdout for our table / JSON
+        with contextlib.redirect_stdout(
+            io.StringIO()
+        ):  # the Trainer prints its metrics dicts: keep stdout for our table / JSON
             peak, reserved = device.measure(model, trainer)
         if reserved is not None:
             t["reserved_gb"] = round(reserved / GiB, 6)  # allocator's view (scripts/gpu_check.sh)
@@ -298,13 +342,16 @@ def rewrite_yaml(text: str, changes: Mapping[str, Any], header: str = "") -> str
     spans: list[tuple[int, int, str]] = []
     missing = dict(changes)
     plain = isinstance(node, yaml.MappingNode) or node is None
-    for key_node, val_node in (node.value if isinstance(node, yaml.MappingNode) else []):
+    for key_node, val_node in node.value if isinstance(node, yaml.MappingNode) else []:
         k = str(key_node.value)
         if k not in changes:
             continue
         missing.pop(k)
-        if not isinstance(val_node, yaml.ScalarNode) or val_node.start_mark.line != val_node.end_mark.line \
-                or isinstance(changes[k], (dict, list)):
+        if (
+            not isinstance(val_node, yaml.ScalarNode)
+            or val_node.start_mark.line != val_node.end_mark.line
+            or isinstance(changes[k], (dict, list))
+        ):
             plain = False
         spans.append((val_node.start_mark.index, val_node.end_mark.index, _scalar(changes[k])))
     head = "".join(f"# {line}\n" for line in header.splitlines())
@@ -325,6 +372,7 @@ def relocated_paths(raw: Mapping[str, Any], src_dir: Path, out_dir: Path) -> dic
     in another folder; the loader resolves against the working dir, then the config's folder)."""
     if src_dir.resolve() == out_dir.resolve():
         return {}
+
     def moved(v: str) -> str:
         v = v.strip()
         if not v or v.startswith("@") or os.path.isabs(os.path.expanduser(v)) or (Path.cwd() / v).exists():
@@ -348,9 +396,17 @@ def default_out(config: str | os.PathLike[str]) -> Path:
 
 
 # -- the whole search ---------------------------------------------------------------------------
-def tune(config: str, overrides: list[str] | None = None, *, memory_cap_gb: float | None = None,
-         gpus: int | None = None, candidates: list[int] | None = None, steps: int = 3,
-         out: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+def tune(
+    config: str,
+    overrides: list[str] | None = None,
+    *,
+    memory_cap_gb: float | None = None,
+    gpus: int | None = None,
+    candidates: list[int] | None = None,
+    steps: int = 3,
+    out: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Trial every candidate, choose, write the tuned config. Returns the JSON document of
     ``cockpit tune --json``; ``ok`` is False when nothing fits (no config written then).
     Raises InputError (naming the key or option) on bad input."""
@@ -359,8 +415,9 @@ def tune(config: str, overrides: list[str] | None = None, *, memory_cap_gb: floa
     if memory_cap_gb is not None and not memory_cap_gb > 0:
         raise InputError(Problem(f"must be a positive number of GiB, not {memory_cap_gb:g}", key="--memory-cap"))
     if steps < 2:
-        raise InputError(Problem(f"at least 2 (the first step is a warm-up, left out of the timing), not {steps}",
-                                 key="--steps"))
+        raise InputError(
+            Problem(f"at least 2 (the first step is a warm-up, left out of the timing), not {steps}", key="--steps")
+        )
     if gpus is not None and gpus < 1:
         raise InputError(Problem(f"must be at least 1, not {gpus}", key="--gpus"))
     raw, _ = read_yaml(config)
@@ -369,7 +426,9 @@ def tune(config: str, overrides: list[str] | None = None, *, memory_cap_gb: floa
         ov.update(nproc_per_node=gpus, nnodes=1)
     refuse_sharded({**raw, **ov})
     if ({**raw, **ov}.get("stage") or "sft") != "sft":  # trials build the SFT trainer; recipes: cockpit/train/recipes/
-        raise InputError(Problem("cockpit tune measures stage sft trials so far; use cockpit plan for this stage", key="stage"))
+        raise InputError(
+            Problem("cockpit tune measures stage sft trials so far; use cockpit plan for this stage", key="stage")
+        )
     out_path = Path(out) if out else default_out(config)
     if out_path.resolve() == Path(config).resolve():
         raise InputError(Problem("is the input config; cockpit tune never overwrites it", key="--out"))
@@ -384,33 +443,56 @@ def tune(config: str, overrides: list[str] | None = None, *, memory_cap_gb: floa
     trials, cap_gb = res["trials"], res["cap_gb"]
     chosen, largest = choose(trials)
     doc: dict[str, Any] = {
-        "ok": chosen is not None, "out": None, "chosen": None, "largest_fitting": None, "trials": trials,
-        "cap_gb": cap_gb, "headroom": TIGHT_HEADROOM, "device": res["device"], "config": str(config),
-        "global_batch": local * world, "per_device_batch": local, "world": world, "steps": steps,
-        "was": {"per_device_train_batch_size": m0, "gradient_accumulation_steps": a0}, "message": "",
+        "ok": chosen is not None,
+        "out": None,
+        "chosen": None,
+        "largest_fitting": None,
+        "trials": trials,
+        "cap_gb": cap_gb,
+        "headroom": TIGHT_HEADROOM,
+        "device": res["device"],
+        "config": str(config),
+        "global_batch": local * world,
+        "per_device_batch": local,
+        "world": world,
+        "steps": steps,
+        "was": {"per_device_train_batch_size": m0, "gradient_accumulation_steps": a0},
+        "message": "",
     }
     if chosen is None:
         doc["message"] = nothing_fits(trials[0], cap_gb, cfg)
         return doc
 
     def setting(t: dict[str, Any]) -> dict[str, Any]:
-        return {"per_device_train_batch_size": t["micro_batch"], "gradient_accumulation_steps": t["accumulation"],
-                "tokens_per_s": t["tokens_per_s"], "peak_gb": t["peak_gb"]}
+        return {
+            "per_device_train_batch_size": t["micro_batch"],
+            "gradient_accumulation_steps": t["accumulation"],
+            "tokens_per_s": t["tokens_per_s"],
+            "peak_gb": t["peak_gb"],
+        }
 
     doc["chosen"], doc["largest_fitting"] = setting(chosen), setting(largest)
     m, a = chosen["micro_batch"], chosen["accumulation"]
-    msg = (f"micro-batch {m} x accumulation {a} (global batch {local * world}): the fastest that fits, "
-           f"{chosen['tokens_per_s']} tokens/s, peak {chosen['peak_gb']:.4g} GiB of the {cap_gb:.4g} GiB cap "
-           f"(fits: at least {TIGHT_HEADROOM:.0%} headroom)")
+    msg = (
+        f"micro-batch {m} x accumulation {a} (global batch {local * world}): the fastest that fits, "
+        f"{chosen['tokens_per_s']} tokens/s, peak {chosen['peak_gb']:.4g} GiB of the {cap_gb:.4g} GiB cap "
+        f"(fits: at least {TIGHT_HEADROOM:.0%} headroom)"
+    )
     if largest is not chosen:
         msg += f"; the largest that fits is micro-batch {largest['micro_batch']} ({largest['tokens_per_s']} tokens/s)"
     if (m, a) == (m0, a0):
         msg += "; that is the config's own setting"
-    changes = {**{k: cfg[k] for k in ov}, **relocated_paths(raw, Path(config).parent, out_path.parent),
-               "per_device_train_batch_size": m, "gradient_accumulation_steps": a}
-    header = (f"tuned by cockpit tune from {Path(config).name} on {time.strftime('%Y-%m-%d %H:%M')} ({res['device']}):\n"
-              f"micro-batch {m} x accumulation {a} (was {m0} x {a0}); measured peak {chosen['peak_gb']:.4g} GiB "
-              f"of a {cap_gb:.4g} GiB cap, {chosen['tokens_per_s']} tokens/s")
+    changes = {
+        **{k: cfg[k] for k in ov},
+        **relocated_paths(raw, Path(config).parent, out_path.parent),
+        "per_device_train_batch_size": m,
+        "gradient_accumulation_steps": a,
+    }
+    header = (
+        f"tuned by cockpit tune from {Path(config).name} on {time.strftime('%Y-%m-%d %H:%M')} ({res['device']}):\n"
+        f"micro-batch {m} x accumulation {a} (was {m0} x {a0}); measured peak {chosen['peak_gb']:.4g} GiB "
+        f"of a {cap_gb:.4g} GiB cap, {chosen['tokens_per_s']} tokens/s"
+    )
     text = Path(config).read_bytes().decode("utf-8-sig")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.tmp")
@@ -428,9 +510,13 @@ def nothing_fits(smallest: dict[str, Any], cap_gb: float, cfg: Mapping[str, Any]
         plan = f" (the planner says {smallest['planned_gb']:.4g} GiB)" if smallest["planned_gb"] else ""
         what = f"micro-batch {m} ran out of memory: over the {cap_gb:.4g} GiB cap{plan}"
     else:
-        what = (f"micro-batch {m} peaked at {smallest['peak_gb']:.4g} GiB, less than {TIGHT_HEADROOM:.0%} "
-                f"under the {cap_gb:.4g} GiB cap")
-    tries = ([] if cfg.get("gradient_checkpointing") else ["gradient_checkpointing: true"]) + (
-        [] if cfg.get("finetuning_type") == "lora" else ["finetuning_type: lora"]) + [
-        f"a shorter cutoff_len (now {cfg.get('cutoff_len')})", "a bigger --memory-cap (or device)"]
+        what = (
+            f"micro-batch {m} peaked at {smallest['peak_gb']:.4g} GiB, less than {TIGHT_HEADROOM:.0%} "
+            f"under the {cap_gb:.4g} GiB cap"
+        )
+    tries = (
+        ([] if cfg.get("gradient_checkpointing") else ["gradient_checkpointing: true"])
+        + ([] if cfg.get("finetuning_type") == "lora" else ["finetuning_type: lora"])
+        + [f"a shorter cutoff_len (now {cfg.get('cutoff_len')})", "a bigger --memory-cap (or device)"]
+    )
     return f"nothing fits: {what}; try {', '.join(tries)}"

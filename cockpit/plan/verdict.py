@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 TIGHT_HEADROOM = 0.10
 
@@ -22,35 +23,63 @@ def candidate_changes(cfg: dict[str, Any], run: Any) -> list[tuple[str, str, dic
     """Single changes, cheapest first: (kind, why, changed keys). ``run`` is the parsed RunSpec."""
     out: list[tuple[str, str, dict[str, Any]]] = []
     if not run.gradient_checkpointing:
-        out.append(("ckpt", "turn on gradient checkpointing (recomputes each layer in backward, ~30% slower)",
-                    {"gradient_checkpointing": True}))
+        out.append(
+            (
+                "ckpt",
+                "turn on gradient checkpointing (recomputes each layer in backward, ~30% slower)",
+                {"gradient_checkpointing": True},
+            )
+        )
     mb, ga = run.micro_batch, run.grad_accum
     b = mb // 2
     while b >= 1:
         if mb % b == 0:
-            out.append(("mb", f"micro-batch {mb} -> {b} with gradient accumulation {ga} -> {ga * mb // b} "
-                              "(same global batch)",
-                        {"per_device_train_batch_size": b, "gradient_accumulation_steps": ga * mb // b}))
+            out.append(
+                (
+                    "mb",
+                    f"micro-batch {mb} -> {b} with gradient accumulation {ga} -> {ga * mb // b} (same global batch)",
+                    {"per_device_train_batch_size": b, "gradient_accumulation_steps": ga * mb // b},
+                )
+            )
         b //= 2
     sharded3 = (run.zero is not None and run.zero.stage == 3) or (
-        run.fsdp is not None and run.fsdp.strategy in ("full_shard", "hybrid_shard"))
+        run.fsdp is not None and run.fsdp.strategy in ("full_shard", "hybrid_shard")
+    )
     offloaded = (run.zero is not None and (run.zero.offload_optimizer or run.zero.offload_param)) or (
-        run.fsdp is not None and run.fsdp.offload)
+        run.fsdp is not None and run.fsdp.offload
+    )
     no_fsdp = {"fsdp": None} if run.fsdp is not None else {}
     if run.world > 1 and not sharded3:
-        out.append(("zero3", f"shard weights, gradients and optimizer states over the {run.world} devices with "
-                             "ZeRO-3 (or fsdp: full_shard auto_wrap)", {"deepspeed": Z3, **no_fsdp}))
+        out.append(
+            (
+                "zero3",
+                f"shard weights, gradients and optimizer states over the {run.world} devices with "
+                "ZeRO-3 (or fsdp: full_shard auto_wrap)",
+                {"deepspeed": Z3, **no_fsdp},
+            )
+        )
     if not offloaded:
-        out.append(("offload", "ZeRO-3 with optimizer states and parameters offloaded to CPU memory "
-                               "(much slower steps)", {"deepspeed": Z3_OFFLOAD, **no_fsdp}))
+        out.append(
+            (
+                "offload",
+                "ZeRO-3 with optimizer states and parameters offloaded to CPU memory (much slower steps)",
+                {"deepspeed": Z3_OFFLOAD, **no_fsdp},
+            )
+        )
     if run.quantization_bit != 4:
-        out.append(("qlora", "QLoRA: LoRA adapters on a 4-bit NF4 base model",
-                    {"finetuning_type": "lora", "quantization_bit": 4}))
+        out.append(
+            (
+                "qlora",
+                "QLoRA: LoRA adapters on a 4-bit NF4 base model",
+                {"finetuning_type": "lora", "quantization_bit": 4},
+            )
+        )
     return out
 
 
-def find_fix(cfg: dict[str, Any], run: Any, capacity: float,
-             replan: Callable[[dict[str, Any]], float]) -> dict[str, Any] | None:
+def find_fix(
+    cfg: dict[str, Any], run: Any, capacity: float, replan: Callable[[dict[str, Any]], float]
+) -> dict[str, Any] | None:
     """The cheapest change that fits (>= 10 % headroom), re-planned to confirm.
 
     Single changes first, in order of cost; then the same changes accumulated in that order (for

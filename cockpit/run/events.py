@@ -84,8 +84,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -168,7 +169,7 @@ class EventWriter:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "EventWriter":
+    def __enter__(self) -> EventWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -46,9 +46,13 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     if kind == "run_started":
         return f"run {ev.get('run_id')} started: {ev.get('model')} on {ev.get('dataset')} ({ev.get('method')}, world size {ev.get('world_size')})"
     if kind == "train_begin":
-        return f"training: {ev.get('total_steps')} steps, {ev.get('epochs')} epochs, global batch {ev.get('global_batch')}"
+        return (
+            f"training: {ev.get('total_steps')} steps, {ev.get('epochs')} epochs, global batch {ev.get('global_batch')}"
+        )
     if kind == "probe_results":
-        return f"probes {ev.get('phase')}: {ev.get('passed')}/{ev.get('total')} pass ({100 * (ev.get('rate') or 0):.0f}%)"
+        return (
+            f"probes {ev.get('phase')}: {ev.get('passed')}/{ev.get('total')} pass ({100 * (ev.get('rate') or 0):.0f}%)"
+        )
     if kind == "checkpoint_saved":
         return f"checkpoint saved at step {ev.get('step')}: {ev.get('path')}"
     if kind == "eval":
@@ -62,7 +66,9 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     if kind == "run_stopped":
         return f"stopped at step {ev.get('step')}: {ev.get('reason')}"
     if kind == "state" and ev.get("state") in ("queued", "cancelled"):  # a Slurm run waits / the scheduler ended it
-        return f"{ev['state']}: {ev.get('reason')}" + (" (attach follows the run once the job starts)" if ev["state"] == "queued" else "")
+        return f"{ev['state']}: {ev.get('reason')}" + (
+            " (attach follows the run once the job starts)" if ev["state"] == "queued" else ""
+        )
     if kind == "run_failed":
         lines = [f"FAILED: {ev.get('reason')}"]
         lines += [f"  | {ln}" for ln in ev.get("log_tail") or []]
@@ -100,7 +106,9 @@ class Follower:
             rate = (now - self.train_t0) / (self.step - self.train_step0)
             eta = rate * max(self.total - self.step, 0)
         elapsed = now - self.start_t if self.start_t else None
-        self.out.write(f"\r\033[K{progress_bar(self.step, self.total)} {self.step}/{self.total}  elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(eta)}")
+        self.out.write(
+            f"\r\033[K{progress_bar(self.step, self.total)} {self.step}/{self.total}  elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(eta)}"
+        )
         self.out.flush()
         self._progress_shown = True
 

@@ -10,8 +10,9 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.config.load import dump_resolved
 from cockpit.run.events import EventWriter
@@ -27,7 +28,9 @@ def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
     return re.sub(r".*/", "", model)
 
 
-def start_run(cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: str | os.PathLike[str] | None = None) -> RunDir:
+def start_run(
+    cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: str | os.PathLike[str] | None = None
+) -> RunDir:
     """Create the run dir and start the supervisor in its own session; returns at once."""
     if not cfg.get("master_port"):
         from cockpit.run.supervisor import free_port

@@ -29,6 +29,7 @@ from cockpit.run.events import EventReader, EventWriter
 from cockpit.run.rundir import ACTIVE_STATES, RunDir
 from cockpit.run.runstate import attempt_outcome, decide
 
+
 def start_time(pid: int) -> float | None:
     """The process's start time, or None when no live (non-zombie) process has ``pid``.
 
@@ -87,7 +88,9 @@ def on_this_host(status: dict[str, Any]) -> bool:
     return not host or host == socket.gethostname()
 
 
-def reconcile(run: RunDir, adopt: bool = True, supervisor_gone: bool = False, status: dict[str, Any] | None = None) -> dict[str, Any]:
+def reconcile(
+    run: RunDir, adopt: bool = True, supervisor_gone: bool = False, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Check a run's liveness and act on it; returns the (possibly updated) status.
 
     Cheap for a run that is not active (one status read). ``adopt`` False: report only
@@ -106,7 +109,11 @@ def reconcile(run: RunDir, adopt: bool = True, supervisor_gone: bool = False, st
 
 def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -> dict[str, Any]:
     status = run.read_status()
-    if status.get("state") not in ACTIVE_STATES or not on_this_host(status) or (not supervisor_gone and supervisor_alive(status)):
+    if (
+        status.get("state") not in ACTIVE_STATES
+        or not on_this_host(status)
+        or (not supervisor_gone and supervisor_alive(status))
+    ):
         return status
     live = ranks_alive(status)
     outcome = None if live else attempt_outcome(attempt_events(run, status))
@@ -114,10 +121,18 @@ def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -
     if verdict.action == "adopt" and adopt:
         proc = spawn_adopter(run)
         gone = [*(status.get("adopted_from") or []), status.get("supervisor_pid")]
-        return run.update_status(supervisor_pid=proc.pid, supervisor_start=start_time(proc.pid), supervisor_host=socket.gethostname(), adopted_at=time.time(), adopted_from=gone)
+        return run.update_status(
+            supervisor_pid=proc.pid,
+            supervisor_start=start_time(proc.pid),
+            supervisor_host=socket.gethostname(),
+            adopted_at=time.time(),
+            adopted_from=gone,
+        )
     if verdict.action != "end":
         return status
-    step = max(int(status.get("step") or 0), verdict.step or 0)  # run_finished's steps: the last step need not be logged
+    step = max(
+        int(status.get("step") or 0), verdict.step or 0
+    )  # run_finished's steps: the last step need not be logged
     fields: dict[str, Any] = {"state": verdict.state, "reason": verdict.reason, "step": step, "ended": time.time()}
     EventWriter(run.events_path).emit("state", state=verdict.state, reason=verdict.reason, by="liveness check")
     status = run.update_status(**fields)

@@ -6,9 +6,10 @@ calls ``cockpit check --json`` in a subprocess instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.errors import InputError, Problem
 
@@ -49,12 +50,24 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
     warnings: list[str] = []
     problems: list[Problem] = []
     if float(cfg.get("learning_rate") or 0) > 1.0:
-        warnings.append(f"learning_rate {cfg['learning_rate']:g} is absurdly high: expect a NaN/inf loss (nan_policy: {cfg.get('nan_policy')})")
+        warnings.append(
+            f"learning_rate {cfg['learning_rate']:g} is absurdly high: expect a NaN/inf loss (nan_policy: {cfg.get('nan_policy')})"
+        )
     if cfg.get("trust_remote_code"):
         warnings.append("trust_remote_code is true: Python code shipped with the model will run in the training ranks")
     out = cfg.get("output_dir")
-    if out and has_checkpoints(Path(out)) and not cfg.get("overwrite_output_dir") and not cfg.get("resume_from_checkpoint"):
-        problems.append(Problem(f"{out} already holds checkpoints; set overwrite_output_dir: true or choose another folder", key="output_dir"))
+    if (
+        out
+        and has_checkpoints(Path(out))
+        and not cfg.get("overwrite_output_dir")
+        and not cfg.get("resume_from_checkpoint")
+    ):
+        problems.append(
+            Problem(
+                f"{out} already holds checkpoints; set overwrite_output_dir: true or choose another folder",
+                key="output_dir",
+            )
+        )
     if cfg.get("probes"):
         from cockpit.data.probes import load_probes
 
@@ -74,7 +87,10 @@ def doctor_gpu_reasons(cfg: Mapping[str, Any]) -> list[str]:
 
     gpu_ids = ("torch", "gpu_visible", "gpu_devices", "torch_arch", "kfd", "rocm_version")
     checks = run_checks(needs=config_tags(cfg), only=gpu_ids)
-    return [f"{c.title}: {c.seen}" + (f" (fix: {c.fix.splitlines()[0]})" if c.fix else "") for c in blocking_for_config(checks, cfg)]
+    return [
+        f"{c.title}: {c.seen}" + (f" (fix: {c.fix.splitlines()[0]})" if c.fix else "")
+        for c in blocking_for_config(checks, cfg)
+    ]
 
 
 def device_checks(cfg: Mapping[str, Any]) -> list[str]:
@@ -91,15 +107,24 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
         if cfg.get("fp16"):
             warnings.append(f"fp16: {FP16_ON_CPU}")
         if cfg.get("quantization_bit"):
-            problems.append(Problem("QLoRA (quantization_bit) needs a GPU with bitsandbytes; unset it on the CPU", key="quantization_bit"))
+            problems.append(
+                Problem(
+                    "QLoRA (quantization_bit) needs a GPU with bitsandbytes; unset it on the CPU",
+                    key="quantization_bit",
+                )
+            )
         if cfg.get("bf16"):
-            warnings.append("bf16 on a CPU without AVX512-BF16/AMX is much slower than fp32 (measured 50x on this machine's kind)")
+            warnings.append(
+                "bf16 on a CPU without AVX512-BF16/AMX is much slower than fp32 (measured 50x on this machine's kind)"
+            )
         if int(cfg.get("nproc_per_node", 1)) > (torch.get_num_threads() or 1) * 4:
             warnings.append(f"{cfg['nproc_per_node']} CPU ranks on {torch.get_num_threads()} threads will be slow")
     else:
         n = torch.cuda.device_count()
         if int(cfg.get("nproc_per_node", 1)) > n:
-            problems.append(Problem(f"nproc_per_node {cfg['nproc_per_node']} but only {n} GPU(s) visible", key="nproc_per_node"))
+            problems.append(
+                Problem(f"nproc_per_node {cfg['nproc_per_node']} but only {n} GPU(s) visible", key="nproc_per_node")
+            )
     if problems:
         raise InputError(problems)
     return warnings
@@ -127,11 +152,18 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
     mcfg = load_model_config(cfg, ref)
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg["finetuning_type"] == "lora" and hidden and cfg["lora_rank"] > hidden:
-        raise InputError(Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank"))
+        raise InputError(
+            Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank")
+        )
     if cfg["finetuning_type"] == "freeze":
         layers = getattr(mcfg, "num_hidden_layers", None)
         if layers and abs(cfg["freeze_trainable_layers"]) > layers:
-            raise InputError(Problem(f"freeze_trainable_layers {cfg['freeze_trainable_layers']} but the model has {layers} layers", key="freeze_trainable_layers"))
+            raise InputError(
+                Problem(
+                    f"freeze_trainable_layers {cfg['freeze_trainable_layers']} but the model has {layers} layers",
+                    key="freeze_trainable_layers",
+                )
+            )
     prepared = prepare_dataset(cfg, tok, loaded)
     first = prepared.loaded.samples[0]["messages"]
     text, spans = trainable_spans(tok, first, **masking(cfg))
@@ -141,7 +173,12 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
         pos = b
     pieces.append({"text": text[pos:], "trained": False})
     if prepared.report.emptied == prepared.report.samples:
-        raise InputError(Problem(f"every sample loses all its assistant tokens at cutoff_len {cfg['cutoff_len']}; nothing to train on", key="cutoff_len"))
+        raise InputError(
+            Problem(
+                f"every sample loses all its assistant tokens at cutoff_len {cfg['cutoff_len']}; nothing to train on",
+                key="cutoff_len",
+            )
+        )
     if prepared.report.emptied:
         warnings.append(f"{prepared.report.emptied} samples keep no assistant token after truncation; raise cutoff_len")
     return CheckResult(

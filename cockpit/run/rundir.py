@@ -23,14 +23,19 @@ import re
 import secrets
 import tempfile
 import threading
-from contextlib import contextmanager
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-TERMINAL_STATES = frozenset({"finished", "failed", "stopped", "lost", "cancelled"})  # cancelled: by the scheduler (cockpit.slurm)
-ACTIVE_STATES = frozenset({"starting", "running", "stopping"})  # queued (Slurm) waits on the scheduler: cockpit.slurm.queue
+TERMINAL_STATES = frozenset(
+    {"finished", "failed", "stopped", "lost", "cancelled"}
+)  # cancelled: by the scheduler (cockpit.slurm)
+ACTIVE_STATES = frozenset(
+    {"starting", "running", "stopping"}
+)  # queued (Slurm) waits on the scheduler: cockpit.slurm.queue
 
 # status.json's read-modify-write lock: an flock on RUN_DIR/.status.lock, re-entrant within a
 # process (flock locks belong to an open file description: a second open in the same process

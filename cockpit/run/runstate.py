@@ -12,8 +12,9 @@ is a unit test away and other states (a Slurm ``queued``, per-node facts) plug i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from cockpit.run.rundir import ACTIVE_STATES
 
@@ -52,7 +53,9 @@ def attempt_outcome(events: Iterable[dict[str, Any]]) -> Outcome | None:
     return failed or found  # one rank's failure outranks another node's clean end
 
 
-def final_state(code: int | None, *, killing: bool, kill_reason: str | None, outcome: Outcome | None, exit_text: str) -> tuple[str, str | None]:
+def final_state(
+    code: int | None, *, killing: bool, kill_reason: str | None, outcome: Outcome | None, exit_text: str
+) -> tuple[str, str | None]:
     """The end state the supervisor records. ``code``: the launcher's exit code (None when an
     adopting supervisor could not see it); ``exit_text``: how it exited, in words."""
     if killing:
@@ -63,12 +66,17 @@ def final_state(code: int | None, *, killing: bool, kill_reason: str | None, out
         return "failed", f"training process {exit_text}"
     if outcome is None:
         if code is None:
-            return "failed", "the ranks exited without a final state (watched by an adopting supervisor: exit code unknown)"
+            return (
+                "failed",
+                "the ranks exited without a final state (watched by an adopting supervisor: exit code unknown)",
+            )
         return "failed", "the ranks exited without finishing (no run_finished event)"
     return outcome.state, outcome.reason
 
 
-def decide(status: dict[str, Any], *, supervisor_alive: bool, ranks_alive: bool, outcome: Outcome | None, now: float) -> Verdict:
+def decide(
+    status: dict[str, Any], *, supervisor_alive: bool, ranks_alive: bool, outcome: Outcome | None, now: float
+) -> Verdict:
     """What to do about a run, given whether its supervisor (pid + start time) and any of its
     rank processes are alive, and how the ranks said the current attempt ended."""
     state = status.get("state")

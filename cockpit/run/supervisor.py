@@ -174,7 +174,11 @@ class Supervisor:
     def _identity(self) -> dict[str, Any]:
         from cockpit.run.liveness import start_time
 
-        return {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()), "supervisor_host": socket.gethostname()}
+        return {
+            "supervisor_pid": os.getpid(),
+            "supervisor_start": start_time(os.getpid()),
+            "supervisor_host": socket.gethostname(),
+        }
 
     def start(self) -> None:
         from cockpit.run.liveness import start_time
@@ -215,7 +219,14 @@ class Supervisor:
             supervisor_pid=os.getpid(),
             command=cmd,
         )
-        self.status(state="running", **self._identity(), launcher_pid=self.proc.pid, pids=[self.proc.pid], procs=self._procs_list(), events_offset=self.events_offset)
+        self.status(
+            state="running",
+            **self._identity(),
+            launcher_pid=self.proc.pid,
+            pids=[self.proc.pid],
+            procs=self._procs_list(),
+            events_offset=self.events_offset,
+        )
         self.emit("state", state="running", reason=None)
         self._init_telemetry()
 
@@ -238,9 +249,15 @@ class Supervisor:
         self.follow_events()
         if not self.procs:
             return False
-        gone = (status.get("adopted_from") or [None])[-1] if status.get("supervisor_pid") == os.getpid() else status.get("supervisor_pid")
+        gone = (
+            (status.get("adopted_from") or [None])[-1]
+            if status.get("supervisor_pid") == os.getpid()
+            else status.get("supervisor_pid")
+        )
         self.status(state="running", **self._identity())
-        self.emit("state", state="running", reason=f"adopted by supervisor pid {os.getpid()} (supervisor pid {gone} was gone)")
+        self.emit(
+            "state", state="running", reason=f"adopted by supervisor pid {os.getpid()} (supervisor pid {gone} was gone)"
+        )
         self._init_telemetry()
         if self.sampler is not None and self.rank_pids:
             self.sampler.set_pids(dict(self.rank_pids))
@@ -308,7 +325,11 @@ class Supervisor:
                 self.node_rank = int(ev.get("node_rank") or 0)
                 if pid not in self.procs and not self.adopted:
                     self.procs[pid] = start_time(pid)
-                changes.update(pids=sorted(set(self.rank_pids.values()) | set(self.procs)), rank_pids={str(k): v for k, v in self.rank_pids.items()}, procs=self._procs_list())
+                changes.update(
+                    pids=sorted(set(self.rank_pids.values()) | set(self.procs)),
+                    rank_pids={str(k): v for k, v in self.rank_pids.items()},
+                    procs=self._procs_list(),
+                )
                 if self.sampler is not None:
                     self.sampler.set_pids(dict(self.rank_pids))
             elif kind == "train_begin":
@@ -327,7 +348,9 @@ class Supervisor:
                 self.last_step = max(self.last_step, int(ev.get("step") or 0))
             elif kind == "run_finished":
                 self.finished_event = ev
-                self.last_step = max(self.last_step, int(ev.get("steps") or 0))  # the last step need not be a logging step
+                self.last_step = max(
+                    self.last_step, int(ev.get("steps") or 0)
+                )  # the last step need not be a logging step
                 changes.update(step=self.last_step)
 
     def flush_status(self) -> None:
@@ -390,7 +413,11 @@ class Supervisor:
         if not self.comm_parsers:
             return
         merged = merge_snapshots([p.snapshot() for p in self.comm_parsers.values()])
-        key = (merged.get("status"), merged.get("version"), json.dumps(merged.get("details"), sort_keys=True, default=str)[:4000])
+        key = (
+            merged.get("status"),
+            merged.get("version"),
+            json.dumps(merged.get("details"), sort_keys=True, default=str)[:4000],
+        )
         if merged.get("status") not in (None, "unknown") and key != self.comm_last:
             self.comm_last = key
             self.emit("comm", source="nccl_log", **merged)
@@ -418,8 +445,14 @@ class Supervisor:
         status = self.run.read_status()
         outcome = attempt_outcome([e for e in (self.finished_event, self.stopped_event, self.worker_failure) if e])
         exit_text = describe_exit(code) if code is not None else "exited"
-        state, reason = final_state(code, killing=self.killing, kill_reason=self.kill_reason, outcome=outcome, exit_text=exit_text)
-        if state == "failed" and "disk full" not in (reason or "") and (self.disk_full or _disk_nearly_full(self.run.path)):
+        state, reason = final_state(
+            code, killing=self.killing, kill_reason=self.kill_reason, outcome=outcome, exit_text=exit_text
+        )
+        if (
+            state == "failed"
+            and "disk full" not in (reason or "")
+            and (self.disk_full or _disk_nearly_full(self.run.path))
+        ):
             reason = f"disk full: {self.disk_full or f'no space left on the run dir disk ({self.run.path})'}; {reason}"
         failing_rank = (self.worker_failure or {}).get("rank", 0)
         tail = tail_lines(self.run.rank_log(int(failing_rank or 0)), 20) if state == "failed" else []
@@ -430,7 +463,15 @@ class Supervisor:
                 self.emit("state", state="failed", reason=reason, log_tail=tail)
         self.emit("state", state=state, reason=reason)
         step = max(self.last_step, status.get("step") or 0)
-        final = {**self.status_changes, "state": state, "reason": reason, "exit_code": code, "log_tail": tail, "step": step, "ended": time.time()}
+        final = {
+            **self.status_changes,
+            "state": state,
+            "reason": reason,
+            "exit_code": code,
+            "log_tail": tail,
+            "step": step,
+            "ended": time.time(),
+        }
         self.status_changes = {}
         self.status(**final)
         self._settle_summary(state, reason)
@@ -444,7 +485,10 @@ class Supervisor:
     def _settle_summary(self, state: str, reason: str | None) -> None:
         try:
             if not self.run.summary_path.exists():
-                atomic_write_json(self.run.summary_path, {"run_id": self.run.run_id, "state": state, "reason": reason, "steps": self.last_step})
+                atomic_write_json(
+                    self.run.summary_path,
+                    {"run_id": self.run.run_id, "state": state, "reason": reason, "steps": self.last_step},
+                )
             else:
                 summary = self.run.read_summary()
                 if summary.get("state") != state:

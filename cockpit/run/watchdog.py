@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL"}
 NO_PLUGIN_ENV = {"NCCL_NET_PLUGIN": "none", "RCCL_NET_PLUGIN": "none"}
@@ -146,7 +147,15 @@ class HangWatchdog:
             silent = age > self.heartbeat_silent_s
             host = f" ({hb['host']})" if hb.get("host") else ""
             at = f", last at step {hb['step']}" if hb.get("step") is not None else ""
-            report.append({"node_rank": node, "host": hb.get("host"), "heartbeat_age_s": round(age, 1), "step": hb.get("step"), "silent": silent})
+            report.append(
+                {
+                    "node_rank": node,
+                    "host": hb.get("host"),
+                    "heartbeat_age_s": round(age, 1),
+                    "step": hb.get("step"),
+                    "silent": silent,
+                }
+            )
             if silent:
                 words.append(f"node {node}{host} silent: no heartbeat for {age:.0f} s{at}")
             elif lead is not None and hb.get("step") is not None and hb["step"] < lead:

@@ -63,7 +63,9 @@ def load_run(run: RunDir) -> RunArtifacts:
     adapter = Path(summary.get("adapter_dir") or run.output_dir() / "adapter")
     if not adapter.is_dir():
         state = run.read_status().get("state")
-        raise InputError(f"{run.run_id} has no saved adapter/model at {adapter} (state: {state}); wait for it to finish or save")
+        raise InputError(
+            f"{run.run_id} has no saved adapter/model at {adapter} (state: {state}); wait for it to finish or save"
+        )
     acfg: dict[str, Any] = {}
     is_lora = (adapter / "adapter_config.json").exists()
     if is_lora:

@@ -110,7 +110,9 @@ class Generator:
             self.base = None
         else:
             self.base = base
-            self.model = AutoModelForCausalLM.from_pretrained(str(art.adapter_dir), dtype=tdtype, **kw).to(device).eval()
+            self.model = (
+                AutoModelForCausalLM.from_pretrained(str(art.adapter_dir), dtype=tdtype, **kw).to(device).eval()
+            )
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         from cockpit.data.render import render_prompt_ids
@@ -187,7 +189,16 @@ def _messages(req: dict[str, Any]) -> list[dict[str, str]]:
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("a request needs 'prompt' (non-empty string) or 'messages'")
         msgs = [{"role": "user", "content": prompt}]
-    if not (isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") in {"system", "user", "assistant"} for m in msgs)):
+    if not (
+        isinstance(msgs, list)
+        and msgs
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("content"), str)
+            and m.get("role") in {"system", "user", "assistant"}
+            for m in msgs
+        )
+    ):
         raise ValueError("'messages' must be a non-empty list of {role: system|user|assistant, content: str}")
     if isinstance(req.get("system"), str) and req["system"] and msgs[0]["role"] != "system":
         msgs = [{"role": "system", "content": req["system"]}, *msgs]
@@ -245,9 +256,23 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
                     break
                 t0 = time.perf_counter()
                 text, ids, was_cancelled = gen.generate(
-                    side, msgs, max_new, temperature, cancel, lambda d, side=side, rid=rid: emit(id=rid, side=side, delta=d)
+                    side,
+                    msgs,
+                    max_new,
+                    temperature,
+                    cancel,
+                    lambda d, side=side, rid=rid: emit(id=rid, side=side, delta=d),
                 )
-                emit(id=rid, side=side, end=True, text=text, token_ids=ids, tokens=len(ids), seconds=round(time.perf_counter() - t0, 3), cancelled=was_cancelled)
+                emit(
+                    id=rid,
+                    side=side,
+                    end=True,
+                    text=text,
+                    token_ids=ids,
+                    tokens=len(ids),
+                    seconds=round(time.perf_counter() - t0, 3),
+                    cancelled=was_cancelled,
+                )
                 cancelled = cancelled or was_cancelled
         except Exception as exc:  # noqa: BLE001 - a generation failure ends this request, not the worker
             emit(id=rid, error=f"generation failed: {type(exc).__name__}: {exc}")
@@ -256,7 +281,9 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cockpit.serve.chat_worker", description="base vs tuned generation, JSON lines on stdin/stdout")
+    p = argparse.ArgumentParser(
+        prog="python -m cockpit.serve.chat_worker", description="base vs tuned generation, JSON lines on stdin/stdout"
+    )
     p.add_argument("run")
     p.add_argument("--runs-dir", default=None)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available, else cpu)")
@@ -266,7 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     sys.stdout = sys.stderr  # only protocol lines on the real stdout
     emit = Emitter(out)
-    for k, v in {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}.items():
+    for k, v in {
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "TOKENIZERS_PARALLELISM": "false",
+    }.items():
         os.environ.setdefault(k, v)
     from cockpit.errors import InputError
     from cockpit.run.rundir import default_runs_dir, resolve_run

@@ -60,7 +60,9 @@ def build_command(
         mode = "merged"
     else:
         if not art.is_lora:
-            raise InputError(f"{art.run_id} is a {art.config.get('finetuning_type')} run (no LoRA adapter): serve its saved model with --merged")
+            raise InputError(
+                f"{art.run_id} is a {art.config.get('finetuning_type')} run (no LoRA adapter): serve its saved model with --merged"
+            )
         model = art.base_model_dir()
         mode = "adapter"
     limit = model_max_len(model)
@@ -75,7 +77,13 @@ def build_command(
         cmd = ServeCommand(argv, env, model_id=name, base_id=None, mode=mode)
     else:
         rank = art.lora_rank or 8
-        argv += ["--enable-lora", "--max-lora-rank", str(allowed_max_lora_rank(rank)), "--lora-modules", f"{name}={art.adapter_dir}"]
+        argv += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(allowed_max_lora_rank(rank)),
+            "--lora-modules",
+            f"{name}={art.adapter_dir}",
+        ]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # lets `cockpit serve --vllm-url` hot-load later runs
         cmd = ServeCommand(argv, env, model_id=name, base_id=model, mode=mode)
     if art.config.get("trust_remote_code"):
@@ -89,13 +97,23 @@ def start_detached(cmd: ServeCommand, art: RunArtifacts, url: str) -> dict:
     RUN/logs/vllm.log; record pid, command and URL in RUN/serve.json."""
     exe = cmd.argv[0]
     if os.sep not in exe and shutil.which(exe) is None:
-        raise InputError(f"{exe!r} is not on PATH: install vLLM, or pass --vllm-python with the Python of a venv that has it")
+        raise InputError(
+            f"{exe!r} is not on PATH: install vLLM, or pass --vllm-python with the Python of a venv that has it"
+        )
     log_path = art.run.logs_dir / "vllm.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(cmd.env)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(art.run.path))
+        proc = subprocess.Popen(
+            cmd.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=str(art.run.path),
+        )
     record = {
         "pid": proc.pid,
         "url": url,

@@ -14,7 +14,8 @@ import json
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from cockpit.serve.artifacts import RunArtifacts
 from cockpit.serve.vllm import VLLMClient, VLLMError
@@ -23,15 +24,37 @@ SIDES = ("base", "tuned")
 
 
 class LocalBackend:
-    def __init__(self, art: RunArtifacts, device: str | None = None, max_new_tokens: int = 128, python: str | None = None, ready_timeout: float = 600):
+    def __init__(
+        self,
+        art: RunArtifacts,
+        device: str | None = None,
+        max_new_tokens: int = 128,
+        python: str | None = None,
+        ready_timeout: float = 600,
+    ):
         self.art = art
-        argv = [python or sys.executable, "-m", "cockpit.serve.chat_worker", str(art.run.path), "--max-new-tokens", str(max_new_tokens)]
+        argv = [
+            python or sys.executable,
+            "-m",
+            "cockpit.serve.chat_worker",
+            str(art.run.path),
+            "--max-new-tokens",
+            str(max_new_tokens),
+        ]
         if device:
             argv += ["--device", device]
         art.run.logs_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = art.run.logs_dir / "chat_worker.log"
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, encoding="utf-8", bufsize=1)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
         self.ready = self._read()
         if not self.ready or not self.ready.get("ready"):
             err = (self.ready or {}).get("error") or f"the chat worker exited (log: {self.log_path})"
@@ -43,7 +66,9 @@ class LocalBackend:
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
-    def ask(self, messages: list[dict[str, str]], max_new_tokens: int | None = None, temperature: float = 0.0) -> Iterator[dict[str, Any]]:
+    def ask(
+        self, messages: list[dict[str, str]], max_new_tokens: int | None = None, temperature: float = 0.0
+    ) -> Iterator[dict[str, Any]]:
         self._next_id += 1
         rid = self._next_id
         req: dict[str, Any] = {"id": rid, "messages": messages, "temperature": temperature}
@@ -80,9 +105,18 @@ class VLLMBackend:
         self.art, self.client, self.max_new_tokens = art, client, max_new_tokens
         self.models = {"base": base, "tuned": tuned}
         self.template = art.chat_template_text()
-        self.ready = {"ready": True, "run_id": art.run_id, "base_model": base, "adapter": tuned, "device": client.url, "sides": list(SIDES)}
+        self.ready = {
+            "ready": True,
+            "run_id": art.run_id,
+            "base_model": base,
+            "adapter": tuned,
+            "device": client.url,
+            "sides": list(SIDES),
+        }
 
-    def ask(self, messages: list[dict[str, str]], max_new_tokens: int | None = None, temperature: float = 0.0) -> Iterator[dict[str, Any]]:
+    def ask(
+        self, messages: list[dict[str, str]], max_new_tokens: int | None = None, temperature: float = 0.0
+    ) -> Iterator[dict[str, Any]]:
         n = max_new_tokens or self.max_new_tokens
         for side in SIDES:
             t0 = time.perf_counter()
@@ -94,7 +128,13 @@ class VLLMBackend:
             except VLLMError as err:
                 yield {"error": str(err), "code": err.code}
                 return
-            yield {"side": side, "end": True, "text": "".join(text), "seconds": round(time.perf_counter() - t0, 3), "cancelled": False}
+            yield {
+                "side": side,
+                "end": True,
+                "text": "".join(text),
+                "seconds": round(time.perf_counter() - t0, 3),
+                "cancelled": False,
+            }
         yield {"done": True, "cancelled": False}
 
     def close(self) -> None:

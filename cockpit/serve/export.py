@@ -50,7 +50,9 @@ def _save_tokenizer(adapter: Path, cfg: dict[str, Any], out: Path, ref=None) -> 
     tok.save_pretrained(out)
 
 
-def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=print, dtype: str = "auto") -> dict[str, Any]:
+def export_run(
+    run: RunDir, out: Path | None = None, merge: bool = False, log=print, dtype: str = "auto"
+) -> dict[str, Any]:
     """Export RUN's adapter (copied as saved, PEFT format), or with ``merge`` the base model with
     the adapter merged (``dtype``: auto = bf16 for a bf16/QLoRA run, else float32)."""
     import torch
@@ -59,7 +61,9 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
     summary = run.read_summary()
     adapter = Path(summary.get("adapter_dir") or run.output_dir() / "adapter")
     if not adapter.is_dir():
-        raise InputError(f"{run.run_id} has no saved adapter/model at {adapter} (state: {run.read_status().get('state')})")
+        raise InputError(
+            f"{run.run_id} has no saved adapter/model at {adapter} (state: {run.read_status().get('state')})"
+        )
     is_lora = (adapter / "adapter_config.json").exists()
     out = Path(out) if out else run.output_dir() / ("merged" if merge else "export")
     if out.exists() and any(out.iterdir()):
@@ -68,7 +72,9 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     notes: list[str] = []
     if summary.get("adapter_from"):
-        notes.append(f"the loss was not finite from step {summary.get('nan_step')}: these are the weights of {summary['adapter_from']}, the last checkpoint before it")
+        notes.append(
+            f"the loss was not finite from step {summary.get('nan_step')}: these are the weights of {summary['adapter_from']}, the last checkpoint before it"
+        )
     merged_dtype = None
     acfg = json.loads((adapter / "adapter_config.json").read_text()) if is_lora else {}
     try:
@@ -80,7 +86,9 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
 
             ref = resolve_model(cfg["model_name_or_path"], log=log)
             if cfg.get("quantization_bit"):
-                notes.append("QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights")
+                notes.append(
+                    "QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights"
+                )
             if dtype not in MERGE_DTYPES:
                 raise InputError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
             if dtype == "auto":
@@ -88,7 +96,9 @@ def export_run(run: RunDir, out: Path | None = None, merge: bool = False, log=pr
             else:
                 tdtype = getattr(torch, dtype)
             # no quantization_config here: a QLoRA adapter merges into the unquantized weights
-            base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs())
+            base = AutoModelForCausalLM.from_pretrained(
+                ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
+            )
             if getattr(base.config, "quantization_config", None):
                 notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
             model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()

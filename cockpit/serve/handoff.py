@@ -13,7 +13,15 @@ from cockpit.errors import InputError
 from cockpit.serve.artifacts import RunArtifacts
 from cockpit.serve.vllm import VLLMClient, VLLMError
 
-FINGERPRINT_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
+FINGERPRINT_KEYS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+)
 
 
 def _fingerprint(folder: str) -> dict[str, Any] | None:
@@ -40,7 +48,10 @@ def check_base(models: list[dict[str, Any]], art: RunArtifacts, base_id: str | N
     if base_id:
         bases = [m for m in bases if m.get("id") == base_id]
         if not bases:
-            raise VLLMError("no_model", f"the server has no base model {base_id!r}; it serves: {', '.join(m.get('id', '?') for m in models)}")
+            raise VLLMError(
+                "no_model",
+                f"the server has no base model {base_id!r}; it serves: {', '.join(m.get('id', '?') for m in models)}",
+            )
     if not bases:
         raise VLLMError("no_model", "the server lists no base model")
     ours_dir = art.base_model_dir()
@@ -87,7 +98,9 @@ def handoff(
 ) -> dict[str, Any]:
     """Load the adapter and verify it is served. Returns a record (also written to RUN/serve.json)."""
     if not art.is_lora:
-        raise InputError(f"{art.run_id} has no LoRA adapter ({art.config.get('finetuning_type')} run): serve its model with `cockpit serve RUN --merged`")
+        raise InputError(
+            f"{art.run_id} has no LoRA adapter ({art.config.get('finetuning_type')} run): serve its model with `cockpit serve RUN --merged`"
+        )
     models = client.models()
     try:
         base, how = check_base(models, art, base_id)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 
 class VLLMError(Exception):
@@ -92,7 +92,7 @@ class VLLMClient:
         except urllib.error.HTTPError as exc:
             body = exc.read().decode("utf-8", "replace")
             return Response(exc.code, body)
-        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as exc:
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
             raise VLLMError("unreachable", f"cannot reach the vLLM server at {self.url}: {reason}") from None
         if stream:
@@ -104,10 +104,17 @@ class VLLMClient:
     def models(self) -> list[dict[str, Any]]:
         r = self._request("GET", "/v1/models")
         if r.status == 401:
-            raise VLLMError("unauthorized", f"{self.url} wants an API key (--api-key / $VLLM_API_KEY)", r.status, r.body)
+            raise VLLMError(
+                "unauthorized", f"{self.url} wants an API key (--api-key / $VLLM_API_KEY)", r.status, r.body
+            )
         data = r.json()
         if r.status != 200 or not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            raise VLLMError("not_vllm", f"{self.url}/v1/models answered {r.status}: {error_text(r.body)[:300]} (is this a vLLM OpenAI server?)", r.status, r.body)
+            raise VLLMError(
+                "not_vllm",
+                f"{self.url}/v1/models answered {r.status}: {error_text(r.body)[:300]} (is this a vLLM OpenAI server?)",
+                r.status,
+                r.body,
+            )
         return data["data"]
 
     def base_models(self) -> list[dict[str, Any]]:
@@ -128,7 +135,14 @@ class VLLMClient:
             return r.body.strip()
         raise map_load_error(r, name=name, path="", rank=None, url=self.url)
 
-    def chat(self, model: str, messages: list[dict[str, str]], max_tokens: int = 64, temperature: float = 0.0, chat_template: str | None = None) -> dict[str, Any]:
+    def chat(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        chat_template: str | None = None,
+    ) -> dict[str, Any]:
         """One non-streaming chat completion; returns {"text", "token_ids" (when returned), "finish_reason"}."""
         payload = self._chat_payload(model, messages, max_tokens, temperature, chat_template, stream=False)
         r = self._request("POST", "/v1/chat/completions", payload, timeout=max(self.timeout, 300))
@@ -143,7 +157,14 @@ class VLLMClient:
             "usage": obj.get("usage"),
         }
 
-    def chat_stream(self, model: str, messages: list[dict[str, str]], max_tokens: int = 64, temperature: float = 0.0, chat_template: str | None = None) -> Iterator[str]:
+    def chat_stream(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        chat_template: str | None = None,
+    ) -> Iterator[str]:
         """Text deltas of a streaming chat completion (OpenAI server-sent events)."""
         payload = self._chat_payload(model, messages, max_tokens, temperature, chat_template, stream=True)
         resp = self._request("POST", "/v1/chat/completions", payload, timeout=max(self.timeout, 300), stream=True)
@@ -211,10 +232,20 @@ def map_load_error(r: Response, name: str, path: str, rank: int | None, url: str
             r.body,
         )
     if "already been loaded" in low:
-        return VLLMError("already_loaded", f"an adapter named {name!r} is already loaded on the server (use --replace, or another --name)", r.status, r.body)
+        return VLLMError(
+            "already_loaded",
+            f"an adapter named {name!r} is already loaded on the server (use --replace, or another --name)",
+            r.status,
+            r.body,
+        )
     if "enable_lora" in low or "lora is not enabled" in low or "--enable-lora" in low:
-        return VLLMError("lora_disabled", "LoRA is not enabled on this server: restart it with --enable-lora", r.status, r.body)
-    if re.search(r"no adapter found|does not exist|no such file|not a directory|cannot find|can't find|couldn't find|is not a valid|permission denied", low):
+        return VLLMError(
+            "lora_disabled", "LoRA is not enabled on this server: restart it with --enable-lora", r.status, r.body
+        )
+    if re.search(
+        r"no adapter found|does not exist|no such file|not a directory|cannot find|can't find|couldn't find|is not a valid|permission denied",
+        low,
+    ):
         return VLLMError(
             "path",
             f"the server cannot read the adapter at {path}: the path is opened by the vLLM server, so it must exist on "
@@ -237,7 +268,9 @@ def map_generation_error(r: Response, model: str) -> VLLMError:
     if r.status == 404 or "does not exist" in text.lower():
         return VLLMError("no_model", f"the server has no model {model!r}: {text[:300]}", r.status, r.body)
     if "maximum context length" in text.lower() or "max_model_len" in text.lower():
-        return VLLMError("too_long", f"the prompt does not fit the server's --max-model-len: {text[:300]}", r.status, r.body)
+        return VLLMError(
+            "too_long", f"the prompt does not fit the server's --max-model-len: {text[:300]}", r.status, r.body
+        )
     return VLLMError("generation", f"generation with {model!r} failed ({r.status}): {text[:500]}", r.status, r.body)
 
 

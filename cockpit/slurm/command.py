@@ -17,15 +17,26 @@ from cockpit.errors import InputError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Slurm (with --slurm: submit the run as a batch job instead of starting it here)")
-    g.add_argument("--slurm", action="store_true", help="write the job script into a new run dir and submit it with sbatch")
+    g.add_argument(
+        "--slurm", action="store_true", help="write the job script into a new run dir and submit it with sbatch"
+    )
     g.add_argument("--partition", default=None, help="sbatch --partition")
     g.add_argument("--time", default=None, help="sbatch --time (e.g. 4:00:00)")
     g.add_argument("--account", default=None, help="sbatch --account")
     g.add_argument("--qos", default=None, help="sbatch --qos")
     g.add_argument("--nodes", type=int, default=None, help="nodes (the config's nnodes)")
     g.add_argument("--cpus-per-task", type=int, default=None, help="sbatch --cpus-per-task (one task per node)")
-    g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share the nodes (no sbatch --exclusive)")
-    g.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=[], metavar="OPT", help="any other sbatch option, e.g. --sbatch-arg=--constraint=mi300x (repeatable)")
+    g.add_argument(
+        "--no-exclusive", dest="exclusive", action="store_false", help="share the nodes (no sbatch --exclusive)"
+    )
+    g.add_argument(
+        "--sbatch-arg",
+        dest="sbatch_args",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="any other sbatch option, e.g. --sbatch-arg=--constraint=mi300x (repeatable)",
+    )
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
@@ -67,8 +78,15 @@ def submit(args: argparse.Namespace, cfg: dict, runs_dir) -> int:
     from cockpit.slurm.submit import SubmitRefused
     from cockpit.slurm.submit import submit as do_submit
 
-    opts = SlurmOptions(partition=args.partition, time=args.time, account=args.account, qos=args.qos,
-                        cpus_per_task=args.cpus_per_task, exclusive=args.exclusive, extra=tuple(args.sbatch_args))
+    opts = SlurmOptions(
+        partition=args.partition,
+        time=args.time,
+        account=args.account,
+        qos=args.qos,
+        cpus_per_task=args.cpus_per_task,
+        exclusive=args.exclusive,
+        extra=tuple(args.sbatch_args),
+    )
     try:
         run, job = do_submit(cfg, opts, config_path=args.config, runs_dir=runs_dir)
     except InputError as err:
@@ -79,6 +97,8 @@ def submit(args: argparse.Namespace, cfg: dict, runs_dir) -> int:
     if getattr(args, "json", False):
         print(json.dumps({"run_id": run.run_id, "run_dir": str(run.path), "job_id": job}))
     else:
-        print(f"run {run.run_id} queued as Slurm job {job}\nrun dir: {run.path}\njob script: {run.path / 'slurm' / 'job.sh'}\n"
-              f"queue: cockpit runs · follow it: cockpit attach {run.run_id} · cancel: cockpit stop {run.run_id}")
+        print(
+            f"run {run.run_id} queued as Slurm job {job}\nrun dir: {run.path}\njob script: {run.path / 'slurm' / 'job.sh'}\n"
+            f"queue: cockpit runs · follow it: cockpit attach {run.run_id} · cancel: cockpit stop {run.run_id}"
+        )
     return EXIT_OK

@@ -10,10 +10,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SHARED_FS_TYPES = frozenset({
-    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs", "fuse.glusterfs",
-    "wekafs", "panfs", "fuse.cephfs", "fuse.beegfs", "smb3", "cifs", "virtiofs", "9p", "fuse.sshfs",
-})
+SHARED_FS_TYPES = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "cephfs",
+        "ceph",
+        "glusterfs",
+        "fuse.glusterfs",
+        "wekafs",
+        "panfs",
+        "fuse.cephfs",
+        "fuse.beegfs",
+        "smb3",
+        "cifs",
+        "virtiofs",
+        "9p",
+        "fuse.sshfs",
+    }
+)
 
 
 def _unescape(field: str) -> str:
@@ -56,5 +74,9 @@ def describe(path: str | os.PathLike[str]) -> str:
     """One line for doctor and submit messages: 'ext4 at / (local to this node)'."""
     fstype, point = filesystem_of(path)
     where = f" at {point}" if point else ""
-    kind = "shared between nodes" if is_shared(fstype) else "local to this node: multi-node Slurm runs need a shared filesystem"
+    kind = (
+        "shared between nodes"
+        if is_shared(fstype)
+        else "local to this node: multi-node Slurm runs need a shared filesystem"
+    )
     return f"{fstype}{where} ({kind})"

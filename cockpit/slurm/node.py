@@ -62,8 +62,20 @@ def main(argv: list[str]) -> int:
     run = node_run(run0, node)
     cfg = node_config(cfg, node, env)
     atomic_write_text(run.config_path, dump_resolved(cfg))
-    slurm = {**(run0.read_status().get("slurm") or {}), "job_id": env.get("SLURM_JOB_ID"), "node": socket.gethostname(), "node_id": node}
-    run.update_status(state="starting", reason=None, run_id=run.run_id, started=time.time(), attempt=run.read_status().get("attempt") or 1, slurm=slurm)
+    slurm = {
+        **(run0.read_status().get("slurm") or {}),
+        "job_id": env.get("SLURM_JOB_ID"),
+        "node": socket.gethostname(),
+        "node_id": node,
+    }
+    run.update_status(
+        state="starting",
+        reason=None,
+        run_id=run.run_id,
+        started=time.time(),
+        attempt=run.read_status().get("attempt") or 1,
+        slurm=slurm,
+    )
     env.update({k: str(v) for k, v in (cfg.get("env") or {}).items() if v != REDACTED})  # secrets: from the job's env
     os.chdir(run.path)
     os.execve(sys.executable, [sys.executable, "-m", "cockpit.run.supervisor", str(run.path)], env)

@@ -30,8 +30,34 @@ from cockpit.run.events import EventWriter
 from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_json
 
 MAX_AGE_S = 5.0
-WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED", "RESIZING"})
-ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+WAITING = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESV_DEL_HOLD",
+        "SUSPENDED",
+        "STOPPED",
+        "RESIZING",
+    }
+)
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 
 Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 
@@ -51,10 +77,15 @@ def query(job_ids: Iterable[str], runner: Runner = _run) -> dict[str, dict[str, 
             res = runner(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%N"])
         except (OSError, subprocess.TimeoutExpired):
             res = None
-        for line in (res.stdout.splitlines() if res is not None and res.returncode == 0 else []):
+        for line in res.stdout.splitlines() if res is not None and res.returncode == 0 else []:
             job, state, reason, nodes = (line.split("|") + ["", "", "", ""])[:4]
             if job.strip() in ids:
-                out[job.strip()] = {"state": state.strip(), "reason": _reason(reason), "nodes": nodes.strip() or None, "source": "squeue"}
+                out[job.strip()] = {
+                    "state": state.strip(),
+                    "reason": _reason(reason),
+                    "nodes": nodes.strip() or None,
+                    "source": "squeue",
+                }
     missing = [j for j in ids if j not in out]
     if missing and shutil.which("sacct"):
         out.update(_sacct(missing, runner))
@@ -78,7 +109,12 @@ def _sacct(ids: list[str], runner: Runner) -> dict[str, dict[str, Any]]:
         job, state, nodes = (line.split("|") + ["", "", ""])[:3]
         words = state.split()  # 'CANCELLED by 1000'
         if job.strip() in ids and words:
-            out[job.strip()] = {"state": words[0], "reason": " ".join(words[1:]) or None, "nodes": nodes.strip() or None, "source": "sacct"}
+            out[job.strip()] = {
+                "state": words[0],
+                "reason": " ".join(words[1:]) or None,
+                "nodes": nodes.strip() or None,
+                "source": "sacct",
+            }
     return out
 
 
@@ -107,12 +143,19 @@ def implied(status: dict[str, Any], sched: dict[str, Any] | None) -> dict[str, A
     out["scheduler"] = describe(sched)
     sched_state = sched["state"]
     if state == "queued" and sched_state not in ENDED:
-        out["reason"] = describe(sched) if sched_state != "RUNNING" else f"RUNNING on {sched.get('nodes') or '?'}: starting the supervisor"
+        out["reason"] = (
+            describe(sched)
+            if sched_state != "RUNNING"
+            else f"RUNNING on {sched.get('nodes') or '?'}: starting the supervisor"
+        )
         return out
     if sched_state in ENDED and state not in ("finished", "stopped") and not status.get("scheduler_end"):
         earlier = status.get("reason")
         if sched_state == "CANCELLED":
-            out["state"], why = "cancelled", f"cancelled by the scheduler: {sched_state}"  # (its reason is the pending one's)
+            out["state"], why = (
+                "cancelled",
+                f"cancelled by the scheduler: {sched_state}",
+            )  # (its reason is the pending one's)
         elif state == "failed" and sched_state in ("FAILED", "COMPLETED"):
             why, earlier = str(earlier or "failed"), None  # the run's own reason says more
         elif sched_state == "COMPLETED":
@@ -132,19 +175,40 @@ def _cached(run: RunDir, now: float, any_age: bool = False) -> dict[str, Any] | 
     return data if any_age or now - float(data.get("checked") or 0) < MAX_AGE_S else None
 
 
-def effective_status(run: RunDir, status: dict[str, Any] | None = None, *, runner: Runner = _run, now: float | None = None, fresh: bool = False) -> dict[str, Any]:
+def effective_status(
+    run: RunDir,
+    status: dict[str, Any] | None = None,
+    *,
+    runner: Runner = _run,
+    now: float | None = None,
+    fresh: bool = False,
+) -> dict[str, Any]:
     """``run``'s status with what the scheduler knows; for a run that is not a Slurm job (or has
     ended on its own), ``status`` as it is."""
-    return effective_statuses([run], {run.run_id: status} if status is not None else None, runner=runner, now=now, fresh=fresh)[run.run_id]
+    return effective_statuses(
+        [run], {run.run_id: status} if status is not None else None, runner=runner, now=now, fresh=fresh
+    )[run.run_id]
 
 
-def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] | None = None, *, runner: Runner = _run, now: float | None = None, fresh: bool = False, cached_only: bool = False) -> dict[str, dict[str, Any]]:
+def effective_statuses(
+    runs: list[RunDir],
+    statuses: dict[str, dict[str, Any]] | None = None,
+    *,
+    runner: Runner = _run,
+    now: float | None = None,
+    fresh: bool = False,
+    cached_only: bool = False,
+) -> dict[str, dict[str, Any]]:
     """Like :func:`effective_status` for many runs, with one ``squeue`` call for all their jobs.
     ``cached_only``: the last answers in ``slurm.json`` however old, never a scheduler query (a UI
     thread; a worker thread refreshes them)."""
     now = time.time() if now is None else now
     statuses = {r.run_id: (statuses or {}).get(r.run_id) or r.read_status() for r in runs}
-    open_jobs = {r.run_id: job_id(statuses[r.run_id]) for r in runs if job_id(statuses[r.run_id]) and not _settled(statuses[r.run_id])}
+    open_jobs = {
+        r.run_id: job_id(statuses[r.run_id])
+        for r in runs
+        if job_id(statuses[r.run_id]) and not _settled(statuses[r.run_id])
+    }
     answers: dict[str, dict[str, Any] | None] = {}
     to_ask = []
     for r in runs:
@@ -161,7 +225,9 @@ def effective_statuses(runs: list[RunDir], statuses: dict[str, dict[str, Any]] |
         for r in to_ask:
             answers[r.run_id] = known.get(open_jobs[r.run_id])
             try:
-                atomic_write_json(r.path / "slurm.json", {"checked": now, "job_id": open_jobs[r.run_id], "job": answers[r.run_id]})
+                atomic_write_json(
+                    r.path / "slurm.json", {"checked": now, "job_id": open_jobs[r.run_id], "job": answers[r.run_id]}
+                )
             except OSError:
                 pass
     out = {}
@@ -189,7 +255,9 @@ def waiting_on_scheduler(status: dict[str, Any]) -> bool:
 
 
 def _settled(status: dict[str, Any]) -> bool:
-    return status.get("state") in TERMINAL_STATES and (status.get("state") in ("finished", "stopped") or bool(status.get("scheduler_end")))
+    return status.get("state") in TERMINAL_STATES and (
+        status.get("state") in ("finished", "stopped") or bool(status.get("scheduler_end"))
+    )
 
 
 def _write_end(run: RunDir, new: dict[str, Any], now: float) -> None:

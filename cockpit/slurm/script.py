@@ -59,11 +59,29 @@ def gpu_lines(cfg: Mapping[str, Any], has_gpus: bool | None) -> list[str]:
     return [f"#SBATCH --gres={gres}:{nproc}"] if gres else [f"#SBATCH --gpus-per-node={nproc}"]
 
 
-def header(cfg: Mapping[str, Any], opts: SlurmOptions, *, job_name: str, has_gpus: bool | None = None, output: str | None = None) -> list[str]:
+def header(
+    cfg: Mapping[str, Any],
+    opts: SlurmOptions,
+    *,
+    job_name: str,
+    has_gpus: bool | None = None,
+    output: str | None = None,
+) -> list[str]:
     """``#!/bin/bash`` and the ``#SBATCH`` lines: one task per node; GPUs only when needed."""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", f"#SBATCH --nodes={int(cfg['nnodes'])}", "#SBATCH --ntasks-per-node=1"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --nodes={int(cfg['nnodes'])}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
     lines += gpu_lines(cfg, has_gpus)
-    for flag, value in (("partition", opts.partition), ("account", opts.account), ("qos", opts.qos), ("time", opts.time), ("cpus-per-task", opts.cpus_per_task)):
+    for flag, value in (
+        ("partition", opts.partition),
+        ("account", opts.account),
+        ("qos", opts.qos),
+        ("time", opts.time),
+        ("cpus-per-task", opts.cpus_per_task),
+    ):
         if value:
             lines.append(f"#SBATCH --{flag}={value}")
     if output:
@@ -79,7 +97,12 @@ def env_lines(cfg: Mapping[str, Any]) -> list[str]:
     if not env:
         return []
     out = ["# the config's env (the cockpit applies it to every rank as well)"]
-    out += [f"export {k}={shlex.quote(v)}" if v != REDACTED else f"# {k}: a secret, not written here; export it in the job's environment" for k, v in env.items()]
+    out += [
+        f"export {k}={shlex.quote(v)}"
+        if v != REDACTED
+        else f"# {k}: a secret, not written here; export it in the job's environment"
+        for k, v in env.items()
+    ]
     return out
 
 
@@ -92,7 +115,15 @@ MASTER_LINES = [
 ]
 
 
-def job_script(run_path: str, cfg: Mapping[str, Any], opts: SlurmOptions, *, job_name: str, has_gpus: bool | None, python: str = sys.executable) -> str:
+def job_script(
+    run_path: str,
+    cfg: Mapping[str, Any],
+    opts: SlurmOptions,
+    *,
+    job_name: str,
+    has_gpus: bool | None,
+    python: str = sys.executable,
+) -> str:
     """The script ``cockpit train --slurm`` submits: each node's task runs ``cockpit.slurm.node``,
     which starts the supervisor of the run dir that already exists (node 0) or of its
     ``nodes/node<K>`` sub-run (node K)."""
@@ -107,11 +138,27 @@ def job_script(run_path: str, cfg: Mapping[str, Any], opts: SlurmOptions, *, job
     return "\n".join(lines)
 
 
-def train_script(config_path: str, train_args: Sequence[str], cfg: Mapping[str, Any], opts: SlurmOptions, *, job_name: str, has_gpus: bool | None) -> str:
+def train_script(
+    config_path: str,
+    train_args: Sequence[str],
+    cfg: Mapping[str, Any],
+    opts: SlurmOptions,
+    *,
+    job_name: str,
+    has_gpus: bool | None,
+) -> str:
     """A standalone script (``cockpit preview --sbatch``): each node runs ``cockpit train``."""
     nnodes = int(cfg["nnodes"])
-    lines = header(cfg, opts, job_name=job_name, has_gpus=has_gpus) + ["set -euo pipefail", "", *MASTER_LINES, *env_lines(cfg)]
-    cmd = shlex.join(["cockpit", "train", config_path, *train_args]) + ' --set node_rank="$SLURM_NODEID" --set master_addr="$MASTER_ADDR"'
+    lines = header(cfg, opts, job_name=job_name, has_gpus=has_gpus) + [
+        "set -euo pipefail",
+        "",
+        *MASTER_LINES,
+        *env_lines(cfg),
+    ]
+    cmd = (
+        shlex.join(["cockpit", "train", config_path, *train_args])
+        + ' --set node_rank="$SLURM_NODEID" --set master_addr="$MASTER_ADDR"'
+    )
     lines += [
         "",
         "# one cockpit supervisor per node; `cockpit train` follows its run until it ends",

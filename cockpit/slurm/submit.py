@@ -33,14 +33,23 @@ def check_runs_dir(cfg: dict[str, Any], runs_dir: Path) -> None:
         return
     fstype, point = fs.filesystem_of(runs_dir)
     if not fs.is_shared(fstype):
-        raise InputError(Problem(
-            f"runs dir {runs_dir}: filesystem {fstype} at {point or '?'} is local to this node; a {cfg['nnodes']}-node Slurm run "
-            "needs the runs dir on a filesystem every node mounts (NFS, Lustre, GPFS, BeeGFS, ...): pass --runs-dir or set COCKPIT_RUNS_DIR",
-            key="nnodes",
-        ))
+        raise InputError(
+            Problem(
+                f"runs dir {runs_dir}: filesystem {fstype} at {point or '?'} is local to this node; a {cfg['nnodes']}-node Slurm run "
+                "needs the runs dir on a filesystem every node mounts (NFS, Lustre, GPFS, BeeGFS, ...): pass --runs-dir or set COCKPIT_RUNS_DIR",
+                key="nnodes",
+            )
+        )
 
 
-def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None = None, runs_dir: Path | None = None, python: str = sys.executable) -> tuple[RunDir, str]:
+def submit(
+    cfg: dict[str, Any],
+    opts: SlurmOptions,
+    *,
+    config_path: str | None = None,
+    runs_dir: Path | None = None,
+    python: str = sys.executable,
+) -> tuple[RunDir, str]:
     """Create the run dir (state ``queued``), write ``slurm/job.sh``, submit it. Returns (run, job id).
     Raises :class:`SubmitRefused` with sbatch's message (the run dir then says ``failed``)."""
     from cockpit.run.launch import run_name
@@ -52,17 +61,36 @@ def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None =
         raise InputError("--slurm: sbatch is not on PATH (is this a Slurm login node?)")
     run = create_run_dir(runs, run_name(cfg, config_path))
     atomic_write_text(run.config_path, dump_resolved(cfg))
-    script = job_script(str(run.path), cfg, opts, job_name=f"cockpit-{run.run_id}", has_gpus=cluster_has_gpus(), python=python)
+    script = job_script(
+        str(run.path), cfg, opts, job_name=f"cockpit-{run.run_id}", has_gpus=cluster_has_gpus(), python=python
+    )
     (run.path / "slurm").mkdir(mode=0o700)
     script_path = run.path / "slurm" / "job.sh"
     atomic_write_text(script_path, script, mode=0o700)
-    base = {"run_id": run.run_id, "attempt": 1, "config_source": str(Path(config_path).resolve()) if config_path else None,
-            "output_dir": cfg.get("output_dir"), "step": 0, "total_steps": None, "submitted": time.time()}
+    base = {
+        "run_id": run.run_id,
+        "attempt": 1,
+        "config_source": str(Path(config_path).resolve()) if config_path else None,
+        "output_dir": cfg.get("output_dir"),
+        "step": 0,
+        "total_steps": None,
+        "submitted": time.time(),
+    }
     run.update_status(state="submitting", **base)
     try:
-        res = subprocess.run([sbatch, "--parsable", str(script_path)], capture_output=True, text=True, cwd=str(run.path), env=dict(os.environ), timeout=300, check=False)
+        res = subprocess.run(
+            [sbatch, "--parsable", str(script_path)],
+            capture_output=True,
+            text=True,
+            cwd=str(run.path),
+            env=dict(os.environ),
+            timeout=300,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        res = subprocess.CompletedProcess([sbatch], 1, "", "sbatch did not answer within 300 s (is slurmctld reachable?)")
+        res = subprocess.CompletedProcess(
+            [sbatch], 1, "", "sbatch did not answer within 300 s (is slurmctld reachable?)"
+        )
     events = EventWriter(run.events_path)
     try:
         if res.returncode != 0:
@@ -71,7 +99,14 @@ def submit(cfg: dict[str, Any], opts: SlurmOptions, *, config_path: str | None =
             events.emit("state", state="failed", reason=f"sbatch refused the job: {why}")
             raise SubmitRefused(why)
         job = res.stdout.strip().split(";")[0]  # --parsable: 'ID' or 'ID;cluster'
-        slurm = {"job_id": job, "script": str(script_path), "nodes": int(cfg["nnodes"]), "partition": opts.partition, "account": opts.account, "time": opts.time}
+        slurm = {
+            "job_id": job,
+            "script": str(script_path),
+            "nodes": int(cfg["nnodes"]),
+            "partition": opts.partition,
+            "account": opts.account,
+            "time": opts.time,
+        }
         run.update_status(state="queued", reason=f"submitted as Slurm job {job}", slurm=slurm)
         events.emit("state", state="queued", reason=f"submitted as Slurm job {job}", slurm_job_id=job)
     finally:

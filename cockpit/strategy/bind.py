@@ -23,7 +23,10 @@ from cockpit.strategy.numa import node_cpus, parse_map
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("usage: python -m cockpit.strategy.bind --map R:N,... [--method M] [--sysfs DIR] -- CMD ...", file=sys.stderr)
+        print(
+            "usage: python -m cockpit.strategy.bind --map R:N,... [--method M] [--sysfs DIR] -- CMD ...",
+            file=sys.stderr,
+        )
         return 2
     i = argv.index("--")
     own, cmd = argv[:i], argv[i + 1 :]
@@ -43,7 +46,12 @@ def main(argv: list[str]) -> int:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    record = {"local_rank": local_rank, "node": node, "method": args.method if node is not None else None, "pid": os.getpid()}
+    record = {
+        "local_rank": local_rank,
+        "node": node,
+        "method": args.method if node is not None else None,
+        "pid": os.getpid(),
+    }
     if node is not None and args.method == "numactl":
         cmd = ["numactl", f"--cpunodebind={node}", f"--membind={node}", *cmd]
     elif node is not None:
@@ -61,7 +69,10 @@ def main(argv: list[str]) -> int:
             path.write_text(json.dumps(record))
         except OSError:
             pass
-    print(f"[numa] local rank {local_rank}: " + (f"node {node} via {args.method}" if node is not None else "not bound"), flush=True)
+    print(
+        f"[numa] local rank {local_rank}: " + (f"node {node} via {args.method}" if node is not None else "not bound"),
+        flush=True,
+    )
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:

@@ -22,9 +22,10 @@ import json
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.errors import InputError, Problem
 from cockpit.shape import PRECISIONS, precision_of, world_size_of
@@ -92,7 +93,14 @@ def generate(cfg: Mapping[str, Any], *, use_cpu: bool | None = None) -> dict[str
         "zero_allow_untested_optimizer": True,
         "communication_data_type": prec,
         "bf16": {"enabled": "auto"},
-        "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+        "fp16": {
+            "enabled": "auto",
+            "loss_scale": 0,
+            "loss_scale_window": 1000,
+            "initial_scale_power": 16,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        },
         "zero_optimization": zero,
         "steps_per_print": 10**9,  # the cockpit logs steps; keep DeepSpeed quiet
         "wall_clock_breakdown": False,
@@ -114,7 +122,9 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ValueError as exc:
         raise InputError(Problem(str(exc), file=name)) from None
     if not isinstance(data, dict):
-        raise InputError(Problem(f"expected a JSON object at the top level, got {type(data).__name__}", file=name, line=1))
+        raise InputError(
+            Problem(f"expected a JSON object at the top level, got {type(data).__name__}", file=name, line=1)
+        )
     return data
 
 
@@ -165,7 +175,10 @@ def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Prob
         if enabled == "auto" or enabled is None:
             continue
         if bool(enabled) != bool(cfg.get(flag)):
-            bad(f"{name}.enabled", f"is {str(bool(enabled)).lower()} but the run has {flag}: {str(bool(cfg.get(flag))).lower()}; set it to \"auto\" or change {flag}")
+            bad(
+                f"{name}.enabled",
+                f'is {str(bool(enabled)).lower()} but the run has {flag}: {str(bool(cfg.get(flag))).lower()}; set it to "auto" or change {flag}',
+            )
     comm = ds.get("communication_data_type")
     if comm is not None and comm != "auto":
         if comm not in PRECISIONS:
@@ -173,28 +186,35 @@ def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Prob
         elif prec != "fp32" and comm not in (prec, "fp32"):
             bad("communication_data_type", f"is {comm} but the run trains in {prec}; use {prec} or fp32")
         elif prec == "fp32" and comm != "fp32":
-            bad("communication_data_type", f"is {comm} but the run trains in fp32 (no bf16/fp16); use fp32 or \"auto\"")
+            bad("communication_data_type", f'is {comm} but the run trains in fp32 (no bf16/fp16); use fp32 or "auto"')
     # batch arithmetic
     micro, gas, ws = int(cfg["per_device_train_batch_size"]), int(cfg["gradient_accumulation_steps"]), world_size(cfg)
     for key, want, ours in (
         ("train_micro_batch_size_per_gpu", micro, "per_device_train_batch_size"),
         ("gradient_accumulation_steps", gas, "gradient_accumulation_steps"),
-        ("train_batch_size", micro * gas * ws, f"per_device_train_batch_size x gradient_accumulation_steps x world size ({micro} x {gas} x {ws})"),
+        (
+            "train_batch_size",
+            micro * gas * ws,
+            f"per_device_train_batch_size x gradient_accumulation_steps x world size ({micro} x {gas} x {ws})",
+        ),
     ):
         v = ds.get(key)
         if v is None or v == "auto":
             continue
         n = _num(v)
         if n is None or n != int(n) or n < 1:
-            bad(key, f"must be a positive integer or \"auto\", got {v!r}")
+            bad(key, f'must be a positive integer or "auto", got {v!r}')
         elif int(n) != want:
-            bad(key, f"is {int(n)} but the run has {ours} = {want}; set it to \"auto\" or make them agree")
+            bad(key, f'is {int(n)} but the run has {ours} = {want}; set it to "auto" or make them agree')
     clip = ds.get("gradient_clipping")
     if clip not in (None, "auto"):
         if _num(clip) is None:
-            bad("gradient_clipping", f"must be a number or \"auto\", got {clip!r}")
+            bad("gradient_clipping", f'must be a number or "auto", got {clip!r}')
         elif float(clip) != float(cfg.get("max_grad_norm") or 0.0):
-            bad("gradient_clipping", f"is {clip} but the run has max_grad_norm: {cfg.get('max_grad_norm')}; set it to \"auto\"")
+            bad(
+                "gradient_clipping",
+                f'is {clip} but the run has max_grad_norm: {cfg.get("max_grad_norm")}; set it to "auto"',
+            )
     zero = ds.get("zero_optimization")
     if zero is not None:
         if not isinstance(zero, Mapping):
@@ -211,7 +231,10 @@ def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Prob
                 if dev not in OFFLOAD_DEVICES:
                     bad(f"zero_optimization.{sub}.device", f"must be one of {' | '.join(OFFLOAD_DEVICES)}, got {dev!r}")
                 elif sub == "offload_param" and dev != "none" and stage != 3:
-                    bad("zero_optimization.offload_param", f"parameter offload needs ZeRO stage 3, the file has stage {stage}")
+                    bad(
+                        "zero_optimization.offload_param",
+                        f"parameter offload needs ZeRO stage 3, the file has stage {stage}",
+                    )
     if cfg.get("fsdp"):
         bad("deepspeed", "fsdp is set too; choose one strategy")
     return problems
@@ -262,7 +285,9 @@ def effective(
     try:
         import deepspeed.runtime.config as ds_config_mod
     except ImportError:
-        raise InputError(Problem("DeepSpeed is not installed here (pip install deepspeed)", file=file, key="deepspeed")) from None
+        raise InputError(
+            Problem("DeepSpeed is not installed here (pip install deepspeed)", file=file, key="deepspeed")
+        ) from None
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
     ws = ws or world_size(cfg)
@@ -276,11 +301,16 @@ def effective(
         hf.trainer_config_finalize(args, model, steps)
     except ValueError as exc:  # HF's own mismatch list: "- ds KEY=V vs hf ARG=V"
         lines = [ln.strip()[2:] for ln in str(exc).splitlines() if ln.strip().startswith("- ds ")]
-        raise InputError([Problem(f"disagrees with the run: {ln}", file=file, key=ln.split("=", 1)[0].split()[-1]) for ln in lines] or [Problem(str(exc), file=file)]) from None
+        raise InputError(
+            [Problem(f"disagrees with the run: {ln}", file=file, key=ln.split("=", 1)[0].split()[-1]) for ln in lines]
+            or [Problem(str(exc), file=file)]
+        ) from None
     filled = hf.config
     left = _autos(filled)
     if left:
-        raise InputError([Problem("\"auto\" that HF Trainer does not fill; give a value", file=file, key=k) for k in left])
+        raise InputError(
+            [Problem('"auto" that HF Trainer does not fill; give a value', file=file, key=k) for k in left]
+        )
 
     class _OneGroup:  # DeepSpeedConfig reads the world size from deepspeed.comm; no process group here
         @staticmethod
@@ -320,7 +350,11 @@ def _ds_problems(exc: Exception, file: str) -> list[Problem]:
         for e in items:
             loc = ".".join(str(x) for x in e.get("loc", ()))
             model = getattr(exc, "title", "") or ""
-            section = {"DeepSpeedZeroConfig": "zero_optimization", "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer", "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param"}.get(model, model)
+            section = {
+                "DeepSpeedZeroConfig": "zero_optimization",
+                "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer",
+                "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param",
+            }.get(model, model)
             key = f"{section}.{loc}" if section and loc else (section or loc or None)
             probs.append(Problem(f"DeepSpeed refuses it: {e.get('msg')}", file=file, key=key))
         if probs:
@@ -367,22 +401,38 @@ def validate_in_subprocess(cfg: Mapping[str, Any], timeout_s: float = 180.0) -> 
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env={**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "TRANSFORMERS_VERBOSITY": "error"},
+            env={
+                **os.environ,
+                "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"),
+                "TRANSFORMERS_VERBOSITY": "error",
+            },
         )
     except subprocess.TimeoutExpired:
-        return [Problem(f"checking it with DeepSpeed took over {timeout_s:.0f} s", file=str(cfg.get("deepspeed") or "<generated>"), key="deepspeed")]
+        return [
+            Problem(
+                f"checking it with DeepSpeed took over {timeout_s:.0f} s",
+                file=str(cfg.get("deepspeed") or "<generated>"),
+                key="deepspeed",
+            )
+        ]
     try:
         out = json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        return [Problem(f"checking it with DeepSpeed failed: {tail}", file=str(cfg.get("deepspeed") or "<generated>"), key="deepspeed")]
+        return [
+            Problem(
+                f"checking it with DeepSpeed failed: {tail}",
+                file=str(cfg.get("deepspeed") or "<generated>"),
+                key="deepspeed",
+            )
+        ]
     return [Problem(p["message"], file=p.get("file"), key=p.get("key")) for p in out.get("problems", [])]
 
 
 def _main() -> int:
     """stdin: the resolved run config as JSON; stdout: {"problems": [...], "config": {...}}."""
-    import io
     import contextlib
+    import io
 
     cfg = json.loads(sys.stdin.read())
     buf = io.StringIO()
@@ -391,7 +441,9 @@ def _main() -> int:
             ds, name = source(cfg)
             filled = None
             if ds is not None:
-                filled = effective(ds, cfg, file=name or "<deepspeed>", hidden_size=hidden_size_of(cfg.get("model_name_or_path")))
+                filled = effective(
+                    ds, cfg, file=name or "<deepspeed>", hidden_size=hidden_size_of(cfg.get("model_name_or_path"))
+                )
         print(json.dumps({"problems": [], "config": filled}))
     except InputError as err:
         print(json.dumps({"problems": [{"message": p.message, "file": p.file, "key": p.key} for p in err.problems]}))

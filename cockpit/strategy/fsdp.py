@@ -75,7 +75,9 @@ def layer_classes(model: Any) -> set[str]:
     return seen
 
 
-def shard(model: Any, fsdp: str, *, use_cpu: bool, local_rank: int, nnodes: int, bf16: bool, fp16: bool) -> dict[str, Any]:
+def shard(
+    model: Any, fsdp: str, *, use_cpu: bool, local_rank: int, nnodes: int, bf16: bool, fp16: bool
+) -> dict[str, Any]:
     """fully_shard the model in place; returns what was done (for the event log)."""
     import torch
     import torch.distributed as dist
@@ -93,7 +95,9 @@ def shard(model: Any, fsdp: str, *, use_cpu: bool, local_rank: int, nnodes: int,
         mesh = init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": "shard_grad_op" not in opts}
     if (bf16 or fp16) and not use_cpu:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else torch.float16, reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16 if bf16 else torch.float16, reduce_dtype=torch.float32
+        )
     if "offload" in opts and not use_cpu:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     classes = layer_classes(model)
@@ -130,7 +134,15 @@ def shard_report(model: Any) -> dict[str, Any]:
         glob = p.numel()
         local_total += local
         global_total += glob
-        params.append({"name": name, "dtensor": is_dt, "local_numel": local, "global_numel": glob, "trainable": bool(p.requires_grad)})
+        params.append(
+            {
+                "name": name,
+                "dtensor": is_dt,
+                "local_numel": local,
+                "global_numel": glob,
+                "trainable": bool(p.requires_grad),
+            }
+        )
     return {
         "params": params,
         "local_numel": local_total,
@@ -185,7 +197,10 @@ def trainer_class(base: type | None = None) -> type:
                 # model saves its adapter only: gather the trainable tensors, not the frozen base
                 # (a 70B base would otherwise be gathered into rank 0's host RAM at every save).
                 adapter_only = hasattr(self.model, "peft_config")
-                state_dict = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=adapter_only))
+                state_dict = get_model_state_dict(
+                    self.model,
+                    options=StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=adapter_only),
+                )
             super()._save(output_dir, state_dict=state_dict)
 
         def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
@@ -193,7 +208,9 @@ def trainer_class(base: type | None = None) -> type:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
             from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 
-            osd = get_optimizer_state_dict(self.model, _inner(self.optimizer), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            osd = get_optimizer_state_dict(
+                self.model, _inner(self.optimizer), options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
             if self.args.should_save:
                 torch.save(osd, os.path.join(output_dir, OPTIMIZER_NAME))
                 torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
@@ -210,7 +227,9 @@ def trainer_class(base: type | None = None) -> type:
             if not (os.path.isfile(optim_path) and os.path.isfile(sched_path)):
                 return  # a model-only checkpoint (save_only_model): fresh optimizer, as the Trainer does
             osd = torch.load(optim_path, map_location="cpu", weights_only=True)  # every rank: the full state
-            set_optimizer_state_dict(self.model, _inner(self.optimizer), osd, options=StateDictOptions(full_state_dict=True))
+            set_optimizer_state_dict(
+                self.model, _inner(self.optimizer), osd, options=StateDictOptions(full_state_dict=True)
+            )
             self.lr_scheduler.load_state_dict(torch.load(sched_path, weights_only=True))
 
     return FSDP2Trainer

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.redact import redact_env
 from cockpit.shape import strategy_of
-from cockpit.strategy.numa import NumaPlan, plan as numa_plan
+from cockpit.strategy.numa import NumaPlan
+from cockpit.strategy.numa import plan as numa_plan
 
 # set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
 SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -80,8 +82,16 @@ def node_launch(
     env_add: dict[str, str] = {}
     if single and (cfg.get("deepspeed") or cfg.get("zero_stage")):
         # DeepSpeed without a launcher looks for MPI (mpi4py) to learn its rank; one process says it here
-        env_add.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        env_add.update(
+            {
+                "RANK": "0",
+                "LOCAL_RANK": "0",
+                "WORLD_SIZE": "1",
+                "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
+        )
     ranks = [
         {
             "rank": node_rank * nproc + local,
@@ -97,7 +107,9 @@ def node_launch(
         notes.append("c10d assigns global ranks by the order nodes join; RANK above assumes node order")
         if str(cfg["master_addr"]) in ("127.0.0.1", "localhost"):
             notes.append("master_addr is loopback: the other nodes cannot reach it unless they are this machine")
-    return LaunchPlan(command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=strategy_name(cfg), notes=notes)
+    return LaunchPlan(
+        command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=strategy_name(cfg), notes=notes
+    )
 
 
 def _bound(worker: list[str], numa: NumaPlan, python: str, sysfs: str, single: bool) -> list[str]:
@@ -112,7 +124,9 @@ def _bound(worker: list[str], numa: NumaPlan, python: str, sysfs: str, single: b
     return [*wrap, "--", *worker]
 
 
-def _torchrun(cfg: Mapping[str, Any], run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool) -> list[str]:
+def _torchrun(
+    cfg: Mapping[str, Any], run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool
+) -> list[str]:
     """torchrun with the c10d rendezvous for this node's ranks."""
     command = [
         python,
@@ -130,8 +144,14 @@ def _torchrun(cfg: Mapping[str, Any], run_id: str, python: str, node_rank: int, 
     return [*command, "--no-python", *rank_argv] if bound else [*command, *rank_argv[1:]]
 
 
-def _rank_env(run_path: str | os.PathLike[str], run_id: str, cfg: Mapping[str, Any], local: int, node_rank: int,
-              env: Mapping[str, str] | None) -> dict[str, str]:
+def _rank_env(
+    run_path: str | os.PathLike[str],
+    run_id: str,
+    cfg: Mapping[str, Any],
+    local: int,
+    node_rank: int,
+    env: Mapping[str, str] | None,
+) -> dict[str, str]:
     """One rank's environment as launch.json shows it (the user's ``env`` with secrets redacted;
     under torchrun the variables torchrun sets)."""
     nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
@@ -151,7 +171,11 @@ def _rank_env(run_path: str | os.PathLike[str], run_id: str, cfg: Mapping[str, A
             "TORCHELASTIC_RUN_ID": rdzv_id(cfg, run_id),
         }
     )
-    if nproc > 1 and "OMP_NUM_THREADS" not in user_env and "OMP_NUM_THREADS" not in (os.environ if env is None else env):
+    if (
+        nproc > 1
+        and "OMP_NUM_THREADS" not in user_env
+        and "OMP_NUM_THREADS" not in (os.environ if env is None else env)
+    ):
         rank_env["OMP_NUM_THREADS"] = "1"
     return rank_env
 

@@ -8,7 +8,8 @@ rendezvous id (:func:`cockpit.strategy.launch.rdzv_id`). No torch.
 from __future__ import annotations
 
 import shlex
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:
@@ -20,19 +21,37 @@ def node_commands(config_path: str, overrides: Sequence[str], cfg: Mapping[str, 
     """One ``cockpit train`` line per node (node 0 first)."""
     out = []
     for k in range(int(cfg["nnodes"])):
-        argv = ["cockpit", "train", config_path, *_set_args(overrides, node_rank=k, master_addr=cfg["master_addr"], master_port=int(cfg["master_port"] or 0))]
+        argv = [
+            "cockpit",
+            "train",
+            config_path,
+            *_set_args(
+                overrides, node_rank=k, master_addr=cfg["master_addr"], master_port=int(cfg["master_port"] or 0)
+            ),
+        ]
         out.append({"node_rank": k, "argv": argv, "shell": shlex.join(argv)})
     return out
 
 
-def sbatch_script(config_path: str, overrides: Sequence[str], cfg: Mapping[str, Any], *, job_name: str = "cockpit", cpus_per_task: int | None = None, time_limit: str | None = None, has_gpus: bool | None = None) -> str:
+def sbatch_script(
+    config_path: str,
+    overrides: Sequence[str],
+    cfg: Mapping[str, Any],
+    *,
+    job_name: str = "cockpit",
+    cpus_per_task: int | None = None,
+    time_limit: str | None = None,
+    has_gpus: bool | None = None,
+) -> str:
     """A Slurm batch script: one task per node, each runs this node's ``cockpit train``.
     GPUs are requested only when the config needs them (:mod:`cockpit.slurm.script`)."""
     from cockpit.slurm.script import SlurmOptions, train_script
 
     port = int(cfg["master_port"] or 0) or 29500
     opts = SlurmOptions(time=time_limit, cpus_per_task=cpus_per_task)
-    return train_script(config_path, _set_args(overrides, master_port=port), cfg, opts, job_name=job_name, has_gpus=has_gpus)
+    return train_script(
+        config_path, _set_args(overrides, master_port=port), cfg, opts, job_name=job_name, has_gpus=has_gpus
+    )
 
 
 def hostfile(cfg: Mapping[str, Any], hosts: Sequence[str] | None = None) -> str:

@@ -25,9 +25,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 GPU_VENDORS = {"0x1002": "amd", "0x10de": "nvidia"}
 GPU_CLASSES = ("0x0300", "0x0302", "0x0380", "0x1200")  # display VGA / 3D / other, processing accelerator
@@ -118,7 +119,9 @@ def sysfs_gpu_nodes(sysfs: str | os.PathLike[str] = "/sys") -> list[dict[str, An
             n = int(node) if node is not None else -1
         except ValueError:
             n = -1
-        out.append({"bdf": dev.name, "vendor": GPU_VENDORS[vendor], "numa_node": n if n >= 0 else None, "source": "sysfs"})
+        out.append(
+            {"bdf": dev.name, "vendor": GPU_VENDORS[vendor], "numa_node": n if n >= 0 else None, "source": "sysfs"}
+        )
     return out
 
 
@@ -132,7 +135,10 @@ def amdsmi_gpu_nodes() -> list[dict[str, Any]]:
             return []
         backend = AmdSmiBackend(smi)
         try:
-            return [{"bdf": s.get("bdf"), "vendor": "amd", "numa_node": s.get("numa_node"), "source": "amdsmi"} for s in backend._static]
+            return [
+                {"bdf": s.get("bdf"), "vendor": "amd", "numa_node": s.get("numa_node"), "source": "amdsmi"}
+                for s in backend._static
+            ]
         finally:
             backend.close()
     except Exception:  # noqa: BLE001 - amdsmi absent or failing: no GPU NUMA facts
@@ -176,7 +182,13 @@ class NumaPlan:
         return [f"<sched_setaffinity: node {node} cpus>"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "nodes": {str(k): v for k, v in self.nodes.items()}, "method": self.method, "notes": self.notes, "gpus": self.gpus}
+        return {
+            "mode": self.mode,
+            "nodes": {str(k): v for k, v in self.nodes.items()},
+            "method": self.method,
+            "notes": self.notes,
+            "gpus": self.gpus,
+        }
 
 
 def plan(
@@ -202,10 +214,17 @@ def plan(
         if bad:
             p.notes.append(f"NUMA node(s) {bad} are not online here (online: {nodes_online}); numactl will refuse them")
         if method == "sched_setaffinity":
-            p.notes.append("numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl for --membind)")
+            p.notes.append(
+                "numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl for --membind)"
+            )
         return p
     if len(nodes_online) <= 1:
-        return NumaPlan("auto", notes=[f"one NUMA node on this machine (node {nodes_online[0] if nodes_online else 0}): binding is a no-op"])
+        return NumaPlan(
+            "auto",
+            notes=[
+                f"one NUMA node on this machine (node {nodes_online[0] if nodes_online else 0}): binding is a no-op"
+            ],
+        )
     gpus = (gpu_source or amdsmi_gpu_nodes)() if gpu_source is not None or sysfs == "/sys" else []
     if not gpus:
         gpus = sysfs_gpu_nodes(sysfs)
@@ -226,5 +245,7 @@ def plan(
             continue
         p.nodes[r] = int(node)
     if method == "sched_setaffinity" and p.nodes:
-        p.notes.append("numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl for --membind)")
+        p.notes.append(
+            "numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl for --membind)"
+        )
     return p

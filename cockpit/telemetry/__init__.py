@@ -143,9 +143,7 @@ class Sampler:
             else:
                 unavailable["torch"] = "no device memory reported by the ranks yet"
         ranks = self.ranks.sample()
-        owner = {
-            p.get("pid"): (d["index"], p.get("vram_mb")) for d in devices for p in d.get("processes") or []
-        }
+        owner = {p.get("pid"): (d["index"], p.get("vram_mb")) for d in devices for p in d.get("processes") or []}
         for entry in ranks:
             if entry["pid"] in owner:
                 entry["gpu"], entry["gpu_vram_mb"] = owner[entry["pid"]]

@@ -36,7 +36,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from cockpit.telemetry.base import VendorBackend, call_with_timeout, empty_device, mib, number, quiet_output, short_reason
+from cockpit.telemetry.base import (
+    VendorBackend,
+    call_with_timeout,
+    empty_device,
+    mib,
+    number,
+    quiet_output,
+    short_reason,
+)
 
 # Every attribute of the amdsmi module this backend touches. The contract test checks each
 # one against the installed package and against the fake in cockpit/telemetry/fakes.py.

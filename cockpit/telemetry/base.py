@@ -19,7 +19,8 @@ import os
 import sys
 import tempfile
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 MIB = 2**20
 
@@ -132,7 +133,9 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, An
     return True, box.get("result")
 
 
-def open_backend(cls: Any, module: Any, loader: Callable[[], tuple[Any, str | None]], label: str) -> tuple[Any, str | None]:
+def open_backend(
+    cls: Any, module: Any, loader: Callable[[], tuple[Any, str | None]], label: str
+) -> tuple[Any, str | None]:
     """Shared ``open`` of the vendor backends: (backend, None) or (None, reason); never raises
     except KeyboardInterrupt/SystemExit. ``module``: an already initialised library module
     (a fake in tests); None loads the real one with ``loader``."""

@@ -236,8 +236,14 @@ def fake_from_env(value: str | None) -> tuple[str, Any] | None:
     name, _, count = value.partition(":")
     n = int(count or 1)
     gpus = [  # different levels per GPU, so that a screen shows which is which
-        FakeGpu(bdf=f"0000:{0x0c + i:02x}:00.0", numa_node=i * 2 // max(n, 1), vram_used_mb=int(196592 * (0.35 + 0.08 * i)),
-                gfx_activity=60 + 5 * i, temp_hotspot_c=50 + 3 * i, current_socket_power=400 + 25 * i)
+        FakeGpu(
+            bdf=f"0000:{0x0C + i:02x}:00.0",
+            numa_node=i * 2 // max(n, 1),
+            vram_used_mb=int(196592 * (0.35 + 0.08 * i)),
+            gfx_activity=60 + 5 * i,
+            temp_hotspot_c=50 + 3 * i,
+            current_socket_power=400 + 25 * i,
+        )
         for i in range(n)
     ]
     if name == "amdsmi":

@@ -34,7 +34,9 @@ KEY = "cockpit/node/{}"
 
 
 class NodeReporter:
-    def __init__(self, store: Any, node_rank: int, host: str, backend: Any = None, unavailable: dict[str, str] | None = None):
+    def __init__(
+        self, store: Any, node_rank: int, host: str, backend: Any = None, unavailable: dict[str, str] | None = None
+    ):
         self.store = store
         self.node_rank = int(node_rank)
         self.host = host
@@ -46,7 +48,13 @@ class NodeReporter:
 
     def payload(self) -> dict[str, Any]:
         self.seq += 1
-        out: dict[str, Any] = {"node_rank": self.node_rank, "host": self.host, "seq": self.seq, "step": self.step, "train_ended": self.train_ended}
+        out: dict[str, Any] = {
+            "node_rank": self.node_rank,
+            "host": self.host,
+            "seq": self.seq,
+            "step": self.step,
+            "train_ended": self.train_ended,
+        }
         if self.backend is not None:
             out["backend"] = self.backend.name
             out["unavailable"] = dict(self.unavailable)
@@ -66,7 +74,14 @@ class NodeCollector:
     ``min_gap_s``; its relayed telemetry at most every ``min_gap_s`` (the event log of a
     week-long run on many nodes stays small)."""
 
-    def __init__(self, store: Any, nnodes: int, own_node: int = 0, min_gap_s: float = 3.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        store: Any,
+        nnodes: int,
+        own_node: int = 0,
+        min_gap_s: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.store = store
         self.nnodes = int(nnodes)
         self.own_node = int(own_node)
@@ -99,22 +114,47 @@ class NodeCollector:
                 self.ended.add(node)
             if last_t is None or ended_now or report.get("step") != last_step or now - last_t >= self.min_gap_s:
                 self._beat[node] = (now, report.get("step"))
-                out.append(("heartbeat", {"node_rank": node, "host": report.get("host"), "step": report.get("step"), "seq": seq,
-                                          "train_ended": bool(report.get("train_ended"))}))
+                out.append(
+                    (
+                        "heartbeat",
+                        {
+                            "node_rank": node,
+                            "host": report.get("host"),
+                            "step": report.get("step"),
+                            "seq": seq,
+                            "train_ended": bool(report.get("train_ended")),
+                        },
+                    )
+                )
             if node != self.own_node and "devices" in report and now - self._relayed.get(node, -1e9) >= self.min_gap_s:
                 self._relayed[node] = now
-                out.append(("telemetry", {
-                    "node_rank": node, "host": report.get("host"), "source": "node_reporter",
-                    "backend": report.get("backend"), "devices": report.get("devices") or [],
-                    "ranks": [], "unavailable": report.get("unavailable") or {},
-                }))
+                out.append(
+                    (
+                        "telemetry",
+                        {
+                            "node_rank": node,
+                            "host": report.get("host"),
+                            "source": "node_reporter",
+                            "backend": report.get("backend"),
+                            "devices": report.get("devices") or [],
+                            "ranks": [],
+                            "unavailable": report.get("unavailable") or {},
+                        },
+                    )
+                )
         return out
 
 
 class NodeThread:
     """Runs the reporter (and, in global rank 0, the collector) every ``interval_s`` in a daemon thread."""
 
-    def __init__(self, reporter: NodeReporter, collector: NodeCollector | None, emit: Callable[..., None] | None, interval_s: float):
+    def __init__(
+        self,
+        reporter: NodeReporter,
+        collector: NodeCollector | None,
+        emit: Callable[..., None] | None,
+        interval_s: float,
+    ):
         self.reporter = reporter
         self.collector = collector
         self.emit = emit

@@ -114,17 +114,27 @@ class MemoryPressure:
             if high > (1.0 - self.headroom) * capacity:
                 which = "reserved" if reserved is not None and reserved >= (peak or 0) else "peak"
                 free = 100 * (1 - high / capacity)
-                return rank, "near_capacity", (
-                    f"{where}: {which} memory {high / 1024:.1f} GiB of {capacity / 1024:.1f} GiB, "
-                    f"{free:.1f} % left (alert under {100 * self.headroom:g} %)"
-                ), figures
+                return (
+                    rank,
+                    "near_capacity",
+                    (
+                        f"{where}: {which} memory {high / 1024:.1f} GiB of {capacity / 1024:.1f} GiB, "
+                        f"{free:.1f} % left (alert under {100 * self.headroom:g} %)"
+                    ),
+                    figures,
+                )
         # the first peak of the attempt is not compared (optimizer states are created in it)
         if self.swing > 0 and peak is not None and previous is not None and previous > 0 and self._counts[rank] > 2:
             change = (peak - previous) / previous
             if abs(change) > self.swing:
                 figures["previous_peak_mb"] = previous
-                return rank, "swing", (
-                    f"{where}: per-step peak memory swung {100 * change:+.0f} % "
-                    f"({previous:.0f} -> {peak:.0f} MiB; alert above {100 * self.swing:g} %)"
-                ), figures
+                return (
+                    rank,
+                    "swing",
+                    (
+                        f"{where}: per-step peak memory swung {100 * change:+.0f} % "
+                        f"({previous:.0f} -> {peak:.0f} MiB; alert above {100 * self.swing:g} %)"
+                    ),
+                    figures,
+                )
         return None

@@ -48,13 +48,23 @@ def _host_ram_mb() -> float | None:
 def rank_memory_stats(device: Any = None, tracker: Any = None, reset_peak: bool = False) -> dict[str, Any]:
     import torch
 
-    stats: dict[str, Any] = {"allocated_mb": None, "reserved_mb": None, "peak_mb": None, "rss_mb": _rss_mb(),
-                             "capacity_mb": None, "source": "rss"}
+    stats: dict[str, Any] = {
+        "allocated_mb": None,
+        "reserved_mb": None,
+        "peak_mb": None,
+        "rss_mb": _rss_mb(),
+        "capacity_mb": None,
+        "source": "rss",
+    }
     if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
         stats["allocated_mb"] = mib(torch.cuda.memory_allocated(device))
         stats["reserved_mb"] = mib(torch.cuda.memory_reserved(device))
         stats["peak_mb"] = mib(torch.cuda.max_memory_allocated(device))
-        index = torch.cuda.current_device() if device is None or torch.device(device).index is None else torch.device(device).index
+        index = (
+            torch.cuda.current_device()
+            if device is None or torch.device(device).index is None
+            else torch.device(device).index
+        )
         stats["capacity_mb"] = mib(torch.cuda.get_device_properties(index).total_memory)
         stats["source"] = "torch.cuda"
         if reset_peak:

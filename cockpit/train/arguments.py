@@ -24,7 +24,13 @@ def rank_precision(cfg: dict[str, Any], use_cpu: bool, writer, log) -> dict[str,
     if note:
         log(note)
         if writer:
-            writer.emit("alert", level="warn", code="fp16_on_cpu", message=note, remedies=["bf16: true (the CPU's mixed precision)", "fp16 applies on a GPU"])
+            writer.emit(
+                "alert",
+                level="warn",
+                code="fp16_on_cpu",
+                message=note,
+                remedies=["bf16: true (the CPU's mixed precision)", "fp16 applies on a GPU"],
+            )
     return cfg
 
 
@@ -95,7 +101,6 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         log_level="warning",
     )
     from cockpit.data.packing import batching_arguments
-
     from cockpit.train.kernels import kernel_arguments
 
     kwargs.update(batching_arguments(cfg))  # token counting, length grouping

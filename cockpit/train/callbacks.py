@@ -70,7 +70,18 @@ class CockpitCallback(TrainerCallback):
         if self.writer is not None:
             self.writer.emit(kind, **fields)
 
-    def alert(self, control, *, level: str, code: str, message: str, remedies: list[str], policy: str, stop_reason: str, save: bool = True) -> None:
+    def alert(
+        self,
+        control,
+        *,
+        level: str,
+        code: str,
+        message: str,
+        remedies: list[str],
+        policy: str,
+        stop_reason: str,
+        save: bool = True,
+    ) -> None:
         """An ``alert`` event; with ``policy`` "stop", training stops at this step, with a
         checkpoint when ``save`` (never after a NaN: that state is poisoned)."""
         self.emit("alert", level=level, code=code, message=message, remedies=remedies, policy=policy)
@@ -117,7 +128,10 @@ class CockpitCallback(TrainerCallback):
         import torch
 
         alert = self.pressure.observe(
-            step, mems, args.per_device_train_batch_size, args.gradient_accumulation_steps,
+            step,
+            mems,
+            args.per_device_train_batch_size,
+            args.gradient_accumulation_steps,
             rocm=getattr(torch.version, "hip", None) is not None,
         )
         if alert:
@@ -271,5 +285,10 @@ class CockpitCallback(TrainerCallback):
         from cockpit.train.trainer import checkpoint_record
 
         path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        self.emit("checkpoint_saved", step=state.global_step, path=path, loss_finite=checkpoint_record(path).get("loss_finite", True))
+        self.emit(
+            "checkpoint_saved",
+            step=state.global_step,
+            path=path,
+            loss_finite=checkpoint_record(path).get("loss_finite", True),
+        )
         return control

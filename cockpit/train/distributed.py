@@ -12,7 +12,17 @@ from cockpit.run.events import EventWriter
 from cockpit.run.rundir import RunDir, atomic_write_json
 
 
-def apply_strategy(run: RunDir, cfg: dict[str, Any], model, rank: int, world_size: int, local_rank: int, use_cpu: bool, n_rows: int, log) -> tuple[dict[str, Any], bool]:
+def apply_strategy(
+    run: RunDir,
+    cfg: dict[str, Any],
+    model,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    use_cpu: bool,
+    n_rows: int,
+    log,
+) -> tuple[dict[str, Any], bool]:
     """DeepSpeed: the config (user file or generated) filled as HF fills it, validated by DeepSpeed,
     written to RUN_DIR/ds_config.json. FSDP: a torch check. Returns (cfg, parameters sharded?)."""
     if cfg.get("fsdp"):
@@ -30,12 +40,20 @@ def apply_strategy(run: RunDir, cfg: dict[str, Any], model, rank: int, world_siz
 
     source, name = ds.source({**cfg, "use_cpu": use_cpu})
     micro, gas = cfg["per_device_train_batch_size"], cfg["gradient_accumulation_steps"]
-    steps = cfg["max_steps"] if cfg["max_steps"] > 0 else max(1, math.ceil(math.ceil(n_rows / (micro * world_size)) / gas * cfg["num_train_epochs"]))
-    hidden = getattr(getattr(model, "config", None), "hidden_size", None) or ds.hidden_size_of(cfg["model_name_or_path"])
+    steps = (
+        cfg["max_steps"]
+        if cfg["max_steps"] > 0
+        else max(1, math.ceil(math.ceil(n_rows / (micro * world_size)) / gas * cfg["num_train_epochs"]))
+    )
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None) or ds.hidden_size_of(
+        cfg["model_name_or_path"]
+    )
     filled = ds.effective(source, cfg, file=name, hidden_size=hidden, num_training_steps=steps, ws=world_size)
     if rank == 0:
         atomic_write_json(run.path / "ds_config.json", filled)
-        log(f"DeepSpeed ZeRO-{(filled.get('zero_optimization') or {}).get('stage', 0)} config ({name}) validated; written to ds_config.json")
+        log(
+            f"DeepSpeed ZeRO-{(filled.get('zero_optimization') or {}).get('stage', 0)} config ({name}) validated; written to ds_config.json"
+        )
     stage = int((filled.get("zero_optimization") or {}).get("stage", 0))
     return {**cfg, "deepspeed": source}, stage == 3
 
@@ -50,7 +68,9 @@ def comm_health_probe(writer, use_cpu: bool, log) -> None:
     sizes = (1 * MB, 4 * MB, 16 * MB) if use_cpu else (1 * MB, 4 * MB, 16 * MB, 64 * MB)
     probe = allreduce_probe(sizes_bytes=sizes, iters=5)
     best = max((r.get("busbw_gbps") or 0.0 for r in probe.get("results", [])), default=0.0)
-    log(f"comm probe: {info.get('library') or info.get('backend')} world {info.get('world_size')}, best bus bandwidth {best:.2f} GB/s")
+    log(
+        f"comm probe: {info.get('library') or info.get('backend')} world {info.get('world_size')}, best bus bandwidth {best:.2f} GB/s"
+    )
     if writer is not None:
         writer.emit(
             "comm",
@@ -66,7 +86,13 @@ def report_peak_memory(run: RunDir, writer, rank: int, local_rank: int, phase: s
     """Every rank: a ``rank_memory`` event with its peak resident memory (VmHWM) so far."""
     from cockpit.train.sharded_load import peak_rss_mb
 
-    fields = {"rank": rank, "local_rank": local_rank, "node_rank": int(os.environ.get("GROUP_RANK", "0")), "phase": phase, "vmhwm_mb": peak_rss_mb()}
+    fields = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "node_rank": int(os.environ.get("GROUP_RANK", "0")),
+        "phase": phase,
+        "vmhwm_mb": peak_rss_mb(),
+    }
     if writer is not None:
         writer.emit("rank_memory", **fields)
     else:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cockpit.errors import InputError, Problem
 

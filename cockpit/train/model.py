@@ -19,7 +19,9 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
 
     from cockpit.train.variants import model_load_kwargs, upcast
 
-    set_seed(cfg["seed"])  # the adapter's random init: the same on every rank (FSDP2 shards each rank's copy) and every run
+    set_seed(
+        cfg["seed"]
+    )  # the adapter's random init: the same on every rank (FSDP2 shards each rank's copy) and every run
     kwargs = base_load_kwargs(cfg, ref, use_cpu, local_rank)
     if load == "full":
         model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
@@ -54,7 +56,12 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
 
         compute = torch.bfloat16 if cfg["bf16"] else (torch.float16 if cfg["fp16"] else torch.float32)
         kwargs["quantization_config"] = (
-            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute)
+            BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=compute,
+            )
             if cfg["quantization_bit"] == 4
             else BitsAndBytesConfig(load_in_8bit=True)
         )
@@ -109,7 +116,9 @@ def freeze_all_but_chosen_layers(model, cfg: dict[str, Any]) -> None:
         for name, p in layers[i].named_parameters():
             p.requires_grad_(freeze_module_selected(name, cfg.get("freeze_trainable_modules")))
     if not any(p.requires_grad for p in model.parameters()):
-        raise InputError(f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers")
+        raise InputError(
+            f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers"
+        )
 
 
 def config_only(ref):
@@ -121,7 +130,9 @@ def config_only(ref):
     return SimpleNamespace(config=SimpleNamespace(hidden_size=hidden_size_of(ref.path)))
 
 
-def placed_model(run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log):
+def placed_model(
+    run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log
+):
     """The model on its training device (sharded for FSDP2), and the Trainer class to use.
     ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
     import gc
@@ -150,11 +161,23 @@ def placed_model(run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_r
     from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 
     dtype = next(model.parameters()).dtype
-    info = shard(model, cfg["fsdp"], use_cpu=use_cpu, local_rank=local_rank, nnodes=int(cfg["nnodes"]), bf16=cfg["bf16"], fp16=cfg["fp16"])
+    info = shard(
+        model,
+        cfg["fsdp"],
+        use_cpu=use_cpu,
+        local_rank=local_rank,
+        nnodes=int(cfg["nnodes"]),
+        bf16=cfg["bf16"],
+        fp16=cfg["fp16"],
+    )
     if extras is not None:
         device = args.device
-        info["sharded_load"] = sharded_load.fsdp2_materialise_and_load(model, ref.path, extras, rank=rank, device=device, dtype=dtype, log=log)
+        info["sharded_load"] = sharded_load.fsdp2_materialise_and_load(
+            model, ref.path, extras, rank=rank, device=device, dtype=dtype, log=log
+        )
     report = shard_report(model)
     write_report(run.path, rank, info, report)
-    log(f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters")
+    log(
+        f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters"
+    )
     return model, trainer_class(CockpitTrainer)  # saves gather the sharded state dict first

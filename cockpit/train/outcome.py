@@ -44,14 +44,30 @@ def resume_point(cfg: dict[str, Any], dirs: dict[str, Path], writer, log) -> tup
             message = f"resume_from_checkpoint: last found no complete checkpoint with a finite loss in {dirs['checkpoints']}; training starts from step 0"
             log(f"warning: {message}")
             if writer is not None:
-                writer.emit("alert", level="warn", code="no_checkpoint", message=message, remedies=["check output_dir", "cockpit runs shows where each run saved"])
+                writer.emit(
+                    "alert",
+                    level="warn",
+                    code="no_checkpoint",
+                    message=message,
+                    remedies=["check output_dir", "cockpit runs shows where each run saved"],
+                )
     if not resume:
         return None, {}
     record = checkpoint_record(resume)
     return str(resume), {k: record[k] for k in ("first_loss", "train_time_s") if record.get(k) is not None}
 
 
-MODEL_FILES_SKIPPED = ("optimizer", "scheduler", "rng_state", "trainer_state", "training_args", "cockpit_checkpoint", "global_step", "zero_to_fp32", "latest")
+MODEL_FILES_SKIPPED = (
+    "optimizer",
+    "scheduler",
+    "rng_state",
+    "trainer_state",
+    "training_args",
+    "cockpit_checkpoint",
+    "global_step",
+    "zero_to_fp32",
+    "latest",
+)
 
 
 def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:

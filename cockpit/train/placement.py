@@ -18,7 +18,17 @@ from transformers import TrainerCallback
 
 
 class ProbesBeforeTraining(TrainerCallback):
-    def __init__(self, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int, writer: Any, rank: int, *, fsdp: bool, log=print):
+    def __init__(
+        self,
+        tokenizer: Any,
+        probes: list[dict[str, Any]],
+        max_new_tokens: int,
+        writer: Any,
+        rank: int,
+        *,
+        fsdp: bool,
+        log=print,
+    ):
         self.tokenizer, self.probes, self.max_new_tokens = tokenizer, probes, max_new_tokens
         self.writer, self.rank, self.fsdp, self.log = writer, rank, fsdp, log
         self.trainer: Any = None  # set once the Trainer exists: its .model is the placed, wrapped-for-strategy module
@@ -36,7 +46,9 @@ class ProbesBeforeTraining(TrainerCallback):
             self.writer.emit("probe_results", phase="before", **self.result)
 
 
-def ask_before(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int, *, fsdp: bool) -> dict[str, Any]:
+def ask_before(
+    model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int, *, fsdp: bool
+) -> dict[str, Any]:
     """The base model's answers (adapter disabled), on the device its parameters are on."""
     import torch
 

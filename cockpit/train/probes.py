@@ -14,10 +14,18 @@ from typing import Any
 from cockpit.data.probes import load_probes, passes, probe_summary, score
 from cockpit.data.render import render_prompt_ids
 
-__all__ = ["load_probes", "passes", "probe_summary", "run_probes", "score"]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
+__all__ = [
+    "load_probes",
+    "passes",
+    "probe_summary",
+    "run_probes",
+    "score",
+]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
 
 
-def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8) -> dict[str, Any]:
+def run_probes(
+    model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8
+) -> dict[str, Any]:
     """Greedy answers for every probe (batched, left-padded); returns the probe_results fields."""
     import torch
 
@@ -48,10 +56,16 @@ def run_probes(model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new
                 )
             for j, probe in enumerate(chunk):
                 answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
-                results.append({"prompt": probe["prompt"], "expect": probe["expect"], "answer": answer,
-                                "ok": passes(answer, probe["expect"]), **({"set": probe["set"]} if "set" in probe else {})})
+                results.append(
+                    {
+                        "prompt": probe["prompt"],
+                        "expect": probe["expect"],
+                        "answer": answer,
+                        "ok": passes(answer, probe["expect"]),
+                        **({"set": probe["set"]} if "set" in probe else {}),
+                    }
+                )
     finally:
         if was_training:
             model.train()
     return {**score(results), "results": results}
-

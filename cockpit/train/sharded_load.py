@@ -111,10 +111,16 @@ def empty_skeleton(cfg: dict[str, Any], ref: Any, dtype: Any) -> Any:
 def not_in_checkpoint(model: Any, model_dir: str | Path) -> dict[str, Any]:
     """The model's state-dict entries the checkpoint files do not hold (LoRA adapters), cloned."""
     names = {n for path in safetensors_files(model_dir) for n in _header(path)}
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if canonical(k) not in names and v.device.type != "meta"}
+    return {
+        k: v.detach().clone()
+        for k, v in model.state_dict().items()
+        if canonical(k) not in names and v.device.type != "meta"
+    }
 
 
-def fsdp2_materialise_and_load(model: Any, model_dir: str | Path, extras: dict[str, Any], *, rank: int, device: Any, dtype: Any, log=print) -> dict[str, Any]:
+def fsdp2_materialise_and_load(
+    model: Any, model_dir: str | Path, extras: dict[str, Any], *, rank: int, device: Any, dtype: Any, log=print
+) -> dict[str, Any]:
     """After ``fully_shard`` on the meta skeleton: allocate this rank's shards, then fill them from
     rank 0 (``extras`` first: the adapters; then the checkpoint, group by group). Collective."""
     import torch
@@ -134,9 +140,13 @@ def fsdp2_materialise_and_load(model: Any, model_dir: str | Path, extras: dict[s
     for key in model.state_dict():
         by_file_key.setdefault(canonical(key), []).append(key)
     in_files = {n for path in safetensors_files(model_dir) for n in _header(path)}
-    loaded: set[str] = {key for keys in by_file_key.values() for key in keys if canonical(key) not in in_files}  # rank 0's extras
+    loaded: set[str] = {
+        key for keys in by_file_key.values() for key in keys if canonical(key) not in in_files
+    }  # rank 0's extras
     if rank == 0 and set(extras) != loaded:
-        raise ValueError(f"sharded loading: the adapter tensors differ from the skeleton's: {sorted(set(extras) ^ loaded)[:3]}")
+        raise ValueError(
+            f"sharded loading: the adapter tensors differ from the skeleton's: {sorted(set(extras) ^ loaded)[:3]}"
+        )
     set_model_state_dict(model, dict(extras) if rank == 0 else {}, options=opts)
     for path, names in checkpoint_groups(model_dir):
         part: dict[str, Any] = {}
@@ -151,7 +161,9 @@ def fsdp2_materialise_and_load(model: Any, model_dir: str | Path, extras: dict[s
         gc.collect()
     missing = [n for n, _ in model.named_parameters() if n not in loaded]
     if missing:
-        raise ValueError(f"sharded loading: {len(missing)} parameters are in neither the checkpoint nor the adapter, e.g. {missing[:3]}")
+        raise ValueError(
+            f"sharded loading: {len(missing)} parameters are in neither the checkpoint nor the adapter, e.g. {missing[:3]}"
+        )
     return {"groups": len(checkpoint_groups(model_dir)), "adapter_tensors": len(extras)}
 
 
@@ -196,14 +208,18 @@ def sharded_base(cfg: dict[str, Any], ref: Any, dtype: Any, load: str) -> Any:
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     if not is_deepspeed_zero3_enabled():
-        raise RuntimeError("zero3 loading needs the DeepSpeed config registered first (TrainingArguments(deepspeed=...))")
+        raise RuntimeError(
+            "zero3 loading needs the DeepSpeed config registered first (TrainingArguments(deepspeed=...))"
+        )
     import deepspeed
     from deepspeed import comm as ds_comm
 
     if not ds_comm.is_initialized():  # zero.Init reads the world size from DeepSpeed's own view of the process group
         deepspeed.init_distributed(dist_backend=dist.get_backend())
     config = AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg["trust_remote_code"]))
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]))  # zero.Init
+    model = AutoModelForCausalLM.from_config(
+        config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"])
+    )  # zero.Init
     zero3_stream_load(model, ref.path, rank=dist.get_rank(), dtype=dtype)
     return model
 

@@ -87,8 +87,12 @@ def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         from cockpit.config.parity import eval_schedule
 
         strategy, steps = eval_schedule(cfg)
-        out.update(eval_strategy=strategy, per_device_eval_batch_size=int(cfg.get("per_device_eval_batch_size") or 1),
-                   eval_on_start=bool(cfg.get("eval_on_start")), load_best_model_at_end=bool(cfg.get("load_best_model_at_end")))
+        out.update(
+            eval_strategy=strategy,
+            per_device_eval_batch_size=int(cfg.get("per_device_eval_batch_size") or 1),
+            eval_on_start=bool(cfg.get("eval_on_start")),
+            load_best_model_at_end=bool(cfg.get("load_best_model_at_end")),
+        )
         if steps:
             out["eval_steps"] = steps
         if cfg.get("metric_for_best_model"):
@@ -117,8 +121,13 @@ def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]
     optim_cls, optim_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
     optim_kwargs = {k: v for k, v in optim_kwargs.items() if k != "lr"}
     optimizer = create_loraplus_optimizer(
-        model, optim_cls, lr=args.learning_rate, loraplus_lr_ratio=float(cfg["loraplus_lr_ratio"]),
-        loraplus_lr_embedding=float(cfg.get("loraplus_lr_embedding", 1e-6)), weight_decay=args.weight_decay, **optim_kwargs,
+        model,
+        optim_cls,
+        lr=args.learning_rate,
+        loraplus_lr_ratio=float(cfg["loraplus_lr_ratio"]),
+        loraplus_lr_embedding=float(cfg.get("loraplus_lr_embedding", 1e-6)),
+        weight_decay=args.weight_decay,
+        **optim_kwargs,
     )
     return {"optimizers": (optimizer, None)}
 

@@ -27,8 +27,6 @@ from cockpit.errors import EXIT_FAILED, EXIT_INPUT, InputError
 from cockpit.run.events import EventWriter
 from cockpit.run.rundir import RunDir
 
-
-
 OOM_REMEDIES = [
     "lower per_device_train_batch_size and raise gradient_accumulation_steps (same global batch)",
     "gradient_checkpointing: true",
@@ -36,7 +34,13 @@ OOM_REMEDIES = [
     "ZeRO-3 / FSDP across more devices, or QLoRA (quantization_bit: 4)",
     "cockpit plan CONFIG tells what fits before launch",
 ]
-_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "hip out of memory", "cuda out of memory")
+_OOM_TEXT = (
+    "out of memory",
+    "can't allocate memory",
+    "cannot allocate memory",
+    "hip out of memory",
+    "cuda out of memory",
+)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -95,7 +99,14 @@ def main(run_path: str) -> int:
     from cockpit.telemetry.torch_backend import start_node_telemetry
 
     # every node's GPUs and heartbeat, through the rendezvous store (local rank 0 of each node)
-    start_node_telemetry(cfg, rank, local_rank, int(os.environ.get("GROUP_RANK", 0)), socket.gethostname(), EventWriter(run.events_path).emit if rank == 0 else None)
+    start_node_telemetry(
+        cfg,
+        rank,
+        local_rank,
+        int(os.environ.get("GROUP_RANK", 0)),
+        socket.gethostname(),
+        EventWriter(run.events_path).emit if rank == 0 else None,
+    )
     t0 = time.time()
     try:
         code = _train(run, cfg, rank, world_size, local_rank, writer, t0)

@@ -8,9 +8,10 @@ transformers or peft, and quitting it never stops a run (runs belong to their su
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
@@ -38,7 +39,9 @@ class CockpitCommands(Provider):
         for r in reversed(list_runs(app.runs_dir)[-50:]):
             cmds.append((f"Run: {r.run_id}", partial(app.open_run, r), "open its live view or summary"))
             if r.read_status().get("state") == "finished":
-                cmds.append((f"Chat: {r.run_id}", partial(open_chat, app, r), "base vs tuned side by side (cockpit chat)"))
+                cmds.append(
+                    (f"Chat: {r.run_id}", partial(open_chat, app, r), "base vs tuned side by side (cockpit chat)")
+                )
         return cmds
 
     async def discover(self) -> Hits:

@@ -13,10 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.config.load import coerce, to_yaml, validate
-from cockpit.config.schema import SCHEMA, SCHEDULERS
+from cockpit.config.schema import SCHEDULERS, SCHEMA
 from cockpit.errors import InputError
 
-METHODS = (("LoRA", "lora"), ("QLoRA (LoRA + 4-bit base)", "qlora"), ("Freeze (last N layers)", "freeze"), ("Full", "full"))
+METHODS = (
+    ("LoRA", "lora"),
+    ("QLoRA (LoRA + 4-bit base)", "qlora"),
+    ("Freeze (last N layers)", "freeze"),
+    ("Full", "full"),
+)
 STRATEGIES = (
     ("Single process", "single"),
     ("DDP (GPUs per node > 1)", "ddp"),
@@ -48,7 +53,11 @@ def _key(name: str, label: str, **kw: Any) -> Field:
 
 GROUPS: dict[str, list[Field]] = {
     "Model": [
-        _key("model_name_or_path", "Model", help="embedded short name (smollm2-135m-instruct), local HF folder, .gguf file or hub id"),
+        _key(
+            "model_name_or_path",
+            "Model",
+            help="embedded short name (smollm2-135m-instruct), local HF folder, .gguf file or hub id",
+        ),
         _key("template", "Template", placeholder="the tokenizer's own"),
         _key("adapter_name_or_path", "Start adapter", placeholder="none"),
     ],
@@ -75,12 +84,22 @@ GROUPS: dict[str, list[Field]] = {
     ],
     "Strategy": [
         Field("strategy", "Strategy", "select", STRATEGIES, "DDP = nproc_per_node > 1; FSDP and ZeRO shard the states"),
-        Field("offload", "CPU offload", "bool", help="FSDP offload / ZeRO: offload: optimizer (ZeRO-2), optimizer+params (ZeRO-3)"),
+        Field(
+            "offload",
+            "CPU offload",
+            "bool",
+            help="FSDP offload / ZeRO: offload: optimizer (ZeRO-2), optimizer+params (ZeRO-3)",
+        ),
         _key("nproc_per_node", "GPUs per node"),
         _key("nnodes", "Nodes"),
         _key("deepspeed", "DeepSpeed JSON", placeholder="none: ZeRO-2/3 generate one (zero_stage, offload)"),
         Field("device", "Device", "select", DEVICES, "use_cpu"),
-        Field("gpu_memory_gb", "GPU memory GiB", help="for the fit line only on a GPU run (default: the detected GPUs', else 64: MI250 GCD; 192: MI300X)", placeholder="detected"),
+        Field(
+            "gpu_memory_gb",
+            "GPU memory GiB",
+            help="for the fit line only on a GPU run (default: the detected GPUs', else 64: MI250 GCD; 192: MI300X)",
+            placeholder="detected",
+        ),
     ],
     "Training": [
         _key("per_device_train_batch_size", "Micro-batch"),
@@ -134,8 +153,10 @@ def _zero_stage(path: str) -> tuple[int | None, bool]:
     p = Path(path).expanduser()
     try:
         zo = json.loads(p.read_text(encoding="utf-8")).get("zero_optimization") or {}
-        off = any(isinstance(zo.get(k), dict) and str(zo[k].get("device", "none")).lower() in ("cpu", "nvme")
-                  for k in ("offload_optimizer", "offload_param"))
+        off = any(
+            isinstance(zo.get(k), dict) and str(zo[k].get("device", "none")).lower() in ("cpu", "nvme")
+            for k in ("offload_optimizer", "offload_param")
+        )
         return int(zo.get("stage", 0)), off
     except (OSError, ValueError, TypeError, AttributeError):
         m = re.search(r"z(?:ero)?[_-]?([0-3])", p.name.lower())
@@ -181,7 +202,9 @@ class FormModel:
             spec = SCHEMA[f.id]
             v = raw.pop(f.id, None)
             if f.kind == "bool":
-                vals[f.id] = bool(spec.default) if v is None else bool(coerce(spec, v)) if not isinstance(v, bool) else v
+                vals[f.id] = (
+                    bool(spec.default) if v is None else bool(coerce(spec, v)) if not isinstance(v, bool) else v
+                )
             elif f.kind == "select":
                 vals[f.id] = spec.default if v is None else v
             else:
@@ -209,9 +232,17 @@ class FormModel:
             strategy = "ddp"
         vals["strategy"], vals["offload"] = strategy, offload
         bf16, fp16 = raw.pop("bf16", False), raw.pop("fp16", False)
-        vals["precision"] = "bf16" if str(bf16).lower() in ("true", "1", "yes") else "fp16" if str(fp16).lower() in ("true", "1", "yes") else "fp32"
+        vals["precision"] = (
+            "bf16"
+            if str(bf16).lower() in ("true", "1", "yes")
+            else "fp16"
+            if str(fp16).lower() in ("true", "1", "yes")
+            else "fp32"
+        )
         use_cpu = raw.pop("use_cpu", None)
-        vals["device"] = "auto" if use_cpu is None else ("cpu" if str(use_cpu).lower() in ("true", "1", "yes") else "gpu")
+        vals["device"] = (
+            "auto" if use_cpu is None else ("cpu" if str(use_cpu).lower() in ("true", "1", "yes") else "gpu")
+        )
         vals["gpu_memory_gb"] = self.values.get("gpu_memory_gb", "")
         self.values = vals
         self.extra = raw
@@ -286,7 +317,11 @@ class FormModel:
     def check(self, check_paths: bool = True) -> Checked:
         raw = self.raw()
         notes = []
-        if self.values.get("strategy") == "ddp" and str(raw.get("nproc_per_node", 1)) in ("1", "") and str(raw.get("nnodes", 1)) in ("1", ""):
+        if (
+            self.values.get("strategy") == "ddp"
+            and str(raw.get("nproc_per_node", 1)) in ("1", "")
+            and str(raw.get("nnodes", 1)) in ("1", "")
+        ):
             notes.append("DDP: set GPUs per node > 1 (or nodes > 1); with 1 process it is a single-process run")
         try:
             cfg = validate(raw, check_paths=check_paths)
@@ -330,8 +365,12 @@ def fit_line(cfg: dict[str, Any], gpu_memory_gb: float, source: str = "", ranks:
 
     per_device = gpu_memory_gb / max(1, ranks)
     try:
-        res = plan({k: v for k, v in cfg.items() if not k.startswith("_")}, gpu_memory_gb=per_device,
-                   base_dir=cfg.get("_base_dir"), use_meta=False)
+        res = plan(
+            {k: v for k, v in cfg.items() if not k.startswith("_")},
+            gpu_memory_gb=per_device,
+            base_dir=cfg.get("_base_dir"),
+            use_meta=False,
+        )
     except InputError as err:
         return "fit: cannot estimate: " + "; ".join(str(p) for p in err.problems)
     except Exception as exc:  # noqa: BLE001 - an unknown model layout must not break the form
@@ -339,8 +378,10 @@ def fit_line(cfg: dict[str, Any], gpu_memory_gb: float, source: str = "", ranks:
     v = res.verdict or {}
     where = "per rank" if "host RAM" in source else "per device"
     share = f" ({ranks} ranks share it)" if ranks > 1 else ""
-    line = (f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where} of {gpu_memory_gb:.3g} GiB {source or ''}{share} "
-            f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)").replace("  ", " ")
+    line = (
+        f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where} of {gpu_memory_gb:.3g} GiB {source or ''}{share} "
+        f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)"
+    ).replace("  ", " ")
     if res.suggestion and res.suggestion.get("why"):
         line += f"; try: {res.suggestion['why']}"
     return line
@@ -348,8 +389,14 @@ def fit_line(cfg: dict[str, Any], gpu_memory_gb: float, source: str = "", ranks:
 
 def field_for_key(key: str) -> str:
     """The form field that edits a config key (virtual fields own some keys)."""
-    return {"finetuning_type": "method", "quantization_bit": "method", "fsdp": "strategy", "bf16": "precision",
-            "fp16": "precision", "use_cpu": "device"}.get(key, key)
+    return {
+        "finetuning_type": "method",
+        "quantization_bit": "method",
+        "fsdp": "strategy",
+        "bf16": "precision",
+        "fp16": "precision",
+        "use_cpu": "device",
+    }.get(key, key)
 
 
 def group_of(field_id: str) -> str | None:
@@ -359,7 +406,7 @@ def group_of(field_id: str) -> str | None:
     return None
 
 
-def data_report(data: Any) -> "Any":
+def data_report(data: Any) -> Any:
     """``cockpit check --json`` output -> a Rich Text (truncation report + first sample preview,
     trained tokens highlighted)."""
     from rich.text import Text
@@ -381,12 +428,20 @@ def data_report(data: Any) -> "Any":
         for line in tr.get("lines") or []:
             t.append("\n" + line, style="bold yellow" if line.startswith("warning") else "")
     elif tr:
-        t.append(f"\ntokens per sample: p50 {tr.get('p50')}  p90 {tr.get('p90')}  p99 {tr.get('p99')}  max {tr.get('max')}")
+        t.append(
+            f"\ntokens per sample: p50 {tr.get('p50')}  p90 {tr.get('p90')}  p99 {tr.get('p99')}  max {tr.get('max')}"
+        )
         style = "yellow" if tr.get("truncated") else "green"
-        t.append(f"\ncutoff_len {tr.get('cutoff_len')}: truncates {tr.get('truncated')} samples ({tr.get('truncated_pct', 0):.1f}%), "
-                 f"loses {tr.get('target_tokens_lost')} of {tr.get('target_tokens')} trained tokens ({tr.get('target_lost_pct', 0):.1f}%)", style=style)
+        t.append(
+            f"\ncutoff_len {tr.get('cutoff_len')}: truncates {tr.get('truncated')} samples ({tr.get('truncated_pct', 0):.1f}%), "
+            f"loses {tr.get('target_tokens_lost')} of {tr.get('target_tokens')} trained tokens ({tr.get('target_lost_pct', 0):.1f}%)",
+            style=style,
+        )
         if tr.get("emptied"):
-            t.append(f"\n{tr['emptied']} samples keep no trained token after truncation: raise cutoff_len", style="bold yellow")
+            t.append(
+                f"\n{tr['emptied']} samples keep no trained token after truncation: raise cutoff_len",
+                style="bold yellow",
+            )
     bad = data.get("bad_rows") or []
     for b in bad[:5]:
         t.append(f"\nbad row: {b}", style="yellow")
@@ -404,7 +459,6 @@ def data_report(data: Any) -> "Any":
         for piece in pv["pieces"]:
             t.append(piece.get("text", ""), style="black on green" if piece.get("trained") else "")
     return t
-
 
 
 def _pair_table(pv: dict[str, Any], width: int = 36) -> Any:

@@ -79,8 +79,20 @@ _NOISE = re.compile(
     r"|^\s*$"
 )
 # event kinds the pane shows, as `cockpit attach` prints them (cockpit.run.follow.format_event)
-EVENT_KINDS = frozenset({"run_started", "train_begin", "step", "eval", "probe_results", "checkpoint_saved", "alert",
-                         "run_finished", "run_stopped", "run_failed"})
+EVENT_KINDS = frozenset(
+    {
+        "run_started",
+        "train_begin",
+        "step",
+        "eval",
+        "probe_results",
+        "checkpoint_saved",
+        "alert",
+        "run_finished",
+        "run_stopped",
+        "run_failed",
+    }
+)
 
 
 def classify(line: str, previous: str = "") -> str:
@@ -131,7 +143,9 @@ class ReadableLog:
         verb = "w: fold them" if expanded else "w: show"
         return f"⚠ {self.warning_count} warning(s) folded ({verb}) · l: the raw log"
 
-    def view(self, events: list[tuple[int, dict]], rows: int, expanded: bool = False, start_t: float | None = None) -> list[str]:
+    def view(
+        self, events: list[tuple[int, dict]], rows: int, expanded: bool = False, start_t: float | None = None
+    ) -> list[str]:
         """The last ``rows`` lines: events and log text in order, the fold line last."""
         from cockpit.run.follow import format_event
 

@@ -35,7 +35,9 @@ class Preset:
 
 def list_presets(extra_dirs: list[Path] | None = None) -> list[Preset]:
     found: list[Preset] = []
-    for folder, source in [(REPO_PRESETS, "built-in"), (user_presets_dir(), "yours")] + [(d, "yours") for d in extra_dirs or []]:
+    for folder, source in [(REPO_PRESETS, "built-in"), (user_presets_dir(), "yours")] + [
+        (d, "yours") for d in extra_dirs or []
+    ]:
         if folder.is_dir():
             for p in sorted(folder.glob("*.y*ml")):
                 found.append(Preset(p.stem, p, source))

@@ -58,11 +58,18 @@ def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict 
     full_env = cli_env(env)
     try:
         proc = subprocess.run(
-            cockpit_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
+            cockpit_argv(*args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            env=full_env,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")  # bytes even with text=True
+        out = (
+            exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        )  # bytes even with text=True
         return CliResult(124, None, out, f"timed out after {timeout:.0f}s")
     data = None
     out = proc.stdout.strip()
@@ -119,8 +126,15 @@ class ChatProcess:
         self._lock = threading.Lock()
         self._closed = False
         self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=cli_env(env),
-            text=True, encoding="utf-8", errors="replace", bufsize=1,
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=cli_env(env),
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
         )
         self.pid = self.proc.pid
 

@@ -9,13 +9,29 @@ from rich.text import Text
 from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
 STATE_STYLE = {
-    "starting": "yellow", "running": "bold green", "stopping": "yellow", "finished": "bold cyan",
-    "failed": "bold red", "stopped": "magenta", "queued": "blue", "cancelled": "magenta", "lost": "bold red",
+    "starting": "yellow",
+    "running": "bold green",
+    "stopping": "yellow",
+    "finished": "bold cyan",
+    "failed": "bold red",
+    "stopped": "magenta",
+    "queued": "blue",
+    "cancelled": "magenta",
+    "lost": "bold red",
 }
 LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
 # every state also has a symbol: readable with NO_COLOR and on a 16-colour terminal
-STATE_SYMBOL = {"starting": "…", "running": "▶", "stopping": "…", "finished": "✓", "failed": "✗", "stopped": "■",
-                "queued": "◷", "cancelled": "■", "lost": "✗"}
+STATE_SYMBOL = {
+    "starting": "…",
+    "running": "▶",
+    "stopping": "…",
+    "finished": "✓",
+    "failed": "✗",
+    "stopped": "■",
+    "queued": "◷",
+    "cancelled": "■",
+    "lost": "✗",
+}
 
 
 def state_text(state: str, shown: str | None = None) -> Text:
@@ -37,7 +53,9 @@ def header(state: RunState, now: float, replaying: float | None = None) -> Text:
     t = Text()
     t.append(state.run_id or "?", style="bold")
     t.append("  ")
-    t.append(f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}")
+    t.append(
+        f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}"
+    )
     total = state.total or "?"
     t.append(f"  step {state.step}/{total}")
     if state.epoch is not None:
@@ -130,7 +148,9 @@ def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
         if node in silent:
             t.append(" SILENT", style="bold red")
         if not devs:
-            why = "; ".join(f"{k}: {v}" for k, v in (ev.get("unavailable") or {}).items() if not str(v).startswith("not tried"))
+            why = "; ".join(
+                f"{k}: {v}" for k, v in (ev.get("unavailable") or {}).items() if not str(v).startswith("not tried")
+            )
             t.append(f"  no GPUs{': ' + why if why else ''}"[: max(10, width - len(host) - 16)], style="dim")
         elif detailed:
             t.append(_node_summary(devs), style="dim")
@@ -204,7 +224,11 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     elif not devs and not ranks:
         t.append("\n (no device samples yet)", style="dim")
     if devs and state.mem:
-        alloc = [f"r{k} {_mb((m or {}).get('allocated_mb'))}" for k, m in sorted(state.mem.items()) if (m or {}).get("allocated_mb") is not None]
+        alloc = [
+            f"r{k} {_mb((m or {}).get('allocated_mb'))}"
+            for k, m in sorted(state.mem.items())
+            if (m or {}).get("allocated_mb") is not None
+        ]
         if alloc:
             t.append("\n torch allocated: " + "  ".join(alloc), style="dim")
     t.append("\n")
@@ -225,7 +249,12 @@ def comm(state: RunState) -> Text:
     t.append(status, style="green" if status in ("ok", "healthy") else "yellow")
     details = c.get("details")
     if details:
-        t.append(f"  {details if isinstance(details, str) else ', '.join(f'{k}={v}' for k, v in dict(details).items())}"[:200], style="dim")
+        t.append(
+            f"  {details if isinstance(details, str) else ', '.join(f'{k}={v}' for k, v in dict(details).items())}"[
+                :200
+            ],
+            style="dim",
+        )
     return t
 
 
@@ -248,7 +277,10 @@ def alerts(state: RunState, limit: int = 3) -> Text:
     mem_alert = memory_alert(state)
     if mem_alert is not None:
         change = mem_alert.get("remedy_set") or mem_alert.get("remedy_env") or {}
-        what = ", ".join(f"{k.replace('per_device_train_batch_size', 'micro-batch').replace('gradient_accumulation_steps', 'accum')} {v}" for k, v in change.items())
+        what = ", ".join(
+            f"{k.replace('per_device_train_batch_size', 'micro-batch').replace('gradient_accumulation_steps', 'accum')} {v}"
+            for k, v in change.items()
+        )
         t.append(f"\n  m: stop at a checkpoint, resume with {what}", style="bold yellow")
     if state.checkpoints:
         ck = state.checkpoints[-1]
@@ -257,8 +289,11 @@ def alerts(state: RunState, limit: int = 3) -> Text:
         p = state.probes.get(phase)
         if p:
             sets = p.get("sets") or {}
-            counts = " · ".join(f"{n} {c.get('passed')}/{c.get('total')}" for n, c in sets.items()) if sets else \
-                f"{p.get('passed')}/{p.get('total')}"
+            counts = (
+                " · ".join(f"{n} {c.get('passed')}/{c.get('total')}" for n, c in sets.items())
+                if sets
+                else f"{p.get('passed')}/{p.get('total')}"
+            )
             t.append(f"\nprobes {phase}: {counts} pass")
     if state.failed:
         t.append(f"\nFAILED: {state.failed.get('reason')}", style="bold red")
@@ -279,12 +314,17 @@ def launch_ranks(data: Any) -> Text:
         for p in problems or []:
             t.append(f"  {p}\n", style="red")
         return t
-    t.append(f"# strategy {data.get('strategy')}, world size {data.get('world_size')} "
-             f"(RUN_DIR/RUN_ID are filled at launch); this node:\n", style="dim")
+    t.append(
+        f"# strategy {data.get('strategy')}, world size {data.get('world_size')} "
+        f"(RUN_DIR/RUN_ID are filled at launch); this node:\n",
+        style="dim",
+    )
     t.append((data.get("command_shell") or "") + "\n", style="bold")
     for r in data["ranks"]:
         numa = f", NUMA node {r['numa_node']}" if r.get("numa_node") is not None else ""
-        t.append(f"\n# rank {r.get('rank')} (local {r.get('local_rank')}, node {r.get('node_rank')}{numa}):\n", style="dim")
+        t.append(
+            f"\n# rank {r.get('rank')} (local {r.get('local_rank')}, node {r.get('node_rank')}{numa}):\n", style="dim"
+        )
         t.append(shlex.join(str(a) for a in r.get("command") or []) + "\n")
         for k, v in (r.get("env") or {}).items():
             t.append(f"  {k}={v}\n", style="cyan")
@@ -327,10 +367,17 @@ def tune_table(data: dict[str, Any]) -> Text:
         tps, peak = tr.get("tokens_per_s"), tr.get("peak_gb")
         result = tr.get("status") or tr.get("result") or ("ok" if tr.get("ok", True) else "failed")
         mark = "→ " if (mb, acc) == key else "  "
-        line = (f"{mark}{mb if mb is not None else '-':>11} {acc if acc is not None else '-':>6} "
-                f"{f'{tps:,.0f}' if isinstance(tps, (int, float)) else '-':>10} "
-                f"{f'{peak:.1f}' if isinstance(peak, (int, float)) else '-':>8}  {result}\n")
-        t.append(line, style="bold green" if mark.strip() else ("red" if "fail" in str(result) or "oom" in str(result).lower() else ""))
+        line = (
+            f"{mark}{mb if mb is not None else '-':>11} {acc if acc is not None else '-':>6} "
+            f"{f'{tps:,.0f}' if isinstance(tps, (int, float)) else '-':>10} "
+            f"{f'{peak:.1f}' if isinstance(peak, (int, float)) else '-':>8}  {result}\n"
+        )
+        t.append(
+            line,
+            style="bold green"
+            if mark.strip()
+            else ("red" if "fail" in str(result) or "oom" in str(result).lower() else ""),
+        )
     if chosen:
         t.append(f"\nchosen: micro-batch {key[0]}, accumulation {key[1]}", style="bold green")
     return t

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from cockpit.run.events import EventReader, as_float
 from cockpit.run.follow import fmt_duration  # noqa: F401 - re-exported for the screens
@@ -22,9 +23,22 @@ METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
 METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
 # A training stage's own step fields (cockpit/run/events.py: dpo / kto rewards, rm pairwise accuracy);
 # the Live screen shows the rows of those a run reports.
-STAGE_METRICS = ("reward_margin", "reward_accuracy", "reward_chosen", "reward_rejected", "pairwise_accuracy", "mean_reward")
-STAGE_TITLES = {"reward_margin": "margin", "reward_accuracy": "rwd acc", "reward_chosen": "r chosen",
-                "reward_rejected": "r reject", "pairwise_accuracy": "pair acc", "mean_reward": "mean rwd"}
+STAGE_METRICS = (
+    "reward_margin",
+    "reward_accuracy",
+    "reward_chosen",
+    "reward_rejected",
+    "pairwise_accuracy",
+    "mean_reward",
+)
+STAGE_TITLES = {
+    "reward_margin": "margin",
+    "reward_accuracy": "rwd acc",
+    "reward_chosen": "r chosen",
+    "reward_rejected": "r reject",
+    "pairwise_accuracy": "pair acc",
+    "mean_reward": "mean rwd",
+}
 
 
 def fmt_num(value: float | None, metric: str = "") -> str:
@@ -209,7 +223,6 @@ class RunFollower:
             if max_chunks is not None and chunks >= max_chunks:
                 return changed
 
-
     def replay_chunk(self, stride: int = 1) -> bool:
         """Fold the next chunk of history; True at the end of the file (see :meth:`read_chunk`)."""
         events, done = self.read_chunk(stride)
@@ -297,7 +310,11 @@ def memory_alert(state: RunState) -> dict[str, Any] | None:
         return None
     for a in reversed(state.alerts):
         if a.get("code") == "memory_pressure":
-            return a if as_float(a.get("t")) is None or state.train_t0 is None or as_float(a["t"]) >= state.train_t0 else None
+            return (
+                a
+                if as_float(a.get("t")) is None or state.train_t0 is None or as_float(a["t"]) >= state.train_t0
+                else None
+            )
     return None
 
 

@@ -34,7 +34,9 @@ def _amd_gpus(root: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> tuple[i
     count, mem = 0, None
     for node in sorted(root.glob("*")) if root.is_dir() else []:
         try:
-            props = dict(line.split()[:2] for line in (node / "properties").read_text().splitlines() if len(line.split()) >= 2)
+            props = dict(
+                line.split()[:2] for line in (node / "properties").read_text().splitlines() if len(line.split()) >= 2
+            )
         except OSError:
             continue
         if int(props.get("simd_count", "0") or 0) <= 0:
@@ -92,7 +94,7 @@ def bearings(machine: Machine, runs_dir: Path, active: int, total: int) -> Text:
     t.append(f"{active}/{total} runs active", style="bold" if active else "")
     home = str(Path.home())
     where = str(runs_dir)
-    t.append(" · " + ("~" + where[len(home):] if where.startswith(home + os.sep) else where))
+    t.append(" · " + ("~" + where[len(home) :] if where.startswith(home + os.sep) else where))
     return t
 
 

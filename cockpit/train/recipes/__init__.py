@@ -33,7 +33,9 @@ def get_recipe(stage: str) -> Any:
     return getattr(import_module(module), name)()
 
 
-def run_stage(run: Any, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float) -> int:
+def run_stage(
+    run: Any, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
+) -> int:
     """Train the run's stage in this rank; the worker's exit codes."""
     from cockpit.train.recipes.base import make_context
 

@@ -66,7 +66,9 @@ class Recipe:
         """(policy, reference model or None)."""
         raise NotImplementedError
 
-    def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
+    def build_trainer(
+        self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
+    ) -> Any:
         raise NotImplementedError
 
     def step_metrics(self, logs: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +100,9 @@ def _num(value: Any) -> Any:
         return value
 
 
-def split_held_out(cfg: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_held_out(
+    cfg: dict[str, Any], rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out) by ``val_size`` (a fraction or a count), shuffled with the run's seed."""
     if not cfg["val_size"]:
         return rows, []
@@ -114,7 +118,9 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
     from transformers import TrainingArguments
 
     base = training_arguments(ctx.cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
-    kwargs = {f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)}
+    kwargs = {
+        f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)
+    }
     kwargs.pop("logging_dir", None)
     # held-out rows are measured once before and once after training (run_recipe), not every few steps
     kwargs.update(eval_strategy="no", eval_steps=None)
@@ -165,7 +171,9 @@ def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None
 
 def _emit_held_out(ctx: RecipeContext, phase: str, result: dict[str, Any] | None) -> None:
     if result is not None and ctx.writer is not None:
-        ctx.log(f"held-out {phase}: " + ", ".join(f"{k} {v}" for k, v in result.items() if not isinstance(v, (list, dict))))
+        ctx.log(
+            f"held-out {phase}: " + ", ".join(f"{k} {v}" for k, v in result.items() if not isinstance(v, (list, dict)))
+        )
         ctx.writer.emit("held_out", phase=phase, stage=ctx.cfg["stage"], **result)
 
 
@@ -179,7 +187,9 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     _emit_held_out(ctx, "before", held_before)
     callback = stage_callback(ctx, recipe)
     trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback])
-    ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {'none' if ref_model is None else 'a separate copy'}")
+    ctx.log(
+        f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {'none' if ref_model is None else 'a separate copy'}"
+    )
     resume = ctx.cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):
         resume = last_checkpoint(ctx.dirs["checkpoints"])
@@ -190,14 +200,30 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     if ctx.rank == 0:
         trainer.save_model(str(ctx.dirs["adapter"]))
         ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
-    final_eval = trainer.evaluate() if data.held_out and not stopped else None  # the trainer's own metrics (an eval event)
+    final_eval = (
+        trainer.evaluate() if data.held_out and not stopped else None
+    )  # the trainer's own metrics (an eval event)
     probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
     held_after = recipe.held_out(ctx, trainer.model, data) if ctx.rank == 0 and data.held_out else None
     _emit_held_out(ctx, "after", held_after)
     if ctx.rank != 0:
         return EXIT_OK
-    held_after = {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}} if held_after else held_after
-    return _finish(recipe, ctx, trainer, data, callback, stopped, train_runtime, (probe_before, probe_after), (held_before, held_after))
+    held_after = (
+        {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}}
+        if held_after
+        else held_after
+    )
+    return _finish(
+        recipe,
+        ctx,
+        trainer,
+        data,
+        callback,
+        stopped,
+        train_runtime,
+        (probe_before, probe_after),
+        (held_before, held_after),
+    )
 
 
 def cfg_stage(cfg: dict[str, Any]) -> str:
@@ -210,7 +236,17 @@ def trl_name(trainer: Any) -> str:
     return type(trainer).__name__.removeprefix("Cockpit")
 
 
-def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, callback: Any, stopped: bool, train_runtime: float, probes: tuple, held: tuple) -> int:
+def _finish(
+    recipe: Recipe,
+    ctx: RecipeContext,
+    trainer: Any,
+    data: StageData,
+    callback: Any,
+    stopped: bool,
+    train_runtime: float,
+    probes: tuple,
+    held: tuple,
+) -> int:
     cfg, state = ctx.cfg, trainer.state
     plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, ctx.dirs["plot"])
 
@@ -229,7 +265,9 @@ def _finish(recipe: Recipe, ctx: RecipeContext, trainer: Any, data: StageData, c
         "runtime_s": round(time.time() - ctx.t0, 2),
         "train_runtime_s": round(train_runtime, 2),
         "tokens_seen": callback.tokens_total,
-        "tokens_per_s": round(callback.tokens_total / train_runtime, 2) if train_runtime > 0 and callback.tokens_total else None,
+        "tokens_per_s": round(callback.tokens_total / train_runtime, 2)
+        if train_runtime > 0 and callback.tokens_total
+        else None,
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
         "probes_before": rate(probes[0]),
@@ -257,11 +295,20 @@ def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: i
     if callback.stop_reason is not None:
         writer.emit("run_stopped", reason=callback.stop_reason, step=steps)
     else:
-        writer.emit("run_finished", steps=steps, runtime_s=summary["runtime_s"], tokens_per_s=summary["tokens_per_s"], first_loss=callback.first_loss, last_loss=callback.last_loss)
+        writer.emit(
+            "run_finished",
+            steps=steps,
+            runtime_s=summary["runtime_s"],
+            tokens_per_s=summary["tokens_per_s"],
+            first_loss=callback.first_loss,
+            last_loss=callback.last_loss,
+        )
     return EXIT_OK
 
 
-def make_context(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float) -> RecipeContext:
+def make_context(
+    run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
+) -> RecipeContext:
     import torch
 
     from cockpit.models.resolve import load_tokenizer, resolve_model

@@ -15,7 +15,10 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
         return {"source": sample["source"], "pieces": [{"text": sample["text"][:2000], "trained": True}]}
     prompt = tokenizer.apply_chat_template(sample["prompt"], tokenize=False, add_generation_prompt=True)
     answer = sample.get("chosen", sample.get("completion", ""))
-    out: dict[str, Any] = {"source": sample["source"], "pieces": [{"text": prompt, "trained": False}, {"text": answer, "trained": True}]}
+    out: dict[str, Any] = {
+        "source": sample["source"],
+        "pieces": [{"text": prompt, "trained": False}, {"text": answer, "trained": True}],
+    }
     if "rejected" in sample:
         out["pair"] = {"chosen": sample["chosen"], "rejected": sample["rejected"]}
     if "label" in sample:
@@ -36,15 +39,21 @@ def check_stage(cfg: dict[str, Any], log=print, with_devices: bool = True):
     tok = load_tokenizer(cfg, ref, log=log)
     hidden = getattr(load_model_config(cfg, ref), "hidden_size", None)
     if cfg["finetuning_type"] == "lora" and hidden and cfg["lora_rank"] > hidden:
-        raise InputError(Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank"))
+        raise InputError(
+            Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank")
+        )
     if cfg["stage"] in ("dpo", "kto", "rm"):
         try:
             import trl  # noqa: F401
         except ImportError:
-            raise InputError(Problem(f"stage {cfg['stage']} needs TRL: pip install 'trl>=1.16,<2'", key="stage")) from None
+            raise InputError(
+                Problem(f"stage {cfg['stage']} needs TRL: pip install 'trl>=1.16,<2'", key="stage")
+            ) from None
     prepared = prepare_stage_data(cfg, tok, loaded)
     if prepared.report.emptied:
-        warnings.append(f"{prepared.report.emptied} samples lose the whole response at cutoff_len {cfg['cutoff_len']} (dropped); raise cutoff_len")
+        warnings.append(
+            f"{prepared.report.emptied} samples lose the whole response at cutoff_len {cfg['cutoff_len']} (dropped); raise cutoff_len"
+        )
     return CheckResult(
         cfg=cfg,
         report=prepared.report,

@@ -36,7 +36,10 @@ def policy_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]
     try:
         with torch.no_grad():
             for p in pairs:
-                margins.append(_answer_logp(model, tokenizer, p["prompt"], p["chosen"]) - _answer_logp(model, tokenizer, p["prompt"], p["rejected"]))
+                margins.append(
+                    _answer_logp(model, tokenizer, p["prompt"], p["chosen"])
+                    - _answer_logp(model, tokenizer, p["prompt"], p["rejected"])
+                )
     finally:
         if was_training:
             model.train()

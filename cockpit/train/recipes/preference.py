@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from cockpit.config.stages import uses_reference
 from cockpit.errors import InputError
+from cockpit.train.model import build_model
 from cockpit.train.recipes.base import (
     Recipe,
     RecipeContext,
@@ -22,7 +23,6 @@ from cockpit.train.recipes.base import (
     split_held_out,
     stage_arguments,
 )
-from cockpit.train.model import build_model
 
 PREF_FIELDS = {
     "rewards/margins": "reward_margin",
@@ -53,7 +53,12 @@ def build_reference(ctx: RecipeContext):
         return None
     from cockpit.models.resolve import resolve_model
 
-    ref_cfg = {**cfg, "finetuning_type": "full", "quantization_bit": cfg.get("ref_model_quantization_bit"), "adapter_name_or_path": None}
+    ref_cfg = {
+        **cfg,
+        "finetuning_type": "full",
+        "quantization_bit": cfg.get("ref_model_quantization_bit"),
+        "adapter_name_or_path": None,
+    }
     path = cfg.get("ref_model") or cfg["model_name_or_path"]
     model = build_model(ref_cfg, resolve_model(path, log=ctx.log), ctx.use_cpu, ctx.local_rank)
     if cfg.get("ref_model_adapters"):
@@ -97,14 +102,30 @@ class DPORecipe(Recipe):
         if loss == "simpo":
             from trl.experimental.cpo import CPOConfig, CPOTrainer
 
-            return CPOTrainer, CPOConfig, {**common, "loss_type": "simpo", "beta": beta, "simpo_gamma": cfg["simpo_gamma"], "cpo_alpha": ftx}
+            return (
+                CPOTrainer,
+                CPOConfig,
+                {**common, "loss_type": "simpo", "beta": beta, "simpo_gamma": cfg["simpo_gamma"], "cpo_alpha": ftx},
+            )
         from trl import DPOConfig, DPOTrainer
 
         main = "robust" if loss == "sigmoid" and cfg["dpo_label_smoothing"] else loss
         types, weights = ([main, "sft"], [1.0, ftx]) if ftx else ([main], None)
-        return DPOTrainer, DPOConfig, {**common, "loss_type": types, "loss_weights": weights, "beta": beta, "label_smoothing": cfg["dpo_label_smoothing"]}
+        return (
+            DPOTrainer,
+            DPOConfig,
+            {
+                **common,
+                "loss_type": types,
+                "loss_weights": weights,
+                "beta": beta,
+                "label_smoothing": cfg["dpo_label_smoothing"],
+            },
+        )
 
-    def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
+    def build_trainer(
+        self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
+    ) -> Any:
         trainer_cls, config_cls, keys = self.trl_classes(ctx.cfg)
         args = stage_arguments(config_cls, ctx, **keys)
         kwargs = {"ref_model": ref_model} if trainer_cls.__name__ == "DPOTrainer" else {}
@@ -131,7 +152,9 @@ class KTORecipe(DPORecipe):
     stage = "kto"
     step_fields: ClassVar[dict[str, str]] = {**PREF_FIELDS, "kl": "kl"}
 
-    def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
+    def build_trainer(
+        self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
+    ) -> Any:
         from trl import KTOConfig, KTOTrainer
 
         cfg = ctx.cfg
@@ -150,8 +173,14 @@ class KTORecipe(DPORecipe):
             model=model,
             ref_model=ref_model,
             args=args,
-            train_dataset=_dataset(data.train, ("completion",)).map(lambda r, i: {"label": data.train[i]["label"]}, with_indices=True),
-            eval_dataset=_dataset(data.held_out, ("completion",)).map(lambda r, i: {"label": data.held_out[i]["label"]}, with_indices=True) if data.held_out else None,
+            train_dataset=_dataset(data.train, ("completion",)).map(
+                lambda r, i: {"label": data.train[i]["label"]}, with_indices=True
+            ),
+            eval_dataset=_dataset(data.held_out, ("completion",)).map(
+                lambda r, i: {"label": data.held_out[i]["label"]}, with_indices=True
+            )
+            if data.held_out
+            else None,
             processing_class=ctx.tokenizer,
             callbacks=callbacks,
         )
@@ -160,4 +189,8 @@ class KTORecipe(DPORecipe):
         return None
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
-        return {"pref_beta": ctx.cfg["pref_beta"], "kto_desirable": sum(1 for r in data.train if r["label"]), "kto_undesirable": sum(1 for r in data.train if not r["label"])}
+        return {
+            "pref_beta": ctx.cfg["pref_beta"],
+            "kto_desirable": sum(1 for r in data.train if r["label"]),
+            "kto_undesirable": sum(1 for r in data.train if not r["label"]),
+        }

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cockpit.train.arguments import ListDataset
+from cockpit.train.model import build_model
 from cockpit.train.recipes.base import (
     Recipe,
     RecipeContext,
@@ -15,8 +17,6 @@ from cockpit.train.recipes.base import (
     split_held_out,
     stage_arguments,
 )
-from cockpit.train.arguments import ListDataset
-from cockpit.train.model import build_model
 
 
 class PretrainRecipe(Recipe):
@@ -33,7 +33,9 @@ class PretrainRecipe(Recipe):
     def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
         return build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank), None
 
-    def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
+    def build_trainer(
+        self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
+    ) -> Any:
         from transformers import DataCollatorForSeq2Seq, TrainingArguments
 
         from cockpit.train.trainer import CockpitTrainer

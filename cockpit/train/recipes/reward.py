@@ -28,7 +28,11 @@ def build_value_model(ctx: RecipeContext):
     set_seed(cfg["seed"])  # the value head's random init
     dtype = torch.bfloat16 if (cfg["bf16"] and not ctx.use_cpu and cfg["finetuning_type"] == "lora") else torch.float32
     model = AutoModelForSequenceClassification.from_pretrained(
-        ctx.model_ref.path, num_labels=1, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **ctx.model_ref.kwargs()
+        ctx.model_ref.path,
+        num_labels=1,
+        dtype=dtype,
+        trust_remote_code=bool(cfg["trust_remote_code"]),
+        **ctx.model_ref.kwargs(),
     )
     model.config.pad_token_id = ctx.tokenizer.pad_token_id
     model.config.use_cache = False
@@ -50,12 +54,18 @@ def build_value_model(ctx: RecipeContext):
 class RewardRecipe(DPORecipe):
     stage = "rm"
     causal_lm = False
-    step_fields: ClassVar[dict[str, str]] = {"accuracy": "pairwise_accuracy", "margin": "reward_margin", "mean_reward": "mean_reward"}
+    step_fields: ClassVar[dict[str, str]] = {
+        "accuracy": "pairwise_accuracy",
+        "margin": "reward_margin",
+        "mean_reward": "mean_reward",
+    }
 
     def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
         return build_value_model(ctx), None
 
-    def build_trainer(self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]) -> Any:
+    def build_trainer(
+        self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
+    ) -> Any:
         from trl import RewardConfig, RewardTrainer
 
         args = stage_arguments(RewardConfig, ctx, max_length=ctx.cfg["cutoff_len"], disable_dropout=True)

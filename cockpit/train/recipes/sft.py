@@ -26,8 +26,16 @@ from cockpit.train.outcome import adapter_from_last_good, eval_losses, plot_loss
 from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run, split_held_out
 
 
-def sft_trainer(trainer_cls: type, cfg: dict[str, Any], model: Any, args: Any, tokenizer: Any, train_rows: list[dict[str, Any]],
-                eval_rows: list[dict[str, Any]] | None = None, callbacks: list[Any] | None = None) -> Any:
+def sft_trainer(
+    trainer_cls: type,
+    cfg: dict[str, Any],
+    model: Any,
+    args: Any,
+    tokenizer: Any,
+    train_rows: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]] | None = None,
+    callbacks: list[Any] | None = None,
+) -> Any:
     """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set."""
     from cockpit.data.packing import build_collator
     from cockpit.train.variants import trainer_kwargs
@@ -67,7 +75,9 @@ class SFTRecipe(Recipe):
         prepared = prepare_dataset(ctx.cfg, ctx.tokenizer)
         rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
         if not rows:
-            raise InputError(f"cutoff_len {ctx.cfg['cutoff_len']}: every sample loses all its assistant tokens; nothing to train on")
+            raise InputError(
+                f"cutoff_len {ctx.cfg['cutoff_len']}: every sample loses all its assistant tokens; nothing to train on"
+            )
         train, held_out = split_held_out(ctx.cfg, rows)
         if ctx.cfg.get("eval_dataset"):
             from cockpit.train.variants import eval_dataset_rows
@@ -82,7 +92,17 @@ class SFTRecipe(Recipe):
         data = self.build_data(ctx)
         ctx.log("data: " + " | ".join(data.report.lines()))
         # the strategy (and so the DeepSpeed config) before the model: ZeRO-3 partitions at load
-        cfg, sharded = apply_strategy(ctx.run, ctx.cfg, config_only(ctx.model_ref), ctx.rank, ctx.world_size, ctx.local_rank, ctx.use_cpu, len(data.train), ctx.log)
+        cfg, sharded = apply_strategy(
+            ctx.run,
+            ctx.cfg,
+            config_only(ctx.model_ref),
+            ctx.rank,
+            ctx.world_size,
+            ctx.local_rank,
+            ctx.use_cpu,
+            len(data.train),
+            ctx.log,
+        )
         ctx = dataclasses.replace(ctx, cfg=cfg)
         attempt = self.start(ctx, data, sharded)
         train(ctx, attempt)
@@ -106,12 +126,24 @@ class SFTRecipe(Recipe):
         args = training_arguments(cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
         if ctx.world_size > 1 and cfg.get("comm_probe", True):
             comm_health_probe(ctx.writer, ctx.use_cpu, ctx.log)
-        model, trainer_cls = placed_model(ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, sharded, ctx.log)
+        model, trainer_cls = placed_model(
+            ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, sharded, ctx.log
+        )
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
         probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
         callback = CockpitCallback(ctx.run, cfg, ctx.rank, ctx.world_size, ctx.writer)
-        before = ProbesBeforeTraining(ctx.tokenizer, probes, cfg["probe_max_new_tokens"], ctx.writer, ctx.rank, fsdp=bool(cfg.get("fsdp")), log=ctx.log)
-        trainer = sft_trainer(trainer_cls, cfg, model, args, ctx.tokenizer, data.train, data.held_out, [callback, before])
+        before = ProbesBeforeTraining(
+            ctx.tokenizer,
+            probes,
+            cfg["probe_max_new_tokens"],
+            ctx.writer,
+            ctx.rank,
+            fsdp=bool(cfg.get("fsdp")),
+            log=ctx.log,
+        )
+        trainer = sft_trainer(
+            trainer_cls, cfg, model, args, ctx.tokenizer, data.train, data.held_out, [callback, before]
+        )
         before.trainer = trainer
         return Attempt(trainer, callback, before, probes)
 
@@ -123,7 +155,11 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
     resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
     callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
     train_t0 = time.time()
-    trainer.run_totals = lambda: {"first_loss": callback.first_loss, "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3), "tokens_seen": callback.tokens_total}
+    trainer.run_totals = lambda: {
+        "first_loss": callback.first_loss,
+        "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3),
+        "tokens_seen": callback.tokens_total,
+    }
     trainer.train(resume_from_checkpoint=resume or None)
     attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
 
@@ -164,7 +200,9 @@ def other_rank_done(ctx: RecipeContext, attempt: Attempt) -> int:
     if ctx.local_rank == 0 and node_rank > 0:
         state, callback = attempt.trainer.state, attempt.callback
         kind = "run_stopped" if callback.stop_reason is not None else "run_finished"
-        EventWriter(ctx.run.events_path).emit(kind, steps=state.global_step, node_rank=node_rank, reason=callback.stop_reason)
+        EventWriter(ctx.run.events_path).emit(
+            kind, steps=state.global_step, node_rank=node_rank, reason=callback.stop_reason
+        )
     return EXIT_OK
 
 
@@ -175,7 +213,9 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
     cfg, dirs, callback, state = ctx.cfg, ctx.dirs, attempt.callback, attempt.trainer.state
     events = read_all(ctx.run.events_path)  # once, for loss.png and the summary's eval losses
     plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, dirs["plot"], events)
-    tokens_total = int(getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total)  # the run's (restored on resume)
+    tokens_total = int(
+        getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total
+    )  # the run's (restored on resume)
     summary = {
         "run_id": ctx.run.run_id,
         "state": "stopped" if callback.stop_reason is not None else "finished",
@@ -199,8 +239,11 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
         "loss_plot": str(dirs["plot"]) if plotted else None,
     }
     if attempt.poisoned:
-        where = f"adapter = {attempt.adapter_from}" if attempt.adapter_from else "no adapter (no checkpoint before the NaN)"
+        where = (
+            f"adapter = {attempt.adapter_from}" if attempt.adapter_from else "no adapter (no checkpoint before the NaN)"
+        )
         what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
-        summary["reason"] = f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or state.global_step}; {where}"
+        summary["reason"] = (
+            f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or state.global_step}; {where}"
+        )
     return summary
-

@@ -33,8 +33,11 @@ def serve_text(res, url: str | None) -> Text:
         t.append(f"The tuned model is served as {data.get('model')!r} on {data.get('url')}/v1 (OpenAI API)")
         if data.get("base_model_id"):
             t.append(f", the base as {data['base_model_id']!r}")
-        t.append(".\n\nSet COCKPIT_VLLM_URL to a running server to hot-load the adapter from here instead;"
-                 " `cockpit serve RUN --start` starts this command detached.", style="dim")
+        t.append(
+            ".\n\nSet COCKPIT_VLLM_URL to a running server to hot-load the adapter from here instead;"
+            " `cockpit serve RUN --start` starts this command detached.",
+            style="dim",
+        )
         return t
     t.append(f"Loaded into {data.get('url') or url}: model {data.get('model')!r}", style="bold green")
     t.append(f" (base {data.get('base_model_id')!r}, LoRA rank {data.get('lora_rank')})\n")
@@ -68,7 +71,8 @@ class RunActions:
         if state not in TERMINAL_STATES:
             self.notify(  # type: ignore[attr-defined]
                 f"{run.run_id} is still {state or 'starting'}: merge, export, serve and chat need a finished run",
-                severity="warning")
+                severity="warning",
+            )
             return None
         return run
 
@@ -84,7 +88,9 @@ class RunActions:
         if run is None:
             return
         self.show_action_progress(
-            ("merging the adapter into the base model" if merge else "exporting the adapter") + " … (cockpit export in a subprocess)")
+            ("merging the adapter into the base model" if merge else "exporting the adapter")
+            + " … (cockpit export in a subprocess)"
+        )
         self._export(run, merge)
 
     @work(thread=True, exclusive=True, group="export")
@@ -106,7 +112,9 @@ class RunActions:
         if run is None:
             return
         url = vllm_url(self.app)  # type: ignore[attr-defined]
-        self.show_action_progress(f"hot-loading the adapter into {url} …" if url else "cockpit serve: building the vllm serve command …")
+        self.show_action_progress(
+            f"hot-loading the adapter into {url} …" if url else "cockpit serve: building the vllm serve command …"
+        )
         self._serve(run, url)
 
     @work(thread=True, exclusive=True, group="serve")

@@ -10,8 +10,9 @@ screen goes away. F5 asks the run's probes and marks each side pass/fail.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -64,7 +65,10 @@ def turn_text(turn: Turn, side: str) -> Text:
         ok = turn.ok(side)
         if ok is not None:
             t.append("\n✓ pass" if ok else "\n✗ fail", style="bold green" if ok else "bold red")
-        meta = [f"{end['tokens']} tokens" if end.get("tokens") is not None else "", f"{end['seconds']:.1f} s" if end.get("seconds") is not None else ""]
+        meta = [
+            f"{end['tokens']} tokens" if end.get("tokens") is not None else "",
+            f"{end['seconds']:.1f} s" if end.get("seconds") is not None else "",
+        ]
         meta_s = ", ".join(m for m in meta if m)
         if end.get("cancelled"):
             meta_s = ", ".join(filter(None, [meta_s, "cancelled"]))
@@ -132,7 +136,10 @@ class ChatScreen(Screen):
         self.vllm_url = vllm_url(self.app)
         self.backend = f"vLLM at {self.vllm_url}" if self.vllm_url else "local (chat worker subprocess)"
         self.query_one("#chat-title", Static).update(
-            Text.assemble(("Chat — ", "bold"), (self.run.run_id, "bold"), ("   base | tuned, same prompt, greedy", "dim")))
+            Text.assemble(
+                ("Chat — ", "bold"), (self.run.run_id, "bold"), ("   base | tuned, same prompt, greedy", "dim")
+            )
+        )
         for side in SIDES:
             self.query_one(f"#chat-{side}-box").border_title = side
         self.set_status(f"starting cockpit chat … loading the base and tuned models ({self.backend})", "yellow")
@@ -209,7 +216,9 @@ class ChatScreen(Screen):
                 turn.done, turn.error = True, turn.error or "the chat process exited"
         self._draw()
         why = message.tail.strip() or "(nothing in its log)"
-        self.set_status(f"cockpit chat exited (code {message.rc}) — {why}\nlog: {getattr(self.chat, 'log_path', '?')}", "red")
+        self.set_status(
+            f"cockpit chat exited (code {message.rc}) — {why}\nlog: {getattr(self.chat, 'log_path', '?')}", "red"
+        )
 
     # -- drawing ---------------------------------------------------------------------------------
     def set_status(self, text: str, style: str = "") -> None:

@@ -53,8 +53,9 @@ class DoctorScreen(Screen):
         if isinstance(res.data, list):
             self.app.call_from_thread(self.show, res.data)
         else:
-            self.app.call_from_thread(self.query_one("#doctor-title", Static).update,
-                                      Text(f"Doctor failed: {res.error_text}", style="red"))
+            self.app.call_from_thread(
+                self.query_one("#doctor-title", Static).update, Text(f"Doctor failed: {res.error_text}", style="red")
+            )
 
     def show(self, checks: list[dict]) -> None:
         self.checks = checks
@@ -64,12 +65,22 @@ class DoctorScreen(Screen):
             if self.problems_only and c.get("status") in ("pass", "skip"):
                 continue
             st = c.get("status", "?")
-            table.add_row(Text(MARK.get(st, st), style=STATUS_STYLE.get(st, "")), c.get("title", c.get("id")),
-                          (c.get("seen") or "")[:120], key=str(i))
+            table.add_row(
+                Text(MARK.get(st, st), style=STATUS_STYLE.get(st, "")),
+                c.get("title", c.get("id")),
+                (c.get("seen") or "")[:120],
+                key=str(i),
+            )
         n = {s: sum(1 for c in checks if c.get("status") == s) for s in MARK}
         self.query_one("#doctor-title", Static).update(
-            Text.assemble("Doctor  ", (f"{n['pass']} ok  ", "green"), (f"{n['warn']} warning(s)  ", "yellow"),
-                          (f"{n['fail']} failed  ", "red"), (f"{n['skip']} skipped", "dim")))
+            Text.assemble(
+                "Doctor  ",
+                (f"{n['pass']} ok  ", "green"),
+                (f"{n['warn']} warning(s)  ", "yellow"),
+                (f"{n['fail']} failed  ", "red"),
+                (f"{n['skip']} skipped", "dim"),
+            )
+        )
         self._detail(0)
 
     def _detail(self, row: int) -> None:

@@ -97,7 +97,12 @@ class LiveScreen(Screen):
         with Horizontal(id="live-mid"):
             yield Static(id="devices", classes="pane")
             yield Static(id="alerts", classes="pane")
-        yield Input(placeholder="search the log; Enter keeps the filter, Esc clears it", id="log-search", classes="hidden", disabled=True)
+        yield Input(
+            placeholder="search the log; Enter keeps the filter, Esc clears it",
+            id="log-search",
+            classes="hidden",
+            disabled=True,
+        )
         yield Static(id="log")  # the tail only, redrawn without a layout pass; `l` opens the scrollable log
         yield Footer()
 
@@ -169,8 +174,12 @@ class LiveScreen(Screen):
         self._read_logs()
         self.refresh_bindings()
         state = self.state.state
-        self.notify(f"{self.run.run_id} {state}. Enter: its Summary (probes, loss, export)",
-                    title=f"run {state}", severity="information" if state == "finished" else "warning", timeout=30)
+        self.notify(
+            f"{self.run.run_id} {state}. Enter: its Summary (probes, loss, export)",
+            title=f"run {state}",
+            severity="information" if state == "finished" else "warning",
+            timeout=30,
+        )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "summary":
@@ -225,7 +234,9 @@ class LiveScreen(Screen):
         return self.peeked if (self.replay_progress is not None and self.peeked is not None) else self.state
 
     def _tick_clock(self) -> None:
-        if not self.state.ended and self.run_is_slurm_job():  # the scheduler's end (scancel, time limit) reaches the event log
+        if (
+            not self.state.ended and self.run_is_slurm_job()
+        ):  # the scheduler's end (scancel, time limit) reaches the event log
             self._ask_scheduler()
         # elapsed / ETA move on between steps; a draw in the last second already showed them
         if not self.state.ended and time.monotonic() - self._header_at > 0.9:
@@ -274,16 +285,31 @@ class LiveScreen(Screen):
                 self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
             devices = self.query_one("#devices", Static)
             width = devices.size.width or self.size.width // 2
-            max_lines = (16 if self.size.height >= 40 else 9) - 1  # #live-mid's max-height (app.tcss), less the comm line
+            max_lines = (
+                16 if self.size.height >= 40 else 9
+            ) - 1  # #live-mid's max-height (app.tcss), less the comm line
             several = len(st.nodes) > 1
-            key = (id(st.telemetry), id(st.comm), width, tuple(sorted(st.mem)) if not st.telemetry else None,
-                   tuple(map(id, st.nodes.values())) if several else None, id(st.mem) if several else None, max_lines)
+            key = (
+                id(st.telemetry),
+                id(st.comm),
+                width,
+                tuple(sorted(st.mem)) if not st.telemetry else None,
+                tuple(map(id, st.nodes.values())) if several else None,
+                id(st.mem) if several else None,
+                max_lines,
+            )
             if key != self._drawn_keys.get("devices"):
                 self._drawn_keys["devices"] = key
                 self._update("#devices", render.devices(st, width, max_lines))
             limit = 3 if self.size.height < 40 else 6
-            alerts_key = (len(st.alerts), id(st.alerts[-1]) if st.alerts else None, len(st.checkpoints),
-                          tuple(st.probes), id(st.failed), limit)
+            alerts_key = (
+                len(st.alerts),
+                id(st.alerts[-1]) if st.alerts else None,
+                len(st.checkpoints),
+                tuple(st.probes),
+                id(st.failed),
+                limit,
+            )
             if alerts_key != self._drawn_keys.get("alerts"):
                 self._drawn_keys["alerts"] = alerts_key
                 self._update("#alerts", render.alerts(st, limit))
@@ -338,7 +364,10 @@ class LiveScreen(Screen):
             if yes:
                 self._request("kill", "kill requested: the supervisor ends the ranks now (no checkpoint)")
 
-        self.app.push_screen(Confirm(f"Kill {self.run.run_id} now?\nNo checkpoint is saved; work since the last one is lost.", "Kill"), done)
+        self.app.push_screen(
+            Confirm(f"Kill {self.run.run_id} now?\nNo checkpoint is saved; work since the last one is lost.", "Kill"),
+            done,
+        )
 
     # -- relaunch with the hang alert's remedy ------------------------------------------------------
     def action_relaunch(self) -> None:
@@ -359,8 +388,11 @@ class LiveScreen(Screen):
             return
         body = Text()
         if not self.state.ended:
-            body.append(f"Stop {self.run.run_id} (a stop request, then kill after {self.RELAUNCH_STOP_GRACE_S:g} s: "
-                        "hung ranks cannot reach a step boundary) and ", style="bold")
+            body.append(
+                f"Stop {self.run.run_id} (a stop request, then kill after {self.RELAUNCH_STOP_GRACE_S:g} s: "
+                "hung ranks cannot reach a step boundary) and ",
+                style="bold",
+            )
         body.append("start the same config again as a new run, with these settings added to its env:\n\n", style="bold")
         for k, v in env.items():
             body.append(f"  {k}={v}\n", style="cyan")
@@ -441,18 +473,26 @@ class LiveScreen(Screen):
             return
         body = Text()
         body.append(f"{alert.get('message')}\n\n", style="yellow")
-        body.append(f"Stop {self.run.run_id} at the next step boundary (a checkpoint is saved), then resume it from "
-                    "that checkpoint as a new attempt with:\n\n", style="bold")
+        body.append(
+            f"Stop {self.run.run_id} at the next step boundary (a checkpoint is saved), then resume it from "
+            "that checkpoint as a new attempt with:\n\n",
+            style="bold",
+        )
         for item in items:
             body.append(f"  {item}\n", style="cyan")
-        body.append("\nThe same as: cockpit resume " + self.run.run_id + " --stop " + " ".join(f"--set '{i}'" for i in items), style="dim")
+        body.append(
+            "\nThe same as: cockpit resume " + self.run.run_id + " --stop " + " ".join(f"--set '{i}'" for i in items),
+            style="dim",
+        )
 
         def done(yes: bool | None) -> None:
             if yes:
                 self.notify("stopping at a checkpoint, then resuming with the change …")
                 self._resume_with(items)
 
-        self.app.push_screen(Decide("Memory pressure: apply the remedy", body, "Stop and resume", "Cancel", danger=False), done)
+        self.app.push_screen(
+            Decide("Memory pressure: apply the remedy", body, "Stop and resume", "Cancel", danger=False), done
+        )
 
     @work(thread=True, exclusive=True, group="memory-remedy")
     def _resume_with(self, items: list[str]) -> None:
@@ -467,7 +507,10 @@ class LiveScreen(Screen):
     def _resumed(self, res) -> None:
         if res.rc == 0 and isinstance(res.data, dict):
             changes = ", ".join(f"{k}={v}" for k, v in (res.data.get("config_changes") or {}).items())
-            self.notify(f"attempt {res.data.get('attempt')} started from {res.data.get('checkpoint')} with {changes}", timeout=10)
+            self.notify(
+                f"attempt {res.data.get('attempt')} started from {res.data.get('checkpoint')} with {changes}",
+                timeout=10,
+            )
         else:
             self.notify(f"resume failed (exit {res.rc}): {res.error_text[-600:]}", severity="error", timeout=15)
 

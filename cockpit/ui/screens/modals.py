@@ -236,8 +236,11 @@ def key_rows(screen, app) -> list[tuple[str, str, str]]:
     seen: set[tuple[str, str]] = set()
     for active in screen.active_bindings.values():
         b = active.binding
-        if not b.description or b.action in ("toggle_keys", "command_palette") or \
-                any(a in b.action for a in ("focus_next", "focus_previous", "copy_text")):
+        if (
+            not b.description
+            or b.action in ("toggle_keys", "command_palette")
+            or any(a in b.action for a in ("focus_next", "focus_previous", "copy_text"))
+        ):
             continue
         row = (app.get_key_display(b), b.description)
         if row in seen:
@@ -263,7 +266,10 @@ class KeysView(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         t = Text()
-        t.append(f"Keys: {getattr(self.below, 'TITLE', None) or type(self.below).__name__.replace('Screen', '')}\n", style="bold")
+        t.append(
+            f"Keys: {getattr(self.below, 'TITLE', None) or type(self.below).__name__.replace('Screen', '')}\n",
+            style="bold",
+        )
         where = None
         for group, key, what in key_rows(self.below, self.app):
             if group != where:

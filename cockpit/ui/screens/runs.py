@@ -41,7 +41,9 @@ def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None =
     st = reconcile(run, status=st)  # liveness checked: a dead supervisor's run is adopted or ended (lost/finished)
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
-    shown = f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state  # Slurm: the scheduler's state (reason)
+    shown = (
+        f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state
+    )  # Slurm: the scheduler's state (reason)
     dur = ((ended or now) - started) if started else None
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
@@ -52,7 +54,6 @@ def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None =
 
 
 class RunsScreen(RunActions, Screen):
-
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 
@@ -91,7 +92,9 @@ class RunsScreen(RunActions, Screen):
         table = self.query_one(DataTable)
         now = self.app.clock()
         runs = list_runs(runs_dir)
-        statuses = effective_statuses(runs, cached_only=True)  # Slurm runs: queued with squeue's reason, or ended by the scheduler
+        statuses = effective_statuses(
+            runs, cached_only=True
+        )  # Slurm runs: queued with squeue's reason, or ended by the scheduler
         asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
         if asking:
             self._ask_scheduler(asking)
@@ -115,7 +118,9 @@ class RunsScreen(RunActions, Screen):
         self.query_one(Bearings).refresh_line((live, len(rows)))
         self.query_one("#runs-hint", Static).update(
             "Enter: open · space: mark, d: compare marked · ?: every key · quitting never stops a run"
-            if rows else "No runs yet. Press n (or F2) to set one up.")
+            if rows
+            else "No runs yet. Press n (or F2) to set one up."
+        )
 
     @work(thread=True, exclusive=True, group="slurm-queue")
     def _ask_scheduler(self, runs: list[RunDir]) -> None:
@@ -133,7 +138,8 @@ class RunsScreen(RunActions, Screen):
         self.marked ^= {run.run_id}
         self.query_one(DataTable).update_cell(run.run_id, "mark", MARK if run.run_id in self.marked else " ")
         self.query_one("#runs-hint", Static).update(
-            f"{len(self.marked)} marked: d compares them (space: mark or unmark the selected run)")
+            f"{len(self.marked)} marked: d compares them (space: mark or unmark the selected run)"
+        )
 
     def action_compare(self) -> None:
         from cockpit.ui.screens.compare import CompareScreen

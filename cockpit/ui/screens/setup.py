@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 def slurm_submit_available() -> bool:
-    """"Launch on Slurm" is offered where sbatch is on PATH (COCKPIT_SLURM=0 hides it, =1 shows it)."""
+    """ "Launch on Slurm" is offered where sbatch is on PATH (COCKPIT_SLURM=0 hides it, =1 shows it)."""
     forced = os.environ.get("COCKPIT_SLURM", "").strip()
     return forced == "1" if forced in ("0", "1") else shutil.which("sbatch") is not None
 
@@ -84,7 +84,6 @@ def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
 
 
 class SetupScreen(Screen):
-
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 
@@ -128,8 +127,11 @@ class SetupScreen(Screen):
                                 if f.id == "model_name_or_path":
                                     yield Static(id="model-kind", classes="field-note")
                             if group == "Dataset":
-                                yield Static("F5 runs `cockpit check --json` on this config (tokenizer + data, in a subprocess).",
-                                             id="data-report", classes="pane")
+                                yield Static(
+                                    "F5 runs `cockpit check --json` on this config (tokenizer + data, in a subprocess).",
+                                    id="data-report",
+                                    classes="pane",
+                                )
             with Vertical(id="setup-side"):
                 yield Static(id="problems")
                 yield Static(id="fit", classes="dim")
@@ -147,7 +149,9 @@ class SetupScreen(Screen):
 
     def _preset_options(self) -> list[tuple[str, str]]:
         offered = [p.path for p in self._offered]
-        found = sorted(presets.list_presets(), key=lambda p: offered.index(p.path) if p.path in offered else len(offered))
+        found = sorted(
+            presets.list_presets(), key=lambda p: offered.index(p.path) if p.path in offered else len(offered)
+        )
         return [(p.label + (" (for this machine)" if p.path in offered else ""), str(p.path)) for p in found]
 
     def _widget(self, f: forms.Field):
@@ -155,8 +159,14 @@ class SetupScreen(Screen):
         if f.kind == "bool":
             return Checkbox(f.help[:60] if f.help else "", bool(value), id=_wid(f.id), compact=True, tooltip=f.help)
         if f.kind == "select":
-            return Select([(label, v) for label, v in f.options], value=value, allow_blank=False, id=_wid(f.id),
-                          compact=True, tooltip=f.help)
+            return Select(
+                [(label, v) for label, v in f.options],
+                value=value,
+                allow_blank=False,
+                id=_wid(f.id),
+                compact=True,
+                tooltip=f.help,
+            )
         return Input(value or "", placeholder=f.placeholder, id=_wid(f.id), compact=True, tooltip=f.help)
 
     def on_mount(self) -> None:
@@ -253,7 +263,11 @@ class SetupScreen(Screen):
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "preset":  # a stale Changed (the picker moved on since) loads nothing
             # (a cleared picker's value is Textual's Select.NULL sentinel, not a path)
-            if event.value == event.select.value and isinstance(event.value, str) and event.value != self._loaded_preset:
+            if (
+                event.value == event.select.value
+                and isinstance(event.value, str)
+                and event.value != self._loaded_preset
+            ):
                 self.load_preset(Path(str(event.value)))
             return
         if event.value == event.select.value:
@@ -270,7 +284,8 @@ class SetupScreen(Screen):
         checked = self.model.check()
         self.checked = checked
         self.query_one("#model-kind", Static).update(
-            Text("  → " + forms.model_kind(self.model.values.get("model_name_or_path") or ""), style="dim"))
+            Text("  → " + forms.model_kind(self.model.values.get("model_name_or_path") or ""), style="dim")
+        )
         bad_fields = {forms.field_for_key(k) for k in checked.keys}
         for f in FIELDS.values():
             self.query_one(f"#{_wid(f.id)}").set_class(f.id in bad_fields, "-invalid")
@@ -311,7 +326,15 @@ class SetupScreen(Screen):
             self.app.call_from_thread(self._show_fit, line)
 
     def _show_fit(self, line: str) -> None:
-        style = "green" if "-> fits" in line else "yellow" if "tight" in line else "red" if "does not fit" in line else "dim"
+        style = (
+            "green"
+            if "-> fits" in line
+            else "yellow"
+            if "tight" in line
+            else "red"
+            if "does not fit" in line
+            else "dim"
+        )
         self.query_one("#fit", Static).update(Text(line, style=style))
 
     # -- files ------------------------------------------------------------------------------------
@@ -337,7 +360,9 @@ class SetupScreen(Screen):
             self.notify("fix the config problems first", severity="error")
             return
         self.query_one(TabbedContent).active = "tab-dataset"
-        self.query_one("#data-report", Static).update(Text("running cockpit check --json … (loads the tokenizer in a subprocess)", style="italic"))
+        self.query_one("#data-report", Static).update(
+            Text("running cockpit check --json … (loads the tokenizer in a subprocess)", style="italic")
+        )
         path = self._config_file(Path(tempfile.mkdtemp(prefix="cockpit-ui-")), "check")
         self._check(path)
 
@@ -364,7 +389,10 @@ class SetupScreen(Screen):
         from cockpit.ui.screens.modals import TextView
 
         ok = bool(self.checked and self.checked.ok)
-        ranks = Text("computing … (cockpit preview in a subprocess)\n" if ok else "(fix the config problems first)\n", style="italic")
+        ranks = Text(
+            "computing … (cockpit preview in a subprocess)\n" if ok else "(fix the config problems first)\n",
+            style="italic",
+        )
         view = TextView("Preview: command, every rank's launch, YAML", self._preview_body(ranks))
         self.app.push_screen(view)
         if ok:
@@ -430,10 +458,19 @@ class SetupScreen(Screen):
             else:
                 self._set_launching(False)
                 self.validate_now()
-                self.notify("launch cancelled: fix the doctor's findings (F4 Doctor) or launch anyway", severity="warning")
+                self.notify(
+                    "launch cancelled: fix the doctor's findings (F4 Doctor) or launch anyway", severity="warning"
+                )
 
-        self.app.push_screen(Decide(f"Doctor: {len(blocking)} problem(s) for this config", render.blocking_checks(blocking),
-                                    "Launch anyway", "Cancel"), done)
+        self.app.push_screen(
+            Decide(
+                f"Doctor: {len(blocking)} problem(s) for this config",
+                render.blocking_checks(blocking),
+                "Launch anyway",
+                "Cancel",
+            ),
+            done,
+        )
 
     def _start_launch(self) -> None:
         runs_dir = Path(self.app.runs_dir)
@@ -441,7 +478,9 @@ class SetupScreen(Screen):
         # the run is named by the preset (or the user's run_name): the run id adds the one timestamp
         name = self._run_name()
         path = self._config_file(runs_dir / ".ui-configs", f"{name}-{stamp}", {"run_name": name})
-        self._set_launching(True, f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)")
+        self._set_launching(
+            True, f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)"
+        )
         self._launch(path, runs_dir)
 
     @work(thread=True, exclusive=True, group="launch")
@@ -457,12 +496,19 @@ class SetupScreen(Screen):
             self.validate_now()
             self.app.open_live(RunDir(Path(res.data["run_dir"])))
             return
-        self.query_one("#problems", Static).update(Text(f"launch failed (exit {res.rc}):\n{res.error_text}", style="red"))
+        self.query_one("#problems", Static).update(
+            Text(f"launch failed (exit {res.rc}):\n{res.error_text}", style="red")
+        )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        action = {"b-check": self.action_check_data, "b-preview": self.action_preview,
-                  "b-save": self.action_save_preset, "b-launch": self.action_launch,
-                  "b-tune": self.action_tune, "b-slurm": self.action_launch_slurm}.get(event.button.id or "")
+        action = {
+            "b-check": self.action_check_data,
+            "b-preview": self.action_preview,
+            "b-save": self.action_save_preset,
+            "b-launch": self.action_launch,
+            "b-tune": self.action_tune,
+            "b-slurm": self.action_launch_slurm,
+        }.get(event.button.id or "")
         if action:
             action()
 
@@ -487,11 +533,24 @@ class SetupScreen(Screen):
             self._set_launching(True, f"submitting: cockpit train {path.name} --slurm {' '.join(sbatch_args)} …")
             self._submit_slurm(path, runs_dir, sbatch_args)
 
-        self.app.push_screen(sbatch_options_modal()("sbatch options (e.g. --partition=mi300x --time=4:00:00 --account=proj; empty: the cluster's defaults)"), submit)
+        self.app.push_screen(
+            sbatch_options_modal()(
+                "sbatch options (e.g. --partition=mi300x --time=4:00:00 --account=proj; empty: the cluster's defaults)"
+            ),
+            submit,
+        )
 
     @work(thread=True, exclusive=True, group="launch")
     def _submit_slurm(self, path: Path, runs_dir: Path, sbatch_args: list[str]) -> None:
-        res = proc.run_cli("train", str(path), "--slurm", "--json", "--runs-dir", str(runs_dir), *(f"--sbatch-arg={a}" for a in sbatch_args))
+        res = proc.run_cli(
+            "train",
+            str(path),
+            "--slurm",
+            "--json",
+            "--runs-dir",
+            str(runs_dir),
+            *(f"--sbatch-arg={a}" for a in sbatch_args),
+        )
         self.app.call_from_thread(self._submitted, res)
 
     def _submitted(self, res: proc.CliResult) -> None:
@@ -528,8 +587,11 @@ class SetupScreen(Screen):
         data = res.data if isinstance(res.data, dict) else None
         if data is None:
             missing = "invalid choice: 'tune'" in (res.stderr or "")
-            why = ("this cockpit has no `cockpit tune` command yet (issue #8): set micro-batch and accumulation by hand"
-                   if missing else f"cockpit tune failed (exit {res.rc}): {res.error_text[-600:]}")
+            why = (
+                "this cockpit has no `cockpit tune` command yet (issue #8): set micro-batch and accumulation by hand"
+                if missing
+                else f"cockpit tune failed (exit {res.rc}): {res.error_text[-600:]}"
+            )
             self.notify(why, severity="error", timeout=15)
             return
         chosen = data.get("chosen") or {}
@@ -548,8 +610,16 @@ class SetupScreen(Screen):
             self.validate_now()
             self.notify(f"micro-batch {mb}, accumulation {acc} (from cockpit tune)")
 
-        self.app.push_screen(Decide("cockpit tune: the trials", render.tune_table(data),
-                                    f"Use micro-batch {mb}, accumulation {acc}", "Keep mine", danger=False), done)
+        self.app.push_screen(
+            Decide(
+                "cockpit tune: the trials",
+                render.tune_table(data),
+                f"Use micro-batch {mb}, accumulation {acc}",
+                "Keep mine",
+                danger=False,
+            ),
+            done,
+        )
 
     def action_next_tab(self, step: int = 1) -> None:
         tabs = self.query_one(TabbedContent)

@@ -49,20 +49,27 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     ev = summary.get("eval_loss")
     if isinstance(ev, dict) and ev.get("first") and ev.get("last"):
         (s0, e0), (s1, e1), (sb, eb) = ev["first"], ev["last"], ev.get("best") or ev["last"]
-        t.append(f"\neval loss {e0:.4f} (step {s0}) → {e1:.4f} (step {s1}), {ev.get('count')} evals, best {eb:.4f} at step {sb}",
-                 style="green" if e1 < e0 else "yellow")
+        t.append(
+            f"\neval loss {e0:.4f} (step {s0}) → {e1:.4f} (step {s1}), {ev.get('count')} evals, best {eb:.4f} at step {sb}",
+            style="green" if e1 < e0 else "yellow",
+        )
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
     if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
         what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
-        t.append(f"\nheld-out pairs ({after.get('pairs')}): {100 * before['accuracy']:.0f}% → {100 * after['accuracy']:.0f}% ({what})",
-                 style="green" if after["accuracy"] > before["accuracy"] else "yellow")
+        t.append(
+            f"\nheld-out pairs ({after.get('pairs')}): {100 * before['accuracy']:.0f}% → {100 * after['accuracy']:.0f}% ({what})",
+            style="green" if after["accuracy"] > before["accuracy"] else "yellow",
+        )
     if summary.get("data", {}).get("lines"):  # a non-SFT stage's data report
         t.append("\ndata: " + "; ".join(summary["data"]["lines"][:2]), style="dim")
     tr = summary.get("truncation")
     if tr:
-        t.append(f"\ndata: {tr.get('samples')} samples, p50 {tr.get('p50')} / max {tr.get('max')} tokens, "
-                 f"{tr.get('truncated')} truncated ({tr.get('truncated_pct', 0):.1f}%)", style="dim")
+        t.append(
+            f"\ndata: {tr.get('samples')} samples, p50 {tr.get('p50')} / max {tr.get('max')} tokens, "
+            f"{tr.get('truncated')} truncated ({tr.get('truncated_pct', 0):.1f}%)",
+            style="dim",
+        )
     if summary.get("adapter_dir"):
         t.append(f"\nadapter: {summary['adapter_dir']}", style="dim")
     if not summary:
@@ -87,8 +94,11 @@ def probe_lines(before: dict, after: dict) -> Text:
         b, a = (before.get("sets") or {}).get(name) or {}, (after.get("sets") or {}).get(name) or {}
         verdict = ""
         if a and b:
-            verdict = ("  ✓ kept" if a["passed"] >= b["passed"] else "  ✗ forgot some") if name == "control" else \
-                      ("  ✓ learned" if a["passed"] > b["passed"] else "  ✗ not learned")
+            verdict = (
+                ("  ✓ kept" if a["passed"] >= b["passed"] else "  ✗ forgot some")
+                if name == "control"
+                else ("  ✓ learned" if a["passed"] > b["passed"] else "  ✗ not learned")
+            )
         t.append(f"\nprobes {name}: {_count(b)} before → {_count(a)} after")
         t.append(verdict, style="green" if "✓" in verdict else "red")
     return t
@@ -100,7 +110,6 @@ PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the 
 
 
 class SummaryScreen(RunActions, Screen):
-
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 
@@ -131,7 +140,8 @@ class SummaryScreen(RunActions, Screen):
     def on_mount(self) -> None:
         self.app.sub_title = self.run.run_id
         self.query_one("#summary-text", Static).update(
-            summary_text(self.run, self.run.read_summary(), self.run.read_status()))
+            summary_text(self.run, self.run.read_summary(), self.run.read_status())
+        )
         table = self.query_one("#probes", DataTable)
         for col in ("prompt", "expected", "before", "after"):
             table.add_column(col, key=col)
@@ -173,9 +183,19 @@ class SummaryScreen(RunActions, Screen):
             return max((cell_len(str(r.get(key) or "").replace("\n", " ")) + extra for r in rows), default=0)
 
         every = before + after
-        wants = [min(c, max(m, w)) for c, m, w in zip(
-            PROBE_WANTS, PROBE_MINS, (longest(every, "prompt"), longest(every, "expect") + 2,
-                                      longest(before, "answer", 2), longest(after, "answer", 2)))]
+        wants = [
+            min(c, max(m, w))
+            for c, m, w in zip(
+                PROBE_WANTS,
+                PROBE_MINS,
+                (
+                    longest(every, "prompt"),
+                    longest(every, "expect") + 2,
+                    longest(before, "answer", 2),
+                    longest(after, "answer", 2),
+                ),
+            )
+        ]
         room = (table.size.width or self.size.width) - 2 * table.cell_padding * len(PROBE_COLUMNS) - 2
         widths = dict(zip(PROBE_COLUMNS, share_width(room, wants, PROBE_MINS)))
 
@@ -192,11 +212,18 @@ class SummaryScreen(RunActions, Screen):
             base = a or b or {}
             if base.get("set") and base.get("set") != group:
                 group = base["set"]
-                table.add_row(Text(clip(f"— {group} —", widths["prompt"]), style="bold"), "", "", "", key=f"set-{group}")
+                table.add_row(
+                    Text(clip(f"— {group} —", widths["prompt"]), style="bold"), "", "", "", key=f"set-{group}"
+                )
             exp = base.get("expect", base.get("expected"))
             exp_s = ", ".join(map(str, exp)) if isinstance(exp, list) else str(exp or "")
-            table.add_row(clip(str(base.get("prompt", "")), widths["prompt"]), clip(exp_s, widths["expected"]),
-                          cell(b, widths["before"]), cell(a, widths["after"]), key=str(i))
+            table.add_row(
+                clip(str(base.get("prompt", "")), widths["prompt"]),
+                clip(exp_s, widths["expected"]),
+                cell(b, widths["before"]),
+                cell(a, widths["after"]),
+                key=str(i),
+            )
         if not n:
             table.add_row("(no probes in this run)", "", "", "")
 
