@@ -225,3 +225,27 @@ def test_runs_screen_shows_a_dead_supervisors_run_finished_or_lost_within_5s(tmp
 
     asyncio.run(scenario())
     assert json.loads(gone.status_path.read_text())["reason"].startswith("supervisor pid ")
+
+
+def test_stop_kill_after_escalates_to_a_deaf_supervisors_session(tmp_path):
+    """`cockpit stop --kill-after S` (the Live screen's relaunch uses the same code): a supervisor that
+    consumes neither the stop nor the kill request loses its whole session after the graces."""
+    from cockpit.run.liveness import start_time
+    from cockpit.run.rundir import create_run_dir
+
+    deaf = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        run = create_run_dir(tmp_path / "runs", "deaf")
+        run.update_status(state="running", run_id=run.run_id, attempt=1, started=time.time(), supervisor_pid=deaf.pid,
+                          supervisor_start=start_time(deaf.pid), procs=[[deaf.pid, start_time(deaf.pid)]], step=3, total_steps=9)
+        t0 = time.monotonic()
+        res = cockpit("stop", run.run_id, "--runs-dir", str(tmp_path / "runs"), "--kill-after", "1")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "supervisor killed" in res.stdout
+        assert deaf.wait(timeout=10) == -signal.SIGKILL
+        assert time.monotonic() - t0 >= 2.0  # a stop grace, then a kill grace, before the SIGKILL
+        assert run.pending("stop") and run.pending("kill")  # both asked, neither consumed
+        assert "--kill-after" in json.loads((run.control_dir / "kill").read_text())["detail"]
+    finally:
+        if deaf.poll() is None:
+            deaf.kill()

@@ -15,6 +15,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_runs_dir(p)
     p.add_argument("--kill", action="store_true", help="terminate the ranks now (no checkpoint)")
     p.add_argument("--wait", type=float, default=0, metavar="S", help="wait up to S seconds for the run to end")
+    p.add_argument(
+        "--kill-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop; if the run has not ended after S seconds, kill the ranks, and after S more its supervisor's session",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +39,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if job_id(status):
         return stop_slurm(run_dir, status, args)
+    if args.kill_after is not None and not args.kill:
+        from cockpit.run.control import stop_escalating
+
+        how = stop_escalating(run_dir, "cockpit stop --kill-after", args.kill_after, args.kill_after)
+        print(f"run {run_dir.run_id}: {how}" + (f" ({reconcile(run_dir).get('state')})" if how != "not ended" else ""))
+        return EXIT_FAILED if how == "not ended" else EXIT_OK
     run_dir.request("kill" if args.kill else "stop", "cockpit stop")
     print(f"{'kill' if args.kill else 'stop'} requested for {run_dir.run_id}")
     deadline = time.time() + args.wait

@@ -408,43 +408,17 @@ class LiveScreen(Screen):
 
     @work(thread=True, exclusive=True, group="relaunch")
     def _relaunch(self, cfg: dict) -> None:
-        import os
-        import signal
-
         from cockpit.config.load import to_yaml
-        from cockpit.run.rundir import TERMINAL_STATES, atomic_write_text
+        from cockpit.run.control import relaunch_config_path, stop_escalating
+        from cockpit.run.rundir import atomic_write_text
         from cockpit.ui import proc
 
-        run = self.run
-
-        def ended_within(seconds: float) -> bool:
-            deadline = time.monotonic() + seconds
-            while True:
-                if run.read_status().get("state") in TERMINAL_STATES:
-                    return True
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.2)
-
-        if not ended_within(0):
-            run.request("stop", "cockpit UI: relaunch after a hang")
-            if not ended_within(self.RELAUNCH_STOP_GRACE_S):
-                run.request("kill", "cockpit UI: relaunch after a hang (stop not consumed)")
-                if not ended_within(self.RELAUNCH_KILL_GRACE_S):
-                    pid = int(run.read_status().get("supervisor_pid") or 0)
-                    if pid > 1:  # the supervisor does not answer either: its session goes (ranks with it)
-                        try:
-                            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-        runs_dir = run.path.parent
-        parts = run.run_id.split("-")
-        stem = "-".join(parts[2:-1]) or "run"
-        folder = runs_dir / ".ui-configs"
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = folder / f"{stem}-relaunch-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        stop_escalating(
+            self.run, "cockpit UI: relaunch after a hang", self.RELAUNCH_STOP_GRACE_S, self.RELAUNCH_KILL_GRACE_S
+        )
+        path = relaunch_config_path(self.run)
         atomic_write_text(path, to_yaml(cfg, only_changed=False))
-        res = proc.train_detached(path, runs_dir)
+        res = proc.train_detached(path, self.run.path.parent)
         self.app.call_from_thread(self._relaunched, res)
 
     def _relaunched(self, res) -> None:
