@@ -568,114 +568,134 @@ def peak_terms(
     grads_formula: str,
 ) -> list[Term]:
     """The terms alive at the peak moment besides the resident ones (they add up to its total)."""
-    c, a, tokens = run.compute_bytes, acts, acts.tokens
-    source = ACTIVATION_SOURCE.format(attn=run.attn)
-    out: list[Term] = []
     if moment.startswith("activations"):
-        out.append(
-            Term(
-                "gradients",
-                step.kept_grads,
-                grads_formula
-                + (
-                    " (kept across accumulation)"
-                    if step.kept_grads
-                    else ": none yet at this moment (the step's gradients appear during backward)"
-                ),
-                ZERO_SOURCE,
-            )
-        )
-        out.append(
-            Term(
-                "activations",
-                a.saved_layers + a.outside_layers,
-                a.formula + f" + outside layers {a.per_token['nonlayer']:.0f} B/token",
-                source,
-            )
-        )
-        out.append(
-            Term(
-                "logits / loss",
-                a.logits,
-                f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
-                "HF ForCausalLMLoss upcasts logits to fp32",
-            )
-            if run.stage != "rm"
-            else Term(
-                "value head scores",
-                a.logits,
-                f"4 B x {tokens} tokens (one fp32 score per token, no vocabulary logits)",
-                "reward model (rm)",
-            )
-        )
-        if a.autocast_copies:
-            out.append(
-                Term(
-                    "autocast weight copies",
-                    a.autocast_copies,
-                    f"trainable linear weights x {c} B (autocast cache, saved for backward)",
-                    AUTOCAST_SOURCE,
-                )
-            )
+        out = backward_start_terms(run, d, acts, step, grads_formula)
     elif moment.startswith("recompute"):
-        grads_so_far = moments[moment] - (
-            step.resident + a.saved_layers + a.outside_layers + step.one_layer + a.autocast_copies + a.dequant
-        )
-        out.append(
-            Term(
-                "gradients",
-                grads_so_far,
-                grads_formula
-                + (" (kept across accumulation)" if step.kept_grads else ": only lm_head/final-norm gradients so far"),
-                ZERO_SOURCE,
-            )
-        )
-        out.append(
-            Term(
-                "activations",
-                a.saved_layers + a.outside_layers + step.one_layer,
-                a.formula + f" + the layer being recomputed and its backward buffers, {tokens} tokens",
-                source,
-            )
-        )
-        if a.autocast_copies:
-            out.append(
-                Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B", AUTOCAST_SOURCE)
-            )
+        out = recompute_terms(moments[moment], run, acts, step, grads_formula)
     elif moment.startswith("gradients"):
-        out.append(Term("gradients", step.grads, grads_formula, ZERO_SOURCE))
-        out.append(
-            Term(
-                "activations", step.one_layer, f"first layer's activations + backward buffers, {tokens} tokens", source
-            )
-        )
-        if step.tied_extra:
-            out.append(
-                Term(
-                    "tied embedding gradient",
-                    step.tied_extra,
-                    f"2 x vocab x hidden x {step.grads / max(step.trainable, 1):g} B",
-                    "autograd accumulates the embedding's and lm_head's gradients",
-                )
-            )
+        out = backward_end_terms(run, acts, step, grads_formula)
     else:
-        out.append(Term("gradients", step.grads, grads_formula, ZERO_SOURCE))
-        if step.step_buffers:
-            out.append(
-                Term(
-                    "optimizer step buffers",
-                    step.step_buffers,
-                    "foreach AdamW: one fp32 temporary per trainable param",
-                    "torch.optim.AdamW(foreach=True)",
-                )
-            )
-    if a.dequant and not moment.startswith("optimizer"):
+        out = optimizer_step_terms(step, grads_formula)
+    if acts.dequant and not moment.startswith("optimizer"):
         out.append(
             Term(
                 "dequantize buffer",
-                a.dequant,
-                f"largest linear {counts.max_linear / 1e6:.0f}M x {c} B",
+                acts.dequant,
+                f"largest linear {counts.max_linear / 1e6:.0f}M x {run.compute_bytes} B",
                 "bitsandbytes dequantizes one weight at a time",
+            )
+        )
+    return out
+
+
+def backward_start_terms(run: RunSpec, d: Dims, acts: Activations, step: _StepMemory, grads_formula: str) -> list[Term]:
+    """Peak terms at the start of backward: saved activations, loss buffers, kept gradients."""
+    c, a, tokens = run.compute_bytes, acts, acts.tokens
+    out = [
+        Term(
+            "gradients",
+            step.kept_grads,
+            grads_formula
+            + (
+                " (kept across accumulation)"
+                if step.kept_grads
+                else ": none yet at this moment (the step's gradients appear during backward)"
+            ),
+            ZERO_SOURCE,
+        ),
+        Term(
+            "activations",
+            a.saved_layers + a.outside_layers,
+            a.formula + f" + outside layers {a.per_token['nonlayer']:.0f} B/token",
+            ACTIVATION_SOURCE.format(attn=run.attn),
+        ),
+        Term(
+            "logits / loss",
+            a.logits,
+            f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
+            "HF ForCausalLMLoss upcasts logits to fp32",
+        )
+        if run.stage != "rm"
+        else Term(
+            "value head scores",
+            a.logits,
+            f"4 B x {tokens} tokens (one fp32 score per token, no vocabulary logits)",
+            "reward model (rm)",
+        ),
+    ]
+    if a.autocast_copies:
+        out.append(
+            Term(
+                "autocast weight copies",
+                a.autocast_copies,
+                f"trainable linear weights x {c} B (autocast cache, saved for backward)",
+                AUTOCAST_SOURCE,
+            )
+        )
+    return out
+
+
+def recompute_terms(total: float, run: RunSpec, acts: Activations, step: _StepMemory, grads_formula: str) -> list[Term]:
+    """Peak terms while the last layer is recomputed (gradient checkpointing); ``total`` is the moment's bytes."""
+    c, a = run.compute_bytes, acts
+    grads_so_far = total - (
+        step.resident + a.saved_layers + a.outside_layers + step.one_layer + a.autocast_copies + a.dequant
+    )
+    out = [
+        Term(
+            "gradients",
+            grads_so_far,
+            grads_formula
+            + (" (kept across accumulation)" if step.kept_grads else ": only lm_head/final-norm gradients so far"),
+            ZERO_SOURCE,
+        ),
+        Term(
+            "activations",
+            a.saved_layers + a.outside_layers + step.one_layer,
+            a.formula + f" + the layer being recomputed and its backward buffers, {a.tokens} tokens",
+            ACTIVATION_SOURCE.format(attn=run.attn),
+        ),
+    ]
+    if a.autocast_copies:
+        out.append(
+            Term("autocast weight copies", a.autocast_copies, f"trainable linear weights x {c} B", AUTOCAST_SOURCE)
+        )
+    return out
+
+
+def backward_end_terms(run: RunSpec, acts: Activations, step: _StepMemory, grads_formula: str) -> list[Term]:
+    """Peak terms at the end of backward: all gradients, the first layer's activations."""
+    out = [
+        Term("gradients", step.grads, grads_formula, ZERO_SOURCE),
+        Term(
+            "activations",
+            step.one_layer,
+            f"first layer's activations + backward buffers, {acts.tokens} tokens",
+            ACTIVATION_SOURCE.format(attn=run.attn),
+        ),
+    ]
+    if step.tied_extra:
+        out.append(
+            Term(
+                "tied embedding gradient",
+                step.tied_extra,
+                f"2 x vocab x hidden x {step.grads / max(step.trainable, 1):g} B",
+                "autograd accumulates the embedding's and lm_head's gradients",
+            )
+        )
+    return out
+
+
+def optimizer_step_terms(step: _StepMemory, grads_formula: str) -> list[Term]:
+    """Peak terms during the optimizer step: all gradients and the step's temporaries."""
+    out = [Term("gradients", step.grads, grads_formula, ZERO_SOURCE)]
+    if step.step_buffers:
+        out.append(
+            Term(
+                "optimizer step buffers",
+                step.step_buffers,
+                "foreach AdamW: one fp32 temporary per trainable param",
+                "torch.optim.AdamW(foreach=True)",
             )
         )
     return out

@@ -214,16 +214,8 @@ def parse_fsdp(value: Any) -> FsdpSpec | None:
     return FsdpSpec(strategy=strat, offload="offload" in words)
 
 
-def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
-    """Check and normalise a flat config dict (LLaMA-Factory key names)."""
-    if not isinstance(cfg, dict):
-        raise InputError("the config must be a mapping of keys to values")
-    name = cfg.get("model_name_or_path")
-    if not name:
-        raise InputError(Problem("is required", key="model_name_or_path"))
-    ft = str(cfg.get("finetuning_type") or DEFAULTS["finetuning_type"]).lower()
-    if ft not in ("lora", "freeze", "full"):
-        raise InputError(Problem(f"must be lora, freeze or full, not {ft!r}", key="finetuning_type"))
+def parse_quantization_bit(cfg: dict[str, Any], ft: str) -> int | None:
+    """The quantization_bit key: 4, 8 or None (LoRA only)."""
     qb = cfg.get("quantization_bit")
     if qb is not None:
         if isinstance(qb, bool) or str(qb) not in ("4", "8"):
@@ -233,9 +225,11 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
             raise InputError(
                 Problem("quantized models can only be trained with finetuning_type: lora", key="quantization_bit")
             )
-    bf16, fp16 = _bool(cfg, "bf16"), _bool(cfg, "fp16")
-    if bf16 and fp16:
-        raise InputError(Problem("bf16 and fp16 cannot both be true", key="fp16"))
+    return qb
+
+
+def parse_attention(cfg: dict[str, Any]) -> str:
+    """The flash_attn key as the attention implementation: sdpa, eager or fa2."""
     attn_raw = str(cfg.get("flash_attn") or "auto").lower()
     attn = {
         "auto": "sdpa",
@@ -247,6 +241,11 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
     }.get(attn_raw)
     if attn is None:
         raise InputError(Problem(f"must be auto, sdpa, fa2 or disabled, not {attn_raw!r}", key="flash_attn"))
+    return attn
+
+
+def parse_optim(cfg: dict[str, Any]) -> str:
+    """The optim key, lower-cased; only the AdamW variants the planner models."""
     optim = str(cfg.get("optim") or DEFAULTS["optim"]).lower()
     if optim not in ADAM_32 | ADAM_8 | ADAM_32_PAGED:
         raise InputError(
@@ -255,6 +254,11 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
                 key="optim",
             )
         )
+    return optim
+
+
+def parse_sharding(cfg: dict[str, Any], base_dir: str | None) -> tuple[ZeroSpec | None, FsdpSpec | None]:
+    """DeepSpeed ZeRO (a config file or cockpit's zero_stage/offload keys) and FSDP; at most one of them."""
     zero = parse_deepspeed(cfg.get("deepspeed"), base_dir)
     if zero is None and cfg.get("zero_stage"):  # cockpit generates the DeepSpeed config from these keys
         stage = int(cfg["zero_stage"])
@@ -265,6 +269,26 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
     fsdp = parse_fsdp(cfg.get("fsdp"))
     if zero and fsdp:
         raise InputError(Problem("set either deepspeed or fsdp, not both", key="fsdp"))
+    return zero, fsdp
+
+
+def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
+    """Check and normalise a flat config dict (LLaMA-Factory key names)."""
+    if not isinstance(cfg, dict):
+        raise InputError("the config must be a mapping of keys to values")
+    name = cfg.get("model_name_or_path")
+    if not name:
+        raise InputError(Problem("is required", key="model_name_or_path"))
+    ft = str(cfg.get("finetuning_type") or DEFAULTS["finetuning_type"]).lower()
+    if ft not in ("lora", "freeze", "full"):
+        raise InputError(Problem(f"must be lora, freeze or full, not {ft!r}", key="finetuning_type"))
+    qb = parse_quantization_bit(cfg, ft)
+    bf16, fp16 = _bool(cfg, "bf16"), _bool(cfg, "fp16")
+    if bf16 and fp16:
+        raise InputError(Problem("bf16 and fp16 cannot both be true", key="fp16"))
+    attn = parse_attention(cfg)
+    optim = parse_optim(cfg)
+    zero, fsdp = parse_sharding(cfg, base_dir)
     lt = cfg.get("lora_target", DEFAULTS["lora_target"])
     if lt is None:
         lt = "all"

@@ -412,28 +412,14 @@ def tune(
     Raises InputError (naming the key or option) on bad input."""
     from cockpit.config import load_config, parse_overrides, read_yaml
 
-    if memory_cap_gb is not None and not memory_cap_gb > 0:
-        raise InputError(Problem(f"must be a positive number of GiB, not {memory_cap_gb:g}", key="--memory-cap"))
-    if steps < 2:
-        raise InputError(
-            Problem(f"at least 2 (the first step is a warm-up, left out of the timing), not {steps}", key="--steps")
-        )
-    if gpus is not None and gpus < 1:
-        raise InputError(Problem(f"must be at least 1, not {gpus}", key="--gpus"))
+    check_options(memory_cap_gb, steps, gpus)
     raw, _ = read_yaml(config)
     ov = parse_overrides(overrides or [])
     if gpus is not None:
         ov.update(nproc_per_node=gpus, nnodes=1)
     refuse_sharded({**raw, **ov})
-    if ({**raw, **ov}.get("stage") or "sft") != "sft":  # trials build the SFT trainer; recipes: cockpit/train/recipes/
-        raise InputError(
-            Problem("cockpit tune measures stage sft trials so far; use cockpit plan for this stage", key="stage")
-        )
-    out_path = Path(out) if out else default_out(config)
-    if out_path.resolve() == Path(config).resolve():
-        raise InputError(Problem("is the input config; cockpit tune never overwrites it", key="--out"))
-    if out_path.is_dir():
-        raise InputError(Problem(f"{out_path} is a folder; give a file name", key="--out"))
+    refuse_stage({**raw, **ov})
+    out_path = tuned_path(config, out)
     cfg = load_config(config, ov)
     world = shape_of(cfg).world_size
     m0, a0 = int(cfg["per_device_train_batch_size"]), int(cfg["gradient_accumulation_steps"])
@@ -462,46 +448,96 @@ def tune(
     if chosen is None:
         doc["message"] = nothing_fits(trials[0], cap_gb, cfg)
         return doc
-
-    def setting(t: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "per_device_train_batch_size": t["micro_batch"],
-            "gradient_accumulation_steps": t["accumulation"],
-            "tokens_per_s": t["tokens_per_s"],
-            "peak_gb": t["peak_gb"],
-        }
-
-    doc["chosen"], doc["largest_fitting"] = setting(chosen), setting(largest)
+    doc["chosen"], doc["largest_fitting"] = trial_setting(chosen), trial_setting(largest)
     m, a = chosen["micro_batch"], chosen["accumulation"]
-    msg = (
-        f"micro-batch {m} x accumulation {a} (global batch {local * world}): the fastest that fits, "
-        f"{chosen['tokens_per_s']} tokens/s, peak {chosen['peak_gb']:.4g} GiB of the {cap_gb:.4g} GiB cap "
-        f"(fits: at least {TIGHT_HEADROOM:.0%} headroom)"
-    )
-    if largest is not chosen:
-        msg += f"; the largest that fits is micro-batch {largest['micro_batch']} ({largest['tokens_per_s']} tokens/s)"
-    if (m, a) == (m0, a0):
-        msg += "; that is the config's own setting"
+    msg = chosen_message(chosen, largest, local * world, cap_gb, (m0, a0))
     changes = {
         **{k: cfg[k] for k in ov},
         **relocated_paths(raw, Path(config).parent, out_path.parent),
         "per_device_train_batch_size": m,
         "gradient_accumulation_steps": a,
     }
-    header = (
-        f"tuned by cockpit tune from {Path(config).name} on {time.strftime('%Y-%m-%d %H:%M')} ({res['device']}):\n"
-        f"micro-batch {m} x accumulation {a} (was {m0} x {a0}); measured peak {chosen['peak_gb']:.4g} GiB "
+    write_tuned(config, out_path, changes, tuned_header(config, res["device"], chosen, (m0, a0), cap_gb))
+    load_config(out_path)  # what cockpit train / check will read: it must load
+    doc["out"] = str(out_path)
+    doc["message"] = msg
+    return doc
+
+
+def check_options(memory_cap_gb: float | None, steps: int, gpus: int | None) -> None:
+    """Refuse a non-positive --memory-cap, fewer than 2 --steps, or fewer than 1 --gpus."""
+    if memory_cap_gb is not None and not memory_cap_gb > 0:
+        raise InputError(Problem(f"must be a positive number of GiB, not {memory_cap_gb:g}", key="--memory-cap"))
+    if steps < 2:
+        raise InputError(
+            Problem(f"at least 2 (the first step is a warm-up, left out of the timing), not {steps}", key="--steps")
+        )
+    if gpus is not None and gpus < 1:
+        raise InputError(Problem(f"must be at least 1, not {gpus}", key="--gpus"))
+
+
+def refuse_stage(merged: Mapping[str, Any]) -> None:
+    """Refuse a stage other than sft (the config with the overrides applied)."""
+    if (merged.get("stage") or "sft") != "sft":  # trials build the SFT trainer; recipes: cockpit/train/recipes/
+        raise InputError(
+            Problem("cockpit tune measures stage sft trials so far; use cockpit plan for this stage", key="stage")
+        )
+
+
+def tuned_path(config: str, out: str | None) -> Path:
+    """Where the tuned config goes (--out or beside the input); never the input itself, never a folder."""
+    out_path = Path(out) if out else default_out(config)
+    if out_path.resolve() == Path(config).resolve():
+        raise InputError(Problem("is the input config; cockpit tune never overwrites it", key="--out"))
+    if out_path.is_dir():
+        raise InputError(Problem(f"{out_path} is a folder; give a file name", key="--out"))
+    return out_path
+
+
+def trial_setting(t: dict[str, Any]) -> dict[str, Any]:
+    """A trial's batch settings and measurements, as reported under ``chosen`` / ``largest_fitting``."""
+    return {
+        "per_device_train_batch_size": t["micro_batch"],
+        "gradient_accumulation_steps": t["accumulation"],
+        "tokens_per_s": t["tokens_per_s"],
+        "peak_gb": t["peak_gb"],
+    }
+
+
+def chosen_message(
+    chosen: dict[str, Any], largest: dict[str, Any], global_batch: int, cap_gb: float, was: tuple[int, int]
+) -> str:
+    """The summary line for a successful search: the chosen setting, the largest that fits, the old setting."""
+    m, a = chosen["micro_batch"], chosen["accumulation"]
+    msg = (
+        f"micro-batch {m} x accumulation {a} (global batch {global_batch}): the fastest that fits, "
+        f"{chosen['tokens_per_s']} tokens/s, peak {chosen['peak_gb']:.4g} GiB of the {cap_gb:.4g} GiB cap "
+        f"(fits: at least {TIGHT_HEADROOM:.0%} headroom)"
+    )
+    if largest is not chosen:
+        msg += f"; the largest that fits is micro-batch {largest['micro_batch']} ({largest['tokens_per_s']} tokens/s)"
+    if (m, a) == was:
+        msg += "; that is the config's own setting"
+    return msg
+
+
+def tuned_header(config: str, device: str, chosen: dict[str, Any], was: tuple[int, int], cap_gb: float) -> str:
+    """The comment heading the tuned config: its source, when, where, and the chosen setting."""
+    m, a = chosen["micro_batch"], chosen["accumulation"]
+    return (
+        f"tuned by cockpit tune from {Path(config).name} on {time.strftime('%Y-%m-%d %H:%M')} ({device}):\n"
+        f"micro-batch {m} x accumulation {a} (was {was[0]} x {was[1]}); measured peak {chosen['peak_gb']:.4g} GiB "
         f"of a {cap_gb:.4g} GiB cap, {chosen['tokens_per_s']} tokens/s"
     )
+
+
+def write_tuned(config: str, out_path: Path, changes: Mapping[str, Any], header: str) -> None:
+    """Write the input config with ``changes`` applied to ``out_path`` atomically (a temporary file, then a rename)."""
     text = Path(config).read_bytes().decode("utf-8-sig")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.tmp")
     tmp.write_text(rewrite_yaml(text, changes, header), encoding="utf-8")
     os.replace(tmp, out_path)
-    load_config(out_path)  # what cockpit train / check will read: it must load
-    doc["out"] = str(out_path)
-    doc["message"] = msg
-    return doc
 
 
 def nothing_fits(smallest: dict[str, Any], cap_gb: float, cfg: Mapping[str, Any]) -> str:
