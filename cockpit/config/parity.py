@@ -53,6 +53,33 @@ def parity_problems(
     raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
 ) -> list[Problem]:
     out: list[Problem] = []
+    out += _lora_variant_problems(raw, cfg, where)
+    out += _optim_problems(cfg, where)
+    out += _eval_problems(raw, cfg, where)
+    out += _model_setup_problems(cfg, where)
+    if cfg.get("include_num_input_tokens_seen") is False:
+        out.append(
+            Problem(
+                "always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens",
+                **where("include_num_input_tokens_seen"),
+            )
+        )
+    out += _freeze_modules_problems(raw, cfg, where)
+    if cfg.get("low_cpu_mem_usage") is False:
+        out.append(
+            Problem(
+                "transformers 5 always loads weights without a full random init first; it cannot be turned off",
+                **where("low_cpu_mem_usage"),
+            )
+        )
+    return out
+
+
+def _lora_variant_problems(
+    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+) -> list[Problem]:
+    """LoRA variants (DoRA, rsLoRA, PiSSA, LoRA+, ...) outside a LoRA run or with a clashing key."""
+    out: list[Problem] = []
     method = cfg["finetuning_type"]
     for key in LORA_ONLY:
         if key in raw and cfg.get(key) and method != "lora":
@@ -71,19 +98,29 @@ def parity_problems(
                 **where("loraplus_lr_ratio"),
             )
         )
+    return out
+
+
+def _optim_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """An optimizer whose package is not installed here, or that needs a GPU on a CPU run."""
     optim = cfg.get("optim")
     need = optim_requirement(optim) if optim else None
     if need and not has_module(need[0]):
         gpu = " and a GPU" if need[2] else ""
-        out.append(
+        return [
             Problem(
                 f"{optim} needs the {need[1]} package{gpu}; it is not installed here (adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop need nothing)",
                 **where("optim"),
             )
-        )
-    elif need and need[2] and cfg.get("use_cpu"):
-        out.append(Problem(f"{optim} ({need[1]}) runs on a GPU only; on the CPU use adamw_torch", **where("optim")))
-    out += _eval_problems(raw, cfg, where)
+        ]
+    if need and need[2] and cfg.get("use_cpu"):
+        return [Problem(f"{optim} ({need[1]}) runs on a GPU only; on the CPU use adamw_torch", **where("optim"))]
+    return []
+
+
+def _model_setup_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """Attention kernel, gradient checkpointing and create_new_adapter keys that cannot hold together."""
+    out: list[Problem] = []
     if cfg.get("flash_attn") == "fa2":
         if cfg.get("use_cpu"):
             out.append(
@@ -117,13 +154,14 @@ def parity_problems(
                 **where("create_new_adapter"),
             )
         )
-    if cfg.get("include_num_input_tokens_seen") is False:
-        out.append(
-            Problem(
-                "always on in Cockpit: the tokens/s figures of the step events and the summary count the input tokens",
-                **where("include_num_input_tokens_seen"),
-            )
-        )
+    return out
+
+
+def _freeze_modules_problems(
+    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+) -> list[Problem]:
+    """freeze_trainable_modules: not 'all' or a comma list of names, or set outside a freeze run."""
+    out: list[Problem] = []
     modules = str(cfg.get("freeze_trainable_modules") or "all")
     if modules != "all" and not all(
         m.strip() and m.strip().replace("_", "").replace(".", "").isalnum() for m in modules.split(",")
@@ -137,13 +175,6 @@ def parity_problems(
         out.append(
             Problem(
                 f"applies to finetuning_type: freeze, got {cfg['finetuning_type']}", **where("freeze_trainable_modules")
-            )
-        )
-    if cfg.get("low_cpu_mem_usage") is False:
-        out.append(
-            Problem(
-                "transformers 5 always loads weights without a full random init first; it cannot be turned off",
-                **where("low_cpu_mem_usage"),
             )
         )
     return out

@@ -53,6 +53,9 @@ def info_dirs(cfg: Mapping[str, Any]) -> list[Path]:
     return out
 
 
+_Registry = tuple[Path, Path, dict[str, Any], str]  # (folder, its dataset_info.json, parsed, text)
+
+
 def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[DatasetSpec]:
     value = str(cfg.get(key) or "").strip()
     where: dict[str, Any] = {"key": key}
@@ -61,20 +64,45 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
     bases = [Path.cwd(), Path(cfg.get("_base_dir") or Path.cwd())]
     # A path to a file (or something that looks like one).
     if value.endswith((".json", ".jsonl")) or "/" in value or value.startswith("@demo"):
-        if value.startswith("@demo"):
-            p = DEMO_DIR / value[len("@demo") :].lstrip("/")
-        else:
-            p = Path(value).expanduser()
-            if not p.is_absolute():
-                p = next((b / p for b in bases if (b / p).exists()), bases[0] / p)
-        if not p.exists():
-            raise InputError(Problem(f"no such file: {value}", **where))
-        if p.is_dir():
-            raise InputError(Problem(f"is a directory, expected a .json or .jsonl file: {value}", **where))
-        return [DatasetSpec(name=p.stem, path=p)]
+        return [_file_spec(value, bases, where)]
     specs: list[DatasetSpec] = []
     problems: list[Problem] = []
-    registries = []
+    registries = _registries(cfg, where)
+    for name in (n.strip() for n in value.split(",")):
+        if not name:
+            continue
+        hit = next(((d, info, data, text) for d, info, data, text in registries if name in data), None)
+        if hit is None:
+            problems.append(_unknown_name_problem(name, registries, where))
+            continue
+        spec_or_problem = _entry_spec(name, hit, cfg)
+        if isinstance(spec_or_problem, Problem):
+            problems.append(spec_or_problem)
+        else:
+            specs.append(spec_or_problem)
+    if problems:
+        raise InputError(problems)
+    return specs
+
+
+def _file_spec(value: str, bases: list[Path], where: dict[str, Any]) -> DatasetSpec:
+    """The dataset of a file path (relative to the first of BASES that has it, or under @demo)."""
+    if value.startswith("@demo"):
+        p = DEMO_DIR / value[len("@demo") :].lstrip("/")
+    else:
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            p = next((b / p for b in bases if (b / p).exists()), bases[0] / p)
+    if not p.exists():
+        raise InputError(Problem(f"no such file: {value}", **where))
+    if p.is_dir():
+        raise InputError(Problem(f"is a directory, expected a .json or .jsonl file: {value}", **where))
+    return DatasetSpec(name=p.stem, path=p)
+
+
+def _registries(cfg: Mapping[str, Any], where: dict[str, Any]) -> list[_Registry]:
+    """The dataset_info.json files of info_dirs, read in lookup order; InputError when there is none."""
+    registries: list[_Registry] = []
     for d in info_dirs(cfg):
         info = d / "dataset_info.json"
         if info.is_file():
@@ -82,71 +110,56 @@ def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[Datas
             registries.append((d, info, data, text))
     if not registries:
         raise InputError(Problem("no dataset_info.json found (set dataset_dir, or give a .json/.jsonl path)", **where))
-    for name in (n.strip() for n in value.split(",")):
-        if not name:
-            continue
-        hit = next(((d, info, data, text) for d, info, data, text in registries if name in data), None)
-        if hit is None:
-            known = sorted({n for _, _, data, _ in registries for n in data})
-            problems.append(
-                Problem(
-                    f"dataset {name!r} is not in {', '.join(str(r[1]) for r in registries)} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})",
-                    **where,
-                )
-            )
-            continue
-        d, info, data, text = hit
-        entry = data[name]
-        line = _entry_line(text, name)
-        loc: dict[str, Any] = {"file": str(info), "line": line, "key": name}
-        if not isinstance(entry, dict):
-            problems.append(Problem("entry must be an object with file_name", **loc))
-            continue
-        remote = [k for k in _UNSUPPORTED_ENTRY_KEYS if k in entry]
-        if remote and "file_name" not in entry:
-            problems.append(
-                Problem(
-                    f"{remote[0]}: datasets from a hub or script are not supported (no hub access); download it and use file_name",
-                    **loc,
-                )
-            )
-            continue
-        if "file_name" not in entry:
-            problems.append(Problem("missing 'file_name'", **loc))
-            continue
-        stage_problem = ranking_problem(cfg.get("stage") or "sft", bool(entry.get("ranking")), entry)
-        if stage_problem:
-            problems.append(Problem(stage_problem, **loc))
-            continue
-        fmt = entry.get("formatting", "alpaca")
-        if fmt not in ("alpaca", "sharegpt"):
-            problems.append(Problem(f"formatting must be alpaca or sharegpt, got {fmt!r}", **loc))
-            continue
-        path = d / entry["file_name"]
-        if not path.exists():
-            problems.append(Problem(f"file_name {entry['file_name']!r}: no such file in {d}", **loc))
-            continue
-        if path.is_dir():
-            problems.append(
-                Problem(
-                    f"file_name {entry['file_name']!r} is a directory (folders of files are not supported yet)", **loc
-                )
-            )
-            continue
-        columns = entry.get("columns") or {}
-        tags = entry.get("tags") or {}
-        specs.append(
-            DatasetSpec(
-                name=name,
-                path=path,
-                formatting=fmt,
-                columns=dict(columns),
-                tags=dict(tags),
-                info_file=str(info),
-                info_line=line,
-                ranking=bool(entry.get("ranking")),
-            )
+    return registries
+
+
+def _unknown_name_problem(name: str, registries: list[_Registry], where: dict[str, Any]) -> Problem:
+    """A dataset name no registry has, with the names they do have."""
+    known = sorted({n for _, _, data, _ in registries for n in data})
+    return Problem(
+        f"dataset {name!r} is not in {', '.join(str(r[1]) for r in registries)} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})",
+        **where,
+    )
+
+
+def _entry_spec(name: str, hit: _Registry, cfg: Mapping[str, Any]) -> DatasetSpec | Problem:
+    """The dataset of registry entry NAME, or the first problem of the entry (at its file:line)."""
+    d, info, data, text = hit
+    entry = data[name]
+    line = _entry_line(text, name)
+    loc: dict[str, Any] = {"file": str(info), "line": line, "key": name}
+    if not isinstance(entry, dict):
+        return Problem("entry must be an object with file_name", **loc)
+    remote = [k for k in _UNSUPPORTED_ENTRY_KEYS if k in entry]
+    if remote and "file_name" not in entry:
+        return Problem(
+            f"{remote[0]}: datasets from a hub or script are not supported (no hub access); download it and use file_name",
+            **loc,
         )
-    if problems:
-        raise InputError(problems)
-    return specs
+    if "file_name" not in entry:
+        return Problem("missing 'file_name'", **loc)
+    stage_problem = ranking_problem(cfg.get("stage") or "sft", bool(entry.get("ranking")), entry)
+    if stage_problem:
+        return Problem(stage_problem, **loc)
+    fmt = entry.get("formatting", "alpaca")
+    if fmt not in ("alpaca", "sharegpt"):
+        return Problem(f"formatting must be alpaca or sharegpt, got {fmt!r}", **loc)
+    path = d / entry["file_name"]
+    if not path.exists():
+        return Problem(f"file_name {entry['file_name']!r}: no such file in {d}", **loc)
+    if path.is_dir():
+        return Problem(
+            f"file_name {entry['file_name']!r} is a directory (folders of files are not supported yet)", **loc
+        )
+    columns = entry.get("columns") or {}
+    tags = entry.get("tags") or {}
+    return DatasetSpec(
+        name=name,
+        path=path,
+        formatting=fmt,
+        columns=dict(columns),
+        tags=dict(tags),
+        info_file=str(info),
+        info_line=line,
+        ranking=bool(entry.get("ranking")),
+    )

@@ -93,55 +93,9 @@ def check_gpu_visible(ctx: Context) -> Check:
         seen = "torch.cuda.is_available() is False" + (f" ({f.device_error})" if f.device_error else "")
         if env_note:
             seen += f"; {env_note}"
-        if any(v.strip() in ("", "-1") for v in vis.values()):
-            fix = "a *_VISIBLE_DEVICES variable hides every GPU: unset it or list the GPUs to use"
-        elif f.build == "rocm":
-            fix = "check `rocminfo` lists the GPUs; add yourself to the render and video groups: sudo usermod -aG render,video $USER (then log in again)"
-        elif (ctx.roots.dev / "kfd").exists():
-            fix = "this torch is a CUDA build: AMD GPUs need a ROCm build of torch (see the torch check)"
-        else:
-            fix = "check `nvidia-smi` lists the GPUs and the driver matches torch's CUDA"
-        return Check("gpu_visible", title, FAIL, seen, fix, tags, data)
+        return Check("gpu_visible", title, FAIL, seen, _no_gpu_fix(ctx, vis), tags, data)
     seen = f"{f.device_count} GPU(s) visible" + (f" ({env_note})" if env_note else "")
-    problems: list[tuple[str, str]] = []
-    if f.build == "rocm":
-        index_var = (
-            "HIP_VISIBLE_DEVICES"
-            if "HIP_VISIBLE_DEVICES" in vis
-            else ("CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None)
-        )
-        # ROCR_VISIBLE_DEVICES masks first, then HIP/CUDA_VISIBLE_DEVICES index what is left, in
-        # another order (HIP init order); mixing them can hide every GPU:
-        # github.com/mcmonkeyprojects/SwarmUI/issues/565, github.com/Parsl/parsl/issues/3858.
-        if "ROCR_VISIBLE_DEVICES" in vis and index_var:
-            problems.append(
-                (
-                    f"ROCR_VISIBLE_DEVICES and {index_var} are both set: they index GPUs differently",
-                    f"set only ROCR_VISIBLE_DEVICES (unset {index_var})",
-                )
-            )
-        # torch reads HIP_VISIBLE_DEVICES first and CUDA_VISIBLE_DEVICES only as a fallback
-        # (github.com/pytorch/pytorch/pull/129650): two different values mean two different views.
-        hip, cuda = vis.get("HIP_VISIBLE_DEVICES"), vis.get("CUDA_VISIBLE_DEVICES")
-        if hip is not None and cuda is not None and hip.strip() != cuda.strip():
-            problems.append(
-                (
-                    "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES differ",
-                    "set one of them (on ROCm: HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES)",
-                )
-            )
-        expected_var = index_var or ("ROCR_VISIBLE_DEVICES" if "ROCR_VISIBLE_DEVICES" in vis else None)
-    else:
-        expected_var = "CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None
-    if expected_var and not vis[expected_var].strip().startswith("GPU-"):
-        want = len(_listed(vis[expected_var]))
-        if want != f.device_count:
-            problems.append(
-                (
-                    f"{expected_var} lists {want} GPU(s) but torch sees {f.device_count}",
-                    f"correct {expected_var}: indexes of GPUs that do not exist are dropped",
-                )
-            )
+    problems = _visible_devices_problems(f.build, vis, f.device_count)
     if problems:
         return Check(
             "gpu_visible",
@@ -153,6 +107,68 @@ def check_gpu_visible(ctx: Context) -> Check:
             data,
         )
     return Check("gpu_visible", title, PASS, seen, matters_for=tags, data=data)
+
+
+def _no_gpu_fix(ctx: Context, vis: dict[str, str]) -> str:
+    """The likeliest fix when a GPU build of torch sees no GPU."""
+    if any(v.strip() in ("", "-1") for v in vis.values()):
+        return "a *_VISIBLE_DEVICES variable hides every GPU: unset it or list the GPUs to use"
+    if ctx.facts.build == "rocm":
+        return "check `rocminfo` lists the GPUs; add yourself to the render and video groups: sudo usermod -aG render,video $USER (then log in again)"
+    if (ctx.roots.dev / "kfd").exists():
+        return "this torch is a CUDA build: AMD GPUs need a ROCm build of torch (see the torch check)"
+    return "check `nvidia-smi` lists the GPUs and the driver matches torch's CUDA"
+
+
+def _visible_devices_problems(build: str, vis: dict[str, str], device_count: int) -> list[tuple[str, str]]:
+    """(problem, fix) of the *_VISIBLE_DEVICES variables: clashing ROCm ones, a count torch does not see."""
+    problems: list[tuple[str, str]] = []
+    if build == "rocm":
+        index_var = (
+            "HIP_VISIBLE_DEVICES"
+            if "HIP_VISIBLE_DEVICES" in vis
+            else ("CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None)
+        )
+        problems += _rocm_visible_conflicts(vis, index_var)
+        expected_var = index_var or ("ROCR_VISIBLE_DEVICES" if "ROCR_VISIBLE_DEVICES" in vis else None)
+    else:
+        expected_var = "CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None
+    if expected_var and not vis[expected_var].strip().startswith("GPU-"):
+        want = len(_listed(vis[expected_var]))
+        if want != device_count:
+            problems.append(
+                (
+                    f"{expected_var} lists {want} GPU(s) but torch sees {device_count}",
+                    f"correct {expected_var}: indexes of GPUs that do not exist are dropped",
+                )
+            )
+    return problems
+
+
+def _rocm_visible_conflicts(vis: dict[str, str], index_var: str | None) -> list[tuple[str, str]]:
+    """(problem, fix) of ROCm visibility variables set together that give torch two views of the GPUs."""
+    problems: list[tuple[str, str]] = []
+    # ROCR_VISIBLE_DEVICES masks first, then HIP/CUDA_VISIBLE_DEVICES index what is left, in
+    # another order (HIP init order); mixing them can hide every GPU:
+    # github.com/mcmonkeyprojects/SwarmUI/issues/565, github.com/Parsl/parsl/issues/3858.
+    if "ROCR_VISIBLE_DEVICES" in vis and index_var:
+        problems.append(
+            (
+                f"ROCR_VISIBLE_DEVICES and {index_var} are both set: they index GPUs differently",
+                f"set only ROCR_VISIBLE_DEVICES (unset {index_var})",
+            )
+        )
+    # torch reads HIP_VISIBLE_DEVICES first and CUDA_VISIBLE_DEVICES only as a fallback
+    # (github.com/pytorch/pytorch/pull/129650): two different values mean two different views.
+    hip, cuda = vis.get("HIP_VISIBLE_DEVICES"), vis.get("CUDA_VISIBLE_DEVICES")
+    if hip is not None and cuda is not None and hip.strip() != cuda.strip():
+        problems.append(
+            (
+                "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES differ",
+                "set one of them (on ROCm: HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES)",
+            )
+        )
+    return problems
 
 
 def check_gpu_devices(ctx: Context) -> Check:

@@ -55,19 +55,11 @@ def export_run(
 ) -> dict[str, Any]:
     """Export RUN's adapter (copied as saved, PEFT format), or with ``merge`` the base model with
     the adapter merged (``dtype``: auto = bf16 for a bf16/QLoRA run, else float32)."""
-    import torch
-
     cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
     summary = run.read_summary()
-    adapter = Path(summary.get("adapter_dir") or run.output_dir() / "adapter")
-    if not adapter.is_dir():
-        raise InputError(
-            f"{run.run_id} has no saved adapter/model at {adapter} (state: {run.read_status().get('state')})"
-        )
+    adapter = _saved_adapter_dir(run, summary)
     is_lora = (adapter / "adapter_config.json").exists()
-    out = Path(out) if out else run.output_dir() / ("merged" if merge else "export")
-    if out.exists() and any(out.iterdir()):
-        raise InputError(f"{out} exists and is not empty; choose another --out")
+    out = _empty_export_dir(run, out, merge)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     notes: list[str] = []
@@ -79,33 +71,9 @@ def export_run(
     acfg = json.loads((adapter / "adapter_config.json").read_text()) if is_lora else {}
     try:
         if merge and is_lora:
-            from peft import PeftModel
-            from transformers import AutoModelForCausalLM
-
-            from cockpit.models.resolve import resolve_model
-
-            ref = resolve_model(cfg["model_name_or_path"], log=log)
-            if cfg.get("quantization_bit"):
-                notes.append(
-                    "QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights"
-                )
-            if dtype not in MERGE_DTYPES:
-                raise InputError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
-            if dtype == "auto":
-                tdtype = torch.bfloat16 if (cfg.get("bf16") or cfg.get("quantization_bit")) else torch.float32
-            else:
-                tdtype = getattr(torch, dtype)
-            # no quantization_config here: a QLoRA adapter merges into the unquantized weights
-            base = AutoModelForCausalLM.from_pretrained(
-                ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
-            )
-            if getattr(base.config, "quantization_config", None):
-                notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
-            model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
-            model.save_pretrained(tmp, safe_serialization=True)
-            _save_tokenizer(adapter, cfg, tmp, ref)
+            merged_dtype, merge_notes = _merge_into_base(adapter, cfg, tmp, dtype, log)
+            notes += merge_notes
             kind = "merged"
-            merged_dtype = str(tdtype).replace("torch.", "")
         else:
             shutil.copytree(adapter, tmp, dirs_exist_ok=True)
             kind = "adapter" if is_lora else "model"
@@ -134,3 +102,53 @@ def export_run(
             shutil.rmtree(tmp, ignore_errors=True)
     record["path"] = str(out)
     return record
+
+
+def _saved_adapter_dir(run: RunDir, summary: dict[str, Any]) -> Path:
+    """The folder of the run's saved adapter (or whole model); InputError when there is none."""
+    adapter = Path(summary.get("adapter_dir") or run.output_dir() / "adapter")
+    if not adapter.is_dir():
+        raise InputError(
+            f"{run.run_id} has no saved adapter/model at {adapter} (state: {run.read_status().get('state')})"
+        )
+    return adapter
+
+
+def _empty_export_dir(run: RunDir, out: Path | None, merge: bool) -> Path:
+    """The export's folder (default: the run's merged/ or export/); InputError when it has files."""
+    out = Path(out) if out else run.output_dir() / ("merged" if merge else "export")
+    if out.exists() and any(out.iterdir()):
+        raise InputError(f"{out} exists and is not empty; choose another --out")
+    return out
+
+
+def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
+    """Merge the LoRA adapter into the base model and save it with the tokenizer in TMP: (dtype, notes)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from cockpit.models.resolve import resolve_model
+
+    notes: list[str] = []
+    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    if cfg.get("quantization_bit"):
+        notes.append(
+            "QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights"
+        )
+    if dtype not in MERGE_DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
+    if dtype == "auto":
+        tdtype = torch.bfloat16 if (cfg.get("bf16") or cfg.get("quantization_bit")) else torch.float32
+    else:
+        tdtype = getattr(torch, dtype)
+    # no quantization_config here: a QLoRA adapter merges into the unquantized weights
+    base = AutoModelForCausalLM.from_pretrained(
+        ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
+    )
+    if getattr(base.config, "quantization_config", None):
+        notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
+    model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    model.save_pretrained(tmp, safe_serialization=True)
+    _save_tokenizer(adapter, cfg, tmp, ref)
+    return str(tdtype).replace("torch.", ""), notes

@@ -156,17 +156,35 @@ def _num(v: Any) -> float | None:
 
 def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Problem]:
     """Problems of a DeepSpeed config against the run (pure; no DeepSpeed import)."""
-    problems: list[Problem] = []
+    found = [
+        *_unknown_top_level_keys(ds),
+        *_precision_mismatches(ds, cfg),
+        *_batch_mismatches(ds, cfg),
+        *_clipping_mismatches(ds, cfg),
+        *_zero_problems(ds),
+    ]
+    if cfg.get("fsdp"):
+        found.append(("deepspeed", "fsdp is set too; choose one strategy"))
+    return [Problem(msg, file=file, key=key) for key, msg in found]
 
-    def bad(key: str, msg: str) -> None:
-        problems.append(Problem(msg, file=file, key=key))
 
+_Finding = tuple[str, str]  # (the key in the DeepSpeed config, the message)
+
+
+def _unknown_top_level_keys(ds: Mapping[str, Any]) -> list[_Finding]:
+    """Top-level keys DeepSpeed does not read (it would ignore them silently), with a close match."""
+    found: list[_Finding] = []
     for key in ds:
         if key not in KNOWN_TOP_LEVEL:
             close = difflib.get_close_matches(key, sorted(KNOWN_TOP_LEVEL), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            bad(key, f"not a DeepSpeed key{hint}; DeepSpeed would ignore it silently")
-    # precision
+            found.append((key, f"not a DeepSpeed key{hint}; DeepSpeed would ignore it silently"))
+    return found
+
+
+def _precision_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Finding]:
+    """bf16 / fp16 flags and communication_data_type that disagree with the run's precision."""
+    found: list[_Finding] = []
     prec = precision(cfg)
     for name, flag in (("bf16", "bf16"), ("fp16", "fp16")):
         enabled = _get(ds, f"{name}.enabled")
@@ -175,19 +193,28 @@ def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Prob
         if enabled == "auto" or enabled is None:
             continue
         if bool(enabled) != bool(cfg.get(flag)):
-            bad(
-                f"{name}.enabled",
-                f'is {str(bool(enabled)).lower()} but the run has {flag}: {str(bool(cfg.get(flag))).lower()}; set it to "auto" or change {flag}',
+            found.append(
+                (
+                    f"{name}.enabled",
+                    f'is {str(bool(enabled)).lower()} but the run has {flag}: {str(bool(cfg.get(flag))).lower()}; set it to "auto" or change {flag}',
+                )
             )
     comm = ds.get("communication_data_type")
     if comm is not None and comm != "auto":
         if comm not in PRECISIONS:
-            bad("communication_data_type", f"must be one of {' | '.join(PRECISIONS)}, got {comm!r}")
+            found.append(("communication_data_type", f"must be one of {' | '.join(PRECISIONS)}, got {comm!r}"))
         elif prec != "fp32" and comm not in (prec, "fp32"):
-            bad("communication_data_type", f"is {comm} but the run trains in {prec}; use {prec} or fp32")
+            found.append(("communication_data_type", f"is {comm} but the run trains in {prec}; use {prec} or fp32"))
         elif prec == "fp32" and comm != "fp32":
-            bad("communication_data_type", f'is {comm} but the run trains in fp32 (no bf16/fp16); use fp32 or "auto"')
-    # batch arithmetic
+            found.append(
+                ("communication_data_type", f'is {comm} but the run trains in fp32 (no bf16/fp16); use fp32 or "auto"')
+            )
+    return found
+
+
+def _batch_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Finding]:
+    """Micro-batch, accumulation and global batch sizes that are not the run's batch arithmetic."""
+    found: list[_Finding] = []
     micro, gas, ws = int(cfg["per_device_train_batch_size"]), int(cfg["gradient_accumulation_steps"]), world_size(cfg)
     for key, want, ours in (
         ("train_micro_batch_size_per_gpu", micro, "per_device_train_batch_size"),
@@ -203,41 +230,54 @@ def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Prob
             continue
         n = _num(v)
         if n is None or n != int(n) or n < 1:
-            bad(key, f'must be a positive integer or "auto", got {v!r}')
+            found.append((key, f'must be a positive integer or "auto", got {v!r}'))
         elif int(n) != want:
-            bad(key, f'is {int(n)} but the run has {ours} = {want}; set it to "auto" or make them agree')
+            found.append((key, f'is {int(n)} but the run has {ours} = {want}; set it to "auto" or make them agree'))
+    return found
+
+
+def _clipping_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Finding]:
+    """gradient_clipping that is not a number, or not the run's max_grad_norm."""
     clip = ds.get("gradient_clipping")
-    if clip not in (None, "auto"):
-        if _num(clip) is None:
-            bad("gradient_clipping", f'must be a number or "auto", got {clip!r}')
-        elif float(clip) != float(cfg.get("max_grad_norm") or 0.0):
-            bad(
+    if clip in (None, "auto"):
+        return []
+    if _num(clip) is None:
+        return [("gradient_clipping", f'must be a number or "auto", got {clip!r}')]
+    if float(clip) != float(cfg.get("max_grad_norm") or 0.0):
+        return [
+            (
                 "gradient_clipping",
                 f'is {clip} but the run has max_grad_norm: {cfg.get("max_grad_norm")}; set it to "auto"',
             )
+        ]
+    return []
+
+
+def _zero_problems(ds: Mapping[str, Any]) -> list[_Finding]:
+    """zero_optimization's shape, stage and offload devices (parameter offload needs stage 3)."""
     zero = ds.get("zero_optimization")
-    if zero is not None:
-        if not isinstance(zero, Mapping):
-            bad("zero_optimization", f"must be an object, got {type(zero).__name__}")
-        else:
-            stage = zero.get("stage", 0)
-            if stage not in (0, 1, 2, 3):
-                bad("zero_optimization.stage", f"must be 0 | 1 | 2 | 3, got {stage!r}")
-            for sub in ("offload_optimizer", "offload_param"):
-                node = zero.get(sub)
-                if node is None:
-                    continue
-                dev = node.get("device") if isinstance(node, Mapping) else None
-                if dev not in OFFLOAD_DEVICES:
-                    bad(f"zero_optimization.{sub}.device", f"must be one of {' | '.join(OFFLOAD_DEVICES)}, got {dev!r}")
-                elif sub == "offload_param" and dev != "none" and stage != 3:
-                    bad(
-                        "zero_optimization.offload_param",
-                        f"parameter offload needs ZeRO stage 3, the file has stage {stage}",
-                    )
-    if cfg.get("fsdp"):
-        bad("deepspeed", "fsdp is set too; choose one strategy")
-    return problems
+    if zero is None:
+        return []
+    if not isinstance(zero, Mapping):
+        return [("zero_optimization", f"must be an object, got {type(zero).__name__}")]
+    found: list[_Finding] = []
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        found.append(("zero_optimization.stage", f"must be 0 | 1 | 2 | 3, got {stage!r}"))
+    for sub in ("offload_optimizer", "offload_param"):
+        node = zero.get(sub)
+        if node is None:
+            continue
+        dev = node.get("device") if isinstance(node, Mapping) else None
+        if dev not in OFFLOAD_DEVICES:
+            found.append(
+                (f"zero_optimization.{sub}.device", f"must be one of {' | '.join(OFFLOAD_DEVICES)}, got {dev!r}")
+            )
+        elif sub == "offload_param" and dev != "none" and stage != 3:
+            found.append(
+                ("zero_optimization.offload_param", f"parameter offload needs ZeRO stage 3, the file has stage {stage}")
+            )
+    return found
 
 
 # -- the full parse: HF fills "auto", DeepSpeed validates ------------------------------------
