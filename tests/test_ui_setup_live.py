@@ -404,10 +404,12 @@ def test_method_form_holds_the_stage_and_its_keys_checked_as_you_type(env):
             scr = app.screen
             await wait_for(pilot, lambda: "config valid" in text_of(scr, "#problems"), 10, "a valid config")
             assert scr.query_one("#f-stage", Select).value == "sft"  # the SFT demo
+            assert not any(scr.query_one(f"#row-{k}").display for k in ("pref_loss", "pref_beta", "pref_ftx", "simpo_gamma"))
             scr.query_one("#preset", Select).value = str(ROOT / "presets" / "cpu-dpo-demo.yaml")  # picked, as a user does
             await wait_for(pilot, lambda: scr.query_one("#f-stage", Select).value == "dpo", 10, "the DPO preset's stage")
             await pilot.pause(0.3)  # the filled widgets' Changed messages
             assert scr.query_one("#f-pref_loss", Select).value == "sigmoid"
+            await wait_for(pilot, lambda: scr.query_one("#row-pref_loss").display, 5, "the DPO keys shown")
             assert scr.query_one("#f-pref_beta", Input).value == "0.1" and scr.query_one("#f-pref_ftx", Input).value == "1"
             scr.query_one("#f-pref_beta", Input).value = "-1"
             await wait_for(pilot, lambda: "pref_beta" in text_of(scr, "#problems"), 10, "the pref_beta problem")
@@ -419,5 +421,7 @@ def test_method_form_holds_the_stage_and_its_keys_checked_as_you_type(env):
             assert not scr.query_one("#f-pref_beta").has_class("-invalid")
             scr.query_one("#f-stage", Select).value = "kto"
             await wait_for(pilot, lambda: scr.model.raw().get("stage") == "kto", 10, "stage kto in the form's config")
+            await wait_for(pilot, lambda: not scr.query_one("#row-pref_loss").display, 5, "DPO's keys hidden for KTO")
+            assert scr.query_one("#row-pref_beta").display and not scr.query_one("#row-simpo_gamma").display
 
     asyncio.run(scenario())

@@ -124,6 +124,21 @@ GROUPS: dict[str, list[Field]] = {
 FIELDS: dict[str, Field] = {f.id: f for fs in GROUPS.values() for f in fs}
 UI_ONLY = frozenset({"method", "strategy", "offload", "precision", "device", "gpu_memory_gb"})
 # config keys the virtual fields own
+# the stage keys a form shows only for the stages that read them (config/stages.py)
+STAGE_FIELDS: dict[str, tuple[str, ...]] = {
+    "pref_loss": ("dpo",),
+    "pref_beta": ("dpo", "kto"),
+    "pref_ftx": ("dpo",),
+    "simpo_gamma": ("dpo",),
+}
+
+
+def hidden_fields(values: dict[str, Any]) -> set[str]:
+    """The form's fields that the chosen stage does not read (hidden, their values kept)."""
+    stage = str(values.get("stage") or "sft")
+    return {fid for fid, stages in STAGE_FIELDS.items() if stage not in stages}
+
+
 OWNED = frozenset({"finetuning_type", "quantization_bit", "fsdp", "bf16", "fp16", "use_cpu", "zero_stage", "offload"})
 # ZeRO offload per stage: the values cockpit/strategy/deepspeed.py generates its config from
 ZERO_OFFLOAD = {2: "optimizer", 3: "optimizer+params"}

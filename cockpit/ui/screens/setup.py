@@ -121,7 +121,7 @@ class SetupScreen(Screen):
                     with TabPane(group, id=f"tab-{group.lower()}"):
                         with VerticalScroll(classes="form"):
                             for f in fields:
-                                with Horizontal(classes="field"):
+                                with Horizontal(classes="field", id=f"row-{f.id}"):
                                     yield Label(f.label, classes="field-label")
                                     yield self._widget(f)
                                 if f.id == "model_name_or_path":
@@ -287,6 +287,9 @@ class SetupScreen(Screen):
             Text("  → " + forms.model_kind(self.model.values.get("model_name_or_path") or ""), style="dim")
         )
         bad_fields = {forms.field_for_key(k) for k in checked.keys}
+        hidden = forms.hidden_fields(self.model.values)
+        for fid in forms.STAGE_FIELDS:
+            self.query_one(f"#row-{fid}").display = fid not in hidden
         for f in FIELDS.values():
             self.query_one(f"#{_wid(f.id)}").set_class(f.id in bad_fields, "-invalid")
         tabs = self.query_one(TabbedContent)
