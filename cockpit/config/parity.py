@@ -65,6 +65,7 @@ def parity_problems(
             )
         )
     out += _freeze_modules_problems(raw, cfg, where)
+    out += _mix_problems(cfg, where)
     if cfg.get("low_cpu_mem_usage") is False:
         out.append(
             Problem(
@@ -73,6 +74,44 @@ def parity_problems(
             )
         )
     return out
+
+
+def interleave_probs(text: Any) -> list[float]:
+    """``interleave_probs`` as floats ("0.7,0.3" or a YAML list); ValueError when one is not a number."""
+    items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+    return [float(x) for x in items if str(x).strip()]
+
+
+def _mix_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """interleave_probs: numbers in [0, 1] summing to 1, one per dataset, for an interleaving mix."""
+    if cfg.get("interleave_probs") in (None, ""):
+        return []
+    if not str(cfg.get("mix_strategy", "concat")).startswith("interleave"):
+        return [
+            Problem(
+                "interleave_probs applies to mix_strategy interleave_under / interleave_over",
+                **where("interleave_probs"),
+            )
+        ]
+    try:
+        probs = interleave_probs(cfg["interleave_probs"])
+    except ValueError:
+        return [
+            Problem(f"expected comma-separated numbers, got {cfg['interleave_probs']!r}", **where("interleave_probs"))
+        ]
+    n = len([d for d in str(cfg.get("dataset") or "").split(",") if d.strip()])
+    if len(probs) != n:
+        return [
+            Problem(f"{len(probs)} probabilities for {n} dataset(s); give one per dataset", **where("interleave_probs"))
+        ]
+    if any(not 0 <= p <= 1 for p in probs) or abs(sum(probs) - 1) > 1e-6:
+        return [
+            Problem(
+                f"probabilities must lie in [0, 1] and sum to 1, got {probs} (sum {sum(probs):g})",
+                **where("interleave_probs"),
+            )
+        ]
+    return []
 
 
 def _lora_variant_problems(
@@ -309,10 +348,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("tokenized_path", "streaming", "buffer_size"),
         "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)",
-    ),
-    (
-        ("mix_strategy", "interleave_probs"),
-        "several datasets are concatenated; interleaving strategies are not supported yet",
     ),
     (
         ("tool_format", "enable_thinking"),

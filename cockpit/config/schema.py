@@ -275,6 +275,22 @@ KEYS: tuple[Key, ...] = (
         "dataset",
     ),
     _k(
+        "mix_strategy",
+        "choice",
+        "concat",
+        "several datasets: concat | interleave_under (stop at the shortest) | interleave_over (until the longest ends, oversampling the others)",
+        "dataset",
+        choices=("concat", "interleave_under", "interleave_over"),
+        nullable=False,
+    ),
+    _k(
+        "interleave_probs",
+        "str",
+        None,
+        "interleaving: each dataset's sampling probability, comma-separated, in the datasets' order (default: alternate)",
+        "dataset",
+    ),
+    _k(
         "train_on_prompt",
         "bool",
         False,
@@ -796,7 +812,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
     vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
     quantization_method quantization_type double_quantization quantization_device_map
-    eval_dataset tokenized_path streaming buffer_size mix_strategy interleave_probs
+    eval_dataset tokenized_path streaming buffer_size
     train_on_prompt mask_history tool_format default_system enable_thinking ignore_pad_token_for_loss
     media_dir data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding

@@ -17,14 +17,46 @@ def collect_samples(cfg: Mapping[str, Any], *, strict: bool | None = None) -> Lo
         strict = not cfg.get("allow_bad_rows", False)
     specs = resolve_datasets(cfg)
     total = LoadResult([], [], {})
+    per_dataset: list[list[dict[str, Any]]] = []
     for spec in specs:
         res = load_dataset_file(spec, cfg.get("max_samples"))
-        total.samples += res.samples
+        per_dataset.append(res.samples)
         total.problems += res.problems
         total.formats.update(res.formats)
         total.rows += res.rows
+    order = mixed_order(
+        [len(s) for s in per_dataset],
+        cfg.get("mix_strategy") or "concat",
+        cfg.get("interleave_probs"),
+        cfg.get("seed", 42),
+    )
+    total.samples = [per_dataset[k][j] for k, j in order]
     if strict and total.problems:
         raise InputError(total.problems)
     if not total.samples:
         raise InputError(total.problems or "no usable samples in the dataset(s)")
     return total
+
+
+def mixed_order(sizes: list[int], strategy: str, probs: Any, seed: int) -> list[tuple[int, int]]:
+    """(dataset, row) pairs in LLaMA-Factory's mixing order (its ``merge_dataset``): ``concat`` one
+    after the other; ``interleave_under`` / ``interleave_over`` by ``datasets.interleave_datasets``
+    itself (the same library, seed and stopping strategy LLaMA-Factory uses), alternating when no
+    ``interleave_probs`` are given. Interleaving over a dataset index keeps the samples as read."""
+    if strategy == "concat" or len(sizes) < 2:
+        return [(k, j) for k, n in enumerate(sizes) for j in range(n)]
+    from datasets import Dataset, interleave_datasets
+
+    from cockpit.config.parity import interleave_probs
+
+    weights = interleave_probs(probs) if probs not in (None, "") else None
+    kept = [k for k, n in enumerate(sizes) if n]  # a dataset left with no usable row takes no part
+    if weights is not None:
+        weights = [weights[k] / sum(weights[i] for i in kept) for k in kept]
+    mixed = interleave_datasets(
+        [Dataset.from_dict({"k": [k] * sizes[k], "j": list(range(sizes[k]))}) for k in kept],
+        probabilities=weights,
+        seed=seed,
+        stopping_strategy="first_exhausted" if strategy.endswith("under") else "all_exhausted",
+    )
+    return list(zip(mixed["k"], mixed["j"]))
