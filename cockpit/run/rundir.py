@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# checkpoints are written under checkpoints/.staging/ and renamed into place when complete
+CHECKPOINT_STAGING = ".staging"
+
 TERMINAL_STATES = frozenset(
     {"finished", "failed", "stopped", "lost", "cancelled"}
 )  # cancelled: by the scheduler (cockpit.slurm)

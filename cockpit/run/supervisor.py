@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from cockpit.run.events import EventReader, EventWriter
-from cockpit.run.rundir import ACTIVE_STATES, RunDir, atomic_write_json
+from cockpit.run.rundir import ACTIVE_STATES, CHECKPOINT_STAGING, RunDir, atomic_write_json
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
 from cockpit.shape import shape_of
@@ -475,12 +475,25 @@ class Supervisor:
         self.status_changes = {}
         self.status(**final)
         self._settle_summary(state, reason)
+        self._remove_partial_checkpoints()
         if self.sampler is not None:
             try:
                 self.sampler.close()
             except Exception:
                 pass
         return 0 if state in ("finished", "stopped") else 1
+
+    def _remove_partial_checkpoints(self) -> None:
+        """The ranks are gone: a checkpoint still in ``checkpoints/.staging`` was never completed (a
+        rank killed or failing mid-save, a full disk) and nothing can resume from it. Node 0's
+        supervisor only (another node's may end while rank 0 still writes a shared output_dir)."""
+        if self.node_rank != 0:
+            return
+        out = Path(self.cfg["output_dir"]) if self.cfg.get("output_dir") else self.run.path
+        staging = out / "checkpoints" / CHECKPOINT_STAGING
+        if staging.is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
+            say(f"partial checkpoint(s) removed: {staging}")
 
     def _settle_summary(self, state: str, reason: str | None) -> None:
         try:

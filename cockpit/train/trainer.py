@@ -25,7 +25,9 @@ from typing import Any
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-STAGING = ".staging"
+from cockpit.run.rundir import CHECKPOINT_STAGING
+
+STAGING = CHECKPOINT_STAGING
 RECORD = "cockpit_checkpoint.json"
 
 
