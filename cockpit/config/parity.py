@@ -350,8 +350,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)",
     ),
     (
-        ("tool_format", "enable_thinking"),
-        "a template option not supported yet (the chat template renders the data as given)",
+        ("tool_format",),
+        "tool-call formatting (tools in the prompt) is not supported yet (the chat template renders the data as given)",
     ),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),

@@ -275,6 +275,14 @@ KEYS: tuple[Key, ...] = (
         "dataset",
     ),
     _k(
+        "enable_thinking",
+        "bool",
+        True,
+        "false: the chat template renders with enable_thinking false (a reasoning model's template then writes an empty thought)",
+        "dataset",
+        nullable=False,
+    ),
+    _k(
         "mix_strategy",
         "choice",
         "concat",
@@ -813,7 +821,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
     quantization_method quantization_type double_quantization quantization_device_map
     eval_dataset tokenized_path streaming buffer_size
-    train_on_prompt mask_history tool_format default_system enable_thinking ignore_pad_token_for_loss
+    train_on_prompt mask_history tool_format default_system ignore_pad_token_for_loss
     media_dir data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding
     additional_target create_new_adapter freeze_extra_modules freeze_vision_tower freeze_multi_modal_projector

@@ -63,7 +63,9 @@ def render_all(
 
 def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
     try:
-        apply_template_choice(tokenizer, cfg.get("template"), cfg.get("default_system"))
+        apply_template_choice(
+            tokenizer, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
+        )
     except ValueError as exc:
         raise InputError(Problem(str(exc), key="template")) from None
     if loaded is None:

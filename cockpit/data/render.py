@@ -56,10 +56,16 @@ def template_names() -> list[str]:
     return ["default", *NAMED_TEMPLATES, *TEMPLATE_ALIASES]
 
 
-def apply_template_choice(tokenizer: Any, template: str | None, default_system: str | None = None) -> None:
+def apply_template_choice(
+    tokenizer: Any, template: str | None, default_system: str | None = None, enable_thinking: bool = True
+) -> None:
     """Set the tokenizer's chat template from the config's ``template`` key (ValueError if unknown);
-    ``default_system``: the system message of every conversation that has none (training, probes,
-    chat, and the saved tokenizer's template, so a served model gets it too)."""
+    ``default_system``: the system message of every conversation that has none; ``enable_thinking``
+    false: the template renders with ``enable_thinking = false`` (a reasoning model's own template,
+    e.g. Qwen3's, then writes its empty thought). Both are baked into the template, so training,
+    probes, chat and the saved tokenizer (a served model) render alike."""
+    if getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = unwrapped(tokenizer.chat_template)  # a template Cockpit saved before
     if not template or template == "default":
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
@@ -72,9 +78,25 @@ def apply_template_choice(tokenizer: Any, template: str | None, default_system: 
         tokenizer.chat_template = NAMED_TEMPLATES[name]
     if default_system:
         tokenizer.chat_template = with_default_system(tokenizer.chat_template, default_system)
+    if not enable_thinking:
+        tokenizer.chat_template = with_thinking_off(tokenizer.chat_template)
 
 
 _SYSTEM_MARK = "{#- cockpit default_system -#}"
+_THINKING_MARK = "{#- cockpit enable_thinking -#}"
+
+
+def with_thinking_off(template: str) -> str:
+    """``template`` rendered with ``enable_thinking`` false (LLaMA-Factory's ``enable_thinking: false``)."""
+    return _THINKING_MARK + "{%- set enable_thinking = false -%}" + _THINKING_MARK + template
+
+
+def unwrapped(template: str) -> str:
+    """``template`` without the settings Cockpit wrapped around it (enable_thinking, default_system)."""
+    for mark in (_THINKING_MARK, _SYSTEM_MARK):  # outermost first
+        if template.startswith(mark):
+            template = template.split(mark, 2)[2]
+    return template
 
 
 def with_default_system(template: str, system: str) -> str:

@@ -153,7 +153,9 @@ def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResul
     stage, cutoff = cfg["stage"], int(cfg["cutoff_len"])
     if stage != "pt":
         try:
-            apply_template_choice(tokenizer, cfg.get("template"), cfg.get("default_system"))
+            apply_template_choice(
+                tokenizer, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
+            )
         except ValueError as exc:
             raise InputError(Problem(str(exc), key="template")) from None
     loaded = loaded or collect_stage_samples(cfg)

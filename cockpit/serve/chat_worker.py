@@ -101,7 +101,9 @@ class Generator:
             self.tok = load_tokenizer(cfg, ref, log=log)
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
-        apply_template_choice(self.tok, cfg.get("template"), cfg.get("default_system"))
+        apply_template_choice(
+            self.tok, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
+        )
         base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
         if art.is_lora:
             from peft import PeftModel
