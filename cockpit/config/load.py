@@ -358,8 +358,9 @@ def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[P
     local = _resolve_existing(mp, bases) if mp else None
     if local is not None:
         cfg["model_name_or_path"] = str(local)
-    if cfg["output_dir"]:
-        cfg["output_dir"] = str((Path.cwd() / Path(cfg["output_dir"]).expanduser()).resolve())
+    for key in ("output_dir", "tokenized_path"):  # made by the run: against the working dir, as given
+        if cfg[key]:
+            cfg[key] = str((Path.cwd() / Path(cfg[key]).expanduser()).resolve())
     return problems
 
 

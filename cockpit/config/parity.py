@@ -66,6 +66,13 @@ def parity_problems(
         )
     out += _freeze_modules_problems(raw, cfg, where)
     out += _mix_problems(cfg, where)
+    if cfg.get("tokenized_path") and cfg.get("stage", "sft") != "sft":
+        out.append(
+            Problem(
+                f"tokenized_path keeps SFT's rendered samples; stage {cfg.get('stage')} tokenises afresh",
+                **where("tokenized_path"),
+            )
+        )
     if cfg.get("low_cpu_mem_usage") is False:
         out.append(
             Problem(
@@ -346,8 +353,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "vocabulary changes (new tokens, resized embeddings) are not supported yet",
     ),
     (
-        ("tokenized_path", "streaming", "buffer_size"),
-        "a tokenised dataset cache / streaming datasets: not supported yet (every run tokenises its data afresh)",
+        ("streaming", "buffer_size"),
+        "streaming datasets are not supported yet (the data are read whole; tokenized_path keeps the tokens for later runs)",
     ),
     (
         ("tool_format",),

@@ -254,9 +254,16 @@ KEYS: tuple[Key, ...] = (
         "overwrite_cache",
         "bool",
         False,
-        "no tokenised cache is ever kept: every run tokenises its data afresh (true's meaning; false has no cache to reuse)",
+        "with tokenized_path: tokenise afresh and replace the cache (false: reuse it when its settings match)",
         "dataset",
         nullable=False,
+    ),
+    _k(
+        "tokenized_path",
+        "str",
+        None,
+        "a folder keeping SFT's tokenised samples for later runs (reused when tokenizer, template, cutoff, masking and data match)",
+        "dataset",
     ),
     _k(
         "preprocessing_num_workers",
@@ -820,7 +827,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
     vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
     quantization_method quantization_type double_quantization quantization_device_map
-    eval_dataset tokenized_path streaming buffer_size
+    eval_dataset streaming buffer_size
     train_on_prompt mask_history tool_format default_system ignore_pad_token_for_loss
     media_dir data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from cockpit.data import tokenized
 from cockpit.data.collect import collect_samples
 from cockpit.data.formats import LoadResult
 from cockpit.data.render import Rendered, apply_template_choice, render_sample
@@ -68,11 +70,17 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
         )
     except ValueError as exc:
         raise InputError(Problem(str(exc), key="template")) from None
+    cutoff = int(cfg["cutoff_len"])
+    cache = Path(cfg["tokenized_path"]) if cfg.get("tokenized_path") and loaded is None else None
+    if cache is not None:
+        want = tokenized.fingerprint(cfg, tokenizer)
+        hit = None if cfg.get("overwrite_cache") else tokenized.load(cache, want)
+        if hit is not None:
+            return Prepared(hit[0], hit[1], truncation_report(hit[1], cutoff))
     if loaded is None:
         loaded = collect_samples(cfg)
     rendered: list[Rendered] = []
     problems: list[Problem] = []
-    cutoff = int(cfg["cutoff_len"])
     workers = int(cfg.get("preprocessing_num_workers") or 1)
     for sample, (result, error) in zip(
         loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, masking(cfg))
@@ -88,4 +96,6 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
         loaded.problems += problems
     if not rendered:
         raise InputError("no sample could be rendered")
+    if cache is not None:
+        tokenized.save(cache, want, loaded, rendered)
     return Prepared(loaded, rendered, truncation_report(rendered, cutoff))
