@@ -326,3 +326,32 @@ def test_upcast_keeps_norms_and_logits_in_fp32(tiny_model_dir):
     with torch.autocast("cpu", dtype=torch.bfloat16):  # as the Trainer runs bf16 mixed precision
         assert model(torch.tensor([[1, 2, 3]])).logits.dtype == torch.float32
         assert plain(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
+
+
+# -- use_llama_pro: only LLaMA Pro's expanded blocks train (LLaMA-Factory's stride rule) -------------
+def test_llama_pro_freeze_trains_the_last_layer_of_each_group_only(tiny_model_dir):
+    from cockpit.train.model import expanded_layer_ids
+
+    assert list(expanded_layer_ids(32, 8)) == [3, 7, 11, 15, 19, 23, 27, 31]  # 24 layers expanded by 8
+    model, _ = build(tiny_model_dir, finetuning_type="freeze", use_llama_pro=True, freeze_trainable_layers=1)
+    trained = {n.split(".")[2] for n, p in model.named_parameters() if p.requires_grad}
+    assert trained == {"1"}  # 2 layers, 1 expanded block: the second
+    model, _ = build(tiny_model_dir, finetuning_type="freeze", use_llama_pro=False, freeze_trainable_layers=1)
+    assert {n.split(".")[2] for n, p in model.named_parameters() if p.requires_grad} == {"1"}
+
+
+def test_llama_pro_lora_puts_adapters_in_the_expanded_blocks_only(tiny_model_dir):
+    model, _ = build(tiny_model_dir, use_llama_pro=True, freeze_trainable_layers=1, lora_target="q_proj,v_proj")
+    lora = {n for n, _ in model.named_parameters() if "lora_" in n}
+    assert lora and all(".layers.1." in n for n in lora)
+    assert {n.split(".")[-4] for n in lora} == {"q_proj", "v_proj"}  # ...q_proj.lora_A.default.weight
+    everywhere, _ = build(tiny_model_dir, freeze_trainable_layers=1, lora_target="q_proj,v_proj")
+    assert any(".layers.0." in n for n, _ in everywhere.named_parameters() if "lora_" in n)
+
+
+def test_llama_pro_refusals_name_the_key(tiny_model_dir):
+    from cockpit.errors import InputError
+
+    refused(tiny_model_dir, "use_llama_pro", use_llama_pro=True, finetuning_type="full")
+    with pytest.raises(InputError, match="freeze_trainable_layers"):
+        build(tiny_model_dir, finetuning_type="freeze", use_llama_pro=True, freeze_trainable_layers=3)

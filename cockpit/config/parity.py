@@ -66,6 +66,14 @@ def parity_problems(
         )
     out += _freeze_modules_problems(raw, cfg, where)
     out += _mix_problems(cfg, where)
+    if cfg.get("use_llama_pro") and (cfg["finetuning_type"] == "full" or cfg["freeze_trainable_layers"] <= 0):
+        out.append(
+            Problem(
+                "LLaMA Pro trains the expanded blocks: finetuning_type freeze or lora, and freeze_trainable_layers "
+                f"> 0 (how many blocks were added); got {cfg['finetuning_type']}, {cfg['freeze_trainable_layers']}",
+                **where("use_llama_pro"),
+            )
+        )
     if cfg.get("tokenized_path") and cfg.get("stage", "sft") != "sft":
         out.append(
             Problem(

@@ -139,6 +139,14 @@ KEYS: tuple[Key, ...] = (
         nullable=False,
     ),
     _k(
+        "use_llama_pro",
+        "bool",
+        False,
+        "LLaMA Pro (block expansion): train only the expanded blocks, every (layers / freeze_trainable_layers)-th layer (freeze or LoRA)",
+        "method",
+        nullable=False,
+    ),
+    _k(
         "quantization_bit",
         "choice",
         None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cockpit.errors import InputError
+from cockpit.errors import InputError, Problem
 from cockpit.run.rundir import RunDir
 
 
@@ -86,6 +86,8 @@ def with_lora_adapter(model, cfg: dict[str, Any]):
     set_seed(cfg["seed"])  # the adapter's init depends on the seed only, however the base was loaded
     target = cfg["lora_target"]
     targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
+    if cfg.get("use_llama_pro"):
+        targets = expanded_block_modules(model, targets, cfg["freeze_trainable_layers"])
     lora = LoraConfig(
         r=cfg["lora_rank"],
         lora_alpha=cfg["lora_alpha"],
@@ -109,7 +111,10 @@ def freeze_all_but_chosen_layers(model, cfg: dict[str, Any]) -> None:
     if layers is None:
         raise InputError("finetuning_type freeze: cannot find the decoder layers of this model")
     n = cfg["freeze_trainable_layers"]
-    chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
+    if cfg.get("use_llama_pro"):
+        chosen = expanded_layer_ids(len(layers), n)
+    else:
+        chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
     for p in model.parameters():
         p.requires_grad_(False)
     for i in chosen:
@@ -119,6 +124,37 @@ def freeze_all_but_chosen_layers(model, cfg: dict[str, Any]) -> None:
         raise InputError(
             f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers"
         )
+
+
+def expanded_layer_ids(num_layers: int, n_expanded: int) -> range:
+    """LLaMA Pro's expanded blocks: ``n_expanded`` blocks added evenly, each the last of its group of
+    ``num_layers / n_expanded`` (LLaMA-Factory's rule, so its expanded checkpoints train the same layers)."""
+    if n_expanded <= 0 or num_layers % n_expanded:
+        raise InputError(
+            Problem(
+                f"use_llama_pro: the model's {num_layers} layers must divide into {n_expanded} groups "
+                "(freeze_trainable_layers = the number of expanded blocks)",
+                key="freeze_trainable_layers",
+            )
+        )
+    stride = num_layers // n_expanded
+    return range(stride - 1, num_layers, stride)
+
+
+def expanded_block_modules(model, targets: Any, n_expanded: int) -> list[str]:
+    """The LoRA targets (``all-linear`` or names) inside LLaMA Pro's expanded blocks, as full module names."""
+    import torch
+
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    if layers is None:
+        raise InputError(Problem("cannot find the decoder layers of this model", key="use_llama_pro"))
+    out = []
+    for i in expanded_layer_ids(len(layers), n_expanded):
+        for name, module in layers[i].named_modules():
+            leaf = name.rsplit(".", 1)[-1]
+            if (targets == "all-linear" and isinstance(module, torch.nn.Linear)) or (name and leaf in targets):
+                out.append(f"layers.{i}.{name}")
+    return out
 
 
 def config_only(ref):
