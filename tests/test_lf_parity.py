@@ -355,3 +355,32 @@ def test_llama_pro_refusals_name_the_key(tiny_model_dir):
     refused(tiny_model_dir, "use_llama_pro", use_llama_pro=True, finetuning_type="full")
     with pytest.raises(InputError, match="freeze_trainable_layers"):
         build(tiny_model_dir, finetuning_type="freeze", use_llama_pro=True, freeze_trainable_layers=3)
+
+
+# -- GaLore / APOLLO: LLaMA-Factory's keys as HF's low-rank optimizers ------------------------------
+def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, tmp_path):
+    from cockpit.config.parity import has_module, low_rank_optim
+    from cockpit.train.arguments import training_arguments
+
+    base = dict(cfg_for(tiny_model_dir, finetuning_type="full"))
+    galore = low_rank_optim({**base, "use_galore": True, "galore_rank": 8, "galore_target": "q_proj, v_proj", "galore_layerwise": True})
+    assert galore == {"optim": "galore_adamw_layerwise", "optim_target_modules": ["q_proj", "v_proj"],
+                      "optim_args": "rank=8,update_proj_gap=200,scale=2.0,proj_type=std"}
+    assert low_rank_optim({**base, "use_galore": True, "optim": "adafactor"})["optim"] == "galore_adafactor"
+    apollo = low_rank_optim({**base, "use_apollo": True, "apollo_proj": "svd"})
+    assert apollo["optim"] == "apollo_adamw" and apollo["optim_target_modules"] == "all-linear"
+    assert "proj=svd" in apollo["optim_args"] and "scale_type=channel" in apollo["optim_args"]
+    args = training_arguments({**base, "use_galore": True, "galore_rank": 8}, {"checkpoints": tmp_path}, True, 1)
+    assert args.optim == "galore_adamw" and args.optim_target_modules == "all-linear" and "rank=8" in args.optim_args
+    if not has_module("galore_torch"):  # the config path refuses it here, naming the package
+        refused(tiny_model_dir, "use_galore.*galore-torch", finetuning_type="full", use_galore=True)
+    if not has_module("apollo_torch"):
+        refused(tiny_model_dir, "use_apollo.*apollo-torch", finetuning_type="full", use_apollo=True)
+
+
+def test_galore_rules_name_their_key(tiny_model_dir):
+    refused(tiny_model_dir, "use_galore.*not lora", use_galore=True)
+    refused(tiny_model_dir, "use_apollo.*choose one", finetuning_type="full", use_galore=True, use_apollo=True)
+    refused(tiny_model_dir, "galore_layerwise.*gradient_accumulation_steps", finetuning_type="full", use_galore=True,
+            galore_layerwise=True, gradient_accumulation_steps=2)
+    refused(tiny_model_dir, "use_badam.*not wired in", use_badam=True)

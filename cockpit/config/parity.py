@@ -66,6 +66,7 @@ def parity_problems(
         )
     out += _freeze_modules_problems(raw, cfg, where)
     out += _mix_problems(cfg, where)
+    out += _low_rank_problems(cfg, where)
     if cfg.get("use_llama_pro") and (cfg["finetuning_type"] == "full" or cfg["freeze_trainable_layers"] <= 0):
         out.append(
             Problem(
@@ -155,20 +156,88 @@ def _lora_variant_problems(
     return out
 
 
+def low_rank_optim(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``use_galore`` / ``use_apollo`` as HF TrainingArguments (``optim``, ``optim_target_modules``,
+    ``optim_args``), LLaMA-Factory's way: the base optimizer (``optim``: adamw_torch, adamw_8bit or
+    adafactor for GaLore) with its low-rank projection, per layer when ``*_layerwise``."""
+    for kind in ("galore", "apollo"):
+        if not cfg.get(f"use_{kind}"):
+            continue
+        base = {"adamw_8bit": "adamw_8bit", "adafactor": "adafactor"}.get(str(cfg.get("optim")), "adamw")
+        name = f"{kind}_{base if kind == 'galore' else 'adamw'}" + (
+            "_layerwise" if cfg.get(f"{kind}_layerwise") else ""
+        )
+        target = str(cfg.get(f"{kind}_target") or "all")
+        args = {
+            "rank": cfg[f"{kind}_rank"],
+            "update_proj_gap": cfg[f"{kind}_update_interval"],
+            "scale": cfg[f"{kind}_scale"],
+            "proj_type": cfg[f"{kind}_proj_type"],
+        }
+        if kind == "apollo":
+            args.update(proj=cfg["apollo_proj"], scale_type=cfg["apollo_scale_type"])
+        return {
+            "optim": name,
+            "optim_target_modules": "all-linear"
+            if target == "all"
+            else [m.strip() for m in target.split(",") if m.strip()],
+            "optim_args": ",".join(f"{k}={v}" for k, v in args.items()),
+        }
+    return None
+
+
+def _low_rank_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """GaLore / APOLLO rules (LLaMA-Factory's): not with LoRA, not both, per layer without accumulation."""
+    out = []
+    if cfg.get("use_galore") and cfg.get("use_apollo"):
+        out.append(Problem("use_galore and use_apollo are both true; choose one", **where("use_apollo")))
+    for kind in ("galore", "apollo"):
+        if not cfg.get(f"use_{kind}"):
+            continue
+        if cfg["finetuning_type"] == "lora":
+            out.append(
+                Problem(
+                    f"{kind} projects full-rank gradients: finetuning_type full or freeze, not lora",
+                    **where(f"use_{kind}"),
+                )
+            )
+        if cfg.get(f"{kind}_layerwise") and cfg["gradient_accumulation_steps"] > 1:
+            out.append(
+                Problem(
+                    f"per-layer {kind} does not accumulate gradients; set gradient_accumulation_steps: 1",
+                    **where(f"{kind}_layerwise"),
+                )
+            )
+        if cfg.get(f"{kind}_layerwise") and (cfg.get("deepspeed") or cfg.get("zero_stage") or cfg.get("fsdp")):
+            out.append(
+                Problem(
+                    f"per-layer {kind} updates in backward hooks, which DeepSpeed / FSDP own; unset one",
+                    **where(f"{kind}_layerwise"),
+                )
+            )
+    if cfg.get("apollo_scale_front"):
+        out.append(
+            Problem("HF's APOLLO optimizer has no scale_front option; leave it false", **where("apollo_scale_front"))
+        )
+    return out
+
+
 def _optim_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """An optimizer whose package is not installed here, or that needs a GPU on a CPU run."""
-    optim = cfg.get("optim")
+    low_rank = low_rank_optim(cfg)
+    optim = low_rank["optim"] if low_rank else cfg.get("optim")
+    key = ("use_galore" if cfg.get("use_galore") else "use_apollo") if low_rank else "optim"
     need = optim_requirement(optim) if optim else None
     if need and not has_module(need[0]):
         gpu = " and a GPU" if need[2] else ""
         return [
             Problem(
                 f"{optim} needs the {need[1]} package{gpu}; it is not installed here (adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop need nothing)",
-                **where("optim"),
+                **where(key),
             )
         ]
     if need and need[2] and cfg.get("use_cpu"):
-        return [Problem(f"{optim} ({need[1]}) runs on a GPU only; on the CPU use adamw_torch", **where("optim"))]
+        return [Problem(f"{optim} ({need[1]}) runs on a GPU only; on the CPU use adamw_torch", **where(key))]
     return []
 
 
@@ -319,14 +388,10 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("ppo_*", "reward_model*"), "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
     (
-        ("use_galore", "galore_*"),
-        "GaLore needs the galore-torch package and is not wired in yet (optim: galore_adamw works where galore-torch is installed)",
+        ("use_badam", "badam_*"),
+        "BAdam's block-coordinate optimizer (the badam package) needs its own hooks in the training loop; "
+        "not wired in (GaLore and APOLLO, use_galore / use_apollo, save optimizer memory through HF's optimizers)",
     ),
-    (
-        ("use_apollo", "apollo_*"),
-        "APOLLO needs the apollo-torch package and is not wired in yet (optim: apollo_adamw works where apollo-torch is installed)",
-    ),
-    (("use_badam", "badam_*"), "BAdam (block-wise Adam) needs the badam package; not supported yet"),
     (
         ("swanlab_*", "use_swanlab"),
         "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record",

@@ -718,6 +718,99 @@ KEYS: tuple[Key, ...] = (
         "training",
         choices=OPTIMIZERS,
     ),
+    # GaLore / APOLLO (LLaMA-Factory's keys): HF's galore_* / apollo_* optimizers (config/parity.low_rank_optim)
+    _k(
+        "use_galore",
+        "bool",
+        False,
+        "GaLore: gradient low-rank projection (full or freeze fine-tuning; needs galore-torch)",
+        "training",
+        nullable=False,
+    ),
+    _k("galore_layerwise", "bool", False, "GaLore per layer (no gradient accumulation)", "training", nullable=False),
+    _k(
+        "galore_target",
+        "str",
+        "all",
+        "GaLore's modules: all (linear layers) or comma-separated names",
+        "training",
+        nullable=False,
+    ),
+    _k("galore_rank", "int", 16, "GaLore projection rank", "training", min=1, nullable=False),
+    _k(
+        "galore_update_interval",
+        "int",
+        200,
+        "GaLore: steps between projection updates",
+        "training",
+        min=1,
+        nullable=False,
+    ),
+    _k("galore_scale", "float", 2.0, "GaLore scaling", "training", min=0.0, nullable=False),
+    _k(
+        "galore_proj_type",
+        "choice",
+        "std",
+        "GaLore projection",
+        "training",
+        choices=("std", "reverse_std", "right", "left", "full"),
+        nullable=False,
+    ),
+    _k(
+        "use_apollo",
+        "bool",
+        False,
+        "APOLLO: approximated gradient scaling (full or freeze fine-tuning; needs apollo-torch)",
+        "training",
+        nullable=False,
+    ),
+    _k("apollo_layerwise", "bool", False, "APOLLO per layer (no gradient accumulation)", "training", nullable=False),
+    _k(
+        "apollo_target",
+        "str",
+        "all",
+        "APOLLO's modules: all (linear layers) or comma-separated names",
+        "training",
+        nullable=False,
+    ),
+    _k("apollo_rank", "int", 16, "APOLLO projection rank", "training", min=1, nullable=False),
+    _k(
+        "apollo_update_interval",
+        "int",
+        200,
+        "APOLLO: steps between projection updates",
+        "training",
+        min=1,
+        nullable=False,
+    ),
+    _k("apollo_scale", "float", 32.0, "APOLLO scaling", "training", min=0.0, nullable=False),
+    _k("apollo_proj", "choice", "random", "APOLLO projection", "training", choices=("svd", "random"), nullable=False),
+    _k(
+        "apollo_proj_type",
+        "choice",
+        "std",
+        "APOLLO projection type",
+        "training",
+        choices=("std", "right", "left"),
+        nullable=False,
+    ),
+    _k(
+        "apollo_scale_type",
+        "choice",
+        "channel",
+        "APOLLO scaling granularity",
+        "training",
+        choices=("channel", "tensor"),
+        nullable=False,
+    ),
+    _k(
+        "apollo_scale_front",
+        "bool",
+        False,
+        "APOLLO: scale before the update (not in HF's APOLLO: refused)",
+        "training",
+        nullable=False,
+    ),
     _k("adam_beta1", "float", 0.9, "Adam beta1", "training", min=0.0, max=1.0, nullable=False),
     _k("adam_beta2", "float", 0.999, "Adam beta2", "training", min=0.0, max=1.0, nullable=False),
     _k("adam_epsilon", "float", 1e-8, "Adam epsilon", "training", min=0.0, min_exclusive=True, nullable=False),
@@ -843,8 +936,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     freeze_language_model train_mm_proj_only
     ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
     reward_model reward_model_adapters
-    reward_model_quantization_bit reward_model_type use_galore galore_target galore_rank galore_update_interval
-    galore_scale galore_proj_type galore_layerwise use_apollo apollo_target apollo_rank use_badam badam_mode
+    reward_model_quantization_bit reward_model_type use_badam badam_mode
     badam_start_block badam_switch_mode badam_switch_interval badam_update_ratio badam_mask_mode
     badam_verbose use_swanlab swanlab_project swanlab_workspace swanlab_run_name swanlab_mode
     swanlab_api_key swanlab_logdir compute_accuracy disable_shuffling predict_with_generate

@@ -78,6 +78,9 @@ def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     }
     if cfg.get("optim"):
         out["optim"] = cfg["optim"]
+    from cockpit.config.parity import low_rank_optim
+
+    out.update(low_rank_optim(cfg) or {})  # use_galore / use_apollo: HF's galore_* / apollo_* optimizers
     if cfg.get("lr_scheduler_kwargs"):
         out["lr_scheduler_kwargs"] = dict(cfg["lr_scheduler_kwargs"])
     gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
