@@ -245,7 +245,7 @@ def test_every_refused_key_has_its_own_reason():
 
 
 def test_a_refused_key_names_its_reason(tiny_model_dir):
-    refused(tiny_model_dir, "use_galore: a LLaMA-Factory key that Cockpit refuses: GaLore needs the galore-torch package", use_galore=True)
+    refused(tiny_model_dir, "use_badam: a LLaMA-Factory key that Cockpit refuses: BAdam's block-coordinate optimizer", use_badam=True)
     refused(tiny_model_dir, "image_max_pixels: .*text models only", image_max_pixels=1024)
 
 
@@ -256,7 +256,7 @@ def test_readme_key_table_is_current():
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "lf_keys_table.py"), "--check"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     readme = (ROOT / "README.md").read_text()
-    assert "| `use_dora` | works:" in readme and "| `use_galore` | refused: GaLore" in readme
+    assert "| `use_dora` | works:" in readme and "| `use_badam` | refused: BAdam" in readme
 
 
 def test_freeze_trainable_modules_trains_only_those_modules_of_the_last_layers(tiny_model_dir):
