@@ -30,10 +30,12 @@ from cockpit.run.liveness import ranks_alive, reconcile, supervisor_alive
 from cockpit.run.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
 from conftest import cockpit, read_events, start_detached, tiny_config, wait_for
 
-# Once quarantined (issue 14): in .ci/run on fresh clones it failed 3 times in 4; the cause was its
-# checkpoints filling the tmpfs (save_total_limit below). It passed in the next fresh-clone .ci/run and
-# runs with the suite again.
-pytestmark = [pytest.mark.slow]
+# Quarantined (issue 14): in .ci/run on fresh clones it failed 3 times in 4; the cause found then was its
+# checkpoints filling the tmpfs (save_total_limit below), and it passed in the next fresh-clone .ci/run.
+# Out of quarantine it failed again in the following one, run while other tests ran beside it on the
+# 2-core box; it stays quarantined (run by .ci/run after the suite, printed, not counted) until a quiet
+# .ci/run passes it in the suite.
+pytestmark = [pytest.mark.slow, pytest.mark.quarantine]
 
 TRIALS = 20
 FAULTS = {  # name -> weight (the cheap ones, which need no restart, come more often)
