@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transformers import Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.run.rundir import CHECKPOINT_STAGING
 
@@ -90,6 +90,34 @@ def _disk_full(exc: BaseException, folder: str) -> bool:
     return usage.free < max(16 * 2**20, usage.total // 100)
 
 
+def retire_old_checkpoints(output_dir: str, limit: int | None, best: str | None) -> None:
+    """HF's ``rotate_checkpoints`` rule (keep ``limit``, always the newest and the best), but each old
+    checkpoint is first renamed into ``.staging/`` (atomic) and deleted there: a rank killed while
+    deleting leaves no half checkpoint among the complete ones (the supervisor clears ``.staging``)."""
+    if not limit or limit <= 0:
+        return
+    checkpoints = sort_checkpoints(output_dir, PREFIX_CHECKPOINT_DIR)
+    protected = {checkpoints[-1]} if checkpoints else set()
+    if best is not None:
+        protected.add(str(best))
+    remaining = len(checkpoints)
+    for checkpoint in checkpoints:
+        if remaining <= max(limit, len(protected)):
+            break
+        if checkpoint in protected:
+            continue
+        trash = os.path.join(output_dir, STAGING, f"retired-{os.path.basename(checkpoint)}")
+        os.makedirs(os.path.dirname(trash), exist_ok=True)
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(checkpoint, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        remaining -= 1
+    try:
+        os.rmdir(os.path.join(output_dir, STAGING))  # leave no empty .staging behind
+    except OSError:
+        pass
+
+
 class CockpitTrainer(Trainer):
     _staging = False
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
@@ -148,5 +176,7 @@ class CockpitTrainer(Trainer):
                 os.rmdir(os.path.dirname(staged))  # leave no empty .staging behind
             except OSError:
                 pass
-            rotate_checkpoints(output_dir=final_root, save_total_limit=limit)
+            best = self.state.best_model_checkpoint  # named while staged: the same checkpoint, in place now
+            best = best.replace(os.path.join(final_root, STAGING), final_root) if best else None
+            retire_old_checkpoints(final_root, limit, best)
         _barrier()
