@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from cockpit.train.trainer import STAGING, retire_old_checkpoints
+from cockpit.run.rundir import CHECKPOINT_STAGING as STAGING
+from cockpit.train.trainer import retire_old_checkpoints
 
 
 def _checkpoints(root, steps):

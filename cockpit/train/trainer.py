@@ -27,7 +27,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.run.rundir import CHECKPOINT_STAGING
 
-STAGING = CHECKPOINT_STAGING
 RECORD = "cockpit_checkpoint.json"
 
 
@@ -106,14 +105,14 @@ def retire_old_checkpoints(output_dir: str, limit: int | None, best: str | None)
             break
         if checkpoint in protected:
             continue
-        trash = os.path.join(output_dir, STAGING, f"retired-{os.path.basename(checkpoint)}")
+        trash = os.path.join(output_dir, CHECKPOINT_STAGING, f"retired-{os.path.basename(checkpoint)}")
         os.makedirs(os.path.dirname(trash), exist_ok=True)
         shutil.rmtree(trash, ignore_errors=True)
         os.replace(checkpoint, trash)
         shutil.rmtree(trash, ignore_errors=True)
         remaining -= 1
     try:
-        os.rmdir(os.path.join(output_dir, STAGING))  # leave no empty .staging behind
+        os.rmdir(os.path.join(output_dir, CHECKPOINT_STAGING))  # leave no empty .staging behind
     except OSError:
         pass
 
@@ -139,12 +138,12 @@ class CockpitTrainer(Trainer):
 
     def _get_output_dir(self, trial):
         root = super()._get_output_dir(trial)
-        return os.path.join(root, STAGING) if self._staging else root
+        return os.path.join(root, CHECKPOINT_STAGING) if self._staging else root
 
     def _save_checkpoint(self, model, trial) -> None:
         final_root = super()._get_output_dir(trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staged = os.path.join(final_root, STAGING, name)
+        staged = os.path.join(final_root, CHECKPOINT_STAGING, name)
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate after the rename
         if self.args.should_save and os.path.isdir(staged):  # left by a save that was killed
             shutil.rmtree(staged, ignore_errors=True)
@@ -177,6 +176,6 @@ class CockpitTrainer(Trainer):
             except OSError:
                 pass
             best = self.state.best_model_checkpoint  # named while staged: the same checkpoint, in place now
-            best = best.replace(os.path.join(final_root, STAGING), final_root) if best else None
+            best = best.replace(os.path.join(final_root, CHECKPOINT_STAGING), final_root) if best else None
             retire_old_checkpoints(final_root, limit, best)
         _barrier()

@@ -109,7 +109,9 @@ def main(run_path: str) -> int:
     )
     t0 = time.time()
     try:
-        code = _train(run, cfg, rank, world_size, local_rank, writer, t0)
+        from cockpit.train.recipes import run_stage
+
+        code = run_stage(run, cfg, rank, world_size, local_rank, writer, t0)
         from cockpit.telemetry import node as node_telemetry
 
         node_telemetry.finish()
@@ -137,12 +139,6 @@ def main(run_path: str) -> int:
         if writer:
             writer.emit("run_failed", reason=reason[:2000], rank=rank)
         return EXIT_FAILED
-
-
-def _train(run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer, t0: float) -> int:
-    from cockpit.train.recipes import run_stage
-
-    return run_stage(run, cfg, rank, world_size, local_rank, writer, t0)
 
 
 def exit_rank(code: int) -> None:
