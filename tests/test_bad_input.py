@@ -41,7 +41,7 @@ CASES: dict[str, tuple[dict, list[str], list[str]]] = {
     "deepspeed_and_fsdp": ({"c.yaml": "dataset: d.jsonl\nfsdp: full_shard auto_wrap\ndeepspeed: ds.json\n", "ds.json": "{}"}, ["check", "{d}/c.yaml"], ["fsdp: deepspeed and fsdp are both set"]),
     "bad_fsdp_option": ({"c.yaml": "dataset: d.jsonl\nfsdp: full_shard autowrap\n"}, ["check", "{d}/c.yaml"], [":2: fsdp: unknown fsdp option"]),
     "missing_dataset_key": ({"c.yaml": "lora_rank: 8\n"}, ["check", "{d}/c.yaml"], ["dataset: required"]),
-    "do_train_false": ({"c.yaml": "dataset: d.jsonl\ndo_train: false\n"}, ["check", "{d}/c.yaml"], [":2: do_train: only training is supported"]),
+    "do_train_false": ({"c.yaml": "dataset: d.jsonl\ndo_train: false\n"}, ["check", "{d}/c.yaml"], [":2: do_train: only a prediction run skips training"]),
     "stage_ppo": ({"c.yaml": "dataset: d.jsonl\nstage: ppo\n"}, ["check", "{d}/c.yaml"], [":2: stage: must be one of sft | pt | dpo | kto | rm"]),
     "node_rank_ge_nnodes": ({"c.yaml": "dataset: d.jsonl\nnnodes: 2\nnode_rank: 2\n"}, ["check", "{d}/c.yaml"], ["node_rank: node_rank 2 must be < nnodes 2"]),
     "env_not_mapping": ({"c.yaml": "dataset: d.jsonl\nenv: [A, B]\n"}, ["check", "{d}/c.yaml"], [":2: env: must be a mapping"]),

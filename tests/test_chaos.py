@@ -35,17 +35,18 @@ from conftest import cockpit, read_events, start_detached, tiny_config, wait_for
 # Out of quarantine it failed again in the following one, run while other tests ran beside it on the
 # 2-core box; it stays quarantined (run by .ci/run after the suite, printed, not counted) until a quiet
 # .ci/run passes it in the suite.
-pytestmark = [pytest.mark.slow, pytest.mark.quarantine]
+pytestmark = [pytest.mark.serial, pytest.mark.slow, pytest.mark.quarantine]
 
 TRIALS = 20
-FAULTS = {  # name -> weight (the cheap ones, which need no restart, come more often)
-    "kill_supervisor": 5,
-    "sigstop_rank": 3,
-    "kill_rank": 3,
-    "kill_both": 3,
-    "kill_during_save": 3,
-    "disk_full": 3,
-}
+FAULTS = (  # every fault at least twice; the restarting ones cost ~13 s each (resume, imports, model load)
+    "kill_supervisor",
+    "sigstop_rank",
+    "kill_rank",
+    "kill_both",
+    "kill_during_save",
+    "disk_full",
+)
+CHEAP = {"kill_supervisor": 2, "sigstop_rank": 1}  # the rest of the 20 drawn from these (no restart needed)
 
 
 @pytest.fixture
@@ -214,10 +215,9 @@ def test_chaos_twenty_randomised_faults(tmp_path, tiny_model_dir, tmpfs):
                       lr_scheduler_type="constant", telemetry_interval_s=0.5, per_device_train_batch_size=1)
     run = start_detached(tmpfs, cfg)
     chaos = Chaos(run, rng)
-    # every fault at least twice, the rest drawn by weight; in a seeded random order
-    names, weights = zip(*FAULTS.items())
-    schedule = [*names, *names]
-    schedule += rng.choices(names, weights, k=TRIALS - len(schedule))
+    # every fault at least twice, the rest drawn from the cheap ones (3 minutes in all); in a seeded random order
+    schedule = [*FAULTS, *FAULTS]
+    schedule += rng.choices(list(CHEAP), list(CHEAP.values()), k=TRIALS - len(schedule))
     rng.shuffle(schedule)
     t0 = time.time()
     try:

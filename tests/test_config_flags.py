@@ -118,7 +118,7 @@ def test_bad_flags_exit_2_naming_each_flag(tmp_path, tiny_model_dir):
     err = res.stderr
     assert "--learning_rate: must be float > 0" in err and "'fast'" in err
     assert "--lora-rank: must be int >= 1" in err
-    assert "--do_predict: a LLaMA-Factory key that Cockpit refuses: prediction" in err
+    assert "--do_predict: needs predict_with_generate: true" in err
     assert "--cutoff_lenn: unknown key (did you mean 'cutoff_len'?)" in err
 
 

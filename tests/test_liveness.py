@@ -18,6 +18,8 @@ import pytest
 from cockpit.run.runstate import Outcome, attempt_outcome, decide, final_state
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
+pytestmark = pytest.mark.serial  # timing windows: run alone (scripts/test.sh)
+
 
 def status(run: Path) -> dict:
     try:
@@ -82,6 +84,7 @@ HAMMER = """
 import sys
 from pathlib import Path
 from cockpit.run.rundir import RunDir
+
 run = RunDir(Path(sys.argv[1]))
 who = sys.argv[2]
 for i in range(int(sys.argv[3])):

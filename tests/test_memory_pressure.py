@@ -11,6 +11,8 @@ import pytest
 from cockpit.run.events import encode
 from cockpit.telemetry.pressure import MemoryPressure, remedy_set
 
+pytestmark = pytest.mark.serial  # timing windows: run alone (scripts/test.sh)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "memory"
 
 

@@ -12,6 +12,8 @@ from conftest import ROOT, cockpit
 
 from cockpit.telemetry.pressure import MemoryPressure
 
+pytestmark = pytest.mark.serial  # timing windows: run alone (scripts/test.sh)
+
 
 def run_with_memory_alert(runs: Path, micro_batch: int = 4):
     from cockpit.config.load import dump_resolved, validate

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import ROOT, cockpit, read_events, start_detached, tiny_config, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}
 QUIET = {"cutoff_len": 64, "lr_scheduler_type": "constant", "save_strategy": "no", "probes": None, "numa_bind": "off", "seed": 7, "comm_probe": False}
 

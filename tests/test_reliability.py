@@ -19,7 +19,7 @@ import pytest
 from cockpit.run.events import EventReader
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 
 
 def status(run: Path) -> dict:

@@ -16,7 +16,7 @@ import pytest
 from conftest import cockpit, has_step, read_events, tiny_config, wait_for
 from slurm_cluster import LocalSlurm, missing_reason
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 
 
 @pytest.fixture(scope="session")

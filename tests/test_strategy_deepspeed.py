@@ -111,3 +111,29 @@ def test_cli_check_and_train_exit_2_on_a_broken_file(tmp_path, tiny_model_dir):
         assert f"{path}: zero_optimization.stage3_prefetch_bucket_sise" in res.stderr and "Traceback" not in res.stderr
     good = write_yaml(tmp_path / "g.yaml", {"model_name_or_path": str(tiny_model_dir), "dataset": "cockpit_identity", "nproc_per_node": 2, "deepspeed": str(FIXTURES / "ds_z3_offload_config.json"), "use_cpu": True})
     assert cockpit("check", str(good), "--no-devices").returncode == 0
+
+
+def test_the_shm_op_a_cpu_training_rank_skips_is_deepspeeds():
+    """train/distributed.skip_deepspeed_shm_build replaces deepspeed.comm.torch.build_shm_op: pinned
+    to DeepSpeed's code, so an upgrade that renames it or uses the op for training fails here."""
+    import inspect
+
+    import importlib
+
+    # importlib: `import deepspeed.comm.torch as m` binds the torch package (deepspeed.comm re-exports it)
+    ds_torch_comm = importlib.import_module("deepspeed.comm.torch")
+
+    init_src = inspect.getsource(ds_torch_comm.TorchBackend.__init__)
+    assert "self.shm_comm_op = build_shm_op()" in init_src
+    # the op is used only by inference_all_reduce (DeepSpeed's inference engine), never by training's collectives
+    users = [name for name, fn in inspect.getmembers(ds_torch_comm.TorchBackend, inspect.isfunction)
+             if name != "__init__" and "shm_comm_op" in inspect.getsource(fn) or "inference_all_reduce_" in inspect.getsource(fn)]
+    assert users == ["inference_all_reduce"], users
+    from cockpit.train.distributed import skip_deepspeed_shm_build
+
+    original = ds_torch_comm.build_shm_op
+    try:
+        skip_deepspeed_shm_build()
+        assert ds_torch_comm.build_shm_op() is None
+    finally:
+        ds_torch_comm.build_shm_op = original

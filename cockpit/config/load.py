@@ -287,7 +287,7 @@ def _typed_values(
 def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
     """Rules between keys (and ``lora_alpha``'s default, twice the rank)."""
     problems = []
-    if not cfg.get("dataset"):
+    if not cfg.get("dataset") and cfg["do_train"]:  # a prediction-only run may name eval_dataset alone (parity.py)
         problems.append(Problem("required: a .json/.jsonl file or dataset names", **where("dataset")))
     if cfg["ignore_pad_token_for_loss"] is False:
         problems.append(
@@ -296,8 +296,6 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
                 **where("ignore_pad_token_for_loss"),
             )
         )
-    if cfg["do_train"] is False:
-        problems.append(Problem("only training is supported (do_train must be true)", **where("do_train")))
     if cfg["bf16"] and cfg["fp16"]:
         problems.append(Problem("bf16 and fp16 are both true; choose one precision", **where("fp16")))
     if cfg["deepspeed"] and cfg["fsdp"]:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cockpit.errors import Problem
+from cockpit.shape import world_size_of
 
 # optim name prefix -> (import name, pip name, needs a GPU)
 _OPTIM_PACKAGES: tuple[tuple[str, str, str, bool], ...] = (
@@ -56,6 +57,7 @@ def parity_problems(
     out += _lora_variant_problems(raw, cfg, where)
     out += _optim_problems(cfg, where)
     out += _eval_problems(raw, cfg, where)
+    out += predict_problems(cfg, where)
     out += _model_setup_problems(cfg, where)
     if cfg.get("include_num_input_tokens_seen") is False:
         out.append(
@@ -65,6 +67,8 @@ def parity_problems(
             )
         )
     out += _freeze_modules_problems(raw, cfg, where)
+    out += _tool_format_problems(cfg, where)
+    out += _vocab_problems(cfg, where)
     out += _mix_problems(cfg, where)
     out += _low_rank_problems(cfg, where)
     if cfg.get("use_llama_pro") and (cfg["finetuning_type"] == "full" or cfg["freeze_trainable_layers"] <= 0):
@@ -87,6 +91,69 @@ def parity_problems(
             Problem(
                 "transformers 5 always loads weights without a full random init first; it cannot be turned off",
                 **where("low_cpu_mem_usage"),
+            )
+        )
+    return out
+
+
+# tool_format values LLaMA-Factory accepts that Cockpit does not write yet, and why
+TOOL_FORMATS_LEFT_OUT = {
+    "glm4": "GLM-4's tool format (its Chinese system prompt, name + JSON call lines) is not implemented; use qwen or default",
+    "llama3": "Llama 3.1's JSON tool format is not implemented as text; leave tool_format unset with a Llama 3.1 "
+    "tokenizer (its own chat template renders the tools), or use default",
+    "mistral": "Mistral's [AVAILABLE_TOOLS] format is not implemented as text; leave tool_format unset with a Mistral "
+    "v0.3 tokenizer (its own chat template renders the tools), or use default",
+}
+
+
+def _tool_format_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    why = TOOL_FORMATS_LEFT_OUT.get(str(cfg.get("tool_format")))
+    return [Problem(why, **where("tool_format"))] if why else []
+
+
+def token_list(text: Any) -> list[str]:
+    """``add_tokens`` / ``add_special_tokens`` as tokens: comma-separated, stripped (LLaMA-Factory's reading)."""
+    if text in (None, ""):
+        return []
+    items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+    return [str(t).strip() for t in items]
+
+
+def adds_tokens(cfg: Mapping[str, Any]) -> bool:
+    """Whether the config adds tokens to the tokenizer (and so resizes the embeddings)."""
+    return bool(token_list(cfg.get("add_tokens")) or token_list(cfg.get("add_special_tokens")))
+
+
+def _vocab_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """add_tokens / add_special_tokens: non-empty, no spaces, each once; not with QLoRA or stage rm."""
+    out: list[Problem] = []
+    seen: set[str] = set()
+    for key in ("add_tokens", "add_special_tokens"):
+        tokens = token_list(cfg.get(key))
+        bad = [t for t in tokens if not t or any(c.isspace() for c in t)]
+        again = sorted({t for t in tokens if t in seen or tokens.count(t) > 1})
+        seen.update(tokens)
+        if bad:
+            out.append(Problem(f"expected comma-separated tokens without spaces, got {cfg[key]!r}", **where(key)))
+        elif again:
+            out.append(Problem(f"token(s) given twice: {', '.join(again)}", **where(key)))
+    if not (adds_tokens(cfg) or cfg.get("resize_vocab")) or out:
+        return out
+    key = (
+        "add_special_tokens"
+        if cfg.get("add_special_tokens")
+        else ("add_tokens" if cfg.get("add_tokens") else "resize_vocab")
+    )
+    if cfg.get("quantization_bit"):
+        out.append(
+            Problem(
+                "the embeddings of a quantized (QLoRA) model cannot be resized; unset quantization_bit", **where(key)
+            )
+        )
+    if cfg.get("stage") == "rm":
+        out.append(
+            Problem(
+                "stage rm builds its value-head model without resizing the embeddings; not supported yet", **where(key)
             )
         )
     return out
@@ -327,10 +394,113 @@ def _eval_problems(
         if (
             key in raw
             and cfg.get(key) not in (None, "no")
-            and not (key == "per_device_eval_batch_size" and cfg[key] == 1)
+            and not (key == "per_device_eval_batch_size" and (cfg[key] == 1 or cfg.get("do_predict")))
         ):
             out.append(Problem(f"{key} {why}", **where(key)))
     return out
+
+
+# (import name, pip name) of the packages that score predictions (cockpit/data/similarity.py)
+METRICS_PACKAGES = (("jieba", "jieba"), ("nltk", "nltk"), ("rouge_chinese", "rouge-chinese"))
+
+
+def predict_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """do_predict / predict_with_generate (LLaMA-Factory's prediction): both set, the scoring
+    packages installed, data to predict on, an SFT model; a run that does not train predicts only."""
+    out: list[Problem] = []
+    if cfg.get("predict_with_generate") and not cfg.get("do_predict"):
+        out.append(
+            Problem(
+                "applies with do_predict: true (evaluation during training measures the loss; it never generates)",
+                **where("predict_with_generate"),
+            )
+        )
+    if not cfg.get("do_train", True):
+        out += _predict_only_problems(cfg, where)
+    if not cfg.get("do_predict"):
+        return out
+    if not cfg.get("predict_with_generate"):
+        out.append(
+            Problem(
+                "needs predict_with_generate: true (the predictions are generated and scored by BLEU-4 / ROUGE; "
+                "LLaMA-Factory's token accuracy without generation is not supported)",
+                **where("do_predict"),
+            )
+        )
+    missing = [pip for module, pip in METRICS_PACKAGES if not has_module(module)]
+    if missing:
+        out.append(
+            Problem(
+                f"scoring the predictions needs the {', '.join(missing)} package(s), not installed here: "
+                "pip install 'cockpit-tune[metrics]' (jieba, nltk, rouge-chinese)",
+                **where("do_predict"),
+            )
+        )
+    if cfg.get("stage", "sft") != "sft":
+        out.append(Problem(f"prediction answers with an SFT model; stage is {cfg.get('stage')}", **where("do_predict")))
+    if cfg.get("do_train", True) and not (cfg.get("eval_dataset") or cfg.get("val_size")):
+        out.append(
+            Problem(
+                "needs data to predict on: set eval_dataset (or val_size to hold out a split)", **where("do_predict")
+            )
+        )
+    if cfg.get("do_train", True) and (cfg.get("fsdp") or cfg.get("zero_stage") == 3):
+        out.append(
+            Problem(
+                "rank 0 generates alone, which sharded parameters (fsdp, zero_stage 3) do not allow: predict in a "
+                "second run with do_train: false and adapter_name_or_path: <this run>/adapter",
+                **where("do_predict"),
+            )
+        )
+    return out
+
+
+def _predict_only_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """do_train: false is a prediction-only run: one rank, a LoRA adapter, data to predict on."""
+    out = []
+    if not cfg.get("do_predict"):
+        out.append(
+            Problem(
+                "only a prediction run skips training: set do_predict: true and predict_with_generate: true, "
+                "or do_train: true",
+                **where("do_train"),
+            )
+        )
+        return out
+    if not cfg.get("adapter_name_or_path"):
+        out.append(
+            Problem(
+                "a prediction-only run (do_train: false) predicts with a trained LoRA adapter: set "
+                "adapter_name_or_path (a finished run's adapter/ folder)",
+                **where("adapter_name_or_path"),
+            )
+        )
+    elif cfg["finetuning_type"] != "lora":
+        out.append(
+            Problem(
+                f"a prediction-only run loads adapter_name_or_path as a LoRA adapter: finetuning_type lora, got "
+                f"{cfg['finetuning_type']}",
+                **where("finetuning_type"),
+            )
+        )
+    if not (cfg.get("eval_dataset") or cfg.get("dataset")):
+        out.append(Problem("a prediction-only run needs data to predict on: set eval_dataset", **where("eval_dataset")))
+    if world_size_of(cfg) > 1:
+        out.append(
+            Problem(
+                "a prediction-only run generates in one process: nproc_per_node 1 and nnodes 1",
+                **where("nproc_per_node"),
+            )
+        )
+    return out
+
+
+def predict_data_key(cfg: Mapping[str, Any]) -> str:
+    """Where a run's prediction samples come from: ``eval_dataset``, ``val_size`` (the held-out
+    split of ``dataset``) or, in a run that does not train, all of ``dataset``."""
+    if cfg.get("eval_dataset"):
+        return "eval_dataset"
+    return "val_size" if cfg.get("val_size") else "dataset"
 
 
 def eval_schedule(cfg: Mapping[str, Any]) -> tuple[str, int | None]:
@@ -422,22 +592,20 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "a model-loading option not wired in yet (pin a revision with a local folder)",
     ),
     (
-        ("resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens", "split_special_tokens"),
-        "vocabulary changes (new tokens, resized embeddings) are not supported yet",
+        ("split_special_tokens",),
+        "splitting special tokens into their pieces changes how every prompt tokenizes and what the chat template's "
+        "markers are; not supported (add_tokens / add_special_tokens add tokens, each kept whole)",
     ),
     (
         ("streaming", "buffer_size"),
         "streaming datasets are not supported yet (the data are read whole; tokenized_path keeps the tokens for later runs)",
     ),
-    (
-        ("tool_format",),
-        "tool-call formatting (tools in the prompt) is not supported yet (the chat template renders the data as given)",
-    ),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
     (
-        ("do_predict", "predict_with_generate"),
-        "prediction with generation (BLEU/ROUGE) is not supported yet; probes check a finished run",
+        ("num_beams", "length_penalty", "max_length", "skip_special_tokens"),
+        "a decoding option not wired into prediction yet (do_sample, temperature, top_p, top_k, max_new_tokens "
+        "and repetition_penalty are; special tokens are always left out of the predictions)",
     ),
     (
         ("pissa_convert",),

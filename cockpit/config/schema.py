@@ -116,7 +116,14 @@ KEYS: tuple[Key, ...] = (
         choices=("sft", "pt", "dpo", "kto", "rm"),
         nullable=False,
     ),
-    _k("do_train", "bool", True, "train (must be true)", "method", nullable=False),
+    _k(
+        "do_train",
+        "bool",
+        True,
+        "train (false: a prediction-only run, with do_predict and adapter_name_or_path)",
+        "method",
+        nullable=False,
+    ),
     _k(
         "finetuning_type",
         "choice",
@@ -296,6 +303,16 @@ KEYS: tuple[Key, ...] = (
         "false: the chat template renders with enable_thinking false (a reasoning model's template then writes an empty thought)",
         "dataset",
         nullable=False,
+    ),
+    _k(
+        "tool_format",
+        "choice",
+        None,
+        "how a dataset's tools and function calls are written: default (Action / Action Input lines) | qwen "
+        "(<tools> / <tool_call> XML); unset: the chat template's own tool support, else qwen for chatml templates, "
+        "else default (glm4, llama3, mistral: not implemented yet)",
+        "dataset",
+        choices=("default", "glm4", "llama3", "mistral", "qwen"),
     ),
     _k(
         "mix_strategy",
@@ -856,6 +873,82 @@ KEYS: tuple[Key, ...] = (
         "whether a higher metric_for_best_model is better (default: false for loss)",
         "eval",
     ),
+    # prediction (LLaMA-Factory's do_predict + predict_with_generate; its generating arguments)
+    _k(
+        "do_predict",
+        "bool",
+        False,
+        "generate an answer for every prediction sample (eval_dataset, else the val_size split; with do_train "
+        "false, else dataset) with the trained adapter: generated_predictions.jsonl, BLEU-4 and ROUGE scores",
+        "predict",
+        nullable=False,
+    ),
+    _k(
+        "predict_with_generate",
+        "bool",
+        False,
+        "prediction generates (required with do_predict: the scores compare generated text with the labels)",
+        "predict",
+        nullable=False,
+    ),
+    _k(
+        "max_new_tokens",
+        "int",
+        1024,
+        "prediction: tokens generated per sample at most",
+        "predict",
+        min=1,
+        nullable=False,
+    ),
+    _k(
+        "do_sample",
+        "bool",
+        False,
+        "prediction: sample (seeded by seed) instead of greedy decoding (LLaMA-Factory's default is true; Cockpit's "
+        "false: the same adapter gives the same predictions)",
+        "predict",
+        nullable=False,
+    ),
+    _k(
+        "temperature",
+        "float",
+        0.95,
+        "prediction with do_sample: sampling temperature",
+        "predict",
+        min=0.0,
+        min_exclusive=True,
+        nullable=False,
+    ),
+    _k(
+        "top_p",
+        "float",
+        0.7,
+        "prediction with do_sample: nucleus sampling mass",
+        "predict",
+        min=0.0,
+        max=1.0,
+        min_exclusive=True,
+        nullable=False,
+    ),
+    _k(
+        "top_k",
+        "int",
+        50,
+        "prediction with do_sample: sample among the k likeliest tokens (0: all)",
+        "predict",
+        min=0,
+        nullable=False,
+    ),
+    _k(
+        "repetition_penalty",
+        "float",
+        1.0,
+        "prediction: penalty of repeated tokens (1.0: none)",
+        "predict",
+        min=0.0,
+        min_exclusive=True,
+        nullable=False,
+    ),
     _k(
         "flash_attn",
         "choice",
@@ -908,12 +1001,34 @@ KEYS: tuple[Key, ...] = (
         "model",
         nullable=False,
     ),
+    _k(
+        "add_tokens",
+        "str",
+        None,
+        "comma-separated normal tokens added to the tokenizer (each then one id; the embeddings grow, resize_vocab)",
+        "model",
+    ),
+    _k(
+        "add_special_tokens",
+        "str",
+        None,
+        "comma-separated special tokens added to the tokenizer (new_special_tokens: the older name)",
+        "model",
+    ),
+    _k(
+        "resize_vocab",
+        "bool",
+        False,
+        "resize the embeddings and LM head to the tokenizer (a multiple of 64), new rows trained; on when tokens are added",
+        "model",
+        nullable=False,
+    ),
 )
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
 
 # Other spellings LLaMA-Factory users meet in guides -> the schema key they mean (said once in the log).
-ALIASES: dict[str, str] = {"lora_target_modules": "lora_target"}
+ALIASES: dict[str, str] = {"lora_target_modules": "lora_target", "new_special_tokens": "add_special_tokens"}
 
 # LLaMA-Factory keys we know but do not implement yet: an error says so, never silently ignored.
 LLAMAFACTORY_UNSUPPORTED = frozenset(
@@ -933,7 +1048,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     media_dir data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding
     additional_target create_new_adapter freeze_extra_modules freeze_vision_tower freeze_multi_modal_projector
-    freeze_language_model train_mm_proj_only
+    freeze_language_model train_mm_proj_only num_beams length_penalty max_length skip_special_tokens
     ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
     reward_model reward_model_adapters
     reward_model_quantization_bit reward_model_type use_badam badam_mode
@@ -945,7 +1060,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     load_best_model_at_end metric_for_best_model greater_is_better tf32 ray_run_name
     ray_storage_path ray_num_workers resources_per_worker placement_strategy ray_init_kwargs
     """.split()
-) - {k.name for k in KEYS}  # a key the schema has now is no longer refused
+) - ({k.name for k in KEYS} | set(ALIASES))  # a key the schema (or an alias) has now is no longer refused
 
 
 def default_config() -> dict[str, Any]:

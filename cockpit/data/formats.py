@@ -5,7 +5,9 @@ Formats (LLaMA-Factory's): alpaca (``instruction``, ``input``, ``output``, optio
 JSON array or JSON lines; UTF-8 with or without BOM, CRLF, blank lines.
 
 A normalized sample is ``{"messages": [{"role": "system"|"user"|"assistant"|"tool",
-"content": str}, ...], "source": "file:line"}``. No torch imports.
+"content": str}, ...], "source": "file:line"}``; a sharegpt ``function_call`` turn is an assistant
+turn with HF's ``tool_calls``, an ``observation`` a ``tool`` turn, and the ``tools`` column the
+sample's ``tools`` (function schemas; :mod:`cockpit.data.tools`). No torch imports.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit.data.tools import parse_function_call, parse_tools
 from cockpit.errors import Problem
 
 ALPACA_COLUMNS = {
@@ -171,7 +174,7 @@ def alpaca_to_messages(rec: Any, columns: Mapping[str, str]) -> tuple[list[dict[
 
 def sharegpt_to_messages(
     rec: Any, columns: Mapping[str, str], tags: Mapping[str, str]
-) -> tuple[list[dict[str, str]] | None, str | None]:
+) -> tuple[list[dict[str, Any]] | None, str | None]:
     cols = {**SHAREGPT_COLUMNS, **columns}
     t = {**SHAREGPT_TAGS, **tags}
     if not isinstance(rec, dict):
@@ -199,7 +202,7 @@ def sharegpt_to_messages(
         t["function_tag"]: "assistant",
         t["system_tag"]: "system",
     }
-    messages: list[dict[str, str]] = []
+    messages: list[dict[str, Any]] = []
     system = rec.get(cols["system"])
     if system is not None and not isinstance(system, str):
         return None, f"field {cols['system']!r} must be a string"
@@ -215,6 +218,12 @@ def sharegpt_to_messages(
         if not isinstance(content, str):
             return None, f"{cols['messages']}[{j}]: {t['content_tag']!r} must be a string"
         mapped = role_map[role]
+        if role == t["function_tag"] and role != t["assistant_tag"]:
+            calls, err = parse_function_call(content)
+            if err:
+                return None, f"{cols['messages']}[{j}]: {err}"
+            messages.append({"role": "assistant", "content": "", "tool_calls": calls})
+            continue
         if mapped == "system":
             if j != 0:
                 return None, f"{cols['messages']}[{j}]: a system turn must come first"
@@ -224,7 +233,7 @@ def sharegpt_to_messages(
     turns = [m for m in messages if m["role"] != "system"]
     if not turns or turns[-1]["role"] != "assistant":
         return None, "the conversation must end with an assistant turn"
-    if not turns[-1]["content"].strip():
+    if not (turns[-1]["content"].strip() or turns[-1].get("tool_calls")):
         return None, "empty final assistant turn"
     if turns[0]["role"] != "user":
         return None, "the conversation must start with a user turn"
@@ -242,14 +251,20 @@ def load_dataset_file(spec: DatasetSpec, max_samples: int | None = None) -> Load
     samples: list[dict[str, Any]] = []
     name = str(spec.path)
     for line, rec in records:
+        tools = None
         if fmt == "sharegpt":
             messages, err = sharegpt_to_messages(rec, spec.columns, spec.tags)
+            if not err and isinstance(rec, dict):
+                tools, err = parse_tools(rec.get({**SHAREGPT_COLUMNS, **spec.columns}["tools"]))
         else:
             messages, err = alpaca_to_messages(rec, spec.columns)
         if err:
             problems.append(Problem(err, file=name, line=line))
             continue
-        samples.append({"messages": messages, "source": f"{name}:{line}", "dataset": spec.name})
+        sample = {"messages": messages, "source": f"{name}:{line}", "dataset": spec.name}
+        if tools:
+            sample["tools"] = tools
+        samples.append(sample)
     if max_samples is not None:
         samples = samples[:max_samples]
     if not samples and not problems:

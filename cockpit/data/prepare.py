@@ -33,10 +33,16 @@ def masking(cfg: Mapping[str, Any]) -> dict[str, bool]:
     return {"train_on_prompt": bool(cfg.get("train_on_prompt")), "mask_history": bool(cfg.get("mask_history"))}
 
 
-def _render_one(args: tuple[Any, list[dict[str, str]], int, dict[str, bool]]) -> tuple[Rendered | None, str | None]:
-    tokenizer, messages, cutoff, mask = args
+def render_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """render_sample's options from the config: the masking keys, how tools are written, the default system."""
+    return {**masking(cfg), "tool_format": cfg.get("tool_format"), "default_system": cfg.get("default_system")}
+
+
+def _render_one(args: tuple[Any, dict[str, Any], int, dict[str, Any]]) -> tuple[Rendered | None, str | None]:
+    tokenizer, sample, cutoff, options = args
+    tok = tokenizer if tokenizer is not None else _POOL_TOKENIZER
     try:
-        return render_sample(tokenizer if tokenizer is not None else _POOL_TOKENIZER, messages, cutoff, **mask), None
+        return render_sample(tok, sample["messages"], cutoff, tools=sample.get("tools"), **options), None
     except Exception as exc:  # noqa: BLE001 - a template error on one row: reported by its line
         return None, str(exc)
 
@@ -47,20 +53,20 @@ def _pool_init(tokenizer: Any) -> None:
 
 
 def render_all(
-    tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1, mask: dict[str, bool] | None = None
+    tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1, mask: dict[str, Any] | None = None
 ) -> list[tuple[Rendered | None, str | None]]:
     """Render (tokenise + mask) every sample, in order; ``preprocessing_num_workers`` > 1 splits
     the work over that many processes (a fork pool, each with the tokenizer). Per sample:
     (rendered, None) or (None, the error)."""
     mask = mask or {}
     if workers <= 1 or len(samples) < 2:
-        return [_render_one((tokenizer, s["messages"], cutoff, mask)) for s in samples]
+        return [_render_one((tokenizer, s, cutoff, mask)) for s in samples]
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     with ctx.Pool(min(workers, len(samples)), initializer=_pool_init, initargs=(tokenizer,)) as pool:
         chunk = max(1, len(samples) // (workers * 4))
-        return pool.map(_render_one, [(None, s["messages"], cutoff, mask) for s in samples], chunksize=chunk)
+        return pool.map(_render_one, [(None, s, cutoff, mask) for s in samples], chunksize=chunk)
 
 
 def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
@@ -80,13 +86,15 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
     if loaded is None:
         loaded = collect_samples(cfg)
     rendered: list[Rendered] = []
+    kept: list[dict[str, Any]] = []  # the samples rendered, so that rendered[i] is kept[i]'s (prediction reads both)
     problems: list[Problem] = []
     workers = int(cfg.get("preprocessing_num_workers") or 1)
     for sample, (result, error) in zip(
-        loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, masking(cfg))
+        loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, render_options(cfg))
     ):
         if error is None:
             rendered.append(result)
+            kept.append(sample)
         else:  # a template error on one row: report it by its line
             file, _, line = sample["source"].rpartition(":")
             problems.append(Problem(f"cannot render with the chat template: {error}", file=file, line=int(line)))
@@ -96,6 +104,7 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
         loaded.problems += problems
     if not rendered:
         raise InputError("no sample could be rendered")
+    loaded.samples = kept
     if cache is not None:
         tokenized.save(cache, want, loaded, rendered)
     return Prepared(loaded, rendered, truncation_report(rendered, cutoff))

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cockpit.data import tools as tools_mod
+
 IGNORE_INDEX = -100
 
 # A small set of named templates; omitted/'default' uses the tokenizer's own.
@@ -123,17 +125,51 @@ class Rendered:
     target_kept: int  # assistant tokens after truncation
 
 
-def _render(tokenizer: Any, messages: Sequence[dict[str, str]], gen: bool) -> str:
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen)
+def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], gen: bool, tools: Any = None) -> str:
+    extra = {"tools": list(tools)} if tools else {}
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen, **extra)
+
+
+_TOOL_FORMAT_OF: dict[tuple[str, str | None], str] = {}  # (chat template, tool_format) -> the format used
+
+
+def with_tools(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    tool_format: str | None = None,
+    default_system: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """(turns, tools for the template): a conversation with tools or tool turns either as given with
+    its tools (the template writes them) or written as text in ``tool_format`` (cockpit.data.tools)."""
+    if not tools and not tools_mod.has_tool_turns(messages):
+        return list(messages), None
+    key = (str(getattr(tokenizer, "chat_template", "")), tool_format)
+    if key not in _TOOL_FORMAT_OF:
+        _TOOL_FORMAT_OF[key] = tools_mod.choose_tool_format(tokenizer, tool_format)
+    fmt = _TOOL_FORMAT_OF[key]
+    if fmt == tools_mod.NATIVE:
+        return list(messages), list(tools or []) or None
+    return tools_mod.as_text_turns(messages, tools, fmt, default_system), None
 
 
 def trainable_spans(
-    tokenizer: Any, messages: Sequence[dict[str, str]], *, train_on_prompt: bool = False, mask_history: bool = False
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    *,
+    train_on_prompt: bool = False,
+    mask_history: bool = False,
+    tools: Sequence[dict[str, Any]] | None = None,
+    tool_format: str | None = None,
+    default_system: str | None = None,
 ) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans trained within it: the assistant replies
     (``mask_history``: the last one only); ``train_on_prompt``: the prompt text too (everything
-    but the replies ``mask_history`` leaves out), as LLaMA-Factory's keys of those names do."""
-    full, replies = _reply_spans(tokenizer, messages)
+    but the replies ``mask_history`` leaves out), as LLaMA-Factory's keys of those names do. A
+    sample's ``tools`` are written into the prompt (:func:`with_tools`); its function calls are
+    assistant replies, its observations prompt."""
+    messages, tools = with_tools(tokenizer, messages, tools, tool_format, default_system)
+    full, replies = _reply_spans(tokenizer, messages, tools)
     trained = replies[-1:] if mask_history else replies
     if not train_on_prompt:
         return full, trained
@@ -148,21 +184,23 @@ def trainable_spans(
     return full, spans
 
 
-def _reply_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+def _reply_spans(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any = None
+) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans of the assistant replies within it."""
-    full = _render(tokenizer, messages, False)
+    full = _render(tokenizer, messages, False, tools)
     spans: list[tuple[int, int]] = []
     for i, msg in enumerate(messages):
         if msg["role"] != "assistant":
             continue
-        prefix = _render(tokenizer, messages[:i], True)
-        upto = _render(tokenizer, messages[: i + 1], False)
+        prefix = _render(tokenizer, messages[:i], True, tools)
+        upto = _render(tokenizer, messages[: i + 1], False, tools)
         if not (upto.startswith(prefix) and full.startswith(upto)):
             spans = []  # template renders history differently: train the last turn only
             break
         spans.append((len(prefix), len(upto)))
     if not spans:
-        prefix = _render(tokenizer, messages[:-1], True)
+        prefix = _render(tokenizer, messages[:-1], True, tools)
         if not full.startswith(prefix):
             raise ValueError("the chat template renders the prompt inconsistently; cannot find the reply")
         spans = [(len(prefix), len(full))]
@@ -171,13 +209,24 @@ def _reply_spans(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[st
 
 def render_sample(
     tokenizer: Any,
-    messages: Sequence[dict[str, str]],
+    messages: Sequence[dict[str, Any]],
     cutoff_len: int,
     *,
     train_on_prompt: bool = False,
     mask_history: bool = False,
+    tools: Sequence[dict[str, Any]] | None = None,
+    tool_format: str | None = None,
+    default_system: str | None = None,
 ) -> Rendered:
-    text, spans = trainable_spans(tokenizer, messages, train_on_prompt=train_on_prompt, mask_history=mask_history)
+    text, spans = trainable_spans(
+        tokenizer,
+        messages,
+        train_on_prompt=train_on_prompt,
+        mask_history=mask_history,
+        tools=tools,
+        tool_format=tool_format,
+        default_system=default_system,
+    )
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids: list[int] = enc["input_ids"]
     labels = [IGNORE_INDEX] * len(ids)

@@ -70,6 +70,9 @@ def load_tokenizer(cfg: Mapping[str, Any], ref: ModelRef | None = None, log=prin
         raise InputError(Problem(f"cannot load a tokenizer from {ref.path}: {exc}", key="model_name_or_path")) from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    from cockpit.models.vocab import add_configured_tokens
+
+    add_configured_tokens(tok, cfg)  # add_tokens / add_special_tokens
     return tok
 
 

@@ -58,6 +58,13 @@ Kinds and their fields (units in the field names or stated here):
 - ``held_out``: phase (before|after), stage, pairs, accuracy (0..1: the policy's summed log-prob of
   the chosen answer beats the rejected one (dpo), or the value head scores it higher (rm)),
   mean_logp_margin (dpo) or mean_reward_margin (rm)
+- ``predict_progress``: done, total (prediction samples generated so far; rank 0, at most every
+  few seconds while ``do_predict`` generates; the hang watchdog counts it as progress)
+- ``predict``: samples, bleu_4, rouge_1, rouge_2, rouge_l (LLaMA-Factory's predict_bleu-4 / rouge
+  scores, 0..100, the mean over the samples), runtime_s, predictions (the path of
+  generated_predictions.jsonl), results (predict_results.json), adapter (the adapter that answered:
+  this run's, or a prediction-only run's adapter_name_or_path), stopped (true when a stop request
+  ended it early: the scores are of the samples done); also in summary.json as ``predict``
 - ``telemetry``: backend (amdsmi|nvml|torch|cpu), devices (list of {index, name, vram_used_mb,
   vram_total_mb, util_pct, temp_c, power_w}; empty on the CPU), ranks (list of {rank, pid, alive,
   rss_mb, cpu_pct}: the rank process's resident set size in MiB, its CPU use in percent of one
@@ -104,6 +111,8 @@ KINDS = frozenset(
         "alert",
         "probe_results",
         "held_out",
+        "predict_progress",
+        "predict",
         "rank_memory",
         "telemetry",
         "comm",

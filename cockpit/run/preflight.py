@@ -68,6 +68,7 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
                 key="output_dir",
             )
         )
+    problems += adapter_problems(cfg)
     if cfg.get("probes"):
         from cockpit.data.probes import load_probes
 
@@ -78,6 +79,25 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
     if problems:
         raise InputError(problems)
     return warnings
+
+
+def adapter_problems(cfg: Mapping[str, Any]) -> list[Problem]:
+    """A prediction-only run's ``adapter_name_or_path`` must be a LoRA adapter folder (a run's
+    ``adapter/``, not the run dir around it)."""
+    adapter = cfg.get("adapter_name_or_path")
+    if cfg.get("do_train", True) or not adapter or (Path(adapter) / "adapter_config.json").is_file():
+        return []
+    inner = Path(adapter) / "adapter"
+    hint = f"; did you mean {inner}?" if (inner / "adapter_config.json").is_file() else ""
+    return [Problem(f"{adapter} holds no LoRA adapter (adapter_config.json){hint}", key="adapter_name_or_path")]
+
+
+def prediction_data_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config whose ``dataset`` is the data read before a launch: a prediction-only run's
+    ``eval_dataset`` when it names one (it trains on nothing)."""
+    if not cfg.get("do_train", True) and cfg.get("eval_dataset"):
+        return {**cfg, "dataset": cfg["eval_dataset"]}
+    return cfg
 
 
 def doctor_gpu_reasons(cfg: Mapping[str, Any]) -> list[str]:
@@ -137,13 +157,14 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
 
         return check_stage(cfg, log, with_devices)
     from cockpit.data.collect import collect_samples
-    from cockpit.data.prepare import masking, prepare_dataset
+    from cockpit.data.prepare import prepare_dataset, render_options
     from cockpit.data.render import trainable_spans
     from cockpit.models.resolve import load_model_config, load_tokenizer, resolve_model
 
     warnings = static_checks(cfg)
-    loaded = collect_samples(cfg)  # every bad row, before any model is loaded
-    if cfg.get("eval_dataset"):  # the eval data's bad rows too (key: eval_dataset)
+    data_cfg = prediction_data_config(cfg)
+    loaded = collect_samples(data_cfg)  # every bad row, before any model is loaded
+    if cfg.get("eval_dataset") and data_cfg is cfg:  # the eval data's bad rows too (key: eval_dataset)
         collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
     if with_devices:
         warnings += device_checks(cfg)
@@ -164,9 +185,9 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
                     key="freeze_trainable_layers",
                 )
             )
-    prepared = prepare_dataset(cfg, tok, loaded)
-    first = prepared.loaded.samples[0]["messages"]
-    text, spans = trainable_spans(tok, first, **masking(cfg))
+    prepared = prepare_dataset(data_cfg, tok, loaded)
+    first = prepared.loaded.samples[0]
+    text, spans = trainable_spans(tok, first["messages"], tools=first.get("tools"), **render_options(cfg))
     pieces, pos = [], 0
     for a, b in spans:
         pieces += [{"text": text[pos:a], "trained": False}, {"text": text[a:b], "trained": True}]

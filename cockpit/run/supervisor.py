@@ -96,9 +96,10 @@ def node_watchdog(cfg: dict[str, Any], start_t: float) -> HangWatchdog:
 
 
 def observe_progress(watchdog: HangWatchdog, ev: dict[str, Any]) -> None:
-    """A ``heartbeat`` (one node alive, at its step) or ``train_end`` (training over) event."""
+    """A ``heartbeat`` (one node alive, at its step), ``train_end`` (training over) or
+    ``predict_progress`` (prediction samples generated: the load timeout counts again from it) event."""
     t = float(ev.get("t") or time.time())
-    if ev.get("kind") == "train_end":
+    if ev.get("kind") in ("train_end", "predict_progress"):
         watchdog.observe_train_end(t)
     else:
         watchdog.observe_heartbeat(int(ev.get("node_rank") or 0), t, host=ev.get("host"), step=ev.get("step"))
@@ -339,7 +340,7 @@ class Supervisor:
                 self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
                 changes.update(step=self.last_step, total_steps=ev.get("total_steps"), last_loss=ev.get("loss"))
                 self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
-            elif kind in ("heartbeat", "train_end"):
+            elif kind in ("heartbeat", "train_end", "predict_progress"):
                 observe_progress(self.watchdog, ev)
             elif kind == "run_failed":
                 self.worker_failure = ev

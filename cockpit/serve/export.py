@@ -31,19 +31,24 @@ def adapter_checksum(folder: Path) -> str:
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def run_tokenizer(adapter: Path, cfg: dict[str, Any], ref=None) -> Any:
+    """The tokenizer the run trained with: the one saved beside its adapter (its added tokens
+    included), else the base's with the config's tokens added."""
+    from transformers import AutoTokenizer
+
+    if (adapter / "tokenizer_config.json").exists():
+        return AutoTokenizer.from_pretrained(str(adapter))
+    from cockpit.models.resolve import load_tokenizer
+
+    return load_tokenizer(cfg, ref)
+
+
 def _save_tokenizer(adapter: Path, cfg: dict[str, Any], out: Path, ref=None) -> None:
     """The run's tokenizer with its chat template (the named one the run used, when it set one),
     so that vLLM and ``apply_chat_template`` render prompts exactly as training did."""
-    from transformers import AutoTokenizer
-
     from cockpit.data.render import apply_template_choice
 
-    if (adapter / "tokenizer_config.json").exists():
-        tok = AutoTokenizer.from_pretrained(str(adapter))
-    else:
-        from cockpit.models.resolve import load_tokenizer
-
-        tok = load_tokenizer(cfg, ref)
+    tok = run_tokenizer(adapter, cfg, ref)
     template = cfg.get("template")
     if (template and template != "default") or cfg.get("default_system") or cfg.get("enable_thinking") is False:
         apply_template_choice(tok, template, cfg.get("default_system"), cfg.get("enable_thinking", True))
@@ -148,6 +153,10 @@ def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, 
     )
     if getattr(base.config, "quantization_config", None):
         notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
+    from cockpit.models.vocab import grows_vocab, resize_to_tokenizer
+
+    if grows_vocab(cfg):  # rows for the run's added tokens, as training made them (the adapter holds their weights)
+        resize_to_tokenizer(base, run_tokenizer(adapter, cfg, ref), mean_resizing=False)
     model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     model.save_pretrained(tmp, safe_serialization=True)
     _save_tokenizer(adapter, cfg, tmp, ref)

@@ -109,6 +109,10 @@ def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool
         kwargs["ddp_backend"] = "gloo"
     if cfg.get("deepspeed"):
         kwargs["deepspeed"] = cfg["deepspeed"]  # a path, or the config dict set up in apply_strategy
+        if use_cpu:
+            from cockpit.train.distributed import skip_deepspeed_shm_build
+
+            skip_deepspeed_shm_build()  # before TrainingArguments start DeepSpeed's comm backend
     from cockpit.train.variants import training_kwargs
 
     kwargs.update(training_kwargs(cfg))  # optim, Adam betas/eps, schedule kwargs, checkpointing, eval

@@ -58,6 +58,19 @@ def apply_strategy(
     return {**cfg, "deepspeed": source}, stage == 3
 
 
+def skip_deepspeed_shm_build() -> None:
+    """On the CPU, DeepSpeed's comm backend JIT-compiles its shared-memory all-reduce op
+    (deepspeed_shm_comm) on first use: 154 s of C++ compile on a 2-core machine, before the first
+    step. That op serves only ``inference_all_reduce`` (DeepSpeed's inference engine); training's
+    collectives go through torch.distributed (gloo) either way. So a training rank does not build it.
+    tests/test_strategy_deepspeed.py pins the DeepSpeed function this replaces."""
+    import importlib
+
+    # importlib: `import deepspeed.comm.torch as m` binds the torch package (deepspeed.comm re-exports it)
+    ds_torch_comm: Any = importlib.import_module("deepspeed.comm.torch")
+    ds_torch_comm.build_shm_op = lambda: None
+
+
 def comm_health_probe(writer, use_cpu: bool, log) -> None:
     """All ranks: a timed all-reduce at a few sizes (the process group exists once the
     TrainingArguments are built); rank 0 records backend, version and bus bandwidth."""

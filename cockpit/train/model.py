@@ -30,16 +30,41 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
 
         model = sharded_base(cfg, ref, kwargs["dtype"], load)
     model.config.use_cache = False
+    new_token_ids = grown_vocabulary(model, cfg, ref, load)  # add_tokens / add_special_tokens / resize_vocab
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
     if cfg["quantization_bit"]:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg["gradient_checkpointing"])
     if cfg["finetuning_type"] == "lora":
-        return with_lora_adapter(model, cfg)
+        return with_lora_adapter(model, cfg, new_token_ids)
     if cfg["finetuning_type"] == "freeze":
         freeze_all_but_chosen_layers(model, cfg)
+        if new_token_ids:
+            from cockpit.models.vocab import train_embedding_rows
+
+            train_embedding_rows(model)
     return model
+
+
+def grown_vocabulary(model, cfg: dict[str, Any], ref, load: str) -> list[int]:
+    """The embeddings grown to the run's tokenizer (its added tokens; a multiple of 64) when the
+    config adds tokens or sets ``resize_vocab``; the token ids whose rows must train."""
+    from cockpit.models import vocab
+    from cockpit.models.resolve import load_tokenizer
+
+    if not vocab.grows_vocab(cfg):
+        return []
+    if load != "full":
+        raise InputError(
+            Problem(
+                "new tokens (resized embeddings) with ZeRO-3 / FSDP2 sharded loading are not supported yet",
+                key="add_special_tokens" if cfg.get("add_special_tokens") else "add_tokens",
+            )
+        )
+    tokenizer = load_tokenizer(cfg, ref, log=lambda *_: None)  # the same tokens, in the same order, as the rank's
+    rows_before = vocab.resize_to_tokenizer(model, tokenizer)
+    return vocab.trained_token_ids(tokenizer, cfg, rows_before)
 
 
 def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
@@ -71,12 +96,14 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
     return kwargs
 
 
-def with_lora_adapter(model, cfg: dict[str, Any]):
+def with_lora_adapter(model, cfg: dict[str, Any], new_token_ids: list[int] | None = None):
     """The base with its LoRA adapter: ``adapter_name_or_path`` trained further, or merged into the
-    base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``."""
+    base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``; the
+    rows of ``new_token_ids`` (added tokens) train beside it."""
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import set_seed
 
+    from cockpit.models.vocab import lora_new_rows_trainable
     from cockpit.train.variants import lora_config_kwargs
 
     if cfg.get("adapter_name_or_path") and not cfg.get("create_new_adapter"):
@@ -94,7 +121,8 @@ def with_lora_adapter(model, cfg: dict[str, Any]):
         lora_dropout=cfg["lora_dropout"],
         target_modules=targets,
         task_type="CAUSAL_LM",
-        **lora_config_kwargs(cfg),  # DoRA, rsLoRA, PiSSA, modules_to_save
+        # DoRA, rsLoRA, PiSSA, modules_to_save; the new tokens' rows
+        **lora_new_rows_trainable(model, lora_config_kwargs(cfg), new_token_ids or []),
     )
     try:
         return get_peft_model(model, lora)

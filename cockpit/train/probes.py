@@ -13,6 +13,7 @@ from typing import Any
 
 from cockpit.data.probes import load_probes, passes, probe_summary, score
 from cockpit.data.render import render_prompt_ids
+from cockpit.train.generation import generate_new_tokens
 
 __all__ = [
     "load_probes",
@@ -27,45 +28,20 @@ def run_probes(
     model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8
 ) -> dict[str, Any]:
     """Greedy answers for every probe (batched, left-padded); returns the probe_results fields."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     results = []
-    try:
-        for i in range(0, len(probes), batch_size):
-            chunk = probes[i : i + batch_size]
-            prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
-            width = max(len(p) for p in prompts)
-            ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(prompts), width), dtype=torch.long)
-            for j, prompt_ids in enumerate(prompts):
-                ids[j, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
-                mask[j, width - len(prompt_ids) :] = 1
-            with torch.no_grad():
-                out = model.generate(
-                    input_ids=ids.to(device),
-                    attention_mask=mask.to(device),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    use_cache=True,  # training sets config.use_cache=False
-                    pad_token_id=pad_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-            for j, probe in enumerate(chunk):
-                answer = tokenizer.decode(out[j, width:], skip_special_tokens=True).strip()
-                results.append(
-                    {
-                        "prompt": probe["prompt"],
-                        "expect": probe["expect"],
-                        "answer": answer,
-                        "ok": passes(answer, probe["expect"]),
-                        **({"set": probe["set"]} if "set" in probe else {}),
-                    }
-                )
-    finally:
-        if was_training:
-            model.train()
+    for i in range(0, len(probes), batch_size):
+        chunk = probes[i : i + batch_size]
+        prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
+        answers = generate_new_tokens(model, tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=False)
+        for probe, answer_ids in zip(chunk, answers):
+            answer = tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
+            results.append(
+                {
+                    "prompt": probe["prompt"],
+                    "expect": probe["expect"],
+                    "answer": answer,
+                    "ok": passes(answer, probe["expect"]),
+                    **({"set": probe["set"]} if "set" in probe else {}),
+                }
+            )
     return {**score(results), "results": results}

@@ -15,6 +15,7 @@ from typing import Any
 from cockpit.config.load import coerce, to_yaml, validate
 from cockpit.config.schema import SCHEDULERS, SCHEMA
 from cockpit.errors import InputError
+from cockpit.ui.palette import themed
 
 METHODS = (
     ("LoRA", "lora"),
@@ -428,12 +429,12 @@ def data_report(data: Any) -> Any:
 
     t = Text()
     if not isinstance(data, dict):
-        t.append("data check: no result", style="red")
+        t.append("data check: no result", style=themed("$text-error"))
         return t
     if not data.get("ok", True):
-        t.append("cockpit check found problems:\n", style="bold red")
+        t.append("cockpit check found problems:\n", style=themed("bold $text-error"))
         for p in data.get("problems") or []:
-            t.append(f"  {p}\n", style="red")
+            t.append(f"  {p}\n", style=themed("$text-error"))
         return t
     formats = data.get("formats") or {}
     t.append("Data ", style="bold underline")
@@ -441,12 +442,12 @@ def data_report(data: Any) -> Any:
     tr = data.get("truncation") or {}
     if tr.get("stage"):  # pt / dpo / kto / rm: the stage's own report (cockpit/data/stage_data.py)
         for line in tr.get("lines") or []:
-            t.append("\n" + line, style="bold yellow" if line.startswith("warning") else "")
+            t.append("\n" + line, style=themed("bold $text-warning") if line.startswith("warning") else "")
     elif tr:
         t.append(
             f"\ntokens per sample: p50 {tr.get('p50')}  p90 {tr.get('p90')}  p99 {tr.get('p99')}  max {tr.get('max')}"
         )
-        style = "yellow" if tr.get("truncated") else "green"
+        style = themed("$text-warning" if tr.get("truncated") else "$text-success")
         t.append(
             f"\ncutoff_len {tr.get('cutoff_len')}: truncates {tr.get('truncated')} samples ({tr.get('truncated_pct', 0):.1f}%), "
             f"loses {tr.get('target_tokens_lost')} of {tr.get('target_tokens')} trained tokens ({tr.get('target_lost_pct', 0):.1f}%)",
@@ -455,24 +456,24 @@ def data_report(data: Any) -> Any:
         if tr.get("emptied"):
             t.append(
                 f"\n{tr['emptied']} samples keep no trained token after truncation: raise cutoff_len",
-                style="bold yellow",
+                style=themed("bold $text-warning"),
             )
     bad = data.get("bad_rows") or []
     for b in bad[:5]:
-        t.append(f"\nbad row: {b}", style="yellow")
+        t.append(f"\nbad row: {b}", style=themed("$text-warning"))
     if len(bad) > 5:
-        t.append(f"\n... {len(bad) - 5} more bad rows", style="yellow")
+        t.append(f"\n... {len(bad) - 5} more bad rows", style=themed("$text-warning"))
     for w in data.get("warnings") or []:
-        t.append(f"\nwarning: {w}", style="yellow")
+        t.append(f"\nwarning: {w}", style=themed("$text-warning"))
     pv = data.get("preview") or {}
     if pv.get("pair"):  # a preference pair: the two answers side by side
         t.append(_pair_table(pv))
     elif pv.get("pieces"):
         t.append(f"\n\nFirst sample ({pv.get('source')}), ", style="bold")
-        t.append("trained tokens highlighted", style="black on green")
+        t.append("trained tokens highlighted", style=themed("$text on $success"))
         t.append(":\n")
         for piece in pv["pieces"]:
-            t.append(piece.get("text", ""), style="black on green" if piece.get("trained") else "")
+            t.append(piece.get("text", ""), style=themed("$text on $success") if piece.get("trained") else "")
     return t
 
 
@@ -490,10 +491,10 @@ def _pair_table(pv: dict[str, Any], width: int = 36) -> Any:
     t.append(prompt.strip()[-400:] + "\n")
     left = textwrap.wrap(pv["pair"].get("chosen", ""), width) or [""]
     right = textwrap.wrap(pv["pair"].get("rejected", ""), width) or [""]
-    t.append(f"{'chosen':<{width}} | ", style="bold green")
-    t.append("rejected\n", style="bold red")
+    t.append(f"{'chosen':<{width}} | ", style=themed("bold $text-success"))
+    t.append("rejected\n", style=themed("bold $text-error"))
     for a, b in zip_longest(left[:12], right[:12], fillvalue=""):
-        t.append(f"{a:<{width}}", style="green")
+        t.append(f"{a:<{width}}", style=themed("$text-success"))
         t.append(" | ")
-        t.append(b + "\n", style="red")
+        t.append(b + "\n", style=themed("$text-error"))
     return t

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style as RichStyle
 from rich.text import Text
 
+from cockpit.ui.palette import themed
 from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
+# Textual style strings (theme variables), resolved by palette.themed where drawn: by meaning, an
+# active run the theme's primary, finished success, failed / lost error, on the way warning
 STATE_STYLE = {
-    "starting": "yellow",
-    "running": "bold green",
-    "stopping": "yellow",
-    "finished": "bold cyan",
-    "failed": "bold red",
-    "stopped": "magenta",
-    "queued": "blue",
-    "cancelled": "magenta",
-    "lost": "bold red",
+    "starting": "$text-warning",
+    "running": "bold $text-primary",
+    "stopping": "$text-warning",
+    "finished": "bold $text-success",
+    "failed": "bold $text-error",
+    "stopped": "$text-accent",
+    "queued": "$text-primary",
+    "cancelled": "$text-accent",
+    "lost": "bold $text-error",
 }
-LEVEL_STYLE = {"info": "cyan", "warn": "bold yellow", "error": "bold red"}
+LEVEL_STYLE = {"info": "$text-primary", "warn": "bold $text-warning", "error": "bold $text-error"}
 # every state also has a symbol: readable with NO_COLOR and on a 16-colour terminal
 STATE_SYMBOL = {
     "starting": "…",
@@ -37,7 +41,12 @@ STATE_SYMBOL = {
 def state_text(state: str, shown: str | None = None) -> Text:
     """A run state as symbol + word (``shown``: the words, e.g. a queued run's reason), coloured
     (the colour is never the only sign)."""
-    return Text(f"{STATE_SYMBOL.get(state, '?')} {shown or state}", style=STATE_STYLE.get(state, ""))
+    return Text(f"{STATE_SYMBOL.get(state, '?')} {shown or state}", style=themed(STATE_STYLE.get(state, "")))
+
+
+def fill_style(frac: float) -> RichStyle | str:
+    """How full: the theme's success colour, warning from 80 %, error from 95 %."""
+    return themed("$success" if frac < 0.8 else "$warning" if frac < 0.95 else "$error")
 
 
 def bar(frac: float | None, width: int = 10) -> Text:
@@ -45,7 +54,7 @@ def bar(frac: float | None, width: int = 10) -> Text:
         return Text("?" * 0 + "·" * width, style="dim")
     frac = max(0.0, min(1.0, frac))
     done = int(round(frac * width))
-    style = "green" if frac < 0.8 else "yellow" if frac < 0.95 else "red"
+    style = fill_style(frac)
     return Text("█" * done, style=style) + Text("░" * (width - done), style="dim")
 
 
@@ -54,7 +63,8 @@ def header(state: RunState, now: float, replaying: float | None = None) -> Text:
     t.append(state.run_id or "?", style="bold")
     t.append("  ")
     t.append(
-        f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ", style=f"reverse {STATE_STYLE.get(state.state, '')}"
+        f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ",
+        style=themed(f"reverse {STATE_STYLE.get(state.state, '')}"),
     )
     total = state.total or "?"
     t.append(f"  step {state.step}/{total}")
@@ -63,9 +73,9 @@ def header(state: RunState, now: float, replaying: float | None = None) -> Text:
     t.append(f"  elapsed {fmt_duration(state.elapsed(now))}")
     t.append(f"  ETA {fmt_duration(state.eta(now))}")
     if replaying is not None:
-        t.append(f"  loading history {100 * replaying:.0f}%", style="italic yellow")
+        t.append(f"  loading history {100 * replaying:.0f}%", style=themed("italic $text-warning"))
     if state.reason and state.ended:
-        t.append(f"\n{state.reason}", style=STATE_STYLE.get(state.state, ""))
+        t.append(f"\n{state.reason}", style=themed(STATE_STYLE.get(state.state, "")))
     return t
 
 
@@ -84,7 +94,7 @@ def level(frac: float | None) -> Text:
     if frac is None:
         return Text("·", style="dim")
     frac = max(0.0, min(1.0, frac))
-    style = "green" if frac < 0.8 else "yellow" if frac < 0.95 else "red"
+    style = fill_style(frac)
     return Text(LEVELS[max(1, round(frac * 8))], style=style)
 
 
@@ -142,11 +152,11 @@ def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     for node, ev in nodes:
         devs = ev.get("devices") or []
         host = str(ev.get("host") or "?")
-        t.append(f"\n{'node ' if width >= 50 else 'n'}{node} ", style="bold cyan")
-        t.append(host[: max(6, width // 5)], style="cyan")
+        t.append(f"\n{'node ' if width >= 50 else 'n'}{node} ", style=themed("bold $text-primary"))
+        t.append(host[: max(6, width // 5)], style=themed("$text-primary"))
         t.append(f" {ev.get('backend') or '?'}", style="dim")
         if node in silent:
-            t.append(" SILENT", style="bold red")
+            t.append(" SILENT", style=themed("bold $text-error"))
         if not devs:
             why = "; ".join(
                 f"{k}: {v}" for k, v in (ev.get("unavailable") or {}).items() if not str(v).startswith("not tried")
@@ -217,7 +227,7 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
             if r.get("cpu_pct") is not None:
                 t.append(f"  CPU {float(r['cpu_pct']):.0f}%")
             if r.get("alive") is False:
-                t.append("  exited", style="red")
+                t.append("  exited", style=themed("$text-error"))
     elif not devs and state.mem:
         for rank, m in sorted(state.mem.items()):
             t.append(f"\n rank{rank} RSS {_mb((m or {}).get('rss_mb'))} (from the last step)")
@@ -246,7 +256,7 @@ def comm(state: RunState) -> Text:
     status = str(c.get("status") or "?")
     t.append(f"{c.get('backend') or '?'} {c.get('version') or ''}".strip())
     t.append(f"  world {c.get('world_size') or '?'}  ")
-    t.append(status, style="green" if status in ("ok", "healthy") else "yellow")
+    t.append(status, style=themed("$text-success" if status in ("ok", "healthy") else "$text-warning"))
     details = c.get("details")
     if details:
         t.append(
@@ -266,14 +276,14 @@ def alerts(state: RunState, limit: int = 3) -> Text:
         t.append("  none", style="dim")
     for a in list(state.alerts)[-limit:]:
         lvl = str(a.get("level") or "info")
-        t.append(f"\n[{lvl}] ", style=LEVEL_STYLE.get(lvl, ""))
+        t.append(f"\n[{lvl}] ", style=themed(LEVEL_STYLE.get(lvl, "")))
         t.append(f"{a.get('code')}: {a.get('message')}")
         if a.get("rank") is not None:
             t.append(f" (rank {a['rank']})", style="dim")
         for r in (a.get("remedies") or [])[:2]:
             t.append(f"\n  → {r}", style="dim")
     if hang_alert(state) is not None:
-        t.append("\n  r: stop and relaunch with these settings", style="bold yellow")
+        t.append("\n  r: stop and relaunch with these settings", style=themed("bold $text-warning"))
     mem_alert = memory_alert(state)
     if mem_alert is not None:
         change = mem_alert.get("remedy_set") or mem_alert.get("remedy_env") or {}
@@ -281,10 +291,10 @@ def alerts(state: RunState, limit: int = 3) -> Text:
             f"{k.replace('per_device_train_batch_size', 'micro-batch').replace('gradient_accumulation_steps', 'accum')} {v}"
             for k, v in change.items()
         )
-        t.append(f"\n  m: stop at a checkpoint, resume with {what}", style="bold yellow")
+        t.append(f"\n  m: stop at a checkpoint, resume with {what}", style=themed("bold $text-warning"))
     if state.checkpoints:
         ck = state.checkpoints[-1]
-        t.append(f"\ncheckpoint: step {ck.get('step')}", style="cyan")
+        t.append(f"\ncheckpoint: step {ck.get('step')}", style=themed("$text-primary"))
     for phase in ("before", "after"):
         p = state.probes.get(phase)
         if p:
@@ -296,9 +306,9 @@ def alerts(state: RunState, limit: int = 3) -> Text:
             )
             t.append(f"\nprobes {phase}: {counts} pass")
     if state.failed:
-        t.append(f"\nFAILED: {state.failed.get('reason')}", style="bold red")
+        t.append(f"\nFAILED: {state.failed.get('reason')}", style=themed("bold $text-error"))
         for line in (state.failed.get("log_tail") or [])[-3:]:
-            t.append(f"\n | {line}", style="red")
+            t.append(f"\n | {line}", style=themed("$text-error"))
     return t
 
 
@@ -310,9 +320,9 @@ def launch_ranks(data: Any) -> Text:
     t = Text()
     if not isinstance(data, dict) or not data.get("ranks"):
         problems = data.get("problems") if isinstance(data, dict) else None
-        t.append("per-rank launch: no preview\n", style="red")
+        t.append("per-rank launch: no preview\n", style=themed("$text-error"))
         for p in problems or []:
-            t.append(f"  {p}\n", style="red")
+            t.append(f"  {p}\n", style=themed("$text-error"))
         return t
     t.append(
         f"# strategy {data.get('strategy')}, world size {data.get('world_size')} "
@@ -327,12 +337,12 @@ def launch_ranks(data: Any) -> Text:
         )
         t.append(shlex.join(str(a) for a in r.get("command") or []) + "\n")
         for k, v in (r.get("env") or {}).items():
-            t.append(f"  {k}={v}\n", style="cyan")
+            t.append(f"  {k}={v}\n", style=themed("$text-primary"))
     for node in data.get("nodes") or []:
         if node.get("node_rank") != data.get("node_rank"):
             t.append(f"\n# on node {node.get('node_rank')}: {node.get('shell')}\n", style="dim")
     for note in data.get("notes") or []:
-        t.append(f"# note: {note}\n", style="yellow")
+        t.append(f"# note: {note}\n", style=themed("$text-warning"))
     return t
 
 
@@ -341,11 +351,11 @@ def blocking_checks(checks: list[Any]) -> Text:
     t = Text()
     t.append("cockpit doctor found problems that matter for this config:\n", style="bold")
     for c in checks:
-        t.append(f"\n✗ {c.title} ", style="bold red")
-        t.append(f"({c.status})\n", style="red")
+        t.append(f"\n✗ {c.title} ", style=themed("bold $text-error"))
+        t.append(f"({c.status})\n", style=themed("$text-error"))
         t.append(f"  {c.seen}\n")
         for i, line in enumerate((c.fix or "").splitlines()):
-            t.append(("  fix: " if i == 0 else "       ") + line + "\n", style="yellow")
+            t.append(("  fix: " if i == 0 else "       ") + line + "\n", style=themed("$text-warning"))
     return t
 
 
@@ -354,9 +364,9 @@ def tune_table(data: dict[str, Any]) -> Text:
     t = Text()
     chosen = data.get("chosen") or {}
     if data.get("message"):
-        t.append(str(data["message"]) + "\n", style="bold" if data.get("ok") else "bold red")
+        t.append(str(data["message"]) + "\n", style="bold" if data.get("ok") else themed("bold $text-error"))
     for p in data.get("problems") or []:
-        t.append(f"  {p}\n", style="red")
+        t.append(f"  {p}\n", style=themed("$text-error"))
     if data.get("cap_gb") is not None:
         t.append(f"memory cap {float(data['cap_gb']):g} GB per device\n", style="dim")
     t.append(f"\n  {'micro-batch':>11} {'accum':>6} {'tokens/s':>10} {'peak GB':>8}  result\n", style="bold")
@@ -374,10 +384,10 @@ def tune_table(data: dict[str, Any]) -> Text:
         )
         t.append(
             line,
-            style="bold green"
+            style=themed("bold $text-success")
             if mark.strip()
-            else ("red" if "fail" in str(result) or "oom" in str(result).lower() else ""),
+            else (themed("$text-error") if "fail" in str(result) or "oom" in str(result).lower() else ""),
         )
     if chosen:
-        t.append(f"\nchosen: micro-batch {key[0]}, accumulation {key[1]}", style="bold green")
+        t.append(f"\nchosen: micro-batch {key[0]}, accumulation {key[1]}", style=themed("bold $text-success"))
     return t

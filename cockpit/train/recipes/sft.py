@@ -89,6 +89,10 @@ class SFTRecipe(Recipe):
         return {"samples": len(data.train), "truncation": data.report.as_dict()}
 
     def run(self, ctx: RecipeContext) -> int:
+        if not ctx.cfg.get("do_train", True):  # a prediction-only run (do_predict with adapter_name_or_path)
+            from cockpit.train.predict import predict_only
+
+            return predict_only(ctx)
         data = self.build_data(ctx)
         ctx.log("data: " + " | ".join(data.report.lines()))
         # the strategy (and so the DeepSpeed config) before the model: ZeRO-3 partitions at load
@@ -113,6 +117,10 @@ class SFTRecipe(Recipe):
         if ctx.rank != 0:
             return other_rank_done(ctx, attempt)
         summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
+        if ctx.cfg.get("do_predict"):  # rank 0 alone, after the other ranks are done
+            from cockpit.train.predict import predict_after_training
+
+            summary["predict"] = predict_after_training(ctx, attempt, sharded)
         return end_run(ctx, summary, attempt.callback, attempt.trainer.state.global_step)
 
     def start(self, ctx: RecipeContext, data: StageData, sharded: bool) -> Attempt:

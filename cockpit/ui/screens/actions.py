@@ -3,11 +3,16 @@ chat. Each goes through the CLI (``cockpit export|serve|chat``) in a subprocess.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.binding import Binding
+from textual.screen import Screen
 
 from cockpit.run.rundir import TERMINAL_STATES, RunDir
+from cockpit.ui.messages import WorkerMessage, post_or_run
+from cockpit.ui.palette import themed
 from cockpit.ui.proc import vllm_url
 
 ACTION_BINDINGS = [
@@ -22,12 +27,12 @@ def serve_text(res, url: str | None) -> Text:
     """``cockpit serve RUN --json``'s result, for a person: the command to start, or the hand-off."""
     data = res.data if isinstance(res.data, dict) else None
     if res.rc != 0 or data is None:
-        return Text(f"cockpit serve failed: {res.error_text}", style="red")
+        return Text(f"cockpit serve failed: {res.error_text}", style=themed("$text-error"))
     t = Text()
     if "command" in data:
         what = "base model + adapter" if data.get("mode") == "adapter" else "the merged model"
         t.append(f"Start vLLM serving {what}:\n\n", style="bold")
-        t.append(data["command"] + "\n\n", style="cyan")
+        t.append(data["command"] + "\n\n", style=themed("$text-primary"))
         for k, v in (data.get("env") or {}).items():
             t.append(f"env {k}={v}\n", style="dim")
         t.append(f"The tuned model is served as {data.get('model')!r} on {data.get('url')}/v1 (OpenAI API)")
@@ -39,7 +44,7 @@ def serve_text(res, url: str | None) -> Text:
             style="dim",
         )
         return t
-    t.append(f"Loaded into {data.get('url') or url}: model {data.get('model')!r}", style="bold green")
+    t.append(f"Loaded into {data.get('url') or url}: model {data.get('model')!r}", style=themed("bold $text-success"))
     t.append(f" (base {data.get('base_model_id')!r}, LoRA rank {data.get('lora_rank')})\n")
     probe = data.get("probe")
     if probe:
@@ -50,18 +55,44 @@ def serve_text(res, url: str | None) -> Text:
     return t
 
 
-class RunActions:
-    """Mixin for a Screen: ``action_target()`` names the run; merge / export / serve / chat act on
-    it when it has ended, and say so when it has not."""
+def export_text(res) -> tuple[Text, bool]:
+    """``cockpit export RUN --json``'s result, for a person, and whether it worked."""
+    ok = res.rc == 0 and isinstance(res.data, dict)
+    if not ok:
+        return Text(f"export failed: {res.error_text}", style=themed("$text-error")), False
+    msg = Text(f"exported {res.data.get('kind')} to {res.data.get('path')}", style=themed("$text-success"))
+    for n in res.data.get("notes") or []:
+        msg.append(f"\nnote: {n}", style="dim")
+    return msg, True
+
+
+class RunActions(Screen):
+    """Base of a Screen (Summary, Runs): ``action_target()`` names the run; merge / export / serve /
+    chat act on it when it has ended, and say so when it has not. The workers post
+    :class:`Exported` / :class:`Served`, handled here."""
+
+    class Exported(WorkerMessage):
+        """``cockpit export RUN --json`` answered: ``result`` the ``proc.CliResult``, ``run`` the run."""
+
+        def __init__(self, result: Any, run: RunDir) -> None:
+            super().__init__(result)
+            self.run = run
+
+    class Served(WorkerMessage):
+        """``cockpit serve RUN --json`` answered: ``result`` the ``proc.CliResult``, ``url`` the server."""
+
+        def __init__(self, result: Any, run: RunDir, url: str | None) -> None:
+            super().__init__(result)
+            self.run, self.url = run, url
 
     def action_target(self) -> RunDir | None:
         raise NotImplementedError
 
     def show_action_progress(self, msg: str) -> None:
-        self.notify(msg, timeout=4, markup=False)  # type: ignore[attr-defined]
+        self.notify(msg, timeout=4, markup=False)
 
     def show_action_result(self, title: str, msg: Text, ok: bool) -> None:
-        self.notify(msg.plain, title=title, severity="information" if ok else "error", timeout=15, markup=False)  # type: ignore[attr-defined]
+        self.notify(msg.plain, title=title, severity="information" if ok else "error", timeout=15, markup=False)
 
     def _finished_target(self) -> RunDir | None:
         run = self.action_target()
@@ -69,7 +100,7 @@ class RunActions:
             return None
         state = run.read_status().get("state")
         if state not in TERMINAL_STATES:
-            self.notify(  # type: ignore[attr-defined]
+            self.notify(
                 f"{run.run_id} is still {state or 'starting'}: merge, export, serve and chat need a finished run",
                 severity="warning",
             )
@@ -81,7 +112,7 @@ class RunActions:
         if run is not None:
             from cockpit.ui.screens.chat import ChatScreen
 
-            self.app.push_screen(ChatScreen(run))  # type: ignore[attr-defined]
+            self.app.push_screen(ChatScreen(run))
 
     def action_export(self, merge: bool) -> None:
         run = self._finished_target()
@@ -98,20 +129,20 @@ class RunActions:
         from cockpit.ui import proc
 
         res = proc.export_run(run.path, merge)
-        ok = res.rc == 0 and isinstance(res.data, dict)
-        if ok:
-            msg = Text(f"exported {res.data.get('kind')} to {res.data.get('path')}", style="green")
-            for n in res.data.get("notes") or []:
-                msg.append(f"\nnote: {n}", style="dim")
-        else:
-            msg = Text(f"export failed: {res.error_text}", style="red")
-        self.app.call_from_thread(self.show_action_result, f"export {run.run_id}", msg, ok)  # type: ignore[attr-defined]
+        if not self.post_message(self.Exported(res, run)):  # the screen was left meanwhile: a notification
+            RunActions.show_action_result(
+                self, f"export {run.run_id}", *export_text(res)
+            )  # (App.notify is thread-safe)
+
+    @on(Exported)
+    def _exported(self, message: Exported) -> None:
+        self.show_action_result(f"export {message.run.run_id}", *export_text(message.result))
 
     def action_serve(self) -> None:
         run = self._finished_target()
         if run is None:
             return
-        url = vllm_url(self.app)  # type: ignore[attr-defined]
+        url = vllm_url(self.app)
         self.show_action_progress(
             f"hot-loading the adapter into {url} …" if url else "cockpit serve: building the vllm serve command …"
         )
@@ -120,8 +151,13 @@ class RunActions:
     @work(thread=True, exclusive=True, group="serve")
     def _serve(self, run: RunDir, url: str | None) -> None:
         from cockpit.ui import proc
+
+        # the command (or the hand-off) is shown even when the person left the screen meanwhile
+        post_or_run(self, self.Served(proc.serve_run(run.path, url), run, url), self._served)
+
+    @on(Served)
+    def _served(self, message: Served) -> None:
         from cockpit.ui.screens.modals import TextView
 
-        res = proc.serve_run(run.path, url)
-        title = f"Serve {run.run_id}" + (f" — {url}" if url else " — vllm serve")
-        self.app.call_from_thread(self.app.push_screen, TextView(title, serve_text(res, url)))  # type: ignore[attr-defined]
+        title = f"Serve {message.run.run_id}" + (f" — {message.url}" if message.url else " — vllm serve")
+        self.app.push_screen(TextView(title, serve_text(message.result, message.url)))

@@ -19,11 +19,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from cockpit.run.rundir import RunDir
+from cockpit.ui.palette import themed
 
 SIDES = ("base", "tuned")
 
@@ -52,7 +54,7 @@ class Turn:
 
 def turn_text(turn: Turn, side: str) -> Text:
     t = Text()
-    t.append("› ", style="bold cyan")
+    t.append("› ", style=themed("bold $text-primary"))
     t.append(turn.prompt, style="bold")
     if turn.expect is not None:
         t.append(f"   [probe · expect {', '.join(turn.expect)}]", style="dim")
@@ -64,7 +66,7 @@ def turn_text(turn: Turn, side: str) -> Text:
             t.append("(empty answer)", style="dim")
         ok = turn.ok(side)
         if ok is not None:
-            t.append("\n✓ pass" if ok else "\n✗ fail", style="bold green" if ok else "bold red")
+            t.append("\n✓ pass" if ok else "\n✗ fail", style=themed("bold $text-success" if ok else "bold $text-error"))
         meta = [
             f"{end['tokens']} tokens" if end.get("tokens") is not None else "",
             f"{end['seconds']:.1f} s" if end.get("seconds") is not None else "",
@@ -75,7 +77,7 @@ def turn_text(turn: Turn, side: str) -> Text:
         if meta_s:
             t.append(("  " if ok is not None else "\n") + f"({meta_s})", style="dim")
     elif turn.error:
-        t.append(f"\nerror: {turn.error}", style="red")
+        t.append(f"\nerror: {turn.error}", style=themed("$text-error"))
     elif not turn.done:
         t.append("▌", style="blink")
     t.append("\n\n")
@@ -142,7 +144,7 @@ class ChatScreen(Screen):
         )
         for side in SIDES:
             self.query_one(f"#chat-{side}-box").border_title = side
-        self.set_status(f"starting cockpit chat … loading the base and tuned models ({self.backend})", "yellow")
+        self.set_status(f"starting cockpit chat … loading the base and tuned models ({self.backend})", "$text-warning")
         self.query_one("#chat-input", Input).focus()
         try:
             if self._start is not None:
@@ -152,7 +154,7 @@ class ChatScreen(Screen):
 
                 self.chat = ChatProcess(self.run.path, self.vllm_url)
         except OSError as exc:
-            self.set_status(f"cannot start cockpit chat: {exc}", "red")
+            self.set_status(f"cannot start cockpit chat: {exc}", "$text-error")
             return
         self._read()
 
@@ -181,7 +183,7 @@ class ChatScreen(Screen):
                 name = str(ev.get("base_model" if side == "base" else "adapter") or "")
                 short = "/".join(name.rstrip("/").split("/")[-2:])  # a path's last two parts
                 self.query_one(f"#chat-{side}-box").border_title = f"{side} · {short}" if short else side
-            self.set_status(self._progress_line(), "green")
+            self.set_status(self._progress_line(), "$text-success")
             return
         turn = self.turns.get(ev.get("id")) if ev.get("id") is not None else None
         if "error" in ev:
@@ -190,7 +192,7 @@ class ChatScreen(Screen):
                 turn.done = True
                 self._draw()
             prefix = "fatal: " if ev.get("fatal") else ""
-            self.set_status(f"{prefix}error from the chat process: {ev['error']}", "red")
+            self.set_status(f"{prefix}error from the chat process: {ev['error']}", "$text-error")
             return
         if turn is None:
             return
@@ -204,7 +206,7 @@ class ChatScreen(Screen):
             turn.ends[side] = ev
         elif ev.get("done"):
             turn.done = True
-            self.set_status(self._progress_line(), "green")
+            self.set_status(self._progress_line(), "$text-success")
         self._draw(side if side in SIDES else None)
 
     def on_chat_screen_exited(self, message: Exited) -> None:
@@ -217,13 +219,15 @@ class ChatScreen(Screen):
         self._draw()
         why = message.tail.strip() or "(nothing in its log)"
         self.set_status(
-            f"cockpit chat exited (code {message.rc}) — {why}\nlog: {getattr(self.chat, 'log_path', '?')}", "red"
+            f"cockpit chat exited (code {message.rc}) — {why}\nlog: {getattr(self.chat, 'log_path', '?')}",
+            "$text-error",
         )
 
     # -- drawing ---------------------------------------------------------------------------------
     def set_status(self, text: str, style: str = "") -> None:
+        """``style``: a Textual style string (``"$text-error"``), resolved by the theme."""
         self.status = text
-        self.query_one("#chat-status", Static).update(Text(text, style=style))
+        self.query_one("#chat-status", Static).update(Content.styled(text, style))
 
     def _ready_line(self) -> str:
         r = self.ready or {}
@@ -258,17 +262,17 @@ class ChatScreen(Screen):
     # -- requests --------------------------------------------------------------------------------
     def ask(self, prompt: str, expect: list[str] | None = None) -> int | None:
         if self.chat is None or self.exited:
-            self.set_status("the chat process is not running: leave (Esc) and open the chat again", "red")
+            self.set_status("the chat process is not running: leave (Esc) and open the chat again", "$text-error")
             return None
         self.next_id += 1
         rid = self.next_id
         if not self.chat.send({"id": rid, "prompt": prompt}):
-            self.set_status("the chat process does not take requests any more (see its log)", "red")
+            self.set_status("the chat process does not take requests any more (see its log)", "$text-error")
             return None
         self.turns[rid] = Turn(rid, prompt, expect)
         self._draw()
         if self.ready is not None:
-            self.set_status(self._progress_line(), "yellow")
+            self.set_status(self._progress_line(), "$text-warning")
         return rid
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -285,7 +289,7 @@ class ChatScreen(Screen):
         try:
             probes = load_run_probes(load_run(self.run))
         except InputError as exc:
-            self.set_status(f"no probes to ask: {exc}", "red")
+            self.set_status(f"no probes to ask: {exc}", "$text-error")
             return
         self.probe_ids = []
         for p in probes:
@@ -294,7 +298,7 @@ class ChatScreen(Screen):
                 return
             self.probe_ids.append(rid)
         if self.ready is None:
-            self.set_status(f"{len(probes)} probes queued; the models are still loading …", "yellow")
+            self.set_status(f"{len(probes)} probes queued; the models are still loading …", "$text-warning")
 
     def action_cancel(self) -> None:
         if self.chat is not None and any(not t.done for t in self.turns.values()):

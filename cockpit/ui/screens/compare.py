@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from cockpit.compare import SUMMARY_ROWS, compare, fmt_cell, fmt_value
 from cockpit.run.rundir import RunDir
+from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.widgets import clip
 
 # one marker per run: the runs stay apart on a terminal without colour
@@ -32,6 +33,9 @@ class CompareScreen(Screen):
         Binding("m", "next_curve", "Next curve"),
         Binding("escape,q", "leave", "Back"),
     ]
+
+    class Loaded(WorkerMessage):
+        """The runs' comparison (``cockpit.compare.compare``'s dict), read by the worker."""
 
     def __init__(self, runs: list[RunDir]) -> None:
         super().__init__(name="compare")
@@ -56,11 +60,11 @@ class CompareScreen(Screen):
 
     @work(thread=True, exclusive=True, group="compare")
     def _load(self) -> None:
-        data = compare(self.runs)
-        self.app.call_from_thread(self._show, data)
+        self.post_message(self.Loaded(compare(self.runs)))
 
-    def _show(self, data: dict[str, Any]) -> None:
-        self.data = data
+    @on(Loaded)
+    def _show(self, message: Loaded) -> None:
+        self.data = message.result
         self._fill_tables()
         self.draw_plot()
 

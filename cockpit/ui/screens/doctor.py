@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-STATUS_STYLE = {"pass": "green", "warn": "bold yellow", "fail": "bold red", "skip": "dim"}
+from cockpit.ui.messages import WorkerMessage
+from cockpit.ui.palette import themed
+
+# Textual style strings: the table's cells (Rich text) resolve them with palette.themed
+STATUS_STYLE = {"pass": "$text-success", "warn": "bold $text-warning", "fail": "bold $text-error", "skip": "dim"}
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
@@ -45,16 +50,23 @@ class DoctorScreen(Screen):
         self.query_one("#doctor-title", Static).update("Doctor — running cockpit doctor --json …")
         self._run()
 
+    class Ran(WorkerMessage):
+        """``cockpit doctor --json`` answered (a ``proc.CliResult``)."""
+
     @work(thread=True, exclusive=True, group="doctor")
     def _run(self) -> None:
         from cockpit.ui import proc
 
-        res = proc.doctor()
+        self.post_message(self.Ran(proc.doctor()))
+
+    @on(Ran)
+    def _ran(self, message: Ran) -> None:
+        res = message.result
         if isinstance(res.data, list):
-            self.app.call_from_thread(self.show, res.data)
+            self.show(res.data)
         else:
-            self.app.call_from_thread(
-                self.query_one("#doctor-title", Static).update, Text(f"Doctor failed: {res.error_text}", style="red")
+            self.query_one("#doctor-title", Static).update(
+                Content.styled(f"Doctor failed: {res.error_text}", "$text-error")
             )
 
     def show(self, checks: list[dict]) -> None:
@@ -66,18 +78,18 @@ class DoctorScreen(Screen):
                 continue
             st = c.get("status", "?")
             table.add_row(
-                Text(MARK.get(st, st), style=STATUS_STYLE.get(st, "")),
+                Text(MARK.get(st, st), style=themed(STATUS_STYLE.get(st, ""))),
                 c.get("title", c.get("id")),
                 (c.get("seen") or "")[:120],
                 key=str(i),
             )
         n = {s: sum(1 for c in checks if c.get("status") == s) for s in MARK}
         self.query_one("#doctor-title", Static).update(
-            Text.assemble(
+            Content.assemble(
                 "Doctor  ",
-                (f"{n['pass']} ok  ", "green"),
-                (f"{n['warn']} warning(s)  ", "yellow"),
-                (f"{n['fail']} failed  ", "red"),
+                (f"{n['pass']} ok  ", "$text-success"),
+                (f"{n['warn']} warning(s)  ", "$text-warning"),
+                (f"{n['fail']} failed  ", "$text-error"),
                 (f"{n['skip']} skipped", "dim"),
             )
         )
@@ -94,7 +106,7 @@ class DoctorScreen(Screen):
         t.append(f"{c.get('title')}: ", style="bold")
         t.append(c.get("seen") or "")
         if c.get("fix"):
-            t.append("\nfix: ", style="bold yellow")
+            t.append("\nfix: ", style=themed("bold $text-warning"))
             t.append(c["fix"])
         if c.get("matters_for"):
             t.append(f"\nmatters for: {', '.join(c['matters_for'])}", style="dim")

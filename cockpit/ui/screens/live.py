@@ -16,16 +16,19 @@ import itertools
 import threading
 import time
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
+from textual.worker import get_current_worker
 
 from cockpit.run.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail, ReadableLog
+from cockpit.ui.messages import WorkerMessage, post_or_run
+from cockpit.ui.palette import themed
 from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
@@ -52,6 +55,18 @@ class LiveScreen(Screen):
 
     SPARK_PERIOD_S = 1.0  # sparklines: at most one redraw per second while following
     LOG_PERIOD_S = 1.0  # the log pane: new lines read and drawn once per second
+
+    class ReplayProgress(WorkerMessage):
+        """The replay worker has folded more of the history: draw it."""
+
+    class Replayed(WorkerMessage):
+        """The replay worker has read the whole history: follow from here."""
+
+    class Relaunched(WorkerMessage):
+        """``cockpit train --detach`` of the relaunch answered (a ``proc.CliResult``)."""
+
+    class Resumed(WorkerMessage):
+        """``cockpit resume --stop --detach`` answered (a ``proc.CliResult``)."""
 
     def __init__(self, run: RunDir, poll_s: float | None = None) -> None:
         super().__init__(name=f"live-{run.run_id}")
@@ -135,7 +150,8 @@ class LiveScreen(Screen):
         exact_from = max(0, size - (4 << 20))
         stride = max(1, exact_from // (self.state.capacity * 16 * 300))
         last_draw = 0.0
-        while True:
+        worker = get_current_worker()
+        while not worker.is_cancelled:  # cancelled: the screen was left
             f = self.follower
             events, done = f.read_chunk(stride if f.reader.offset < exact_from else 1)
             with self._state_lock:
@@ -144,11 +160,16 @@ class LiveScreen(Screen):
             if done:
                 break
             if time.monotonic() - last_draw > 0.5:  # progress, not a redraw per chunk
-                self.app.call_from_thread(self.draw)
+                self.post_message(self.ReplayProgress())
                 last_draw = time.monotonic()
             time.sleep(0.005)  # let the UI thread have the GIL: keys stay responsive
-        self.app.call_from_thread(self._start_following)
+        self.post_message(self.Replayed())
 
+    @on(ReplayProgress)
+    def _replay_progress(self) -> None:
+        self.draw()  # under the state lock, as the worker applies events under it
+
+    @on(Replayed)
     def _start_following(self) -> None:
         self.replay_progress = None
         self._ended_when_opened = self.state.ended
@@ -225,9 +246,9 @@ class LiveScreen(Screen):
             lines = self.readable.view(events, rows, self.warnings_open, self.state.t0)
         text = Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
         if lines and lines[-1].startswith("⚠"):
-            text.stylize("bold yellow", len(text.plain) - len(lines[-1]))
+            text.stylize(themed("bold $text-warning"), len(text.plain) - len(lines[-1]))
         if self._needle:
-            text.highlight_words([self._needle], style="reverse yellow", case_sensitive=False)
+            text.highlight_words([self._needle], style=themed("reverse $text-warning"), case_sensitive=False)
         widget.update(text, layout=False)
 
     def _header_state(self):
@@ -395,9 +416,9 @@ class LiveScreen(Screen):
             )
         body.append("start the same config again as a new run, with these settings added to its env:\n\n", style="bold")
         for k, v in env.items():
-            body.append(f"  {k}={v}\n", style="cyan")
+            body.append(f"  {k}={v}\n", style=themed("$text-primary"))
         for n in notes:
-            body.append(f"\n! {n}", style="yellow")
+            body.append(f"\n! {n}", style=themed("$text-warning"))
 
         def done(yes: bool | None) -> None:
             if yes:
@@ -418,12 +439,14 @@ class LiveScreen(Screen):
         )
         path = relaunch_config_path(self.run)
         atomic_write_text(path, to_yaml(cfg, only_changed=False))
-        res = proc.train_detached(path, self.run.path.parent)
-        self.app.call_from_thread(self._relaunched, res)
+        # the new run is opened even when the person left this screen meanwhile
+        post_or_run(self, self.Relaunched(proc.train_detached(path, self.run.path.parent)), self._relaunched)
 
-    def _relaunched(self, res) -> None:
+    @on(Relaunched)
+    def _relaunched(self, message: Relaunched) -> None:
         from pathlib import Path
 
+        res = message.result
         if not (res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir")):
             self.notify(f"relaunch failed (exit {res.rc}): {res.error_text[-600:]}", severity="error", timeout=15)
             return
@@ -446,14 +469,14 @@ class LiveScreen(Screen):
             self.notify("m applies a memory alert's remedy; there is none standing", severity="warning")
             return
         body = Text()
-        body.append(f"{alert.get('message')}\n\n", style="yellow")
+        body.append(f"{alert.get('message')}\n\n", style=themed("$text-warning"))
         body.append(
             f"Stop {self.run.run_id} at the next step boundary (a checkpoint is saved), then resume it from "
             "that checkpoint as a new attempt with:\n\n",
             style="bold",
         )
         for item in items:
-            body.append(f"  {item}\n", style="cyan")
+            body.append(f"  {item}\n", style=themed("$text-primary"))
         body.append(
             "\nThe same as: cockpit resume " + self.run.run_id + " --stop " + " ".join(f"--set '{i}'" for i in items),
             style="dim",
@@ -475,10 +498,12 @@ class LiveScreen(Screen):
         args = ["resume", str(self.run.path), "--stop", "--detach", "--json"]
         for item in items:
             args += ["--set", item]
-        res = proc.run_cli(*args, timeout=900)
-        self.app.call_from_thread(self._resumed, res)
+        # told even when the person left this screen meanwhile
+        post_or_run(self, self.Resumed(proc.run_cli(*args, timeout=900)), self._resumed)
 
-    def _resumed(self, res) -> None:
+    @on(Resumed)
+    def _resumed(self, message: Resumed) -> None:
+        res = message.result
         if res.rc == 0 and isinstance(res.data, dict):
             changes = ", ".join(f"{k}={v}" for k, v in (res.data.get("config_changes") or {}).items())
             self.notify(

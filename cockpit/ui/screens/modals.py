@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
 
+from cockpit.ui.palette import themed
 from cockpit.ui.state import METRIC_TITLES, METRICS, RunState
 
 
@@ -201,7 +202,7 @@ class LogView(ModalScreen[None]):
     def _styled(self, line: str, needle: str) -> Text:
         t = Text(line)
         if needle:
-            t.highlight_words([needle], style="reverse yellow", case_sensitive=False)
+            t.highlight_words([needle], style=themed("reverse $text-warning"), case_sensitive=False)
         return t
 
     def _follow(self) -> None:

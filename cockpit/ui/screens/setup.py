@@ -16,19 +16,22 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
 from cockpit.ui import forms, presets, proc
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
+from cockpit.ui.messages import WorkerMessage
+from cockpit.ui.palette import themed
 from cockpit.ui.widgets import Bearings, machine_of
 
 if TYPE_CHECKING:
@@ -96,6 +99,39 @@ class SetupScreen(Screen):
         Binding("f7", "save_preset", "Save"),
         Binding("f9", "tune", "Tune"),
     ]
+
+    # what the workers tell the screen (each a subprocess's answer, handled on the UI thread below)
+    class Detected(WorkerMessage):
+        """``cockpit doctor --json``'s checks: which presets this machine calls for."""
+
+    class FitEstimated(WorkerMessage):
+        """The fit line for the form's config."""
+
+    class DataChecked(WorkerMessage):
+        """``cockpit check --json``'s data report (a dict)."""
+
+    class Previewed(WorkerMessage):
+        """``cockpit preview --json``'s ranks (a dict), for the preview modal ``view``."""
+
+        def __init__(self, result: dict, view: Any) -> None:
+            super().__init__(result)
+            self.view = view
+
+    class Preflighted(WorkerMessage):
+        """The doctor's checks that block this config (``result``), or why the doctor did not run."""
+
+        def __init__(self, result: list, error: str) -> None:
+            super().__init__(result)
+            self.error = error
+
+    class Launched(WorkerMessage):
+        """``cockpit train --detach`` answered (a ``proc.CliResult``)."""
+
+    class SlurmSubmitted(WorkerMessage):
+        """``cockpit train --slurm`` answered (a ``proc.CliResult``)."""
+
+    class Tuned(WorkerMessage):
+        """``cockpit tune --json`` answered (a ``proc.CliResult``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -191,21 +227,27 @@ class SetupScreen(Screen):
     def _detect(self) -> None:
         checks, _err = doctor_checks(self.app)
         if checks is not None:
-            self.app.call_from_thread(self._offer, checks)
+            self.post_message(self.Detected(checks))
 
-    def _offer(self, checks: list[dict]) -> None:
+    @on(Detected)
+    def _offer(self, message: Detected) -> None:
+        checks: list[dict] = message.result
         offered, why = presets.offered_presets(checks)
         self._offered = offered
         sel = self.query_one("#preset", Select)
+        # a preset picked whose Changed message is still queued (behind this one) is kept, and counts
+        # as touching the form
+        picked = sel.value if isinstance(sel.value, str) else self._loaded_preset
         sel.set_options(self._preset_options())
-        if self._loaded_preset:
+        if picked:
             try:
-                sel.value = self._loaded_preset
+                sel.value = picked
             except Exception:  # noqa: BLE001 - a preset no longer listed
                 pass
         if not offered:
             return
-        if self._auto and self._auto[1] == self.model.raw() and self._auto[0] != str(offered[0].path):
+        auto = self._auto  # (preset, form) while untouched since loaded for you
+        if auto and auto[1] == self.model.raw() and picked == self._loaded_preset and auto[0] != str(offered[0].path):
             self.load_preset(offered[0].path, quiet=True)
             self._auto = (str(offered[0].path), self.model.raw())
             self.notify(f"preset {offered[0].name} loaded: this machine has {why}")
@@ -302,13 +344,15 @@ class SetupScreen(Screen):
                 pass
         t = Text()
         if checked.problems:
-            t.append(f"✗ {len(checked.problems)} problem(s) (as cockpit check says):\n", style="bold red")
+            t.append(
+                f"✗ {len(checked.problems)} problem(s) (as cockpit check says):\n", style=themed("bold $text-error")
+            )
             for p in checked.problems:
-                t.append(f"  {p}\n", style="red")
+                t.append(f"  {p}\n", style=themed("$text-error"))
         else:
-            t.append("✓ config valid (the same checks as cockpit check)\n", style="bold green")
+            t.append("✓ config valid (the same checks as cockpit check)\n", style=themed("bold $text-success"))
         for note in checked.notes:
-            t.append(f"! {note}\n", style="yellow")
+            t.append(f"! {note}\n", style=themed("$text-warning"))
         self.query_one("#problems", Static).update(t)
         if self.screen.has_class("-wide"):
             y = Text("the config as YAML (F6: with the command):\n", style="dim")
@@ -326,19 +370,21 @@ class SetupScreen(Screen):
 
         line = forms.fit_line(cfg, gpu_gb, source, ranks)
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._show_fit, line)
+            self.post_message(self.FitEstimated(line))
 
-    def _show_fit(self, line: str) -> None:
+    @on(FitEstimated)
+    def _show_fit(self, message: FitEstimated) -> None:
+        line: str = message.result
         style = (
-            "green"
+            "$text-success"
             if "-> fits" in line
-            else "yellow"
+            else "$text-warning"
             if "tight" in line
-            else "red"
+            else "$text-error"
             if "does not fit" in line
             else "dim"
         )
-        self.query_one("#fit", Static).update(Text(line, style=style))
+        self.query_one("#fit", Static).update(Content.styled(line, style))
 
     # -- files ------------------------------------------------------------------------------------
     def _config_file(self, folder: Path, stem: str, extra: dict | None = None) -> Path:
@@ -373,7 +419,11 @@ class SetupScreen(Screen):
     def _check(self, path: Path) -> None:
         res = proc.check_config(path)
         data = res.data if res.data is not None else {"ok": False, "problems": [res.error_text]}
-        self.app.call_from_thread(self.query_one("#data-report", Static).update, forms.data_report(data))
+        self.post_message(self.DataChecked(data))
+
+    @on(DataChecked)
+    def _show_data_report(self, message: DataChecked) -> None:
+        self.query_one("#data-report", Static).update(forms.data_report(message.result))
 
     def _preview_body(self, ranks: Text) -> Text:
         argv = proc.cockpit_argv("train", f"{self._run_name()}.yaml", "--detach", "--runs-dir", str(self.app.runs_dir))
@@ -385,7 +435,9 @@ class SetupScreen(Screen):
         body.append(f"\n# {self._run_name()}.yaml\n", style="dim")
         body.append(self.model.yaml())
         if self.checked and self.checked.problems:
-            body.append("\n# problems:\n" + "\n".join(f"#   {p}" for p in self.checked.problems), style="red")
+            body.append(
+                "\n# problems:\n" + "\n".join(f"#   {p}" for p in self.checked.problems), style=themed("$text-error")
+            )
         return body
 
     def action_preview(self) -> None:
@@ -404,11 +456,15 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def _preview_ranks(self, path: Path, view) -> None:
-        from cockpit.ui import render
-
         res = proc.run_cli("preview", str(path), "--json", timeout=120)
         data = res.data if isinstance(res.data, dict) else {"problems": [res.error_text]}
-        self.app.call_from_thread(lambda: view.set_body(self._preview_body(render.launch_ranks(data))))
+        self.post_message(self.Previewed(data, view))
+
+    @on(Previewed)
+    def _show_preview(self, message: Previewed) -> None:
+        from cockpit.ui import render
+
+        message.view.set_body(self._preview_body(render.launch_ranks(message.result)))
 
     def action_save_preset(self) -> None:
         from cockpit.ui.screens.modals import Prompt
@@ -426,7 +482,7 @@ class SetupScreen(Screen):
         self._launching = on
         self.query_one("#b-launch", Button).disabled = on
         if message:
-            self.query_one("#problems", Static).update(Text(message, style="bold yellow"))
+            self.query_one("#problems", Static).update(Content.styled(message, "bold $text-warning"))
 
     def action_launch(self) -> None:
         if self._launching:
@@ -442,12 +498,14 @@ class SetupScreen(Screen):
         from cockpit.doctor.relevance import blocking_for_config, config_tags
 
         checks, err = doctor_checks(self.app, config_tags(cfg))
-        blocking = blocking_for_config(checks or [], cfg)
-        self.app.call_from_thread(self._after_doctor, blocking, err)
+        self.post_message(self.Preflighted(blocking_for_config(checks or [], cfg), err))
 
-    def _after_doctor(self, blocking: list, err: str) -> None:
+    @on(Preflighted)
+    def _after_doctor(self, message: Preflighted) -> None:
         from cockpit.ui import render
         from cockpit.ui.screens.modals import Decide
+
+        blocking, err = message.result, message.error
 
         if err:
             self.notify(f"cockpit doctor did not run, launching without it: {err[-300:]}", severity="warning")
@@ -488,8 +546,11 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="launch")
     def _launch(self, path: Path, runs_dir: Path) -> None:
-        res = proc.train_detached(path, runs_dir)
-        self.app.call_from_thread(self._launched, res)
+        self.post_message(self.Launched(proc.train_detached(path, runs_dir)))
+
+    @on(Launched)
+    def _on_launched(self, message: Launched) -> None:
+        self._launched(message.result)
 
     def _launched(self, res: proc.CliResult) -> None:
         from cockpit.run.rundir import RunDir
@@ -500,7 +561,7 @@ class SetupScreen(Screen):
             self.app.open_live(RunDir(Path(res.data["run_dir"])))
             return
         self.query_one("#problems", Static).update(
-            Text(f"launch failed (exit {res.rc}):\n{res.error_text}", style="red")
+            Content.styled(f"launch failed (exit {res.rc}):\n{res.error_text}", "$text-error")
         )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -554,9 +615,11 @@ class SetupScreen(Screen):
             str(runs_dir),
             *(f"--sbatch-arg={a}" for a in sbatch_args),
         )
-        self.app.call_from_thread(self._submitted, res)
+        self.post_message(self.SlurmSubmitted(res))
 
-    def _submitted(self, res: proc.CliResult) -> None:
+    @on(SlurmSubmitted)
+    def _submitted(self, message: SlurmSubmitted) -> None:
+        res: proc.CliResult = message.result
         if res.rc == 0 and isinstance(res.data, dict) and res.data.get("job_id"):
             self.notify(f"queued as Slurm job {res.data['job_id']}: the Live screen follows it once the job starts")
         self._launched(res)
@@ -578,12 +641,14 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="tune")
     def _tune(self, path: Path, out: Path) -> None:
-        res = proc.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600)
-        self.app.call_from_thread(self._tuned, res)
+        self.post_message(self.Tuned(proc.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600)))
 
-    def _tuned(self, res: proc.CliResult) -> None:
+    @on(Tuned)
+    def _tuned(self, message: Tuned) -> None:
         from cockpit.ui import render
         from cockpit.ui.screens.modals import Decide, TextView
+
+        res: proc.CliResult = message.result
 
         self._tuning = False
         self.query_one("#b-tune", Button).disabled = False

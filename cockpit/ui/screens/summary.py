@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -15,6 +15,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.run.rundir import RunDir
+from cockpit.ui.messages import WorkerMessage
+from cockpit.ui.palette import themed
 from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration
@@ -31,10 +33,10 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     t = Text()
     t.append(run.run_id, style="bold")
     t.append("  ")
-    t.append(f" {STATE_SYMBOL.get(state, '?')} {state} ", style=f"reverse {STATE_STYLE.get(state, '')}")
+    t.append(f" {STATE_SYMBOL.get(state, '?')} {state} ", style=themed(f"reverse {STATE_STYLE.get(state, '')}"))
     reason = summary.get("reason") or status.get("reason")
     if reason:
-        t.append(f"  {reason}", style=STATE_STYLE.get(state, ""))
+        t.append(f"  {reason}", style=themed(STATE_STYLE.get(state, "")))
     steps = summary.get("steps", status.get("step"))
     t.append(f"\nsteps {steps}/{summary.get('total_steps') or status.get('total_steps') or '?'}")
     if summary.get("epochs") is not None:
@@ -45,13 +47,16 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     fl, ll = summary.get("first_loss"), summary.get("last_loss")
     if isinstance(fl, (int, float)) and isinstance(ll, (int, float)):
         t.append(f"\nloss {fl:.4f} → {ll:.4f}")
-        t.append(f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "", style="green" if ll < fl else "yellow")
+        t.append(
+            f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "",
+            style=themed("$text-success" if ll < fl else "$text-warning"),
+        )
     ev = summary.get("eval_loss")
     if isinstance(ev, dict) and ev.get("first") and ev.get("last"):
         (s0, e0), (s1, e1), (sb, eb) = ev["first"], ev["last"], ev.get("best") or ev["last"]
         t.append(
             f"\neval loss {e0:.4f} (step {s0}) → {e1:.4f} (step {s1}), {ev.get('count')} evals, best {eb:.4f} at step {sb}",
-            style="green" if e1 < e0 else "yellow",
+            style=themed("$text-success" if e1 < e0 else "$text-warning"),
         )
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
@@ -59,7 +64,7 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
         what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
         t.append(
             f"\nheld-out pairs ({after.get('pairs')}): {100 * before['accuracy']:.0f}% → {100 * after['accuracy']:.0f}% ({what})",
-            style="green" if after["accuracy"] > before["accuracy"] else "yellow",
+            style=themed("$text-success" if after["accuracy"] > before["accuracy"] else "$text-warning"),
         )
     if summary.get("data", {}).get("lines"):  # a non-SFT stage's data report
         t.append("\ndata: " + "; ".join(summary["data"]["lines"][:2]), style="dim")
@@ -70,11 +75,32 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
             f"{tr.get('truncated')} truncated ({tr.get('truncated_pct', 0):.1f}%)",
             style="dim",
         )
+    t.append_text(predict_lines(summary))
     if summary.get("adapter_dir"):
         t.append(f"\nadapter: {summary['adapter_dir']}", style="dim")
     if not summary:
         t.append("\n(no summary.json yet)", style="dim")
     return t
+
+
+def predict_lines(summary: dict) -> Text:
+    """do_predict's scores (LLaMA-Factory's BLEU-4 / ROUGE, 0..100), the samples and where the
+    predictions are; a prediction-only run's adapter."""
+    t = Text()
+    if summary.get("adapter_name_or_path"):
+        t.append(f"\npredicted with the adapter {summary['adapter_name_or_path']}", style="dim")
+    p = summary.get("predict")
+    if not isinstance(p, dict) or not all(isinstance(p.get(k), (int, float)) for k in PREDICT_SCORES):
+        return t
+    scores = "  ".join(f"{label} {p[k]:.2f}" for k, label in PREDICT_SCORES.items())
+    stopped = ", stopped early" if p.get("stopped") else ""
+    t.append(f"\npredict ({p.get('samples')} samples{stopped}): {scores}")
+    if p.get("predictions"):
+        t.append(f"\npredictions: {p['predictions']}", style="dim")
+    return t
+
+
+PREDICT_SCORES = {"bleu_4": "BLEU-4", "rouge_1": "ROUGE-1", "rouge_2": "ROUGE-2", "rouge_l": "ROUGE-L"}
 
 
 def _count(p: dict) -> str:
@@ -100,7 +126,7 @@ def probe_lines(before: dict, after: dict) -> Text:
                 else ("  ✓ learned" if a["passed"] > b["passed"] else "  ✗ not learned")
             )
         t.append(f"\nprobes {name}: {_count(b)} before → {_count(a)} after")
-        t.append(verdict, style="green" if "✓" in verdict else "red")
+        t.append(verdict, style=themed("$text-success" if "✓" in verdict else "$text-error"))
     return t
 
 
@@ -147,11 +173,15 @@ class SummaryScreen(RunActions, Screen):
             table.add_column(col, key=col)
         self._load()
 
+    class Loaded(WorkerMessage):
+        """The worker has read the run's event log into ``self.follower``."""
+
     @work(thread=True, exclusive=True, group="summary")
     def _load(self) -> None:
         self.follower.poll()
-        self.app.call_from_thread(self._draw)
+        self.post_message(self.Loaded())
 
+    @on(Loaded)
     def _draw(self) -> None:
         from textual_plotext import PlotextPlot
 
@@ -203,7 +233,10 @@ class SummaryScreen(RunActions, Screen):
             if not r:
                 return Text("-", style="dim")
             ans = (r.get("answer") or "").replace("\n", " ") or "(empty)"
-            return Text(clip(("✓ " if r.get("ok") else "✗ ") + ans, width), style="green" if r.get("ok") else "red")
+            return Text(
+                clip(("✓ " if r.get("ok") else "✗ ") + ans, width),
+                style=themed("$text-success" if r.get("ok") else "$text-error"),
+            )
 
         group = None
         for i in range(n):

@@ -1,0 +1,227 @@
+"""``do_predict`` + ``predict_with_generate`` (LLaMA-Factory's prediction): an answer generated for
+every prediction sample's prompt (the conversation up to its last assistant turn), written to
+``<output_dir>/generated_predictions.jsonl`` as ``{"prompt", "predict", "label"}`` lines, scored by
+BLEU-4 / ROUGE-1/2/L (:mod:`cockpit.data.similarity`) into ``predict_results.json``, a ``predict``
+event and ``summary.json``'s ``predict``.
+
+Two ways in: after training (:func:`predict_after_training`, the trained adapter, the SFT recipe
+calls it on rank 0 only: the other ranks are done by then) and a run that does not train
+(:func:`predict_only`, ``do_train: false``: ``adapter_name_or_path`` on the base, one process).
+A stop request ends the generation between batches; the samples done are written and scored."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cockpit.errors import EXIT_OK
+from cockpit.run.rundir import atomic_write_json, atomic_write_text
+
+PREDICTIONS_FILE = "generated_predictions.jsonl"
+RESULTS_FILE = "predict_results.json"
+PROGRESS_EVERY_S = 5.0  # predict_progress events at most this often
+
+
+def split_conversation(messages: list[dict[str, str]]) -> tuple[list[dict[str, str]], str]:
+    """(the prompt: the messages before the last assistant turn, the label: that turn's text);
+    a conversation without an assistant turn is all prompt, with an empty label."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    if last is None:
+        return list(messages), ""
+    return list(messages[:last]), messages[last]["content"]
+
+
+def prediction_conversations(cfg: dict[str, Any], tokenizer: Any) -> list[list[dict[str, str]]]:
+    """The samples to predict (config/parity.predict_data_key): ``eval_dataset``; the ``val_size``
+    split, the very rows training held out; or all of ``dataset`` in a run that does not train.
+    The tokenizer gets the config's chat template on the way."""
+    from cockpit.config.parity import predict_data_key
+    from cockpit.data.collect import collect_samples
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.data.render import apply_template_choice
+    from cockpit.train.recipes.base import split_held_out
+
+    apply_template_choice(tokenizer, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True))
+    source = predict_data_key(cfg)
+    if source == "eval_dataset":
+        samples = collect_samples({**cfg, "dataset": cfg["eval_dataset"]}).samples
+    elif source == "val_size":  # as SFT's build_data: samples keeping an assistant token, then the seeded split
+        prepared = prepare_dataset(cfg, tokenizer)
+        kept = [s for s, r in zip(prepared.loaded.samples, prepared.rendered) if r.target_kept > 0]
+        samples = split_held_out(cfg, kept)[1]
+    else:
+        samples = collect_samples(cfg).samples
+    return [s["messages"] for s in samples]
+
+
+def generation_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``model.generate``'s decoding arguments from LLaMA-Factory's generating keys (greedy unless
+    ``do_sample``; the model's own sampling defaults are turned off for greedy decoding)."""
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": int(cfg["max_new_tokens"]),
+        "repetition_penalty": float(cfg["repetition_penalty"]),
+        "do_sample": bool(cfg["do_sample"]),
+    }
+    if cfg["do_sample"]:
+        kwargs.update(temperature=float(cfg["temperature"]), top_p=float(cfg["top_p"]), top_k=int(cfg["top_k"]))
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    return kwargs
+
+
+def generate_predictions(
+    model: Any,
+    tokenizer: Any,
+    conversations: list[list[dict[str, str]]],
+    cfg: dict[str, Any],
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[list[dict[str, str]], bool]:
+    """(one ``{prompt, predict, label}`` per conversation, in order; whether a stop request ended
+    it early). Batches of ``per_device_eval_batch_size``; a prompt longer than ``cutoff_len`` keeps
+    its last ``cutoff_len`` tokens (the generation prompt stays)."""
+    from cockpit.data.render import render_prompt_ids
+    from cockpit.train.generation import generate_new_tokens
+
+    batch, cutoff, decoding = int(cfg["per_device_eval_batch_size"]), int(cfg["cutoff_len"]), generation_kwargs(cfg)
+    rows: list[dict[str, str]] = []
+    for start in range(0, len(conversations), batch):
+        if should_stop():
+            return rows, True
+        pairs = [split_conversation(m) for m in conversations[start : start + batch]]
+        prompts = [render_prompt_ids(tokenizer, prompt)[-cutoff:] for prompt, _ in pairs]
+        answers = generate_new_tokens(model, tokenizer, prompts, **decoding)
+        for prompt_ids, (_, label), answer_ids in zip(prompts, pairs, answers):
+            rows.append(
+                {
+                    "prompt": tokenizer.decode(prompt_ids, skip_special_tokens=False),
+                    "predict": tokenizer.decode(answer_ids, skip_special_tokens=True),
+                    "label": label,
+                }
+            )
+        on_progress(len(rows), len(conversations))
+    return rows, False
+
+
+def write_predictions(out_dir: Any, rows: list[dict[str, str]], runtime_s: float, batch: int) -> dict[str, Any]:
+    """generated_predictions.jsonl and predict_results.json (LLaMA-Factory's names and keys) in
+    ``out_dir``; returns the scores as the ``predict`` event's fields."""
+    from cockpit.data.similarity import mean_scores
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    predictions, results = out_dir / PREDICTIONS_FILE, out_dir / RESULTS_FILE
+    atomic_write_text(predictions, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), mode=0o644)
+    scores = mean_scores((r["predict"], r["label"]) for r in rows)
+    runtime = max(runtime_s, 1e-9)
+    atomic_write_json(
+        results,
+        {
+            **{f"predict_{name}": value for name, value in scores.items()},
+            "predict_runtime": round(runtime_s, 4),
+            "predict_samples_per_second": round(len(rows) / runtime, 3),
+            "predict_steps_per_second": round(-(-len(rows) // max(batch, 1)) / runtime, 3),
+        },
+    )
+    return {
+        "samples": len(rows),
+        **{name.replace("-", "_"): value for name, value in scores.items()},
+        "runtime_s": round(runtime_s, 2),
+        "predictions": str(predictions),
+        "results": str(results),
+    }
+
+
+def predict(ctx: Any, model: Any, adapter: str | None) -> dict[str, Any]:
+    """Rank 0: generate, write and score this run's predictions; the ``predict`` event. Returns
+    its fields (summary.json's ``predict``)."""
+    from transformers import set_seed
+
+    cfg, writer = ctx.cfg, ctx.writer
+    conversations = prediction_conversations(cfg, ctx.tokenizer)
+    ctx.log(f"predict: {len(conversations)} samples ({cfg['max_new_tokens']} new tokens at most)")
+    last_emit = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if done == total or time.monotonic() - last_emit[0] >= PROGRESS_EVERY_S:
+            last_emit[0] = time.monotonic()
+            writer.emit("predict_progress", done=done, total=total)
+
+    set_seed(cfg["seed"])  # do_sample: the same predictions for the same seed
+    t0 = time.time()
+    rows, stopped = generate_predictions(
+        model, ctx.tokenizer, conversations, cfg, progress, lambda: ctx.run.consume("stop")
+    )
+    fields = write_predictions(ctx.dirs["out"], rows, time.time() - t0, int(cfg["per_device_eval_batch_size"]))
+    fields.update(adapter=adapter, stopped=stopped)
+    writer.emit("predict", **fields)
+    ctx.log(
+        f"predict: {fields['samples']} samples, BLEU-4 {fields['bleu_4']:.2f}, ROUGE-1 {fields['rouge_1']:.2f}, "
+        f"ROUGE-2 {fields['rouge_2']:.2f}, ROUGE-L {fields['rouge_l']:.2f} -> {fields['predictions']}"
+        + (" (stopped on request)" if stopped else "")
+    )
+    return fields
+
+
+def predict_after_training(ctx: Any, attempt: Any, sharded: bool) -> dict[str, Any] | None:
+    """Rank 0, after the final save: the trained model's predictions; none after a NaN, a stop, or
+    with parameters sharded over the ranks (a DeepSpeed file with ZeRO-3: rank 0 cannot generate alone)."""
+    why = (
+        "the loss was not finite"
+        if attempt.poisoned
+        else "training was stopped"
+        if attempt.callback.stop_reason is not None
+        else "the parameters are sharded over the ranks"
+        if sharded
+        else None
+    )
+    if why:
+        ctx.log(f"predict: skipped, {why}")
+        ctx.writer.emit(
+            "alert", level="warn", code="predict_skipped", message=f"do_predict skipped: {why}", remedies=[]
+        )
+        return None
+    return predict(ctx, attempt.trainer.model, str(ctx.dirs["adapter"]))
+
+
+def predict_only(ctx: Any) -> int:
+    """``do_train: false``: the base with ``adapter_name_or_path`` answers the probes (as "after")
+    and the prediction samples; summary.json and the run's end, no training step."""
+    from cockpit.train.model import build_model
+    from cockpit.train.probes import load_probes, probe_summary, run_probes
+
+    cfg = ctx.cfg
+    if ctx.rank != 0:  # validation keeps a prediction-only run to one process
+        return EXIT_OK
+    model = build_model(cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank)
+    if not ctx.use_cpu and not cfg.get("quantization_bit"):  # a quantized model is placed at load
+        model = model.to(f"cuda:{ctx.local_rank}")
+    ctx.log(f"model loaded with the adapter {cfg['adapter_name_or_path']}")
+    probes = None
+    if cfg.get("probes"):
+        probes = run_probes(model, ctx.tokenizer, load_probes(cfg["probes"]), cfg["probe_max_new_tokens"])
+        ctx.writer.emit("probe_results", phase="after", **probes)
+    fields = predict(ctx, model, cfg["adapter_name_or_path"])
+    reason = f"stop requested after {fields['samples']} samples" if fields["stopped"] else None
+    runtime = round(time.time() - ctx.t0, 2)
+    atomic_write_json(
+        ctx.run.summary_path,
+        {
+            "run_id": ctx.run.run_id,
+            "state": "stopped" if reason else "finished",
+            "reason": reason,
+            "steps": 0,
+            "total_steps": 0,
+            "runtime_s": runtime,
+            "tokens_per_s": None,
+            "probes_after": probe_summary(probes),
+            "adapter_name_or_path": cfg["adapter_name_or_path"],
+            "predict": fields,
+        },
+    )
+    if reason:
+        ctx.writer.emit("run_stopped", reason=reason, step=0)
+    else:
+        ctx.writer.emit("run_finished", steps=0, runtime_s=runtime, tokens_per_s=None, first_loss=None, last_loss=None)
+    return EXIT_OK
