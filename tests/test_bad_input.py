@@ -24,7 +24,7 @@ def _jsonl(rows) -> str:
 # name -> (files {relative path: text or bytes}, argv (with {d} for the temp dir), expected substrings)
 CASES: dict[str, tuple[dict, list[str], list[str]]] = {
     "unknown_key": ({"c.yaml": "dataset: d.jsonl\nlearning_rat: 0.1\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: learning_rat: unknown key (did you mean 'learning_rate'?)"]),
-    "unsupported_lf_key": ({"c.yaml": "dataset: d.jsonl\nuse_badam: true\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: use_badam", "Cockpit refuses: BAdam's block-coordinate optimizer"]),
+    "unsupported_lf_key": ({"c.yaml": "dataset: d.jsonl\nuse_swanlab: true\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: use_swanlab", "Cockpit refuses: SwanLab logging"]),
     "wrong_type_int": ({"c.yaml": "dataset: d.jsonl\nlora_rank: eight\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: lora_rank: must be int"]),
     "wrong_type_bool": ({"c.yaml": "dataset: d.jsonl\nbf16: 2\n"}, ["check", "{d}/c.yaml"], [":2: bf16: must be true | false"]),
     "lr_negative": ({"c.yaml": "dataset: d.jsonl\nlearning_rate: -0.1\n"}, ["check", "{d}/c.yaml"], [":2: learning_rate: must be float > 0"]),

@@ -71,6 +71,7 @@ def parity_problems(
     out += _vocab_problems(cfg, where)
     out += _mix_problems(cfg, where)
     out += _low_rank_problems(cfg, where)
+    out += badam_problems(cfg, where)
     if cfg.get("use_llama_pro") and (cfg["finetuning_type"] == "full" or cfg["freeze_trainable_layers"] <= 0):
         out.append(
             Problem(
@@ -286,6 +287,66 @@ def _low_rank_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any
         out.append(
             Problem("HF's APOLLO optimizer has no scale_front option; leave it false", **where("apollo_scale_front"))
         )
+    return out
+
+
+# the optim names BAdam's layer mode wraps (LLaMA-Factory builds HF's optimizer class, then BlockOptimizer)
+BADAM_BASE_OPTIMS = (None, "adamw_torch", "adamw_torch_fused")
+
+
+def badam_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """use_badam (LLaMA-Factory's rules, and Cockpit's): full fine-tuning of stage sft in one process,
+    not with GaLore / APOLLO / DeepSpeed / FSDP, torch's AdamW underneath, the badam package installed."""
+    if not cfg.get("use_badam"):
+        return []
+    out = []
+    rules = (
+        (
+            cfg.get("finetuning_type") != "full",
+            "use_badam",
+            f"BAdam trains the whole model block by block: finetuning_type full, got {cfg.get('finetuning_type')}",
+        ),
+        (
+            bool(cfg.get("use_galore") or cfg.get("use_apollo")),
+            "use_badam",
+            "BAdam, GaLore and APOLLO are each an optimizer: choose one (unset use_galore / use_apollo)",
+        ),
+        (
+            bool(cfg.get("deepspeed") or cfg.get("zero_stage") or cfg.get("fsdp")),
+            "use_badam",
+            "BAdam switches the trainable block inside its own optimizer, which DeepSpeed / FSDP own; "
+            "unset deepspeed / zero_stage / fsdp",
+        ),
+        (
+            world_size_of(cfg) > 1,
+            "use_badam",
+            "BAdam trains in one process (LLaMA-Factory's layer mode across ranks needs ZeRO-3, its ratio mode "
+            "is single-GPU): nproc_per_node 1 and nnodes 1",
+        ),
+        (
+            cfg.get("stage", "sft") != "sft",
+            "use_badam",
+            f"BAdam is wired into stage sft's trainer; stage {cfg.get('stage')} is not supported with it yet",
+        ),
+        (
+            cfg.get("optim") not in BADAM_BASE_OPTIMS,
+            "optim",
+            f"BAdam runs torch's AdamW on the active block: optim adamw_torch or adamw_torch_fused, got {cfg.get('optim')}",
+        ),
+        (
+            cfg.get("badam_switch_interval") == 0,
+            "badam_switch_interval",
+            "steps per block: >= 1, or -1 (never switch); got 0",
+        ),
+        (
+            not has_module("badam"),
+            "use_badam",
+            "BAdam needs the badam package; it is not installed here: pip install 'cockpit-tune[badam]'",
+        ),
+    )
+    for broken, key, why in rules:
+        if broken:
+            out.append(Problem(why, **where(key)))
     return out
 
 
@@ -557,11 +618,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`",
     ),
     (("ppo_*", "reward_model*"), "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
-    (
-        ("use_badam", "badam_*"),
-        "BAdam's block-coordinate optimizer (the badam package) needs its own hooks in the training loop; "
-        "not wired in (GaLore and APOLLO, use_galore / use_apollo, save optimizer memory through HF's optimizers)",
-    ),
     (
         ("swanlab_*", "use_swanlab"),
         "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record",

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cockpit.plan.optim_states import StateModel, badam_active, badam_states, low_rank_states
 from cockpit.plan.params import Dims, ParamCounts
 from cockpit.plan.spec import ADAM_8, RunSpec
 
@@ -160,7 +161,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
     communication buffers), the moment of the step that peaks, its breakdown, and the runtime overhead."""
     trainable, frozen = trainable_params(run, counts, lora_params)
     weight_terms, weights_host, weight_shards = weights(run, d, counts, trainable, frozen, n_targets)
-    states = optimizer_states(run, trainable)
+    states = optimizer_states(run, d, counts, trainable)
     comm = communication_terms(run, d, counts, trainable)
     acts = activations(run, d, counts, trainable, n_targets)
     resident = sum(t.bytes for t in weight_terms + states.terms) + sum(t.bytes for t in comm)
@@ -171,7 +172,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         kept_grads=states.grads if run.grad_accum > 1 else 0.0,
         one_layer=acts.per_token["layer"] * acts.tokens + acts.per_token["bwd_transient"] * acts.tokens,
         tied_extra=tied_embedding_gradient(run, d, counts, trainable, states.grads),
-        step_buffers=optimizer_step_buffers(run, trainable),
+        step_buffers=optimizer_step_buffers(run, badam_active(run, counts) if run.badam else trainable),
     )
     moments = step_moments(run, d, counts, acts, step)
     moment = max(moments, key=moments.__getitem__)
@@ -196,6 +197,10 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         "grads": states.grads,
         "master": by_name.get("master weights (fp32)", 0.0),
         "optimizer": by_name.get("optimizer states", 0.0),
+        "optimizer_adamw": states.adamw
+        or by_name.get(
+            "optimizer states", 0.0
+        ),  # what AdamW's moments would take (GaLore / APOLLO / BAdam save the rest)
         "comm": sum(t.bytes for t in comm),
         "activations_saved": acts.saved_layers + acts.outside_layers,
         "activations_per_layer_per_token": acts.per_token["layer"],
@@ -290,6 +295,10 @@ def weights(
         source = source or ZERO_SOURCE
     elif quantized is not None:
         size = quantized
+    elif run.badam is not None and run.badam.mode == "layer" and run.bf16:
+        size = total * c  # the active layer's fp32 copy is the "master weights" term
+        formula = f"{total / 1e9:.3f}B params x {c} B (bf16: BAdam's layer mode updates an fp32 copy of one layer)"
+        source = "LLaMA-Factory / Cockpit load BAdam's layer mode in bf16"
     else:
         # LLaMA-Factory upcasts trainable params to fp32; frozen ones stay in the load dtype
         size = frozen * c + (trainable if ft != "lora" else 0) * 4
@@ -339,12 +348,19 @@ class OptimizerStates:
     grads: float  # gradient bytes on the device once backward is complete
     formula: str  # how ``grads`` is computed, for the gradients term
     host: float  # CPU bytes for offloaded states
+    adamw: float = 0.0  # what AdamW's moments over the trainable parameters would take
 
 
-def optimizer_states(run: RunSpec, trainable: int) -> OptimizerStates:
-    """Gradients, fp32 master weights and AdamW states per device, by how ZeRO / FSDP shard them."""
+def optimizer_states(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int) -> OptimizerStates:
+    """Gradients, fp32 master weights and AdamW states per device, by how ZeRO / FSDP shard them;
+    GaLore / APOLLO / BAdam's smaller states on one device (:mod:`cockpit.plan.optim_states`)."""
     world, c, zero, fsdp = run.world, run.compute_bytes, run.zero, run.fsdp
     adam = adam_bytes_per_param(run.optim)
+    if zero is None and (fsdp is None or fsdp.strategy == "no_shard"):
+        if run.badam is not None and run.finetuning_type == "full":
+            return _low_memory_terms(badam_states(run, counts, adam))
+        if run.low_rank is not None and run.finetuning_type != "lora":
+            return _low_memory_terms(low_rank_states(run, d, counts, trainable, adam))
     billions = f"{trainable / 1e9:.3f}B"
     terms: list[Term] = []
     if zero is not None:
@@ -390,6 +406,15 @@ def optimizer_states(run: RunSpec, trainable: int) -> OptimizerStates:
         )
     )
     return OptimizerStates(terms, trainable * 4, f"{billions} trainable x 4 B (fp32)", 0.0)
+
+
+def _low_memory_terms(model: StateModel) -> OptimizerStates:
+    """The resident terms of an optimizer that keeps less than AdamW (its formula says how much less)."""
+    terms = []
+    if model.master:
+        terms.append(Term("master weights (fp32)", model.master, model.master_formula, model.source))
+    terms.append(Term("optimizer states", model.optimizer, model.optimizer_formula, model.source))
+    return OptimizerStates(terms, model.grads, model.grads_formula, 0.0, adamw=model.adamw)
 
 
 def communication_terms(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int) -> list[Term]:
@@ -483,6 +508,8 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
         autocast = (
             linear * (1 if ft == "full" else trainable / max(counts.total, 1)) + counts.lm_head * (ft == "full")
         ) * c
+        if run.badam is not None and run.badam.mode == "layer":  # autocast caches trainable weights only
+            autocast = 0.0 if run.bf16 else counts.layer_linear * c
     return Activations(
         tokens=tokens,
         per_token=per_token,
@@ -510,12 +537,15 @@ class _StepMemory:
 def tied_embedding_gradient(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, grads: float) -> float:
     # tied embeddings: the embedding's gradient arrives last and is added to lm_head's, which
     # allocates the incoming dense V x h gradient and the sum next to the stored one
-    return 2 * counts.embedding * (grads / max(trainable, 1)) if (run.finetuning_type == "full" and d.tied) else 0.0
+    full = run.finetuning_type == "full" and run.badam is None  # BAdam freezes the embeddings
+    return 2 * counts.embedding * (grads / max(trainable, 1)) if (full and d.tied) else 0.0
 
 
 def optimizer_step_buffers(run: RunSpec, trainable: int) -> float:
     """foreach AdamW: one fp32 temporary per trainable parameter (sharded like the states)."""
     zero, fsdp = run.zero, run.fsdp
+    if run.low_rank is not None or (run.badam is not None and run.badam.mode == "ratio"):
+        return 0.0  # their own per-parameter loops, not foreach over all
     sharded = (zero and zero.stage >= 1) or (fsdp and fsdp.strategy != "no_shard")
     return 4 * trainable / (run.world if sharded else 1) if run.optim in ("adamw_torch", "adamw_hf") else 0.0
 
@@ -539,7 +569,7 @@ def step_moments(run: RunSpec, d: Dims, counts: ParamCounts, acts: Activations, 
         head_grads = (
             (counts.lm_head + counts.other + (counts.embedding if d.tied else 0))
             * (step.grads / max(step.trainable, 1))
-            if run.finetuning_type == "full"
+            if run.finetuning_type == "full" and run.badam is None  # BAdam: the head is in no block
             else 0.0
         )
         moments["recompute (first layer of backward)"] = (
@@ -737,6 +767,29 @@ def planner_notes(run: RunSpec) -> list[str]:
         )
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
+    notes += optimizer_notes(run)
     if run.stage in ("dpo", "kto") and run.finetuning_type == "lora" and not run.reference_copy:
         notes.append("reference model: the base with the LoRA adapter disabled (no second copy in memory)")
     return notes
+
+
+def optimizer_notes(run: RunSpec) -> list[str]:
+    """What the optimizer-state lines of GaLore / APOLLO / BAdam assume."""
+    sharded = run.zero is not None or (run.fsdp is not None and run.fsdp.strategy != "no_shard")
+    if run.low_rank is not None and sharded:
+        return [
+            f"use_{run.low_rank.kind} with DeepSpeed / FSDP: counted as sharded AdamW (the projected states are not modelled)"
+        ]
+    if run.low_rank is not None:
+        return [
+            f"use_{run.low_rank.kind}: gradients stay full-size until the step (per-layer mode frees them earlier: "
+            "not counted, an upper bound)"
+        ]
+    if run.badam is not None and run.badam.mode == "layer":
+        return [
+            "use_badam (layer): activations as full fine-tuning with the first layer active (the worst block); "
+            "later blocks keep fewer"
+        ]
+    if run.badam is not None:
+        return ["use_badam (ratio): the per-shape update masks and one dense gradient at a time are not counted"]
+    return []

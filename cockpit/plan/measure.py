@@ -234,6 +234,12 @@ def _in_order_trainer(
         def _get_train_sampler(self, *a: Any, **k: Any) -> Any:
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
+    from cockpit.config.parity import low_rank_optim
+    from cockpit.config.schema import default_config
+
+    # use_galore / use_apollo: HF's galore_* / apollo_* optimizer, as the training rank asks for it
+    optimizer = {"optim": str(config.get("optim", "adamw_torch_fused"))}
+    optimizer.update(low_rank_optim({**default_config(), **config}) or {})
     args = TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=int(config.get("per_device_train_batch_size", 1)),
@@ -248,6 +254,6 @@ def _in_order_trainer(
         dataloader_num_workers=0,
         gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
         seed=seed,
-        optim=str(config.get("optim", "adamw_torch_fused")),
+        **optimizer,
     )
     return _InOrder(model=model, args=args, train_dataset=_Rows())

@@ -61,6 +61,24 @@ class FsdpSpec:
 
 
 @dataclass(frozen=True)
+class LowRankSpec:
+    """GaLore / APOLLO: Adam moments of the targeted linear weights kept in a rank-``rank`` projection."""
+
+    kind: str  # galore | apollo
+    rank: int
+    target: str  # all (every linear, the LM head too) or comma-separated module names
+    proj_type: str  # std | reverse_std | right | left | full
+
+
+@dataclass(frozen=True)
+class BadamSpec:
+    """BAdam: layer mode trains one decoder layer at a time, ratio mode a share of every weight."""
+
+    mode: str  # layer | ratio
+    update_ratio: float
+
+
+@dataclass(frozen=True)
 class RunSpec:
     model_name_or_path: str
     finetuning_type: str
@@ -87,6 +105,8 @@ class RunSpec:
     packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
     stage: str = "sft"  # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
     reference_copy: bool = False  # dpo / kto: a frozen second copy of the base (none with LoRA)
+    low_rank: LowRankSpec | None = None  # use_galore / use_apollo
+    badam: BadamSpec | None = None  # use_badam
 
     @property
     def world(self) -> int:
@@ -321,4 +341,46 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         liger=_bool(cfg, "enable_liger_kernel"),
         stage=str(cfg.get("stage") or "sft"),
         reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
+        low_rank=parse_low_rank(cfg),
+        badam=parse_badam(cfg),
     )
+
+
+def _flag(cfg: dict[str, Any], key: str) -> bool:
+    v = cfg.get(key)
+    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
+
+
+def parse_low_rank(cfg: dict[str, Any]) -> LowRankSpec | None:
+    """use_galore / use_apollo with their rank, target and projection (the schema's defaults)."""
+    for kind in ("galore", "apollo"):
+        if not _flag(cfg, f"use_{kind}"):
+            continue
+        rank = cfg.get(f"{kind}_rank") or 16
+        if isinstance(rank, bool) or not str(rank).isdigit() or int(rank) < 1:
+            raise InputError(Problem(f"must be an integer >= 1, not {rank!r}", key=f"{kind}_rank"))
+        proj = str(cfg.get(f"{kind}_proj_type") or "std")
+        if proj not in ("std", "reverse_std", "right", "left", "full"):
+            raise InputError(
+                Problem(f"must be std, reverse_std, right, left or full, not {proj!r}", key=f"{kind}_proj_type")
+            )
+        return LowRankSpec(kind, int(rank), str(cfg.get(f"{kind}_target") or "all"), proj)
+    return None
+
+
+def parse_badam(cfg: dict[str, Any]) -> BadamSpec | None:
+    """use_badam with its mode and update ratio (LLaMA-Factory's defaults: layer, 0.05)."""
+    if not _flag(cfg, "use_badam"):
+        return None
+    mode = str(cfg.get("badam_mode") or "layer")
+    if mode not in ("layer", "ratio"):
+        raise InputError(Problem(f"must be layer or ratio, not {mode!r}", key="badam_mode"))
+    try:
+        ratio = float(cfg.get("badam_update_ratio") or 0.05)
+    except (TypeError, ValueError):
+        ratio = -1.0
+    if not 0 < ratio <= 1:
+        raise InputError(
+            Problem(f"must be a number in (0, 1], not {cfg.get('badam_update_ratio')!r}", key="badam_update_ratio")
+        )
+    return BadamSpec(mode, ratio)

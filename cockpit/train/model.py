@@ -69,7 +69,8 @@ def grown_vocabulary(model, cfg: dict[str, Any], ref, load: str) -> list[int]:
 
 def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
     """``from_pretrained``'s arguments for the base: its dtype (LoRA/freeze on a GPU: frozen base
-    weights in the half precision; full fine-tuning and the CPU: fp32 master weights) and the
+    weights in the half precision; BAdam's layer mode in bf16 on a GPU; other full fine-tuning and
+    the CPU: fp32 master weights) and the
     4-/8-bit quantization of QLoRA (a GPU and bitsandbytes only)."""
     import torch
 
@@ -92,6 +93,9 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
         )
         kwargs["device_map"] = {"": local_rank}
     half = cfg["finetuning_type"] == "lora" and not use_cpu and (cfg["bf16"] or cfg["fp16"])
+    # BAdam's layer mode keeps fp32 copies of the active layer itself (LLaMA-Factory loads it in bf16);
+    # fp16 keeps fp32 weights: the loss scaler cannot unscale fp16 gradients
+    half = half or (bool(cfg.get("use_badam")) and cfg.get("badam_mode") == "layer" and cfg["bf16"] and not use_cpu)
     kwargs["dtype"] = (torch.bfloat16 if cfg["bf16"] else torch.float16) if half else torch.float32
     return kwargs
 

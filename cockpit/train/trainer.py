@@ -122,6 +122,17 @@ class CockpitTrainer(Trainer):
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
     run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if type(self.optimizer).__name__ == "BlockOptimizerRatio":
+            # BAdam's ratio mode leaves sparse gradients, which torch's foreach clip_grad_norm_ cannot
+            # take; BAdam's own clipping (torch 1.13's loop) can, as LLaMA-Factory's trainer patches it
+            from types import MethodType
+
+            from badam import clip_grad_norm_old_version
+
+            self.accelerator.clip_grad_norm_ = MethodType(clip_grad_norm_old_version, self.accelerator)
+
     def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
         # tr_loss sums the loss since the last log (a NaN in it stays until then): looking at
         # logging and saving steps sees every step, without a device sync on the others

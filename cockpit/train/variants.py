@@ -115,7 +115,9 @@ def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, lis
 
 def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]:
     """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
-    arguments HF would use: optim, betas, eps, weight decay), else nothing."""
+    arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, else nothing."""
+    if cfg.get("use_badam"):
+        return {"optimizers": (badam_optimizer(cfg, model, args), None)}
     if not cfg.get("loraplus_lr_ratio"):
         return {}
     from peft.optimizers import create_loraplus_optimizer
@@ -133,6 +135,55 @@ def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]
         **optim_kwargs,
     )
     return {"optimizers": (optimizer, None)}
+
+
+def badam_optimizer(cfg: dict[str, Any], model: Any, args: Any) -> Any:
+    """BAdam as LLaMA-Factory builds it (trainer_utils._create_badam_optimizer): the trainable
+    parameters in a decay and a no-decay group; layer mode wraps HF's optimizer (torch AdamW) over
+    them in ``badam.BlockOptimizer``, which trains one decoder layer at a time (fp32 copies and Adam
+    moments of that layer only, the others frozen) and moves to the next every
+    ``badam_switch_interval`` steps; ratio mode is ``badam.BlockOptimizerRatio``, a sparse Adam over
+    ``badam_update_ratio`` of every weight's entries (embeddings frozen)."""
+    import warnings
+
+    from transformers import Trainer
+
+    decay = set(Trainer.get_decay_parameter_names(None, model))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
+        {"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
+    ]
+    optim_cls, optim_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    verbose = int(cfg.get("badam_verbose") or 0)
+    with warnings.catch_warnings():  # "expects bf16/fp16 weights" lists every fp32 parameter (the CPU, fp16 runs)
+        warnings.filterwarnings("ignore", message="BAdam expect model")
+        if cfg.get("badam_mode", "layer") == "ratio":
+            from badam import BlockOptimizerRatio
+
+            return BlockOptimizerRatio(
+                param_groups=groups,
+                named_parameters_list=list(model.named_parameters()),
+                update_ratio=float(cfg["badam_update_ratio"]),
+                mask_mode=cfg.get("badam_mask_mode", "adjacent"),
+                verbose=verbose,
+                include_embedding=False,
+                # a tied LM head is the embedding (frozen with it); BAdam looks for an lm_head parameter
+                include_lm_head=not any("lm_head" in n for n, _ in model.named_parameters()),
+                **{k: v for k, v in optim_kwargs.items() if k in ("lr", "betas", "eps")},
+            )
+        from badam import BlockOptimizer
+
+        interval = int(cfg.get("badam_switch_interval") or 50)
+        return BlockOptimizer(
+            base_optimizer=optim_cls(groups, **optim_kwargs),
+            named_parameters_list=list(model.named_parameters()),
+            block_prefix_list=None,  # one block per decoder layer (model.layers.N.)
+            switch_block_every=interval if interval > 0 else 2**62,  # -1: never switch
+            start_block=cfg.get("badam_start_block"),
+            switch_mode=cfg.get("badam_switch_mode", "ascending"),
+            verbose=verbose,
+        )
 
 
 def freeze_module_selected(param_name: str, modules: str | None) -> bool:
