@@ -20,6 +20,17 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The longest test files first: scripts/test.sh runs the suite on pytest-xdist workers file by file
+# (--dist loadfile) in collection order, so these start early and the short files fill in around them
+# instead of the demos starting last on an otherwise idle machine.
+LONGEST_FIRST = ("test_stages_slow.py", "test_demo_slow.py", "test_sharded_load.py", "test_strategy_runs.py",
+                 "test_config_flags.py", "test_predict.py", "test_ui_setup_live.py", "test_ui_chat.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
 
 @pytest.fixture(scope="session")
 def embedded_dir() -> Path:
