@@ -214,6 +214,7 @@ def _lora_variant_problems(
                 **where("pissa_init"),
             )
         )
+    out += _pissa_convert_problems(cfg, where)
     if cfg.get("loraplus_lr_ratio") and (cfg.get("deepspeed") or cfg.get("zero_stage") or cfg.get("fsdp")):
         out.append(
             Problem(
@@ -222,6 +223,36 @@ def _lora_variant_problems(
             )
         )
     return out
+
+
+def _pissa_convert_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """pissa_convert: a PiSSA adapter of an SFT run whose whole state PEFT can rewrite as lora_A / lora_B
+    (the conversion keeps only those: no DoRA magnitudes, fully trained modules or new token rows),
+    held whole on rank 0 (not sharded by ZeRO-3 / FSDP)."""
+    if not cfg.get("pissa_convert"):
+        return []
+    clash = next(
+        (
+            k
+            for k in ("use_dora", "additional_target", "add_tokens", "add_special_tokens", "resize_vocab")
+            if cfg.get(k)
+        ),
+        None,
+    )
+    if not cfg.get("pissa_init"):
+        why = "converts a PiSSA adapter: needs pissa_init: true"
+    elif cfg.get("stage", "sft") != "sft":
+        why = f"converts SFT's final adapter; stage {cfg.get('stage')} saves it as trained (PiSSA)"
+    elif clash:
+        why = f"the converted adapter holds only lora_A / lora_B, so {clash}'s weights would be lost; not together"
+    elif cfg.get("fsdp") or str(cfg.get("zero_stage") or "") == "3" or cfg.get("deepspeed"):
+        why = (
+            "the conversion needs the whole adapter on rank 0: not with FSDP, ZeRO-3 or a DeepSpeed file "
+            "(DDP and zero_stage 1 / 2 work)"
+        )
+    else:
+        return []
+    return [Problem(why, **where("pissa_convert"))]
 
 
 def low_rank_optim(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -428,6 +459,16 @@ def _freeze_modules_problems(
                 f"applies to finetuning_type: freeze, got {cfg['finetuning_type']}", **where("freeze_trainable_modules")
             )
         )
+    extra = cfg.get("freeze_extra_modules")
+    if extra and not all(m.strip() and m.strip().replace("_", "").isalnum() for m in str(extra).split(",")):
+        out.append(Problem(f"expected a comma list of module names, got {extra!r}", **where("freeze_extra_modules")))
+    elif extra and cfg["finetuning_type"] != "freeze":
+        out.append(
+            Problem(
+                f"applies to finetuning_type: freeze, got {cfg['finetuning_type']} (LoRA: additional_target)",
+                **where("freeze_extra_modules"),
+            )
+        )
     return out
 
 
@@ -438,11 +479,18 @@ def _eval_problems(
         return [
             Problem("val_size holds out a split and eval_dataset names other data; choose one", **where("eval_dataset"))
         ]
+    if cfg.get("compute_accuracy") and cfg.get("stage", "sft") != "sft":
+        return [
+            Problem(
+                f"token accuracy is measured in SFT's evaluation; stage {cfg.get('stage')} reports its own metrics",
+                **where("compute_accuracy"),
+            )
+        ]
     if cfg.get("val_size") or cfg.get("eval_dataset"):
         return _best_model_problems(cfg, where)
     why = "needs evaluation data: set val_size or eval_dataset"
     out = []
-    for key in ("do_eval", "eval_on_start", "load_best_model_at_end"):
+    for key in ("do_eval", "eval_on_start", "load_best_model_at_end", "compute_accuracy"):
         if cfg.get(key):
             out.append(Problem(f"{key} {why}", **where(key)))
     for key in (
@@ -644,8 +692,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)",
     ),
     (
-        ("offload_folder", "use_cache", "print_param_status", "model_revision"),
-        "a model-loading option not wired in yet (pin a revision with a local folder)",
+        ("offload_folder", "use_cache", "print_param_status"),
+        "a model-loading option not wired in yet",
     ),
     (
         ("split_special_tokens",),
@@ -657,19 +705,10 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "streaming datasets are not supported yet (the data are read whole; tokenized_path keeps the tokens for later runs)",
     ),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
-    (("compute_accuracy",), "token accuracy during evaluation is not supported yet (eval loss is)"),
     (
         ("num_beams", "length_penalty", "max_length", "skip_special_tokens"),
         "a decoding option not wired into prediction yet (do_sample, temperature, top_p, top_k, max_new_tokens "
         "and repetition_penalty are; special tokens are always left out of the predictions)",
-    ),
-    (
-        ("pissa_convert",),
-        "converting a PiSSA adapter back to a plain LoRA at save time is not supported yet (cockpit export merges it)",
-    ),
-    (
-        ("freeze_extra_modules",),
-        "extra fully-trained modules in freeze tuning are not supported yet (additional_target does it for LoRA)",
     ),
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
 )

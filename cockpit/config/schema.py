@@ -105,6 +105,14 @@ KEYS: tuple[Key, ...] = (
     ),
     _k("adapter_name_or_path", "str", None, "an existing LoRA adapter folder to start from", "model"),
     _k("trust_remote_code", "bool", False, "run Python code shipped with the model (warned)", "model", nullable=False),
+    _k(
+        "model_revision",
+        "str",
+        None,
+        "a hub id's branch, tag or commit (from_pretrained revision=; default: main); refused with a local folder "
+        "(it holds one revision)",
+        "model",
+    ),
     _k("template", "str", None, "chat template: the tokenizer's own when unset, else a named one", "model"),
     # -- method --------------------------------------------------------------------------
     _k(
@@ -695,6 +703,16 @@ KEYS: tuple[Key, ...] = (
     ),
     _k("pissa_iter", "int", 16, "PiSSA fast-SVD iterations (-1: full SVD)", "method", min=-1, nullable=False),
     _k(
+        "pissa_convert",
+        "bool",
+        False,
+        "with pissa_init: save the initial adapter (pissa_init/ beside adapter/) and convert the final adapter into a "
+        "plain LoRA of rank 2r that applies to the original base (PEFT path_initial_model_for_weight_conversion); "
+        "checkpoints stay PiSSA adapters",
+        "method",
+        nullable=False,
+    ),
+    _k(
         "loraplus_lr_ratio",
         "float",
         None,
@@ -926,6 +944,15 @@ KEYS: tuple[Key, ...] = (
     ),
     _k("eval_on_start", "bool", False, "evaluate once before the first step", "eval", nullable=False),
     _k(
+        "compute_accuracy",
+        "bool",
+        False,
+        "sft evaluation: token accuracy (argmax of the logits = label, padding and prompt left out; the mean over "
+        "samples) as eval_accuracy beside eval_loss",
+        "eval",
+        nullable=False,
+    ),
+    _k(
         "load_best_model_at_end",
         "bool",
         False,
@@ -1042,6 +1069,13 @@ KEYS: tuple[Key, ...] = (
         "freeze: in the trained layers, 'all' or a comma list of module names (e.g. mlp,self_attn)",
         "method",
         nullable=False,
+    ),
+    _k(
+        "freeze_extra_modules",
+        "str",
+        None,
+        "freeze: modules outside the decoder layers also trained fully, a comma list (e.g. embed_tokens,norm)",
+        "method",
     ),
     _k(
         "include_num_input_tokens_seen",

@@ -18,12 +18,39 @@ class ModelRef:
     gguf_file: str | None = None
     embedded: bool = False
     hub: bool = False
+    revision: str | None = None  # model_revision: a hub id's branch, tag or commit
 
     def kwargs(self) -> dict[str, Any]:
-        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        """from_pretrained's arguments that say which files: the GGUF file, the hub revision."""
+        out: dict[str, Any] = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        if self.revision:
+            out["revision"] = self.revision
+        return out
 
 
-def resolve_model(name: str, log=print) -> ModelRef:
+def resolve_model(name: str, log=print, revision: str | None = None) -> ModelRef:
+    """``name`` as a ModelRef; ``revision`` (``model_revision``) pins a hub id's branch, tag or
+    commit, and is refused for anything else (a folder or file holds one revision)."""
+    ref = _resolve_name(name, log)
+    if not revision:
+        return ref
+    if not ref.hub:
+        raise InputError(
+            Problem(
+                f"pins a hub revision; {name} is a local model (one revision): unset model_revision or set "
+                "model_name_or_path to the hub id",
+                key="model_revision",
+            )
+        )
+    return ModelRef(ref.path, hub=True, revision=revision)
+
+
+def config_model(cfg: Mapping[str, Any], log=print) -> ModelRef:
+    """The run's base model: ``model_name_or_path`` at ``model_revision``."""
+    return resolve_model(cfg["model_name_or_path"], log=log, revision=cfg.get("model_revision"))
+
+
+def _resolve_name(name: str, log) -> ModelRef:
     if is_embedded(name):
         return ModelRef(str(ensure_embedded_model(log=log)), embedded=True)
     p = Path(name).expanduser()
@@ -46,9 +73,10 @@ def resolve_model(name: str, log=print) -> ModelRef:
 
 
 def _hub_error(ref: ModelRef, exc: Exception) -> InputError:
+    at = f" at revision {ref.revision!r}" if ref.revision else ""
     return InputError(
         Problem(
-            f"cannot load {ref.path!r} from the hub: it is not in the local Hugging Face cache and the hub is "
+            f"cannot load {ref.path!r}{at} from the hub: it is not in the local Hugging Face cache and the hub is "
             f"unreachable ({type(exc).__name__}). Download it on a machine with network and point "
             "model_name_or_path at the folder.",
             key="model_name_or_path",
@@ -59,7 +87,7 @@ def _hub_error(ref: ModelRef, exc: Exception) -> InputError:
 def load_tokenizer(cfg: Mapping[str, Any], ref: ModelRef | None = None, log=print):
     from transformers import AutoTokenizer
 
-    ref = ref or resolve_model(cfg["model_name_or_path"], log=log)
+    ref = ref or config_model(cfg, log=log)
     try:
         tok = AutoTokenizer.from_pretrained(
             ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()

@@ -229,6 +229,8 @@ def trainable_params(run: RunSpec, counts: ParamCounts, lora_params: int) -> tup
         trainable = counts.total
     elif ft == "freeze":
         trainable = min(abs(run.freeze_trainable_layers), counts.layers) * counts.per_layer
+        extra = {"embed_tokens": counts.embedding, "lm_head": counts.lm_head}
+        trainable += sum(extra.get(m, 0) for m in run.freeze_extra_modules)  # the final norm: a rounding error
     else:
         trainable = lora_params
     return trainable, counts.total - (trainable if ft != "lora" else 0)
@@ -490,8 +492,8 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
     per_token = activation_terms(run, d, n_targets)
     ft, c = run.finetuning_type, run.compute_bytes
     layers = counts.layers
-    if ft == "freeze" and run.freeze_trainable_layers > 0:
-        layers = min(run.freeze_trainable_layers, counts.layers)
+    if ft == "freeze" and run.freeze_trainable_layers > 0 and "embed_tokens" not in run.freeze_extra_modules:
+        layers = min(run.freeze_trainable_layers, counts.layers)  # (a trained embedding: backward through all)
     if run.gradient_checkpointing:
         saved = layers * per_token["ckpt_layer"] * tokens
         formula = (

@@ -99,6 +99,7 @@ class RunSpec:
     nproc_per_node: int
     nnodes: int
     freeze_trainable_layers: int
+    freeze_extra_modules: tuple[str, ...] = ()  # modules outside the layers trained fully (freeze)
     deepspeed_path: str | None = None
     fsdp_text: str | None = None
     liger: bool = False  # enable_liger_kernel: fused linear cross-entropy, no full logits
@@ -335,6 +336,9 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         nproc_per_node=_int(cfg, "nproc_per_node"),
         nnodes=_int(cfg, "nnodes"),
         freeze_trainable_layers=ftl,
+        freeze_extra_modules=tuple(
+            m.strip() for m in str(cfg.get("freeze_extra_modules") or "").split(",") if m.strip()
+        ),
         deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
         packing=_bool(cfg, "packing") or _bool(cfg, "neat_packing"),

@@ -150,11 +150,11 @@ def run_trials(
     import tempfile
 
     from cockpit.data.prepare import prepare_dataset
-    from cockpit.models.resolve import load_tokenizer, resolve_model
+    from cockpit.models.resolve import config_model, load_tokenizer
     from cockpit.train.model import build_model
 
     device = TrialDevice.open(cfg, cap_gb)
-    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     rows = trial_rows(prepare_dataset(cfg, tok).rendered, steps * local_batch)
     model = build_model(cfg, ref, device.use_cpu, 0)

@@ -30,7 +30,7 @@ Kinds and their fields (units in the field names or stated here):
 - ``heartbeat``: node_rank, host, step (the last training step the node's local rank 0
   finished; null before the first), seq, train_ended; written by global rank 0 each time a
   node's report in the rendezvous store changed (``cockpit/telemetry/node.py``)
-- ``eval``: step, eval_loss
+- ``eval``: step, eval_loss, eval_accuracy (``compute_accuracy``: the share of labelled tokens predicted)
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|fp16_on_cpu|
   memory_pressure|no_checkpoint|...), message, remedies (list of strings), rank (optional). hang: phase

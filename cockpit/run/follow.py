@@ -56,7 +56,9 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     if kind == "checkpoint_saved":
         return f"checkpoint saved at step {ev.get('step')}: {ev.get('path')}"
     if kind == "eval":
-        return f"eval at step {ev.get('step')}: loss {as_float(ev.get('eval_loss')):.4f}"
+        accuracy = as_float(ev.get("eval_accuracy"))
+        text = f"eval at step {ev.get('step')}: loss {as_float(ev.get('eval_loss')):.4f}"
+        return text + (f", accuracy {100 * accuracy:.1f}%" if accuracy is not None else "")
     if kind == "alert":
         lines = [f"ALERT [{ev.get('level')}] {ev.get('code')}: {ev.get('message')}"]
         lines += [f"  - {r}" for r in ev.get("remedies") or []]

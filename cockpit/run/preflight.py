@@ -159,7 +159,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
     from cockpit.data.collect import collect_samples
     from cockpit.data.prepare import prepare_dataset, render_options
     from cockpit.data.render import trainable_spans
-    from cockpit.models.resolve import load_model_config, load_tokenizer, resolve_model
+    from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
 
     warnings = static_checks(cfg)
     data_cfg = prediction_data_config(cfg)
@@ -168,7 +168,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> Chec
         collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
     if with_devices:
         warnings += device_checks(cfg)
-    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     mcfg = load_model_config(cfg, ref)
     hidden = getattr(mcfg, "hidden_size", None)

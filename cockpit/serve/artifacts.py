@@ -35,7 +35,7 @@ class RunArtifacts:
         """A path (or hub id) a server or transformers can load the base model from."""
         from cockpit.models.resolve import resolve_model
 
-        ref = resolve_model(self.base_model, log=log)
+        ref = resolve_model(self.base_model, log=log, revision=self.config.get("model_revision"))
         if ref.gguf_file:
             raise InputError(
                 f"the base model {self.base_model} is a GGUF file; vLLM's LoRA needs a Hugging Face folder: "

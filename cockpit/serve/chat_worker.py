@@ -93,7 +93,7 @@ class Generator:
         else:
             tdtype = getattr(torch, dtype)
         self.dtype = str(tdtype).replace("torch.", "")
-        ref = resolve_model(art.base_model, log=log)
+        ref = resolve_model(art.base_model, log=log, revision=cfg.get("model_revision"))
         kw = {"trust_remote_code": bool(cfg.get("trust_remote_code")), **ref.kwargs()}
         if (art.adapter_dir / "tokenizer_config.json").exists():
             self.tok = AutoTokenizer.from_pretrained(str(art.adapter_dir))

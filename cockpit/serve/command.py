@@ -84,6 +84,8 @@ def build_command(
             "--lora-modules",
             f"{name}={art.adapter_dir}",
         ]
+        if art.config.get("model_revision"):  # the base at the revision the adapter was trained on
+            argv += ["--revision", art.config["model_revision"], "--tokenizer-revision", art.config["model_revision"]]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # lets `cockpit serve --vllm-url` hot-load later runs
         cmd = ServeCommand(argv, env, model_id=name, base_id=model, mode=mode)
     if art.config.get("trust_remote_code"):

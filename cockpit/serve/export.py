@@ -133,10 +133,10 @@ def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from cockpit.models.resolve import resolve_model
+    from cockpit.models.resolve import config_model
 
     notes: list[str] = []
-    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    ref = config_model(cfg, log=log)
     if cfg.get("quantization_bit"):
         notes.append(
             "QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights"

@@ -209,7 +209,8 @@ class CockpitCallback(TrainerCallback):
         logs = logs or {}
         if "loss" not in logs:
             if "eval_loss" in logs:
-                self.emit("eval", step=state.global_step, eval_loss=logs["eval_loss"])
+                accuracy = {"eval_accuracy": logs["eval_accuracy"]} if "eval_accuracy" in logs else {}
+                self.emit("eval", step=state.global_step, eval_loss=logs["eval_loss"], **accuracy)
             return control
         mems = self._gather_memory()
         loss = float(logs["loss"])

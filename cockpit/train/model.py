@@ -156,6 +156,31 @@ def freeze_all_but_chosen_layers(model, cfg: dict[str, Any]) -> None:
         raise InputError(
             f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers"
         )
+    if cfg.get("freeze_extra_modules"):
+        train_extra_modules(model, cfg["freeze_extra_modules"])
+
+
+def train_extra_modules(model, names: str) -> None:
+    """``freeze_extra_modules``: modules outside the decoder layers (``embed_tokens``, ``norm``,
+    ``lm_head``) trained fully. A name is a parameter's module (the part before ``weight`` /
+    ``bias``) with no layer index in its path, as LLaMA-Factory lists them; unlike its substring
+    match, ``norm`` is the final norm only, never the layers' ``input_layernorm``."""
+    import re
+
+    outside_layers: dict[str, list] = {}
+    for name, p in model.named_parameters():
+        if re.search(r"\.\d+\.", name) is None and "." in name:
+            outside_layers.setdefault(name.split(".")[-2], []).append(p)
+    for module in (m.strip() for m in names.split(",") if m.strip()):
+        if module not in outside_layers:
+            raise InputError(
+                Problem(
+                    f"no module {module!r} outside the decoder layers; choose from {', '.join(sorted(outside_layers))}",
+                    key="freeze_extra_modules",
+                )
+            )
+        for p in outside_layers[module]:
+            p.requires_grad_(True)
 
 
 def expanded_layer_ids(num_layers: int, n_expanded: int) -> range:

@@ -98,13 +98,13 @@ def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tup
     return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
 
 
-def eval_losses(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run's eval losses for summary.json: how many, the first, the last and the best as
-    [step, loss]; None without evaluation."""
-    pts = loss_series(events, "eval", "eval_loss")
+def eval_losses(events: list[dict[str, Any]], field: str = "eval_loss") -> dict[str, Any] | None:
+    """The run's eval losses (or another eval ``field``: ``eval_accuracy``, best = highest) for
+    summary.json: how many, the first, the last and the best as [step, value]; None without them."""
+    pts = loss_series(events, "eval", field)
     if not pts:
         return None
-    best = min(pts, key=lambda p: p[1])
+    best = (max if field == "eval_accuracy" else min)(pts, key=lambda p: p[1])
     return {"count": len(pts), "first": list(pts[0]), "last": list(pts[-1]), "best": list(best)}
 
 

@@ -4,6 +4,7 @@ from_pretrained, PEFT's LoRA+ optimizer). Imported by the training rank (worker.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
@@ -113,6 +114,36 @@ def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, lis
     return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
 
 
+def accuracy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Trainer: ``compute_accuracy``'s metric (``eval_accuracy``) and the argmax that keeps the
+    evaluation from gathering whole logits (LLaMA-Factory's ComputeAccuracy / eval_logit_processor)."""
+    if not cfg.get("compute_accuracy"):
+        return {}
+    return {"compute_metrics": token_accuracy, "preprocess_logits_for_metrics": predicted_token_ids}
+
+
+def predicted_token_ids(logits: Any, labels: Any) -> Any:
+    """The argmax token at every position (what the evaluation gathers instead of the logits)."""
+    if isinstance(logits, (list, tuple)):  # a model that returns more than the logits
+        logits = logits[0] if logits[0].dim() == 3 else logits[1]
+    return logits.argmax(dim=-1)
+
+
+def token_accuracy(eval_preds: Any) -> dict[str, float]:
+    """The share of labelled tokens whose prediction (the argmax at the position before) is the
+    label, per sample (a row; a packed batch is one row), averaged over the samples: -100 (prompt,
+    padding) left out, rows without labels skipped."""
+    import numpy as np
+
+    predictions, labels = np.asarray(eval_preds.predictions), np.asarray(eval_preds.label_ids)
+    per_sample = []
+    for predicted, label in zip(predictions[:, :-1], labels[:, 1:], strict=True):
+        kept = label != -100
+        if kept.any():
+            per_sample.append(float(np.mean(predicted[kept] == label[kept])))
+    return {"accuracy": float(np.mean(per_sample)) if per_sample else 0.0}
+
+
 def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]:
     """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
     arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, else nothing."""
@@ -193,3 +224,45 @@ def freeze_module_selected(param_name: str, modules: str | None) -> bool:
         return True
     wanted = {m.strip() for m in modules.split(",") if m.strip()}
     return bool(wanted & set(param_name.split(".")))
+
+
+def save_pissa_initial(model: Any, folder: Path, resuming: bool = False) -> bool:
+    """``pissa_convert``: the PiSSA adapter as initialised, before any step (atomically). An
+    attempt that resumes from a checkpoint keeps the one already there (the weights it trains
+    on started from it); a run from scratch replaces any (a reused output_dir). Saved with
+    ``init_lora_weights: true`` so that loading it never decomposes the base again (PEFT's
+    condition for the conversion). False when the one there was kept."""
+    import os
+    import shutil
+
+    if resuming and folder.is_dir():
+        return False
+    staging = folder.with_name(f".{folder.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    config = model.peft_config["default"]
+    init = config.init_lora_weights
+    config.init_lora_weights = True
+    try:
+        model.save_pretrained(str(staging))
+    finally:
+        config.init_lora_weights = init
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(staging, folder)
+    return True
+
+
+def convert_pissa_adapter(model: Any, adapter_dir: Path, initial_dir: Path) -> None:
+    """``pissa_convert``: rewrite the saved final adapter as a plain LoRA that applies to the
+    ORIGINAL base: PEFT's ``save_pretrained(path_initial_model_for_weight_conversion=...)`` turns
+    the trained A, B and the initial A0, B0 into [A | A0], [B | -B0] (rank 2r, alpha doubled:
+    the same scaling), i.e. AB - A0B0 = the change training made to W. The adapter's files are
+    replaced atomically, each; the model in memory stays the trained PiSSA model."""
+    import os
+    import shutil
+
+    staging = adapter_dir.with_name(f".{adapter_dir.name}.pissa_converted")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(str(staging), path_initial_model_for_weight_conversion=str(initial_dir))
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        os.replace(staging / name, adapter_dir / name)
+    shutil.rmtree(staging, ignore_errors=True)

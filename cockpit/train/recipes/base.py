@@ -311,7 +311,7 @@ def make_context(
 ) -> RecipeContext:
     import torch
 
-    from cockpit.models.resolve import load_tokenizer, resolve_model
+    from cockpit.models.resolve import config_model, load_tokenizer
     from cockpit.train.arguments import rank_precision, trains_on_cpu
     from cockpit.train.kernels import kernel_arguments
 
@@ -325,7 +325,7 @@ def make_context(
         torch.cuda.set_device(local_rank)
     dirs = artefact_dirs(run, cfg)
     dirs["out"].mkdir(parents=True, exist_ok=True)
-    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token

@@ -28,14 +28,14 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
 
 def check_stage(cfg: dict[str, Any], log=print, with_devices: bool = True):
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
-    from cockpit.models.resolve import load_model_config, load_tokenizer, resolve_model
+    from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
     from cockpit.run.preflight import CheckResult, device_checks, static_checks
 
     warnings = static_checks(cfg)
     loaded = collect_stage_samples(cfg)  # every bad row, before any model is loaded
     if with_devices:
         warnings += device_checks(cfg)
-    ref = resolve_model(cfg["model_name_or_path"], log=log)
+    ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     hidden = getattr(load_model_config(cfg, ref), "hidden_size", None)
     if cfg["finetuning_type"] == "lora" and hidden and cfg["lora_rank"] > hidden:

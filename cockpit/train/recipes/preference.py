@@ -60,7 +60,8 @@ def build_reference(ctx: RecipeContext):
         "adapter_name_or_path": None,
     }
     path = cfg.get("ref_model") or cfg["model_name_or_path"]
-    model = build_model(ref_cfg, resolve_model(path, log=ctx.log), ctx.use_cpu, ctx.local_rank)
+    revision = None if cfg.get("ref_model") else cfg.get("model_revision")  # the policy's base: its revision
+    model = build_model(ref_cfg, resolve_model(path, log=ctx.log, revision=revision), ctx.use_cpu, ctx.local_rank)
     if cfg.get("ref_model_adapters"):
         from peft import PeftModel
 

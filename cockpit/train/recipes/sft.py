@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from cockpit.errors import EXIT_OK, InputError
@@ -36,9 +37,10 @@ def sft_trainer(
     eval_rows: list[dict[str, Any]] | None = None,
     callbacks: list[Any] | None = None,
 ) -> Any:
-    """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set."""
+    """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set,
+    token accuracy in the evaluation when ``compute_accuracy`` is set."""
     from cockpit.data.packing import build_collator
-    from cockpit.train.variants import trainer_kwargs
+    from cockpit.train.variants import accuracy_kwargs, trainer_kwargs
 
     return trainer_cls(
         model=model,
@@ -49,6 +51,7 @@ def sft_trainer(
         processing_class=tokenizer,
         callbacks=list(callbacks or []),
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
+        **(accuracy_kwargs(cfg) if eval_rows else {}),  # compute_accuracy: eval_accuracy
     )
 
 
@@ -117,6 +120,8 @@ class SFTRecipe(Recipe):
         if ctx.rank != 0:
             return other_rank_done(ctx, attempt)
         summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
+        if ctx.cfg.get("pissa_convert"):  # after a NaN the adapter is a checkpoint's, as trained (PiSSA)
+            summary["pissa_converted"] = not attempt.poisoned
         if ctx.cfg.get("do_predict"):  # rank 0 alone, after the other ranks are done
             from cockpit.train.predict import predict_after_training
 
@@ -138,6 +143,11 @@ class SFTRecipe(Recipe):
             ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, sharded, ctx.log
         )
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
+        if cfg.get("pissa_convert") and ctx.rank == 0:  # the initial adapter, before the first step
+            from cockpit.train.variants import save_pissa_initial
+
+            if save_pissa_initial(model, pissa_initial_dir(ctx), resuming=bool(cfg.get("resume_from_checkpoint"))):
+                ctx.log(f"pissa_convert: the initial PiSSA adapter saved to {pissa_initial_dir(ctx)}")
         probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
         callback = CockpitCallback(ctx.run, cfg, ctx.rank, ctx.world_size, ctx.writer)
         before = ProbesBeforeTraining(
@@ -183,6 +193,17 @@ def save_final_model(ctx: RecipeContext, attempt: Attempt) -> None:
         trainer.save_model(str(ctx.dirs["adapter"]))
         if ctx.rank == 0:
             ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
+        if ctx.rank == 0 and cfg.get("pissa_convert"):
+            from cockpit.train.variants import convert_pissa_adapter
+
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            convert_pissa_adapter(model, ctx.dirs["adapter"], pissa_initial_dir(ctx))
+            ctx.log("pissa_convert: the adapter is a plain LoRA of the original base (rank 2 x lora_rank)")
+
+
+def pissa_initial_dir(ctx: RecipeContext) -> Path:
+    """``pissa_convert``'s initial adapter: ``pissa_init/`` beside ``adapter/``."""
+    return ctx.dirs["out"] / "pissa_init"
 
 
 def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
@@ -238,6 +259,7 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
         "eval_loss": eval_losses(events),
+        "eval_accuracy": eval_losses(events, "eval_accuracy"),
         "probes_before": probe_summary(attempt.probes_before.result),
         "probes_after": probe_summary(attempt.probe_after),
         "adapter_dir": str(dirs["adapter"]) if not attempt.poisoned or attempt.adapter_from else None,

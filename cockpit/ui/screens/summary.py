@@ -58,6 +58,13 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
             f"\neval loss {e0:.4f} (step {s0}) → {e1:.4f} (step {s1}), {ev.get('count')} evals, best {eb:.4f} at step {sb}",
             style=themed("$text-success" if e1 < e0 else "$text-warning"),
         )
+    acc = summary.get("eval_accuracy")
+    if isinstance(acc, dict) and acc.get("first") and acc.get("last"):
+        (s0, a0), (s1, a1), (sb, ab) = acc["first"], acc["last"], acc.get("best") or acc["last"]
+        t.append(
+            f"\neval accuracy {100 * a0:.1f}% (step {s0}) → {100 * a1:.1f}% (step {s1}), best {100 * ab:.1f}% at step {sb}",
+            style=themed("$text-success" if a1 > a0 else "$text-warning"),
+        )
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
     if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
