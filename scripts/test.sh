@@ -18,7 +18,7 @@ t0=$SECONDS
 rc=0
 # one OpenMP thread per test process: two workers' training runs at torch's default (one thread per
 # core each) oversubscribe the cores: the demo preset trained at 10.5 tokens/s beside the DPO demo (2026-12-01)
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "${pytest_q[@]}" -n "$workers" --dist loadfile -m "not serial and not quarantine" || rc=$?
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "${pytest_q[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial and not quarantine" || rc=$?
 echo "[test] parallel part ($workers workers): exit $rc, $((SECONDS - t0)) s"
 t1=$SECONDS
 rs=0

@@ -20,9 +20,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# The longest test files first: scripts/test.sh runs the suite on pytest-xdist workers file by file
-# (--dist loadfile) in collection order, so these start early and the short files fill in around them
-# instead of the demos starting last on an otherwise idle machine.
+# The longest test files first: scripts/test.sh runs the suite on pytest-xdist workers file by file in
+# collection order (--dist loadfile --no-loadscope-reorder; xdist's default order, most tests first,
+# started the one-test demo files last, one worker then idle while the other finished the DPO demo).
 LONGEST_FIRST = ("test_stages_slow.py", "test_demo_slow.py", "test_sharded_load.py", "test_strategy_runs.py",
                  "test_config_flags.py", "test_predict.py", "test_ui_setup_live.py", "test_ui_chat.py")
 

@@ -19,7 +19,7 @@ import pytest
 from cockpit.run.events import EventReader
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
-pytestmark = [pytest.mark.serial, pytest.mark.slow]
+pytestmark = pytest.mark.slow  # the tests with time windows are marked serial (scripts/test.sh runs them alone)
 
 
 def status(run: Path) -> dict:
@@ -45,6 +45,7 @@ def assert_no_survivors(pids: set[int]):
     assert not alive, alive
 
 
+@pytest.mark.serial
 def test_rank_sigkill_is_a_failure_with_reason_and_log_tail(tmp_path, tiny_model_dir):
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=100000, save_steps=100000, probes=None)
     run = start_detached(tmp_path, cfg)
@@ -94,6 +95,7 @@ def test_out_of_memory_in_a_rank(tmp_path, tiny_model_dir):
     assert_no_survivors(all_pids(run))
 
 
+@pytest.mark.serial
 def test_hang_is_noticed_naming_the_rank(tmp_path, tiny_model_dir):
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=100000, save_steps=100000, probes=None, hang_timeout_s=3.0)
     run = start_detached(tmp_path, cfg)
@@ -225,6 +227,7 @@ class Tmux:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+@pytest.mark.serial
 def test_run_launched_from_setup_survives_killing_the_tmux_server(tmp_path, tiny_model_dir):
     """The cockpit app in tmux: a user preset loaded from the command palette (after the Setup
     screen's own cpu-demo preload, so its values win), F8 launches, the Live screen shows the
