@@ -176,7 +176,8 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
             await await_for(pilot, lambda: type(app.screen).__name__ == "LiveScreen", 120, "the live screen")
             live = app.screen
             await await_for(pilot, lambda: live.state.state == "queued", 30, "queued on the live screen")
-            assert " queued " in text_of(app, "#live-title")
+            # the title is drawn on the refresh after the state changes (once, in CI, it was still empty here)
+            await await_for(pilot, lambda: " queued " in text_of(app, "#live-title"), 10, "queued in the live title")
             run = live.run
             status = json.loads((run.path / "status.json").read_text())
             assert status["state"] == "queued" and status["slurm"]["job_id"]
