@@ -3,7 +3,7 @@ the answers; merge / export / serve / chat (``cockpit export|serve|chat`` in sub
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -51,20 +51,13 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
             f"  ({100 * (ll - fl) / fl:+.1f}%)" if fl else "",
             style=themed("$text-success" if ll < fl else "$text-warning"),
         )
-    ev = summary.get("eval_loss")
-    if isinstance(ev, dict) and ev.get("first") and ev.get("last"):
-        (s0, e0), (s1, e1), (sb, eb) = ev["first"], ev["last"], ev.get("best") or ev["last"]
-        t.append(
-            f"\neval loss {e0:.4f} (step {s0}) → {e1:.4f} (step {s1}), {ev.get('count')} evals, best {eb:.4f} at step {sb}",
-            style=themed("$text-success" if e1 < e0 else "$text-warning"),
-        )
-    acc = summary.get("eval_accuracy")
-    if isinstance(acc, dict) and acc.get("first") and acc.get("last"):
-        (s0, a0), (s1, a1), (sb, ab) = acc["first"], acc["last"], acc.get("best") or acc["last"]
-        t.append(
-            f"\neval accuracy {100 * a0:.1f}% (step {s0}) → {100 * a1:.1f}% (step {s1}), best {100 * ab:.1f}% at step {sb}",
-            style=themed("$text-success" if a1 > a0 else "$text-warning"),
-        )
+    for key, label, scale, higher_is_better in (
+        ("eval_loss", "eval loss", None, False),
+        ("eval_accuracy", "eval accuracy", 100, True),
+    ):
+        line = _eval_metric_line(summary.get(key), label, scale, higher_is_better)
+        if line:
+            t.append(*line)
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
     if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
@@ -298,3 +291,19 @@ class SummaryScreen(RunActions, Screen):
     def action_leave(self) -> None:
         self.app.sub_title = ""
         self.dismiss()
+
+
+def _eval_metric_line(metric: Any, label: str, scale: int | None, higher_is_better: bool) -> tuple[str, Any] | None:
+    """summary.json's {count, first, last, best} of an eval metric as one line and its style: first -> last,
+    best; as a percentage when ``scale`` is 100."""
+    if not (isinstance(metric, dict) and metric.get("first") and metric.get("last")):
+        return None
+    (s0, v0), (s1, v1), (sb, vb) = metric["first"], metric["last"], metric.get("best") or metric["last"]
+
+    def fmt(v: float) -> str:
+        return f"{scale * v:.1f}%" if scale else f"{v:.4f}"
+
+    evals = "" if scale else f", {metric.get('count')} evals"
+    better = v1 > v0 if higher_is_better else v1 < v0
+    text = f"\n{label} {fmt(v0)} (step {s0}) → {fmt(v1)} (step {s1}){evals}, best {fmt(vb)} at step {sb}"
+    return text, themed("$text-success" if better else "$text-warning")
