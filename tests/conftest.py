@@ -47,6 +47,18 @@ def tokenizer(embedded_dir):
 
 
 @pytest.fixture(scope="session")
+def lowrank_env() -> dict:
+    """The environment of a subprocess that can import galore_torch / apollo_torch (and the
+    bitsandbytes both import): scripts/bootstrap.sh installs them in ``<venv>/lowrank-site``, off
+    the suite's own sys.path (bitsandbytes there slows every ``import peft`` by seconds)."""
+    site = Path(os.environ.get("COCKPIT_LOWRANK_SITE") or Path(sys.prefix) / "lowrank-site")
+    if not (site / "galore_torch").is_dir() or not (site / "apollo_torch").is_dir():
+        pytest.skip(f"galore-torch / apollo-torch not installed in {site} (scripts/bootstrap.sh puts them there)")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
     """A tiny random Llama (built from a config) with the SmolLM2 tokenizer."""
     import torch
