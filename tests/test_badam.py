@@ -3,6 +3,7 @@ whose checkpoints show the block switching (layer mode) and the sparse updates (
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,26 @@ def test_badam_ratio_mode_updates_a_share_of_each_weight(tmp_path, tiny_model_di
     for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):
         share = (before[name] != after[name]).float().mean().item()
         assert 0.15 < share <= 0.25, (name, share)
+
+
+@pytest.mark.slow
+def test_badam_resume_trains_the_block_it_stopped_on(tmp_path, tiny_model_dir):
+    """Layer mode, ascending, a new block every step: a run stopped after step 1 (layer 0 trained,
+    layer 1 next) and resumed from checkpoint-1 trains layer 1 at step 2 and layer 0 at step 3,
+    as the uninterrupted run does; the block order is saved with each checkpoint."""
+    pytest.importorskip("badam")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _train(tmp_path / "a", tiny_model_dir, badam_mode="layer", badam_switch_interval=1, max_steps=1)
+    ckpt1 = first / "checkpoints" / "checkpoint-1"
+    assert json.loads((ckpt1 / "badam_block.json").read_text())["active_block"] == 1  # switched after the step
+    resumed = _train(tmp_path / "b", tiny_model_dir, badam_mode="layer", badam_switch_interval=1, max_steps=3,
+                     resume_from_checkpoint=str(ckpt1))
+    states = [_weights(ckpt1)] + [_weights(resumed / "checkpoints" / f"checkpoint-{s}") for s in (2, 3)]
+    layers = []
+    for before, after in zip(states, states[1:]):
+        blocks = {n.split(".")[2] for n in _changed(before, after) if n.startswith("model.layers.")}
+        assert len(blocks) == 1, blocks
+        layers.append(int(blocks.pop()))
+    assert layers == [1, 0]
+    assert "BAdam: resumed on block 1" in (resumed / "logs" / "rank0.log").read_text()

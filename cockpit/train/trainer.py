@@ -26,6 +26,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.run.rundir import CHECKPOINT_STAGING
+from cockpit.train.badam_state import restore_block, save_block
 
 RECORD = "cockpit_checkpoint.json"
 
@@ -146,6 +147,16 @@ class CockpitTrainer(Trainer):
             record.update(self.run_totals())
         with open(os.path.join(folder, RECORD), "w", encoding="utf-8") as fh:
             json.dump(record, fh, indent=1)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            save_block(self.optimizer, output_dir)  # BAdam's block, when it is BAdam
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint:
+            restore_block(self.optimizer, checkpoint, log=print)  # before the block's moments load
+        super()._load_optimizer_and_scheduler(checkpoint)
 
     def _get_output_dir(self, trial):
         root = super()._get_output_dir(trial)
