@@ -71,6 +71,26 @@ def test_default_format_lists_the_tools_and_trains_action_lines(tok):
     assert '"temperature": 21' in prompt and '"temperature": 21' not in trained
 
 
+def test_predictions_ask_with_the_tools_in_the_prompt(tok):
+    """do_predict's prompts are written as training writes them: the tool list in the system
+    message, the call and the observation before the last reply; a conversation cut after the
+    call has the call as its label."""
+    from cockpit.data.render import apply_template_choice
+    from cockpit.train.predict import prediction_prompt
+
+    apply_template_choice(tok, "chatml")
+    sample, cfg = samples()[0], {"tool_format": "qwen", "default_system": None}
+    ids, label = prediction_prompt(tok, sample, cfg)
+    prompt = tok.decode(ids)
+    call = '"arguments": {"city": "Paris", "unit": "celsius"}'
+    assert "<tools>" in prompt and '"name": "get_weather"' in prompt and call in prompt
+    assert '"temperature": 21' in prompt and prompt.endswith("<|im_start|>assistant\n")
+    assert label.startswith("It is sunny in Paris")
+    ids, label = prediction_prompt(tok, {**sample, "messages": sample["messages"][:2]}, cfg)
+    assert "<tools>" in tok.decode(ids) and call not in tok.decode(ids)
+    assert label.startswith("<tool_call>") and call in label
+
+
 def test_unset_tool_format_uses_qwen_for_chatml_and_keeps_default_system(tok):
     from cockpit.data.render import apply_template_choice, render_sample
 

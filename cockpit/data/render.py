@@ -242,7 +242,8 @@ def render_sample(
     return Rendered(ids_c, labels_c, len(ids), target, kept)
 
 
-def render_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
-    """Token ids of a prompt ready for generation (for probes and chat)."""
-    text = _render(tokenizer, messages, True)
+def render_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any = None) -> list[int]:
+    """Token ids of a prompt ready for generation (probes, chat, predictions); ``tools``: the list a
+    template that writes tools itself gets (:func:`with_tools`)."""
+    text = _render(tokenizer, messages, True, tools)
     return tokenizer(text, add_special_tokens=False)["input_ids"]

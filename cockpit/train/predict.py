@@ -24,16 +24,31 @@ RESULTS_FILE = "predict_results.json"
 PROGRESS_EVERY_S = 5.0  # predict_progress events at most this often
 
 
-def split_conversation(messages: list[dict[str, str]]) -> tuple[list[dict[str, str]], str]:
-    """(the prompt: the messages before the last assistant turn, the label: that turn's text);
-    a conversation without an assistant turn is all prompt, with an empty label."""
+def split_conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """(the prompt: the messages before the last assistant turn, the label: that turn's text, or
+    its function calls as JSON when it only calls tools); a conversation without an assistant turn
+    is all prompt, with an empty label."""
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
     if last is None:
         return list(messages), ""
-    return list(messages[:last]), messages[last]["content"]
+    reply = messages[last]
+    label = reply["content"] or (json.dumps(reply["tool_calls"], ensure_ascii=False) if reply.get("tool_calls") else "")
+    return list(messages[:last]), label
 
 
-def prediction_conversations(cfg: dict[str, Any], tokenizer: Any) -> list[list[dict[str, str]]]:
+def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[int], str]:
+    """(the prompt's token ids, ready for generation; the label): the sample's tools written in as
+    training writes them (``tool_format``, the template's own tool list, ``default_system``)."""
+    from cockpit.data.render import render_prompt_ids, with_tools
+
+    turns, tools = with_tools(
+        tokenizer, sample["messages"], sample.get("tools"), cfg.get("tool_format"), cfg.get("default_system")
+    )
+    prompt, label = split_conversation(turns)
+    return render_prompt_ids(tokenizer, prompt, tools=tools), label
+
+
+def prediction_samples(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
     """The samples to predict (config/parity.predict_data_key): ``eval_dataset``; the ``val_size``
     split, the very rows training held out; or all of ``dataset`` in a run that does not train.
     The tokenizer gets the config's chat template on the way."""
@@ -53,7 +68,7 @@ def prediction_conversations(cfg: dict[str, Any], tokenizer: Any) -> list[list[d
         samples = split_held_out(cfg, kept)[1]
     else:
         samples = collect_samples(cfg).samples
-    return [s["messages"] for s in samples]
+    return list(samples)  # each: messages (+ tools)
 
 
 def generation_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -74,24 +89,23 @@ def generation_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
 def generate_predictions(
     model: Any,
     tokenizer: Any,
-    conversations: list[list[dict[str, str]]],
+    samples: list[dict[str, Any]],
     cfg: dict[str, Any],
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[dict[str, str]], bool]:
-    """(one ``{prompt, predict, label}`` per conversation, in order; whether a stop request ended
-    it early). Batches of ``per_device_eval_batch_size``; a prompt longer than ``cutoff_len`` keeps
+    """(one ``{prompt, predict, label}`` per sample, in order; whether a stop request ended it
+    early). Batches of ``per_device_eval_batch_size``; a prompt longer than ``cutoff_len`` keeps
     its last ``cutoff_len`` tokens (the generation prompt stays)."""
-    from cockpit.data.render import render_prompt_ids
     from cockpit.train.generation import generate_new_tokens
 
     batch, cutoff, decoding = int(cfg["per_device_eval_batch_size"]), int(cfg["cutoff_len"]), generation_kwargs(cfg)
     rows: list[dict[str, str]] = []
-    for start in range(0, len(conversations), batch):
+    for start in range(0, len(samples), batch):
         if should_stop():
             return rows, True
-        pairs = [split_conversation(m) for m in conversations[start : start + batch]]
-        prompts = [render_prompt_ids(tokenizer, prompt)[-cutoff:] for prompt, _ in pairs]
+        pairs = [prediction_prompt(tokenizer, sample, cfg) for sample in samples[start : start + batch]]
+        prompts = [ids[-cutoff:] for ids, _ in pairs]
         answers = generate_new_tokens(model, tokenizer, prompts, **decoding)
         for prompt_ids, (_, label), answer_ids in zip(prompts, pairs, answers):
             rows.append(
@@ -101,7 +115,7 @@ def generate_predictions(
                     "label": label,
                 }
             )
-        on_progress(len(rows), len(conversations))
+        on_progress(len(rows), len(samples))
     return rows, False
 
 
@@ -139,8 +153,8 @@ def predict(ctx: Any, model: Any, adapter: str | None) -> dict[str, Any]:
     from transformers import set_seed
 
     cfg, writer = ctx.cfg, ctx.writer
-    conversations = prediction_conversations(cfg, ctx.tokenizer)
-    ctx.log(f"predict: {len(conversations)} samples ({cfg['max_new_tokens']} new tokens at most)")
+    samples = prediction_samples(cfg, ctx.tokenizer)
+    ctx.log(f"predict: {len(samples)} samples ({cfg['max_new_tokens']} new tokens at most)")
     last_emit = [0.0]
 
     def progress(done: int, total: int) -> None:
@@ -150,9 +164,7 @@ def predict(ctx: Any, model: Any, adapter: str | None) -> dict[str, Any]:
 
     set_seed(cfg["seed"])  # do_sample: the same predictions for the same seed
     t0 = time.time()
-    rows, stopped = generate_predictions(
-        model, ctx.tokenizer, conversations, cfg, progress, lambda: ctx.run.consume("stop")
-    )
+    rows, stopped = generate_predictions(model, ctx.tokenizer, samples, cfg, progress, lambda: ctx.run.consume("stop"))
     fields = write_predictions(ctx.dirs["out"], rows, time.time() - t0, int(cfg["per_device_eval_batch_size"]))
     fields.update(adapter=adapter, stopped=stopped)
     writer.emit("predict", **fields)
