@@ -1,6 +1,6 @@
 """Cockpit vs LLaMA-Factory 0.9.5 on the same job, through both CLIs, run alternately.
 
-    python bench/vs_llamafactory.py [--shape lora|full|packing|all] [--rounds 3] [--real-data]
+    python bench/vs_llamafactory.py [--shape lora|lora-fp32|full|packing|all] [--rounds 3] [--real-data] [--fp32-model]
 
 LLaMA-Factory lives in its own venv under the bench cache dir (``bench/lf_venv.py`` installs it
 on first use; it is never a dependency of the project). Both tools read the same YAML (LLaMA-
@@ -15,6 +15,7 @@ so, and stops, when they are missing).
 Shapes (issue 16):
   lora     LoRA r8 on all linear layers, bf16, gradient checkpointing, cutoff 256, batch 4,
            20 steps, en + zh rows interleaved (100 each)
+  lora-fp32  the lora job in fp32 (CPUs without fast bf16)
   full     the same job with full fine-tuning in fp32
   packing  en rows only, cutoff 1024, one epoch, ``packing: true`` (cockpit: padding-free with
            per-sample attention; LLaMA-Factory: its own packing)
@@ -67,6 +68,10 @@ COMMON = {
 SHAPES = {
     "lora": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
              "lora_rank": 8, "lora_target": "all", "bf16": True, "gradient_checkpointing": True, "max_steps": 20},
+    # the lora job in fp32: for CPUs without AVX512-BF16 / AMX, where bf16 autocast is emulated
+    # (~190 s a step against ~7 s in fp32 on such a 2-core box): ratios of the bf16 shape mean nothing there
+    "lora-fp32": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
+                  "lora_rank": 8, "lora_target": "all", "bf16": False, "gradient_checkpointing": True, "max_steps": 20},
     "full": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "full",
              "bf16": False, "gradient_checkpointing": True, "max_steps": 20},
     "packing": {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024, "finetuning_type": "lora",
@@ -107,6 +112,25 @@ def write_demo_data(folder: Path, real: bool) -> str:
     return source
 
 
+def fp32_copy(model_dir: Path) -> Path:
+    """The model folder with fp32 weights (config dtype float32), written once beside it, for
+    ``--fp32-model``: LLaMA-Factory loads weights in the config's dtype (``torch_dtype="auto"``), so
+    the embedded model's bf16 folder makes it compute in bf16 even in the fp32 shapes, which a CPU
+    without AVX512-BF16 / AMX emulates (~25x slower). Both tools then read this one folder."""
+    out = model_dir.parent / f"{model_dir.name}-fp32"
+    if (out / "config.json").exists():
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).save_pretrained(str(tmp))
+    AutoTokenizer.from_pretrained(str(model_dir)).save_pretrained(str(tmp))
+    tmp.rename(out)
+    return out
+
+
 def run_cockpit(cfg_path: Path, work: Path) -> dict[str, float]:
     runs = work / "cockpit-runs"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -137,8 +161,9 @@ def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
     return {"wall": wall, "train": train}
 
 
-def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, steps: int | None) -> list[tuple[dict, dict]]:
-    cfg = {**COMMON, **SHAPES[shape], "model_name_or_path": str(MODEL_DIR), "dataset_dir": str(data_dir)}
+def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, steps: int | None,
+                model_dir: Path = MODEL_DIR) -> list[tuple[dict, dict]]:
+    cfg = {**COMMON, **SHAPES[shape], "model_name_or_path": str(model_dir), "dataset_dir": str(data_dir)}
     if steps and "max_steps" in cfg:
         cfg["max_steps"] = steps
     cfg_path = work / f"{shape}.yaml"
@@ -164,22 +189,28 @@ def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", choices=(*SHAPES, "all"), default="lora")
+    ap.add_argument("--shape", default="lora", help=f"one of {', '.join(SHAPES)}, several joined by commas, or all")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, help="override the step count of the lora/full shapes (a quick check)")
     ap.add_argument("--real-data", action="store_true", help=f"LLaMA-Factory's alpaca demo files from {LF_DATA}")
+    ap.add_argument("--fp32-model", action="store_true",
+                    help="both tools read an fp32 copy of the model folder (CPUs without fast bf16: see fp32_copy)")
     a = ap.parse_args()
     if not (MODEL_DIR / "config.json").exists():
         raise SystemExit(f"{MODEL_DIR} missing: run `cockpit doctor` or any cockpit train on smollm2-135m-instruct once to convert it")
     cli = lf_venv.ensure()
-    shapes = list(SHAPES) if a.shape == "all" else [a.shape]
+    model_dir = fp32_copy(MODEL_DIR) if a.fp32_model else MODEL_DIR
+    print("model:", model_dir)
+    shapes = list(SHAPES) if a.shape == "all" else a.shape.split(",")
+    if unknown := [s for s in shapes if s not in SHAPES]:
+        ap.error(f"--shape {', '.join(unknown)}: not one of {', '.join(SHAPES)}")
     with tempfile.TemporaryDirectory(prefix="cockpit-vs-lf-") as tmp:
         work = Path(tmp)
         print("data:", write_demo_data(work / "data", a.real_data))
         print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
         table = []
         for shape in shapes:
-            res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps)
+            res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir)
             wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
             tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
             table.append((shape, res, wall, tps))
