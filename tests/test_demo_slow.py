@@ -24,11 +24,11 @@ def test_cpu_demo_preset_learns_identity(tmp_path, embedded_dir):
     assert before["identity"]["rate"] <= 0.2
     assert after["identity"]["rate"] >= 0.8
     # control: general questions (arithmetic, capitals, translation, a definition; English and
-    # Chinese) the base model answers. The goal is none forgotten; measured: 10/10 -> 9/10 (at the
-    # old settings, 6/10). One may go, not more.
+    # Chinese) the base model answers: none forgotten. Measured 2026-12-01: 10/10 -> 10/10 with one
+    # thread and with two (before the replay rows took the base model's own phrasing, 9/10).
     assert before["control"]["total"] == after["control"]["total"] >= 8
     assert before["control"]["passed"] >= 8
-    assert after["control"]["passed"] >= before["control"]["passed"] - 1
+    assert after["control"]["passed"] >= before["control"]["passed"]
     assert summary["last_loss"] < 0.5 * summary["first_loss"]
     losses = [e["loss"] for e in read_events(run) if e["kind"] == "step"]
     assert len(losses) >= 5
