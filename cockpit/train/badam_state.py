@@ -27,8 +27,12 @@ def save_block(optimizer: Any, folder: str) -> None:
     opt = block_optimizer(optimizer)
     if opt is None:
         return
-    state = {"active_block": active_block(opt), "next_block": opt.current_block_idx, "global_step": opt.global_step,
-             "block_order": list(getattr(opt, "block_order", []))}
+    state = {
+        "active_block": active_block(opt),
+        "next_block": opt.current_block_idx,
+        "global_step": opt.global_step,
+        "block_order": list(getattr(opt, "block_order", [])),
+    }
     with open(os.path.join(folder, STATE_FILE), "w", encoding="utf-8") as fh:
         json.dump(state, fh)
 
