@@ -49,6 +49,6 @@ def restore_block(optimizer: Any, checkpoint: str, log) -> None:
     opt.current_block_idx = int(state["active_block"])
     opt.switch_trainable_params(verbose=0)
     opt.current_block_idx, opt.global_step = int(state["next_block"]), int(state["global_step"])
-    if state["block_order"]:
+    if opt.switch_mode == "random":  # the rest of the saved shuffle, even when it was used up
         opt.block_order = list(state["block_order"])
     log(f"BAdam: resumed on block {state['active_block']} ({', '.join(opt.block_prefix_list[state['active_block']])})")
