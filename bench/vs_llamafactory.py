@@ -1,6 +1,7 @@
 """Cockpit vs LLaMA-Factory 0.9.5 on the same job, through both CLIs, run alternately.
 
-    python bench/vs_llamafactory.py [--shape lora|lora-fp32|full|packing|all] [--rounds 3] [--real-data] [--fp32-model]
+    python bench/vs_llamafactory.py [--shape lora|lora-fp32|full|short|packing|all] [--rounds 3] [--real-data]
+                                    [--fp32-model] [--same-settings]
 
 LLaMA-Factory lives in its own venv under the bench cache dir (``bench/lf_venv.py`` installs it
 on first use; it is never a dependency of the project). Both tools read the same YAML (LLaMA-
@@ -12,13 +13,19 @@ Factory's ``dataset_info.json``), deterministic and of varied length. ``--real-d
 LLaMA-Factory's own ``alpaca_en_demo`` / ``alpaca_zh_demo`` from ``--lf-data`` instead (and says
 so, and stops, when they are missing).
 
-Shapes (issue 16):
-  lora     LoRA r8 on all linear layers, bf16, gradient checkpointing, cutoff 256, batch 4,
-           20 steps, en + zh rows interleaved (100 each)
+Shapes (issue 16). The YAML sets neither gradient checkpointing nor packing, so each tool runs
+its own defaults: LLaMA-Factory checkpoints (reentrant) and pads; Cockpit does not checkpoint
+(its planner asks for ``gradient_checkpointing: true`` when a run would not fit) and trains
+padding-free (``packing`` auto: the same samples and the same loss, no padding computed).
+``--same-settings`` writes LLaMA-Factory's defaults into the YAML for both instead.
+  lora       LoRA r8 on all linear layers, bf16, cutoff 256, batch 4, 20 steps, en + zh rows
+             (100 each)
   lora-fp32  the lora job in fp32 (CPUs without fast bf16)
-  full     the same job with full fine-tuning in fp32
-  packing  en rows only, cutoff 1024, one epoch, ``packing: true`` (cockpit: padding-free with
-           per-sample attention; LLaMA-Factory: its own packing)
+  full       the same job with full fine-tuning in fp32
+  short      short varied samples: en rows only (200), cutoff 1024, LoRA, fp32, 20 steps
+  packing    en rows only, cutoff 1024, one epoch, ``packing: true`` (Cockpit: padding-free with
+             per-sample attention; LLaMA-Factory: its own packing into cutoff_len blocks, which
+             lets samples attend to each other and takes fewer, longer steps)
 
 Per round it prints each tool's whole-command wall time, its training time, and training
 tokens/s (cockpit: its summary's non-padding tokens / train time; LLaMA-Factory: the same
@@ -67,17 +74,23 @@ COMMON = {
 }
 SHAPES = {
     "lora": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
-             "lora_rank": 8, "lora_target": "all", "bf16": True, "gradient_checkpointing": True, "max_steps": 20},
+             "lora_rank": 8, "lora_target": "all", "bf16": True, "max_steps": 20},
     # the lora job in fp32: for CPUs without AVX512-BF16 / AMX, where bf16 autocast is emulated
     # (~190 s a step against ~7 s in fp32 on such a 2-core box): ratios of the bf16 shape mean nothing there
     "lora-fp32": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
-                  "lora_rank": 8, "lora_target": "all", "bf16": False, "gradient_checkpointing": True, "max_steps": 20},
+                  "lora_rank": 8, "lora_target": "all", "bf16": False, "max_steps": 20},
     "full": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "full",
-             "bf16": False, "gradient_checkpointing": True, "max_steps": 20},
+             "bf16": False, "max_steps": 20},
+    # short varied samples: alpaca_en only, cutoff 1024
+    "short": {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024, "finetuning_type": "lora",
+              "lora_rank": 8, "lora_target": "all", "bf16": False, "max_steps": 20},
     "packing": {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024, "finetuning_type": "lora",
-                "lora_rank": 8, "lora_target": "all", "bf16": False, "gradient_checkpointing": True,
-                "num_train_epochs": 1.0, "packing": True},
+                "lora_rank": 8, "lora_target": "all", "bf16": False, "num_train_epochs": 1.0, "packing": True},
 }
+# --same-settings: LLaMA-Factory's defaults written into the YAML, so Cockpit runs them too
+# (gradient checkpointing on, reentrant; padded batches) instead of its own (off; padding-free)
+SAME_SETTINGS = {"gradient_checkpointing": True, "use_reentrant_gc": True, "packing": False}
+
 
 _EN = ("the model reads a short note about rivers and mountains and answers in plain words while "
        "the team checks every step of the training run for errors and slow parts before lunch").split()
@@ -162,8 +175,10 @@ def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
 
 
 def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, steps: int | None,
-                model_dir: Path = MODEL_DIR) -> list[tuple[dict, dict]]:
+                model_dir: Path = MODEL_DIR, same_settings: bool = False) -> list[tuple[dict, dict]]:
     cfg = {**COMMON, **SHAPES[shape], "model_name_or_path": str(model_dir), "dataset_dir": str(data_dir)}
+    if same_settings:
+        cfg.update({k: v for k, v in SAME_SETTINGS.items() if k not in SHAPES[shape]})
     if steps and "max_steps" in cfg:
         cfg["max_steps"] = steps
     cfg_path = work / f"{shape}.yaml"
@@ -193,6 +208,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, help="override the step count of the lora/full shapes (a quick check)")
     ap.add_argument("--real-data", action="store_true", help=f"LLaMA-Factory's alpaca demo files from {LF_DATA}")
+    ap.add_argument("--same-settings", action="store_true",
+                    help="LLaMA-Factory's defaults in the YAML (checkpointing on, padded) for both tools")
     ap.add_argument("--fp32-model", action="store_true",
                     help="both tools read an fp32 copy of the model folder (CPUs without fast bf16: see fp32_copy)")
     a = ap.parse_args()
@@ -210,7 +227,7 @@ def main() -> None:
         print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
         table = []
         for shape in shapes:
-            res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir)
+            res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir, a.same_settings)
             wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
             tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
             table.append((shape, res, wall, tps))
@@ -219,7 +236,7 @@ def main() -> None:
         for shape, res, wall, tps in table:
             lf_walls = ", ".join(format(lf["wall"], ".1f") for _, lf in res)
             ck_walls = ", ".join(format(c["wall"], ".1f") for c, _ in res)
-            print(f"| {shape} | {lf_walls} | {ck_walls} "
+            print(f"| {shape}{' (same settings)' if a.same_settings else ''} | {lf_walls} | {ck_walls} "
                   f"| **{wall:.2f}** | {tps:.2f} |")
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
 

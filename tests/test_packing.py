@@ -54,7 +54,7 @@ def tiny(tiny_model_dir):
 def test_packed_forward_gives_each_sample_its_padded_loss(tiny):
     model, tok = tiny
     rows = _rows(len(tok), [7, 19, 12, 30])
-    padded = build_collator({}, tok)(rows)
+    padded = build_collator({"packing": False}, tok)(rows)
     packed = build_collator({"packing": True}, tok, model)(rows)
     assert packed["input_ids"].shape == (1, sum(len(r["input_ids"]) for r in rows))
     assert "attention_mask" not in packed
@@ -91,7 +91,7 @@ def _train(model_dir, tok, rows, cfg: dict, tmp_path) -> tuple[list[float], obje
 def test_packed_and_padded_training_give_the_same_losses(tiny, tiny_model_dir, tmp_path):
     _, tok = tiny
     rows = _rows(len(tok), [9, 31, 14, 22, 40, 11, 27, 18, 35, 8, 16, 25], seed=3)
-    padded_losses, padded_model, padded_tokens_seen = _train(tiny_model_dir, tok, rows, {}, tmp_path / "a")
+    padded_losses, padded_model, padded_tokens_seen = _train(tiny_model_dir, tok, rows, {"packing": False}, tmp_path / "a")
     packed_losses, packed_model, packed_tokens_seen = _train(tiny_model_dir, tok, rows, {"packing": True}, tmp_path / "b")
     assert len(padded_losses) == len(packed_losses) == 4
     assert packed_losses == pytest.approx(padded_losses, abs=1e-4)
@@ -99,7 +99,7 @@ def test_packed_and_padded_training_give_the_same_losses(tiny, tiny_model_dir, t
     # the trained models agree sample by sample (training actually changed them)
     held = _rows(len(tok), [13, 29, 6], seed=9)
     with torch.no_grad():
-        after_padded = _per_sample_loss(padded_model, build_collator({}, tok)(held))
+        after_padded = _per_sample_loss(padded_model, build_collator({"packing": False}, tok)(held))
         after_packed = _per_sample_loss(packed_model, build_collator({"packing": True}, tok)(held))
     assert after_packed == pytest.approx(after_padded, abs=1e-4)
 
@@ -113,7 +113,8 @@ def test_group_by_length_batches_similar_lengths(tiny, tmp_path):
     model, tok = tiny
     lengths = [random.Random(i).randrange(4, 120) for i in range(64)]
     rows = _rows(len(tok), lengths)
-    cfg = {**default_config(), "dataset": "x", "per_device_train_batch_size": 4, "use_cpu": True, "group_by_length": True}
+    cfg = {**default_config(), "dataset": "x", "per_device_train_batch_size": 4, "use_cpu": True, "group_by_length": True,
+           "packing": False}
     args = training_arguments(cfg, {"checkpoints": tmp_path}, True, 1)
     trainer = CockpitTrainer(model=model, args=args, train_dataset=ListDataset(rows),
                              data_collator=build_collator(cfg, tok), processing_class=tok)
@@ -129,7 +130,7 @@ def test_group_by_length_batches_similar_lengths(tiny, tmp_path):
 
 def test_packing_keys_validate_and_select_packing():
     cfg = validate({"dataset": "x", "neat_packing": True, "group_by_length": True})
-    assert packing_enabled(cfg) and not packing_enabled(validate({"dataset": "x"}))
+    assert packing_enabled(cfg) and not packing_enabled(validate({"dataset": "x", "packing": False}))
     assert batching_arguments(cfg) == {"include_num_input_tokens_seen": "all", "train_sampling_strategy": "group_by_length"}
     with pytest.raises(Exception, match="packing"):
         validate({"dataset": "x", "packing": "sometimes"})
@@ -139,9 +140,61 @@ def test_planner_knows_packing_memory():
     from cockpit.plan import estimate_config
 
     base = {"model_name_or_path": "smollm2-135m-instruct", "cutoff_len": 512, "per_device_train_batch_size": 4}
-    padded = estimate_config(base)[1]
+    padded = estimate_config({**base, "packing": False})[1]
     packed = estimate_config({**base, "packing": True})[1]
+    auto = estimate_config(base)[1]  # packing unset: 4 x 512 tokens, padding-free
+    assert auto.components == packed.components
     fa2 = estimate_config({**base, "packing": True, "flash_attn": "fa2"})[1]
     # the packed row's 2048 x 2048 bool mask: 2048 bytes per token more than fa2's varlen
     assert packed.components["activations_saved"] - fa2.components["activations_saved"] >= 2048 * 2048
     assert any("packing" in n for n in packed.notes) and not any("packing" in n for n in padded.notes)
+
+
+def test_packing_auto_is_padding_free_where_it_is_cheaper():
+    """Unset ``packing`` (auto): padding-free for micro-batches of several samples whose packed row
+    stays within AUTO_MAX_PACKED_TOKENS, or with FlashAttention's varlen kernel; padded otherwise.
+    What the config says always wins."""
+    from cockpit.data.padding import AUTO_MAX_PACKED_TOKENS, batching_words, padding_free
+
+    def cfg(**k):
+        return validate({"dataset": "x", **k})
+
+    assert validate({"dataset": "x"})["packing"] is None  # auto is the default
+    assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=1024))
+    assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=AUTO_MAX_PACKED_TOKENS // 4))
+    assert not padding_free(cfg(per_device_train_batch_size=4, cutoff_len=AUTO_MAX_PACKED_TOKENS // 4 + 1))
+    assert padding_free({**cfg(per_device_train_batch_size=4, cutoff_len=8192), "flash_attn": "fa2"})  # varlen: no mask
+    assert not padding_free(cfg(per_device_train_batch_size=1, cutoff_len=256))  # nothing to pad
+    assert not padding_free(cfg(per_device_train_batch_size=4, cutoff_len=256, packing=False))
+    assert padding_free(cfg(per_device_train_batch_size=2, cutoff_len=8192, packing=True))
+    assert batching_args_for(cfg(per_device_train_batch_size=4, cutoff_len=256)) == "all"
+    assert batching_args_for(cfg(per_device_train_batch_size=4, cutoff_len=256, packing=False)) == "non_padding"
+    words = batching_words(cfg(per_device_train_batch_size=4, cutoff_len=2048))
+    assert words.startswith("padded") and "8192 > 4096" in words
+
+
+def batching_args_for(cfg) -> str:
+    return batching_arguments(cfg)["include_num_input_tokens_seen"]
+
+
+def test_packing_auto_pads_a_model_that_cannot_attend_per_sample(tiny_model_dir):
+    """The training rank asks the model: Llama builds its masks with masking_utils (packs); Mamba
+    (a state carried along the row, no such mask) falls back to padded batches under auto and is
+    refused under packing: true."""
+    from transformers import AutoConfig, MambaConfig
+
+    from cockpit.data.packing import model_packs, resolve_for_model, resolve_for_run
+    from cockpit.errors import InputError
+    from cockpit.models.resolve import resolve_model
+
+    llama = AutoConfig.from_pretrained(str(tiny_model_dir))
+    mamba = MambaConfig(num_hidden_layers=1, hidden_size=16)
+    auto = validate({"dataset": "x", "per_device_train_batch_size": 4, "cutoff_len": 256})
+    assert model_packs(llama) and resolve_for_model(auto, llama) is auto
+    said: list[str] = []  # what the training rank calls, with the run's model reference
+    assert resolve_for_run(auto, resolve_model(str(tiny_model_dir)), said.append) is auto and not said
+    assert not model_packs(mamba)
+    assert resolve_for_model(auto, mamba, said.append)["packing"] is False and "padded" in said[0]
+    with pytest.raises(InputError, match="packing"):
+        resolve_for_model({**auto, "packing": True}, mamba)
+    assert model_packs(mamba, flash=True)

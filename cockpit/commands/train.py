@@ -42,28 +42,32 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.run.launch import start_run
 
     quiet = args.json
+    held = False
+    loaded = None
     try:
         cfg = load_config_or_exit(slurm_args(args))
-        if not args.skip_check:
-            from cockpit.run.preflight import check_run
-
-            result = check_run(cfg, log=(lambda *_: None) if quiet else print)
-            if not quiet:
-                for line in result.report.lines():
-                    print(line)
-                for w in result.warnings:
-                    print(f"warning: {w}")
-        else:
+        if args.skip_check:
             from cockpit.run.preflight import static_checks
 
             static_checks(cfg)
+        elif getattr(args, "slurm", False) or int(cfg.get("nnodes") or 1) > 1:
+            report_check(check_full(cfg, quiet), quiet)
+        else:  # the tokenizer part of the check overlaps the ranks' start-up (cockpit.run.gate)
+            from cockpit.run.preflight import check_rows
+
+            loaded = check_rows(cfg)  # static checks, every bad row: before any run dir exists
+            held = True
     except InputError as err:
         return print_input_error(err, args)
     if getattr(args, "slurm", False):
         from cockpit.slurm.command import submit
 
         return submit(args, cfg, runs_dir(args))
-    run = start_run(cfg, config_path=args.config, runs_dir=runs_dir(args))
+    run = start_run(cfg, config_path=args.config, runs_dir=runs_dir(args), held=held)
+    if held:
+        failed = check_held(run, cfg, loaded, args)
+        if failed is not None:
+            return failed
     if args.detach:
         if args.json:
             print(json.dumps({"run_id": run.run_id, "run_dir": str(run.path)}))
@@ -71,6 +75,39 @@ def run(args: argparse.Namespace) -> int:
             print(f"run {run.run_id} started (detached)\nrun dir: {run.path}\nfollow it: cockpit attach {run.run_id}")
         return EXIT_OK
     return follow_interactively(run)
+
+
+def check_full(cfg: dict, quiet: bool, loaded=None):
+    from cockpit.run.preflight import check_run
+
+    return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded)
+
+
+def report_check(result, quiet: bool) -> None:
+    if quiet:
+        return
+    for line in result.report.lines():
+        print(line)
+    for w in result.warnings:
+        print(f"warning: {w}")
+
+
+def check_held(run, cfg: dict, loaded, args: argparse.Namespace) -> int | None:
+    """The tokenizer part of the check while the held run starts: release it when the check
+    passes (None); cancel it (its run dir removed) and return the exit code when it fails."""
+    from cockpit.run import gate
+
+    try:
+        report_check(check_full(cfg, args.json, loaded), args.json)
+    except InputError as err:
+        if not gate.cancel(run, f"invalid input: {err}"):
+            print(f"cockpit: the cancelled run did not end in time; its run dir is left at {run.path}", file=sys.stderr)
+        return print_input_error(err, args)
+    except BaseException:
+        gate.cancel(run, "the data check was interrupted")
+        raise
+    gate.release(run)
+    return None
 
 
 def slurm_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -366,10 +366,10 @@ KEYS: tuple[Key, ...] = (
     _k(
         "packing",
         "bool",
-        False,
-        "padding-free: each micro-batch's samples in one row, position ids restart per sample, attention never crosses samples",
+        None,
+        "padding-free: each micro-batch's samples in one row, position ids restart per sample, attention never crosses samples; "
+        "unset: auto (padding-free for micro-batch x cutoff_len <= 4096 tokens or FlashAttention)",
         "dataset",
-        nullable=False,
     ),
     _k(
         "neat_packing",

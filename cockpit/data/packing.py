@@ -1,7 +1,8 @@
-"""Batches for training: padded (the default) or padding-free packed, and length grouping.
+"""Batches for training: padded or padding-free packed, and length grouping.
 
-``packing`` / ``neat_packing`` (LLaMA-Factory's keys) both select padding-free packing with
-per-sample attention: each micro-batch's samples are concatenated into one row by
+Which one a config trains on is ``cockpit.data.padding.padding_free`` (``packing`` /
+``neat_packing``, LLaMA-Factory's keys; unset: auto, padding-free where it is cheaper). Padding-free
+means per-sample attention: each micro-batch's samples are concatenated into one row by
 transformers' ``DataCollatorWithFlattening``, with ``position_ids`` restarting at 0 for every
 sample and the first label of each sample set to -100 (never predicted from the previous
 sample). transformers turns restarting position ids into per-sample attention itself: on the
@@ -20,17 +21,68 @@ torch / transformers are imported inside the functions (``cockpit check`` import
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+from cockpit.data.padding import asks_flash_attention, packing_asked, padding_free
+from cockpit.errors import InputError, Problem
+
 
 def packing_enabled(cfg: Mapping[str, Any]) -> bool:
-    return bool(cfg.get("packing") or cfg.get("neat_packing"))
+    return padding_free(cfg)
 
 
 def uses_flash_attention(model: Any) -> bool:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
     return "flash" in str(impl)
+
+
+def model_packs(model_config: Any, flash: bool = False) -> bool:
+    """Whether this model's attention turns restarting position ids into per-sample attention:
+    FlashAttention's varlen path, or a modeling module that builds its masks with transformers'
+    ``masking_utils`` (``create_causal_mask`` finds the packed samples from position ids)."""
+    if flash:
+        return True
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model_class = AutoModelForCausalLM._model_mapping[type(model_config)]
+    except (KeyError, ValueError):
+        return False
+    module = sys.modules.get(model_class.__module__)
+    return module is not None and hasattr(module, "create_causal_mask")
+
+
+def resolve_for_run(cfg: dict[str, Any], model_ref: Any, log=print) -> dict[str, Any]:
+    """``resolve_for_model`` with the config of the run's model (``cockpit.models.resolve``'s ref),
+    read only when the config would pack."""
+    if not padding_free(cfg):
+        return cfg
+    from cockpit.models.resolve import load_model_config
+
+    return resolve_for_model(cfg, load_model_config(cfg, model_ref), log)
+
+
+def resolve_for_model(cfg: dict[str, Any], model_config: Any, log=print) -> dict[str, Any]:
+    """The config with ``packing`` decided for this model: auto falls back to padded batches (said
+    in the log) for a model that cannot attend per sample in a packed row; ``packing: true`` there
+    is an input error (its samples would attend to each other)."""
+    if not padding_free(cfg):
+        return cfg
+    if model_packs(model_config, asks_flash_attention(cfg)):
+        return cfg
+    model_type = getattr(model_config, "model_type", "this model")
+    if packing_asked(cfg):
+        raise InputError(
+            Problem(
+                f"{model_type}'s attention does not keep packed samples apart (no masking_utils causal mask); "
+                "use packing: false or flash_attn: fa2",
+                key="packing",
+            )
+        )
+    log(f"packing auto: {model_type} cannot attend per sample in a packed row; padded batches")
+    return {**cfg, "packing": False}
 
 
 def build_collator(cfg: Mapping[str, Any], tokenizer: Any, model: Any = None) -> Any:

@@ -25,6 +25,8 @@ import functools
 import weakref
 from typing import Any
 
+from cockpit.data.padding import padding_free
+
 
 def _mode_class():
     import torch
@@ -124,9 +126,13 @@ def measure_training_peak(
     model = _fp32_model(model_dir_or_cfg, str(config.get("flash_attn", "auto")))
     if config.get("finetuning_type", "lora") == "lora":
         model = _with_lora(model, config)
-    rows = _synthetic_rows(model.config.vocab_size, config, steps=steps, seed=seed, warmup_len=warmup_len)
+    # SFT's packing (auto or asked): one padding-free row per micro-batch, as the training rank's
+    packed = str(config.get("stage") or "sft") == "sft" and padding_free({"cutoff_len": 1024, **config})
+    rows = _synthetic_rows(
+        model.config.vocab_size, config, steps=steps, seed=seed, warmup_len=warmup_len, padded=not packed
+    )
     with tempfile.TemporaryDirectory() as out:
-        trainer = _in_order_trainer(model, rows, config, steps=steps, seed=seed, output_dir=out)
+        trainer = _in_order_trainer(model, rows, config, steps=steps, seed=seed, output_dir=out, packed=packed)
         gc.collect()
         mode = live_tensor_bytes()
         with mode:
@@ -191,11 +197,11 @@ def _with_lora(model: Any, config: dict[str, Any]) -> Any:
 
 
 def _synthetic_rows(
-    vocab_size: int, config: dict[str, Any], *, steps: int, seed: int, warmup_len: int | None
+    vocab_size: int, config: dict[str, Any], *, steps: int, seed: int, warmup_len: int | None, padded: bool = True
 ) -> list[dict[str, Any]]:
     """Random token rows for ``steps`` optimizer steps, in the order the Trainer will feed them:
-    cutoff_len tokens each (the first step's rows ``warmup_len`` long when set); with micro-batch > 1
-    the first row of every micro-batch ends in one padding token."""
+    cutoff_len tokens each (the first step's rows ``warmup_len`` long when set); ``padded`` with
+    micro-batch > 1: the first row of every micro-batch ends in one padding token."""
     import torch
 
     micro_batch = int(config.get("per_device_train_batch_size", 1))
@@ -209,7 +215,7 @@ def _synthetic_rows(
         ids = torch.randint(3, vocab_size, (length,), generator=generator)
         attention_mask = torch.ones(length, dtype=torch.long)
         labels = ids.clone()
-        if micro_batch > 1 and k % micro_batch == 0:
+        if padded and micro_batch > 1 and k % micro_batch == 0:
             attention_mask[-1] = 0
             labels[-1] = -100
         rows.append({"input_ids": ids, "attention_mask": attention_mask, "labels": labels})
@@ -217,9 +223,17 @@ def _synthetic_rows(
 
 
 def _in_order_trainer(
-    model: Any, rows: list[dict[str, Any]], config: dict[str, Any], *, steps: int, seed: int, output_dir: str
+    model: Any,
+    rows: list[dict[str, Any]],
+    config: dict[str, Any],
+    *,
+    steps: int,
+    seed: int,
+    output_dir: str,
+    packed: bool = False,
 ) -> Any:
-    """An HF Trainer over ``rows`` in their order (no shuffling), CPU, no saving or logging."""
+    """An HF Trainer over ``rows`` in their order (no shuffling), CPU, no saving or logging;
+    ``packed``: each micro-batch one padding-free row (the training rank's collator)."""
     import torch
     from transformers import Trainer, TrainingArguments
 
@@ -256,4 +270,9 @@ def _in_order_trainer(
         seed=seed,
         **optimizer,
     )
-    return _InOrder(model=model, args=args, train_dataset=_Rows())
+    collator = None
+    if packed:
+        from transformers import DataCollatorWithFlattening
+
+        collator = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+    return _InOrder(model=model, args=args, train_dataset=_Rows(), data_collator=collator)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cockpit.config.stages import reference_copy
+from cockpit.data.padding import padding_free
 from cockpit.errors import InputError, Problem
 
 DEFAULTS: dict[str, Any] = {
@@ -33,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "nproc_per_node": 1,
     "nnodes": 1,
     "freeze_trainable_layers": 2,
-    "packing": False,
+    "packing": None,
     "neat_packing": False,
     "enable_liger_kernel": False,
 }
@@ -138,6 +139,11 @@ def _bool(cfg: dict, key: str) -> bool:
     if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
         return v.strip().lower() in ("true", "1", "yes")
     raise InputError(Problem(f"must be true or false, not {v!r}", key=key))
+
+
+def _optional_bool(cfg: dict, key: str) -> bool | None:
+    """A bool key whose unset value means auto (None)."""
+    return None if cfg.get(key, DEFAULTS[key]) is None else _bool(cfg, key)
 
 
 def _int(cfg: dict, key: str, lo: int = 1) -> int:
@@ -341,7 +347,17 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         ),
         deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
         fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
-        packing=_bool(cfg, "packing") or _bool(cfg, "neat_packing"),
+        packing=str(cfg.get("stage") or "sft") == "sft"
+        and padding_free(
+            {
+                **cfg,
+                "packing": _optional_bool(cfg, "packing"),
+                "neat_packing": _bool(cfg, "neat_packing"),
+                "per_device_train_batch_size": _int(cfg, "per_device_train_batch_size"),
+                "cutoff_len": _int(cfg, "cutoff_len"),
+                "flash_attn": attn,
+            }
+        ),
         liger=_bool(cfg, "enable_liger_kernel"),
         stage=str(cfg.get("stage") or "sft"),
         reference_copy=reference_copy({"finetuning_type": ft, **cfg}),

@@ -29,9 +29,15 @@ def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
 
 
 def start_run(
-    cfg: dict[str, Any], *, config_path: str | None = None, runs_dir: str | os.PathLike[str] | None = None
+    cfg: dict[str, Any],
+    *,
+    config_path: str | None = None,
+    runs_dir: str | os.PathLike[str] | None = None,
+    held: bool = False,
 ) -> RunDir:
-    """Create the run dir and start the supervisor in its own session; returns at once."""
+    """Create the run dir and start the supervisor in its own session; returns at once.
+    ``held``: the ranks wait before training until this process releases the run
+    (``cockpit.run.gate``)."""
     if not cfg.get("master_port"):
         from cockpit.run.supervisor import free_port
 
@@ -50,6 +56,10 @@ def start_run(
         events_offset=0,
     )
     EventWriter(run.events_path).close()  # the log exists from the start (0600)
+    if held:
+        from cockpit.run.gate import hold
+
+        hold(run)
     record_supervisor(run, spawn_supervisor(run, cfg.get("env") or {}))
     return run
 

@@ -150,22 +150,37 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     return warnings
 
 
-def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True) -> CheckResult:
-    """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation."""
+def check_rows(cfg: dict[str, Any]) -> Any:
+    """The part of the check that needs no tokenizer: static checks and, for SFT, every bad row of
+    the datasets (the loaded samples, for ``check_run``'s ``loaded``); None for the other stages,
+    whose check reads their data itself."""
+    static_checks(cfg)
+    if cfg.get("stage", "sft") != "sft":
+        return None
+    from cockpit.data.collect import collect_samples
+
+    data_cfg = prediction_data_config(cfg)
+    loaded = collect_samples(data_cfg)
+    if cfg.get("eval_dataset") and data_cfg is cfg:  # the eval data's bad rows too (key: eval_dataset)
+        collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
+    return loaded
+
+
+def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded: Any = None) -> CheckResult:
+    """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation.
+    ``loaded``: ``check_rows``'s answer, when the caller already has it."""
     if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: the stage's own data
         from cockpit.train.recipes.check import check_stage
 
         return check_stage(cfg, log, with_devices)
-    from cockpit.data.collect import collect_samples
     from cockpit.data.prepare import prepare_dataset, render_options
     from cockpit.data.render import trainable_spans
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
 
     warnings = static_checks(cfg)
     data_cfg = prediction_data_config(cfg)
-    loaded = collect_samples(data_cfg)  # every bad row, before any model is loaded
-    if cfg.get("eval_dataset") and data_cfg is cfg:  # the eval data's bad rows too (key: eval_dataset)
-        collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
+    if loaded is None:
+        loaded = check_rows(cfg)  # every bad row, before any model is loaded
     if with_devices:
         warnings += device_checks(cfg)
     ref = config_model(cfg, log=log)

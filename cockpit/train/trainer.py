@@ -27,6 +27,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.run.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
+from cockpit.train.labelled_logits import accepts_logits_to_keep, labelled_positions_only
 
 RECORD = "cockpit_checkpoint.json"
 
@@ -122,6 +123,7 @@ class CockpitTrainer(Trainer):
     _staging = False
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
     run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
+    _labelled_logits: bool | None = None  # decided at the first training step
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -133,6 +135,25 @@ class CockpitTrainer(Trainer):
             from badam import clip_grad_norm_old_version
 
             self.accelerator.clip_grad_norm_ = MethodType(clip_grad_norm_old_version, self.accelerator)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # training: the LM head only where a label is (cockpit.train.labelled_logits); evaluation
+        # and prediction keep every logit (accuracy, generated predictions read them)
+        if not return_outputs and model.training and self._labelled_logits_only():
+            inputs = labelled_positions_only(inputs)
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+    def _labelled_logits_only(self) -> bool:
+        """The model's own loss on fewer logits: not with a label smoother or a custom loss (they
+        read the full logits) nor Liger's kernels (their fused loss never builds logits)."""
+        if self._labelled_logits is None:
+            self._labelled_logits = (
+                self.label_smoother is None
+                and self.compute_loss_func is None
+                and not getattr(self.args, "use_liger_kernel", False)
+                and accepts_logits_to_keep(self.model)
+            )
+        return self._labelled_logits
 
     def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
         # tr_loss sums the loss since the last log (a NaN in it stays until then): looking at

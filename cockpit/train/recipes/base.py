@@ -193,6 +193,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     resume = ctx.cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):
         resume = last_checkpoint(ctx.dirs["checkpoints"])
+    wait_for_check(ctx)
     train_t0 = time.time()
     trainer.train(resume_from_checkpoint=resume or None)
     train_runtime = time.time() - train_t0
@@ -282,6 +283,16 @@ def _finish(
         **recipe.summary(ctx, trainer, data),
     }
     return end_run(ctx, summary, callback, state.global_step)
+
+
+def wait_for_check(ctx: RecipeContext) -> None:
+    """Train only once the command that started the run has checked its data
+    (``cockpit.run.gate``: the check overlaps the ranks' start-up)."""
+    from cockpit.run.gate import wait_released
+
+    waited = wait_released(ctx.run)
+    if waited >= 0.5:
+        ctx.log(f"waited {waited:.1f} s for the data check of the command that started the run")
 
 
 def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: int) -> int:

@@ -18,13 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cockpit.data.packing import resolve_for_run
+from cockpit.data.padding import batching_words
 from cockpit.errors import EXIT_OK, InputError
 from cockpit.run.events import EventWriter, read_all
 from cockpit.train.arguments import ListDataset, training_arguments
 from cockpit.train.distributed import apply_strategy, comm_health_probe, report_peak_memory
 from cockpit.train.model import config_only, placed_model
 from cockpit.train.outcome import adapter_from_last_good, eval_losses, plot_loss, resume_point, throughput
-from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run, split_held_out
+from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run, split_held_out, wait_for_check
 
 
 def sft_trainer(
@@ -110,6 +112,8 @@ class SFTRecipe(Recipe):
             len(data.train),
             ctx.log,
         )
+        cfg = resolve_for_run(cfg, ctx.model_ref, ctx.log)  # packing auto: asks the model too
+        ctx.log(batching_words(cfg))
         ctx = dataclasses.replace(ctx, cfg=cfg)
         attempt = self.start(ctx, data, sharded)
         train(ctx, attempt)
@@ -172,6 +176,7 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
     trainer, callback = attempt.trainer, attempt.callback
     resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
     callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
+    wait_for_check(ctx)
     train_t0 = time.time()
     trainer.run_totals = lambda: {
         "first_loss": callback.first_loss,
