@@ -198,3 +198,14 @@ def test_packing_auto_pads_a_model_that_cannot_attend_per_sample(tiny_model_dir)
     with pytest.raises(InputError, match="packing"):
         resolve_for_model({**auto, "packing": True}, mamba)
     assert model_packs(mamba, flash=True)
+
+
+def test_check_says_which_batches_the_run_trains_on(tmp_path, tiny_model_dir):
+    from conftest import cockpit, tiny_config
+
+    cfg = tiny_config(tmp_path, tiny_model_dir, per_device_train_batch_size=4, cutoff_len=256)
+    auto = cockpit("check", str(cfg), "--no-devices", timeout=300)
+    assert auto.returncode == 0, auto.stdout + auto.stderr
+    assert "batches: padding-free batches (packing: auto; micro-batch x cutoff_len = 1024 <= 4096 tokens)" in auto.stdout
+    padded = cockpit("check", str(cfg), "--no-devices", "--set", "packing=false", timeout=300)
+    assert "batches: padded batches (packing: false)" in padded.stdout, padded.stdout + padded.stderr

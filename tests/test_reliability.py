@@ -127,7 +127,7 @@ def step_losses(run: Path, attempt: int | None = None) -> dict[int, float]:
 
 
 def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir):
-    common = dict(max_steps=12, save_steps=4, logging_steps=1, probes=None, lr_scheduler_type="cosine", warmup_steps=2)
+    common = dict(max_steps=24, save_steps=4, logging_steps=1, probes=None, lr_scheduler_type="cosine", warmup_steps=2)
     a = tmp_path / "a"
     b = tmp_path / "b"
     a.mkdir(), b.mkdir()
@@ -136,8 +136,9 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
     full = step_losses(next((a / "runs").iterdir()))
     run = start_detached(b, tiny_config(b, tiny_model_dir, **common))
     rank_pid = int(wait_for(lambda: (status(run).get("rank_pids") or {}).get("0"), 120, "the rank's pid"))
-    # A crash right after checkpoint-8: steps take ~0.1 s on an idle box, so poll tightly
-    # (new bytes only) and kill at once, before the run reaches step 12 and its last checkpoint.
+    # A crash after checkpoint-8: poll tightly (new bytes only) and kill at once. Steps take
+    # ~0.05 s on an idle box, so the kill may land a checkpoint or two later: k is the last one
+    # saved before it, and the run must not have reached its end (step 24).
     reader = EventReader(run / "events.jsonl")
     deadline = time.time() + 120
     while not any(e["kind"] == "checkpoint_saved" and e["step"] == 8 for e in reader.read_new()):
@@ -146,30 +147,32 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
     os.kill(rank_pid, signal.SIGKILL)
     assert wait_for(lambda: ended(run), 60, "the run to end")["state"] == "failed"
     first = step_losses(run, attempt=1)
+    k = max(e["step"] for e in read_events(run) if e["kind"] == "checkpoint_saved")
+    assert 8 <= k < 24 and max(first) < 24
     res = cockpit("resume", str(run), timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     st = status(run)
-    assert st["state"] == "finished" and st["attempt"] == 2 and st["resumed_from"].endswith("checkpoint-8")
+    assert st["state"] == "finished" and st["attempt"] == 2 and st["resumed_from"].endswith(f"checkpoint-{k}")
     resumed = step_losses(run)
-    assert sorted(resumed) == list(range(1, 13))  # no gap in step numbers
+    assert sorted(resumed) == list(range(1, 25))  # no gap in step numbers
     second = step_losses(run, attempt=2)
-    assert min(second) == 9
-    # Steps both attempts ran (after checkpoint-8, before the kill) are identical: weights,
+    assert min(second) == k + 1
+    # Steps both attempts ran (after checkpoint-k, before the kill) are identical: weights,
     # optimizer, scheduler, RNG and data position were all restored.
     for step in set(first) & set(second):
         assert second[step] == pytest.approx(first[step], rel=1e-5)
     # Against a separate uninterrupted run: within 1 % relative. Two uninterrupted CPU runs of
     # this job already differ by up to ~0.2 % (kernel-level float non-determinism), so exact
     # equality across runs is not expected.
-    for step in range(9, 13):
+    for step in range(k + 1, 25):
         assert resumed[step] == pytest.approx(full[step], rel=1e-2), (step, resumed[step], full[step])
     lrs = [e["lr"] for e in read_events(run) if e["kind"] == "step"]
     assert lrs[-1] < max(lrs)  # the schedule continued (cosine decays), it did not restart
     # the summary covers the run, not the attempt: its first loss, and tokens/s over the training
-    # time of both attempts (checkpoint-8 recorded the first attempt's time up to it)
+    # time of both attempts (checkpoint-k recorded the first attempt's time up to it)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["first_loss"] == pytest.approx(first[1])
-    record = json.loads((run / "checkpoints" / "checkpoint-8" / "cockpit_checkpoint.json").read_text())
+    record = json.loads((run / "checkpoints" / f"checkpoint-{k}" / "cockpit_checkpoint.json").read_text())
     assert record["loss_finite"] is True and record["first_loss"] == pytest.approx(first[1]) and record["train_time_s"] > 0
     assert summary["train_runtime_s"] > record["train_time_s"]
     # tokens/s with the warm-up steps: over both attempts' training time; the headline figure leaves the

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
+from cockpit.run.rundir import RunDir
 from cockpit.run.supervisor import free_port
 
 pytestmark = pytest.mark.slow
@@ -205,6 +206,9 @@ def test_fsdp_stopped_then_resumed_matches_uninterrupted(tmp_path, tiny_model_di
     after the resume) steps 3 and 4 differ by 1.3e-4 and 4.3e-4 relative (measured)."""
     cfg = config(tmp_path, tiny_model_dir, "fsdp-resume", nproc_per_node=2, fsdp="full_shard", save_strategy="steps", save_steps=1000)
     run = start_detached(tmp_path, cfg, env=CACHE_ENV)
+    # at once: the ranks loaded the model while the command checked the data, and train as soon as
+    # it returns (cockpit.run.gate); `cockpit stop` then waits for the stop to take effect
+    RunDir(run).request("stop", "the test")
     assert cockpit("stop", str(run), "--wait", "240").returncode == 0  # consumed at the first step boundary
     st = json.loads((run / "status.json").read_text())
     assert st["state"] == "stopped", st

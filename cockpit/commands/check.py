@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     print("datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
     for line in result.report.lines():
         print(line)
+    if cfg.get("stage", "sft") == "sft":
+        from cockpit.data.padding import batching_words
+
+        print(f"batches: {batching_words(cfg)}")
     for p in result.bad_rows:
         print(f"skipped bad row: {p}")
     for w in result.warnings:

@@ -124,6 +124,7 @@ class CockpitTrainer(Trainer):
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
     run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
     _labelled_logits: bool | None = None  # decided at the first training step
+    eval_data_collator: Any = None  # evaluation's own collator (None: the training one)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,6 +136,17 @@ class CockpitTrainer(Trainer):
             from badam import clip_grad_norm_old_version
 
             self.accelerator.clip_grad_norm_ = MethodType(clip_grad_norm_old_version, self.accelerator)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        # compute_accuracy averages per row: its evaluation batches keep one sample per row
+        if self.eval_data_collator is None:
+            return super().evaluate(*args, **kwargs)
+        trainer: Any = self  # HF's Trainer types data_collator loosely
+        train_collator, trainer.data_collator = trainer.data_collator, self.eval_data_collator
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            trainer.data_collator = train_collator
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # training: the LM head only where a label is (cockpit.train.labelled_logits); evaluation

@@ -131,7 +131,7 @@ def predicted_token_ids(logits: Any, labels: Any) -> Any:
 
 def token_accuracy(eval_preds: Any) -> dict[str, float]:
     """The share of labelled tokens whose prediction (the argmax at the position before) is the
-    label, per sample (a row; a packed batch is one row), averaged over the samples: -100 (prompt,
+    label, per sample (a row: with packing, the evaluation pads), averaged over the samples: -100 (prompt,
     padding) left out, rows without labels skipped."""
     import numpy as np
 

@@ -41,10 +41,10 @@ def sft_trainer(
 ) -> Any:
     """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set,
     token accuracy in the evaluation when ``compute_accuracy`` is set."""
-    from cockpit.data.packing import build_collator
+    from cockpit.data.packing import build_collator, packing_enabled
     from cockpit.train.variants import accuracy_kwargs, trainer_kwargs
 
-    return trainer_cls(
+    trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=ListDataset(train_rows),
@@ -55,6 +55,9 @@ def sft_trainer(
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
         **(accuracy_kwargs(cfg) if eval_rows else {}),  # compute_accuracy: eval_accuracy
     )
+    if eval_rows and cfg.get("compute_accuracy") and packing_enabled(cfg):  # accuracy is per sample: padded rows
+        trainer.eval_data_collator = build_collator({**cfg, "packing": False}, tokenizer, model)
+    return trainer
 
 
 @dataclasses.dataclass
