@@ -104,11 +104,12 @@ def read_events(run_dir: Path) -> list[dict]:
     return [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines() if l.strip()]
 
 
-def start_detached(tmp_path: Path, cfg: Path, env: dict | None = None, preexec=None) -> Path:
-    """``cockpit train CFG --detach`` into ``tmp_path/runs``; the new run's dir."""
+def start_detached(tmp_path: Path, cfg: Path, env: dict | None = None, preexec=None, extra: tuple[str, ...] = ()) -> Path:
+    """``cockpit train CFG --detach`` into ``tmp_path/runs``; the new run's dir. ``extra``: more
+    arguments (``--skip-check``: the command returns before the ranks load, as no held run does)."""
     full_env = dict(os.environ, **(env or {}))
     res = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json"],
+        [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json", *extra],
         capture_output=True, text=True, env=full_env, preexec_fn=preexec, timeout=300,
     )
     assert res.returncode == 0, res.stdout + res.stderr

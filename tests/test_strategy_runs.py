@@ -205,9 +205,10 @@ def test_fsdp_stopped_then_resumed_matches_uninterrupted(tmp_path, tiny_model_di
     within 2e-5 relative; measured: bit for bit. With model-only checkpoints (fresh Adam moments
     after the resume) steps 3 and 4 differ by 1.3e-4 and 4.3e-4 relative (measured)."""
     cfg = config(tmp_path, tiny_model_dir, "fsdp-resume", nproc_per_node=2, fsdp="full_shard", save_strategy="steps", save_steps=1000)
-    run = start_detached(tmp_path, cfg, env=CACHE_ENV)
-    # at once: the ranks loaded the model while the command checked the data, and train as soon as
-    # it returns (cockpit.run.gate); `cockpit stop` then waits for the stop to take effect
+    # --skip-check: no held run (cockpit.run.gate), so the command returns before the ranks have
+    # loaded and the stop is there before the first step; a held run trains as soon as the check
+    # passes, and this 4-step job can end before a stop asked after the command returns
+    run = start_detached(tmp_path, cfg, env=CACHE_ENV, extra=("--skip-check",))
     RunDir(run).request("stop", "the test")
     assert cockpit("stop", str(run), "--wait", "240").returncode == 0  # consumed at the first step boundary
     st = json.loads((run / "status.json").read_text())
