@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 from cockpit.config.load import validate  # noqa: E402
 from cockpit.config.schema import default_config  # noqa: E402
-from cockpit.data.packing import batching_arguments, build_collator, packing_enabled, padded_tokens  # noqa: E402
+from cockpit.data.packing import batching_arguments, build_collator, padded_tokens  # noqa: E402
+from cockpit.data.padding import padding_free as packing_enabled  # noqa: E402
 
 
 def _rows(vocab: int, lengths: list[int], seed: int = 1) -> list[dict[str, list[int]]]:

@@ -29,10 +29,6 @@ from cockpit.data.padding import asks_flash_attention, packing_asked, padding_fr
 from cockpit.errors import InputError, Problem
 
 
-def packing_enabled(cfg: Mapping[str, Any]) -> bool:
-    return padding_free(cfg)
-
-
 def uses_flash_attention(model: Any) -> bool:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
     return "flash" in str(impl)
@@ -87,7 +83,7 @@ def resolve_for_model(cfg: dict[str, Any], model_config: Any, log=print) -> dict
 
 def build_collator(cfg: Mapping[str, Any], tokenizer: Any, model: Any = None) -> Any:
     """The Trainer's data collator for this config."""
-    if packing_enabled(cfg):
+    if padding_free(cfg):
         from transformers import DataCollatorWithFlattening
 
         return DataCollatorWithFlattening(
@@ -103,7 +99,7 @@ def build_collator(cfg: Mapping[str, Any], tokenizer: Any, model: Any = None) ->
 def batching_arguments(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """TrainingArguments for this config's batching: the sampler, and how tokens are counted
     (a packed batch has no padding and no attention mask: every token counts)."""
-    kwargs: dict[str, Any] = {"include_num_input_tokens_seen": "all" if packing_enabled(cfg) else "non_padding"}
+    kwargs: dict[str, Any] = {"include_num_input_tokens_seen": "all" if padding_free(cfg) else "non_padding"}
     if cfg.get("group_by_length"):
         kwargs["train_sampling_strategy"] = "group_by_length"
     return kwargs

@@ -6,8 +6,8 @@ command therefore starts the run *held* (``control/hold``, naming the process th
 the tokenizer part of its check meanwhile, then releases the run, or, when the check fails,
 kills it and removes its run dir, so that bad input still leaves no run behind.
 
-The ranks wait at the start of training (``CockpitCallback.on_train_begin``: model loaded, data
-prepared) while the hold file is there. A holder that dies without deciding (a Ctrl-C, a crash)
+The ranks wait just before ``trainer.train`` (``cockpit.train.recipes.base.wait_for_check``: model
+loaded, data prepared) while the hold file is there. A holder that dies without deciding (a Ctrl-C, a crash)
 must not leave the run waiting: the ranks then stop with that reason.
 
 No torch, no textual: the CLI (``cockpit.commands.train``) and the training ranks import it.
@@ -21,9 +21,8 @@ import shutil
 import time
 from collections.abc import Callable
 
-from cockpit.run.control import ended_within
 from cockpit.run.liveness import identity, is_alive, supervisor_alive
-from cockpit.run.rundir import RunDir, atomic_write_text
+from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_text
 
 HOLD = "hold"
 
@@ -75,11 +74,11 @@ def cancel(run: RunDir, why: str, wait_s: float = 60.0) -> bool:
     False (the dir left in place) when the supervisor does not end within ``wait_s``."""
     run.request("kill", why)
     deadline = time.monotonic() + wait_s
-    if not ended_within(run, wait_s, poll_s=0.05):
-        return False
-    while supervisor_alive(run.read_status()):  # it writes its last lines after the final state
+    while True:  # the final state, then the supervisor gone (it writes its last lines after the state)
+        status = run.read_status()
+        if status.get("state") in TERMINAL_STATES and not supervisor_alive(status):
+            shutil.rmtree(run.path, ignore_errors=True)
+            return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
-    shutil.rmtree(run.path, ignore_errors=True)
-    return True

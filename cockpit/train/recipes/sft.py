@@ -41,7 +41,8 @@ def sft_trainer(
 ) -> Any:
     """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set,
     token accuracy in the evaluation when ``compute_accuracy`` is set."""
-    from cockpit.data.packing import build_collator, packing_enabled
+    from cockpit.data.packing import build_collator
+    from cockpit.data.padding import padding_free
     from cockpit.train.variants import accuracy_kwargs, trainer_kwargs
 
     trainer = trainer_cls(
@@ -55,7 +56,7 @@ def sft_trainer(
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
         **(accuracy_kwargs(cfg) if eval_rows else {}),  # compute_accuracy: eval_accuracy
     )
-    if eval_rows and cfg.get("compute_accuracy") and packing_enabled(cfg):  # accuracy is per sample: padded rows
+    if eval_rows and cfg.get("compute_accuracy") and padding_free(cfg):  # accuracy is per sample: padded rows
         trainer.eval_data_collator = build_collator({**cfg, "packing": False}, tokenizer, model)
     return trainer
 
