@@ -70,7 +70,7 @@ def test_packed_forward_gives_each_sample_its_padded_loss(tiny):
     assert abs(leaked_ce.item() - sum(want)) > 1e-2  # per-sample attention is what makes them equal
 
 
-def _train(model_dir, tok, rows, cfg: dict, tmp_path) -> tuple[list[float], object]:
+def _train(model_dir, tok, rows, cfg: dict, tmp_path, attn: str = "sdpa") -> tuple[list[float], object, int]:
     from transformers import AutoModelForCausalLM
 
     from cockpit.train.trainer import CockpitTrainer
@@ -81,6 +81,10 @@ def _train(model_dir, tok, rows, cfg: dict, tmp_path) -> tuple[list[float], obje
             "save_strategy": "no", "plot_loss": False, "use_cpu": True, **cfg}
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.config.use_cache = False
+    if attn != "sdpa":
+        from cockpit.train.packed_attention import use_for_padding_free
+
+        assert use_for_padding_free(model)
     args = training_arguments(full, {"checkpoints": tmp_path}, True, 1)
     trainer = CockpitTrainer(model=model, args=args, train_dataset=ListDataset(rows),
                              data_collator=build_collator(full, tok, model), processing_class=tok)

@@ -5,10 +5,11 @@ Which one a config trains on is ``cockpit.data.padding.padding_free`` (``packing
 means per-sample attention: each micro-batch's samples are concatenated into one row by
 transformers' ``DataCollatorWithFlattening``, with ``position_ids`` restarting at 0 for every
 sample and the first label of each sample set to -100 (never predicted from the previous
-sample). transformers turns restarting position ids into per-sample attention itself: on the
-CPU and for SDPA/eager a block-diagonal causal mask (``masking_utils.find_packed_sequence_indices``,
-used when no ``attention_mask`` is passed and there is no KV cache), with FlashAttention the
-varlen kernel (the collator then also returns ``cu_seq_lens``). Attention therefore never
+sample). The rank's SDPA model attends once per sample (``cockpit.train.packed_attention``,
+reading the samples' bounds, ``cu_seq_lens``, from the collator); FlashAttention reads the same
+bounds (its varlen kernel); eager attention gets transformers' block-diagonal causal mask
+(``masking_utils.find_packed_sequence_indices``, used when no ``attention_mask`` is passed and
+there is no KV cache). Attention therefore never
 crosses samples (unlike LLaMA-Factory's plain ``packing``, which lets a packed block attend
 across samples); the micro-batch keeps its samples, so every sample is trained on with its
 full loss and the per-token mean is the padded batch's.
@@ -25,13 +26,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from cockpit.data.padding import asks_flash_attention, packing_asked, padding_free
+from cockpit.data.padding import PACKED_SDPA, asks_flash_attention, packing_asked, padding_free
 from cockpit.errors import InputError, Problem
 
 
-def uses_flash_attention(model: Any) -> bool:
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
-    return "flash" in str(impl)
+def reads_sample_bounds(model: Any) -> bool:
+    """Whether the model's attention reads the packed samples' bounds (``cu_seq_lens``) from the
+    batch: FlashAttention's varlen kernel, or Cockpit's per-sample SDPA (train/packed_attention)."""
+    impl = str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "")
+    return "flash" in impl or impl == PACKED_SDPA
 
 
 def model_packs(model_config: Any, flash: bool = False) -> bool:
@@ -89,7 +92,7 @@ def build_collator(cfg: Mapping[str, Any], tokenizer: Any, model: Any = None) ->
         return DataCollatorWithFlattening(
             return_position_ids=True,
             separator_id=-100,
-            return_flash_attn_kwargs=uses_flash_attention(model),
+            return_flash_attn_kwargs=reads_sample_bounds(model),
         )
     from transformers import DataCollatorForSeq2Seq
 

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 AUTO_MAX_PACKED_TOKENS = 4096
+# the attention implementation name of cockpit.train.packed_attention (SDPA once per packed sample)
+PACKED_SDPA = "cockpit_packed_sdpa"
 
 
 def packing_asked(cfg: Mapping[str, Any]) -> bool | None:

@@ -17,6 +17,8 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
     :mod:`cockpit.train.sharded_load`."""
     from transformers import AutoModelForCausalLM, set_seed
 
+    from cockpit.data.padding import padding_free
+    from cockpit.train.packed_attention import use_for_padding_free
     from cockpit.train.variants import model_load_kwargs, upcast
 
     set_seed(
@@ -30,6 +32,8 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
 
         model = sharded_base(cfg, ref, kwargs["dtype"], load)
     model.config.use_cache = False
+    if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
+        use_for_padding_free(model)  # SDPA once per packed sample (cockpit.train.packed_attention)
     new_token_ids = grown_vocabulary(model, cfg, ref, load)  # add_tokens / add_special_tokens / resize_vocab
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
     if cfg["quantization_bit"]:
