@@ -142,16 +142,20 @@ def main(run_path: str) -> int:
 
 
 def exit_rank(code: int) -> None:
-    """Leave the process. Several ranks: ``os._exit`` once the run's results are written and the
-    process group is gone, skipping interpreter and C++ static teardown, where a gloo/TCPStore
-    background thread still joinable aborts the rank ("terminate called without an active
-    exception", exit -6) and torchrun reports a finished run as failed (a finished two-rank DDP run
-    was reported failed in CI with rank 0's training done; not reproduced in 6 runs here)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    """Leave the process once the run's results are written, skipping the interpreter's and C++'s
+    static teardown (freeing every module and tensor: ~1.5 s of a single-process CPU run, measured
+    between the rank's ``run_finished`` and its exit). A single process first runs Python's exit
+    handlers (a logger's or a tracker's flush). Several ranks skip those too: there a gloo/TCPStore
+    background thread still joinable at teardown aborts the rank ("terminate called without an
+    active exception", exit -6) and torchrun reports a finished run as failed (a finished two-rank
+    DDP run was reported failed in CI with rank 0's training done; not reproduced in 6 runs here)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        import atexit
+
+        atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
