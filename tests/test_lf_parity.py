@@ -328,6 +328,25 @@ def test_upcast_keeps_norms_and_logits_in_fp32(tiny_model_dir):
         assert plain(torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
 
 
+def test_lora_in_bf16_keeps_the_frozen_base_in_bf16_on_the_cpu_too(tiny_model_dir):
+    """As on a GPU: the frozen base in bf16 (autocast never recasts it), the adapter in fp32;
+    fp32 runs and full fine-tuning keep fp32 weights."""
+    import torch
+
+    model, _ = build(tiny_model_dir, bf16=True)
+    base = model.base_model.model.model.layers[0].self_attn.q_proj
+    assert base.base_layer.weight.dtype == torch.bfloat16
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss
+    loss.backward()
+    assert base.lora_A["default"].weight.grad is not None
+    fp32, _ = build(tiny_model_dir)
+    assert fp32.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight.dtype == torch.float32
+    full, _ = build(tiny_model_dir, bf16=True, finetuning_type="full")
+    assert full.model.layers[0].self_attn.q_proj.weight.dtype == torch.float32
+
+
 # -- use_llama_pro: only LLaMA Pro's expanded blocks train (LLaMA-Factory's stride rule) -------------
 def test_llama_pro_freeze_trains_the_last_layer_of_each_group_only(tiny_model_dir):
     from cockpit.train.model import expanded_layer_ids

@@ -72,10 +72,10 @@ def grown_vocabulary(model, cfg: dict[str, Any], ref, load: str) -> list[int]:
 
 
 def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
-    """``from_pretrained``'s arguments for the base: its dtype (LoRA/freeze on a GPU: frozen base
-    weights in the half precision; BAdam's layer mode in bf16 on a GPU; other full fine-tuning and
-    the CPU: fp32 master weights) and the
-    4-/8-bit quantization of QLoRA (a GPU and bitsandbytes only)."""
+    """``from_pretrained``'s arguments for the base: its dtype (LoRA: frozen base weights in the
+    half precision, on a GPU and on the CPU alike, so autocast never recasts them; BAdam's layer mode
+    in bf16 on a GPU; other full fine-tuning: fp32 master weights) and the 4-/8-bit quantization of
+    QLoRA (a GPU and bitsandbytes only)."""
     import torch
 
     kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.kwargs()}
@@ -96,7 +96,7 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
             else BitsAndBytesConfig(load_in_8bit=True)
         )
         kwargs["device_map"] = {"": local_rank}
-    half = cfg["finetuning_type"] == "lora" and not use_cpu and (cfg["bf16"] or cfg["fp16"])
+    half = cfg["finetuning_type"] == "lora" and (cfg["bf16"] or (cfg["fp16"] and not use_cpu))
     # BAdam's layer mode keeps fp32 copies of the active layer itself (LLaMA-Factory loads it in bf16);
     # fp16 keeps fp32 weights: the loss scaler cannot unscale fp16 gradients
     half = half or (bool(cfg.get("use_badam")) and cfg.get("badam_mode") == "layer" and cfg["bf16"] and not use_cpu)
