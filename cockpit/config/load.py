@@ -8,6 +8,7 @@ No torch / transformers imports here.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -330,7 +331,10 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
 
 
 def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[Problem]:
-    """Input files and folders made absolute (each must exist); ``output_dir`` against the working dir."""
+    """Every relative path made absolute once, where the command runs, so the ranks (working in the
+    run dir) read what ``cockpit check`` read: input files and folders (each must exist), an unset
+    ``dataset_dir`` as the ``data`` folder found, dataset files, local models; ``output_dir`` and
+    ``tokenized_path`` against the working dir."""
     problems = []
     for key in _INPUT_PATH_KEYS:
         value = cfg.get(key)
@@ -352,14 +356,54 @@ def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[P
             problems.append(Problem(f"no such {what}: {value}", **where(key)))
         else:
             cfg[key] = str(found)
-    mp = cfg["model_name_or_path"]
-    local = _resolve_existing(mp, bases) if mp else None
-    if local is not None:
-        cfg["model_name_or_path"] = str(local)
+    if not cfg["dataset_dir"]:  # LLaMA-Factory's default `data`: where the command runs, not the run dir
+        found_dir = _default_dataset_dir(cfg, bases)
+        cfg["dataset_dir"] = str(found_dir) if found_dir else None
+    for key in ("dataset", "eval_dataset"):  # a file (a name list is looked up in dataset_dir)
+        value = cfg.get(key)
+        if value and _is_dataset_file(value) and not value.startswith(DEMO_PREFIX):
+            found = _resolve_existing(value.strip(), bases)
+            cfg[key] = str(found) if found is not None else value  # a missing file: the data check names it
+    for key in ("model_name_or_path", "ref_model"):  # a local folder or file; else a name or hub id
+        local = _resolve_existing(cfg[key], bases) if cfg.get(key) else None
+        if local is not None:
+            cfg[key] = str(local)
     for key in ("output_dir", "tokenized_path"):  # made by the run: against the working dir, as given
         if cfg[key]:
             cfg[key] = str((Path.cwd() / Path(cfg[key]).expanduser()).resolve())
     return problems
+
+
+def _is_dataset_file(value: str) -> bool:
+    """A ``dataset`` value naming one file rather than names in dataset_info.json (as
+    :func:`cockpit.data.dataset_info.resolve_datasets` reads it)."""
+    value = value.strip()
+    return value.endswith((".json", ".jsonl")) or "/" in value or value.startswith(DEMO_PREFIX)
+
+
+def _default_dataset_dir(cfg: Mapping[str, Any], bases: list[Path]) -> Path | None:
+    """The ``data`` folder (with a dataset_info.json) that an unset ``dataset_dir`` means: under the
+    working dir, else under the config's dir; of two, the first that lists every dataset name."""
+    found: list[Path] = []
+    for base in bases:
+        d = (base / "data").resolve()
+        if (d / "dataset_info.json").is_file() and d not in found:
+            found.append(d)
+    names = {
+        n.strip()
+        for key in ("dataset", "eval_dataset")
+        if cfg.get(key) and not _is_dataset_file(cfg[key])
+        for n in str(cfg[key]).split(",")
+        if n.strip()
+    }
+    for d in found:
+        try:
+            listed = json.loads((d / "dataset_info.json").read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            continue  # the data check reports the broken file
+        if isinstance(listed, dict) and names <= set(listed):
+            return d
+    return found[0] if found else None
 
 
 def _resolve_aliases(raw: Mapping[str, Any], problems: list[Problem], where: Any, notes: list[str]) -> dict[str, Any]:

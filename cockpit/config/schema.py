@@ -258,7 +258,7 @@ KEYS: tuple[Key, ...] = (
         "dataset_dir",
         "str",
         None,
-        "folder with dataset_info.json (default: next to the config, then the built-in demo data)",
+        "folder with dataset_info.json (default: ./data where the command runs, else next to the config; then the built-in demo data)",
         "dataset",
     ),
     _k(
