@@ -22,6 +22,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cockpit.commands.compare",
         "two or more runs side by side: loss curves, config keys that differ, summaries",
     ),
+    "rm": ("cockpit.commands.rm", "delete ended runs: their run dirs (an outside output_dir only when asked)"),
+    "prune": (
+        "cockpit.commands.prune",
+        "delete the runs that failed, were lost (or ended as --state says), older than N days",
+    ),
     "attach": ("cockpit.commands.attach", "replay a run's event log, then follow it live"),
     "stop": ("cockpit.commands.stop", "ask a run to save and stop (or --kill)"),
     "save": ("cockpit.commands.save", "ask a run to save a checkpoint now"),
@@ -82,7 +87,8 @@ def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
         dest="ui_runs_dir",
         default=None,
         metavar="DIR",
-        help="with no command: the runs dir the TUI shows (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)",
+        help="the runs dir of the TUI and of every command that reads or starts runs, before or after the "
+        "command (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)",
     )
     if not with_commands:
         parser.set_defaults(command=None)
@@ -136,7 +142,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         argv = [*argv[: at + 1], *tail]
     args = parser.parse_args(argv)
     args.config_flags = flags
+    global_runs_dir(parser, args)
     return args
+
+
+def global_runs_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``cockpit --runs-dir DIR COMMAND``: DIR is the command's ``--runs-dir`` (the same DIR at both
+    places is fine, two different ones are refused); a command that reads no runs dir refuses it
+    (exit 2) rather than ignoring it."""
+    given = getattr(args, "ui_runs_dir", None)
+    if not args.command or given is None:
+        return
+    if not hasattr(args, "runs_dir"):
+        parser.exit(2, f"cockpit: --runs-dir does nothing for `cockpit {args.command}` (it reads no runs dir)\n")
+    same = os.path.abspath(os.path.expanduser(given))
+    if args.runs_dir is not None and os.path.abspath(os.path.expanduser(args.runs_dir)) != same:
+        parser.exit(
+            2, f"cockpit: two runs dirs given: --runs-dir {given} and {args.command} --runs-dir {args.runs_dir}\n"
+        )
+    args.runs_dir = given
 
 
 def main(argv: list[str] | None = None) -> int:
