@@ -11,11 +11,15 @@ Kinds and their fields (units in the field names or stated here):
 
 - ``run_started``: run_id, attempt, model, dataset, method, world_size, nproc_per_node, nnodes,
   total_steps (may be null until the ranks know it), output_dir, supervisor_pid
-- ``state``: state (queued|starting|running|stopping|finished|failed|stopped|cancelled|lost), reason;
+- ``state``: state (queued|starting|running|stopping|finished|failed|stopped|killed|cancelled|lost), reason;
+  killed: ended by a kill request (``cockpit stop --kill``, the cockpit's kill key), no checkpoint at the end;
   queued and cancelled: Slurm runs (``cockpit.slurm``), the queued event also has slurm_job_id;
   by (optional): "liveness check" when a reader ended a run whose supervisor was gone
 - ``rank_started``: rank, local_rank, pid, node_rank, host
-- ``train_begin``: total_steps, epochs, num_samples, world_size, global_batch
+- ``train_begin``: total_steps, epochs (the epochs these steps make: total_steps / steps_per_epoch, so
+  ``max_steps`` below one epoch reads 0.7), steps_per_epoch (optimizer steps per pass over the data;
+  null when the data has no length), num_train_epochs (the config's), start_step (past 0 on a
+  resume), world_size, global_batch
 - ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)
 - ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
   second, all ranks, since the previous step event with the warm-up steps left out: null while
@@ -58,6 +62,12 @@ Kinds and their fields (units in the field names or stated here):
 - ``held_out``: phase (before|after), stage, pairs, accuracy (0..1: the policy's summed log-prob of
   the chosen answer beats the rejected one (dpo), or the value head scores it higher (rm)),
   mean_logp_margin (dpo) or mean_reward_margin (rm)
+- ``progress``: task (probes|held_out), phase (before|after: training), done, total (rank 0, while
+  the ranks work outside training steps: the probes' answers (a batch at a time) and DPO / RM's
+  held-out scoring (a pair at a time, at most every few seconds); ``done`` 0 when the task begins
+  and ``total`` when it ends). Readers show it ("asking probes before training 8/20") and time the
+  steps from the end of the "before" tasks (``cockpit.run.pace``); the watchdog counts the "after"
+  ones as progress, like ``predict_progress``
 - ``predict_progress``: done, total (prediction samples generated so far; rank 0, at most every
   few seconds while ``do_predict`` generates; the hang watchdog counts it as progress)
 - ``predict``: samples, bleu_4, rouge_1, rouge_2, rouge_l (LLaMA-Factory's predict_bleu-4 / rouge
@@ -79,7 +89,10 @@ Kinds and their fields (units in the field names or stated here):
   iters, results: list of {size_bytes, time_us (mean per all-reduce, slowest rank),
   algbw_gbps, busbw_gbps (GB/s = 10**9 bytes/s; busbw = algbw * 2(n-1)/n), ok}}, info {backend,
   library, version, world_size, rank, torch, ...}, env (the NCCL/RCCL/gloo variables set)
-- ``run_finished``: steps, runtime_s, tokens_per_s, first_loss, last_loss
+- ``run_finished``: steps, runtime_s (wall time over every attempt of the run, the pauses between
+  attempts left out: :func:`wall_time_s`), tokens_per_s, first_loss, last_loss (the run's first and
+  last logged training loss, unrounded), first_loss_step, last_loss_step (the steps they were logged
+  at: the same step when only one was logged)
 - ``run_failed``: reason, rank (optional), log_tail (list of lines)
 - ``run_stopped``: reason, step
 """
@@ -111,6 +124,7 @@ KINDS = frozenset(
         "alert",
         "probe_results",
         "held_out",
+        "progress",
         "predict_progress",
         "predict",
         "rank_memory",
@@ -225,6 +239,27 @@ class EventReader:
 
 def read_all(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return EventReader(path).read_new()
+
+
+def wall_time_s(events: list[dict[str, Any]], until: float | None = None) -> float:
+    """A run's wall time over its attempts: each attempt from its first event to the ``state``
+    event that ended it (a terminal state), the pause before a resume left out; ``until`` extends
+    the last attempt while it runs (now)."""
+    from cockpit.run.rundir import TERMINAL_STATES
+
+    spans: list[list[float]] = []
+    ended = True
+    for ev in events:
+        t = as_float(ev.get("t"))
+        if t is None:
+            continue
+        if ended:
+            spans.append([t, t])
+        spans[-1][1] = max(spans[-1][1], t)
+        ended = ev.get("kind") == "state" and ev.get("state") in TERMINAL_STATES
+    if spans and until is not None and not ended:
+        spans[-1][1] = max(spans[-1][1], until)
+    return sum(b - a for a, b in spans)
 
 
 def iter_kind(events: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """Follow a run in a plain terminal: replay its event log, then tail it live.
 
 Used by ``cockpit train`` (without --detach) and ``cockpit attach``. A line per logging step,
-a progress line with ETA, alerts and the final state. No torch, no textual.
+a progress line with ETA (``cockpit.run.pace``: the steps' own rate, the wrap-up allowed for) and
+what the ranks do between steps ("asking probes before training 8/20"), alerts and the final state.
+No torch, no textual.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 from typing import Any, TextIO
 
 from cockpit.run.events import EventReader, as_float
+from cockpit.run.pace import Pace, activity_words
 from cockpit.run.rundir import TERMINAL_STATES, RunDir
 
 
@@ -30,6 +33,36 @@ def progress_bar(step: int, total: int | None, width: int = 24) -> str:
     return "[" + "#" * done + "-" * (width - done) + "]"
 
 
+def fmt_loss(value: Any) -> str:
+    """A loss for people: 4 decimals (3 significant digits under 0.001); ``?`` when missing."""
+    v = as_float(value)
+    if v is None:
+        return "?"
+    return f"{v:.4f}" if v != v or abs(v) >= 0.001 or v == 0 else f"{v:.3g}"
+
+
+def loss_words(ev: dict[str, Any]) -> str:
+    """``run_finished``'s losses: first -> last, or the one value when a single step was logged
+    (``logging_steps`` above the steps run: the first and the last are the same logging step)."""
+    first, last = ev.get("first_loss"), ev.get("last_loss")
+    if first is None and last is None:
+        return "no training loss logged"
+    at_first, at_last = ev.get("first_loss_step"), ev.get("last_loss_step")
+    if at_last is not None and at_first == at_last:
+        return f"loss {fmt_loss(last)} (one logged step: step {at_last})"
+    return f"loss {fmt_loss(first)} -> {fmt_loss(last)}"
+
+
+def held_out_line(ev: dict[str, Any]) -> str:
+    """``held_out``: the held-out pairs' accuracy and mean margin."""
+    accuracy = as_float(ev.get("accuracy"))
+    parts = [f"{ev.get('pairs')} pairs", f"accuracy {100 * accuracy:.1f}%" if accuracy is not None else "accuracy ?"]
+    for key, words in (("mean_logp_margin", "mean log-prob margin"), ("mean_reward_margin", "mean reward margin")):
+        if ev.get(key) is not None:
+            parts.append(f"{words} {as_float(ev[key]):.4f}")
+    return f"held-out {ev.get('phase')}: " + ", ".join(parts)
+
+
 def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     kind = ev.get("kind")
     if kind == "step":
@@ -46,9 +79,15 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     if kind == "run_started":
         return f"run {ev.get('run_id')} started: {ev.get('model')} on {ev.get('dataset')} ({ev.get('method')}, world size {ev.get('world_size')})"
     if kind == "train_begin":
+        epochs = as_float(ev.get("epochs"))
         return (
-            f"training: {ev.get('total_steps')} steps, {ev.get('epochs')} epochs, global batch {ev.get('global_batch')}"
+            f"training: {ev.get('total_steps')} steps, {f'{epochs:.2f}' if epochs is not None else '?'} epochs, "
+            f"global batch {ev.get('global_batch')}"
         )
+    if kind == "progress":  # the start of the work; how far it is: the progress line
+        return activity_words(ev).rsplit(" ", 1)[0] + f" ({ev.get('total')})" if not ev.get("done") else None
+    if kind == "held_out":
+        return held_out_line(ev)
     if kind == "probe_results":
         return (
             f"probes {ev.get('phase')}: {ev.get('passed')}/{ev.get('total')} pass ({100 * (ev.get('rate') or 0):.0f}%)"
@@ -64,7 +103,7 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         lines += [f"  - {r}" for r in ev.get("remedies") or []]
         return "\n".join(lines)
     if kind == "run_finished":
-        return f"finished: {ev.get('steps')} steps in {fmt_duration(ev.get('runtime_s'))}, loss {ev.get('first_loss')} -> {ev.get('last_loss')}"
+        return f"finished: {ev.get('steps')} steps in {fmt_duration(ev.get('runtime_s'))}, {loss_words(ev)}"
     if kind == "run_stopped":
         return f"stopped at step {ev.get('step')}: {ev.get('reason')}"
     if kind == "state" and ev.get("state") in ("queued", "cancelled"):  # a Slurm run waits / the scheduler ended it
@@ -87,10 +126,7 @@ class Follower:
         self.out = out
         self.tty = out.isatty() if show_progress is None else show_progress
         self.start_t: float | None = None
-        self.step = 0
-        self.total: int | None = None
-        self.train_t0: float | None = None
-        self.train_step0 = 0
+        self.pace = Pace()
         self.steps_seen: list[int] = []
         self._progress_shown = False
 
@@ -99,18 +135,26 @@ class Follower:
             self.out.write("\r\033[K")
             self._progress_shown = False
 
+    @property
+    def step(self) -> int:
+        return self.pace.step
+
+    @property
+    def total(self) -> int | None:
+        return self.pace.total
+
+    def progress_line(self, now: float) -> str:
+        """``[####----] 3/36  elapsed 04:34  ETA 12:05``, and what the ranks do between steps."""
+        pace = self.pace
+        elapsed = now - self.start_t if self.start_t is not None else None
+        line = f"{pace.step}/{pace.total or '?'}  elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(pace.eta(now))}"
+        doing = pace.activity_text()  # in the bar's place: the line stays within 80 columns
+        return f"{line}  {doing}" if doing else f"{progress_bar(pace.step, pace.total)} {line}"
+
     def _progress(self) -> None:
-        if not self.tty or self.total is None:
+        if not self.tty or (self.total is None and self.pace.activity is None):
             return
-        now = time.time()
-        eta = None
-        if self.train_t0 and self.step > self.train_step0:
-            rate = (now - self.train_t0) / (self.step - self.train_step0)
-            eta = rate * max(self.total - self.step, 0)
-        elapsed = now - self.start_t if self.start_t else None
-        self.out.write(
-            f"\r\033[K{progress_bar(self.step, self.total)} {self.step}/{self.total}  elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(eta)}"
-        )
+        self.out.write(f"\r\033[K{self.progress_line(time.time())}")
         self.out.flush()
         self._progress_shown = True
 
@@ -120,14 +164,9 @@ class Follower:
             kind = ev.get("kind")
             if self.start_t is None:
                 self.start_t = ev.get("t")
-            if kind == "train_begin":
-                self.total = ev.get("total_steps")
-                self.train_t0 = ev.get("t")
-                self.train_step0 = ev.get("start_step") or 0
+            self.pace.observe(ev)
             if kind == "step":
-                self.step = int(ev.get("step") or 0)
-                self.total = ev.get("total_steps") or self.total
-                self.steps_seen.append(self.step)
+                self.steps_seen.append(self.pace.step)
             line = format_event(ev, self.start_t)
             if line:
                 self._clear_progress()

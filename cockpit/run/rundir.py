@@ -34,8 +34,8 @@ from typing import Any
 CHECKPOINT_STAGING = ".staging"
 
 TERMINAL_STATES = frozenset(
-    {"finished", "failed", "stopped", "lost", "cancelled"}
-)  # cancelled: by the scheduler (cockpit.slurm)
+    {"finished", "failed", "stopped", "killed", "lost", "cancelled"}
+)  # killed: by a kill request (no checkpoint at the end); cancelled: by the scheduler (cockpit.slurm)
 ACTIVE_STATES = frozenset(
     {"starting", "running", "stopping"}
 )  # queued (Slurm) waits on the scheduler: cockpit.slurm.queue

@@ -5,7 +5,8 @@ is a unit test away and other states (a Slurm ``queued``, per-node facts) plug i
 
 - :func:`attempt_outcome`: how the ranks said this attempt ended (``run_finished`` /
   ``run_stopped`` / ``run_failed`` events), or None;
-- :func:`final_state`: the supervisor's end state from the launcher's exit code and those events;
+- :func:`final_state`: the supervisor's end state from the launcher's exit code and those events
+  (``killed`` when a kill request ended the ranks: a user's act, not a failure);
 - :func:`decide`: what a reader does about a run whose status says it is active: keep it, adopt
   its still-running ranks with a new supervisor, or end it (finished / stopped / failed / lost).
 """
@@ -54,12 +55,20 @@ def attempt_outcome(events: Iterable[dict[str, Any]]) -> Outcome | None:
 
 
 def final_state(
-    code: int | None, *, killing: bool, kill_reason: str | None, outcome: Outcome | None, exit_text: str
+    code: int | None,
+    *,
+    killing: bool,
+    kill_reason: str | None,
+    outcome: Outcome | None,
+    exit_text: str,
+    kill_requested: bool = False,
 ) -> tuple[str, str | None]:
     """The end state the supervisor records. ``code``: the launcher's exit code (None when an
-    adopting supervisor could not see it); ``exit_text``: how it exited, in words."""
+    adopting supervisor could not see it); ``exit_text``: how it exited, in words; ``killing``:
+    the supervisor ended the ranks, ``kill_requested`` because someone asked (``control/kill``:
+    ``killed``), else for its own reasons (SIGTERM, a full disk: ``failed``)."""
     if killing:
-        return "failed", kill_reason
+        return ("killed" if kill_requested else "failed"), kill_reason
     if outcome is not None and outcome.state == "failed":
         return "failed", outcome.reason
     if code not in (0, None):

@@ -96,10 +96,14 @@ def node_watchdog(cfg: dict[str, Any], start_t: float) -> HangWatchdog:
 
 
 def observe_progress(watchdog: HangWatchdog, ev: dict[str, Any]) -> None:
-    """A ``heartbeat`` (one node alive, at its step), ``train_end`` (training over) or
-    ``predict_progress`` (prediction samples generated: the load timeout counts again from it) event."""
+    """A ``heartbeat`` (one node alive, at its step), ``train_end`` (training over),
+    ``predict_progress`` (prediction samples generated) or ``progress`` after training (probes,
+    held-out pairs) event: after training, the load timeout counts again from the last of them."""
     t = float(ev.get("t") or time.time())
-    if ev.get("kind") in ("train_end", "predict_progress"):
+    if ev.get("kind") == "progress":
+        if ev.get("phase") == "after":
+            watchdog.observe_train_end(t)
+    elif ev.get("kind") in ("train_end", "predict_progress"):
         watchdog.observe_train_end(t)
     else:
         watchdog.observe_heartbeat(int(ev.get("node_rank") or 0), t, host=ev.get("host"), step=ev.get("step"))
@@ -134,6 +138,7 @@ class Supervisor:
         self.rank_pids: dict[int, int] = {}
         self.killing = False
         self.kill_reason: str | None = None
+        self.kill_requested = False  # control/kill (a user's act): the run ends "killed", not "failed"
         self.worker_failure: dict[str, Any] | None = None
         self.stopped_event: dict[str, Any] | None = None
         self.finished_event: dict[str, Any] | None = None
@@ -285,10 +290,11 @@ class Supervisor:
         except Exception as exc:  # telemetry must never take a run down
             say(f"telemetry disabled: {exc}")
 
-    def request_kill(self, reason: str) -> None:
+    def request_kill(self, reason: str, requested: bool = False) -> None:
         if not self.killing:
             self.killing = True
             self.kill_reason = reason
+            self.kill_requested = requested
             self.kill_deadline = time.time() + KILL_GRACE_S
             self._signal(signal.SIGTERM)
 
@@ -340,7 +346,7 @@ class Supervisor:
                 self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
                 changes.update(step=self.last_step, total_steps=ev.get("total_steps"), last_loss=ev.get("loss"))
                 self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
-            elif kind in ("heartbeat", "train_end", "predict_progress"):
+            elif kind in ("heartbeat", "train_end", "predict_progress", "progress"):
                 observe_progress(self.watchdog, ev)
             elif kind == "run_failed":
                 self.worker_failure = ev
@@ -364,7 +370,7 @@ class Supervisor:
         self.flush_status()
         if self.run.pending("kill"):
             self.run.consume("kill")
-            self.request_kill("killed on request")
+            self.request_kill("killed on request", requested=True)
         if self.killing and time.time() > self.kill_deadline:
             self._signal(signal.SIGKILL)
         if self.sampler is not None:
@@ -447,7 +453,12 @@ class Supervisor:
         outcome = attempt_outcome([e for e in (self.finished_event, self.stopped_event, self.worker_failure) if e])
         exit_text = describe_exit(code) if code is not None else "exited"
         state, reason = final_state(
-            code, killing=self.killing, kill_reason=self.kill_reason, outcome=outcome, exit_text=exit_text
+            code,
+            killing=self.killing,
+            kill_reason=self.kill_reason,
+            outcome=outcome,
+            exit_text=exit_text,
+            kill_requested=self.kill_requested,
         )
         if (
             state == "failed"

@@ -149,7 +149,7 @@ def implied(status: dict[str, Any], sched: dict[str, Any] | None) -> dict[str, A
             else f"RUNNING on {sched.get('nodes') or '?'}: starting the supervisor"
         )
         return out
-    if sched_state in ENDED and state not in ("finished", "stopped") and not status.get("scheduler_end"):
+    if sched_state in ENDED and state not in ("finished", "stopped", "killed") and not status.get("scheduler_end"):
         earlier = status.get("reason")
         if sched_state == "CANCELLED":
             out["state"], why = (
@@ -256,7 +256,7 @@ def waiting_on_scheduler(status: dict[str, Any]) -> bool:
 
 def _settled(status: dict[str, Any]) -> bool:
     return status.get("state") in TERMINAL_STATES and (
-        status.get("state") in ("finished", "stopped") or bool(status.get("scheduler_end"))
+        status.get("state") in ("finished", "stopped", "killed") or bool(status.get("scheduler_end"))
     )
 
 

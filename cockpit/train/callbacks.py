@@ -30,6 +30,19 @@ def warmup_steps_for(total_steps: int) -> int:
     return max(1, min(5, int(total_steps) // 10))
 
 
+def steps_per_epoch(batches: int | None, accumulation: int) -> int | None:
+    """Optimizer steps in one pass over the data (the Trainer's rule: batches / accumulation,
+    rounded up, at least 1); None when the data has no length."""
+    if not batches:
+        return None
+    return max(-(-int(batches) // max(int(accumulation), 1)), 1)
+
+
+def planned_epochs(total_steps: int, per_epoch: int | None, configured: float) -> float:
+    """The epochs the run's steps make (``max_steps`` 8 of 11.4 per epoch: 0.7), else the config's."""
+    return round(total_steps / per_epoch, 4) if per_epoch else float(configured)
+
+
 def _dist():
     import torch.distributed as dist
 
@@ -49,6 +62,8 @@ class CockpitCallback(TrainerCallback):
         self.last_step = 0
         self.first_loss: float | None = None
         self.last_loss: float | None = None
+        self.first_loss_step: int | None = None  # the steps they were logged at (the same one when
+        self.last_loss_step: int | None = None  # logging_steps exceeds the steps run)
         self.start_t = time.time()
         self.tokens_total = 0
         self.stop_reason: str | None = None
@@ -169,17 +184,24 @@ class CockpitCallback(TrainerCallback):
         return (self.end_mark[1] - self.warm_mark[1]) / (self.end_mark[0] - self.warm_mark[0])
 
     # -- Trainer hooks ----------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
         self._start_tracker(model)
         self.last_t = time.time()
         self.last_step = self._start_step = state.global_step
         self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         self.warmup_steps = warmup_steps_for(max(state.max_steps - state.global_step, 0))
         self.warm_mark = None
+        try:
+            batches = len(train_dataloader) if train_dataloader is not None else None
+        except TypeError:  # an iterable dataset: no length
+            batches = None
+        per_epoch = steps_per_epoch(batches, args.gradient_accumulation_steps)
         self.emit(
             "train_begin",
             total_steps=state.max_steps,
-            epochs=args.num_train_epochs,
+            epochs=planned_epochs(state.max_steps, per_epoch, args.num_train_epochs),
+            steps_per_epoch=per_epoch,
+            num_train_epochs=args.num_train_epochs,
             world_size=self.world_size,
             global_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size,
             start_step=state.global_step,
@@ -224,8 +246,8 @@ class CockpitCallback(TrainerCallback):
         self.last_t, self.last_step, self.last_tokens = now, state.global_step, tokens
         self.tokens_total = tokens
         if self.first_loss is None and math.isfinite(loss):
-            self.first_loss = loss
-        self.last_loss = loss
+            self.first_loss, self.first_loss_step = loss, state.global_step
+        self.last_loss, self.last_loss_step = loss, state.global_step
         if self.writer is not None:
             self.emit(
                 "step",

@@ -54,7 +54,9 @@ def resume_point(cfg: dict[str, Any], dirs: dict[str, Path], writer, log) -> tup
     if not resume:
         return None, {}
     record = checkpoint_record(resume)
-    return str(resume), {k: record[k] for k in ("first_loss", "train_time_s") if record.get(k) is not None}
+    return str(resume), {
+        k: record[k] for k in ("first_loss", "first_loss_step", "train_time_s") if record.get(k) is not None
+    }
 
 
 MODEL_FILES_SKIPPED = (

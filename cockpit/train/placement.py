@@ -16,6 +16,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from cockpit.train.progress import OnProgress, reporter, silent
+
 
 class ProbesBeforeTraining(TrainerCallback):
     def __init__(
@@ -40,14 +42,23 @@ class ProbesBeforeTraining(TrainerCallback):
             return
         self._done = True
         model = self.trainer.model if self.trainer is not None else kwargs["model"]
-        self.result = ask_before(model, self.tokenizer, self.probes, self.max_new_tokens, fsdp=self.fsdp)
+        on_progress = reporter(self.writer if self.rank == 0 else None, task="probes", phase="before")
+        self.result = ask_before(
+            model, self.tokenizer, self.probes, self.max_new_tokens, fsdp=self.fsdp, on_progress=on_progress
+        )
         self.log(f"probes before training on {self.result['device']}: {self.result['passed']}/{self.result['total']}")
         if self.rank == 0 and self.writer is not None:
             self.writer.emit("probe_results", phase="before", **self.result)
 
 
 def ask_before(
-    model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int, *, fsdp: bool
+    model: Any,
+    tokenizer: Any,
+    probes: list[dict[str, Any]],
+    max_new_tokens: int,
+    *,
+    fsdp: bool,
+    on_progress: OnProgress = silent,
 ) -> dict[str, Any]:
     """The base model's answers (adapter disabled), on the device its parameters are on."""
     import torch
@@ -61,5 +72,5 @@ def ask_before(
             model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
     adapter_off = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
     with gathered_root(model) if fsdp else nullcontext(), adapter_off:
-        result = run_probes(model, tokenizer, probes, max_new_tokens)
+        result = run_probes(model, tokenizer, probes, max_new_tokens, on_progress=on_progress)
     return {**result, "device": str(device)}

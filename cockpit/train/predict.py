@@ -18,6 +18,7 @@ from typing import Any
 
 from cockpit.errors import EXIT_OK
 from cockpit.run.rundir import atomic_write_json, atomic_write_text
+from cockpit.train.progress import reporter
 
 PREDICTIONS_FILE = "generated_predictions.jsonl"
 RESULTS_FILE = "predict_results.json"
@@ -155,13 +156,7 @@ def predict(ctx: Any, model: Any, adapter: str | None) -> dict[str, Any]:
     cfg, writer = ctx.cfg, ctx.writer
     samples = prediction_samples(cfg, ctx.tokenizer)
     ctx.log(f"predict: {len(samples)} samples ({cfg['max_new_tokens']} new tokens at most)")
-    last_emit = [0.0]
-
-    def progress(done: int, total: int) -> None:
-        if done == total or time.monotonic() - last_emit[0] >= PROGRESS_EVERY_S:
-            last_emit[0] = time.monotonic()
-            writer.emit("predict_progress", done=done, total=total)
-
+    progress = reporter(writer, "predict_progress", PROGRESS_EVERY_S)
     set_seed(cfg["seed"])  # do_sample: the same predictions for the same seed
     t0 = time.time()
     rows, stopped = generate_predictions(model, ctx.tokenizer, samples, cfg, progress, lambda: ctx.run.consume("stop"))
@@ -212,7 +207,9 @@ def predict_only(ctx: Any) -> int:
     ctx.log(f"model loaded with the adapter {cfg['adapter_name_or_path']}")
     probes = None
     if cfg.get("probes"):
-        probes = run_probes(model, ctx.tokenizer, load_probes(cfg["probes"]), cfg["probe_max_new_tokens"])
+        asked = load_probes(cfg["probes"])
+        on_progress = reporter(ctx.writer, task="probes", phase="after")
+        probes = run_probes(model, ctx.tokenizer, asked, cfg["probe_max_new_tokens"], on_progress=on_progress)
         ctx.writer.emit("probe_results", phase="after", **probes)
     fields = predict(ctx, model, cfg["adapter_name_or_path"])
     reason = f"stop requested after {fields['samples']} samples" if fields["stopped"] else None

@@ -14,6 +14,7 @@ from typing import Any
 from cockpit.data.probes import load_probes, passes, probe_summary, score
 from cockpit.data.render import render_prompt_ids
 from cockpit.train.generation import generate_new_tokens
+from cockpit.train.progress import OnProgress, silent
 
 __all__ = [
     "load_probes",
@@ -25,10 +26,17 @@ __all__ = [
 
 
 def run_probes(
-    model: Any, tokenizer: Any, probes: list[dict[str, Any]], max_new_tokens: int = 40, batch_size: int = 8
+    model: Any,
+    tokenizer: Any,
+    probes: list[dict[str, Any]],
+    max_new_tokens: int = 40,
+    batch_size: int = 8,
+    on_progress: OnProgress = silent,
 ) -> dict[str, Any]:
-    """Greedy answers for every probe (batched, left-padded); returns the probe_results fields."""
-    results = []
+    """Greedy answers for every probe (batched, left-padded); returns the probe_results fields.
+    ``on_progress(done, total)``: called before the first batch and after each (progress events)."""
+    results: list[dict[str, Any]] = []
+    on_progress(0, len(probes))
     for i in range(0, len(probes), batch_size):
         chunk = probes[i : i + batch_size]
         prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
@@ -44,4 +52,5 @@ def run_probes(
                     **({"set": probe["set"]} if "set" in probe else {}),
                 }
             )
+        on_progress(len(results), len(probes))
     return {**score(results), "results": results}

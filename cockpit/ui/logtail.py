@@ -76,6 +76,7 @@ _WARNING = re.compile(r"Warning\b|warnings\.warn|\[WARNING\]|\bWARNING\b|^W\d{4}
 _NOISE = re.compile(
     r"^\{'(loss|eval_loss|train_runtime|grad_norm|learning_rate|epoch)'"  # HF Trainer's metric dicts: the step lines say them
     r"|\d+%\|[^|]*\|"  # tqdm progress bars
+    r"|^(\[rank\d+\] )?held-out (before|after): "  # the rank's own line: the held_out event says it, in its place
     r"|^\s*$"
 )
 # event kinds the pane shows, as `cockpit attach` prints them (cockpit.run.follow.format_event)
@@ -86,6 +87,8 @@ EVENT_KINDS = frozenset(
         "step",
         "eval",
         "probe_results",
+        "held_out",
+        "progress",
         "checkpoint_saved",
         "alert",
         "run_finished",

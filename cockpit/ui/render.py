@@ -19,6 +19,7 @@ STATE_STYLE = {
     "finished": "bold $text-success",
     "failed": "bold $text-error",
     "stopped": "$text-accent",
+    "killed": "$text-accent",
     "queued": "$text-primary",
     "cancelled": "$text-accent",
     "lost": "bold $text-error",
@@ -32,6 +33,7 @@ STATE_SYMBOL = {
     "finished": "✓",
     "failed": "✗",
     "stopped": "■",
+    "killed": "■",
     "queued": "◷",
     "cancelled": "■",
     "lost": "✗",
@@ -72,6 +74,9 @@ def header(state: RunState, now: float, replaying: float | None = None) -> Text:
         t.append(f"  epoch {state.epoch:.2f}")
     t.append(f"  elapsed {fmt_duration(state.elapsed(now))}")
     t.append(f"  ETA {fmt_duration(state.eta(now))}")
+    doing = state.activity()
+    if doing:
+        t.append(f"  {doing}", style=themed("italic $text-primary"))
     if replaying is not None:
         t.append(f"  loading history {100 * replaying:.0f}%", style=themed("italic $text-warning"))
     if state.reason and state.ended:

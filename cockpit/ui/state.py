@@ -15,6 +15,7 @@ from typing import Any
 
 from cockpit.run.events import EventReader, as_float
 from cockpit.run.follow import fmt_duration  # noqa: F401 - re-exported for the screens
+from cockpit.run.pace import Pace
 from cockpit.run.rundir import TERMINAL_STATES, RunDir
 from cockpit.ui.logtail import EVENT_KINDS
 from cockpit.ui.series import BucketSeries
@@ -69,8 +70,6 @@ class RunState:
     t0: float | None = None
     end_t: float | None = None
     train_t0: float | None = None
-    train_step0: int = 0
-    last_step_t: float | None = None
     tokens_seen: int | None = None
     mem: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None  # the latest sample of node 0 (the supervisor's own node)
@@ -89,6 +88,7 @@ class RunState:
     recent: deque = field(default_factory=lambda: deque(maxlen=400))  # (log_seq, event): the log pane's events
     version: int = 0  # bumped by every apply() that changed something
     series: dict[str, BucketSeries] = field(default_factory=dict)
+    pace: Pace = field(default_factory=Pace)  # ETA and what the ranks do between steps (cockpit.run.pace)
 
     def __post_init__(self) -> None:
         if not self.series:
@@ -113,13 +113,13 @@ class RunState:
         t = as_float(ev.get("t"))
         if self.t0 is None and t is not None:
             self.t0 = t
+        self.pace.observe(ev)
         if kind == "step":
             step = int(ev.get("step") or 0)
             self.step = step
             self.total = ev.get("total_steps") or self.total
             epoch = as_float(ev.get("epoch"))
             self.epoch = epoch if epoch is not None else self.epoch
-            self.last_step_t = t
             if ev.get("tokens_seen") is not None:
                 self.tokens_seen = ev.get("tokens_seen")
             for m in METRICS:
@@ -145,7 +145,6 @@ class RunState:
         elif kind == "train_begin":
             self.total = ev.get("total_steps") or self.total
             self.train_t0 = t
-            self.train_step0 = int(ev.get("start_step") or 0)
             self.world_size = ev.get("world_size") or self.world_size
         elif kind == "telemetry":
             node = int(ev.get("node_rank") or 0)
@@ -187,13 +186,15 @@ class RunState:
         return (self.end_t if self.end_t is not None else now) - self.t0
 
     def eta(self, now: float) -> float | None:
+        """Seconds left: the steps' own rate (timed from the first step, after the probes) plus
+        the wrap-up after them (``cockpit.run.pace``); None when unknown."""
         if self.ended:
             return 0.0 if self.state == "finished" else None
-        if not self.total or self.train_t0 is None or self.last_step_t is None or self.step <= self.train_step0:
-            return None
-        per_step = (self.last_step_t - self.train_t0) / (self.step - self.train_step0)
-        left = per_step * max(self.total - self.step, 0) - max(0.0, now - self.last_step_t)
-        return max(left, 0.0)
+        return self.pace.eta(now)
+
+    def activity(self) -> str | None:
+        """What the ranks do between steps, while they do it: ``asking probes before training 8/20``."""
+        return None if self.ended else self.pace.activity_text()
 
     def last(self, metric: str) -> float | None:
         return self.series[metric].last

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cockpit.errors import EXIT_FAILED, EXIT_OK
+from cockpit.run.events import read_all, wall_time_s
 from cockpit.run.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
 from cockpit.train.outcome import last_checkpoint, plot_loss
+from cockpit.train.progress import OnProgress, reporter, silent
 
 
 @dataclass
@@ -81,8 +83,11 @@ class Recipe:
                 out[f"eval_{name}"] = _num(logs[f"eval_{key}"])
         return out
 
-    def held_out(self, ctx: RecipeContext, model: Any, data: StageData) -> dict[str, Any] | None:
-        """A measurement on the held-out rows (run before and after training), or None."""
+    def held_out(
+        self, ctx: RecipeContext, model: Any, data: StageData, on_progress: OnProgress = silent
+    ) -> dict[str, Any] | None:
+        """A measurement on the held-out rows (run before and after training), or None;
+        ``on_progress(done, total)`` as it goes (``progress`` events)."""
         return None
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
@@ -163,18 +168,24 @@ def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None
     probes = load_probes(cfg["probes"])
     ctx.log(f"probes {phase} training ({len(probes)})")
     disabled = model.disable_adapter() if phase == "before" and hasattr(model, "disable_adapter") else nullcontext()
+    on_progress = reporter(ctx.writer, task="probes", phase=phase)
     with disabled:
-        result = run_probes(model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"])
+        result = run_probes(model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"], on_progress=on_progress)
     ctx.writer.emit("probe_results", phase=phase, **result)
     return result
 
 
-def _emit_held_out(ctx: RecipeContext, phase: str, result: dict[str, Any] | None) -> None:
+def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, phase: str) -> dict[str, Any] | None:
+    """Rank 0: the recipe's held-out measure (with progress events), logged and as a ``held_out`` event."""
+    if ctx.rank != 0 or not data.held_out:
+        return None
+    result = recipe.held_out(ctx, model, data, reporter(ctx.writer, task="held_out", phase=phase))
     if result is not None and ctx.writer is not None:
         ctx.log(
             f"held-out {phase}: " + ", ".join(f"{k} {v}" for k, v in result.items() if not isinstance(v, (list, dict)))
         )
         ctx.writer.emit("held_out", phase=phase, stage=ctx.cfg["stage"], **result)
+    return result
 
 
 def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
@@ -183,8 +194,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     ctx.log("data: " + " | ".join(data.report.lines()))
     model, ref_model = recipe.build_models(ctx)
     probe_before = _probes(ctx, model, "before") if recipe.causal_lm else None
-    held_before = recipe.held_out(ctx, model, data) if ctx.rank == 0 and data.held_out else None
-    _emit_held_out(ctx, "before", held_before)
+    held_before = _held_out(recipe, ctx, model, data, "before")
     callback = stage_callback(ctx, recipe)
     trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback])
     ctx.log(
@@ -205,8 +215,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
         trainer.evaluate() if data.held_out and not stopped else None
     )  # the trainer's own metrics (an eval event)
     probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
-    held_after = recipe.held_out(ctx, trainer.model, data) if ctx.rank == 0 and data.held_out else None
-    _emit_held_out(ctx, "after", held_after)
+    held_after = _held_out(recipe, ctx, trainer.model, data, "after")
     if ctx.rank != 0:
         return EXIT_OK
     held_after = (
@@ -263,7 +272,7 @@ def _finish(
         "steps": state.global_step,
         "total_steps": state.max_steps,
         "epochs": state.epoch,
-        "runtime_s": round(time.time() - ctx.t0, 2),
+        "runtime_s": round(wall_time_s(read_all(ctx.run.events_path), until=time.time()), 2),  # every attempt's
         "train_runtime_s": round(train_runtime, 2),
         "tokens_seen": callback.tokens_total,
         "tokens_per_s": round(callback.tokens_total / train_runtime, 2)
@@ -313,6 +322,8 @@ def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: i
             tokens_per_s=summary["tokens_per_s"],
             first_loss=callback.first_loss,
             last_loss=callback.last_loss,
+            first_loss_step=callback.first_loss_step,
+            last_loss_step=callback.last_loss_step,
         )
     return EXIT_OK
 

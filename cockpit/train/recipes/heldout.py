@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cockpit.data.stage_data import _common_prefix, _ids
+from cockpit.train.progress import OnProgress, silent
 
 
 def _answer_logp(model: Any, tokenizer: Any, prompt: list[dict[str, str]], answer: str) -> float:
@@ -27,12 +28,15 @@ def _answer_logp(model: Any, tokenizer: Any, prompt: list[dict[str, str]], answe
     return float(logps[start - 1 :].sum())
 
 
-def policy_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def policy_preference(
+    model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]], on_progress: OnProgress = silent
+) -> dict[str, Any]:
     import torch
 
     was_training = model.training
     model.eval()
-    margins = []
+    margins: list[float] = []
+    on_progress(0, len(pairs))
     try:
         with torch.no_grad():
             for p in pairs:
@@ -40,6 +44,7 @@ def policy_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]
                     _answer_logp(model, tokenizer, p["prompt"], p["chosen"])
                     - _answer_logp(model, tokenizer, p["prompt"], p["rejected"])
                 )
+                on_progress(len(margins), len(pairs))
     finally:
         if was_training:
             model.train()
@@ -51,13 +56,16 @@ def policy_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]
     }
 
 
-def reward_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def reward_preference(
+    model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]], on_progress: OnProgress = silent
+) -> dict[str, Any]:
     import torch
 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    margins = []
+    margins: list[float] = []
+    on_progress(0, len(pairs))
 
     def score(prompt: list[dict[str, str]], answer: str) -> float:
         ids = _ids(tokenizer, prompt + [{"role": "assistant", "content": answer}], False)
@@ -67,6 +75,7 @@ def reward_preference(model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]
         with torch.no_grad():
             for p in pairs:
                 margins.append(score(p["prompt"], p["chosen"]) - score(p["prompt"], p["rejected"]))
+                on_progress(len(margins), len(pairs))
     finally:
         if was_training:
             model.train()

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from cockpit.config.stages import uses_reference
 from cockpit.errors import InputError
 from cockpit.train.model import build_model
+from cockpit.train.progress import OnProgress, silent
 from cockpit.train.recipes.base import (
     Recipe,
     RecipeContext,
@@ -140,10 +141,12 @@ class DPORecipe(Recipe):
             **kwargs,
         )
 
-    def held_out(self, ctx: RecipeContext, model: Any, data: StageData) -> dict[str, Any] | None:
+    def held_out(
+        self, ctx: RecipeContext, model: Any, data: StageData, on_progress: OnProgress = silent
+    ) -> dict[str, Any] | None:
         from cockpit.train.recipes.heldout import policy_preference
 
-        return policy_preference(model, ctx.tokenizer, data.held_out)
+        return policy_preference(model, ctx.tokenizer, data.held_out, on_progress)
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         return {"pref_loss": ctx.cfg["pref_loss"], "pref_beta": ctx.cfg["pref_beta"]}
@@ -186,7 +189,9 @@ class KTORecipe(DPORecipe):
             callbacks=callbacks,
         )
 
-    def held_out(self, ctx: RecipeContext, model: Any, data: StageData) -> dict[str, Any] | None:
+    def held_out(
+        self, ctx: RecipeContext, model: Any, data: StageData, on_progress: OnProgress = silent
+    ) -> dict[str, Any] | None:
         return None
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from cockpit.errors import InputError
+from cockpit.train.progress import OnProgress, silent
 from cockpit.train.recipes.base import (
     RecipeContext,
     StageData,
@@ -78,10 +79,12 @@ class RewardRecipe(DPORecipe):
             callbacks=callbacks,
         )
 
-    def held_out(self, ctx: RecipeContext, model: Any, data: StageData) -> dict[str, Any] | None:
+    def held_out(
+        self, ctx: RecipeContext, model: Any, data: StageData, on_progress: OnProgress = silent
+    ) -> dict[str, Any] | None:
         from cockpit.train.recipes.heldout import reward_preference
 
-        return reward_preference(model, ctx.tokenizer, data.held_out)
+        return reward_preference(model, ctx.tokenizer, data.held_out, on_progress)
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         return {"value_head": "score"}

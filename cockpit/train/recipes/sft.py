@@ -21,7 +21,7 @@ from typing import Any
 from cockpit.data.packing import resolve_for_run
 from cockpit.data.padding import batching_words
 from cockpit.errors import EXIT_OK, InputError
-from cockpit.run.events import EventWriter, read_all
+from cockpit.run.events import EventWriter, read_all, wall_time_s
 from cockpit.train.arguments import ListDataset, training_arguments
 from cockpit.train.distributed import apply_strategy, comm_health_probe, report_peak_memory
 from cockpit.train.model import config_only, placed_model
@@ -180,10 +180,12 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
     trainer, callback = attempt.trainer, attempt.callback
     resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
     callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
+    callback.first_loss_step = before.get("first_loss_step")
     wait_for_check(ctx)
     train_t0 = time.time()
     trainer.run_totals = lambda: {
         "first_loss": callback.first_loss,
+        "first_loss_step": callback.first_loss_step,
         "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3),
         "tokens_seen": callback.tokens_total,
     }
@@ -221,13 +223,20 @@ def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
 
     from cockpit.strategy.fsdp import gathered_root
     from cockpit.train.probes import run_probes
+    from cockpit.train.progress import reporter
 
     if not attempt.probes or not (ctx.rank == 0 or sharded):
         return
     ctx.log("probes after training")
     model = attempt.trainer.model
     with gathered_root(model) if ctx.cfg.get("fsdp") else nullcontext():
-        attempt.probe_after = run_probes(model, ctx.tokenizer, attempt.probes, ctx.cfg["probe_max_new_tokens"])
+        attempt.probe_after = run_probes(
+            model,
+            ctx.tokenizer,
+            attempt.probes,
+            ctx.cfg["probe_max_new_tokens"],
+            on_progress=reporter(ctx.writer, task="probes", phase="after"),
+        )
     if ctx.rank == 0:
         ctx.writer.emit("probe_results", phase="after", **attempt.probe_after)
 
@@ -261,7 +270,7 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
         "steps": state.global_step,
         "total_steps": state.max_steps,
         "epochs": state.epoch,
-        "runtime_s": round(time.time() - ctx.t0, 2),
+        "runtime_s": round(wall_time_s(events, until=time.time()), 2),  # every attempt's
         "train_runtime_s": round(attempt.train_runtime, 2),
         "tokens_seen": tokens_total,
         **throughput(callback, attempt.train_runtime, tokens_total),
