@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +22,51 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Each test process marks what it starts: every subprocess inherits this environment variable, the
+# detached supervisors (own session, setsid) and their ranks included, and the process's session end
+# kills whatever still carries its own value (scripts/kill_marked.py; scripts/test.sh sweeps its
+# COCKPIT_TEST_SESSION the same way when the suite is interrupted). xdist workers set their own.
+TEST_OWNER = f"{os.getpid()}-{secrets.token_hex(4)}"
+os.environ["COCKPIT_TEST_OWNER"] = TEST_OWNER
+
+
+def _interruptible() -> None:
+    """SIGINT and SIGTERM end the session through pytest's KeyboardInterrupt path (its teardown, then
+    pytest_sessionfinish's sweep): a background pytest of a non-interactive shell (scripts/test.sh)
+    starts with SIGINT ignored, and Python's default SIGTERM ends a process with no clean-up at all."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+
+        def _terminated(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+_interruptible()
+
+
+@pytest.hookimpl(trylast=True)  # after the session fixtures' teardown
+def pytest_sessionfinish(session, exitstatus):
+    """Kill what this process's tests started and left running (detached runs, UI subprocesses, ...).
+    An xdist controller runs no tests: its workers sweep their own."""
+    config = session.config
+    if getattr(config, "workerinput", None) is None and (config.getoption("numprocesses", None) or 0):
+        return
+    from kill_marked import kill_marked
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the sweep short
+    try:
+        pids = kill_marked("COCKPIT_TEST_OWNER", TEST_OWNER)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pids:
+        print(f"\n[conftest] killed {len(pids)} process(es) the tests left running: {' '.join(map(str, pids))}", file=sys.stderr)
+
 
 # The longest test files first: scripts/test.sh runs the suite on pytest-xdist workers file by file in
 # collection order (--dist loadfile --no-loadscope-reorder; xdist's default order, most tests first,

@@ -1,0 +1,79 @@
+"""Interrupting ``scripts/test.sh`` ends everything it started (issue 29, item 6): pytest, and the
+tests' detached runs, whose supervisors and ranks live in their own sessions (setsid), where
+neither the terminal's Ctrl-C nor pytest's end reaches them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ROOT, wait_for
+
+from cockpit.run.liveness import is_alive, start_time
+
+
+def alive(procs: dict[int, float | None]) -> list[int]:
+    return [pid for pid, started in procs.items() if is_alive(pid, started)]
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # a time window: everything gone within seconds of the signal
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_interrupting_the_test_script_ends_pytest_and_the_detached_runs(tmp_path, tiny_model_dir, how):
+    """ctrl-c: the suite as README runs it (no arguments: xdist workers, then the serial part, which
+    must not start), limited to the one file by PYTEST_ADDOPTS; sigterm: with a file argument."""
+    ready = tmp_path / "ready.json"
+    env = dict(
+        os.environ,
+        COCKPIT_NO_BOOTSTRAP="1",
+        COCKPIT_INTERRUPT_READY=str(ready),
+        COCKPIT_INTERRUPT_MODEL=str(tiny_model_dir),
+        COCKPIT_TEST_WORKERS="1",
+    )
+    target = "tests/interrupt_target.py"
+    if how == "ctrl-c":
+        env["PYTEST_ADDOPTS"] = target
+    script = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "test.sh"), *([target] if how == "sigterm" else [])],
+        cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    procs: dict[int, float | None] = {}
+    try:
+        wait_for(lambda: ready.exists() or script.poll() is not None, 300, "the inner test's detached run")
+        assert ready.exists(), script.communicate()[0].decode()[-3000:]
+        said = json.loads(ready.read_text())
+        status = json.loads((Path(said["run_dir"]) / "status.json").read_text())
+        procs = {int(pid): started for pid, started in status.get("procs") or []}
+        procs[int(status["supervisor_pid"])] = status["supervisor_start"]
+        for child in psutil.Process(script.pid).children(recursive=True):  # pytest (its xdist workers)
+            procs[child.pid] = start_time(child.pid)
+        assert said["pytest_pid"] in procs
+        assert len(alive(procs)) == len(procs) >= 3  # pytest, the supervisor, a rank
+
+        if how == "ctrl-c":
+            os.killpg(script.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        else:
+            os.kill(script.pid, signal.SIGTERM)  # the script alone
+        t0 = time.monotonic()
+        code = script.wait(timeout=30)
+        gone_after = time.monotonic() - t0
+        deadline = time.monotonic() + 2
+        while alive(procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out = script.stdout.read().decode() if script.stdout else ""
+        assert not alive(procs), f"still running after the script ended: {alive(procs)}\n{out[-3000:]}"
+        assert code == (130 if how == "ctrl-c" else 143), out[-3000:]
+        assert gone_after < 10, f"the script took {gone_after:.1f} s to end\n{out[-3000:]}"
+    finally:
+        for pid in alive(procs):
+            os.kill(pid, signal.SIGKILL)
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+            script.wait()
