@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cockpit.cells import fit
 from cockpit.run.events import EventReader
 from cockpit.run.rundir import RunDir
 
@@ -202,7 +203,7 @@ def text_report(data: dict[str, Any], width: int = 100) -> str:
     col = max(12, min(28, (width - 18) // max(1, len(runs))))
 
     def row(label: str, cells: list[str]) -> str:
-        return f"{label:<17}" + "".join(f" {c[:col]:<{col}}" for c in cells).rstrip()
+        return f"{label:<17}" + "".join(f" {fit(c, col)}" for c in cells).rstrip()
 
     out = [row("", names), row("", ["─" * min(col, len(n)) for n in names])]
     for key, label in SUMMARY_ROWS:

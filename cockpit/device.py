@@ -72,6 +72,40 @@ FP16_ON_CPU = (
 )
 
 
+# what makes bf16 matmuls fast on an x86 CPU (/proc/cpuinfo's names): AVX512-BF16's dot products, AMX's tiles
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
+BF16_SLOW = "measured ~190 s against ~7 s a step in fp32 on a CPU without them (README: bench/step_overhead.py)"
+
+
+def cpu_flags(cpuinfo: str) -> set[str] | None:
+    """An x86 CPU's feature flags, from the text of /proc/cpuinfo (its first ``flags`` line); None without one."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            return set(value.split())
+    return None
+
+
+def bf16_on_cpu_warning(cpuinfo: str | None) -> str | None:
+    """``bf16: true`` on the CPU against what the CPU has (the text of /proc/cpuinfo): None when it
+    has AVX512-BF16 and AMX; else which of them it lacks, by their flag names."""
+    flags = cpu_flags(cpuinfo or "")
+    if flags is None:
+        return (
+            f"bf16 on a CPU whose flags are unknown (no flags line in /proc/cpuinfo): without "
+            f"{', '.join(BF16_CPU_FLAGS)} bf16 is much slower than fp32 ({BF16_SLOW})"
+        )
+    lacks = [f for f in BF16_CPU_FLAGS if f not in flags]
+    if not lacks:
+        return None
+    if "avx512_bf16" in lacks:
+        return f"bf16 on this CPU is much slower than fp32: it lacks {', '.join(lacks)} ({BF16_SLOW}); set bf16: false"
+    return (
+        f"bf16 on this CPU: it has avx512_bf16 but lacks {', '.join(lacks)} (AMX, the tiles that make bf16 "
+        "matmuls fast); compare a few steps with bf16: false"
+    )
+
+
 def cpu_precision(cfg: Mapping[str, Any], device: str) -> tuple[dict[str, Any], str | None]:
     """The config a rank trains with on ``device``, and what changed, in words: ``fp16`` on the
     CPU (a GPU guide's ``--fp16`` pasted with ``--use_cpu true``) trains in fp32 rather than

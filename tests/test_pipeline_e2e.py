@@ -41,6 +41,17 @@ def test_train_through_cli_writes_the_run_dir_contract(tmp_path, tiny_model_dir)
     assert step["tokens_per_s"] > 0 and step["lr"] is not None and "0" in step["mem"]
     probes = [e for e in events if e["kind"] == "probe_results"]
     assert [p["phase"] for p in probes] == ["before", "after"] and probes[0]["total"] == 10
+    # while the probes run, the ranks say how far they are (10 probes: a batch of 8, then 2), and the
+    # steps are timed from after the probes before training
+    progress = [(e["phase"], e["done"], e["total"]) for e in events if e["kind"] == "progress"]
+    assert progress == [("before", 0, 10), ("before", 8, 10), ("before", 10, 10), ("after", 0, 10), ("after", 8, 10), ("after", 10, 10)]
+    order = [e["kind"] for e in events if e["kind"] in ("train_begin", "progress", "probe_results", "step")]
+    assert order[:6] == ["train_begin", "progress", "progress", "progress", "probe_results", "step"]
+    begin = next(e for e in events if e["kind"] == "train_begin")  # max_steps 6: the epochs those steps make
+    assert begin["epochs"] == pytest.approx(6 / begin["steps_per_epoch"], abs=1e-4) and begin["num_train_epochs"] == 3.0
+    finished = next(e for e in events if e["kind"] == "run_finished")
+    assert (finished["first_loss_step"], finished["last_loss_step"]) == (1, 6)
+    assert "[rank0] model loaded (whole, not sharded)" in (run / "logs" / "rank0.log").read_text()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["steps"] == 6 and summary["first_loss"] > 0
     assert summary["warmup_steps_excluded"] == 1 and summary["tokens_per_s"] > 0 and summary["tokens_per_s_with_warmup"] > 0
@@ -50,6 +61,7 @@ def test_train_through_cli_writes_the_run_dir_contract(tmp_path, tiny_model_dir)
     assert (run / "config.yaml").exists() and (run / "logs" / "rank0.log").exists()
     # the stdout of `cockpit train` followed the run
     assert "step 6/6" in res.stdout and "finished" in res.stdout
+    assert "asking probes before training (10)" in res.stdout and f"{begin['epochs']:.2f} epochs" in res.stdout
     # runs / attach read the same dir
     listed = json.loads(cockpit("runs", "--json", "--runs-dir", str(runs)).stdout)
     assert listed[0]["state"] == "finished" and listed[0]["step"] == 6
@@ -75,22 +87,52 @@ def test_bad_input_exit_2_no_traceback(tmp_path, tiny_model_dir):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-@pytest.mark.slow
-def test_detached_run_stops_gracefully_and_leaves_no_process(tmp_path, tiny_model_dir):
-    runs = tmp_path / "runs"
-    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=100000, save_steps=100000, probes=None, logging_steps=1)
+def endless_run(tmp_path: Path, model_dir: Path) -> tuple[Path, set[int]]:
+    """A detached run with no end in sight, after its first step; (run dir, its processes)."""
+    cfg = tiny_config(tmp_path, model_dir, max_steps=100000, save_steps=100000, probes=None, logging_steps=1)
     run = start_detached(tmp_path, cfg)
     wait_for(lambda: has_step(run), 120, "the first step")
     status = json.loads((run / "status.json").read_text())
     pids = set(status["pids"]) | {status["supervisor_pid"]}
     assert all(psutil.pid_exists(p) for p in pids)
+    return run, pids
+
+
+def survivors(pids: set[int]) -> list[int]:
+    time.sleep(1.0)
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.slow
+def test_detached_run_stops_gracefully_and_leaves_no_process(tmp_path, tiny_model_dir):
+    runs = tmp_path / "runs"
+    run, pids = endless_run(tmp_path, tiny_model_dir)
     stop = cockpit("stop", run.name, "--runs-dir", str(runs), "--wait", "120")
     assert stop.returncode == 0, stop.stdout
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "stopped"
-    time.sleep(1.0)
-    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not alive
+    assert not survivors(pids)
     kinds = [e["kind"] for e in read_events(run)]
     assert "run_stopped" in kinds and "checkpoint_saved" in kinds
     assert (run / "adapter" / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+def test_a_run_killed_on_request_ends_killed_not_failed(tmp_path, tiny_model_dir):
+    """``cockpit stop --kill`` on a real detached run: the run ends ``killed`` (the user's act, not a
+    crash) everywhere it is read: status, summary, the event log, ``cockpit runs``, ``attach``."""
+    runs = tmp_path / "runs"
+    run, pids = endless_run(tmp_path, tiny_model_dir)
+    kill = cockpit("stop", run.name, "--kill", "--runs-dir", str(runs), "--wait", "60")
+    assert kill.returncode == 0 and f"run {run.name}: killed" in kill.stdout, kill.stdout + kill.stderr
+    status = json.loads((run / "status.json").read_text())
+    assert (status["state"], status["reason"]) == ("killed", "killed on request")
+    assert json.loads((run / "summary.json").read_text())["state"] == "killed"
+    events = read_events(run)
+    assert events[-1]["kind"] == "state" and events[-1]["state"] == "killed"
+    assert not any(e["kind"] == "run_failed" for e in events)
+    listed = json.loads(cockpit("runs", "--json", "--runs-dir", str(runs)).stdout)
+    assert [r["state"] for r in listed] == ["killed"]
+    att = cockpit("attach", run.name, "--runs-dir", str(runs), "--no-follow")
+    assert att.returncode == 0 and att.stdout.rstrip().endswith(f"run {run.name}: killed")
+    assert not survivors(pids)

@@ -181,6 +181,13 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
     assert summary["tokens_per_s_with_warmup"] == pytest.approx(summary["tokens_seen"] / summary["train_runtime_s"], rel=0.01)
     assert summary["tokens_per_s"] > 0
     assert summary["tokens_seen"] == max(e["tokens_seen"] for e in read_events(run) if e["kind"] == "step")
+    # the run's time counts both attempts (the pause before the resume left out): summary and finished line
+    events = read_events(run)
+    end1 = next(i for i, e in enumerate(events) if e["kind"] == "state" and e["state"] == "failed")
+    attempt1 = events[end1]["t"] - events[0]["t"]
+    attempt2_so_far = next(e for e in events if e["kind"] == "run_finished")["t"] - events[end1 + 1]["t"]
+    assert summary["runtime_s"] == pytest.approx(attempt1 + attempt2_so_far, abs=1.0)
+    assert next(e for e in events if e["kind"] == "run_finished")["runtime_s"] == summary["runtime_s"]
 
 
 # the disk-full test (the whole runs dir on a small tmpfs) is tests/test_disk_full.py

@@ -1,6 +1,8 @@
-"""Issue 29, "numbers that are wrong or raw": the ETA timed from the first step (after the probes)
-with the wrap-up allowed for, what the ranks do between steps, planned epochs, rounded losses,
-the run's time over its attempts, a killed run's state. Pure: synthetic event logs."""
+"""Issue 29, "numbers that are wrong or raw" (and the wording of item 5 off the screens): the ETA
+timed from the first step (after the probes) with the wrap-up allowed for, what the ranks do
+between steps, planned epochs, rounded losses, the run's time over its attempts, a killed run's
+state, the plan's CPU verdict and rounding, the bf16-on-CPU warning's flags, the logging note,
+compare's cut cells, the reference model in words. Pure: synthetic event logs, no torch."""
 
 from __future__ import annotations
 
@@ -200,3 +202,96 @@ def test_every_reader_shows_a_killed_run(tmp_path):
     st = RunState()
     st.apply([ev("state", 1.0, state="killed", reason="killed on request")])
     assert st.ended and st.eta(2.0) is None
+
+
+def test_steps_and_epochs_follow_the_trainers_rule():
+    from cockpit.config.notes import planned_steps, steps_per_epoch
+
+    assert steps_per_epoch(23, 2) == 12 and steps_per_epoch(1, 8) == 1 and steps_per_epoch(None, 2) is None
+    cfg = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_train_epochs": 3.0}
+    assert planned_steps(cfg, 90, 1) == 36  # 23 micro-batches -> 12 steps an epoch
+    assert planned_steps({**cfg, "max_steps": 8}, 90, 1) == 8
+    assert planned_steps(cfg, 90, 2) == 18  # 45 rows per rank -> 12 micro-batches -> 6 steps an epoch
+
+
+def test_logging_every_more_steps_than_the_run_has_is_a_note_of_validation_and_of_the_form():
+    from cockpit.config.load import validate
+    from cockpit.config.notes import logging_note
+    from cockpit.ui.forms import FormModel
+
+    raw = {"model_name_or_path": "m", "dataset": "cockpit_identity", "max_steps": 8, "logging_steps": 256}
+    notes = validate(raw, check_paths=False)["_notes"]
+    assert any(n.startswith("logging_steps 256 > the run's 8 steps: only the first and the last step") for n in notes)
+    assert not validate({**raw, "logging_steps": 2}, check_paths=False)["_notes"]
+    assert logging_note({"logging_steps": 50, "max_steps": -1}, total_steps=36) is not None  # check: epochs over data
+    model = FormModel()
+    model.values.update({k: str(v) for k, v in raw.items()})
+    checked = model.check(check_paths=False)
+    assert checked.ok and any("logging_steps 256" in n for n in checked.notes)  # Setup: "✓ valid" and the warning
+
+
+def test_schema_bounds_are_whole_numbers():
+    from cockpit.config.load import validate
+    from cockpit.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        validate({"model_name_or_path": "m", "dataset": "d", "cutoff_len": 2**21}, check_paths=False)
+    assert "<= 1048576" in str(err.value) and "e+06" not in str(err.value)
+
+
+def test_plan_gives_a_cpu_run_its_host_ram_verdict_rounded(monkeypatch):
+    from cockpit.commands.plan import render
+    from cockpit.plan import plan
+
+    cfg = {"model_name_or_path": "smollm2-135m-instruct", "finetuning_type": "lora", "use_cpu": True, "cutoff_len": 256}
+    d = plan(cfg, host_memory_gb=23.5401, use_meta=False).as_dict()
+    assert d["verdict"]["status"] == "fits" and d["capacity_gib"] == pytest.approx(23.5401)
+    text = render(d)
+    assert "verdict: planned peak" in text and "FITS on 23.5 GiB of host RAM (a CPU run)" in text
+    assert "23.5401" not in text and "no verdict" not in text
+    two = plan({**cfg, "nproc_per_node": 2}, host_memory_gb=8.0, use_meta=False).as_dict()
+    assert two["capacity_gib"] == pytest.approx(4.0) and "shared by 2 ranks" in two["capacity_source"]
+    gpu = plan({**cfg, "use_cpu": False}, host_memory_gb=8.0, use_meta=False).as_dict()
+    assert gpu["verdict"] is None  # a GPU run still wants --gpu-memory
+
+
+FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f {extra}\nbugs\t\t: spectre_v1\n"
+
+
+def test_the_bf16_on_cpu_warning_names_what_the_cpu_lacks():
+    from cockpit.device import bf16_on_cpu_warning
+
+    assert bf16_on_cpu_warning(FLAGS.format(extra="avx512_bf16 amx_bf16 amx_tile amx_int8")) is None
+    no_amx = bf16_on_cpu_warning(FLAGS.format(extra="avx512_bf16"))
+    assert "has avx512_bf16 but lacks amx_bf16, amx_tile" in no_amx
+    none = bf16_on_cpu_warning(FLAGS.format(extra=""))
+    assert "lacks avx512_bf16, amx_bf16, amx_tile" in none and "much slower" in none
+    assert "flags are unknown" in bf16_on_cpu_warning("Features\t: fp asimd bf16\n")
+
+
+def test_compare_cuts_cells_with_an_ellipsis():
+    from cockpit.cells import clip, fit
+    from cockpit.compare import text_report
+
+    assert clip("abcdef", 4) == "abc…" and clip("abc", 4) == "abc" and fit("ab", 4) == "ab  "
+    assert clip("训练模型", 5) == "训练…"  # wide characters count two cells
+    long = "/very/long/path/to/a/dataset/file/that/does/not/fit.jsonl"
+    run = {"summary": {"state": "finished"}, "steps": [], "curves": {}}
+    data = {"runs": [{**run, "name": "a"}, {**run, "name": "b"}], "config_diff": {"dataset": [long, "short"]}}
+    line = next(ln for ln in text_report(data, width=60).splitlines() if ln.strip().startswith("dataset"))
+    assert "…" in line and long not in line and "short" in line
+
+
+def test_the_reference_model_is_said_the_same_by_the_rank_and_the_plan():
+    from cockpit.config.stages import reference_words
+    from cockpit.plan import plan
+
+    lora_dpo = {"stage": "dpo", "pref_loss": "sigmoid", "finetuning_type": "lora"}
+    assert reference_words(lora_dpo).startswith("the base with the LoRA adapter disabled")
+    assert reference_words({**lora_dpo, "pref_loss": "orpo"}) == "none (pref_loss orpo uses none)"
+    assert reference_words({**lora_dpo, "finetuning_type": "full"}).startswith("a frozen copy of the base")
+    base = {"model_name_or_path": "smollm2-135m-instruct", "cutoff_len": 128, "use_cpu": True}
+    notes = plan({**base, **lora_dpo}, use_meta=False).estimate.notes
+    assert f"reference model: {reference_words(lora_dpo)}" in notes
+    orpo = plan({**base, **lora_dpo, "pref_loss": "orpo"}, use_meta=False).estimate.notes
+    assert "reference model: none (pref_loss orpo uses none)" in orpo

@@ -71,6 +71,11 @@ def test_orpo_and_simpo_train_end_to_end_without_a_reference(tmp_path, tiny_mode
     assert all(math.isfinite(e["loss"]) and "reward_margin" in e and "reward_accuracy" in e for e in steps), steps
     held = {e["phase"]: e for e in events if e["kind"] == "held_out"}
     assert held["before"]["pairs"] == held["after"]["pairs"] == 4
+    for phase in ("before", "after"):  # the scoring says how far it is: from 0 to the 4 pairs
+        done = [e["done"] for e in events if e["kind"] == "progress" and e["task"] == "held_out" and e["phase"] == phase]
+        assert done[0] == 0 and done[-1] == 4 and done == sorted(done), (phase, done)
+    kinds = [e["kind"] for e in events]  # the held-out result comes before the run's end
+    assert kinds.index("held_out", kinds.index("train_begin")) < kinds.index("run_finished")
     assert (run / "adapter" / "adapter_config.json").exists()
     trainer = "ORPOTrainer" if loss == "orpo" else "CPOTrainer"
     assert summary["trainer"] == trainer

@@ -128,7 +128,7 @@ def render(d: dict[str, Any]) -> str:
     if h:
         hv = h.get("verdict")
         tail = (
-            f" -> {hv['status'].upper()} on {h['capacity_gib']:g} GiB of host RAM (headroom {hv['headroom']:.0%})"
+            f" -> {hv['status'].upper()} on {h['capacity_gib']:.1f} GiB of host RAM (headroom {hv['headroom']:.0%})"
             if hv
             else ""
         )
@@ -138,7 +138,11 @@ def render(d: dict[str, Any]) -> str:
     v = d.get("verdict")
     if v:
         lines.append("")
-        lines.append(f"verdict: {v['status'].upper()} on {d['capacity_gib']:g} GiB (headroom {v['headroom']:.0%})")
+        source = f" of {d['capacity_source']}" if d.get("capacity_source") else ""
+        lines.append(
+            f"verdict: planned peak {_fmt(d['peak_bytes']).strip()} -> {v['status'].upper()} on "
+            f"{d['capacity_gib']:.1f} GiB{source} (headroom {v['headroom']:.0%})"
+        )
         s = d.get("suggestion")
         if s:
             if s.get("changes"):

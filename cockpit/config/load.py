@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from cockpit.config.notes import logging_note
 from cockpit.config.parity import parity_problems
 from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.config.stages import stage_problems
@@ -259,7 +260,8 @@ def validate(
     if check_paths:
         problems.extend(_resolve_paths(cfg, bases, where))
     cfg["_base_dir"] = str(bases[-1])
-    cfg["_notes"] = notes
+    note = logging_note(cfg)
+    cfg["_notes"] = notes + ([note] if note else [])
     if check_paths and not problems and (cfg.get("deepspeed") or cfg.get("zero_stage")):
         problems.extend(_deepspeed_problems(cfg, full=False))
     if problems:

@@ -1169,13 +1169,18 @@ def default_config() -> dict[str, Any]:
     return {k.name: k.default for k in KEYS}
 
 
+def _bound(value: float) -> str:
+    """A schema bound in words: whole numbers whole (1048576, not 1.04858e+06)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def describe(key: Key) -> str:
     """The allowed values of a key, for error messages."""
     if key.choices:
         allowed = " | ".join(str(c) for c in key.choices)
     elif key.type in ("int", "float"):
-        lo = "" if key.min is None else (f"> {key.min:g}" if key.min_exclusive else f">= {key.min:g}")
-        hi = "" if key.max is None else f"<= {key.max:g}"
+        lo = "" if key.min is None else (f"> {_bound(key.min)}" if key.min_exclusive else f">= {_bound(key.min)}")
+        hi = "" if key.max is None else f"<= {_bound(key.max)}"
         allowed = f"{key.type} " + " and ".join(x for x in (lo, hi) if x) if (lo or hi) else key.type
     elif key.type == "bool":
         allowed = "true | false"

@@ -29,6 +29,19 @@ def reference_copy(cfg: Mapping[str, Any]) -> bool:
     return uses_reference(cfg) and (bool(cfg.get("ref_model")) or cfg.get("finetuning_type") != "lora")
 
 
+def reference_words(cfg: Mapping[str, Any]) -> str:
+    """What the stage compares the policy with, in words: the rank's log and ``cockpit plan`` say
+    the same (TRL disables the LoRA adapter itself when no reference model is given)."""
+    if not uses_reference(cfg):
+        return f"none (pref_loss {cfg.get('pref_loss')} uses none)" if cfg.get("stage") == "dpo" else "none"
+    if cfg.get("ref_model"):
+        adapters = f" + {cfg['ref_model_adapters']}" if cfg.get("ref_model_adapters") else ""
+        return f"{cfg['ref_model']}{adapters} (a frozen second model in memory)"
+    if cfg.get("finetuning_type", "lora") == "lora":
+        return "the base with the LoRA adapter disabled (no second copy in memory)"
+    return "a frozen copy of the base (a second copy in memory)"
+
+
 def sequences_per_sample(cfg: Mapping[str, Any]) -> int:
     """Sequences one sample puts through the model per step: chosen + rejected for pairs."""
     return 2 if cfg.get("stage") in PAIRWISE_STAGES else 1

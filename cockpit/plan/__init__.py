@@ -44,6 +44,7 @@ class PlanResult:
             **self.estimate.as_dict(),
         }
         d["capacity_gib"] = self.capacity_gib
+        d["capacity_source"] = self.extra.get("capacity_source")
         d["host"] = self.extra.get("host")
         d["device"] = self.extra.get("device")
         d["verdict"] = self.verdict
@@ -95,6 +96,8 @@ def plan(
     machine's RAM).
     ``gpu_memory_gb``: device memory in GiB (64 for an MI250 GCD, 192 for an MI300X); with it the
     result carries a verdict and, if it does not fit or is tight, the cheapest change that fits.
+    A CPU run (``use_cpu: true``) without it: the verdict compares with the host's RAM (``host_memory_gb``,
+    else this machine's) shared by its ranks, as the cockpit's Setup does.
     Raises ``cockpit.errors.InputError`` (naming the key) on bad input.
     """
     cfg = _apply_overrides(config, gpus)
@@ -104,19 +107,18 @@ def plan(
     from cockpit.plan.host import host_load, machine_ram_gib
 
     use_cpu = not needs_gpu(cfg) and str(cfg.get("use_cpu")).lower() in ("true", "1", "yes")
+    ram = host_memory_gb if host_memory_gb else machine_ram_gib()
     res.extra["device"] = describe(cfg)
-    res.extra["host"] = host_load(
-        cfg,
-        run,
-        int(est.params["total"]),
-        use_cpu=use_cpu,
-        host_memory_gib=host_memory_gb if host_memory_gb else machine_ram_gib(),
-    )
-    if gpu_memory_gb is not None:
-        if not gpu_memory_gb or gpu_memory_gb <= 0:
-            from cockpit.errors import InputError, Problem
+    res.extra["host"] = host_load(cfg, run, int(est.params["total"]), use_cpu=use_cpu, host_memory_gib=ram)
+    if gpu_memory_gb is not None and (not gpu_memory_gb or gpu_memory_gb <= 0):
+        from cockpit.errors import InputError, Problem
 
-            raise InputError(Problem("must be a positive number of GiB", key="gpu_memory"))
+        raise InputError(Problem("must be a positive number of GiB", key="gpu_memory"))
+    if gpu_memory_gb is None and use_cpu and ram:  # a CPU run's device memory is the host's RAM, per rank
+        ranks = max(1, int(run.nproc_per_node))
+        gpu_memory_gb = ram / ranks
+        res.extra["capacity_source"] = "host RAM (a CPU run" + (f", shared by {ranks} ranks)" if ranks > 1 else ")")
+    if gpu_memory_gb is not None:
         cap = float(gpu_memory_gb) * GiB
         res.capacity_gib = float(gpu_memory_gb)
         res.verdict = verdict(est.peak, cap)

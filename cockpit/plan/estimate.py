@@ -770,8 +770,8 @@ def planner_notes(run: RunSpec) -> list[str]:
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
     notes += optimizer_notes(run)
-    if run.stage in ("dpo", "kto") and run.finetuning_type == "lora" and not run.reference_copy:
-        notes.append("reference model: the base with the LoRA adapter disabled (no second copy in memory)")
+    if run.stage in ("dpo", "kto"):
+        notes.append(f"reference model: {run.reference}")  # the words the rank's log says
     return notes
 
 

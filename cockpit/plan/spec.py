@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cockpit.config.stages import reference_copy
+from cockpit.config.stages import reference_copy, reference_words
 from cockpit.data.padding import padding_free
 from cockpit.errors import InputError, Problem
 
@@ -107,6 +107,7 @@ class RunSpec:
     packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
     stage: str = "sft"  # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
     reference_copy: bool = False  # dpo / kto: a frozen second copy of the base (none with LoRA)
+    reference: str = "none"  # what dpo / kto compare with, in words (config.stages.reference_words)
     low_rank: LowRankSpec | None = None  # use_galore / use_apollo
     badam: BadamSpec | None = None  # use_badam
 
@@ -361,6 +362,7 @@ def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
         liger=_bool(cfg, "enable_liger_kernel"),
         stage=str(cfg.get("stage") or "sft"),
         reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
+        reference=reference_words({"finetuning_type": ft, **cfg}),
         low_rank=parse_low_rank(cfg),
         badam=parse_badam(cfg),
     )

@@ -113,11 +113,19 @@ def doctor_gpu_reasons(cfg: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def read_cpuinfo() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     """Precision / quantization against the devices this machine has (imports torch)."""
     import torch
 
-    from cockpit.device import CPU, FP16_ON_CPU, resolve_device
+    from cockpit.device import CPU, FP16_ON_CPU, bf16_on_cpu_warning, resolve_device
 
     warnings: list[str] = []
     problems: list[Problem] = []
@@ -134,9 +142,7 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
                 )
             )
         if cfg.get("bf16"):
-            warnings.append(
-                "bf16 on a CPU without AVX512-BF16/AMX is much slower than fp32 (measured 50x on this machine's kind)"
-            )
+            warnings += [w for w in [bf16_on_cpu_warning(read_cpuinfo())] if w]
         if int(cfg.get("nproc_per_node", 1)) > (torch.get_num_threads() or 1) * 4:
             warnings.append(f"{cfg['nproc_per_node']} CPU ranks on {torch.get_num_threads()} threads will be slow")
     else:
@@ -217,6 +223,12 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded:
         )
     if prepared.report.emptied:
         warnings.append(f"{prepared.report.emptied} samples keep no assistant token after truncation; raise cutoff_len")
+    if int(cfg.get("max_steps") or -1) <= 0:  # with max_steps, validation's note said it
+        from cockpit.config.notes import logging_note, planned_steps
+        from cockpit.shape import world_size_of
+
+        note = logging_note(cfg, planned_steps(cfg, len(prepared.rendered), world_size_of(cfg)))
+        warnings += [note] if note else []
     return CheckResult(
         cfg=cfg,
         report=prepared.report,

@@ -17,6 +17,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from cockpit.config.notes import steps_per_epoch
 from cockpit.run.events import EventWriter
 from cockpit.run.rundir import RunDir
 from cockpit.telemetry import node as node_telemetry
@@ -28,14 +29,6 @@ def warmup_steps_for(total_steps: int) -> int:
     """Steps left out of tokens/s: the first tenth, 1 to 5 (first steps build the optimizer
     states and, on GPUs, tune kernels and grow the allocator's pools)."""
     return max(1, min(5, int(total_steps) // 10))
-
-
-def steps_per_epoch(batches: int | None, accumulation: int) -> int | None:
-    """Optimizer steps in one pass over the data (the Trainer's rule: batches / accumulation,
-    rounded up, at least 1); None when the data has no length."""
-    if not batches:
-        return None
-    return max(-(-int(batches) // max(int(accumulation), 1)), 1)
 
 
 def planned_epochs(total_steps: int, per_epoch: int | None, configured: float) -> float:
@@ -214,14 +207,17 @@ class CockpitCallback(TrainerCallback):
             self.warm_mark, self.warm_step = mark, state.global_step
         self.end_mark = mark
         self.tokens_total = mark[1]  # the summary's count reaches the last step, not the last logging step
+        if state.global_step >= state.max_steps:  # every rank agrees (on_log gathers): the same max_steps
+            control.should_log = True  # the run's last loss is its last step's, whatever logging_steps says
         stop, save = self._flags()
         if save:
             control.should_save = True
             if self.rank == 0:
                 self.run.consume("save")
-        if stop:
+        if stop:  # agreed across ranks (_flags)
             control.should_save = True
             control.should_training_stop = True
+            control.should_log = True  # the last step's loss, as at the end
             self.stop_reason = self.stop_reason or "stop requested"
             if self.rank == 0:
                 self.run.consume("stop")

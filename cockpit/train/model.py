@@ -227,6 +227,14 @@ def config_only(ref):
     return SimpleNamespace(config=SimpleNamespace(hidden_size=hidden_size_of(ref.path)))
 
 
+# how the base was loaded, in words: "full" read as full fine-tuning on a LoRA run
+LOAD_WORDS = {
+    "full": "whole, not sharded",
+    "zero3": "zero3: partitioned as it loads",
+    "fsdp_meta": "fsdp_meta: on the meta device, filled shard by shard",
+}
+
+
 def placed_model(
     run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log
 ):
@@ -252,7 +260,7 @@ def placed_model(
         model = build_model(cfg, ref, use_cpu, local_rank, load="meta")
     else:
         model = build_model(cfg, ref, use_cpu, local_rank, load=mode)
-    log(f"model loaded ({mode})")
+    log(f"model loaded ({LOAD_WORDS.get(mode, mode)})")
     if not cfg.get("fsdp"):
         return model, CockpitTrainer
     from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report

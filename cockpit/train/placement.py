@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from cockpit.train.progress import OnProgress, reporter, silent
+from cockpit.train.progress import OnProgress, probes_reporter, silent
 
 
 class ProbesBeforeTraining(TrainerCallback):
@@ -42,7 +42,7 @@ class ProbesBeforeTraining(TrainerCallback):
             return
         self._done = True
         model = self.trainer.model if self.trainer is not None else kwargs["model"]
-        on_progress = reporter(self.writer if self.rank == 0 else None, task="probes", phase="before")
+        on_progress = probes_reporter(self.writer if self.rank == 0 else None, "before")
         self.result = ask_before(
             model, self.tokenizer, self.probes, self.max_new_tokens, fsdp=self.fsdp, on_progress=on_progress
         )

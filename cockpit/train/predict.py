@@ -18,7 +18,7 @@ from typing import Any
 
 from cockpit.errors import EXIT_OK
 from cockpit.run.rundir import atomic_write_json, atomic_write_text
-from cockpit.train.progress import reporter
+from cockpit.train.progress import probes_reporter, reporter
 
 PREDICTIONS_FILE = "generated_predictions.jsonl"
 RESULTS_FILE = "predict_results.json"
@@ -208,7 +208,7 @@ def predict_only(ctx: Any) -> int:
     probes = None
     if cfg.get("probes"):
         asked = load_probes(cfg["probes"])
-        on_progress = reporter(ctx.writer, task="probes", phase="after")
+        on_progress = probes_reporter(ctx.writer, "after")
         probes = run_probes(model, ctx.tokenizer, asked, cfg["probe_max_new_tokens"], on_progress=on_progress)
         ctx.writer.emit("probe_results", phase="after", **probes)
     fields = predict(ctx, model, cfg["adapter_name_or_path"])

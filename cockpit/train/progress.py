@@ -32,5 +32,10 @@ def reporter(writer: Any, kind: str = "progress", every_s: float = PROGRESS_EVER
     return report
 
 
+def probes_reporter(writer: Any, phase: str) -> OnProgress:
+    """The probes' progress: an event per batch of answers (a few per phase, none dropped)."""
+    return reporter(writer, task="probes", phase=phase, every_s=0.0)
+
+
 def silent(done: int, total: int) -> None:
     """The callback of a caller that reports nothing."""

@@ -343,7 +343,7 @@ class FormModel:
             cfg = validate(raw, check_paths=check_paths)
         except InputError as err:
             return Checked(None, [str(p) for p in err.problems], notes, [p.key for p in err.problems if p.key])
-        return Checked(cfg, [], notes)
+        return Checked(cfg, [], notes + list(cfg.get("_notes") or []))  # validation's notes, as cockpit check says
 
     # -- fit line -------------------------------------------------------------------------
     def gpu_memory(self) -> float:

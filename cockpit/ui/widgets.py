@@ -12,6 +12,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from cockpit.cells import clip  # noqa: F401 - the screens' tables cut cells with it
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -120,15 +122,6 @@ class Bearings(Static):
             runs = list_runs(runs_dir)
             counts = (sum(1 for r in runs if r.read_status().get("state") not in TERMINAL_STATES), len(runs))
         self.update(bearings(machine_of(self.app), runs_dir, *counts))
-
-
-def clip(text: str, width: int) -> str:
-    """``text`` in at most ``width`` cells, an ellipsis where it was cut."""
-    from rich.cells import cell_len, set_cell_size
-
-    if cell_len(text) <= width:
-        return text
-    return set_cell_size(text, max(0, width - 1)) + "…" if width > 0 else ""
 
 
 def share_width(total: int, wants: list[int], mins: list[int]) -> list[int]:

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cockpit.config.stages import reference_words
 from cockpit.errors import EXIT_FAILED, EXIT_OK
 from cockpit.run.events import read_all, wall_time_s
 from cockpit.run.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
 from cockpit.train.outcome import last_checkpoint, plot_loss
-from cockpit.train.progress import OnProgress, reporter, silent
+from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
 
 
 @dataclass
@@ -168,7 +169,7 @@ def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None
     probes = load_probes(cfg["probes"])
     ctx.log(f"probes {phase} training ({len(probes)})")
     disabled = model.disable_adapter() if phase == "before" and hasattr(model, "disable_adapter") else nullcontext()
-    on_progress = reporter(ctx.writer, task="probes", phase=phase)
+    on_progress = probes_reporter(ctx.writer, phase)
     with disabled:
         result = run_probes(model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"], on_progress=on_progress)
     ctx.writer.emit("probe_results", phase=phase, **result)
@@ -197,9 +198,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     held_before = _held_out(recipe, ctx, model, data, "before")
     callback = stage_callback(ctx, recipe)
     trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback])
-    ctx.log(
-        f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {'none' if ref_model is None else 'a separate copy'}"
-    )
+    ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {reference_words(ctx.cfg)}")
     resume = ctx.cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):
         resume = last_checkpoint(ctx.dirs["checkpoints"])

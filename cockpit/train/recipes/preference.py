@@ -70,7 +70,6 @@ def build_reference(ctx: RecipeContext):
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    ctx.log(f"reference model: {path}" + (f" + {cfg['ref_model_adapters']}" if cfg.get("ref_model_adapters") else ""))
     return model
 
 
@@ -89,8 +88,6 @@ class DPORecipe(Recipe):
 
     def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
         policy = build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank)
-        if ctx.cfg["finetuning_type"] == "lora" and uses_reference(ctx.cfg) and not ctx.cfg.get("ref_model"):
-            ctx.log("reference model: the base with the LoRA adapter disabled (no second copy)")
         return policy, build_reference(ctx)
 
     def trl_classes(self, cfg: dict[str, Any]) -> tuple[type, type, dict[str, Any]]:

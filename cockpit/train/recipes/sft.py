@@ -223,7 +223,7 @@ def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
 
     from cockpit.strategy.fsdp import gathered_root
     from cockpit.train.probes import run_probes
-    from cockpit.train.progress import reporter
+    from cockpit.train.progress import probes_reporter
 
     if not attempt.probes or not (ctx.rank == 0 or sharded):
         return
@@ -235,7 +235,7 @@ def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
             ctx.tokenizer,
             attempt.probes,
             ctx.cfg["probe_max_new_tokens"],
-            on_progress=reporter(ctx.writer, task="probes", phase="after"),
+            on_progress=probes_reporter(ctx.writer, "after"),
         )
     if ctx.rank == 0:
         ctx.writer.emit("probe_results", phase="after", **attempt.probe_after)
