@@ -59,9 +59,10 @@ class CockpitArgumentParser(argparse.ArgumentParser):
 
 
 def wants_ui(argv: list[str]) -> bool:
-    """No command and no help/version: the TUI. Then the parser is built without the commands'
-    subparsers, whose modules (YAML, the config schema, ...) the UI's first frame would wait for."""
-    i = 0
+    """No command and no help/version: the TUI (``cockpit CONFIG.yaml``: the TUI with that config in
+    Setup). Then the parser is built without the commands' subparsers, whose modules (YAML, the
+    config schema, ...) the UI's first frame would wait for."""
+    i, configs = 0, 0
     while i < len(argv):
         a = argv[i]
         if a == "--runs-dir":
@@ -70,7 +71,10 @@ def wants_ui(argv: list[str]) -> bool:
         if a.startswith("--runs-dir="):
             i += 1
             continue
-        return False
+        if a in COMMANDS or not a.endswith((".yaml", ".yml")) or configs:
+            return False
+        configs += 1
+        i += 1
     return True
 
 
@@ -91,6 +95,9 @@ def build_parser(with_commands: bool = True) -> argparse.ArgumentParser:
         "command (default: $COCKPIT_RUNS_DIR or ~/.local/share/cockpit/runs)",
     )
     if not with_commands:
+        parser.add_argument(
+            "config", nargs="?", default=None, metavar="CONFIG.yaml", help="open this config in Setup (the TUI)"
+        )
         parser.set_defaults(command=None)
         return parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -28,21 +28,40 @@ class CockpitCommands(Provider):
 
         app: CockpitApp = self.app  # type: ignore[assignment]
         cmds: list[tuple[str, Callable[[], Any], str]] = [
-            ("Setup: new run", partial(app.switch_mode, "setup"), "the forms, presets, launch"),
-            ("Runs", partial(app.switch_mode, "runs"), "every run in the runs dir"),
-            ("Doctor", partial(app.switch_mode, "doctor"), "check this machine (cockpit doctor)"),
+            ("Setup: new run", partial(app.action_go, "setup"), "the forms, presets, launch"),
+            ("Runs", partial(app.action_go, "runs"), "every run in the runs dir"),
+            ("Doctor", partial(app.action_go, "doctor"), "check this machine (cockpit doctor)"),
         ]
         for p in list_presets():
             cmds.append((f"Preset: {p.name}", partial(app.load_preset, p.path), f"load {p.path} into Setup"))
+        from cockpit.ui.screens.actions import RESUMABLE
         from cockpit.ui.screens.chat import open_chat
 
+        cmds += self._screen_commands()
         for r in reversed(list_runs(app.runs_dir)[-50:]):
             cmds.append((f"Run: {r.run_id}", partial(app.open_run, r), "open its live view or summary"))
-            if r.read_status().get("state") == "finished":
+            state = r.read_status().get("state")
+            if state == "finished":
                 cmds.append(
                     (f"Chat: {r.run_id}", partial(open_chat, app, r), "base vs tuned side by side (cockpit chat)")
                 )
+            elif state in RESUMABLE:
+                cmds.append(
+                    (f"Resume: {r.run_id}", partial(app.resume_run, r), f"{state}: continue from its checkpoint")
+                )
         return cmds
+
+    def _screen_commands(self) -> list[tuple[str, Callable[[], Any], str]]:
+        """The keys of the screen the palette was opened on (Live: stop, save, kill, plot, ...)."""
+        below = self.screen
+        if type(below).__name__ != "LiveScreen":
+            return []
+        run_id = below.run.run_id  # type: ignore[attr-defined]  # the Live screen
+        return [
+            (f"Live: {b.description.lower()} ({run_id})", getattr(below, f"action_{b.action}"), f"key {b.key}")
+            for b in below.BINDINGS
+            if isinstance(b, Binding) and b.action in ("save", "stop", "kill", "plot", "logs", "warnings", "search")
+        ]
 
     async def discover(self) -> Hits:
         for name, cb, help_text in self._commands():
@@ -79,9 +98,10 @@ class CockpitApp(App):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
     COMMANDS = App.COMMANDS | {CockpitCommands}
     BINDINGS = [
-        Binding("f2", "switch_mode('setup')", "Setup"),
-        Binding("f3", "switch_mode('runs')", "Runs"),
-        Binding("f4", "switch_mode('doctor')", "Doctor"),
+        # priority: they work over the keys view, the palette and dialogs too (action_go closes those)
+        Binding("f2", "go('setup')", "Setup", priority=True),
+        Binding("f3", "go('runs')", "Runs", priority=True),
+        Binding("f4", "go('doctor')", "Doctor", priority=True),
         Binding("ctrl+q", "quit", "Quit (runs keep going)", priority=True),
         Binding("question_mark", "toggle_keys", "Keys", key_display="?"),
     ]
@@ -122,7 +142,13 @@ class CockpitApp(App):
         self.machine = machine  # cockpit.ui.widgets.Machine; None: detected when first shown
 
     def get_default_screen(self):
-        return self.SCREENS_BY_MODE[self.DEFAULT_MODE]()
+        """The start mode's screen (Textual asks once, for the mode it starts in). The start mode is
+        registered here, once its stack exists: unregistered, switching back to it raised
+        ``UnknownModeError`` (F4 then F3 with runs present; n on Runs after a first launch)."""
+        make = self.SCREENS_BY_MODE[self.DEFAULT_MODE]
+        if self.DEFAULT_MODE not in self._modes:
+            self.add_mode(self.DEFAULT_MODE, make)
+        return make()
 
     def on_mount(self) -> None:
         if self.open_run_ref:
@@ -143,19 +169,34 @@ class CockpitApp(App):
             self.push_screen(KeysView(self.screen))
 
     # -- navigation used by screens and the palette -------------------------------------------------
-    def open_live(self, run: RunDir) -> None:
+    def action_go(self, mode: str) -> None:
+        """F2 / F3 / F4 (and the palette): show a mode's own screen. What covers it is closed first
+        (the keys view, the palette, a dialog: dismissed, so its caller hears "cancel"); F3 on Live
+        or Summary (pushed on the runs mode) goes back to Runs."""
+        closing = (lambda: len(self.screen_stack) > 1) if mode == self.current_mode else (lambda: self.screen.is_modal)
+        while closing():
+            self.screen.dismiss(None)
+        if mode != self.current_mode:
+            self.switch_mode(mode)
+
+    def show_on_runs(self, screen: Any) -> None:
+        """Push ``screen`` (Live, Summary, Chat) on the Runs screen: one run's view at a time."""
+        self.action_go("runs")
+        self.push_screen(screen)
+
+    def open_live(self, run: RunDir, on_top: bool = False) -> None:
+        """``run``'s Live screen on Runs, or ``on_top`` of the current screen (the Summary's event view)."""
         from cockpit.ui.screens.live import LiveScreen
 
-        if self.current_mode != "runs":
-            self.switch_mode("runs")
-        self.push_screen(LiveScreen(run))
+        if on_top:
+            self.push_screen(LiveScreen(run))
+        else:
+            self.show_on_runs(LiveScreen(run))
 
     def open_summary(self, run: RunDir) -> None:
         from cockpit.ui.screens.summary import SummaryScreen
 
-        if self.current_mode != "runs":
-            self.switch_mode("runs")
-        self.push_screen(SummaryScreen(run))
+        self.show_on_runs(SummaryScreen(run))
 
     def open_run(self, run: RunDir) -> None:
         from cockpit.run.rundir import TERMINAL_STATES
@@ -165,18 +206,38 @@ class CockpitApp(App):
         else:
             self.open_live(run)
 
+    def resume_run(self, run: RunDir) -> None:
+        """The palette's "Resume: RUN": the Runs screen's resume (a confirmation, then cockpit resume)."""
+        self.action_go("runs")
+        runs = self.screen
+        runs.resume_selected(run)  # type: ignore[attr-defined]  # the Runs screen
+
     def load_preset(self, path: Path) -> None:
-        self.switch_mode("setup")
+        self.action_go("setup")
         self.call_after_refresh(lambda: self.screen.load_preset(Path(path)))  # type: ignore[attr-defined]  # the setup screen
 
 
 def run_app(args: Any = None) -> int:
     import os
     import signal
+    import sys
 
     runs_dir = getattr(args, "ui_runs_dir", None) or getattr(args, "runs_dir", None)
     # The terminal went away (SSH drop, tmux killed): leave at once. Runs are owned by their
     # supervisors, so nothing is lost; without this a UI with no terminal could linger.
     signal.signal(signal.SIGHUP, lambda *_: os._exit(129))
-    CockpitApp(runs_dir).run()
-    return 0
+    config = getattr(args, "config", None)
+    if config and not os.path.isfile(os.path.expanduser(config)):
+        print(f"cockpit: {config}: no such file", file=sys.stderr)
+        return 2
+    # cockpit CONFIG.yaml: Setup with the config in the form (relative paths in it read from here)
+    app = CockpitApp(
+        runs_dir, start="setup" if config else "auto", start_preset=os.path.expanduser(config) if config else None
+    )
+    return run_to_exit(app)
+
+
+def run_to_exit(app: App, headless: bool = False) -> int:
+    """Run ``app``; its exit code: an exception in the UI exits 1 (Textual's return code), not 0."""
+    app.run(headless=headless)
+    return app.return_code or 0

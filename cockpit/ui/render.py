@@ -7,6 +7,7 @@ from typing import Any
 from rich.style import Style as RichStyle
 from rich.text import Text
 
+from cockpit.cells import clip
 from cockpit.ui.palette import themed
 from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
@@ -60,28 +61,68 @@ def bar(frac: float | None, width: int = 10) -> Text:
     return Text("█" * done, style=style) + Text("░" * (width - done), style="dim")
 
 
-def header(state: RunState, now: float, replaying: float | None = None) -> Text:
+def header(state: RunState, now: float, replaying: float | None = None, width: int | None = None) -> Text:
+    """The Live screen's title: run, state, step, epoch, elapsed, ETA, what it is doing. In
+    ``width`` cells its first line never wraps: the run's short name first, then no epoch; what it
+    is doing goes to a line of its own. When the run has ended: why, and that Enter opens the Summary."""
+    from cockpit.compare import short_name
+
+    name = state.run_id or "?"
+    for run_name, with_epoch in ((name, True), (short_name(name), True), (short_name(name), False)):
+        first = _header_line(state, now, run_name, with_epoch)
+        if width is None or first.cell_len <= width:
+            break
+    t = first
+    doing = state.activity()
+    notes = []
+    if doing:
+        notes.append((doing, themed("italic $text-primary")))
+    if replaying is not None:
+        notes.append((f"loading history {100 * replaying:.0f}%", themed("italic $text-warning")))
+    for note, style in notes:
+        fits = width is None or t.cell_len - t.plain.rfind("\n") - 1 + 2 + len(note) <= width
+        t.append("  " if fits else "\n", style="")
+        t.append(note, style=style)
+    if state.ended:
+        if state.reason:
+            t.append(f"\n{state.reason}", style=themed(STATE_STYLE.get(state.state, "")))
+        t.append("\nThe run has ended. Enter: its Summary (probes, loss, export)", style="dim")
+    return t
+
+
+def _header_line(state: RunState, now: float, name: str, with_epoch: bool) -> Text:
     t = Text()
-    t.append(state.run_id or "?", style="bold")
+    t.append(name, style="bold")
     t.append("  ")
     t.append(
         f" {STATE_SYMBOL.get(state.state, '?')} {state.state} ",
         style=themed(f"reverse {STATE_STYLE.get(state.state, '')}"),
     )
-    total = state.total or "?"
-    t.append(f"  step {state.step}/{total}")
-    if state.epoch is not None:
+    t.append(f"  step {state.step}/{state.total or '?'}")
+    if with_epoch and state.epoch is not None:
         t.append(f"  epoch {state.epoch:.2f}")
     t.append(f"  elapsed {fmt_duration(state.elapsed(now))}")
     t.append(f"  ETA {fmt_duration(state.eta(now))}")
-    doing = state.activity()
-    if doing:
-        t.append(f"  {doing}", style=themed("italic $text-primary"))
-    if replaying is not None:
-        t.append(f"  loading history {100 * replaying:.0f}%", style=themed("italic $text-warning"))
-    if state.reason and state.ended:
-        t.append(f"\n{state.reason}", style=themed(STATE_STYLE.get(state.state, "")))
     return t
+
+
+def step_ticks(xs: list[float], most: int = 6) -> tuple[list[float], list[str]]:
+    """Whole steps for a plot's x axis, and their labels (plotext's own ticks fall between steps:
+    1.0 9.8 18.5)."""
+    ticks = whole_ticks(xs, most)
+    return [float(t) for t in ticks], [str(t) for t in ticks]
+
+
+def whole_ticks(xs: list[float], most: int) -> list[int]:
+    if not xs:
+        return []
+    lo, hi = int(min(xs)), int(round(max(xs)))
+    if hi - lo < most:
+        return list(range(lo, hi + 1))
+    raw = (hi - lo) / (most - 1)
+    step = next(m * 10**e for e in range(len(str(hi)) + 1) for m in (1, 2, 5) if m * 10**e >= raw)
+    first = -(-lo // step) * step
+    return sorted({lo, *range(first, hi + 1, step)} - {t for t in range(first, hi + 1, step) if 0 < t - lo < step / 2})
 
 
 def _mb(v: Any) -> str:
@@ -194,6 +235,23 @@ def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     return t
 
 
+def unavailable_lines(tel: dict[str, Any], width: int) -> Text:
+    """Why a telemetry source gives nothing. On a machine without a GPU that is expected: one dim
+    ``skip`` line, as the doctor says it; a GPU source that fails while sampling is a ``✗`` line."""
+    t = Text()
+    unavailable = tel.get("unavailable") or {}
+    failing = {k: v for k, v in unavailable.items() if str(v).startswith("sampling failed")}
+    if tel.get("backend") == "cpu" and not failing:
+        if unavailable:
+            line = f" skip  GPU telemetry ({', '.join(unavailable)}): no GPU on this machine, a CPU run"
+            t.append("\n" + clip(line, width - 2), style="dim")
+        return t
+    for name, why in unavailable.items():
+        line = clip(f" {'✗' if name in failing else '-'} {name}: {why}", max(10, width - 2))
+        t.append("\n" + line, style=themed("$text-warning") if name in failing else "dim")
+    return t
+
+
 def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     if len(state.nodes) > 1 or any(n > 0 for n in state.nodes):
         return node_devices(state, width, max_lines)
@@ -202,12 +260,12 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     backend = tel.get("backend")
     t.append("Devices", style="bold underline")
     t.append(f"  telemetry: {backend or 'none yet'}", style="bold" if backend else "dim")
-    unavailable = tel.get("unavailable") or {}
-    for name, why in unavailable.items():
-        line = f" ✗ {name}: {why}"
-        if len(line) > width - 2:
-            line = line[: max(10, width - 3)] + "…"
-        t.append("\n" + line, style="dim")
+    if state.ended:  # nothing samples an ended run: no stale RSS, CPU or "not reported yet" lines
+        t.append("\n (the run has ended: no live samples)", style="dim")
+        t.append("\n")
+        t.append_text(comm(state))
+        return t
+    t.append_text(unavailable_lines(tel, width))
     devs = tel.get("devices") or []
     for d in devs:
         used, total = d.get("vram_used_mb"), d.get("vram_total_mb")

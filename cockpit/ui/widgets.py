@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widgets import Checkbox, Static
 
 from cockpit.cells import clip  # noqa: F401 - the screens' tables cut cells with it
 
@@ -87,7 +87,9 @@ def machine_of(app: Any) -> Machine:
     return m
 
 
-def bearings(machine: Machine, runs_dir: Path, active: int, total: int) -> Text:
+def bearings(machine: Machine, runs_dir: Path, active: int, total: int, width: int | None = None) -> Text:
+    """The line: cockpit · host · GPUs · active runs · runs dir. In ``width`` cells the runs dir is
+    cut from the left (``…/cockpit/runs``), never the line's end mid-way."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append("cockpit", style="bold")
     t.append(f" · {machine.host} · ")
@@ -96,7 +98,12 @@ def bearings(machine: Machine, runs_dir: Path, active: int, total: int) -> Text:
     t.append(f"{active}/{total} runs active", style="bold" if active else "")
     home = str(Path.home())
     where = str(runs_dir)
-    t.append(" · " + ("~" + where[len(home) :] if where.startswith(home + os.sep) else where))
+    where = "~" + where[len(home) :] if where.startswith(home + os.sep) else where
+    room = None if width is None else width - t.cell_len - 3
+    if room is not None and len(where) > room:
+        where = "…" + where[len(where) - room + 1 :] if room >= 12 else ""
+    if where:
+        t.append(" · " + where)
     return t
 
 
@@ -121,7 +128,12 @@ class Bearings(Static):
         if counts is None:
             runs = list_runs(runs_dir)
             counts = (sum(1 for r in runs if r.read_status().get("state") not in TERMINAL_STATES), len(runs))
-        self.update(bearings(machine_of(self.app), runs_dir, *counts))
+        self._counts = counts
+        self.update(bearings(machine_of(self.app), runs_dir, *counts, width=self.content_region.width or None))
+
+    def on_resize(self) -> None:
+        if getattr(self, "_counts", None) is not None:
+            self.refresh_line(self._counts)
 
 
 def share_width(total: int, wants: list[int], mins: list[int]) -> list[int]:
@@ -134,3 +146,12 @@ def share_width(total: int, wants: list[int], mins: list[int]) -> list[int]:
             break
         widths[i] -= 1
     return widths
+
+
+class TickBox(Checkbox):
+    """A checkbox that reads the same without colour: ``X`` when checked, blank when not (Textual's
+    draws ``X`` both ways and tells them apart by colour alone; NO_COLOR and 16-colour terminals)."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # Textual reads a class attribute; here per value
+        return "X" if self.value else " "

@@ -1,5 +1,6 @@
-"""What a finished run offers, on the Summary and the Runs screen alike: merge, export, serve,
-chat. Each goes through the CLI (``cockpit export|serve|chat``) in a subprocess."""
+"""What an ended run offers, on the Summary and the Runs screen alike: merge, export, serve, chat,
+resume (a stopped, failed or lost run) and delete. Each goes through the CLI (``cockpit
+export|serve|chat|resume|rm``) in a subprocess."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ ACTION_BINDINGS = [
     Binding("s", "serve", "Serve"),
     Binding("m", "export(True)", "Merge+export"),
     Binding("e", "export(False)", "Export adapter"),
+    Binding("R", "resume", "Resume"),
+    Binding("delete", "delete", "Delete"),
 ]
+RESUMABLE = TERMINAL_STATES - {"finished"}  # what cockpit resume continues: stopped, failed, killed, lost, ...
 
 
 def serve_text(res, url: str | None) -> Text:
@@ -66,17 +70,42 @@ def export_text(res) -> tuple[Text, bool]:
     return msg, True
 
 
+def delete_question(run: RunDir, plan: dict) -> str:
+    """The confirmation for deleting ``run``, from ``cockpit rm --dry-run --json``: what goes, what stays."""
+    from cockpit.run.remove import fmt_bytes
+
+    found = (plan.get("runs") or [{}])[0]
+    parts = ", ".join(
+        f"{k} {fmt_bytes(v)}" for k, v in sorted((found.get("parts") or {}).items(), key=lambda kv: -kv[1])
+    )
+    text = f"Delete {run.run_id} ({found.get('state')})? {fmt_bytes(plan.get('freed_bytes') or 0)} freed"
+    text += f" ({parts})." if parts else "."
+    if found.get("output_dir"):
+        text += f" Its output_dir {found['output_dir']} stays."
+    return text
+
+
+class RunMessage(WorkerMessage):
+    """A worker's answer about one run: ``result`` (a ``proc.CliResult``) and ``run``."""
+
+    def __init__(self, result: Any, run: RunDir) -> None:
+        super().__init__(result)
+        self.run = run
+
+
 class RunActions(Screen):
     """Base of a Screen (Summary, Runs): ``action_target()`` names the run; merge / export / serve /
     chat act on it when it has ended, and say so when it has not. The workers post
     :class:`Exported` / :class:`Served`, handled here."""
 
-    class Exported(WorkerMessage):
+    class Exported(RunMessage):
         """``cockpit export RUN --json`` answered: ``result`` the ``proc.CliResult``, ``run`` the run."""
 
-        def __init__(self, result: Any, run: RunDir) -> None:
-            super().__init__(result)
-            self.run = run
+    class Resumed(RunMessage):
+        """``cockpit resume RUN --detach --json`` answered (a ``proc.CliResult``)."""
+
+    class Deleted(RunMessage):
+        """``cockpit rm RUN --yes --json`` answered (a ``proc.CliResult``)."""
 
     class Served(WorkerMessage):
         """``cockpit serve RUN --json`` answered: ``result`` the ``proc.CliResult``, ``url`` the server."""
@@ -161,3 +190,95 @@ class RunActions(Screen):
 
         title = f"Serve {message.run.run_id}" + (f" — {message.url}" if message.url else " — vllm serve")
         self.app.push_screen(TextView(title, serve_text(message.result, message.url)))
+
+    # -- resume / delete --------------------------------------------------------------------
+    def action_resume(self) -> None:
+        run = self.action_target()
+        if run is not None:
+            self.resume_selected(run)
+
+    def resume_selected(self, run: RunDir) -> None:
+        from cockpit.ui.screens.modals import Confirm
+
+        state = run.read_status().get("state")
+        if state not in RESUMABLE:
+            self.notify(f"{run.run_id} is {state or 'starting'}: resume continues a run that ended before finishing")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.show_action_progress(f"resuming {run.run_id} from its last good checkpoint … (cockpit resume)")
+                self._resume(run)
+
+        self.app.push_screen(
+            Confirm(f"Resume {run.run_id} ({state}) from its last good checkpoint?", "Resume", danger=False), answered
+        )
+
+    @work(thread=True, exclusive=True, group="resume")
+    def _resume(self, run: RunDir) -> None:
+        from cockpit.ui import proc
+
+        res = proc.run_cli("resume", str(run.path), "--detach", "--json", timeout=900)
+        post_or_run(self, self.Resumed(res, run), self._resumed)
+
+    @on(Resumed)
+    def _resumed(self, message: Resumed) -> None:
+        res = message.result
+        if res.rc == 0 and isinstance(res.data, dict):
+            self.notify(f"{message.run.run_id}: attempt {res.data.get('attempt')} from {res.data.get('checkpoint')}")
+            self.app.open_live(message.run)  # type: ignore[attr-defined]  # the CockpitApp
+        else:
+            self.show_action_result(f"resume {message.run.run_id}", Text(f"resume failed: {res.error_text}"), False)
+
+    def action_delete(self) -> None:
+        run = self.action_target()
+        if run is None:
+            return
+        state = run.read_status().get("state")
+        if state not in TERMINAL_STATES:
+            self.notify(f"{run.run_id} is still {state or 'starting'}: stop it first (x on its Live screen)")
+            return
+        self._plan_delete(run)
+
+    class DeletePlanned(RunMessage):
+        """``cockpit rm RUN --dry-run --json`` answered: what deleting would free."""
+
+    @work(thread=True, exclusive=True, group="delete")
+    def _plan_delete(self, run: RunDir) -> None:
+        from cockpit.ui import proc
+
+        self.post_message(self.DeletePlanned(proc.run_cli("rm", str(run.path), "--dry-run", "--json"), run))
+
+    @on(DeletePlanned)
+    def _confirm_delete(self, message: DeletePlanned) -> None:
+        from cockpit.ui.screens.modals import Confirm
+
+        run, data = message.run, message.result.data
+        if not isinstance(data, dict) or data.get("error"):
+            why = data.get("error") if isinstance(data, dict) else message.result.error_text
+            self.notify(f"cannot delete {run.run_id}: {why}", severity="error")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._delete(run)
+
+        self.app.push_screen(Confirm(delete_question(run, data), "Delete"), answered)
+
+    @work(thread=True, exclusive=True, group="delete")
+    def _delete(self, run: RunDir) -> None:
+        from cockpit.ui import proc
+
+        post_or_run(self, self.Deleted(proc.run_cli("rm", str(run.path), "--yes", "--json"), run), self._deleted)
+
+    @on(Deleted)
+    def _deleted(self, message: Deleted) -> None:
+        res = message.result
+        if res.rc != 0:
+            self.show_action_result(f"delete {message.run.run_id}", Text(f"cockpit rm failed: {res.error_text}"), False)
+            return
+        self.notify(f"deleted {message.run.run_id}")
+        self.after_delete(message.run)
+
+    def after_delete(self, run: RunDir) -> None:
+        """The run dir is gone: the screen follows (Runs redraws, Summary goes back)."""

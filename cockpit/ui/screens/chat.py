@@ -325,6 +325,4 @@ class ChatScreen(Screen):
 
 def open_chat(app, run: RunDir) -> None:
     """The chat screen of ``run`` on top of the Runs mode (the command palette's "Chat: RUN")."""
-    if app.current_mode != "runs":
-        app.switch_mode("runs")
-    app.push_screen(ChatScreen(run))
+    app.show_on_runs(ChatScreen(run))

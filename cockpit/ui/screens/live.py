@@ -54,6 +54,7 @@ class LiveScreen(Screen):
     RELAUNCH_KILL_GRACE_S = 20.0  # then kill; then the supervisor's process group is killed
 
     SPARK_PERIOD_S = 1.0  # sparklines: at most one redraw per second while following
+    SPARK_FULL_WIDTH_AT = 24  # points: fewer get a cell each
     LOG_PERIOD_S = 1.0  # the log pane: new lines read and drawn once per second
 
     class ReplayProgress(WorkerMessage):
@@ -194,13 +195,8 @@ class LiveScreen(Screen):
         self._finish_told = True
         self._read_logs()
         self.refresh_bindings()
-        state = self.state.state
-        self.notify(
-            f"{self.run.run_id} {state}. Enter: its Summary (probes, loss, export)",
-            title=f"run {state}",
-            severity="information" if state == "finished" else "warning",
-            timeout=30,
-        )
+        self.app.bell()  # the header says it has ended and that Enter opens the Summary (no toast over the log)
+        self.draw()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "summary":
@@ -251,6 +247,14 @@ class LiveScreen(Screen):
             text.highlight_words([self._needle], style=themed("reverse $text-warning"), case_sensitive=False)
         widget.update(text, layout=False)
 
+    def _redraw_title(self) -> None:
+        self._update(
+            "#live-title", render.header(self._header_state(), self.clock(), self.replay_progress, self._title_width())
+        )
+
+    def _title_width(self) -> int | None:
+        return self.query_one("#live-title", Static).content_region.width or None
+
     def _header_state(self):
         return self.peeked if (self.replay_progress is not None and self.peeked is not None) else self.state
 
@@ -261,7 +265,10 @@ class LiveScreen(Screen):
             self._ask_scheduler()
         # elapsed / ETA move on between steps; a draw in the last second already showed them
         if not self.state.ended and time.monotonic() - self._header_at > 0.9:
-            self._update("#live-title", render.header(self._header_state(), self.clock(), self.replay_progress))
+            self._update(
+                "#live-title",
+                render.header(self._header_state(), self.clock(), self.replay_progress, self._title_width()),
+            )
 
     # -- drawing ----------------------------------------------------------------------------
     def _update(self, selector: str, content) -> None:
@@ -282,7 +289,7 @@ class LiveScreen(Screen):
                 return
             self._drawn_version = st.version
             hs = self._header_state()
-            self._update("#live-title", render.header(hs, self.clock(), self.replay_progress))
+            self._update("#live-title", render.header(hs, self.clock(), self.replay_progress, self._title_width()))
             self._header_at = time.monotonic()
             bar = self.query_one("#live-progress", ProgressBar)
             if hs.total:
@@ -301,7 +308,11 @@ class LiveScreen(Screen):
                     self.query_one("#stage-sparks").remove_class("hidden")
                     self.query_one(f"#row-{m}").remove_class("hidden")
                 self._drawn_counts[m] = (s.n, s.width)
-                self.query_one(f"#spark-{m}", Sparkline).data = s.means()
+                spark = self.query_one(f"#spark-{m}", Sparkline)
+                spark.data = s.means()
+                # a bar per point while the points are few (3 points drawn over the whole row read as
+                # one block); the whole row from SPARK_FULL_WIDTH_AT points on
+                spark.styles.width = len(spark.data) if len(spark.data) < self.SPARK_FULL_WIDTH_AT else "1fr"
                 label = f"{SHORT.get(m) or STAGE_TITLES[m]:<9} {fmt_num(s.last, m):>10}"
                 self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
             devices = self.query_one("#devices", Static)
@@ -311,6 +322,7 @@ class LiveScreen(Screen):
             ) - 1  # #live-mid's max-height (app.tcss), less the comm line
             several = len(st.nodes) > 1
             key = (
+                st.ended,
                 id(st.telemetry),
                 id(st.comm),
                 width,
@@ -536,6 +548,7 @@ class LiveScreen(Screen):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._show_log)
+        self.call_after_refresh(self._redraw_title)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "log-search":

@@ -3,6 +3,9 @@ with search, text preview, prompt."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
 
 from cockpit.ui.palette import themed
+from cockpit.ui.render import step_ticks
 from cockpit.ui.state import METRIC_TITLES, METRICS, RunState
 
 
@@ -75,6 +79,47 @@ class Prompt(ModalScreen[str | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class OpenConfig(ModalScreen["Path | None"]):
+    """Ctrl+O in Setup: a YAML config to open, typed as a path (Enter) or picked in the tree of the
+    folder the cockpit was started in (relative paths in it are read from there too)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import DirectoryTree
+
+        class YamlTree(DirectoryTree):
+            def filter_paths(self, paths):
+                return [
+                    p for p in paths if not p.name.startswith(".") and (p.is_dir() or p.suffix in (".yaml", ".yml"))
+                ]
+
+        with Vertical(id="open-config"):
+            yield Label(
+                "Open a config (LLaMA-Factory YAML): a path and Enter, or pick a file below", classes="pane-title"
+            )
+            yield Input(str(self.folder) + os.sep, id="open-path")
+            yield YamlTree(self.folder, id="open-tree")
+            yield Label("Enter opens · Tab: the tree · Esc cancels", classes="dim")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        path = Path(event.value.strip()).expanduser()
+        if path.is_file():
+            self.dismiss(path)
+        else:
+            self.notify(f"no such file: {path}", severity="error")
+
+    def on_directory_tree_file_selected(self, event) -> None:
+        self.dismiss(Path(event.path))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -147,10 +192,13 @@ class PlotView(ModalScreen[None]):
         plt = widget.plt
         plt.clear_data()
         plt.clear_figure()
+        xs = list(s.xs)
         if len(s):
-            plt.plot(list(s.xs), s.means(), marker="braille")
+            plt.plot(xs, s.means(), marker="braille")
         if self.metric == "loss" and len(self.state.evals):
+            xs += list(self.state.evals.xs)
             plt.scatter(list(self.state.evals.xs), self.state.evals.means(), marker="x", label="eval")
+        plt.xticks(*step_ticks(xs))
         width = f", {s.width} steps per point" if s.width > 1 else ""
         plt.title(f"{METRIC_TITLES[self.metric]} — {self.title_text or self.state.run_id}{width}")
         plt.xlabel("step")

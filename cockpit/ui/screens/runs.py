@@ -160,6 +160,9 @@ class RunsScreen(RunActions, Screen):
     def action_target(self) -> RunDir | None:  # merge / export / serve / chat act on the selected run
         return self._selected()
 
+    def after_delete(self, run: RunDir) -> None:
+        self.refresh_runs()
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open()
 
@@ -179,4 +182,4 @@ class RunsScreen(RunActions, Screen):
             self.app.open_live(run)
 
     def action_new(self) -> None:
-        self.app.switch_mode("setup")
+        self.app.action_go("setup")

@@ -32,7 +32,7 @@ from cockpit.ui import forms, presets, proc
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.palette import themed
-from cockpit.ui.widgets import Bearings, machine_of
+from cockpit.ui.widgets import Bearings, TickBox, machine_of
 
 if TYPE_CHECKING:
     from textual import getters
@@ -57,6 +57,18 @@ def sbatch_options_modal():
             self.dismiss(event.value.strip())
 
     return SbatchOptions
+
+
+TABS = Binding.Group("Tab")  # Ctrl+← and Ctrl+→: one footer entry
+
+
+def preset_dirs() -> tuple[Path, ...]:
+    return (presets.REPO_PRESETS, presets.user_presets_dir())
+
+
+def _home_short(path: Path) -> str:
+    home = str(Path.home())
+    return "~" + str(path)[len(home) :] if str(path).startswith(home + os.sep) else str(path)
 
 
 def _wid(field_id: str) -> str:
@@ -91,8 +103,10 @@ class SetupScreen(Screen):
         app = getters.app(CockpitApp)
 
     BINDINGS = [  # the tab keys first: the footer shows them even at 80 columns
-        Binding("ctrl+left", "prev_tab", "Tab", key_display="^←"),
-        Binding("ctrl+right", "next_tab", "Tab", key_display="^→"),
+        # priority: a field nearly always has focus, and an Input would take Ctrl+←/→ for itself
+        Binding("ctrl+left", "prev_tab", "Tab", key_display="^←", priority=True, group=TABS),
+        Binding("ctrl+right", "next_tab", "Tab", key_display="^→", priority=True, group=TABS),
+        Binding("ctrl+o", "open_config", "Open YAML"),
         Binding("f8,ctrl+g", "launch", "Launch"),
         Binding("f5", "check_data", "Check data"),
         Binding("f6", "preview", "Preview"),
@@ -150,7 +164,12 @@ class SetupScreen(Screen):
         yield Bearings(id="bearings")
         with Horizontal(id="setup-top"):
             yield Label("Preset", classes="field-label")
-            yield Select(self._preset_options(), prompt="load a preset …", id="preset", compact=True)
+            yield Select(
+                self._preset_options(),
+                prompt=f"load a preset … (yours: {_home_short(presets.user_presets_dir())}; Ctrl+O: any YAML)",
+                id="preset",
+                compact=True,
+            )
         with Horizontal(id="setup-body"):
             with TabbedContent(id="setup-tabs"):
                 for group, fields in GROUPS.items():
@@ -193,7 +212,7 @@ class SetupScreen(Screen):
     def _widget(self, f: forms.Field):
         value = self.model.values.get(f.id)
         if f.kind == "bool":
-            return Checkbox(f.help[:60] if f.help else "", bool(value), id=_wid(f.id), compact=True, tooltip=f.help)
+            return TickBox(f.help[:60] if f.help else "", bool(value), id=_wid(f.id), compact=True, tooltip=f.help)
         if f.kind == "select":
             return Select(
                 [(label, v) for label, v in f.options],
@@ -212,8 +231,8 @@ class SetupScreen(Screen):
 
     def _start(self) -> None:
         preset = getattr(self.app, "start_preset", None)
-        if preset:
-            self.load_preset(Path(preset), quiet=True)
+        if preset:  # cockpit CONFIG.yaml (or a test's preset): said unless it is a preset
+            self.load_preset(Path(preset), quiet=Path(preset).resolve().parent in preset_dirs())
         else:  # the cheap guess now; the doctor (a subprocess) may offer another one below
             guess = presets.REPO_PRESETS / "cpu-demo.yaml"
             if guess.exists():
@@ -271,7 +290,7 @@ class SetupScreen(Screen):
         self.fill_widgets()
         self.validate_now()
         if not quiet:
-            self.notify(f"preset {path.stem} loaded")
+            self.notify(f"preset {path.stem} loaded" if path.parent in preset_dirs() else f"loaded {path}")
 
     def fill_widgets(self) -> None:
         for f in FIELDS.values():
@@ -465,6 +484,16 @@ class SetupScreen(Screen):
         from cockpit.ui import render
 
         message.view.set_body(self._preview_body(render.launch_ranks(message.result)))
+
+    def action_open_config(self) -> None:
+        """Ctrl+O: a YAML config of yours into the form (keys the form has no field for are kept)."""
+        from cockpit.ui.screens.modals import OpenConfig
+
+        def opened(path: Path | None) -> None:
+            if path is not None:
+                self.load_preset(path)
+
+        self.app.push_screen(OpenConfig(Path.cwd()), opened)
 
     def action_save_preset(self) -> None:
         from cockpit.ui.screens.modals import Prompt

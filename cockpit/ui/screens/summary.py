@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 from cockpit.run.rundir import RunDir
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.palette import themed
-from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL
+from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL, step_ticks
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import RunFollower, fmt_duration
 from cockpit.ui.widgets import clip, share_width
@@ -130,6 +130,26 @@ def probe_lines(before: dict, after: dict) -> Text:
     return t
 
 
+def probe_detail(found: list[tuple[str, dict]]) -> Text:
+    """One probe, whole: the prompt, what it expects, and each side's answer with its verdict."""
+    first = found[0][1]
+    t = Text()
+    if first.get("set"):
+        t.append(f"set: {first['set']}\n", style="dim")
+    t.append("prompt\n", style="bold")
+    t.append(f"{first.get('prompt', '')}\n\n")
+    exp = first.get("expect", first.get("expected"))
+    if exp:
+        t.append("expects\n", style="bold")
+        t.append((", ".join(map(str, exp)) if isinstance(exp, list) else str(exp)) + "\n\n")
+    for when, r in found:
+        ok = r.get("ok")
+        t.append(f"{when} training: ", style="bold")
+        t.append("✓ passed\n" if ok else "✗ failed\n", style=themed("$text-success" if ok else "$text-error"))
+        t.append((r.get("answer") or "(empty)") + "\n\n")
+    return t
+
+
 # probe table columns: the wanted and the least width of prompt, expected, before, after
 PROBE_COLUMNS = ("prompt", "expected", "before", "after")
 PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the least cells
@@ -194,6 +214,7 @@ class SummaryScreen(RunActions, Screen):
             plt.plot(list(s.xs), s.means(), marker="braille", label="train")
         if len(st.evals):
             plt.scatter(list(st.evals.xs), st.evals.means(), marker="x", label="eval")
+        plt.xticks(*step_ticks([*s.xs, *st.evals.xs]))
         plt.title("loss")
         plt.xlabel("step")
         widget.refresh()
@@ -260,6 +281,20 @@ class SummaryScreen(RunActions, Screen):
         if not n:
             table.add_row("(no probes in this run)", "", "", "")
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a probe row: its prompt, the expected words and both answers, whole."""
+        from cockpit.ui.screens.modals import TextView
+
+        key = str(event.row_key.value)
+        if not key.isdigit():
+            return
+        i = int(key)
+        st = self.follower.state
+        sides = [(when, ((st.probes.get(when) or {}).get("results") or [])) for when in ("before", "after")]
+        found = [(when, rows[i]) for when, rows in sides if i < len(rows)]
+        if found:
+            self.app.push_screen(TextView(f"probe {i + 1}", probe_detail(found)))
+
     def on_resize(self) -> None:
         if self.follower.state.probes:
             self.call_after_refresh(self._fill_probes)
@@ -286,11 +321,14 @@ class SummaryScreen(RunActions, Screen):
         self.app.push_screen(LogView(LogTail(self.run.logs_dir), self.run.run_id, poll=True))
 
     def action_live(self) -> None:
-        self.app.open_live(self.run)
+        self.app.open_live(self.run, on_top=True)  # on top of this Summary: Esc comes back here
 
     def action_leave(self) -> None:
         self.app.sub_title = ""
         self.dismiss()
+
+    def after_delete(self, run: RunDir) -> None:
+        self.action_leave()
 
 
 def _eval_metric_line(metric: Any, label: str, scale: int | None, higher_is_better: bool) -> tuple[str, Any] | None:
