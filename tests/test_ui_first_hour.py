@@ -353,14 +353,10 @@ def test_setup_buttons_are_whole_at_80_and_120_columns(env, monkeypatch):
 
 
 def test_a_sparkline_of_few_points_is_a_cell_per_point(env):
-    from test_ui_rough_edges import append_text
+    from test_ui_rough_edges import append_text, running_at
 
     runs = env / "runs"
-    run_dir = copy_run(runs)
-    events = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
-    cut = next(i for i, ln in enumerate(events) if '"step":3,' in ln) + 1
-    (run_dir / "events.jsonl").write_text("".join(events[:cut]))
-    set_status(run_dir, state="running", step=3, ended=None, supervisor_host="node-b")
+    run_dir, rest = running_at(runs, 3)
 
     async def scenario():
         from textual.widgets import Sparkline
@@ -374,7 +370,7 @@ def test_a_sparkline_of_few_points_is_a_cell_per_point(env):
             spark = app.screen.query_one("#spark-loss", Sparkline)
             await wait_for(pilot, lambda: len(spark.data or []) >= 1, 5, "points")
             assert spark.size.width == len(spark.data) < 10  # not one block over the row
-            append_text(run_dir / "events.jsonl", "".join(events[cut:]))
+            append_text(run_dir / "events.jsonl", rest)
             await wait_for(pilot, lambda: len(spark.data or []) >= 24, 10, "more points")
             await pilot.pause(1.2)
             assert spark.size.width > 30  # the whole row once there are enough

@@ -55,6 +55,17 @@ def append_text(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def running_at(runs: Path, step: int) -> tuple[Path, str]:
+    """The recorded run copied into ``runs``, its event log cut after ``step`` and its status running
+    (its supervisor on another node: the screens follow the log only); and the cut-off rest of the log."""
+    run_dir = copy_run(runs)
+    events = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    cut = next(i for i, ln in enumerate(events) if f'"step":{step},' in ln) + 1
+    (run_dir / "events.jsonl").write_text("".join(events[:cut]))
+    set_status(run_dir, state="running", step=step, ended=None, supervisor_host="node-b")
+    return run_dir, "".join(events[cut:])
+
+
 def set_status(run_dir: Path, **fields) -> None:
     st = json.loads((run_dir / "status.json").read_text())
     st.update(fields)
@@ -192,13 +203,7 @@ def test_live_log_pane_is_readable_w_expands_l_is_raw(env):
 # -- 5. a run that ends while followed: the header says so (no toast over the log: issue 29), Enter opens its Summary
 def test_followed_run_that_finishes_says_so_and_enter_opens_summary(env):
     runs = env / "runs"
-    run_dir = copy_run(runs)
-    events = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
-    cut = next(i for i, ln in enumerate(events) if '"step":20,' in ln) + 1
-    (run_dir / "events.jsonl").write_text("".join(events[:cut]))
-    # its supervisor runs on another node (cockpit.run.liveness leaves such a run to it): the screen
-    # follows the event log only
-    set_status(run_dir, state="running", step=20, ended=None, supervisor_host="node-b")
+    run_dir, rest = running_at(runs, 20)
 
     async def scenario():
         from cockpit.run.rundir import RunDir
@@ -209,7 +214,7 @@ def test_followed_run_that_finishes_says_so_and_enter_opens_summary(env):
             await wait_for(pilot, lambda: type(app.screen).__name__ == "LiveScreen" and app.screen.state.step == 20, 10, "step 20")
             live = app.screen
             assert not live.check_action("summary", ())  # no Summary key while it runs
-            append_text(run_dir / "events.jsonl", "".join(events[cut:]))
+            append_text(run_dir / "events.jsonl", rest)
             set_status(run_dir, state="finished", step=40)
             await wait_for(pilot, lambda: "Enter: its Summary" in text_of(app, "#live-title"), 10, "the header's notice")
             assert not app._notifications  # nothing covers the log, nothing stays over the Summary
