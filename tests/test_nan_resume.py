@@ -69,7 +69,7 @@ def test_nan_stop_keeps_the_last_good_checkpoint_as_the_adapter_and_resume_uses_
 
 @pytest.mark.slow
 def test_resume_last_without_a_checkpoint_warns(tmp_path, tiny_model_dir):
-    # logging_steps 3 of 2 steps: only step 1 (logging_first_step) is a logging step
+    # logging_steps 3 of 2 steps: step 1 (logging_first_step) and the last step (always logged) only
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=2, logging_steps=3, probes=None, resume_from_checkpoint="last", telemetry_interval_s=0)
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=300)
     assert res.returncode == 0, res.stdout[-2000:]
@@ -79,8 +79,9 @@ def test_resume_last_without_a_checkpoint_warns(tmp_path, tiny_model_dir):
     assert "warning: resume_from_checkpoint: last found no complete checkpoint" in (run / "logs" / "rank0.log").read_text()
     assert "no_checkpoint" in res.stdout  # the follow output shows the alert
 
-    # issue 19, 1: a finished run is at its last step, 100 %, though that step was not a logging step
-    assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == [1]
+    # issue 19, 1: a finished run is at its last step, 100 % (issue 29: the last step is logged too,
+    # whatever logging_steps says, so the run's last loss is its last step's)
+    assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == [1, 2]
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "finished" and status["step"] == status["total_steps"] == 2
     runs = cockpit("runs", "--runs-dir", str(tmp_path / "runs"))

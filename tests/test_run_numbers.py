@@ -249,10 +249,13 @@ def test_plan_gives_a_cpu_run_its_host_ram_verdict_rounded(monkeypatch):
     text = render(d)
     assert "verdict: planned peak" in text and "FITS on 23.5 GiB of host RAM (a CPU run)" in text
     assert "23.5401" not in text and "no verdict" not in text
+    # which figure is which: the plan's (full micro-batches) and what a CPU run measures (its RSS)
+    assert "(planned peak: every micro-batch full, " in text and "a CPU run measures its RSS" in text
     two = plan({**cfg, "nproc_per_node": 2}, host_memory_gb=8.0, use_meta=False).as_dict()
     assert two["capacity_gib"] == pytest.approx(4.0) and "shared by 2 ranks" in two["capacity_source"]
     gpu = plan({**cfg, "use_cpu": False}, host_memory_gb=8.0, use_meta=False).as_dict()
     assert gpu["verdict"] is None  # a GPU run still wants --gpu-memory
+    assert "no verdict: pass --gpu-memory" in render(gpu) and "RSS" not in render(gpu)
 
 
 FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f {extra}\nbugs\t\t: spectre_v1\n"
@@ -295,3 +298,17 @@ def test_the_reference_model_is_said_the_same_by_the_rank_and_the_plan():
     assert f"reference model: {reference_words(lora_dpo)}" in notes
     orpo = plan({**base, **lora_dpo, "pref_loss": "orpo"}, use_meta=False).estimate.notes
     assert "reference model: none (pref_loss orpo uses none)" in orpo
+
+
+def test_the_watchdog_counts_the_probes_after_training_as_progress():
+    from cockpit.run.supervisor import node_watchdog, observe_progress
+
+    dog = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600}, start_t=0)
+    observe_progress(dog, ev("progress", 100.0, task="probes", phase="before", done=8, total=20))
+    assert dog.phase == "load"  # before the first step: the load timeout from the start, as before
+    dog.observe_step(1, 200.0)
+    observe_progress(dog, ev("progress", 900.0, task="probes", phase="after", done=8, total=20))
+    assert dog.phase == "wrapup" and dog.check(1400.0, ranks_alive=True, last_lines={}) is None  # 500 s since
+    silent = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600}, start_t=0)
+    silent.observe_step(1, 200.0)
+    assert silent.check(1400.0, ranks_alive=True, last_lines={})["code"] == "hang"  # without it: a hang

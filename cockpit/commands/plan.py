@@ -2,7 +2,8 @@
 
 Estimates the per-device peak memory of a run before launch, term by term, and, given the
 device memory, says whether it fits and the cheapest change that makes it fit.
-Exit 0 when it fits (or no --gpu-memory was given), 1 when it is tight or does not fit,
+A CPU run (``use_cpu: true``) is compared with the host's RAM without --gpu-memory.
+Exit 0 when it fits (or there is no verdict: a GPU run without --gpu-memory), 1 when it is tight or does not fit,
 2 on bad input (the message names the key).
 """
 
@@ -104,6 +105,25 @@ def _fmt(b: float) -> str:
     return f"{gib:8.2f} GiB" if gib >= 0.1 else f"{b / 2**20:8.1f} MiB"
 
 
+def _gib(value: float) -> str:
+    """A capacity in GiB, to a tenth: 23.5 (not 23.5401), 192 (not 192.0)."""
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def figure_notes(d: dict[str, Any]) -> list[str]:
+    """Which figure the planned peak is, and which a run measures (on the CPU they differ most)."""
+    tokens = d["params"].get("tokens_per_micro_batch")
+    out = [
+        f"(planned peak: every micro-batch full, {tokens} tokens with samples at cutoff_len; shorter samples use less)"
+    ]
+    if str(d.get("device") or "").startswith("cpu"):
+        out.append(
+            "(a CPU run measures its RSS (Live, rank_memory VmHWM): the tensors planned here, the process (~0.8 GiB) "
+            "and freed memory the C heap keeps; measured at full micro-batches: 1.8-1.9x the planned tensors, README)"
+        )
+    return out
+
+
 def render(d: dict[str, Any]) -> str:
     lines = [
         f"model {d['model']} ({d['model_source']}), {d['params']['total'] / 1e9:.3f}B params "
@@ -120,6 +140,7 @@ def render(d: dict[str, Any]) -> str:
         host = f"  (+{_fmt(t['host_bytes']).strip()} on CPU)" if t.get("host_bytes") else ""
         lines.append(f"  {t['name']:<{width}} {_fmt(t['bytes'])} {bar}  {t['formula']}{host}")
     lines.append(f"  {'peak per device':<{width}} {_fmt(d['peak_bytes'])}")
+    lines += [f"  {line}" for line in figure_notes(d)]
     if d.get("host_bytes_per_rank"):
         lines.append(f"  {'CPU memory per rank':<{width}} {_fmt(d['host_bytes_per_rank'])}")
     for note in d.get("notes") or []:
@@ -128,7 +149,7 @@ def render(d: dict[str, Any]) -> str:
     if h:
         hv = h.get("verdict")
         tail = (
-            f" -> {hv['status'].upper()} on {h['capacity_gib']:.1f} GiB of host RAM (headroom {hv['headroom']:.0%})"
+            f" -> {hv['status'].upper()} on {_gib(h['capacity_gib'])} GiB of host RAM (headroom {hv['headroom']:.0%})"
             if hv
             else ""
         )
@@ -141,7 +162,7 @@ def render(d: dict[str, Any]) -> str:
         source = f" of {d['capacity_source']}" if d.get("capacity_source") else ""
         lines.append(
             f"verdict: planned peak {_fmt(d['peak_bytes']).strip()} -> {v['status'].upper()} on "
-            f"{d['capacity_gib']:.1f} GiB{source} (headroom {v['headroom']:.0%})"
+            f"{_gib(d['capacity_gib'])} GiB{source} (headroom {v['headroom']:.0%})"
         )
         s = d.get("suggestion")
         if s:
