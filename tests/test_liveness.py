@@ -252,3 +252,32 @@ def test_stop_kill_after_escalates_to_a_deaf_supervisors_session(tmp_path):
     finally:
         if deaf.poll() is None:
             deaf.kill()
+
+
+def test_kill_after_never_signals_a_reused_pid_or_another_hosts(tmp_path):
+    """Issue 34: the supervisor's session is SIGKILLed only when the recorded pid is still the recorded
+    process (start time) on this host; a reused pid or a Slurm supervisor's pid seen from the login node
+    is left alone (`cockpit stop --kill-after` ends such a run as lost, by the same rule, without a signal)."""
+    from cockpit.run.control import kill_supervisor_session
+    from cockpit.run.liveness import start_time
+    from cockpit.run.rundir import create_run_dir
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        real = start_time(bystander.pid)
+        reused = {"supervisor_pid": bystander.pid, "supervisor_start": real - 1.0}
+        assert kill_supervisor_session(reused).startswith("not ended")
+        elsewhere = {"supervisor_pid": bystander.pid, "supervisor_start": real, "supervisor_host": "compute-17"}
+        assert "compute-17" in kill_supervisor_session(elsewhere)
+        run = create_run_dir(tmp_path / "runs", "reused")
+        run.update_status(state="running", run_id=run.run_id, attempt=1, started=time.time(), supervisor_pid=bystander.pid,
+                          supervisor_start=real - 1.0, procs=[], step=3, total_steps=9)
+        res = cockpit("stop", run.run_id, "--runs-dir", str(tmp_path / "runs"), "--kill-after", "0.5")
+        assert "lost" in res.stdout, res.stdout + res.stderr
+        time.sleep(0.3)
+        assert bystander.poll() is None  # alive: never signalled
+        assert kill_supervisor_session({"supervisor_pid": bystander.pid, "supervisor_start": real}) == "supervisor killed"
+        assert bystander.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if bystander.poll() is None:
+            bystander.kill()

@@ -43,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
         from cockpit.run.control import stop_escalating
 
         how = stop_escalating(run_dir, "cockpit stop --kill-after", args.kill_after, args.kill_after)
-        print(f"run {run_dir.run_id}: {how}" + (f" ({reconcile(run_dir).get('state')})" if how != "not ended" else ""))
-        return EXIT_FAILED if how == "not ended" else EXIT_OK
+        ended = not how.startswith("not ended")
+        print(f"run {run_dir.run_id}: {how}" + (f" ({reconcile(run_dir).get('state')})" if ended else ""))
+        return EXIT_OK if ended else EXIT_FAILED
     run_dir.request("kill" if args.kill else "stop", "cockpit stop")
     print(f"{'kill' if args.kill else 'stop'} requested for {run_dir.run_id}")
     deadline = time.time() + args.wait

@@ -38,9 +38,23 @@ def stop_escalating(run: RunDir, why: str, stop_grace_s: float, kill_grace_s: fl
     run.request("kill", f"{why} (stop not consumed within {stop_grace_s:g} s)")
     if ended_within(run, kill_grace_s):
         return "killed"
-    pid = int(run.read_status().get("supervisor_pid") or 0)
+    return kill_supervisor_session(run.read_status())
+
+
+def kill_supervisor_session(status: dict) -> str:
+    """SIGKILL the run's supervisor and its session, only when the recorded supervisor is the process
+    that is alive now (pid and start time, on this host: the liveness rule). A pid reused by an
+    unrelated process, or a pid recorded on another host (a Slurm job's supervisor on a compute node,
+    looked up here on the login node), is never signalled."""
+    from cockpit.run.liveness import on_this_host, supervisor_alive
+
+    pid = int(status.get("supervisor_pid") or 0)
     if pid <= 1:
         return "not ended"
+    if not on_this_host(status):
+        return f"not ended: its supervisor runs on {status.get('supervisor_host')} (cancel the job with the scheduler)"
+    if not supervisor_alive(status):  # gone, or the pid is another process now
+        return "not ended: the recorded supervisor is no longer running (its pid is not its own any more)"
     try:  # the supervisor does not answer either: its session goes (ranks with it)
         os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
     except OSError:
