@@ -55,6 +55,34 @@ def test_header_options_and_the_job_script():
     assert res.returncode == 0, res.stderr
 
 
+HOSTILE = ("mi300x\ntouch /tmp/pwned", "gpu:mi300x; rm -rf ~", "$(id)", "a b", "x\r")
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_values_never_reach_an_sbatch_line(tmp_path, value):
+    """Issue 34: a newline in a value written into #SBATCH lines would be a shell command of the batch
+    script. Every such value is refused, naming it; slurm_gres already at `cockpit check` (exit 2)."""
+    for opts, name in ((SlurmOptions(partition=value), "--partition"), (SlurmOptions(account=value), "--account"),
+                       (SlurmOptions(qos=value), "--qos"), (SlurmOptions(time=value), "--time")):
+        with pytest.raises(InputError, match=name):
+            header(cfg_of(), opts, job_name="j")
+    with pytest.raises(InputError, match="slurm_gres"):
+        header({**cfg_of(), "slurm_gres": value, "use_cpu": False}, SlurmOptions(), job_name="j")
+    if "\n" in value or "\r" in value:
+        with pytest.raises(InputError, match="--sbatch-arg"):
+            header(cfg_of(), SlurmOptions(extra=(f"--comment={value}",)), job_name="j")
+    else:  # a raw option is shell-quoted on its line: only control characters are refused
+        assert any(line.startswith("#SBATCH '--comment=") for line in header(cfg_of(), SlurmOptions(extra=(f"--comment={value}",)), job_name="j"))
+    import yaml
+
+    from conftest import cockpit
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load((ROOT / "presets" / "cpu-demo.yaml").read_text()), "slurm_gres": value}))
+    res = cockpit("check", str(cfg), "--no-devices")
+    assert res.returncode == 2 and "slurm_gres" in res.stdout + res.stderr, res.stdout + res.stderr
+
+
 def test_preview_sbatch_of_the_cpu_demo_requests_no_gpu(tmp_path):
     from conftest import cockpit
 

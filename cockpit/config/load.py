@@ -310,6 +310,11 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
                 **where("quantization_bit"),
             )
         )
+    gres = cfg.get("slurm_gres")
+    if gres is not None and not re.fullmatch(r"[A-Za-z0-9_.:/\-]+", str(gres)):
+        problems.append(
+            Problem(f"a GRES name like gpu:mi300x (letters, digits, _ . : / -), got {gres!r}", **where("slurm_gres"))
+        )
     if cfg["node_rank"] >= cfg["nnodes"]:
         problems.append(Problem(f"node_rank {cfg['node_rank']} must be < nnodes {cfg['nnodes']}", **where("node_rank")))
     if isinstance(cfg["val_size"], float) and cfg["val_size"] >= 1 and not cfg["val_size"].is_integer():

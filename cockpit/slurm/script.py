@@ -8,6 +8,7 @@ known to have no GPU GRES (``sinfo``). ``slurm_gres: gpu:mi300x`` in the config 
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -16,7 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cockpit.errors import InputError, Problem
 from cockpit.redact import REDACTED, redact_env
+
+# what a value written into an #SBATCH line unquoted may hold: names, times, counts, GRES, paths
+SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.:,/@%+=\-\[\]]+")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ def header(
     output: str | None = None,
 ) -> list[str]:
     """``#!/bin/bash`` and the ``#SBATCH`` lines: one task per node; GPUs only when needed."""
+    refuse_unsafe_values(cfg, opts, job_name)
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job_name}",
@@ -90,6 +96,32 @@ def header(
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {shlex.quote(x)}" for x in opts.extra]
     return lines
+
+
+def refuse_unsafe_values(cfg: Mapping[str, Any], opts: SlurmOptions, job_name: str) -> None:
+    """Every value that reaches an ``#SBATCH`` line, checked: a newline in one would start a shell
+    command of the batch script. Raises InputError naming each bad one (exit 2, nothing submitted)."""
+    unquoted = {
+        "slurm_gres": cfg.get("slurm_gres"),
+        "--partition": opts.partition,
+        "--account": opts.account,
+        "--qos": opts.qos,
+        "--time": opts.time,
+        "--cpus-per-task": opts.cpus_per_task,
+        "--job-name (the run id)": job_name,
+    }
+    problems = [
+        Problem(f"{value!r} cannot go on an #SBATCH line: only letters, digits and _ . : , / @ % + = - [ ]", key=name)
+        for name, value in unquoted.items()
+        if value is not None and not SBATCH_VALUE.fullmatch(str(value))
+    ]
+    problems += [
+        Problem(f"{x!r} holds a newline or control character", key="--sbatch-arg")
+        for x in opts.extra
+        if any(ord(c) < 32 or c == "\x7f" for c in x)
+    ]
+    if problems:
+        raise InputError(problems)
 
 
 def env_lines(cfg: Mapping[str, Any]) -> list[str]:
