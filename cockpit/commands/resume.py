@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 
 from cockpit.commands.common import EXIT_OK, add_runs_dir, find_run, print_input_error
-from cockpit.config.load import REDACTED
 from cockpit.errors import InputError
+from cockpit.redact import redact_env, secret_values, unredacted
 from cockpit.run.events import EventWriter
 from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_text
 
@@ -145,7 +145,12 @@ def run(args: argparse.Namespace) -> int:
             run_dir.path / f"config.attempt{attempt - 1}.yaml", run_dir.config_path.read_text(encoding="utf-8")
         )
     new_cfg["resume_from_checkpoint"] = ckpt
-    atomic_write_text(run_dir.config_path, yaml.safe_dump(new_cfg, sort_keys=False, allow_unicode=True))
+    # Secrets are written down nowhere: config.yaml, the state event, status.json and stdout get
+    # them redacted; the supervisor gets the --set values through its environment.
+    secrets = secret_values(new_cfg.get("env"))
+    written = {**new_cfg, "env": redact_env(new_cfg.get("env"))} if new_cfg.get("env") else new_cfg
+    atomic_write_text(run_dir.config_path, yaml.safe_dump(written, sort_keys=False, allow_unicode=True))
+    changes = {k: (redact_env(v) if k == "env" else v) for k, v in changes.items()}
     said = f" with {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else ""
     EventWriter(run_dir.events_path).emit(
         "state",
@@ -172,9 +177,8 @@ def run(args: argparse.Namespace) -> int:
     )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)
-    # Secrets were redacted from config.yaml: they must come from this environment again.
-    env = {k: v for k, v in (new_cfg.get("env") or {}).items() if v != REDACTED}
-    record_supervisor(run_dir, spawn_supervisor(run_dir, env))
+    # Secrets were redacted from config.yaml: from --set, else from this environment again.
+    record_supervisor(run_dir, spawn_supervisor(run_dir, {**unredacted(new_cfg.get("env")), **secrets}))
     if args.detach:
         print(
             json.dumps(

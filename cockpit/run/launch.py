@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.config.load import dump_resolved
+from cockpit.redact import unredacted
 from cockpit.run.events import EventWriter
 from cockpit.run.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 
@@ -77,7 +78,7 @@ def record_supervisor(run: RunDir, proc: subprocess.Popen) -> None:
 
 def spawn_supervisor(run: RunDir, env_add: Mapping[str, str]) -> subprocess.Popen:
     env = dict(os.environ)
-    env.update({k: str(v) for k, v in env_add.items()})
+    env.update(unredacted(env_add))  # a redacted secret: the value this process inherited
     log = open(run.supervisor_log, "ab", buffering=0)
     try:
         return subprocess.Popen(

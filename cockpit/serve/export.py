@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -101,12 +102,20 @@ def export_run(
         (tmp / "cockpit_export.json").write_text(json.dumps(record, indent=2) + "\n")
         if out.exists():
             out.rmdir()
+        tmp.chmod(ordinary_dir_mode())  # mkdtemp's 0700 would keep a vLLM server of another user out
         tmp.rename(out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     record["path"] = str(out)
     return record
+
+
+def ordinary_dir_mode() -> int:
+    """The mode ``mkdir`` gives a folder here: 0777 less the umask (0755 with the usual 022)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o777 & ~mask
 
 
 def _saved_adapter_dir(run: RunDir, summary: dict[str, Any]) -> Path:

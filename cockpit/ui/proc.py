@@ -89,8 +89,26 @@ def check_config(path: Path, timeout: float = 300) -> CliResult:
     return run_cli("check", str(path), "--json", "--no-devices", timeout=timeout)
 
 
-def train_detached(path: Path, runs_dir: Path, timeout: float = 600) -> CliResult:
-    return run_cli("train", str(path), "--detach", "--json", "--runs-dir", str(runs_dir), timeout=timeout)
+def write_config(path: Path, cfg: dict[str, Any]) -> dict[str, str]:
+    """``cfg`` as YAML at ``path`` with the secrets of its ``env`` redacted; returns them (name ->
+    value): the command that reads the file gets them through its environment (``secrets=``),
+    so no config the UI writes holds one."""
+    from cockpit.config.load import to_yaml
+    from cockpit.redact import redact_env, secret_values
+    from cockpit.run.rundir import atomic_write_text
+
+    secrets = secret_values(cfg.get("env"))
+    written = {**cfg, "env": redact_env(cfg.get("env"))} if cfg.get("env") else cfg
+    atomic_write_text(path, to_yaml(written, only_changed=False))
+    return secrets
+
+
+def train_detached(
+    path: Path, runs_dir: Path, timeout: float = 600, secrets: dict[str, str] | None = None
+) -> CliResult:
+    """``cockpit train PATH --detach``; ``secrets`` (from :func:`write_config`) reach the run through
+    the command's environment."""
+    return run_cli("train", str(path), "--detach", "--json", "--runs-dir", str(runs_dir), timeout=timeout, env=secrets)
 
 
 def export_run(run_dir: Path, merge: bool, timeout: float = 3600) -> CliResult:

@@ -441,18 +441,17 @@ class LiveScreen(Screen):
 
     @work(thread=True, exclusive=True, group="relaunch")
     def _relaunch(self, cfg: dict) -> None:
-        from cockpit.config.load import to_yaml
         from cockpit.run.control import relaunch_config_path, stop_escalating
-        from cockpit.run.rundir import atomic_write_text
         from cockpit.ui import proc
 
         stop_escalating(
             self.run, "cockpit UI: relaunch after a hang", self.RELAUNCH_STOP_GRACE_S, self.RELAUNCH_KILL_GRACE_S
         )
         path = relaunch_config_path(self.run)
-        atomic_write_text(path, to_yaml(cfg, only_changed=False))
+        secrets = proc.write_config(path, cfg)
         # the new run is opened even when the person left this screen meanwhile
-        post_or_run(self, self.Relaunched(proc.train_detached(path, self.run.path.parent)), self._relaunched)
+        res = proc.train_detached(path, self.run.path.parent, secrets=secrets)
+        post_or_run(self, self.Relaunched(res), self._relaunched)
 
     @on(Relaunched)
     def _relaunched(self, message: Relaunched) -> None:

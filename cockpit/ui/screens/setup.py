@@ -158,6 +158,7 @@ class SetupScreen(Screen):
         self._offered: list[presets.Preset] = []  # the presets this machine calls for (doctor)
         self._loaded_preset: str | None = None
         self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
+        self.secrets: dict[str, str] = {}  # the env secrets of the config file last written (never on disk)
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -407,12 +408,11 @@ class SetupScreen(Screen):
 
     # -- files ------------------------------------------------------------------------------------
     def _config_file(self, folder: Path, stem: str, extra: dict | None = None) -> Path:
-        from cockpit.config.load import to_yaml
-        from cockpit.run.rundir import atomic_write_text
-
+        """The form as a config file, its env's secrets redacted: ``self.secrets`` keeps them for the
+        command that runs it (``proc.write_config``)."""
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = folder / f"{stem}.yaml"
-        atomic_write_text(path, to_yaml({**self.model.typed(), **(extra or {})}, only_changed=False))
+        self.secrets = proc.write_config(path, {**self.model.typed(), **(extra or {})})
         return path
 
     def _run_name(self) -> str:
@@ -575,7 +575,7 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="launch")
     def _launch(self, path: Path, runs_dir: Path) -> None:
-        self.post_message(self.Launched(proc.train_detached(path, runs_dir)))
+        self.post_message(self.Launched(proc.train_detached(path, runs_dir, secrets=self.secrets)))
 
     @on(Launched)
     def _on_launched(self, message: Launched) -> None:
@@ -643,6 +643,7 @@ class SetupScreen(Screen):
             "--runs-dir",
             str(runs_dir),
             *(f"--sbatch-arg={a}" for a in sbatch_args),
+            env=self.secrets,  # sbatch passes its environment to the job
         )
         self.post_message(self.SlurmSubmitted(res))
 
@@ -670,7 +671,9 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="tune")
     def _tune(self, path: Path, out: Path) -> None:
-        self.post_message(self.Tuned(proc.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600)))
+        self.post_message(
+            self.Tuned(proc.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600, env=self.secrets))
+        )
 
     @on(Tuned)
     def _tuned(self, message: Tuned) -> None:

@@ -1,0 +1,99 @@
+"""Issue 34's hardening that a CPU shows: an export folder others can read (a vLLM server of another
+user), secrets never written down (run dir, UI configs, stdout), secret names beyond TOKEN/KEY."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cockpit.run.rundir import create_run_dir
+
+
+def test_an_export_folder_has_an_ordinary_folders_mode(tmp_path):
+    from cockpit.serve.export import export_run
+
+    run = create_run_dir(tmp_path / "runs", "exp")
+    adapter = run.path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 16)
+    (run.path / "config.yaml").write_text("model_name_or_path: smollm2-135m-instruct\nfinetuning_type: lora\n")
+    (run.path / "summary.json").write_text(json.dumps({"adapter_dir": str(adapter)}))
+    old = os.umask(0o022)
+    try:
+        record = export_run(run, out=tmp_path / "shared" / "my-adapter", log=lambda *_: None)
+    finally:
+        os.umask(old)
+    out = Path(record["path"])
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # not mkdtemp's 0700
+    assert (out / "adapter_config.json").exists()
+
+
+def test_secret_names_beyond_token_and_key():
+    from cockpit.redact import is_secret_name, redact_env, secret_values
+
+    for name in ("DB_PASS", "SMTP_PASSWORD", "LDAP_PASSWD", "PROXY_AUTH", "BASIC_AUTH_HEADER", "HF_TOKEN", "WANDB_API_KEY"):
+        assert is_secret_name(name), name
+    for name in ("HIP_VISIBLE_DEVICES", "NCCL_DEBUG", "OMP_NUM_THREADS"):
+        assert not is_secret_name(name), name
+    env = {"DB_PASS": "x1", "NCCL_DEBUG": "INFO", "HF_TOKEN": "***redacted***"}
+    assert redact_env(env) == {"DB_PASS": "***redacted***", "NCCL_DEBUG": "INFO", "HF_TOKEN": "***redacted***"}
+    assert secret_values(env) == {"DB_PASS": "x1"}
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def _hits(folder: Path, planted: list[str]) -> list[str]:
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            found += [f"{path}: {s}" for s in planted if s.encode() in data]
+    return found
+
+
+@pytest.mark.slow
+def test_planted_secrets_reach_the_run_and_are_written_nowhere(tmp_path, tiny_model_dir):
+    """Issue 34: the UI's launch (a config written by proc.write_config, the secrets through the
+    command's environment), then `cockpit resume --set env=...`: the supervisor has every secret, and
+    the run dir, the UI's config folder and the commands' output hold none of them."""
+    from conftest import cockpit, has_step, tiny_config, wait_for
+
+    from cockpit.config.load import read_yaml
+    from cockpit.ui import proc
+
+    planted = ["planted-pass-81b7", "planted-auth-3c2e", "planted-token-9f04"]
+    runs = tmp_path / "runs"
+    cfg, _ = read_yaml(tiny_config(tmp_path, tiny_model_dir, max_steps=400, save_steps=2))
+    cfg["env"] = {"DB_PASS": planted[0], "PROXY_AUTH": planted[1], "NCCL_DEBUG": "WARN"}
+    ui_configs = runs / ".ui-configs"
+    ui_configs.mkdir(parents=True)
+    path = ui_configs / "launch.yaml"
+    secrets = proc.write_config(path, cfg)
+    assert secrets == {"DB_PASS": planted[0], "PROXY_AUTH": planted[1]}
+    res = proc.train_detached(path, runs, secrets=secrets)
+    assert res.rc == 0, res.error_text
+    run = Path(res.data["run_dir"])
+    status = lambda: json.loads((run / "status.json").read_text())  # noqa: E731
+    try:
+        wait_for(lambda: has_step(run, 2), 180, "steps")
+        env = _environ(status()["supervisor_pid"])
+        assert env.get("DB_PASS") == planted[0] and env.get("PROXY_AUTH") == planted[1] and env.get("NCCL_DEBUG") == "WARN"
+        assert cockpit("stop", str(run), "--wait", "120").returncode == 0
+        resumed = cockpit("resume", str(run), "--set", f"env={{API_TOKEN: {planted[2]}}}", "--detach")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        wait_for(lambda: status().get("supervisor_pid") and status().get("state") in ("running", "starting"), 60, "attempt 2")
+        env = _environ(status()["supervisor_pid"])
+        assert env.get("API_TOKEN") == planted[2]
+        outputs = res.stdout + res.stderr + resumed.stdout + resumed.stderr
+        assert not [s for s in planted if s in outputs]
+    finally:
+        cockpit("stop", str(run), "--kill", "--wait", "60")
+    assert not _hits(run, planted) and not _hits(ui_configs, planted), _hits(run, planted) + _hits(ui_configs, planted)
