@@ -4,7 +4,8 @@
     python scripts/lf_keys_table.py --check  # exit 1 if README.md's table is not current
 
 Rows: every key of cockpit/config/schema.py that comes from LLaMA-Factory (works, with its help
-text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py).
+text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py); the last
+column names the stages that refuse a working key (cockpit/config/stages.py's UNHONOURED).
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ def cell(text: str) -> str:
 def table() -> str:
     from cockpit.config.parity import refusal_reason
     from cockpit.config.schema import ALIASES, KEYS, LLAMAFACTORY_UNSUPPORTED, describe
+    from cockpit.config.stages import refusing_stages
 
-    rows = ["| key | Cockpit |", "|---|---|"]
+    def stages(key: str) -> str:
+        return ", ".join(refusing_stages(key))
+
+    rows = ["| key | Cockpit | refused for stage (not honoured there yet) |", "|---|---|---|"]
     for k in sorted((k for k in KEYS if k.llamafactory), key=lambda k: k.name):
-        rows.append(f"| `{k.name}` | works: {cell(k.help)} ({cell(describe(k))}) |")
+        rows.append(f"| `{k.name}` | works: {cell(k.help)} ({cell(describe(k))}) | {stages(k.name)} |")
     for alias, key in sorted(ALIASES.items()):
-        rows.append(f"| `{alias}` | works: read as `{key}` |")
+        rows.append(f"| `{alias}` | works: read as `{key}` | {stages(key)} |")
     for name in sorted(LLAMAFACTORY_UNSUPPORTED):
-        rows.append(f"| `{name}` | refused: {cell(refusal_reason(name) or 'not supported yet')} |")
+        rows.append(f"| `{name}` | refused: {cell(refusal_reason(name) or 'not supported yet')} | every stage |")
     return "\n".join(rows)
 
 

@@ -486,6 +486,8 @@ def _eval_problems(
                 **where("compute_accuracy"),
             )
         ]
+    if cfg.get("do_eval") is False and (cfg.get("val_size") or cfg.get("eval_dataset")):
+        return _no_eval_problems(cfg, where)
     if cfg.get("val_size") or cfg.get("eval_dataset"):
         return _best_model_problems(cfg, where)
     why = "needs evaluation data: set val_size or eval_dataset"
@@ -617,6 +619,33 @@ def eval_schedule(cfg: Mapping[str, Any]) -> tuple[str, int | None]:
     strategy = cfg.get("eval_strategy") or "steps"
     steps = (cfg.get("eval_steps") or max(int(cfg.get("logging_steps") or 1), 1)) if strategy == "steps" else None
     return strategy, steps
+
+
+def evaluates(cfg: Mapping[str, Any]) -> bool:
+    """Does the run evaluate (during training for SFT; held-out measures and a final evaluation for the
+    other stages)? With evaluation data, unless ``do_eval: false``."""
+    return bool(cfg.get("val_size") or cfg.get("eval_dataset")) and cfg.get("do_eval") is not False
+
+
+def _no_eval_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """``do_eval: false`` with evaluation data: LLaMA-Factory holds the split out and evaluates nothing
+    (eval_strategy unset). Here eval_strategy becomes no; the keys that ask for an evaluation contradict it
+    (HF's TrainingArguments would turn do_eval back on for an eval_strategy other than no)."""
+    out = [
+        Problem(f"{key} asks for an evaluation and do_eval is false; choose one", **where(key))
+        for key in ("eval_on_start", "eval_steps", "load_best_model_at_end", "compute_accuracy")
+        if cfg.get(key)
+    ]
+    if cfg.get("eval_strategy") not in (None, "no"):
+        out.append(
+            Problem(
+                f"eval_strategy {cfg['eval_strategy']} evaluates and do_eval is false (HF's TrainingArguments turns "
+                "do_eval on for it); choose one",
+                **where("eval_strategy"),
+            )
+        )
+    cfg["eval_strategy"] = "no"
+    return out
 
 
 def _best_model_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:

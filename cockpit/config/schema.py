@@ -924,7 +924,14 @@ KEYS: tuple[Key, ...] = (
         "extra arguments of the schedule, e.g. {min_lr_rate: 0.1} for cosine_with_min_lr",
         "training",
     ),
-    _k("do_eval", "bool", False, "evaluate on the held-out split (val_size) during training", "eval", nullable=False),
+    _k(
+        "do_eval",
+        "bool",
+        None,
+        "false: no evaluation (the val_size split is held out, never measured; LLaMA-Factory's reading when "
+        "eval_strategy is unset); unset or true: evaluate when val_size or eval_dataset is set",
+        "eval",
+    ),
     _k(
         "eval_strategy",
         "choice",

@@ -9,11 +9,84 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cockpit.config.schema import SCHEMA
 from cockpit.errors import Problem
 
 PREFERENCE_STAGES = ("dpo", "kto")
 PAIRWISE_STAGES = ("dpo", "rm")  # datasets with chosen / rejected answers (ranking: true)
 REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # no reference model at all
+
+
+_EVAL_DURING = (
+    "the stage measures its val_size split once before and once after training (trainer.evaluate at the end), "
+    "never during it"
+)
+_BEST = "no evaluation during training picks a best checkpoint"
+_MIX = "the stage concatenates its datasets"
+_LORAPLUS = "LoRA+'s optimizer is wired into stage sft's trainer only"
+_VALUE_MODEL = (
+    "the value model (a sequence-classification head) is built by stage rm's own code, which applies only "
+    "lora_rank / lora_alpha / lora_dropout / lora_target"
+)
+_COMMON_UNHONOURED = {
+    "eval_dataset": "the stage reads only dataset (hold out a split with val_size)",
+    "eval_strategy": _EVAL_DURING,
+    "eval_steps": _EVAL_DURING,
+    "eval_on_start": _EVAL_DURING,
+    "metric_for_best_model": _BEST,
+    "greater_is_better": _BEST,
+    "load_best_model_at_end": _BEST,
+    "mix_strategy": _MIX,
+    "interleave_probs": _MIX,
+    "loraplus_lr_ratio": _LORAPLUS,
+    "loraplus_lr_embedding": _LORAPLUS,
+}
+_PAIR_UNHONOURED = {"group_by_length": "TRL's tokenised samples have no input_ids column for the length sampler"}
+_RM_UNHONOURED = {
+    key: _VALUE_MODEL
+    for key in (
+        "use_dora",
+        "use_rslora",
+        "pissa_init",
+        "additional_target",
+        "adapter_name_or_path",
+        "create_new_adapter",
+        "flash_attn",
+        "rope_scaling",
+        "upcast_layernorm",
+        "upcast_lmhead_output",
+        "quantization_bit",
+        "use_llama_pro",
+    )
+}
+# stage -> {key the schema accepts but the stage does not honour yet: why}. validate() refuses a value
+# other than the schema's default (or one of HONOURED_VALUES); the README's key table names the stages.
+UNHONOURED: dict[str, dict[str, str]] = {
+    "sft": {},
+    "pt": dict(_COMMON_UNHONOURED),
+    "dpo": {**_COMMON_UNHONOURED, **_PAIR_UNHONOURED},
+    "kto": {**_COMMON_UNHONOURED, **_PAIR_UNHONOURED},
+    "rm": {**_COMMON_UNHONOURED, **_PAIR_UNHONOURED, **_RM_UNHONOURED},
+}
+# values that say what the stage does anyway (no evaluation during training, datasets concatenated)
+HONOURED_VALUES: dict[str, tuple[Any, ...]] = {"eval_strategy": ("no",), "mix_strategy": ("concat",)}
+
+
+def refusing_stages(key: str) -> list[str]:
+    """The stages that refuse ``key`` (set to a value other than its default), in the schema's order."""
+    return [stage for stage, keys in UNHONOURED.items() if key in keys]
+
+
+def unhonoured_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """A key set (not to its default) that the config's stage accepts in the schema and does not honour."""
+    stage = cfg.get("stage", "sft")
+    out: list[Problem] = []
+    for key, why in UNHONOURED.get(stage, {}).items():
+        value = cfg.get(key)
+        if value == SCHEMA[key].default or value in HONOURED_VALUES.get(key, ()):
+            continue
+        out.append(Problem(f"not honoured for stage {stage} yet ({why}); remove it or use stage sft", **where(key)))
+    return out
 
 
 def uses_reference(cfg: Mapping[str, Any]) -> bool:
@@ -49,7 +122,7 @@ def sequences_per_sample(cfg: Mapping[str, Any]) -> int:
 
 def stage_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     stage = cfg.get("stage", "sft")
-    out: list[Problem] = []
+    out: list[Problem] = unhonoured_problems(cfg, where)
     if cfg.get("ref_model_adapters") and not cfg.get("ref_model"):
         out.append(
             Problem(

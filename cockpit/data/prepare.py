@@ -24,6 +24,12 @@ class Prepared:
     rendered: list[Rendered]
     report: TruncationReport
 
+    @property
+    def trainable(self) -> list[Rendered]:
+        """The rendered samples that keep an assistant token after cutoff_len: what the ranks train on
+        and ``cockpit check`` counts (the others teach nothing and are dropped)."""
+        return [r for r in self.rendered if r.target_kept > 0]
+
 
 _POOL_TOKENIZER: Any = None
 

@@ -59,6 +59,17 @@ def answer_lengths(tokenizer: Any, prompt: list[dict[str, str]], answers: Sequen
     return p_len, [len(f) - p_len for f in fulls]
 
 
+def survives_cutoff(stage: str, prompt_len: int, answer_lens: Sequence[int], cutoff: int) -> bool:
+    """The one rule of what a pair / KTO sample keeps at ``cutoff_len``, read by ``cockpit check``'s report
+    and by the ranks (which train only the survivors, so TRL's own filter drops nothing more): TRL's
+    RewardTrainer (rm) drops a pair when either whole sequence is longer than max_length (it does not
+    truncate); DPOTrainer and KTOTrainer drop a sample whose prompt alone fills max_length and cut the
+    rest; ORPO / SimPO would train an empty answer there, so they lose it too."""
+    if stage == "rm":
+        return all(prompt_len + n <= cutoff for n in answer_lens)
+    return prompt_len < cutoff
+
+
 @dataclass
 class StageReport:
     """Lengths and what cutoff_len cuts, for pairs (sides chosen + rejected), KTO (one side) or pt."""
@@ -70,7 +81,7 @@ class StageReport:
     responses: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> p50 / p90 / max
     truncated: dict[str, int] = field(default_factory=dict)  # side -> samples whose side is cut
     truncated_any: int = 0  # samples cut on either side
-    emptied: int = 0  # samples whose prompt fills cutoff_len: the whole answer is lost (dropped by TRL)
+    emptied: int = 0  # samples dropped at cutoff_len (survives_cutoff: the ranks train the others)
     blocks: int = 0  # pt: cutoff_len blocks after packing
     tokens_total: int = 0
 
@@ -92,9 +103,16 @@ class StageReport:
         out.append(f"cutoff_len {self.cutoff_len}: truncates {self.truncated_any} {kind} ({cut})")
         if self.emptied:
             out.append(
-                f"warning: {self.emptied} {kind} lose the whole response (the prompt fills cutoff_len; they are dropped); raise cutoff_len"
+                f"warning: {self.emptied} {kind} {dropped_words(self.stage)}; {self.samples - self.emptied} left"
             )
         return out
+
+
+def dropped_words(stage: str) -> str:
+    """Why ``survives_cutoff`` drops a sample of the stage, in words."""
+    if stage == "rm":
+        return "are longer than cutoff_len on a side (the reward trainer drops them: it does not truncate); raise cutoff_len"
+    return "lose the whole response (the prompt fills cutoff_len; they are dropped); raise cutoff_len"
 
 
 def _dist(values: list[int]) -> dict[str, int]:
@@ -110,13 +128,14 @@ def answers_report(stage: str, tokenizer: Any, samples: Sequence[dict[str, Any]]
     any_cut = emptied = total = 0
     for s in samples:
         p_len, a_lens = answer_lengths(tokenizer, s["prompt"], [s[side] for side in sides])
+        s["_kept"] = survives_cutoff(stage, p_len, a_lens, cutoff)
         prompts.append(p_len)
         over = [p_len + n > cutoff for n in a_lens]
         for side, n, o in zip(sides, a_lens, over):
             lengths[side].append(n)
             cut[side] += o
         any_cut += any(over)
-        emptied += p_len >= cutoff
+        emptied += not s["_kept"]
         total += sum(min(p_len + n, cutoff) for n in a_lens)
     return StageReport(
         stage,
@@ -131,13 +150,37 @@ def answers_report(stage: str, tokenizer: Any, samples: Sequence[dict[str, Any]]
     )
 
 
-def pack_texts(tokenizer: Any, texts: Sequence[str], cutoff: int) -> list[list[int]]:
+_POOL_TOKENIZER: Any = None
+
+
+def _pool_init(tokenizer: Any) -> None:
+    global _POOL_TOKENIZER
+    _POOL_TOKENIZER = tokenizer
+
+
+def _encode(text: str) -> list[int]:
+    return _POOL_TOKENIZER(text, add_special_tokens=False)["input_ids"]
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str], workers: int = 1) -> list[list[int]]:
+    """Token ids of each text, in order; ``preprocessing_num_workers`` > 1 splits the work over that
+    many processes (a fork pool, each with the tokenizer), as SFT's rendering does."""
+    if workers <= 1 or len(texts) < 2:
+        return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    with ctx.Pool(min(workers, len(texts)), initializer=_pool_init, initargs=(tokenizer,)) as pool:
+        return pool.map(_encode, list(texts), chunksize=max(1, len(texts) // (workers * 4)))
+
+
+def pack_texts(tokenizer: Any, texts: Sequence[str], cutoff: int, workers: int = 1) -> list[list[int]]:
     """LLaMA-Factory's pretraining packing: each text + EOS, concatenated, cut into cutoff_len
     blocks; the remainder past the last whole block is dropped (unless there is not one whole block)."""
     eos = tokenizer.eos_token or ""
     stream: list[int] = []
-    for t in texts:
-        stream += tokenizer(t + eos, add_special_tokens=False)["input_ids"]
+    for ids in encode_texts(tokenizer, [t + eos for t in texts], workers):
+        stream += ids
     usable = (len(stream) // cutoff) * cutoff if len(stream) >= cutoff else len(stream)
     return [stream[i : i + cutoff] for i in range(0, usable, cutoff)]
 
@@ -147,6 +190,11 @@ class StagePrepared:
     loaded: LoadResult
     report: StageReport
     blocks: list[list[int]] = field(default_factory=list)  # pt only
+
+    @property
+    def kept(self) -> list[dict[str, Any]]:
+        """The samples that survive cutoff_len (:func:`survives_cutoff`): what the ranks train on."""
+        return [s for s in self.loaded.samples if s.get("_kept", True)]
 
 
 def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> StagePrepared:
@@ -160,14 +208,16 @@ def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResul
             raise InputError(Problem(str(exc), key="template")) from None
     loaded = loaded or collect_stage_samples(cfg)
     if stage == "pt":
-        blocks = pack_texts(tokenizer, [s["text"] for s in loaded.samples], cutoff)
+        workers = int(cfg.get("preprocessing_num_workers") or 1)
+        blocks = pack_texts(tokenizer, [s["text"] for s in loaded.samples], cutoff, workers)
         report = StageReport("pt", len(loaded.samples), cutoff, blocks=len(blocks), tokens_total=sum(map(len, blocks)))
         return StagePrepared(loaded, report, blocks)
     report = answers_report(stage, tokenizer, loaded.samples, cutoff)
     if report.emptied == report.samples:
         raise InputError(
             Problem(
-                f"every sample's prompt fills cutoff_len {cutoff}: no answer token is left to train on",
+                f"cutoff_len {cutoff}: every one of the {report.samples} samples {dropped_words(stage)}; "
+                "nothing is left to train on",
                 key="cutoff_len",
             )
         )

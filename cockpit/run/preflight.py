@@ -227,7 +227,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded:
         from cockpit.config.notes import logging_note, planned_steps
         from cockpit.shape import world_size_of
 
-        note = logging_note(cfg, planned_steps(cfg, len(prepared.rendered), world_size_of(cfg)))
+        note = logging_note(cfg, planned_steps(cfg, len(prepared.trainable), world_size_of(cfg)))
         warnings += [note] if note else []
     return CheckResult(
         cfg=cfg,
@@ -235,7 +235,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded:
         formats=prepared.loaded.formats,
         bad_rows=prepared.loaded.problems,
         warnings=warnings,
-        samples=len(prepared.rendered),
+        samples=len(prepared.trainable),  # what the ranks train on
         model_path=ref.path,
         preview={"source": prepared.loaded.samples[0]["source"], "pieces": [p for p in pieces if p["text"]]},
     )

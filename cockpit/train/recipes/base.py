@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cockpit.config.parity import evaluates
 from cockpit.config.stages import reference_words
 from cockpit.errors import EXIT_FAILED, EXIT_OK
 from cockpit.run.events import read_all, wall_time_s
@@ -130,6 +131,10 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
     kwargs.pop("logging_dir", None)
     # held-out rows are measured once before and once after training (run_recipe), not every few steps
     kwargs.update(eval_strategy="no", eval_steps=None)
+    if ctx.cfg.get("preprocessing_num_workers") and any(
+        f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)
+    ):
+        kwargs["dataset_num_proc"] = int(ctx.cfg["preprocessing_num_workers"])  # TRL tokenises in that many processes
     return config_cls(**{**kwargs, **extra})
 
 
@@ -177,8 +182,9 @@ def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None
 
 
 def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, phase: str) -> dict[str, Any] | None:
-    """Rank 0: the recipe's held-out measure (with progress events), logged and as a ``held_out`` event."""
-    if ctx.rank != 0 or not data.held_out:
+    """Rank 0: the recipe's held-out measure (with progress events), logged and as a ``held_out`` event;
+    none with ``do_eval: false``."""
+    if ctx.rank != 0 or not data.held_out or not evaluates(ctx.cfg):
         return None
     result = recipe.held_out(ctx, model, data, reporter(ctx.writer, task="held_out", phase=phase))
     if result is not None and ctx.writer is not None:
@@ -211,7 +217,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
         trainer.save_model(str(ctx.dirs["adapter"]))
         ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
     final_eval = (
-        trainer.evaluate() if data.held_out and not stopped else None
+        trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not stopped else None
     )  # the trainer's own metrics (an eval event)
     probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
     held_after = _held_out(recipe, ctx, trainer.model, data, "after")

@@ -51,16 +51,14 @@ def check_stage(cfg: dict[str, Any], log=print, with_devices: bool = True):
             ) from None
     prepared = prepare_stage_data(cfg, tok, loaded)
     if prepared.report.emptied:
-        warnings.append(
-            f"{prepared.report.emptied} samples lose the whole response at cutoff_len {cfg['cutoff_len']} (dropped); raise cutoff_len"
-        )
+        warnings.append(f"cutoff_len {cfg['cutoff_len']}: {prepared.report.lines()[-1].removeprefix('warning: ')}")
     return CheckResult(
         cfg=cfg,
         report=prepared.report,
         formats=loaded.formats,
         bad_rows=loaded.problems,
         warnings=warnings,
-        samples=len(loaded.samples),
+        samples=len(prepared.kept),  # what the ranks train on (survives_cutoff)
         model_path=ref.path,
         preview=_preview(tok, cfg["stage"], loaded.samples[0]),
     )

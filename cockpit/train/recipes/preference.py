@@ -81,7 +81,7 @@ class DPORecipe(Recipe):
         from cockpit.data.stage_data import prepare_stage_data
 
         prepared = prepare_stage_data(ctx.cfg, ctx.tokenizer)
-        train, held = split_held_out(ctx.cfg, prepared.loaded.samples)
+        train, held = split_held_out(ctx.cfg, prepared.kept)  # the samples that survive cutoff_len, as check counts
         if not train:
             raise InputError("val_size leaves no pair to train on")
         return StageData(train, held, prepared.report)

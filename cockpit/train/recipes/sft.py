@@ -82,7 +82,7 @@ class SFTRecipe(Recipe):
         from cockpit.data.prepare import prepare_dataset
 
         prepared = prepare_dataset(ctx.cfg, ctx.tokenizer)
-        rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
+        rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
         if not rows:
             raise InputError(
                 f"cutoff_len {ctx.cfg['cutoff_len']}: every sample loses all its assistant tokens; nothing to train on"

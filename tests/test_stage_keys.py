@@ -1,0 +1,238 @@
+"""Issue 30 section 1: what each stage honours. A key a non-SFT stage accepts in the schema but does
+not honour is refused at ``cockpit check`` (exit 2, naming the key and the stage; no run dir);
+``do_eval: false`` means no evaluation in every stage; ``cockpit check`` and the ranks keep the same
+samples at cutoff_len (one rule, ``survives_cutoff`` / ``Prepared.trainable``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import cockpit, read_events, tiny_config
+
+from cockpit.config.load import load_config, validate
+from cockpit.config.schema import SCHEMA
+from cockpit.config.stages import HONOURED_VALUES, UNHONOURED
+from cockpit.errors import InputError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "llamafactory"
+STAGE_KEYS = [(stage, key) for stage, keys in UNHONOURED.items() for key in keys]
+
+
+def other_value(key: str):
+    """A value of ``key`` other than its default (and other than a value the stage honours anyway)."""
+    spec = SCHEMA[key]
+    if spec.type == "bool":
+        return True
+    if spec.choices:
+        return next(c for c in spec.choices if c != spec.default and c not in HONOURED_VALUES.get(key, ()))
+    if spec.type == "int":
+        return 5
+    if spec.type == "float":
+        return 16.0 if spec.default is None else spec.default * 10
+    return {"interleave_probs": "0.5,0.5", "metric_for_best_model": "loss"}.get(key, "other")
+
+
+def pair_file(path: Path, n: int = 6, prompt_words: int = 3) -> Path:
+    rows = [
+        {
+            "instruction": f"Question {i}: " + " ".join(["why"] * prompt_words * (1 + i % 3)),
+            "chosen": f"A good answer number {i}, " + "kind words " * (i % 4),
+            "rejected": f"A poor answer number {i}.",
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_every_stage_key_pair_has_a_reason_and_sft_refuses_none():
+    assert not UNHONOURED["sft"] and set(UNHONOURED) == set(SCHEMA["stage"].choices)
+    for stage, key in STAGE_KEYS:
+        assert key in SCHEMA and UNHONOURED[stage][key], (stage, key)
+
+
+@pytest.mark.parametrize("stage, key", STAGE_KEYS)
+def test_validate_refuses_a_key_the_stage_does_not_honour(stage, key):
+    raw = {"dataset": "x.json", "stage": stage, key: other_value(key)}
+    with pytest.raises(InputError) as err:
+        validate(raw, check_paths=False)
+    mine = [p for p in err.value.problems if p.key == key and f"not honoured for stage {stage}" in p.message]
+    assert mine, [str(p) for p in err.value.problems]
+    assert "remove it or use stage sft" in mine[0].message
+    # the default (or the value the stage honours anyway) passes that rule
+    quiet = {"dataset": "x.json", "stage": stage, key: HONOURED_VALUES.get(key, (SCHEMA[key].default,))[0]}
+    if quiet[key] is not None:
+        validate(quiet, check_paths=False)
+    try:  # stage sft honours every one of them (other rules may still ask for more keys)
+        validate({**raw, "stage": "sft"}, check_paths=False)
+    except InputError as sft_err:
+        assert not [p for p in sft_err.problems if "not honoured" in p.message]
+
+
+@pytest.mark.parametrize("stage", ["pt", "dpo", "kto", "rm"])
+def test_cockpit_check_exits_2_naming_each_key_and_the_stage(stage, tmp_path, tiny_model_dir):
+    keys = {key: other_value(key) for key in UNHONOURED[stage]}
+    if "adapter_name_or_path" in keys:
+        keys["adapter_name_or_path"] = str(tmp_path)  # exists: only the stage's refusal is left for it
+    data = pair_file(tmp_path / "pairs.jsonl")
+    cfg = tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, dataset=str(data), probes=None, **keys)
+    res = cockpit("check", str(cfg), "--set", "use_cpu=true")
+    assert res.returncode == 2, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    for key in keys:
+        assert f"{key}: not honoured for stage {stage} yet" in out, (key, out[-3000:])
+
+
+def test_cockpit_train_refuses_before_any_run_dir(tmp_path, tiny_model_dir):
+    data = pair_file(tmp_path / "pairs.jsonl")
+    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), probes=None, eval_dataset=str(data))
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "eval_dataset: not honoured for stage dpo yet" in res.stdout + res.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+# -- do_eval: false ---------------------------------------------------------------------------
+@pytest.mark.parametrize("stage", ["sft", "pt", "dpo", "kto", "rm"])
+def test_do_eval_false_turns_evaluation_off(stage):
+    from cockpit.config.parity import evaluates
+    from cockpit.train.variants import training_kwargs
+
+    on = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2}, check_paths=False)
+    assert evaluates(on) and on["do_eval"] is None
+    off = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2, "do_eval": False}, check_paths=False)
+    assert not evaluates(off) and off["eval_strategy"] == "no"
+    assert training_kwargs(off)["eval_strategy"] == "no" and not training_kwargs(off)["eval_on_start"]
+    resolved = {k: v for k, v in off.items() if not k.startswith("_")}
+    assert validate(resolved, check_paths=False)["eval_strategy"] == "no"  # the resolved config reads the same
+    resolved_on = {k: v for k, v in on.items() if not k.startswith("_")}
+    assert evaluates(validate(resolved_on, check_paths=False))  # and a default one still evaluates (resume --set)
+    if stage == "sft":
+        assert training_kwargs(on)["eval_strategy"] == "steps"
+
+
+@pytest.mark.parametrize(
+    "keys, named",
+    [
+        ({"eval_strategy": "steps"}, "eval_strategy"),
+        ({"eval_on_start": True}, "eval_on_start"),
+        ({"eval_steps": 3}, "eval_steps"),
+        ({"load_best_model_at_end": True}, "load_best_model_at_end"),
+    ],
+)
+def test_do_eval_false_with_a_key_that_evaluates_is_refused(keys, named):
+    with pytest.raises(InputError) as err:
+        validate({"dataset": "x.json", "val_size": 0.2, "do_eval": False, **keys}, check_paths=False)
+    assert any(p.key == named and "do_eval is false" in p.message for p in err.value.problems), err.value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_do_eval_false_run_records_no_evaluation(stage, tmp_path, tiny_model_dir):
+    over = {"stage": stage, "probes": None, "max_steps": 2, "save_steps": 10, "val_size": 2, "do_eval": False}
+    if stage == "dpo":
+        over["dataset"] = str(pair_file(tmp_path / "pairs.jsonl", n=8))
+    cfg = tiny_config(tmp_path, tiny_model_dir, stage, **over)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    kinds = {e["kind"] for e in read_events(run)}
+    assert "run_finished" in kinds and not kinds & {"eval", "held_out"}, kinds
+
+
+# -- one cutoff rule for check and the ranks ------------------------------------------------------
+def test_llamafactory_reward_example_at_cutoff_128_is_refused_at_check(tmp_path, monkeypatch, tiny_model_dir):
+    """LLaMA-Factory's reward example with cutoff_len 128 and max_samples 16 on pairs like its demo data
+    (long prompts and answers): 7 prompts fill the cutoff, the other 9 pairs are longer than it on a side.
+    The check used to leave 9 pairs and the rank none (num_samples=0); now the check says so, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    rows = [
+        {
+            "instruction": "Explain this. " + "context words " * (70 if i < 7 else 45),
+            "chosen": "A careful answer " + "with detail " * 20,
+            "rejected": "A short answer " + "without care " * 15,
+        }
+        for i in range(20)
+    ]
+    data = tmp_path / "long_pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    over = {"model_name_or_path": str(tiny_model_dir), "cutoff_len": 128, "max_samples": 16, "bf16": False, "dataset": str(data)}
+    res = cockpit("check", str(FIXTURES / "qwen3_lora_reward.yaml"), *[f"--set={k}={v}" for k, v in over.items()], cwd=str(tmp_path))
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    out = res.stdout + res.stderr
+    assert "cutoff_len" in out and "cutoff_len 128" in out and "nothing is left to train on" in out, out[-2000:]
+    assert not (tmp_path / "saves").exists()
+
+
+def _ctx(cfg, tiny_model_dir, tmp_path):
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+    from cockpit.train.recipes.base import RecipeContext
+
+    ref = resolve_model(str(tiny_model_dir))
+    tok = load_tokenizer(cfg, ref)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    dirs = {"checkpoints": tmp_path / "ck", "out": tmp_path, "adapter": tmp_path / "a", "plot": tmp_path / "p.png"}
+    return RecipeContext(None, cfg, 0, 1, 0, None, 0.0, True, dirs, ref, tok, lambda *_: None)
+
+
+@pytest.mark.parametrize("stage, cutoff", [("dpo", 32), ("rm", 40), ("kto", 18)])
+def test_check_and_rank_keep_the_same_pairs(stage, cutoff, tmp_path, tiny_model_dir):
+    """What ``cockpit check`` counts, the rank's data and TRL's tokenised train set hold the same
+    number of samples: some dropped at cutoff_len, none more by TRL."""
+    from cockpit.run.preflight import check_run
+    from cockpit.train.recipes import get_recipe
+
+    if stage == "kto":
+        rows = [{"instruction": f"Q{i} " + "why " * (3 * (i % 4)), "output": f"Answer {i} " + "ok " * i, "kto_tag": i % 2 == 0} for i in range(10)]
+        data = tmp_path / "kto.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        info = {"k": {"file_name": str(data), "formatting": "alpaca", "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"}}}
+        (tmp_path / "dataset_info.json").write_text(json.dumps(info))
+        extra = {"dataset": "k", "dataset_dir": str(tmp_path)}
+    else:
+        extra = {"dataset": str(pair_file(tmp_path / "pairs.jsonl", n=10, prompt_words=8))}
+    path = tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, cutoff_len=cutoff, probes=None, use_cpu=True, **extra)
+    cfg = load_config(path)
+    checked = check_run(cfg, log=lambda *_: None, with_devices=False)
+    assert 0 < checked.samples < 10, checked.report.lines()  # the cutoff drops some, not all
+    assert checked.report.samples - checked.report.emptied == checked.samples
+    recipe = get_recipe(stage)
+    ctx = _ctx(cfg, tiny_model_dir, tmp_path)
+    data_ = recipe.build_data(ctx)
+    assert len(data_.train) + len(data_.held_out) == checked.samples
+    if stage == "rm":  # the reward trainer's rule drops more than "the prompt fills cutoff_len" (the old check's)
+        # (the tokenizer now renders with the config's template: build_data chose it)
+        from cockpit.data.stage_data import answer_lengths, collect_stage_samples
+
+        prompts = [answer_lengths(ctx.tokenizer, s["prompt"], [s["chosen"]])[0] for s in collect_stage_samples(cfg).samples]
+        assert sum(p < cutoff for p in prompts) > checked.samples
+    model, ref = recipe.build_models(ctx)
+    trainer = recipe.build_trainer(ctx, model, ref, data_, [])
+    assert len(trainer.train_dataset) == checked.samples  # TRL's own filter drops nothing more
+
+
+def test_sft_check_counts_the_rows_the_rank_trains(tmp_path, tiny_model_dir):
+    from cockpit.run.preflight import check_run
+    from cockpit.train.recipes import get_recipe
+
+    rows = [
+        {"instruction": f"Question {i}: " + "tell me more " * (10 * (i % 3)), "output": f"Answer {i}."} for i in range(9)
+    ]
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, "sft", dataset=str(data), cutoff_len=48, probes=None, use_cpu=True))
+    checked = check_run(cfg, log=lambda *_: None, with_devices=False)
+    assert 0 < checked.samples < 9 and checked.report.emptied == 9 - checked.samples
+    rank = get_recipe("sft").build_data(_ctx(cfg, tiny_model_dir, tmp_path))
+    assert len(rank.train) + len(rank.held_out) == checked.samples
+
+
+def test_pt_tokenises_in_preprocessing_num_workers_processes(tokenizer):
+    from cockpit.data.stage_data import encode_texts, pack_texts
+
+    texts = [f"Document {i}: kestrels hover over the grass." for i in range(8)]
+    assert encode_texts(tokenizer, texts, 2) == encode_texts(tokenizer, texts, 1)
+    assert pack_texts(tokenizer, texts, 16, workers=2) == pack_texts(tokenizer, texts, 16)
