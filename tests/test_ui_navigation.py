@@ -35,15 +35,13 @@ def expected_stack(start: str, keys: tuple[str, ...]) -> tuple[str, tuple[str, .
     mode = start
     stacks: dict[str, list[str]] = {start: [BASE[start]]}
 
-    def go(target: str) -> None:
+    def go(target: str) -> None:  # a mode opens on its base screen (F3: the Runs list, from Live too)
         nonlocal mode
-        if target == mode:
-            del stacks[mode][1:]  # F3 on Live / Summary: back to Runs
-        else:
+        if target != mode:
             while stacks[mode][-1] in OVERLAYS:
                 stacks[mode].pop()
             mode = target
-            stacks.setdefault(mode, [BASE[mode]])
+        del stacks.setdefault(mode, [BASE[mode]])[1:]
 
     for key in keys:
         top = stacks[mode][-1]

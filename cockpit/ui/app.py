@@ -171,13 +171,15 @@ class CockpitApp(App):
     # -- navigation used by screens and the palette -------------------------------------------------
     def action_go(self, mode: str) -> None:
         """F2 / F3 / F4 (and the palette): show a mode's own screen. What covers it is closed first
-        (the keys view, the palette, a dialog: dismissed, so its caller hears "cancel"); F3 on Live
-        or Summary (pushed on the runs mode) goes back to Runs."""
-        closing = (lambda: len(self.screen_stack) > 1) if mode == self.current_mode else (lambda: self.screen.is_modal)
-        while closing():
-            self.screen.dismiss(None)
+        (the keys view, the palette, a dialog: dismissed, so its caller hears "cancel"); the mode
+        opens on its base screen (F3 is the Runs list, also from Live or Summary, which are pushed on
+        the runs mode; leaving a mode keeps them until then)."""
         if mode != self.current_mode:
+            while self.screen.is_modal:
+                self.screen.dismiss(None)
             self.switch_mode(mode)
+        while len(self.screen_stack) > 1:
+            self.screen.dismiss(None)
 
     def show_on_runs(self, screen: Any) -> None:
         """Push ``screen`` (Live, Summary, Chat) on the Runs screen: one run's view at a time."""
