@@ -76,8 +76,8 @@ def test_numa_map_wraps_every_rank_through_bind_keeping_torchrun():
     cfg = cfg_of(nproc_per_node=2, master_port=29123, numa_bind="0:0,1:1")
     plan = node_launch("/r", "rid", cfg, python="py", numa=numa.plan("0:0,1:1", 2, which=NUMACTL))
     i = plan.command.index("--no-python")
-    assert plan.command[i + 1 :] == ["py", "-m", "cockpit.strategy.bind", "--map=0:0,1:1", "--method=numactl", "--", "py", "-m", "cockpit.train.worker", "/r"]
-    assert plan.ranks[1]["command"][:3] == ["numactl", "--cpunodebind=1", "--membind=1"]
+    assert plan.command[i + 1 :] == ["py", "-m", "cockpit.strategy.bind", "--map=0:0,1:1", "--method=numactl", "--memory=preferred", "--", "py", "-m", "cockpit.train.worker", "/r"]
+    assert plan.ranks[1]["command"][:3] == ["numactl", "--cpunodebind=1", "--preferred=1"]
     # one process: no torchrun, the wrapper logs to rank0.log itself (--single)
     one = node_launch("/r", "rid", cfg_of(numa_bind="0:0"), python="py", numa=numa.plan("0:0", 1, which=NUMACTL))
     assert one.command[:3] == ["py", "-m", "cockpit.strategy.bind"] and "--single" in one.command
@@ -103,7 +103,9 @@ def test_numa_auto_follows_each_gpu_numa_node(tmp_path):
     p = numa.plan("auto", 4, sysfs=sysfs, env={}, which=NUMACTL)
     assert [g["bdf"] for g in p.gpus] == ["0000:03:00.0", "0000:23:00.0", "0000:83:00.0", "0000:c3:00.0"]  # BDF order, NIC ignored
     assert p.nodes == {0: 0, 1: 0, 2: 1, 3: 1} and p.method == "numactl"
-    assert p.prefix(2) == ["numactl", "--cpunodebind=1", "--membind=1"]
+    assert p.prefix(2) == ["numactl", "--cpunodebind=1", "--preferred=1"]  # issue 34: preferred by default
+    strict = numa.plan("auto", 4, sysfs=sysfs, env={}, which=NUMACTL, memory="strict")
+    assert strict.prefix(2) == ["numactl", "--cpunodebind=1", "--membind=1"]  # only when asked
     # visible devices pick GPUs by index
     p2 = numa.plan("auto", 2, sysfs=sysfs, env={"HIP_VISIBLE_DEVICES": "2,3"}, which=NUMACTL)
     assert p2.nodes == {0: 1, 1: 1}
@@ -191,7 +193,7 @@ def test_preview_shows_every_rank_and_the_other_nodes(tmp_path, tiny_model_dir):
     out = json.loads(res.stdout)
     assert out["strategy"] == "DDP" and out["world_size"] == 4 and len(out["ranks"]) == 2
     assert out["ranks"][1]["env"]["NCCL_DEBUG"] == "INFO" and out["ranks"][1]["env"]["HF_TOKEN"] == "***redacted***"
-    assert out["ranks"][0]["command"][:3] == ["numactl", "--cpunodebind=0", "--membind=0"]
+    assert out["ranks"][0]["command"][:3] == ["numactl", "--cpunodebind=0", "--preferred=0"]
     assert "--rdzv_backend=c10d" in out["command"] and "--no-python" in out["command"]
     assert out["nodes"][1]["argv"][-6:] == ["--set", "node_rank=1", "--set", "master_addr=10.0.0.1", "--set", "master_port=29555"]
     script = sb.read_text()
@@ -199,4 +201,28 @@ def test_preview_shows_every_rank_and_the_other_nodes(tmp_path, tiny_model_dir):
     assert "export HF_TOKEN" not in script and "# HF_TOKEN: a secret" in script
     assert hf.read_text() == "a slots=2\nb slots=2\n"
     text = cockpit("preview", str(cfg))
-    assert text.returncode == 0 and "on node 1:  cockpit train" in text.stdout and "numactl --cpunodebind=0 --membind=0" in text.stdout
+    assert text.returncode == 0 and "on node 1:  cockpit train" in text.stdout and "numactl --cpunodebind=0 --preferred=0" in text.stdout
+
+
+def test_bind_wrapper_prefers_the_node_unless_strict(tmp_path):
+    """Issue 34: numactl's memory policy is --preferred by default (strict --membind OOM-kills offload
+    runs on two-socket nodes); numa_memory: strict asks for --membind. Runs the real numactl."""
+    import shutil
+
+    if not shutil.which("numactl"):
+        pytest.skip("numactl not installed")
+    code = "import os; print(open('/proc/self/status').read())"
+    for memory, seen in (("preferred", "Mems_allowed_list"), ("strict", "Mems_allowed_list")):
+        run = tmp_path / memory
+        (run / "logs").mkdir(parents=True)
+        res = subprocess.run(
+            [sys.executable, "-m", "cockpit.strategy.bind", "--map=0:0", "--method=numactl", f"--memory={memory}",
+             "--", sys.executable, "-c", code],
+            capture_output=True, text=True, env={**os.environ, "LOCAL_RANK": "0", "COCKPIT_RUN_DIR": str(run)}, timeout=60,
+        )
+        assert res.returncode == 0 and seen in res.stdout, res.stderr
+        record = json.loads((run / "logs" / "numa.local0.json").read_text())
+        flag = "--membind=0" if memory == "strict" else "--preferred=0"
+        assert record["memory"] == memory and flag in record["command"], record
+    cfg = load_config(str(ROOT / "presets" / "cpu-demo.yaml"), [])
+    assert cfg["numa_memory"] == "preferred"

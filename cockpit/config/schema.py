@@ -556,6 +556,17 @@ KEYS: tuple[Key, ...] = (
         llamafactory=False,
     ),
     _k(
+        "numa_memory",
+        "choice",
+        "preferred",
+        "with NUMA binding, each rank's memory: preferred (its node first, spills over) | strict (numactl --membind: "
+        "only its node; an offload run can be OOM-killed while the other node has room)",
+        "strategy",
+        choices=("preferred", "strict"),
+        nullable=False,
+        llamafactory=False,
+    ),
+    _k(
         "numa_bind",
         "str",
         "auto",

@@ -1,7 +1,7 @@
 """``python -m cockpit.strategy.bind --map 0:0,1:1 [--method numactl|sched_setaffinity] -- CMD ...``
 
 Runs under torchrun (``--no-python``) in front of each rank: looks up ``LOCAL_RANK`` in the
-map and ``exec``s ``numactl --cpunodebind=N --membind=N CMD`` (or sets the CPU affinity to the
+map and ``exec``s ``numactl --cpunodebind=N --preferred=N CMD`` (``--memory strict``: ``--membind=N``) (or sets the CPU affinity to the
 node's CPUs and execs CMD). ``exec`` keeps the pid: torchrun's child, the rank and the pid in
 ``rank_started`` are one process. Writes ``logs/numa.local<R>.json`` in the run dir
 (``$COCKPIT_RUN_DIR``) with what it did. A rank not in the map runs unbound.
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from cockpit.strategy.numa import node_cpus, parse_map
+from cockpit.strategy.numa import MEMORY_POLICIES, node_cpus, numactl_prefix, parse_map
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +33,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="cockpit.strategy.bind")
     ap.add_argument("--map", required=True)
     ap.add_argument("--method", default="numactl", choices=("numactl", "sched_setaffinity"))
+    ap.add_argument("--memory", default="preferred", choices=MEMORY_POLICIES)
     ap.add_argument("--sysfs", default="/sys")
     ap.add_argument("--single", action="store_true", help="one process without torchrun: log to logs/rank0.log")
     args = ap.parse_args(own)
@@ -50,10 +51,11 @@ def main(argv: list[str]) -> int:
         "local_rank": local_rank,
         "node": node,
         "method": args.method if node is not None else None,
+        "memory": args.memory if node is not None and args.method == "numactl" else None,
         "pid": os.getpid(),
     }
     if node is not None and args.method == "numactl":
-        cmd = ["numactl", f"--cpunodebind={node}", f"--membind={node}", *cmd]
+        cmd = [*numactl_prefix(node, args.memory), *cmd]
     elif node is not None:
         cpus = node_cpus(node, args.sysfs)
         if cpus:

@@ -4,7 +4,8 @@ One process on one node: ``python -m cockpit.train.worker RUN_DIR``. Otherwise t
 a c10d rendezvous (``--nproc_per_node --nnodes --node_rank --rdzv_endpoint``), DDP by default,
 DeepSpeed / FSDP2 chosen inside the ranks from the config. With NUMA binding every rank is
 started through :mod:`cockpit.strategy.bind` (torchrun ``--no-python``), which execs
-``numactl --cpunodebind=N --membind=N`` in front of the worker, keeping the pid.
+``numactl --cpunodebind=N --preferred=N`` (``numa_memory: strict``: ``--membind``) in front of
+the worker, keeping the pid.
 
 The rendezvous id must be the same on every node while each node has its own run dir (and
 run id): on several nodes it is derived from the rendezvous endpoint, which the nodes share.
@@ -72,7 +73,13 @@ def node_launch(
     """The command for one node (``node_rank``, default the config's) and its ranks' environment."""
     nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
     node_rank = int(cfg["node_rank"]) if node_rank is None else node_rank
-    numa = numa if numa is not None else numa_plan(cfg.get("numa_bind"), nproc, sysfs=sysfs, env=env)
+    numa = (
+        numa
+        if numa is not None
+        else numa_plan(
+            cfg.get("numa_bind"), nproc, sysfs=sysfs, env=env, memory=str(cfg.get("numa_memory") or "preferred")
+        )
+    )
     worker = [python, "-m", "cockpit.train.worker", str(run_path)]
     notes = list(numa.notes)
     single = nproc == 1 and nnodes == 1
@@ -116,7 +123,14 @@ def _bound(worker: list[str], numa: NumaPlan, python: str, sysfs: str, single: b
     """The rank's command, behind the NUMA binding wrapper when binding is on."""
     if not numa.active:
         return worker
-    wrap = [python, "-m", "cockpit.strategy.bind", f"--map={numa.map_text()}", f"--method={numa.method}"]
+    wrap = [
+        python,
+        "-m",
+        "cockpit.strategy.bind",
+        f"--map={numa.map_text()}",
+        f"--method={numa.method}",
+        f"--memory={numa.memory}",
+    ]
     if sysfs != "/sys":
         wrap.append(f"--sysfs={sysfs}")
     if single:

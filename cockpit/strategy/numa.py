@@ -11,7 +11,9 @@ in BDF order (the order ROCm and CUDA enumerate them), honouring ``HIP_VISIBLE_D
 
 How the binding is applied: every rank runs through :mod:`cockpit.strategy.bind`, which
 looks up its ``LOCAL_RANK`` in the plan and ``exec``s ``numactl --cpunodebind=N
---membind=N`` (or, when numactl is missing, sets ``os.sched_setaffinity`` to the node's CPUs
+--preferred=N`` (``numa_memory: strict``: ``--membind=N``; strict binding OOM-kills a rank whose
+node fills up, as CPU Adam and pinned offload buffers do on two-socket MI250 / MI300X nodes, while
+the other node has room; preferred allocates there and spills over) (or, when numactl is missing, sets ``os.sched_setaffinity`` to the node's CPUs
 and execs; memory then follows first touch). ``exec`` keeps the pid, so the pid torchrun and
 the supervisor see is the training rank itself (stop / kill reach it).
 
@@ -164,6 +166,7 @@ class NumaPlan:
     method: str | None = None  # numactl | sched_setaffinity | None
     notes: list[str] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    memory: str = "preferred"  # numactl's memory policy: preferred (spills to other nodes) | strict (--membind)
 
     @property
     def active(self) -> bool:
@@ -178,7 +181,7 @@ class NumaPlan:
         if node is None:
             return []
         if self.method == "numactl":
-            return ["numactl", f"--cpunodebind={node}", f"--membind={node}"]
+            return numactl_prefix(node, self.memory)
         return [f"<sched_setaffinity: node {node} cpus>"]
 
     def as_dict(self) -> dict[str, Any]:
@@ -188,7 +191,17 @@ class NumaPlan:
             "method": self.method,
             "notes": self.notes,
             "gpus": self.gpus,
+            "memory": self.memory,
         }
+
+
+MEMORY_POLICIES = ("preferred", "strict")
+
+
+def numactl_prefix(node: int, memory: str = "preferred") -> list[str]:
+    """``numactl`` in front of a rank: its CPUs on ``node``, its memory preferred there (strict: only there)."""
+    policy = f"--membind={node}" if memory == "strict" else f"--preferred={node}"
+    return ["numactl", f"--cpunodebind={node}", policy]
 
 
 def plan(
@@ -199,8 +212,23 @@ def plan(
     env: Mapping[str, str] | None = None,
     gpu_source: Callable[[], list[dict[str, Any]]] | None = None,
     which: Callable[[str], str | None] = shutil.which,
+    memory: str = "preferred",
 ) -> NumaPlan:
     """The binding for this node's local ranks. Never raises on a machine quirk: it notes it."""
+    p = _plan(value, nproc_per_node, sysfs=sysfs, env=env, gpu_source=gpu_source, which=which)
+    p.memory = memory if memory in MEMORY_POLICIES else "preferred"
+    return p
+
+
+def _plan(
+    value: str | None,
+    nproc_per_node: int,
+    *,
+    sysfs: str | os.PathLike[str],
+    env: Mapping[str, str] | None,
+    gpu_source: Callable[[], list[dict[str, Any]]] | None,
+    which: Callable[[str], str | None],
+) -> NumaPlan:
     env = os.environ if env is None else env
     raw = "auto" if value is None else str(value).strip().lower()
     method = "numactl" if which("numactl") else "sched_setaffinity"
@@ -215,7 +243,7 @@ def plan(
             p.notes.append(f"NUMA node(s) {bad} are not online here (online: {nodes_online}); numactl will refuse them")
         if method == "sched_setaffinity":
             p.notes.append(
-                "numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl for --membind)"
+                "numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl to place memory too)"
             )
         return p
     if len(nodes_online) <= 1:
@@ -246,6 +274,6 @@ def plan(
         p.nodes[r] = int(node)
     if method == "sched_setaffinity" and p.nodes:
         p.notes.append(
-            "numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl for --membind)"
+            "numactl not found: CPUs bound with sched_setaffinity, memory follows first touch (install numactl to place memory too)"
         )
     return p
