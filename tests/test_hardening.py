@@ -97,3 +97,40 @@ def test_planted_secrets_reach_the_run_and_are_written_nowhere(tmp_path, tiny_mo
     finally:
         cockpit("stop", str(run), "--kill", "--wait", "60")
     assert not _hits(run, planted) and not _hits(ui_configs, planted), _hits(run, planted) + _hits(ui_configs, planted)
+
+
+def test_fp16_lora_trains_every_trainable_parameter_in_fp32(tmp_path, tiny_model_dir):
+    """Issue 34: LoRA over an fp16 base (a GPU run) keeps modules_to_save copies in fp16 unless cast,
+    which HF's GradScaler refuses on a GPU. The decision is pure; the cast runs here on CPU tensors."""
+    import torch
+    from conftest import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from cockpit.config.load import load_config
+    from cockpit.train.model import trainable_in_fp32, upcast_trainable, with_lora_adapter
+
+    cfg = load_config(str(tiny_config(tmp_path, tiny_model_dir)), ["additional_target=norm"])
+    assert not trainable_in_fp32(cfg)  # fp32: nothing to cast
+    assert trainable_in_fp32({**cfg, "fp16": True}) and trainable_in_fp32({**cfg, "bf16": True})
+    assert not trainable_in_fp32({**cfg, "fp16": True, "use_badam": True})
+    assert not trainable_in_fp32({**cfg, "fp16": True, "finetuning_type": "full"})
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float16)
+    model = with_lora_adapter(base, {**cfg, "fp16": True})
+    half_trainable = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype == torch.float16]
+    assert any("modules_to_save" in n for n in half_trainable), half_trainable  # the defect, before the cast
+    assert upcast_trainable(model) == len(half_trainable)
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+    assert all(p.dtype == torch.float16 for n, p in model.named_parameters() if not p.requires_grad and "lora_" not in n)
+
+
+@pytest.mark.gpu
+def test_fp16_lora_step_on_a_gpu(tmp_path, tiny_model_dir):
+    """The GPU twin: one fp16 LoRA step with modules_to_save through HF's GradScaler (CI: skipped)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU here")
+    from conftest import cockpit, tiny_config
+
+    cfg = tiny_config(tmp_path, tiny_model_dir, fp16=True, use_cpu=False, max_steps=2, additional_target="norm")
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -41,7 +41,10 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg["gradient_checkpointing"])
     if cfg["finetuning_type"] == "lora":
-        return with_lora_adapter(model, cfg, new_token_ids)
+        model = with_lora_adapter(model, cfg, new_token_ids)
+        if trainable_in_fp32(cfg):
+            upcast_trainable(model)
+        return model
     if cfg["finetuning_type"] == "freeze":
         freeze_all_but_chosen_layers(model, cfg)
         if new_token_ids:
@@ -102,6 +105,27 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
     half = half or (bool(cfg.get("use_badam")) and cfg.get("badam_mode") == "layer" and cfg["bf16"] and not use_cpu)
     kwargs["dtype"] = (torch.bfloat16 if cfg["bf16"] else torch.float16) if half else torch.float32
     return kwargs
+
+
+def trainable_in_fp32(cfg: dict[str, Any]) -> bool:
+    """Whether a LoRA run's trainable parameters are cast to fp32 over a half-precision base, as
+    LLaMA-Factory does (``cast_trainable_params_to_fp32``): every LoRA run in bf16 / fp16 but BAdam's.
+    PEFT upcasts the adapter's own matrices, not ``modules_to_save`` copies or the new tokens' rows,
+    which fp16 would then keep in fp16: HF's GradScaler refuses them ("Attempting to unscale FP16
+    gradients") on a GPU."""
+    return cfg["finetuning_type"] == "lora" and bool(cfg["bf16"] or cfg["fp16"]) and not cfg.get("use_badam")
+
+
+def upcast_trainable(model) -> int:
+    """Every trainable parameter in fp32 (the frozen base keeps its dtype); how many were cast."""
+    import torch
+
+    cast = 0
+    for p in model.parameters():
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.to(torch.float32)
+            cast += 1
+    return cast
 
 
 def with_lora_adapter(model, cfg: dict[str, Any], new_token_ids: list[int] | None = None):
