@@ -28,7 +28,7 @@ import pytest
 
 from cockpit.run.liveness import ranks_alive, reconcile, supervisor_alive
 from cockpit.run.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
-from conftest import cockpit, read_events, start_detached, tiny_config, wait_for
+from conftest import cockpit, prerequisite, read_events, start_detached, tiny_config, wait_for
 
 # Serial: its 10 s windows need the box to itself (scripts/test.sh runs it after the parallel part). It was
 # quarantined while it failed in fresh-clone .ci/run (its checkpoints filled the tmpfs: save_total_limit below;
@@ -53,8 +53,7 @@ def tmpfs(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    prerequisite(res.returncode == 0, f"cannot mount a tmpfs here (needs root): {res.stderr.decode().strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)])
 

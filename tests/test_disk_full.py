@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import cockpit, tiny_config
+from conftest import cockpit, prerequisite, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,8 +19,7 @@ def tmpfs_runs(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=60m", "tmpfs", str(mnt)], capture_output=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    prerequisite(res.returncode == 0, f"cannot mount a tmpfs here (needs root): {res.stderr.decode().strip()}")
     yield mnt / "runs"
     subprocess.run(["umount", "-l", str(mnt)])
 

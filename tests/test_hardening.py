@@ -134,3 +134,17 @@ def test_fp16_lora_step_on_a_gpu(tmp_path, tiny_model_dir):
     cfg = tiny_config(tmp_path, tiny_model_dir, fp16=True, use_cpu=False, max_steps=2, additional_target="norm")
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_missing_prerequisite_fails_under_ci_and_skips_elsewhere(monkeypatch):
+    """Issue 34: the chaos, disk-full, Slurm, tmux and numactl tests skip without their prerequisite
+    on a developer's machine; in CI (CI=true), which installs them all, they fail instead."""
+    from conftest import prerequisite
+
+    prerequisite(True, "present")  # nothing happens
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="missing prerequisite in CI"):
+        prerequisite(False, "tmux not installed")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="tmux not installed"):
+        prerequisite(False, "tmux not installed")

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from cockpit.run.events import EventReader
-from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
+from conftest import ROOT, cockpit, has_step, prerequisite, read_events, start_detached, tiny_config, wait_for
 
 pytestmark = pytest.mark.slow  # the tests with time windows are marked serial (scripts/test.sh runs them alone)
 
@@ -237,13 +237,13 @@ class Tmux:
             raise AssertionError(f"timed out waiting for {text!r} on the screen:\n{self.screen()}") from None
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 @pytest.mark.serial
 def test_run_launched_from_setup_survives_killing_the_tmux_server(tmp_path, tiny_model_dir):
     """The cockpit app in tmux: a user preset loaded from the command palette (after the Setup
     screen's own cpu-demo preload, so its values win), F8 launches, the Live screen shows the
     run; then the tmux server is killed (the app gets SIGHUP): the detached run finishes every
     step, and ``cockpit attach`` replays all of them."""
+    prerequisite(shutil.which("tmux") is not None, "tmux not installed")
     steps = 30
     runs = tmp_path / "runs"
     config_home = tmp_path / "config"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cockpit, has_step, read_events, tiny_config, wait_for
+from conftest import cockpit, has_step, prerequisite, read_events, tiny_config, wait_for
 from slurm_cluster import LocalSlurm, missing_reason
 
 pytestmark = [pytest.mark.serial, pytest.mark.slow]
@@ -22,8 +22,7 @@ pytestmark = [pytest.mark.serial, pytest.mark.slow]
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     why = missing_reason()
-    if why:
-        pytest.skip(why)
+    prerequisite(not why, why or "")
     cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
     old = os.environ.get("SLURM_CONF")
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cockpit, write_yaml
+from conftest import ROOT, cockpit, prerequisite, write_yaml
 from cockpit.config.load import load_config
 from cockpit.errors import InputError
 from cockpit.strategy import numa
@@ -209,8 +209,7 @@ def test_bind_wrapper_prefers_the_node_unless_strict(tmp_path):
     runs on two-socket nodes); numa_memory: strict asks for --membind. Runs the real numactl."""
     import shutil
 
-    if not shutil.which("numactl"):
-        pytest.skip("numactl not installed")
+    prerequisite(shutil.which("numactl") is not None, "numactl not installed")
     code = "import os; print(open('/proc/self/status').read())"
     for memory, seen in (("preferred", "Mems_allowed_list"), ("strict", "Mems_allowed_list")):
         run = tmp_path / memory
