@@ -148,3 +148,62 @@ def test_a_missing_prerequisite_fails_under_ci_and_skips_elsewhere(monkeypatch):
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="tmux not installed"):
         prerequisite(False, "tmux not installed")
+
+
+class _HungBackend:
+    """A GPU library whose calls never return (a driver in a GPU hang)."""
+
+    name = "amdsmi"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    def devices(self):
+        self.release.wait()
+        return []
+
+    def close(self) -> None:
+        raise AssertionError("a hung library is not shut down (the call would wait too)")
+
+
+def test_a_hung_gpu_library_never_blocks_a_sample():
+    """Issue 34: the supervisor samples the GPU library in a collector thread with a deadline."""
+    import time
+
+    from cockpit.telemetry import Sampler
+
+    backend = _HungBackend()
+    sampler = Sampler({}, interval_s=0.05, backend=backend, unavailable={}, threaded=True, deadline_s=0.3)
+    try:
+        t0 = time.monotonic()
+        first = sampler.sample()
+        assert time.monotonic() - t0 < 0.2 and first["devices"] == [] and "amdsmi" not in first["unavailable"]
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        late = sampler.sample()
+        assert time.monotonic() - t0 < 0.2
+        assert "has not returned" in late["unavailable"]["amdsmi"], late
+        sampler.close()  # returns: the library is left alone while its call hangs
+    finally:
+        backend.release.set()
+
+
+@pytest.mark.slow
+def test_stop_works_while_the_gpu_library_hangs(tmp_path, tiny_model_dir):
+    """A run whose supervisor's GPU library hangs on every VRAM query (COCKPIT_FAKE_GPUS=amdsmi:1:hang):
+    telemetry says the backend is failing, steps are followed, and `cockpit stop` ends the run."""
+    from conftest import cockpit, has_step, read_events, start_detached, tiny_config, wait_for
+
+    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=400, telemetry_interval_s=0.5)
+    run = start_detached(tmp_path, cfg, env={"COCKPIT_FAKE_GPUS": "amdsmi:1:hang"})
+    try:
+        wait_for(lambda: has_step(run, 2), 180, "steps while the library hangs")
+        failing = lambda: [e for e in read_events(run) if e["kind"] == "telemetry"  # noqa: E731
+                           and "has not returned" in str((e.get("unavailable") or {}).get("amdsmi"))]
+        wait_for(failing, 60, "telemetry saying the library hangs")
+        res = cockpit("stop", str(run), "--wait", "120")
+        assert res.returncode == 0 and "stopped" in res.stdout, res.stdout + res.stderr
+    finally:
+        cockpit("stop", str(run), "--kill", "--wait", "60")

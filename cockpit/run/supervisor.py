@@ -286,7 +286,7 @@ class Supervisor:
         try:
             from cockpit.telemetry import Sampler
 
-            self.sampler = Sampler({}, interval_s=interval)
+            self.sampler = Sampler({}, interval_s=interval, threaded=True)  # a hung driver call never blocks the loop
         except Exception as exc:  # telemetry must never take a run down
             say(f"telemetry disabled: {exc}")
 

@@ -10,6 +10,7 @@ checks that against the installed packages, so a fake cannot drift from the real
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import SimpleNamespace
@@ -78,9 +79,10 @@ class FakeAmdSmi:
     AmdSmiException = AmdSmiException
     AmdSmiLibraryException = AmdSmiLibraryException
 
-    def __init__(self, gpus: list[FakeGpu] | None = None, fail: set[str] | None = None):
+    def __init__(self, gpus: list[FakeGpu] | None = None, fail: set[str] | None = None, hang: set[str] | None = None):
         self.gpus = list(gpus if gpus is not None else [FakeGpu()])
         self.fail = set(fail or ())
+        self.hang = set(hang or ())  # calls that never return, as a driver's in a GPU hang
         self.calls: list[str] = []
         self.initialised = False
 
@@ -88,6 +90,8 @@ class FakeAmdSmi:
         self.calls.append(name)
         if name in self.fail:
             raise AmdSmiLibraryException(2)
+        if name in self.hang:
+            threading.Event().wait()
         return self.gpus[processor_handle.index]
 
     def amdsmi_init(self, flag=AmdSmiInitFlags.INIT_AMD_GPUS):
@@ -230,10 +234,12 @@ FAKE_ENV = "COCKPIT_FAKE_GPUS"
 
 def fake_from_env(value: str | None) -> tuple[str, Any] | None:
     """``COCKPIT_FAKE_GPUS=amdsmi:8`` (or ``nvml:N``): (backend name, initialised fake module)
-    with N fake GPUs, for multi-process tests and demos on machines without GPUs; None when unset."""
+    with N fake GPUs, for multi-process tests and demos on machines without GPUs; None when unset.
+    ``amdsmi:N:hang``: every VRAM query blocks forever (a driver in a GPU hang)."""
     if not value:
         return None
-    name, _, count = value.partition(":")
+    name, _, rest = value.partition(":")
+    count, _, mode = rest.partition(":")
     n = int(count or 1)
     gpus = [  # different levels per GPU, so that a screen shows which is which
         FakeGpu(
@@ -247,7 +253,7 @@ def fake_from_env(value: str | None) -> tuple[str, Any] | None:
         for i in range(n)
     ]
     if name == "amdsmi":
-        module: Any = FakeAmdSmi(gpus)
+        module: Any = FakeAmdSmi(gpus, hang={"amdsmi_get_gpu_vram_usage"} if mode == "hang" else None)
         module.amdsmi_init()
         return name, module
     if name == "nvml":
