@@ -478,3 +478,25 @@ def test_a_crashing_check_does_not_stop_the_rest(machine):
 def test_version_at_least():
     assert version_at_least("0.49.2", "0.49.2") and version_at_least("0.50.0", "0.49.2")
     assert not version_at_least("0.49.2.dev0", "0.49.2") and not version_at_least("0.48.2", "0.49.2")
+
+
+def test_mi250_and_mi250x_told_apart_and_mi300x_partitions_said(tmp_path, machine):
+    """Issue 34: torch names both CDNA2 parts "AMD Instinct MI250X/MI250"; the CUs per GCD tell them
+    apart (110 vs 104). An MI300X in CPX mode shows one physical GPU as 8 devices of 38 CUs and 24 GiB:
+    the doctor says so, and the memory it reports (what the planner and presets use) is the partition's."""
+    from cockpit.doctor.facts import product_of
+
+    assert product_of("AMD Instinct MI250X/MI250", 110) == ("MI250X", None)
+    assert product_of("AMD Instinct MI250X/MI250", 104) == ("MI250", None)
+    assert product_of("AMD Instinct MI300X", 304) == ("MI300X", None)
+    assert product_of("AMD Instinct MI300X", 38)[1].startswith("CPX: 1/8")
+    assert product_of("NVIDIA H200", 132) == ("NVIDIA H200", None)
+    facts = rocm_facts(tmp_path)
+    facts.devices = [DeviceFacts(0, MI250X[0], 64 * GiB, MI250X[1], 110), DeviceFacts(1, MI250X[0], 64 * GiB, MI250X[1], 104)]
+    c = by_id(run_checks(env={"PATH": str(machine["bin"])}, roots=machine["roots"], facts=facts))["gpu_devices"]
+    assert c.status == WARN and "MI250X" in c.seen and "MI250 (" in c.seen  # mixed: one of each
+    assert [d["product"] for d in c.data["devices"]] == ["MI250X", "MI250"]
+    facts.devices = [DeviceFacts(i, MI300X[0], 24 * GiB, MI300X[1], 38) for i in range(8)]
+    c = by_id(run_checks(env={"PATH": str(machine["bin"])}, roots=machine["roots"], facts=facts))["gpu_devices"]
+    assert c.status == PASS and "CPX: 1/8 of a GPU" in c.seen
+    assert {d["total_memory"] for d in c.data["devices"]} == {24 * GiB} and c.data["devices"][0]["partition"]

@@ -58,16 +58,45 @@ def is_warp64(target: str) -> bool:
     return bool(re.fullmatch(r"gfx9[0-9a-f]{1,2}", target))
 
 
+# Compute units per device (one GCD of an MI250 / MI250X; a whole MI300X in SPX mode), from AMD's
+# CDNA2 / CDNA3 specs. torch names both CDNA2 dual-GCD parts "AMD Instinct MI250X/MI250": the CUs tell.
+CUS_PER_GCD = {110: "MI250X", 104: "MI250"}
+MI300X_CUS = 304  # 8 XCDs x 38 CUs; CPX mode shows each XCD as a device of 38 CUs, DPX 2 x 4, QPX 4 x 2
+MI300X_PARTITIONS = {304: ("SPX", 1), 152: ("DPX", 2), 76: ("QPX", 4), 38: ("CPX", 8)}
+
+
+def product_of(name: str, compute_units: int) -> tuple[str, str | None]:
+    """(the product, its compute partition or None) from torch's device name and compute units:
+    MI250 vs MI250X by CUs per GCD; an MI300X in a CPX / DPX / QPX partition mode (one physical GPU
+    shown as several devices, each with its share of CUs and memory)."""
+    upper = name.upper()
+    if "MI250" in upper and compute_units in CUS_PER_GCD:
+        return CUS_PER_GCD[compute_units], None
+    if "MI300X" in upper and compute_units in MI300X_PARTITIONS:
+        mode, parts = MI300X_PARTITIONS[compute_units]
+        return "MI300X", None if parts == 1 else f"{mode}: 1/{parts} of a GPU ({compute_units} CUs)"
+    return name, None
+
+
 @dataclass
 class DeviceFacts:
     index: int
     name: str
-    total_memory: int  # bytes
+    total_memory: int  # bytes (a partition's share in CPX / NPS modes: what the planner must use)
     gcn_arch: str = ""  # torch's gcnArchName, e.g. 'gfx90a:sramecc+:xnack-' ('' on CUDA)
+    compute_units: int = 0  # torch's multi_processor_count (CUs on ROCm)
 
     @property
     def target(self) -> str:
         return target_for(self.name, self.gcn_arch)
+
+    @property
+    def product(self) -> str:
+        return product_of(self.name, self.compute_units)[0]
+
+    @property
+    def partition(self) -> str | None:
+        return product_of(self.name, self.compute_units)[1]
 
 
 @dataclass
@@ -125,6 +154,7 @@ def torch_facts() -> TorchFacts:
                     name=str(props.name),
                     total_memory=int(props.total_memory),
                     gcn_arch=str(getattr(props, "gcnArchName", "") or ""),
+                    compute_units=int(getattr(props, "multi_processor_count", 0) or 0),
                 )
             )
     except Exception as exc:  # driver trouble shows here, not at import

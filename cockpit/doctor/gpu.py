@@ -179,7 +179,9 @@ def check_gpu_devices(ctx: Context) -> Check:
     parts = []
     for d in f.devices:
         arch = f", {d.gcn_arch}" if d.gcn_arch else (f", {d.target}" if d.target else "")
-        parts.append(f"{d.index}: {d.name} ({gib(d.total_memory)}{arch})")
+        shown = d.name if d.product == d.name else f"{d.product} (torch says {d.name!r}; {d.compute_units} CUs)"
+        partition = f", partition {d.partition}: its memory is the device's" if d.partition else ""
+        parts.append(f"{d.index}: {shown} ({gib(d.total_memory)}{arch}{partition})")
     data = {
         "devices": [
             {
@@ -188,11 +190,14 @@ def check_gpu_devices(ctx: Context) -> Check:
                 "total_memory": d.total_memory,
                 "gcn_arch": d.gcn_arch,
                 "target": d.target,
+                "product": d.product,
+                "compute_units": d.compute_units,
+                "partition": d.partition,
             }
             for d in f.devices
         ]
     }
-    kinds = {(d.name, d.target) for d in f.devices}
+    kinds = {(d.product, d.target) for d in f.devices}
     if len(kinds) > 1:
         return Check(
             "gpu_devices",
