@@ -1,0 +1,206 @@
+"""Golden fixtures of LLaMA-Factory 0.9.5's chat-template rendering (issue 31), made by its own code.
+
+    python bench/lf_template_fixtures.py            # builds the side venv (bench/lf_venv.py) and re-runs itself there
+
+For every text template LLaMA-Factory registers (``llamafactory.data.template.TEMPLATES`` without a
+multimodal plugin: 73 in 0.9.5) and every case in ``CASES``, a raw dataset row goes through
+LLaMA-Factory's own pipeline: its dataset converter (alpaca / sharegpt), ``get_template_and_fix_tokenizer``
+(default system, tool format, thinking, stop words added as special tokens, replace_eos) and the
+supervised processor (``encode_multiturn``, ``infer_seqlen`` truncation, train_on_prompt, mask_history,
+efficient_eos), with the embedded SmolLM2 tokenizer. Written to
+``tests/fixtures/lf_templates/lf_templates.json.gz``: the cases (rows and options) and, per template,
+the tokens LLaMA-Factory added to the tokenizer, its eos / pad token, and per case the ``input_ids``
+and ``labels`` (or the error LLaMA-Factory raised). ``tests/test_lf_templates.py`` compares Cockpit with it.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_templates.json.gz"
+
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "the city"}},
+            "required": ["city"],
+        },
+    }
+]
+LONG = " ".join(f"word{i}" for i in range(60))
+_MULTI = {
+    "system": "You are a careful assistant.",
+    "conversations": [
+        {"from": "human", "value": "What is 2 + 2?"},
+        {"from": "gpt", "value": "2 + 2 is 4."},
+        {"from": "human", "value": "And times three?"},
+        {"from": "gpt", "value": "4 times 3 is 12."},
+    ],
+}
+_TOOL_ROW = {
+    "tools": json.dumps(TOOLS),
+    "conversations": [
+        {"from": "human", "value": "Weather in Paris?"},
+        {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})},
+        {"from": "observation", "value": json.dumps({"temp_c": 21})},
+        {"from": "gpt", "value": "It is 21 degrees in Paris."},
+    ],
+}
+_THOUGHT_ROW = {
+    "conversations": [
+        {"from": "human", "value": "Is 7 prime?"},
+        {"from": "gpt", "value": "<think>\nOnly 1 and 7 divide it.\n</think>\n\nYes, 7 is prime."},
+    ],
+}
+# name -> (formatting, row, options); options are the LLaMA-Factory data keys the case sets.
+CASES: dict[str, tuple[str, dict, dict]] = {
+    "alpaca_plain": ("alpaca", {"instruction": "Name a colour.", "input": "", "output": "Blue."}, {}),
+    "alpaca_input": (
+        "alpaca",
+        {"instruction": "Translate to French.", "input": "Good morning", "output": "Bonjour"},
+        {},
+    ),
+    "alpaca_system": (
+        "alpaca",
+        {"instruction": "Say hi.", "input": "", "output": "Hi!", "system": "You are terse."},
+        {},
+    ),
+    "sharegpt_multi": ("sharegpt", _MULTI, {}),
+    "tool_call": ("sharegpt", _TOOL_ROW, {}),
+    "default_system": (
+        "alpaca",
+        {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+        {"default_system": "You are a test bot."},
+    ),
+    "train_on_prompt": ("sharegpt", _MULTI, {"train_on_prompt": True}),
+    "mask_history": ("sharegpt", _MULTI, {"mask_history": True}),
+    "truncate_target": ("alpaca", {"instruction": "Count.", "input": "", "output": LONG}, {"cutoff_len": 40}),
+    "truncate_both": ("alpaca", {"instruction": LONG, "input": "", "output": LONG}, {"cutoff_len": 50}),
+    "truncate_multi": ("sharegpt", _MULTI, {"cutoff_len": 30}),
+}
+THINKING_CASES: dict[str, tuple[str, dict, dict]] = {
+    "thinking_on": ("sharegpt", _MULTI, {"enable_thinking": True}),
+    "thinking_off": ("sharegpt", _MULTI, {"enable_thinking": False}),
+    "thought_on": ("sharegpt", _THOUGHT_ROW, {"enable_thinking": True}),
+    "thought_off": ("sharegpt", _THOUGHT_ROW, {"enable_thinking": False}),
+}
+CUTOFF = 1024
+
+
+def _tokenizer_dir() -> str:
+    sys.path.insert(0, str(ROOT))
+    from cockpit.models.embedded import ensure_embedded_model
+
+    return str(ensure_embedded_model())
+
+
+def _render_case(name: str, pristine, tok0, formatting: str, row: dict, options: dict) -> dict:
+    from llamafactory.data import template as template_mod
+    from llamafactory.data.converter import get_dataset_converter
+    from llamafactory.data.parser import DatasetAttr
+    from llamafactory.data.processor.supervised import SupervisedDatasetProcessor
+    from llamafactory.hparams import DataArguments
+
+    template_mod.TEMPLATES[name] = copy.deepcopy(pristine)  # get_template_and_fix_tokenizer mutates it
+    tok = copy.deepcopy(tok0)
+    data_args = DataArguments(template=name, cutoff_len=options.get("cutoff_len", CUTOFF))
+    for key in ("train_on_prompt", "mask_history", "default_system", "enable_thinking"):
+        if key in options:
+            setattr(data_args, key, options[key])
+    try:
+        template = template_mod.get_template_and_fix_tokenizer(tok, data_args)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    columns = {k: k for k in ("system", "tools") if k in row}  # a datasets column exists in every row
+    attr = DatasetAttr("file", "case", formatting=formatting, **columns)
+    example = get_dataset_converter(formatting, attr, data_args)(row)
+    batch = {k: [v] for k, v in example.items()}
+    proc = SupervisedDatasetProcessor(template=template, tokenizer=tok, processor=None, data_args=data_args)
+    out = proc.preprocess_dataset(batch)
+    if not out["input_ids"]:
+        return {"error": "dropped"}
+    return {"input_ids": out["input_ids"][0], "labels": out["labels"][0]}
+
+
+def _tokenizer_changes(name: str, pristine, tok0) -> dict:
+    from llamafactory.data import template as template_mod
+    from llamafactory.hparams import DataArguments
+
+    template_mod.TEMPLATES[name] = copy.deepcopy(pristine)
+    tok = copy.deepcopy(tok0)
+    before = set(tok0.get_vocab())
+    try:
+        template_mod.get_template_and_fix_tokenizer(tok, DataArguments(template=name))
+    except ValueError as exc:
+        return {"error": str(exc)}
+    added = [t for t in tok.get_vocab() if t not in before]
+    return {
+        "added_tokens": sorted(added, key=tok.convert_tokens_to_ids),
+        "special_tokens": [str(t) for t in tok.all_special_tokens],
+        "eos_token": tok.eos_token,
+        "pad_token": tok.pad_token,
+        "vocab_size": len(tok),
+    }
+
+
+def generate() -> dict:
+    from llamafactory.data import template as template_mod
+    from llamafactory.data.template import ReasoningTemplate
+    from transformers import AutoTokenizer
+
+    tok0 = AutoTokenizer.from_pretrained(
+        _tokenizer_dir(), use_fast=True, split_special_tokens=False, padding_side="right"
+    )
+    registry = dict(template_mod.TEMPLATES)
+    names = [n for n, t in registry.items() if type(t.mm_plugin).__name__ == "BasePlugin"]
+    templates = {}
+    for name in names:
+        pristine = copy.deepcopy(registry[name])
+        cases = dict(CASES)
+        if isinstance(pristine, ReasoningTemplate):
+            cases.update(THINKING_CASES)
+        entry = {"reasoning": isinstance(pristine, ReasoningTemplate), **_tokenizer_changes(name, pristine, tok0)}
+        entry["cases"] = {c: _render_case(name, pristine, tok0, *spec) for c, spec in cases.items()}
+        template_mod.TEMPLATES[name] = pristine
+        templates[name] = entry
+    import llamafactory
+
+    all_cases = {**CASES, **THINKING_CASES}
+    return {
+        "llamafactory": llamafactory.__version__,
+        "tokenizer": "embedded SmolLM2-135M-Instruct (cockpit.models.embedded)",
+        "cutoff_len": CUTOFF,
+        "cases": {c: {"formatting": f, "row": r, "options": o} for c, (f, r, o) in all_cases.items()},
+        "templates": templates,
+    }
+
+
+def main() -> int:
+    try:
+        import llamafactory  # noqa: F401
+    except ImportError:  # re-run inside the side venv
+        sys.path.insert(0, str(ROOT / "bench"))
+        import lf_venv
+
+        py = lf_venv.ensure().parent / "python"
+        return subprocess.call([str(py), __file__, *sys.argv[1:]], env={**os.environ, "PYTHONPATH": ""})
+    data = generate()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+    OUT.write_bytes(gzip.compress(raw, mtime=0))
+    print(f"{len(data['templates'])} templates -> {OUT} ({OUT.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
