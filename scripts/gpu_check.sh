@@ -91,6 +91,11 @@ if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if any(
   row "tune meets a real OOM (1 GiB cap)" ok "caught, larger micro-batches not tried"
 else row "tune meets a real OOM (1 GiB cap)" FAIL "no out-of-memory recorded: see $OUT/tune-cap.json"; fi
 
+# 5. the GPU twins of the CPU tests (pytest -m gpu: fp16 LoRA through the GradScaler, ...)
+if "$PY" -m pytest -q -p no:cacheprovider -m gpu tests > "$OUT/gpu_tests.txt" 2>&1; then
+  row "pytest -m gpu (GPU twins)" ok "$(tail -n 1 "$OUT/gpu_tests.txt")"
+else row "pytest -m gpu (GPU twins)" FAIL "see $OUT/gpu_tests.txt"; fi
+
 echo "cockpit gpu_check on $("$PY" -c 'import torch; print(torch.cuda.get_device_name(0))') x $GPUS (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 printf '%-34s %-5s %s\n' "check" "result" "details"
 for r in "${ROWS[@]}"; do echo "$r"; done
