@@ -130,8 +130,11 @@ def test_do_eval_false_with_a_key_that_evaluates_is_refused(keys, named):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
-def test_do_eval_false_run_records_no_evaluation(stage, tmp_path, tiny_model_dir):
-    over = {"stage": stage, "probes": None, "max_steps": 2, "save_steps": 10, "val_size": 2, "do_eval": False}
+@pytest.mark.parametrize("do_eval", [None, False])
+def test_do_eval_false_run_records_no_evaluation(stage, do_eval, tmp_path, tiny_model_dir):
+    over = {"stage": stage, "probes": None, "max_steps": 2, "save_steps": 10, "val_size": 2}
+    if do_eval is not None:
+        over["do_eval"] = do_eval
     if stage == "dpo":
         over["dataset"] = str(pair_file(tmp_path / "pairs.jsonl", n=8))
     cfg = tiny_config(tmp_path, tiny_model_dir, stage, **over)
@@ -139,7 +142,11 @@ def test_do_eval_false_run_records_no_evaluation(stage, tmp_path, tiny_model_dir
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     kinds = {e["kind"] for e in read_events(run)}
-    assert "run_finished" in kinds and not kinds & {"eval", "held_out"}, kinds
+    assert "run_finished" in kinds, kinds
+    if do_eval is None:  # unset: the held-out split is evaluated
+        assert "eval" in kinds and (stage == "sft" or "held_out" in kinds), kinds
+    else:
+        assert not kinds & {"eval", "held_out"}, kinds
 
 
 # -- one cutoff rule for check and the ranks ------------------------------------------------------

@@ -111,7 +111,7 @@ def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, lis
     from cockpit.data.prepare import prepare_dataset
 
     prepared = prepare_dataset({**cfg, "dataset": cfg["eval_dataset"]}, tokenizer)
-    return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.rendered if r.target_kept > 0]
+    return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
 
 
 def accuracy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
