@@ -243,3 +243,20 @@ def test_pt_tokenises_in_preprocessing_num_workers_processes(tokenizer):
     texts = [f"Document {i}: kestrels hover over the grass." for i in range(8)]
     assert encode_texts(tokenizer, texts, 2) == encode_texts(tokenizer, texts, 1)
     assert pack_texts(tokenizer, texts, 16, workers=2) == pack_texts(tokenizer, texts, 16)
+
+
+# -- stage rm: the LoRA variants and model-loading keys reach the value model ----------------------
+def test_rm_value_model_takes_lora_variants_and_attention(tmp_path, tiny_model_dir):
+    from cockpit.train.recipes.reward import build_value_model
+
+    keys = {"use_dora": True, "use_rslora": True, "additional_target": "embed_tokens", "flash_attn": "eager"}
+    cfg = validate({"model_name_or_path": str(tiny_model_dir), "dataset": "x.json", "stage": "rm", "use_cpu": True, **keys}, check_paths=False)
+    model = build_value_model(_ctx(cfg, tiny_model_dir, tmp_path))
+    lcfg = model.peft_config["default"]
+    assert lcfg.use_dora and lcfg.use_rslora and "embed_tokens" in lcfg.modules_to_save and "score" in lcfg.modules_to_save
+    assert any("lora_magnitude_vector" in n for n, _ in model.named_parameters())  # DoRA's magnitudes
+    assert model.config._attn_implementation == "eager"
+    plain = build_value_model(_ctx(validate({**{k: v for k, v in cfg.items() if not k.startswith("_")}, "use_dora": False, "flash_attn": "auto"}, check_paths=False), tiny_model_dir, tmp_path))
+    assert not any("lora_magnitude_vector" in n for n, _ in plain.named_parameters())
+    pissa = validate({**{k: v for k, v in cfg.items() if not k.startswith("_")}, "pissa_init": True, "use_dora": False}, check_paths=False)
+    assert str(build_value_model(_ctx(pissa, tiny_model_dir, tmp_path)).peft_config["default"].init_lora_weights).startswith("pissa")

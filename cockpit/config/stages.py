@@ -25,8 +25,8 @@ _BEST = "no evaluation during training picks a best checkpoint"
 _MIX = "the stage concatenates its datasets"
 _LORAPLUS = "LoRA+'s optimizer is wired into stage sft's trainer only"
 _VALUE_MODEL = (
-    "the value model (a sequence-classification head) is built by stage rm's own code, which applies only "
-    "lora_rank / lora_alpha / lora_dropout / lora_target"
+    "the value model (a sequence-classification head) is built by stage rm's own code, which applies the LoRA "
+    "keys (DoRA, rsLoRA, PiSSA, additional_target), flash_attn and rope_scaling, not this"
 )
 _COMMON_UNHONOURED = {
     "eval_dataset": "the stage reads only dataset (hold out a split with val_size)",
@@ -45,14 +45,8 @@ _PAIR_UNHONOURED = {"group_by_length": "TRL's tokenised samples have no input_id
 _RM_UNHONOURED = {
     key: _VALUE_MODEL
     for key in (
-        "use_dora",
-        "use_rslora",
-        "pissa_init",
-        "additional_target",
         "adapter_name_or_path",
         "create_new_adapter",
-        "flash_attn",
-        "rope_scaling",
         "upcast_layernorm",
         "upcast_lmhead_output",
         "quantization_bit",

@@ -28,12 +28,15 @@ def build_value_model(ctx: RecipeContext):
         raise InputError("stage rm: quantization_bit is not supported for reward models yet")
     set_seed(cfg["seed"])  # the value head's random init
     dtype = torch.bfloat16 if (cfg["bf16"] and not ctx.use_cpu and cfg["finetuning_type"] == "lora") else torch.float32
+    from cockpit.train.variants import lora_config_kwargs, model_load_kwargs
+
     model = AutoModelForSequenceClassification.from_pretrained(
         ctx.model_ref.path,
         num_labels=1,
         dtype=dtype,
         trust_remote_code=bool(cfg["trust_remote_code"]),
         **ctx.model_ref.kwargs(),
+        **model_load_kwargs(cfg, ctx.model_ref, ctx.log),  # flash_attn, rope_scaling
     )
     model.config.pad_token_id = ctx.tokenizer.pad_token_id
     model.config.use_cache = False
@@ -47,6 +50,7 @@ def build_value_model(ctx: RecipeContext):
             lora_dropout=cfg["lora_dropout"],
             target_modules="all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()],
             task_type="SEQ_CLS",  # keeps the value head (score) trainable and saved with the adapter
+            **lora_config_kwargs(cfg),  # DoRA, rsLoRA, PiSSA init, additional_target (beside the head)
         )
         model = get_peft_model(model, lcfg)
     return model
