@@ -232,7 +232,8 @@ def test_sft_check_counts_the_rows_the_rank_trains(tmp_path, tiny_model_dir):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     cfg = load_config(tiny_config(tmp_path, tiny_model_dir, "sft", dataset=str(data), cutoff_len=48, probes=None, use_cpu=True))
     checked = check_run(cfg, log=lambda *_: None, with_devices=False)
-    assert 0 < checked.samples < 9 and checked.report.emptied == 9 - checked.samples
+    # (whether any sample loses every answer token depends on how rendering truncates: the counts agree either way)
+    assert 0 < checked.samples <= 9 and checked.report.emptied == 9 - checked.samples
     rank = get_recipe("sft").build_data(_ctx(cfg, tiny_model_dir, tmp_path))
     assert len(rank.train) + len(rank.held_out) == checked.samples
 
