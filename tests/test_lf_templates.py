@@ -31,16 +31,15 @@ TEMPLATES: list[str] = sorted(DATA["templates"])
 # listed matches on every case, the tokenizer changes included.
 _UNKNOWN = "not a template Cockpit knows yet (LLaMA-Factory's registry is not ported)"
 KNOWN_DIFFERENT: dict[str, str] = {name: _UNKNOWN for name in TEMPLATES}
+for _name in ("chatml", "qwen", "qwen3_nothink", "smollm", "smollm2"):  # ported: cockpit.data.render.TEMPLATE_SPECS
+    del KNOWN_DIFFERENT[_name]
 KNOWN_DIFFERENT.update(
     {
-        "chatml": "LF-style truncation and tool layout",
-        "llama3": "BOS and the stop words LF adds as special tokens",
-        "alpaca": "LF's default system line",
-        "qwen": "LF's default system prompt",
-        "qwen3": "the empty thought LF writes in each assistant turn",
-        "qwen3_nothink": "tool layout, truncation",
-        "smollm": "tool layout, truncation",
-        "smollm2": "LF's default system prompt",
+        # Same text as LF, other tokens: LF tokenizes each slot piece on its own (here the thought, then the
+        # reply), Cockpit the whole text, and the SmolLM2 BPE merges "\n\n" differently across the boundary.
+        "qwen3": "token boundaries: the empty thought is encoded apart from the reply in LF",
+        "alpaca": "token boundaries: LF encodes the system, user and eos pieces apart",
+        "llama3": "BOS and the stop words LF adds as special tokens (<|eot_id|> as eos)",
         "default": "'default' is the tokenizer's own template in Cockpit, LF's Human/Assistant one in LF",
     }
 )
@@ -84,23 +83,16 @@ def _tokenizer() -> Any:
 
 def cockpit_case(name: str, case: str) -> dict[str, Any]:
     """What Cockpit renders for one golden case: input_ids and labels, or the error it raises."""
+    from cockpit.data.prepare import render_options
     from cockpit.data.render import apply_template_choice, render_sample
 
     spec = DATA["cases"][case]
-    opts = spec["options"]
+    cfg = {"template": name, "cutoff_len": DATA["cutoff_len"], **spec["options"]}  # a config as Cockpit reads it
     messages, tools = _messages(spec["formatting"], spec["row"])
     tok = _tokenizer()
-    try:
-        apply_template_choice(tok, name, opts.get("default_system"), opts.get("enable_thinking", True))
-        r = render_sample(
-            tok,
-            messages,
-            opts.get("cutoff_len", DATA["cutoff_len"]),
-            train_on_prompt=bool(opts.get("train_on_prompt")),
-            mask_history=bool(opts.get("mask_history")),
-            tools=tools,
-            default_system=opts.get("default_system"),
-        )
+    try:  # as cockpit.data.prepare.prepare_dataset renders
+        apply_template_choice(tok, name, cfg.get("default_system"), cfg.get("enable_thinking", True))
+        r = render_sample(tok, messages, cfg["cutoff_len"], tools=tools, **render_options(cfg))
     except ValueError as exc:
         return {"error": str(exc)}
     return {"input_ids": r.input_ids, "labels": r.labels}

@@ -50,7 +50,7 @@ def test_sharegpt_reader_keeps_tools_calls_and_observations():
 def test_qwen_format_puts_the_schema_in_the_prompt_trains_the_call_and_masks_the_observation(tok):
     from cockpit.data.render import apply_template_choice, render_sample
 
-    apply_template_choice(tok, "chatml")
+    apply_template_choice(tok, "qwen")  # LLaMA-Factory's qwen: <tool_response> observations (chatml: tool turns)
     sample = samples()[0]
     prompt, trained = split(tok, render_sample(tok, sample["messages"], 2048, tools=sample["tools"], tool_format="qwen"))
     assert "<tools>" in prompt and '"name": "get_weather"' in prompt and "Current weather of a city" in prompt
@@ -78,7 +78,7 @@ def test_predictions_ask_with_the_tools_in_the_prompt(tok):
     from cockpit.data.render import apply_template_choice
     from cockpit.train.predict import prediction_prompt
 
-    apply_template_choice(tok, "chatml")
+    apply_template_choice(tok, "qwen")  # LLaMA-Factory's qwen: <tool_response> observations (chatml: tool turns)
     sample, cfg = samples()[0], {"tool_format": "qwen", "default_system": None}
     ids, label = prediction_prompt(tok, sample, cfg)
     prompt = tok.decode(ids)
@@ -91,10 +91,10 @@ def test_predictions_ask_with_the_tools_in_the_prompt(tok):
     assert label.startswith("<tool_call>") and call in label
 
 
-def test_unset_tool_format_uses_qwen_for_chatml_and_keeps_default_system(tok):
+def test_unset_tool_format_uses_qwen_for_the_qwen_template_and_keeps_default_system(tok):
     from cockpit.data.render import apply_template_choice, render_sample
 
-    apply_template_choice(tok, "chatml")
+    apply_template_choice(tok, "qwen")  # LLaMA-Factory's qwen: <tool_response> observations (chatml: tool turns)
     sample = samples()[0]
     r = render_sample(tok, sample["messages"], 2048, tools=sample["tools"], default_system="You are a weather bot.")
     prompt, trained = split(tok, r)
@@ -153,7 +153,7 @@ def toolcall_config(tmp_path: Path, model_dir: Path, **over) -> Path:
     shutil.copy(FIXTURES / "toolcall_sharegpt.json", data / "toolcall_sharegpt.json")
     shutil.copy(FIXTURES / "toolcall_dataset_info.json", data / "dataset_info.json")
     return tiny_config(tmp_path, model_dir, "tools", dataset="toolcall_demo", dataset_dir=str(data), cutoff_len=512,
-                       tool_format="qwen", probes=None, **over)
+                       tool_format="qwen", template="qwen", probes=None, **over)
 
 
 def test_cockpit_check_reads_the_tool_dataset(tmp_path, tiny_model_dir):

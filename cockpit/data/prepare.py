@@ -13,7 +13,7 @@ from typing import Any
 from cockpit.data import tokenized
 from cockpit.data.collect import collect_samples
 from cockpit.data.formats import LoadResult
-from cockpit.data.render import Rendered, apply_template_choice, render_sample
+from cockpit.data.render import Rendered, apply_template_choice, render_sample, template_default_system
 from cockpit.data.report import TruncationReport, truncation_report
 from cockpit.errors import InputError, Problem
 
@@ -41,7 +41,8 @@ def masking(cfg: Mapping[str, Any]) -> dict[str, bool]:
 
 def render_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """render_sample's options from the config: the masking keys, how tools are written, the default system."""
-    return {**masking(cfg), "tool_format": cfg.get("tool_format"), "default_system": cfg.get("default_system")}
+    system = template_default_system(cfg.get("template"), cfg.get("default_system"))
+    return {**masking(cfg), "tool_format": cfg.get("tool_format"), "default_system": system}
 
 
 def _render_one(args: tuple[Any, dict[str, Any], int, dict[str, Any]]) -> tuple[Rendered | None, str | None]:

@@ -32,26 +32,76 @@ _LLAMA3 = (
 )
 _ALPACA = (
     "{% for message in messages %}"
-    "{% if message['role'] == 'system' %}{{ message['content'] + '\n\n' }}"
+    "{% if message['role'] == 'system' %}{{ message['content'] }}"
     "{% elif message['role'] == 'user' %}{{ '### Instruction:\n' + message['content'] + '\n\n' }}"
     "{% else %}{{ '### Response:\n' + message['content'] + eos_token + '\n\n' }}{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '### Response:\n' }}{% endif %}"
 )
-NAMED_TEMPLATES = {
-    "chatml": _CHATML,
-    "llama3": _LLAMA3,
-    "alpaca": _ALPACA,
+# Qwen3's assistant turn: LLaMA-Factory's ReasoningTemplate writes an empty thought into a reply that has
+# none (trained); with enable_thinking false it drops the reply's thought and puts the empty one in the prompt.
+_QWEN3 = (
+    "{%- set thinking = enable_thinking is not defined or enable_thinking -%}"
+    "{% for message in messages %}"
+    "{% set content = message['content'] %}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% if not thinking and '<think>\n' in content and '\n</think>\n\n' in content %}"
+    "{% set content = content.split('\n</think>\n\n', 1)[1].lstrip('\n') %}{% endif %}"
+    "{% if not thinking %}{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' }}"
+    "{% else %}{{ '<|im_start|>assistant\n' }}"
+    "{% if '<think>' not in content and '</think>' not in content %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{% endif %}"
+    "{{ content + '<|im_end|>' + '\n' }}"
+    "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + content + '<|im_end|>' + '\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if not thinking %}{{ '<think>\n\n</think>\n\n' }}{% endif %}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TemplateSpec:
+    """A template Cockpit renders as LLaMA-Factory 0.9.5's of the same name (tests/test_lf_templates.py):
+    its Jinja, its default system prompt, its tool format and how it writes observations
+    (cockpit.data.tools.as_text_turns)."""
+
+    jinja: str
+    default_system: str = ""
+    tool_format: str | None = None
+    observation: str | None = None
+
+    def chat_template(self) -> str:
+        if self.tool_format is None:
+            return self.jinja
+        return tools_mod.TOOL_HINT % (self.tool_format, self.observation or "user") + self.jinja
+
+
+_ALPACA_SYSTEM = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+)
+_QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+_SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
+TEMPLATE_SPECS = {
+    "chatml": TemplateSpec(_CHATML, tool_format="default", observation="tool"),
+    "llama3": TemplateSpec(_LLAMA3),
+    "alpaca": TemplateSpec(_ALPACA, _ALPACA_SYSTEM),
+    "qwen": TemplateSpec(_CHATML, _QWEN_SYSTEM, "qwen", "qwen"),
+    "qwen3": TemplateSpec(_QWEN3, tool_format="qwen", observation="qwen"),
+    "qwen3_nothink": TemplateSpec(_CHATML, tool_format="qwen", observation="qwen"),
+    "smollm": TemplateSpec(_CHATML, tool_format="default", observation="user"),
+    "smollm2": TemplateSpec(_CHATML, _SMOLLM2_SYSTEM, "default", "user"),
 }
-TEMPLATE_ALIASES = {
-    "qwen": "chatml",
-    "qwen2": "chatml",
-    "qwen2_5": "chatml",
-    "qwen3": "chatml",
-    "qwen3_nothink": "chatml",
-    "smollm": "chatml",
-    "smollm2": "chatml",
-}
+NAMED_TEMPLATES = {name: spec.chat_template() for name, spec in TEMPLATE_SPECS.items()}
+TEMPLATE_ALIASES = {"qwen2": "qwen", "qwen2_5": "qwen"}
+
+
+def template_default_system(template: str | None, default_system: str | None) -> str | None:
+    """The system prompt of a conversation without one: the config's ``default_system``, else the
+    named template's own (LLaMA-Factory's ``default_system`` of that template)."""
+    if default_system is not None or not template:
+        return default_system
+    spec = TEMPLATE_SPECS.get(TEMPLATE_ALIASES.get(template, template))
+    return (spec.default_system or None) if spec else None
 
 
 def template_names() -> list[str]:
@@ -78,6 +128,7 @@ def apply_template_choice(
         if name not in NAMED_TEMPLATES:
             raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
         tokenizer.chat_template = NAMED_TEMPLATES[name]
+    default_system = template_default_system(template, default_system)
     if default_system:
         tokenizer.chat_template = with_default_system(tokenizer.chat_template, default_system)
     if not enable_thinking:
@@ -150,7 +201,8 @@ def with_tools(
     fmt = _TOOL_FORMAT_OF[key]
     if fmt == tools_mod.NATIVE:
         return list(messages), list(tools or []) or None
-    return tools_mod.as_text_turns(messages, tools, fmt, default_system), None
+    hint = tools_mod.template_tool_hint(tokenizer)
+    return tools_mod.as_text_turns(messages, tools, fmt, default_system, hint[1] if hint else None), None
 
 
 def trainable_spans(
@@ -168,11 +220,27 @@ def trainable_spans(
     but the replies ``mask_history`` leaves out), as LLaMA-Factory's keys of those names do. A
     sample's ``tools`` are written into the prompt (:func:`with_tools`); its function calls are
     assistant replies, its observations prompt."""
+    full, _replies, spans = _spans(
+        tokenizer, messages, train_on_prompt, mask_history, tools, tool_format, default_system
+    )
+    return full, spans
+
+
+def _spans(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    train_on_prompt: bool,
+    mask_history: bool,
+    tools: Sequence[dict[str, Any]] | None,
+    tool_format: str | None,
+    default_system: str | None,
+) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:
+    """(rendered text, the assistant replies' character spans, the trained spans): see trainable_spans."""
     messages, tools = with_tools(tokenizer, messages, tools, tool_format, default_system)
     full, replies = _reply_spans(tokenizer, messages, tools)
     trained = replies[-1:] if mask_history else replies
     if not train_on_prompt:
-        return full, trained
+        return full, replies, trained
     masked = [s for s in replies if s not in trained]
     spans, pos = [], 0
     for a, b in masked:
@@ -181,7 +249,7 @@ def trainable_spans(
         pos = b
     if pos < len(full):
         spans.append((pos, len(full)))
-    return full, spans
+    return full, replies, spans
 
 
 def _reply_spans(
@@ -218,14 +286,8 @@ def render_sample(
     tool_format: str | None = None,
     default_system: str | None = None,
 ) -> Rendered:
-    text, spans = trainable_spans(
-        tokenizer,
-        messages,
-        train_on_prompt=train_on_prompt,
-        mask_history=mask_history,
-        tools=tools,
-        tool_format=tool_format,
-        default_system=default_system,
+    text, replies, spans = _spans(
+        tokenizer, messages, train_on_prompt, mask_history, tools, tool_format, default_system
     )
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids: list[int] = enc["input_ids"]
@@ -237,9 +299,57 @@ def render_sample(
         if k < len(spans) and spans[k][0] <= start < spans[k][1] and end > start:
             labels[t] = ids[t]
     target = sum(1 for x in labels if x != IGNORE_INDEX)
-    ids_c, labels_c = ids[:cutoff_len], labels[:cutoff_len]
+    keep: Sequence[int] = range(len(ids))
+    if len(ids) > cutoff_len:
+        starts = [start for start, _ in enc["offset_mapping"]]
+        keep = truncated_positions(starts, replies, cutoff_len, mask_history)
+    ids_c, labels_c = [ids[t] for t in keep], [labels[t] for t in keep]
     kept = sum(1 for x in labels_c if x != IGNORE_INDEX)
     return Rendered(ids_c, labels_c, len(ids), target, kept)
+
+
+def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
+    """LLaMA-Factory's split of a turn's token budget between its prompt (source) and reply (target)."""
+    if target_len * 2 < cutoff_len:
+        max_target_len = cutoff_len
+    elif source_len * 2 < cutoff_len:
+        max_target_len = cutoff_len - source_len
+    else:
+        max_target_len = int(cutoff_len * (target_len / (source_len + target_len)))
+    new_target_len = min(max_target_len, target_len)
+    new_source_len = min(max(cutoff_len - new_target_len, 0), source_len)
+    return new_source_len, new_target_len
+
+
+def truncated_positions(
+    starts: Sequence[int], replies: Sequence[tuple[int, int]], cutoff_len: int, mask_history: bool
+) -> list[int]:
+    """The token positions kept at ``cutoff_len`` as LLaMA-Factory's supervised processor keeps them:
+    each (prompt, reply) turn in order (``mask_history``: last turn first) gets what is left of the
+    budget, split by :func:`infer_seqlen`; a turn's prompt and reply are cut at their ends. ``starts``:
+    each token's first character; ``replies``: the replies' character spans."""
+
+    def first_at(pos: int) -> int:
+        return next((t for t, s in enumerate(starts) if s >= pos), len(starts))
+
+    turns, prev = [], 0
+    for a, b in replies:
+        ta, tb = first_at(a), first_at(b)
+        turns.append((range(prev, ta), range(ta, tb)))
+        prev = tb
+    if turns and prev < len(starts):  # text after the last reply belongs to it
+        turns[-1] = (turns[-1][0], range(turns[-1][1].start, len(starts)))
+    kept: list[list[int]] = []
+    total = 0
+    for source, target in reversed(turns) if mask_history else turns:
+        if total >= cutoff_len:
+            break
+        sl, tl = infer_seqlen(len(source), len(target), cutoff_len - total)
+        kept.append([*source[:sl], *target[:tl]])
+        total += sl + tl
+    if mask_history:
+        kept.reverse()
+    return [t for part in kept for t in part]
 
 
 def render_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any = None) -> list[int]:

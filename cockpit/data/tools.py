@@ -123,16 +123,21 @@ def as_text_turns(
     tools: Sequence[Mapping[str, Any]] | None,
     fmt: str,
     default_system: str | None,
+    observation: str | None = None,
 ) -> list[dict[str, str]]:
     """The conversation as plain system/user/assistant turns with its tools written in ``fmt``: the
     tool list appended to the system message (``default_system`` when it has none), calls as the
-    assistant's text, observations as user turns."""
+    assistant's text, observations as user turns (wrapped as ``fmt`` wraps them). ``observation``: how
+    the chat template writes them instead, as a LLaMA-Factory template's observation slot does: ``user`` or
+    ``tool`` (a turn of that role, the text as is), ``qwen`` (a user turn in ``<tool_response>``)."""
     out: list[dict[str, str]] = []
     for msg in messages:
         if msg.get("tool_calls"):
             out.append({"role": "assistant", "content": call_text(fmt, msg["tool_calls"])})
+        elif msg["role"] == "tool" and observation in ("user", "tool"):
+            out.append({"role": observation, "content": msg["content"]})
         elif msg["role"] == "tool":
-            out.append({"role": "user", "content": observation_text(fmt, msg["content"])})
+            out.append({"role": "user", "content": observation_text(observation or fmt, msg["content"])})
         else:
             out.append({"role": msg["role"], "content": msg["content"]})
     if tools:
@@ -159,12 +164,26 @@ def template_writes_tools(tokenizer: Any) -> bool:
     return "cockpit_probe_tool" in text
 
 
+TOOL_HINT = "{#- cockpit tools %s %s -#}"  # a LLaMA-Factory template's tool format and observation slot
+
+
+def template_tool_hint(tokenizer: Any) -> tuple[str, str] | None:
+    """(tool format, observation style) of a chat template Cockpit made from a LLaMA-Factory template."""
+    import re
+
+    found = re.search(r"\{#- cockpit tools (\w+) (\w+) -#\}", str(getattr(tokenizer, "chat_template", "") or ""))
+    return (found.group(1), found.group(2)) if found else None
+
+
 def choose_tool_format(tokenizer: Any, tool_format: str | None) -> str:
     """The format a run writes tools in: ``tool_format`` when set; else the chat template's own
     (``native``) when it writes tools; else ``qwen`` for a ChatML template (Qwen, SmolLM2), else
     ``default`` (LLaMA-Factory's choices for those templates)."""
     if tool_format:
         return tool_format
+    hint = template_tool_hint(tokenizer)
+    if hint:
+        return hint[0]
     if template_writes_tools(tokenizer):
         return NATIVE
     return "qwen" if "<|im_start|>" in str(getattr(tokenizer, "chat_template", "") or "") else "default"
