@@ -41,13 +41,14 @@ def test_a_held_run_never_trains_after_a_kill_or_without_its_holder(tmp_path):
 
 
 def test_train_whose_tokenizer_check_fails_leaves_no_run(tmp_path, tiny_model_dir):
-    """Bad rows fail before any run exists; a problem only the tokenizer finds (every sample loses
-    its answer at this cutoff_len) is found while the held run starts: exit 2, the run killed,
-    its run dir gone, no process left."""
+    """Bad rows fail before any run exists; a problem only the model's files show (a LoRA rank over the
+    model's hidden size, 64) is found while the held run starts: exit 2, the run killed, its run dir
+    gone, no process left. (A cutoff_len that empties every answer was the case before LLaMA-Factory's
+    truncation rule, which always keeps part of the answer.)"""
     runs = tmp_path / "runs"
-    cfg = tiny_config(tmp_path, tiny_model_dir, cutoff_len=8)
+    cfg = tiny_config(tmp_path, tiny_model_dir, lora_rank=128)
     res = cockpit("train", str(cfg), "--runs-dir", str(runs), timeout=300)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "every sample loses all its assistant tokens" in res.stderr and "Traceback" not in res.stderr
+    assert "exceeds the model's hidden size" in res.stderr and "Traceback" not in res.stderr
     assert not any(runs.iterdir())
     assert str(runs) not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
