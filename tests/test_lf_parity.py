@@ -206,30 +206,29 @@ def test_low_cpu_mem_usage_false_is_refused_with_the_reason(tiny_model_dir):
 
 # -- data options -----------------------------------------------------------------------------------
 def test_preprocessing_num_workers_tokenises_in_that_many_processes(tiny_model_dir, monkeypatch, tmp_path):
+    """A spawned pool of that many processes renders the rows (never a fork: a forked child of a
+    threaded process can block forever on a copied lock), with the same ids and labels."""
+    import multiprocessing.context as mpc
     import os
 
-    from cockpit.data import prepare
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
 
-    seen = tmp_path / "pids"
-    real = prepare.render_sample
+    made: list[list[int]] = []
+    real_pool = mpc.SpawnContext.Pool
 
-    def spy(*args, **kwargs):  # the fork pool's children inherit the patched module global
-        with open(seen, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        return real(*args, **kwargs)
+    def recording_pool(self, processes=None, *args, **kwargs):
+        pool = real_pool(self, processes, *args, **kwargs)
+        made.append([w.pid for w in pool._pool])
+        return pool
 
-    monkeypatch.setattr(prepare, "render_sample", spy)
-    pids = lambda: set(seen.read_text().split()) if seen.exists() else set()  # noqa: E731
-
+    monkeypatch.setattr(mpc.SpawnContext, "Pool", recording_pool)
     cfg = cfg_for(tiny_model_dir, template="chatml")
     tok = load_tokenizer(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), log=lambda *_: None)
     one = prepare_dataset(cfg, tok)
-    assert pids() == {str(os.getpid())}
-    seen.unlink()
+    assert not made  # one process: no pool
     two = prepare_dataset({**cfg, "preprocessing_num_workers": 2}, tok)
-    assert 1 <= len(pids()) <= 2 and str(os.getpid()) not in pids()  # the pool did the work
+    assert len(made) == 1 and len(made[0]) == 2 and os.getpid() not in made[0]  # two spawned processes did the work
     assert [r.input_ids for r in two.rendered] == [r.input_ids for r in one.rendered]
     assert [r.labels for r in two.rendered] == [r.labels for r in one.rendered]
     assert len(one.rendered) > 2

@@ -5,6 +5,7 @@ One code path for ``cockpit check`` and the training ranks.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,15 +64,20 @@ def render_all(
     tokenizer: Any, samples: list[dict[str, Any]], cutoff: int, workers: int = 1, mask: dict[str, Any] | None = None
 ) -> list[tuple[Rendered | None, str | None]]:
     """Render (tokenise + mask) every sample, in order; ``preprocessing_num_workers`` > 1 splits
-    the work over that many processes (a fork pool, each with the tokenizer). Per sample:
-    (rendered, None) or (None, the error)."""
+    the work over that many processes (each with the tokenizer). Per sample: (rendered, None) or
+    (None, the error).
+
+    The pool is spawned, never forked: a fork of a process with threads (a rank's telemetry
+    thread, pytest-xdist's, the tokenizers' own) can copy a lock another thread holds, and the
+    child then waits on it forever (a forked tokenising child in CI sat on a futex for 12 min)."""
     mask = mask or {}
     if workers <= 1 or len(samples) < 2:
         return [_render_one((tokenizer, s, cutoff, mask)) for s in samples]
     import multiprocessing as mp
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(min(workers, len(samples)), initializer=_pool_init, initargs=(tokenizer,)) as pool:
+    ctx = mp.get_context("spawn")  # never fork: see cockpit.data.prepare.render_all
+    procs = min(workers, len(samples), os.cpu_count() or 1)  # more processes than cores gain nothing
+    with ctx.Pool(procs, initializer=_pool_init, initargs=(tokenizer,)) as pool:
         chunk = max(1, len(samples) // (workers * 4))
         return pool.map(_render_one, [(None, s, cutoff, mask) for s in samples], chunksize=chunk)
 

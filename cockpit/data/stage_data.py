@@ -5,6 +5,7 @@ the report ``cockpit check`` and the ranks print. Tokenizer only; no model, no t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -164,13 +165,14 @@ def _encode(text: str) -> list[int]:
 
 def encode_texts(tokenizer: Any, texts: Sequence[str], workers: int = 1) -> list[list[int]]:
     """Token ids of each text, in order; ``preprocessing_num_workers`` > 1 splits the work over that
-    many processes (a fork pool, each with the tokenizer), as SFT's rendering does."""
+    many processes (a spawned pool, each with the tokenizer), as SFT's rendering does."""
     if workers <= 1 or len(texts) < 2:
         return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     import multiprocessing as mp
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(min(workers, len(texts)), initializer=_pool_init, initargs=(tokenizer,)) as pool:
+    ctx = mp.get_context("spawn")  # never fork: see cockpit.data.prepare.render_all
+    procs = min(workers, len(texts), os.cpu_count() or 1)  # more processes than cores gain nothing
+    with ctx.Pool(procs, initializer=_pool_init, initargs=(tokenizer,)) as pool:
         return pool.map(_encode, list(texts), chunksize=max(1, len(texts) // (workers * 4)))
 
 
