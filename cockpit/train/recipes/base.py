@@ -134,7 +134,8 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
     if ctx.cfg.get("preprocessing_num_workers") and any(
         f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)
     ):
-        kwargs["dataset_num_proc"] = int(ctx.cfg["preprocessing_num_workers"])  # TRL tokenises in that many processes
+        # TRL tokenises in that many processes (datasets' fork pool), at most one per core
+        kwargs["dataset_num_proc"] = min(int(ctx.cfg["preprocessing_num_workers"]), os.cpu_count() or 1)
     return config_cls(**{**kwargs, **extra})
 
 
