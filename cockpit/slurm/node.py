@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from cockpit.config.load import dump_resolved
-from cockpit.redact import REDACTED
+from cockpit.redact import unredacted
 from cockpit.run.rundir import RunDir, atomic_write_text
 
 
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
         attempt=run.read_status().get("attempt") or 1,
         slurm=slurm,
     )
-    env.update({k: str(v) for k, v in (cfg.get("env") or {}).items() if v != REDACTED})  # secrets: from the job's env
+    env.update(unredacted(cfg.get("env")))  # secrets: from the job's env
     os.chdir(run.path)
     os.execve(sys.executable, [sys.executable, "-m", "cockpit.run.supervisor", str(run.path)], env)
     return 1  # not reached
