@@ -111,9 +111,19 @@ def lowrank_env() -> dict:
     """The environment of a subprocess that can import galore_torch / apollo_torch (and the
     bitsandbytes both import): scripts/bootstrap.sh installs them in ``<venv>/lowrank-site``, off
     the suite's own sys.path (bitsandbytes there slows every ``import peft`` by seconds)."""
+    return _side_site_env(("galore_torch", "apollo_torch"), "galore-torch / apollo-torch")
+
+
+@pytest.fixture(scope="session")
+def bnb_env() -> dict:
+    """The environment of a subprocess that can import bitsandbytes (QLoRA): the same side folder."""
+    return _side_site_env(("bitsandbytes",), "bitsandbytes")
+
+
+def _side_site_env(modules: tuple[str, ...], what: str) -> dict:
     site = Path(os.environ.get("COCKPIT_LOWRANK_SITE") or Path(sys.prefix) / "lowrank-site")
-    if not (site / "galore_torch").is_dir() or not (site / "apollo_torch").is_dir():
-        pytest.skip(f"galore-torch / apollo-torch not installed in {site} (scripts/bootstrap.sh puts them there)")
+    if not all((site / m).is_dir() for m in modules):
+        prerequisite(False, f"{what} not installed in {site} (scripts/bootstrap.sh --for test puts them there)")
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}
 

@@ -165,7 +165,7 @@ KEYS: tuple[Key, ...] = (
         "quantization_bit",
         "choice",
         None,
-        "4 (QLoRA, NF4) or 8 bit base weights; needs bitsandbytes and a GPU",
+        "4 (QLoRA, NF4) or 8 bit base weights; needs bitsandbytes (its wheels train on a GPU or the CPU)",
         "method",
         choices=(4, 8),
     ),

@@ -134,13 +134,6 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     if cpu:
         if cfg.get("fp16"):
             warnings.append(f"fp16: {FP16_ON_CPU}")
-        if cfg.get("quantization_bit"):
-            problems.append(
-                Problem(
-                    "QLoRA (quantization_bit) needs a GPU with bitsandbytes; unset it on the CPU",
-                    key="quantization_bit",
-                )
-            )
         if cfg.get("bf16"):
             warnings += [w for w in [bf16_on_cpu_warning(read_cpuinfo())] if w]
         if int(cfg.get("nproc_per_node", 1)) > (torch.get_num_threads() or 1) * 4:

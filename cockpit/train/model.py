@@ -19,7 +19,7 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
 
     from cockpit.data.padding import padding_free
     from cockpit.train.packed_attention import use_for_padding_free
-    from cockpit.train.variants import model_load_kwargs, upcast
+    from cockpit.train.variants import gradient_checkpointing, model_load_kwargs, upcast
 
     set_seed(
         cfg["seed"]
@@ -39,7 +39,11 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
     if cfg["quantization_bit"]:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg["gradient_checkpointing"])
+        # as the Trainer will: gradient_checkpointing unless disable_gradient_checkpointing, use_reentrant_gc
+        gc, gc_kwargs = gradient_checkpointing(cfg)
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gc, gradient_checkpointing_kwargs=gc_kwargs
+        )
     if cfg["finetuning_type"] == "lora":
         model = with_lora_adapter(model, cfg, new_token_ids)
         if trainable_in_fp32(cfg):
@@ -78,13 +82,11 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
     """``from_pretrained``'s arguments for the base: its dtype (LoRA: frozen base weights in the
     half precision, on a GPU and on the CPU alike, so autocast never recasts them; BAdam's layer mode
     in bf16 on a GPU; other full fine-tuning: fp32 master weights) and the 4-/8-bit quantization of
-    QLoRA (a GPU and bitsandbytes only)."""
+    QLoRA (bitsandbytes; its wheels carry CPU kernels too), placed at load on the training device."""
     import torch
 
     kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.kwargs()}
     if cfg["quantization_bit"]:
-        if use_cpu:
-            raise InputError("quantization_bit (QLoRA) needs a GPU and bitsandbytes; unset it to train on the CPU")
         from transformers import BitsAndBytesConfig
 
         compute = torch.bfloat16 if cfg["bf16"] else (torch.float16 if cfg["fp16"] else torch.float32)
@@ -98,7 +100,7 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
             if cfg["quantization_bit"] == 4
             else BitsAndBytesConfig(load_in_8bit=True)
         )
-        kwargs["device_map"] = {"": local_rank}
+        kwargs["device_map"] = {"": "cpu" if use_cpu else local_rank}
     half = cfg["finetuning_type"] == "lora" and (cfg["bf16"] or (cfg["fp16"] and not use_cpu))
     # BAdam's layer mode keeps fp32 copies of the active layer itself (LLaMA-Factory loads it in bf16);
     # fp16 keeps fp32 weights: the loss scaler cannot unscale fp16 gradients

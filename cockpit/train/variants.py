@@ -70,6 +70,14 @@ def lora_config_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def gradient_checkpointing(cfg: dict[str, Any]) -> tuple[bool, dict[str, bool] | None]:
+    """Whether activations are recomputed in backward (``gradient_checkpointing`` unless
+    ``disable_gradient_checkpointing``) and torch's checkpoint kwargs (``use_reentrant_gc``): the
+    Trainer's and QLoRA's k-bit preparation read the same pair."""
+    gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
+    return gc, ({"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None)
+
+
 def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     """TrainingArguments: optimizer and schedule options, gradient checkpointing, evaluation."""
     out: dict[str, Any] = {
@@ -84,9 +92,7 @@ def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     out.update(low_rank_optim(cfg) or {})  # use_galore / use_apollo: HF's galore_* / apollo_* optimizers
     if cfg.get("lr_scheduler_kwargs"):
         out["lr_scheduler_kwargs"] = dict(cfg["lr_scheduler_kwargs"])
-    gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
-    out["gradient_checkpointing"] = gc
-    out["gradient_checkpointing_kwargs"] = {"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None
+    out["gradient_checkpointing"], out["gradient_checkpointing_kwargs"] = gradient_checkpointing(cfg)
     if cfg.get("val_size") or cfg.get("eval_dataset"):
         from cockpit.config.parity import eval_schedule
 

@@ -1,0 +1,138 @@
+"""QLoRA for real on the CPU: bitsandbytes' own wheel carries CPU kernels for NF4 and LLM.int8, so
+``quantization_bit: 4 | 8`` trains the embedded model here through the code a GPU rank runs.
+
+bitsandbytes lives off the suite's sys.path (the ``bnb_env`` fixture: ``<venv>/lowrank-site``);
+each run, and each in-process look at the loaded model, is a subprocess with it on PYTHONPATH."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cockpit, read_events, write_yaml
+
+# the embedded model's linear layers: 7 per decoder layer (q k v o gate up down), 30 layers
+LINEARS = 7 * 30
+
+
+def qlora_config(tmp_path: Path, model_dir: Path, bits: int, **over) -> Path:
+    """A few-step QLoRA run of the embedded model on the identity data: short samples, no probes."""
+    cfg = {
+        "model_name_or_path": str(model_dir),
+        "template": "chatml",
+        "dataset": "cockpit_identity",
+        "finetuning_type": "lora",
+        "quantization_bit": bits,
+        "bf16": True,
+        "lora_rank": 4,
+        "lora_target": "all",
+        "cutoff_len": 64,
+        "max_samples": 16,
+        "per_device_train_batch_size": 2,
+        "learning_rate": 5e-3,
+        "max_steps": 4,
+        "logging_steps": 1,
+        "save_steps": 4,
+        "probes": None,
+        "use_cpu": True,
+        "telemetry_interval_s": 0.5,
+        **over,
+    }
+    return write_yaml(tmp_path / f"q{bits}.yaml", cfg)
+
+
+_LOADED = """
+import json, sys, yaml
+import bitsandbytes as bnb, torch
+from cockpit.config import validate
+from cockpit.models.resolve import resolve_model
+from cockpit.train.model import build_model
+
+cfg = validate(yaml.safe_load(open(sys.argv[1])))
+model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+kind = bnb.nn.Linear4bit if cfg["quantization_bit"] == 4 else bnb.nn.Linear8bitLt
+quantized = [m for m in model.modules() if isinstance(m, kind)]
+plain = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear and "lora_" not in n and "lm_head" not in n]
+print(json.dumps({
+    "quantized": len(quantized),
+    "weight_dtypes": sorted({str(m.weight.dtype) for m in quantized}),
+    "packed": all(m.weight.numel() * (2 if cfg["quantization_bit"] == 4 else 1) == m.in_features * m.out_features
+                  for m in quantized),
+    "quant_state": all(getattr(m.weight, "quant_state", None) is not None for m in quantized)
+                   if cfg["quantization_bit"] == 4 else True,
+    "plain_linears": plain,
+    "trainable": sorted({n.split(".")[-2] for n, p in model.named_parameters() if p.requires_grad}),
+    "device": sorted({str(p.device) for p in model.parameters()}),
+}))
+"""
+
+
+def loaded(cfg: Path, env: dict) -> dict:
+    """What :func:`cockpit.train.model.build_model` (the rank's loader) makes of ``cfg``."""
+    res = subprocess.run([sys.executable, "-c", _LOADED, str(cfg)], env={**os.environ, **env}, cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train(tmp_path: Path, cfg: Path, env: dict) -> Path:
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env=env, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return next((tmp_path / "runs").iterdir())
+
+
+def assert_only_lora_trained(run: Path, model_dir: Path, base_sha: str, steps: int) -> list[float]:
+    """The base's weights file untouched, the adapter all LoRA matrices of every linear layer, its
+    B matrices (zero at init) moved; the losses of the run's steps."""
+    from safetensors.torch import load_file
+
+    assert sha(model_dir / "model.safetensors") == base_sha
+    adapter = load_file(str(run / "adapter" / "adapter_model.safetensors"))
+    assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter), sorted(adapter)[:5]
+    b = [t for k, t in adapter.items() if ".lora_B." in k]
+    assert len(b) == LINEARS and all(t.abs().max() > 0 for t in b)
+    losses = [e["loss"] for e in read_events(run) if e["kind"] == "step"]
+    assert len(losses) == steps, losses
+    return losses
+
+
+@pytest.mark.slow
+def test_qlora_4bit_trains_only_the_adapter_over_nf4_weights(tmp_path, embedded_dir, bnb_env):
+    """``quantization_bit: 4`` on the CPU: every linear layer of the base is a bitsandbytes
+    ``Linear4bit`` holding packed NF4 bytes (two weights a byte) with its quantization state, only
+    LoRA matrices train, and four steps bring the loss down."""
+    cfg = qlora_config(tmp_path, embedded_dir, 4)
+    seen = loaded(cfg, bnb_env)
+    assert seen["quantized"] == LINEARS and seen["plain_linears"] == [], seen
+    assert seen["weight_dtypes"] == ["torch.uint8"] and seen["packed"] and seen["quant_state"], seen
+    assert seen["trainable"] == ["default"] and seen["device"] == ["cpu"], seen  # lora_A.default.weight ...
+
+    base_sha = sha(embedded_dir / "model.safetensors")
+    run = train(tmp_path, cfg, bnb_env)
+    losses = assert_only_lora_trained(run, embedded_dir, base_sha, 4)
+    assert losses[-1] < losses[0] * 0.8, losses
+    assert "quantization_bit: 4" in (run / "config.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_qlora_8bit_trains_only_the_adapter_over_int8_weights(tmp_path, embedded_dir, bnb_env):
+    """``quantization_bit: 8`` (LLM.int8) on the CPU: ``Linear8bitLt`` layers with int8 weights,
+    the adapter trains, the loss falls."""
+    cfg = qlora_config(tmp_path, embedded_dir, 8, max_steps=3, save_steps=3)
+    seen = loaded(cfg, bnb_env)
+    assert seen["quantized"] == LINEARS and seen["plain_linears"] == [], seen
+    assert seen["weight_dtypes"] == ["torch.int8"] and seen["packed"], seen
+
+    base_sha = sha(embedded_dir / "model.safetensors")
+    run = train(tmp_path, cfg, bnb_env)
+    losses = assert_only_lora_trained(run, embedded_dir, base_sha, 3)
+    assert losses[-1] < losses[0], losses
