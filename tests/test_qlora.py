@@ -121,6 +121,38 @@ def test_qlora_4bit_trains_only_the_adapter_over_nf4_weights(tmp_path, embedded_
     losses = assert_only_lora_trained(run, embedded_dir, base_sha, 4)
     assert losses[-1] < losses[0] * 0.8, losses
     assert "quantization_bit: 4" in (run / "config.yaml").read_text()
+    assert_merged_into_unquantized_base(tmp_path, run, embedded_dir)
+
+
+def assert_merged_into_unquantized_base(tmp_path: Path, run: Path, model_dir: Path) -> None:
+    """``cockpit export --merge`` (no bitsandbytes on its path): the adapter merged into the base's
+    own bf16 weights (the run's precision), never a quantized or dequantized copy; the merged model
+    loads as a plain model, computes what base + adapter compute, and answers."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "merged"
+    res = cockpit("export", run.name, "--runs-dir", str(tmp_path / "runs"), "--merge", "--out", str(out), "--json")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    record = json.loads(res.stdout)
+    assert record["dtype"] == "bfloat16" and any("unquantized base weights (bfloat16)" in n for n in record["notes"])
+    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    assert getattr(merged.config, "quantization_config", None) is None
+    assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16)
+    plain = base.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    assert not torch.equal(merged.model.layers[0].self_attn.q_proj.weight, plain)  # the adapter is in
+    with_adapter = PeftModel.from_pretrained(base, str(run / "adapter")).eval()
+    tok = AutoTokenizer.from_pretrained(str(out))
+    ids = tok.apply_chat_template([{"role": "user", "content": "Who are you?"}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        a, b = merged(ids).logits.float(), with_adapter(ids).logits.float()
+        answer = merged.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1]:]
+    assert (a - b).abs().max() < 0.05 * b.abs().max(), ((a - b).abs().max(), b.abs().max())  # bf16 rounding apart
+    assert tok.decode(answer, skip_special_tokens=True).strip()
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--dtype",
         default="auto",
         choices=["auto", "float32", "bfloat16", "float16"],
-        help="merged weights' dtype (auto: bf16 for a bf16/QLoRA run, else float32)",
+        help="merged weights' dtype (auto: the run's precision: bf16 for a bf16 run, fp16 for an fp16 QLoRA run, else float32)",
     )
     p.add_argument("--json", action="store_true")
 

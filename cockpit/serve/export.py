@@ -60,7 +60,7 @@ def export_run(
     run: RunDir, out: Path | None = None, merge: bool = False, log=print, dtype: str = "auto"
 ) -> dict[str, Any]:
     """Export RUN's adapter (copied as saved, PEFT format), or with ``merge`` the base model with
-    the adapter merged (``dtype``: auto = bf16 for a bf16/QLoRA run, else float32)."""
+    the adapter merged (``dtype``: auto = the run's precision, :func:`merge_dtype`)."""
     cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
     summary = run.read_summary()
     adapter = _saved_adapter_dir(run, summary)
@@ -136,6 +136,15 @@ def _empty_export_dir(run: RunDir, out: Path | None, merge: bool) -> Path:
     return out
 
 
+def merge_dtype(cfg: dict[str, Any]) -> str:
+    """``--dtype auto``: the run's precision. bf16 runs merge in bf16; a QLoRA run in fp16 in fp16
+    (its 4-/8-bit layers computed in fp16, as LLaMA-Factory's export infers); the rest in float32
+    (a LoRA run in fp16 trained fp32 adapters over its base)."""
+    if cfg.get("bf16"):
+        return "bfloat16"
+    return "float16" if cfg.get("fp16") and cfg.get("quantization_bit") else "float32"
+
+
 def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
     """Merge the LoRA adapter into the base model and save it with the tokenizer in TMP: (dtype, notes)."""
     import torch
@@ -146,16 +155,14 @@ def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, 
 
     notes: list[str] = []
     ref = config_model(cfg, log=log)
-    if cfg.get("quantization_bit"):
-        notes.append(
-            "QLoRA run: the adapter is merged into the unquantized base weights (bf16), not into 4-bit weights"
-        )
     if dtype not in MERGE_DTYPES:
         raise InputError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
-    if dtype == "auto":
-        tdtype = torch.bfloat16 if (cfg.get("bf16") or cfg.get("quantization_bit")) else torch.float32
-    else:
-        tdtype = getattr(torch, dtype)
+    tdtype = getattr(torch, merge_dtype(cfg) if dtype == "auto" else dtype)
+    if cfg.get("quantization_bit"):
+        notes.append(
+            f"QLoRA run: the adapter is merged into the unquantized base weights ({str(tdtype).replace('torch.', '')}), "
+            f"not into dequantized {cfg['quantization_bit']}-bit weights"
+        )
     # no quantization_config here: a QLoRA adapter merges into the unquantized weights
     base = AutoModelForCausalLM.from_pretrained(
         ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
