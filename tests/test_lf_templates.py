@@ -28,21 +28,11 @@ DATA: dict[str, Any] = json.loads(gzip.decompress(GOLDEN.read_bytes()))
 TEMPLATES: list[str] = sorted(DATA["templates"])
 
 # Templates whose rendering still differs from LLaMA-Factory's, with why (issue 31). Everything not
-# listed matches on every case, the tokenizer changes included.
-_UNKNOWN = "not a template Cockpit knows yet (LLaMA-Factory's registry is not ported)"
-KNOWN_DIFFERENT: dict[str, str] = {name: _UNKNOWN for name in TEMPLATES}
-for _name in ("chatml", "qwen", "qwen3_nothink", "smollm", "smollm2"):  # ported: cockpit.data.render.TEMPLATE_SPECS
-    del KNOWN_DIFFERENT[_name]
-KNOWN_DIFFERENT.update(
-    {
-        # Same text as LF, other tokens: LF tokenizes each slot piece on its own (here the thought, then the
-        # reply), Cockpit the whole text, and the SmolLM2 BPE merges "\n\n" differently across the boundary.
-        "qwen3": "token boundaries: the empty thought is encoded apart from the reply in LF",
-        "alpaca": "token boundaries: LF encodes the system, user and eos pieces apart",
-        "llama3": "BOS and the stop words LF adds as special tokens (<|eot_id|> as eos)",
-        "default": "'default' is the tokenizer's own template in Cockpit, LF's Human/Assistant one in LF",
-    }
-)
+# listed matches on every case, the tokenizer changes included (cockpit.data.lf_render renders the
+# registry ported into cockpit.data.lf_templates).
+KNOWN_DIFFERENT: dict[str, str] = {
+    "llama3": "Llama 3's tool prompt carries the day it is rendered on (the golden file: the day it was made)",
+}
 
 
 def _messages(formatting: str, row: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:

@@ -1,6 +1,10 @@
 """Conversations -> token ids and labels through a chat template; loss on assistant tokens only.
 
-Each assistant turn's span is found by rendering the conversation up to that turn twice (with
+A named template (the config's ``template``) is LLaMA-Factory 0.9.5's of that name and renders token
+for token as LLaMA-Factory does (cockpit.data.lf_render, the templates' data in
+cockpit.data.lf_templates); the tokenizer's chat template then carries the template's settings in a
+header and its Jinja, for ``apply_chat_template`` and a served model. Without one, the tokenizer's
+own template renders the text: each assistant turn's span is found by rendering the conversation up to that turn twice (with
 the generation prompt, and with the turn); the text in between (the reply and its end-of-turn
 marker) is trained, everything else is masked with -100. Token/character alignment uses the
 fast tokenizer's offsets, so it works for any template and any script (Chinese included).
@@ -8,90 +12,52 @@ fast tokenizer's offsets, so it works for any template and any script (Chinese i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from cockpit.data import lf_render
 from cockpit.data import tools as tools_mod
+from cockpit.data.lf_templates import LF_TEMPLATES
 
-IGNORE_INDEX = -100
+IGNORE_INDEX = lf_render.IGNORE_INDEX
+infer_seqlen = lf_render.infer_seqlen  # LLaMA-Factory's split of a turn's budget
 
-# A small set of named templates; omitted/'default' uses the tokenizer's own.
-_CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-_LLAMA3 = (
-    "{{ '<|begin_of_text|>' }}"
-    "{% for message in messages %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
-_ALPACA = (
-    "{% for message in messages %}"
-    "{% if message['role'] == 'system' %}{{ message['content'] }}"
-    "{% elif message['role'] == 'user' %}{{ '### Instruction:\n' + message['content'] + '\n\n' }}"
-    "{% else %}{{ '### Response:\n' + message['content'] + eos_token + '\n\n' }}{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '### Response:\n' }}{% endif %}"
-)
-# Qwen3's assistant turn: LLaMA-Factory's ReasoningTemplate writes an empty thought into a reply that has
-# none (trained); with enable_thinking false it drops the reply's thought and puts the empty one in the prompt.
-_QWEN3 = (
-    "{%- set thinking = enable_thinking is not defined or enable_thinking -%}"
-    "{% for message in messages %}"
-    "{% set content = message['content'] %}"
-    "{% if message['role'] == 'assistant' %}"
-    "{% if not thinking and '<think>\n' in content and '\n</think>\n\n' in content %}"
-    "{% set content = content.split('\n</think>\n\n', 1)[1].lstrip('\n') %}{% endif %}"
-    "{% if not thinking %}{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' }}"
-    "{% else %}{{ '<|im_start|>assistant\n' }}"
-    "{% if '<think>' not in content and '</think>' not in content %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
-    "{% endif %}"
-    "{{ content + '<|im_end|>' + '\n' }}"
-    "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + content + '<|im_end|>' + '\n' }}{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
-    "{% if not thinking %}{{ '<think>\n\n</think>\n\n' }}{% endif %}{% endif %}"
-)
+_LF_MARK = "{#- cockpit lf-template "  # + the settings as JSON + " -#}": a template made from LLaMA-Factory's
 
 
-@dataclass(frozen=True)
-class TemplateSpec:
-    """A template Cockpit renders as LLaMA-Factory 0.9.5's of the same name (tests/test_lf_templates.py):
-    its Jinja, its default system prompt, its tool format and how it writes observations
-    (cockpit.data.tools.as_text_turns)."""
-
-    jinja: str
-    default_system: str = ""
-    tool_format: str | None = None
-    observation: str | None = None
-
-    def chat_template(self) -> str:
-        if self.tool_format is None:
-            return self.jinja
-        return tools_mod.TOOL_HINT % (self.tool_format, self.observation or "user") + self.jinja
+def _lf_header(name: str, default_system: str | None, enable_thinking: bool) -> str:
+    settings = {"name": name, "default_system": default_system, "enable_thinking": enable_thinking}
+    return _LF_MARK + json.dumps(settings, sort_keys=True).replace("#", "\\u0023") + " -#}"
 
 
-_ALPACA_SYSTEM = (
-    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
-)
-_QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-_SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
-TEMPLATE_SPECS = {
-    "chatml": TemplateSpec(_CHATML, tool_format="default", observation="tool"),
-    "llama3": TemplateSpec(_LLAMA3),
-    "alpaca": TemplateSpec(_ALPACA, _ALPACA_SYSTEM),
-    "qwen": TemplateSpec(_CHATML, _QWEN_SYSTEM, "qwen", "qwen"),
-    "qwen3": TemplateSpec(_QWEN3, tool_format="qwen", observation="qwen"),
-    "qwen3_nothink": TemplateSpec(_CHATML, tool_format="qwen", observation="qwen"),
-    "smollm": TemplateSpec(_CHATML, tool_format="default", observation="user"),
-    "smollm2": TemplateSpec(_CHATML, _SMOLLM2_SYSTEM, "default", "user"),
-}
-NAMED_TEMPLATES = {name: spec.chat_template() for name, spec in TEMPLATE_SPECS.items()}
+_LF_OF: dict[str, lf_render.LfTemplate | None] = {}
+
+
+def lf_template_of(tokenizer: Any) -> lf_render.LfTemplate | None:
+    """The LLaMA-Factory template (with its settings) the tokenizer's chat template was made from by
+    :func:`apply_template_choice`, or None (the tokenizer's own template)."""
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    if not template.startswith(_LF_MARK):
+        return None
+    header = template[: template.index(" -#}") + 4]
+    if header not in _LF_OF:
+        settings = json.loads(header[len(_LF_MARK) : -4])
+        _LF_OF[header] = lf_render.lf_template(
+            settings["name"], settings["default_system"], settings["enable_thinking"]
+        )
+    return _LF_OF[header]
+
+
+def lf_chat_template(name: str, default_system: str | None = None, enable_thinking: bool = True) -> str:
+    """The chat template Cockpit gives a tokenizer for LLaMA-Factory's template ``name``: a header with the
+    settings (what render_sample reads to render as LLaMA-Factory does) and the template as Jinja."""
+    template = lf_render.lf_template(name, default_system, enable_thinking)
+    return _lf_header(name, default_system, enable_thinking) + lf_render.chat_template(template)
+
+
+NAMED_TEMPLATES = {name: lf_chat_template(name) for name in LF_TEMPLATES}
 TEMPLATE_ALIASES = {"qwen2": "qwen", "qwen2_5": "qwen"}
 
 
@@ -100,35 +66,42 @@ def template_default_system(template: str | None, default_system: str | None) ->
     named template's own (LLaMA-Factory's ``default_system`` of that template)."""
     if default_system is not None or not template:
         return default_system
-    spec = TEMPLATE_SPECS.get(TEMPLATE_ALIASES.get(template, template))
-    return (spec.default_system or None) if spec else None
+    data = LF_TEMPLATES.get(TEMPLATE_ALIASES.get(template, template))
+    return (data.get("default_system") or None) if data else None
 
 
 def template_names() -> list[str]:
-    return ["default", *NAMED_TEMPLATES, *TEMPLATE_ALIASES]
+    return [*NAMED_TEMPLATES, *TEMPLATE_ALIASES]
 
 
 def apply_template_choice(
     tokenizer: Any, template: str | None, default_system: str | None = None, enable_thinking: bool = True
 ) -> None:
-    """Set the tokenizer's chat template from the config's ``template`` key (ValueError if unknown);
+    """Set the tokenizer's chat template from the config's ``template`` key (ValueError if unknown).
+
+    A named template is LLaMA-Factory 0.9.5's of that name (``default`` included), rendered token for
+    token as LLaMA-Factory renders it (cockpit.data.lf_render); the tokenizer gets its stop words as
+    special tokens and its eos as LLaMA-Factory sets them. Unset: the tokenizer's own template.
     ``default_system``: the system message of every conversation that has none; ``enable_thinking``
-    false: the template renders with ``enable_thinking = false`` (a reasoning model's own template,
-    e.g. Qwen3's, then writes its empty thought). Both are baked into the template, so training,
-    probes, chat and the saved tokenizer (a served model) render alike."""
+    false: reasoning templates write the empty thought into the prompt and drop the replies' thoughts
+    (the tokenizer's own template renders with ``enable_thinking = false``). Both are baked into the
+    template, so training, probes, chat and the saved tokenizer (a served model) render alike."""
     if getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = unwrapped(tokenizer.chat_template)  # a template Cockpit saved before
-    if not template or template == "default":
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(
-                "the tokenizer has no chat template of its own; set template to one of " + ", ".join(NAMED_TEMPLATES)
-            )
-    else:
+    if template:
         name = TEMPLATE_ALIASES.get(template, template)
-        if name not in NAMED_TEMPLATES:
+        if name not in LF_TEMPLATES:
             raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
-        tokenizer.chat_template = NAMED_TEMPLATES[name]
-    default_system = template_default_system(template, default_system)
+        lf = lf_render.lf_template(name, default_system, enable_thinking)
+        lf_render.fix_tokenizer(tokenizer, lf)
+        tokenizer.chat_template = lf_chat_template(name, default_system, enable_thinking)
+        return
+    if lf_template_of(tokenizer) is not None:  # a tokenizer Cockpit saved with a named template: kept
+        return
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the tokenizer has no chat template of its own; set template to one of " + ", ".join(template_names())
+        )
     if default_system:
         tokenizer.chat_template = with_default_system(tokenizer.chat_template, default_system)
     if not enable_thinking:
@@ -195,6 +168,14 @@ def with_tools(
     its tools (the template writes them) or written as text in ``tool_format`` (cockpit.data.tools)."""
     if not tools and not tools_mod.has_tool_turns(messages):
         return list(messages), None
+    lf = lf_template_of(tokenizer)
+    if lf is not None:  # calls written as the template's function slot writes them; tools and observations as they are
+        lf = lf_render.with_tool_format(lf, tool_format)
+        turns = [
+            {"role": "assistant", "content": lf_render.function_text(lf, m)} if m.get("tool_calls") else dict(m)
+            for m in messages
+        ]
+        return turns, list(tools or []) or None
     key = (str(getattr(tokenizer, "chat_template", "")), tool_format)
     if key not in _TOOL_FORMAT_OF:
         _TOOL_FORMAT_OF[key] = tools_mod.choose_tool_format(tokenizer, tool_format)
@@ -220,10 +201,39 @@ def trainable_spans(
     but the replies ``mask_history`` leaves out), as LLaMA-Factory's keys of those names do. A
     sample's ``tools`` are written into the prompt (:func:`with_tools`); its function calls are
     assistant replies, its observations prompt."""
+    lf = _lf_for(tokenizer, tool_format, default_system)
+    if lf is not None:
+        enc = lf_render.encode_sample(
+            tokenizer, lf, messages, 10**12, tools=tools, train_on_prompt=train_on_prompt, mask_history=mask_history
+        )
+        return _text_and_spans(tokenizer, enc.input_ids, enc.labels)
     full, _replies, spans = _spans(
         tokenizer, messages, train_on_prompt, mask_history, tools, tool_format, default_system
     )
     return full, spans
+
+
+def _lf_for(tokenizer: Any, tool_format: str | None, default_system: str | None) -> lf_render.LfTemplate | None:
+    """The tokenizer's LLaMA-Factory template with a call's ``tool_format`` / ``default_system``, or None."""
+    lf = lf_template_of(tokenizer)
+    if lf is None:
+        return None
+    if default_system is not None and default_system != lf.default_system:
+        lf = replace(lf, default_system=default_system)
+    return lf_render.with_tool_format(lf, tool_format)
+
+
+def _text_and_spans(tokenizer: Any, ids: Sequence[int], labels: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The text of ``ids`` and the character spans of its trained runs (each run decoded as a whole)."""
+    text, spans, start = "", [], 0
+    for t in range(1, len(ids) + 1):
+        if t == len(ids) or (labels[t] == IGNORE_INDEX) != (labels[start] == IGNORE_INDEX):
+            piece = tokenizer.decode(list(ids[start:t]))
+            if labels[start] != IGNORE_INDEX:
+                spans.append((len(text), len(text) + len(piece)))
+            text += piece
+            start = t
+    return text, spans
 
 
 def _spans(
@@ -286,6 +296,16 @@ def render_sample(
     tool_format: str | None = None,
     default_system: str | None = None,
 ) -> Rendered:
+    """A sample's token ids and labels (``cutoff_len``: LLaMA-Factory's truncation). A template made from
+    LLaMA-Factory's renders as LLaMA-Factory does (cockpit.data.lf_render); the tokenizer's own template
+    renders the text, whose assistant replies are trained."""
+    lf = _lf_for(tokenizer, tool_format, default_system)
+    if lf is not None:
+        enc = lf_render.encode_sample(
+            tokenizer, lf, messages, cutoff_len, tools=tools, train_on_prompt=train_on_prompt, mask_history=mask_history
+        )
+        kept = sum(1 for x in enc.labels if x != IGNORE_INDEX)
+        return Rendered(enc.input_ids, enc.labels, enc.full_length, enc.target_tokens, kept)
     text, replies, spans = _spans(
         tokenizer, messages, train_on_prompt, mask_history, tools, tool_format, default_system
     )
@@ -306,19 +326,6 @@ def render_sample(
     ids_c, labels_c = [ids[t] for t in keep], [labels[t] for t in keep]
     kept = sum(1 for x in labels_c if x != IGNORE_INDEX)
     return Rendered(ids_c, labels_c, len(ids), target, kept)
-
-
-def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
-    """LLaMA-Factory's split of a turn's token budget between its prompt (source) and reply (target)."""
-    if target_len * 2 < cutoff_len:
-        max_target_len = cutoff_len
-    elif source_len * 2 < cutoff_len:
-        max_target_len = cutoff_len - source_len
-    else:
-        max_target_len = int(cutoff_len * (target_len / (source_len + target_len)))
-    new_target_len = min(max_target_len, target_len)
-    new_source_len = min(max(cutoff_len - new_target_len, 0), source_len)
-    return new_source_len, new_target_len
 
 
 def truncated_positions(
@@ -355,5 +362,8 @@ def truncated_positions(
 def render_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any = None) -> list[int]:
     """Token ids of a prompt ready for generation (probes, chat, predictions); ``tools``: the list a
     template that writes tools itself gets (:func:`with_tools`)."""
+    lf = lf_template_of(tokenizer)
+    if lf is not None:
+        return lf_render.encode_prompt(tokenizer, lf, messages, tools)
     text = _render(tokenizer, messages, True, tools)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
