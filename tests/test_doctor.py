@@ -426,26 +426,39 @@ def fake_bnb(site: Path, version: str, libs=("libbitsandbytes_rocm63.so", "libbi
     [
         ("0.48.2", ("libbitsandbytes_rocm63.so",), FAIL),  # blocksize-64 4-bit broken on CDNA
         ("0.49.2.dev0", ("libbitsandbytes_rocm63.so",), FAIL),
-        ("0.49.2", ("libbitsandbytes_rocm63.so",), WARN),
+        ("0.49.2", ("libbitsandbytes_rocm63.so",), FAIL),  # NaNs at decode on AMD GPUs (bitsandbytes #1887)
         ("0.50.0", ("libbitsandbytes_rocm63.so",), PASS),
         ("0.50.0", ("libbitsandbytes_cuda126.so",), FAIL),  # no HIP library
     ],
 )
-def test_bitsandbytes_on_cdna(machine, site, version, libs, status):
+def test_bitsandbytes_on_cdna(machine, site, version, libs, status, monkeypatch):
+    from cockpit.doctor import packages
+
+    smoked = []
+    monkeypatch.setattr(packages, "bnb_kernel_smoke", lambda ctx, spec, device: smoked.append(device) or (True, "ok"))
     fake_bnb(site, version, libs)
-    c = run(machine, rocm_facts(machine["tmp"]), only=["bitsandbytes"])["bitsandbytes"]
+    c = run(machine, rocm_facts(machine["tmp"], kinds=(MI250X, MI300X)), only=["bitsandbytes"])["bitsandbytes"]
     assert c.status == status, c.seen
     assert c.matters_for == {"qlora"} and c.data["version"] == version
     if status != PASS:
         assert "bitsandbytes>=0.50.0" in c.fix or "hip" in c.fix
+        assert not smoked  # the version or the library refuses it before any kernel runs
+    else:
+        assert smoked == ["cuda:0"]
+    if version.startswith("0.49"):
+        assert "NaNs at decode" in c.seen and "#1887" in c.seen and "gfx90a, gfx942" in c.seen
 
 
 def test_bitsandbytes_absent_or_cpu(machine, site):
+    """Absent: skipped, failed when the config needs QLoRA. A package that imports but whose kernels
+    do not run (here: no ``bnb.nn`` at all) fails the CPU smoke, as a missing native library does."""
     if importlib.util.find_spec("bitsandbytes") is None:
         assert run(machine, cpu_facts(), only=["bitsandbytes"])["bitsandbytes"].status == SKIP
         assert run(machine, cpu_facts(), only=["bitsandbytes"], needs={"qlora"})["bitsandbytes"].status == FAIL
     fake_bnb(site, "0.50.0")
-    assert run(machine, cpu_facts(), only=["bitsandbytes"])["bitsandbytes"].status == SKIP
+    c = run(machine, cpu_facts(), only=["bitsandbytes"])["bitsandbytes"]
+    assert c.status == FAIL and "the import works but a Linear4bit forward/backward on cpu does not" in c.seen, c.seen
+    assert c.data["smoke"]["device"] == "cpu" and not c.data["smoke"]["ok"]
 
 
 # -- API contract ---------------------------------------------------------------------------

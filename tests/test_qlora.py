@@ -168,3 +168,27 @@ def test_qlora_8bit_trains_only_the_adapter_over_int8_weights(tmp_path, embedded
     run = train(tmp_path, cfg, bnb_env)
     losses = assert_only_lora_trained(run, embedded_dir, base_sha, 3)
     assert losses[-1] < losses[0], losses
+
+
+_DOCTOR = """
+import json
+from cockpit.doctor import run_checks
+from cockpit.doctor.facts import TorchFacts
+print(json.dumps(run_checks(only=["bitsandbytes"], facts=TorchFacts(importable=True, version="cpu"))[0].to_dict()))
+"""
+
+
+def test_doctor_runs_a_linear4bit_step_of_the_real_bitsandbytes_on_the_cpu(bnb_env):
+    """The doctor's bitsandbytes check against the installed package: it does not trust the import
+    but runs a tiny NF4 ``Linear4bit`` forward, backward and one-row decode on the CPU (the training
+    device here), each matching the dequantized weights."""
+    res = subprocess.run([sys.executable, "-c", _DOCTOR], env={**os.environ, **bnb_env}, cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    check = json.loads(res.stdout.strip().splitlines()[-1])
+    assert check["status"] == "pass", check
+    assert check["data"]["smoke"]["device"] == "cpu" and check["data"]["smoke"]["ok"]
+    assert "Linear4bit forward/backward/decode on cpu match the dequantized weights" in check["seen"]
+    from cockpit.doctor.model import version_at_least
+
+    assert version_at_least(check["data"]["version"], "0.50.0")  # the qlora extra's floor

@@ -146,8 +146,8 @@ class Context:
             return str(candidate)
         return self.which(name)
 
-    def run(self, argv: list[str], timeout: float = 15.0) -> tuple[int, str]:
-        """Run a helper program with this context's environment; (exit code, stdout+stderr).
+    def run(self, argv: list[str], timeout: float = 15.0, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+        """Run a helper program with this context's environment (or ``env``); (exit code, stdout+stderr).
 
         Never raises: a missing program or a timeout gives exit code 127 / 124 and a note.
         """
@@ -160,7 +160,7 @@ class Context:
                 text=True,
                 errors="replace",
                 timeout=timeout,
-                env=self.env,
+                env=dict(self.env if env is None else env),
             )
         except FileNotFoundError:
             return 127, f"{argv[0]}: not found"

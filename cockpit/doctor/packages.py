@@ -7,22 +7,23 @@ import importlib
 import importlib.metadata
 import importlib.util
 import io
+import os
 from pathlib import Path
 from typing import Any
 
-from cockpit.doctor.facts import is_warp64, probe_amdsmi, probe_nvml
+from cockpit.doctor.facts import probe_amdsmi, probe_nvml
 from cockpit.doctor.model import FAIL, PASS, SKIP, WARN, Check, Context, version_at_least
 
 # Ops a LoRA/ZeRO run may JIT-build: cpu_adam (ZeRO-Offload optimizer), fused_adam (GPU Adam),
 # async_io (NVMe offload). Names as in deepspeed/accelerator/constants.py.
 DS_OPS = ("cpu_adam", "fused_adam", "async_io")
 
-# bitsandbytes on ROCm CDNA (warp 64): 4-bit with blocksize 64 (the default and the layout of
-# pre-quantized Hub checkpoints) only works from 0.49.2 on (bitsandbytes PR #1856, released in
-# 0.49.2; unsloth PR #4161 gates 4-bit on CDNA on >= 0.49.2). The 4-bit GEMV inference kernel's
-# warp-64 fix (bitsandbytes PR #1887) landed in 0.50.0 (unsloth PR #7535).
-BNB_MIN_CDNA_4BIT = "0.49.2"
-BNB_GOOD_CDNA = "0.50.0"
+# bitsandbytes on ROCm: its PyPI wheels carry ROCm libraries since 0.49 (gfx90a, gfx942, gfx950).
+# 4-bit with blocksize 64 (the default, and the layout of pre-quantized Hub checkpoints) works on
+# warp-64 CDNA from 0.49.2 (bitsandbytes PR #1856), but 0.49.x returns NaNs at decode on AMD GPUs:
+# the 4-bit GEMV kernel's warp-64 fix (bitsandbytes #1887) landed in 0.50.0 (unsloth PR #7535).
+BNB_GOOD_ROCM = "0.50.0"
+BNB_SMOKE_TIMEOUT_S = 180.0
 
 
 @contextlib.contextmanager
@@ -126,6 +127,11 @@ def bnb_libraries(spec: importlib.machinery.ModuleSpec) -> list[str]:
 
 
 def check_bitsandbytes(ctx: Context) -> Check:
+    """bitsandbytes for QLoRA: a native library for this torch build, on ROCm at least
+    :data:`BNB_GOOD_ROCM`, and a tiny ``Linear4bit`` forward and backward (and a one-row decode
+    forward, the GEMV kernel) on the training device that agrees with the dequantized weights:
+    since 0.46 the import succeeds without a usable native library, the error only comes at the
+    first kernel call."""
     title = "bitsandbytes (QLoRA)"
     tags = frozenset({"qlora"})
     f = ctx.facts
@@ -136,57 +142,88 @@ def check_bitsandbytes(ctx: Context) -> Check:
             title,
             ctx.severity("qlora", otherwise=SKIP),
             "not installed",
-            "pip install 'cockpit-tune[qlora]'",
+            f"pip install 'cockpit-tune[qlora]' (bitsandbytes>={BNB_GOOD_ROCM})",
             tags,
         )
     version = dist_version("bitsandbytes")
     libs = bnb_libraries(spec)
-    has_rocm = any("rocm" in n or "hip" in n for n in libs)
-    has_cuda = any("cuda" in n for n in libs)
-    data = {"version": version, "libraries": libs}
+    data: dict[str, Any] = {"version": version, "libraries": libs}
     seen = f"bitsandbytes {version} ({', '.join(libs) or 'no native library'})"
+
+    def failed(why: str, fix: str) -> Check:
+        return Check("bitsandbytes", title, FAIL, f"{seen}: {why}", fix, tags, data)
+
+    upgrade = f"pip install -U 'bitsandbytes>={BNB_GOOD_ROCM}'"
     if f.build == "rocm":
-        targets = [d.target for d in f.devices if d.target]
-        cdna = any(is_warp64(t) for t in targets) or not targets
-        if not has_rocm:
-            return Check(
-                "bitsandbytes",
-                title,
-                FAIL,
-                seen + ": no ROCm/HIP library, 4-bit will not run on these GPUs",
-                f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}' (wheels with ROCm libraries), or build with cmake -DCOMPUTE_BACKEND=hip",
-                tags,
-                data,
+        targets = sorted({d.target for d in f.devices if d.target}) or ["gfx90a/gfx942/gfx950"]
+        if not any("rocm" in n or "hip" in n for n in libs):
+            return failed(
+                "no ROCm/HIP library, 4-bit will not run on these GPUs",
+                f"{upgrade} (wheels with ROCm libraries), or build with cmake -DCOMPUTE_BACKEND=hip",
             )
-        if cdna and not version_at_least(version, BNB_MIN_CDNA_4BIT):
-            return Check(
-                "bitsandbytes",
-                title,
-                FAIL,
-                seen + f": 4-bit (blocksize 64) is broken on CDNA (gfx90a/gfx942) before {BNB_MIN_CDNA_4BIT}",
-                f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}'",
-                tags,
-                data,
+        if not version_at_least(version, BNB_GOOD_ROCM):
+            return failed(
+                f"before {BNB_GOOD_ROCM} 4-bit returns NaNs at decode on AMD GPUs ({', '.join(targets)}; "
+                "bitsandbytes #1887, the GEMV kernel's warp-64 fix)",
+                upgrade,
             )
-        if cdna and not version_at_least(version, BNB_GOOD_CDNA):
-            return Check(
-                "bitsandbytes",
-                title,
-                WARN,
-                seen
-                + f": 4-bit training works; the 4-bit GEMV (generation) kernel is fixed for warp-64 GPUs only in {BNB_GOOD_CDNA}",
-                f"pip install -U 'bitsandbytes>={BNB_GOOD_CDNA}'",
-                tags,
-                data,
-            )
-        return Check("bitsandbytes", title, PASS, seen, matters_for=tags, data=data)
-    if f.build == "cuda":
-        if not has_cuda:
-            return Check(
-                "bitsandbytes", title, FAIL, seen + ": no CUDA library", "pip install -U bitsandbytes", tags, data
-            )
-        return Check("bitsandbytes", title, PASS, seen, matters_for=tags, data=data)
-    return Check("bitsandbytes", title, SKIP, seen + "; no GPU build of torch", matters_for=tags, data=data)
+    elif f.build == "cuda" and not any("cuda" in n for n in libs):
+        return failed("no CUDA library", "pip install -U bitsandbytes")
+    device = "cpu" if f.build == "cpu" else ("cuda:0" if f.devices else None)
+    if device is None:
+        return Check("bitsandbytes", title, SKIP, seen + "; no GPU visible to run its kernels on", "", tags, data)
+    ok, note = bnb_kernel_smoke(ctx, spec, device)
+    data["smoke"] = {"device": device, "ok": ok, "note": note}
+    if not ok:
+        return failed(
+            f"the import works but a Linear4bit forward/backward on {device} does not: {note}",
+            f"{upgrade} (a wheel with the native library for this torch: {f.version or 'torch'})",
+        )
+    return Check("bitsandbytes", title, PASS, f"{seen}; {note}", matters_for=tags, data=data)
+
+
+# A 64 x 64 NF4 layer (double quantization, as the ranks load): a 4-row forward and backward (training)
+# and a one-row forward without grad (decode: the GEMV kernel), each against the dequantized weight.
+_BNB_SMOKE = """
+import sys, torch, bitsandbytes as bnb
+dev = torch.device(sys.argv[1])
+dt = torch.float32 if dev.type == "cpu" else torch.bfloat16
+torch.manual_seed(0)
+lin = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=dt, compress_statistics=True, quant_type="nf4")
+lin.weight = bnb.nn.Params4bit(torch.randn(64, 64), requires_grad=False, compress_statistics=True, quant_type="nf4")
+lin = lin.to(dev)
+ref = bnb.functional.dequantize_4bit(lin.weight.data, lin.weight.quant_state).to(dt)
+x = torch.randn(4, 64, device=dev, dtype=dt, requires_grad=True)
+y = lin(x)
+y.float().sum().backward()
+with torch.no_grad():
+    x1 = torch.randn(1, 64, device=dev, dtype=dt)
+    y1 = lin(x1)
+def err(a, b):
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
+errs = {"forward": err(y, x.detach() @ ref.t()), "backward": err(x.grad, ref.sum(0).expand_as(x)),
+        "decode": err(y1, x1 @ ref.t())}
+bad = {k: v for k, v in errs.items() if not v < 0.05}
+print(("BAD " if bad else "OK ") + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+"""
+
+
+def bnb_kernel_smoke(ctx: Context, spec: importlib.machinery.ModuleSpec, device: str) -> tuple[bool, str]:
+    """Run :data:`_BNB_SMOKE` on ``device`` in a subprocess (a native crash or hang stays there)
+    with the bitsandbytes the doctor found first on its path; (ok, what happened)."""
+    import sys
+
+    origin = Path(spec.origin or next(iter(spec.submodule_search_locations or []), ""))
+    site = str(origin.parent.parent if origin.name == "__init__.py" else origin.parent)
+    env = {**ctx.env, "PYTHONPATH": os.pathsep.join(p for p in (site, ctx.env.get("PYTHONPATH", "")) if p)}
+    code, out = ctx.run([sys.executable, "-c", _BNB_SMOKE, device], timeout=BNB_SMOKE_TIMEOUT_S, env=env)
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else f"exit code {code}, no output"
+    if code == 0 and last.startswith("OK "):
+        return True, f"Linear4bit forward/backward/decode on {device} match the dequantized weights ({last[3:]})"
+    if last.startswith("BAD "):
+        return False, f"wrong results (relative errors {last[4:]})"
+    return False, last[-300:]
 
 
 def check_telemetry(ctx: Context) -> Check:
