@@ -2,9 +2,9 @@
 launch gate and the UI (pure: no torch, no I/O; callers pass the number of visible GPUs).
 
 - ``use_cpu: true``: the CPU, always.
-- ``use_cpu: false`` (every GPU preset says so), or a config that asks for something only a GPU
-  does (``quantization_bit``: 4/8-bit base weights): GPUs, and **never** a silent fall back to the
-  CPU. With no GPU visible (hidden by ``HIP_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``, a CPU
+- ``use_cpu: false`` (every GPU preset says so), or 4/8-bit base weights (``quantization_bit``,
+  a QLoRA config written for GPUs; ``use_cpu: true`` trains it on the CPU, bitsandbytes has CPU
+  kernels): GPUs, and **never** a silent fall back to the CPU. With no GPU visible (hidden by ``HIP_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``, a CPU
   build of torch, a missing ROCm) :func:`resolve_device` raises :class:`NoGPU`, an
   ``InputError`` (exit 2) that the preflight completes with the doctor's reasons.
 - ``use_cpu`` unset and nothing GPU-only asked for: a GPU when one is visible, else the CPU.

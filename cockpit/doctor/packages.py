@@ -142,7 +142,7 @@ def check_bitsandbytes(ctx: Context) -> Check:
             title,
             ctx.severity("qlora", otherwise=SKIP),
             "not installed",
-            f"pip install 'cockpit-tune[qlora]' (bitsandbytes>={BNB_GOOD_ROCM})",
+            "pip install 'cockpit-tune[qlora]'",
             tags,
         )
     version = dist_version("bitsandbytes")
