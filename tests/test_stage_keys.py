@@ -71,7 +71,7 @@ def test_validate_refuses_a_key_the_stage_does_not_honour(stage, key):
         assert not [p for p in sft_err.problems if "not honoured" in p.message]
 
 
-@pytest.mark.parametrize("stage", ["pt", "dpo", "kto", "rm"])
+@pytest.mark.parametrize("stage", [stage for stage in ("pt", "dpo", "kto", "rm") if UNHONOURED[stage]])
 def test_cockpit_check_exits_2_naming_each_key_and_the_stage(stage, tmp_path, tiny_model_dir):
     keys = {key: other_value(key) for key in UNHONOURED[stage]}
     if "adapter_name_or_path" in keys:
@@ -87,11 +87,118 @@ def test_cockpit_check_exits_2_naming_each_key_and_the_stage(stage, tmp_path, ti
 
 def test_cockpit_train_refuses_before_any_run_dir(tmp_path, tiny_model_dir):
     data = pair_file(tmp_path / "pairs.jsonl")
-    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), probes=None, eval_dataset=str(data))
+    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), probes=None, group_by_length=True)
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "eval_dataset: not honoured for stage dpo yet" in res.stdout + res.stderr
+    assert "group_by_length: not honoured for stage dpo yet" in res.stdout + res.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+# -- evaluation, mixing and LoRA+ in every stage ----------------------------------------------------
+EVAL_KEYS = {
+    "val_size": 2,
+    "eval_strategy": "steps",
+    "eval_steps": 1,
+    "save_steps": 1,
+    "load_best_model_at_end": True,
+    "metric_for_best_model": "eval_loss",
+    "greater_is_better": False,
+    "eval_on_start": True,
+}
+
+
+def text_file(path: Path, n: int, word: str) -> Path:
+    path.write_text("".join(json.dumps({"text": f"{word} {i}: " + "the kestrel hovers " * 4}) + "\n" for i in range(n)))
+    return path
+
+
+@pytest.mark.parametrize("stage", ["pt", "dpo", "kto", "rm"])
+def test_stage_trainers_take_loraplus_and_the_eval_schedule(stage, tmp_path, tiny_model_dir):
+    from transformers import TrainingArguments
+
+    from cockpit.train.recipes import get_recipe
+    from cockpit.train.recipes.base import stage_arguments
+
+    if stage == "pt":
+        data = {"dataset": str(text_file(tmp_path / "t.jsonl", 12, "Doc")), "cutoff_len": 16}
+    elif stage == "kto":
+        rows = [{"instruction": f"Q{i}", "output": f"Answer {i}", "kto_tag": i % 2 == 0} for i in range(8)]
+        (tmp_path / "kto.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        info = {"k": {"file_name": "kto.jsonl", "formatting": "alpaca", "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"}}}
+        (tmp_path / "dataset_info.json").write_text(json.dumps(info))
+        data = {"dataset": "k", "dataset_dir": str(tmp_path)}
+    else:
+        data = {"dataset": str(pair_file(tmp_path / "pairs.jsonl", n=8))}
+    keys = {**EVAL_KEYS, "loraplus_lr_ratio": 16.0, "learning_rate": 1e-4}
+    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, probes=None, use_cpu=True, **data, **keys))
+    recipe = get_recipe(stage)
+    ctx = _ctx(cfg, tiny_model_dir, tmp_path)
+    data_ = recipe.build_data(ctx)
+    assert len(data_.held_out) == 2
+    model, ref = recipe.build_models(ctx)
+    trainer = recipe.build_trainer(ctx, model, ref, data_, [])
+    args = trainer.args
+    assert (args.eval_strategy, args.eval_steps, args.eval_on_start) == ("steps", 1, True)
+    assert args.load_best_model_at_end and args.metric_for_best_model == "eval_loss" and args.greater_is_better is False
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    lrs = {g["lr"] for g in trainer.optimizer.param_groups if any("lora_B" in names[id(p)] for p in g["params"])}
+    assert len(lrs) == 1 and lrs.pop() == pytest.approx(1.6e-3), lrs  # LoRA+: the B matrices at 16 x the learning rate
+    off = load_config(tiny_config(tmp_path, tiny_model_dir, f"{stage}-off", stage=stage, probes=None, use_cpu=True, **data, val_size=2, do_eval=False))
+    ctx = _ctx(off, tiny_model_dir, tmp_path)
+    assert stage_arguments(TrainingArguments, ctx, recipe.build_data(ctx)).eval_strategy == "no"
+
+
+@pytest.mark.parametrize("stage", ["pt", "dpo"])
+def test_stage_eval_dataset_is_read_like_the_dataset(stage, tmp_path, tiny_model_dir):
+    from cockpit.train.recipes import get_recipe
+
+    if stage == "pt":
+        train, held = text_file(tmp_path / "train.jsonl", 12, "Doc"), text_file(tmp_path / "eval.jsonl", 4, "Held")
+    else:
+        train, held = pair_file(tmp_path / "train.jsonl", n=8), pair_file(tmp_path / "eval.jsonl", n=3)
+    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, probes=None, use_cpu=True, dataset=str(train), eval_dataset=str(held), cutoff_len=32))
+    data_ = get_recipe(stage).build_data(_ctx(cfg, tiny_model_dir, tmp_path))
+    if stage == "pt":
+        from cockpit.data.stage_data import prepare_stage_data
+
+        assert data_.held_out and [r["input_ids"] for r in data_.held_out] == prepare_stage_data({**cfg, "dataset": str(held)}, _ctx(cfg, tiny_model_dir, tmp_path).tokenizer).blocks
+    else:
+        assert len(data_.held_out) == 3 and len(data_.train) == 8
+        assert {r["prompt"][0]["content"] for r in data_.held_out} <= {json.loads(l)["instruction"] for l in held.read_text().splitlines()}
+
+
+def test_stage_datasets_mix_by_mix_strategy(tmp_path):
+    from cockpit.data.collect import mixed_order
+    from cockpit.data.stage_data import collect_stage_samples
+
+    a, b = pair_file(tmp_path / "a.jsonl", n=6), pair_file(tmp_path / "b.jsonl", n=2, prompt_words=9)
+    columns = {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
+    info = {n: {"file_name": f"{n}.jsonl", "ranking": True, "columns": columns} for n in ("a", "b")}
+    (tmp_path / "dataset_info.json").write_text(json.dumps(info))
+    base = {"stage": "dpo", "dataset": "a,b", "dataset_dir": str(tmp_path), "seed": 3}
+    concat = collect_stage_samples(base).samples
+    mixed = collect_stage_samples({**base, "mix_strategy": "interleave_under"}).samples
+    assert len(concat) == 8 and len(mixed) == 4  # alternating until the shorter file ends
+    order = mixed_order([6, 2], "interleave_under", None, 3)
+    assert mixed == [concat[j if k == 0 else 6 + j] for k, j in order]
+    over = collect_stage_samples({**base, "mix_strategy": "interleave_over"}).samples
+    assert len(over) == 12  # alternating, the shorter file repeated until the longer one is used up
+
+
+@pytest.mark.slow
+def test_dpo_run_evaluates_during_training_and_keeps_the_best_model(tmp_path, tiny_model_dir):
+    data, held = pair_file(tmp_path / "pairs.jsonl", n=8), pair_file(tmp_path / "held.jsonl", n=3)
+    keys = {k: v for k, v in EVAL_KEYS.items() if k != "val_size"}
+    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), eval_dataset=str(held), probes=None, max_steps=3, **keys)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    evals = [e for e in read_events(run) if e["kind"] == "eval"]
+    assert [e["step"] for e in evals][:4] == [0, 1, 2, 3], evals  # eval_on_start, then every step; then the final one
+    assert all("eval_loss" in e or "loss" in e for e in evals)
+    states = sorted((run / "checkpoints").glob("checkpoint-*/trainer_state.json"))
+    best = json.loads(states[-1].read_text())["best_model_checkpoint"]
+    assert best and "checkpoint-" in best
 
 
 # -- do_eval: false ---------------------------------------------------------------------------

@@ -33,13 +33,14 @@ CACHE_ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), 
 STRATEGY_CONFIG = dict(cutoff_len=64, lr_scheduler_type="constant", max_steps=4, save_strategy="no", probes=None, telemetry_interval_s=0, numa_bind="off", seed=7)
 
 
-def config(tmp_path: Path, model_dir: Path, name: str, **over) -> Path:
+def config(tmp_path: Path, model_dir: Path | str, name: str, **over) -> Path:
     return tiny_config(tmp_path, model_dir, name, **{**STRATEGY_CONFIG, **over})
 
 
-def train(tmp_path: Path, model_dir: Path, name: str, timeout: float = 300, **over) -> Path:
+def train(tmp_path: Path, model_dir: Path | str, name: str, timeout: float = 300, cli_env: dict | None = None, **over) -> Path:
+    """A finished run of ``model_dir`` (a folder, or a hub id with ``cli_env`` naming its cache)."""
     runs = tmp_path / f"runs-{name}"
-    res = cockpit("train", str(config(tmp_path, model_dir, name, **over)), "--runs-dir", str(runs), env=CACHE_ENV, timeout=timeout)
+    res = cockpit("train", str(config(tmp_path, model_dir, name, **over)), "--runs-dir", str(runs), env={**CACHE_ENV, **(cli_env or {})}, timeout=timeout)
     run = next(d for d in runs.iterdir() if d.is_dir())
     assert res.returncode == 0, failure_text(res, run)
     assert json.loads((run / "status.json").read_text())["state"] == "finished"

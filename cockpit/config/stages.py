@@ -17,30 +17,10 @@ PAIRWISE_STAGES = ("dpo", "rm")  # datasets with chosen / rejected answers (rank
 REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # no reference model at all
 
 
-_EVAL_DURING = (
-    "the stage measures its val_size split once before and once after training (trainer.evaluate at the end), "
-    "never during it"
-)
-_BEST = "no evaluation during training picks a best checkpoint"
-_MIX = "the stage concatenates its datasets"
-_LORAPLUS = "LoRA+'s optimizer is wired into stage sft's trainer only"
 _VALUE_MODEL = (
     "the value model (a sequence-classification head) is built by stage rm's own code, which applies the LoRA "
     "keys (DoRA, rsLoRA, PiSSA, additional_target), flash_attn and rope_scaling, not this"
 )
-_COMMON_UNHONOURED = {
-    "eval_dataset": "the stage reads only dataset (hold out a split with val_size)",
-    "eval_strategy": _EVAL_DURING,
-    "eval_steps": _EVAL_DURING,
-    "eval_on_start": _EVAL_DURING,
-    "metric_for_best_model": _BEST,
-    "greater_is_better": _BEST,
-    "load_best_model_at_end": _BEST,
-    "mix_strategy": _MIX,
-    "interleave_probs": _MIX,
-    "loraplus_lr_ratio": _LORAPLUS,
-    "loraplus_lr_embedding": _LORAPLUS,
-}
 _PAIR_UNHONOURED = {"group_by_length": "TRL's tokenised samples have no input_ids column for the length sampler"}
 _RM_UNHONOURED = {
     key: _VALUE_MODEL
@@ -57,13 +37,13 @@ _RM_UNHONOURED = {
 # other than the schema's default (or one of HONOURED_VALUES); the README's key table names the stages.
 UNHONOURED: dict[str, dict[str, str]] = {
     "sft": {},
-    "pt": dict(_COMMON_UNHONOURED),
-    "dpo": {**_COMMON_UNHONOURED, **_PAIR_UNHONOURED},
-    "kto": {**_COMMON_UNHONOURED, **_PAIR_UNHONOURED},
-    "rm": {**_COMMON_UNHONOURED, **_PAIR_UNHONOURED, **_RM_UNHONOURED},
+    "pt": {},  # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
+    "dpo": dict(_PAIR_UNHONOURED),
+    "kto": dict(_PAIR_UNHONOURED),
+    "rm": {**_PAIR_UNHONOURED, **_RM_UNHONOURED},
 }
-# values that say what the stage does anyway (no evaluation during training, datasets concatenated)
-HONOURED_VALUES: dict[str, tuple[Any, ...]] = {"eval_strategy": ("no",), "mix_strategy": ("concat",)}
+# values of an UNHONOURED key that say what the stage does anyway (none today)
+HONOURED_VALUES: dict[str, tuple[Any, ...]] = {}
 
 
 def refusing_stages(key: str) -> list[str]:

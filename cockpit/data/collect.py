@@ -24,18 +24,23 @@ def collect_samples(cfg: Mapping[str, Any], *, strict: bool | None = None) -> Lo
         total.problems += res.problems
         total.formats.update(res.formats)
         total.rows += res.rows
+    total.samples = mixed(per_dataset, cfg)
+    if strict and total.problems:
+        raise InputError(total.problems)
+    if not total.samples:
+        raise InputError(total.problems or "no usable samples in the dataset(s)")
+    return total
+
+
+def mixed(per_dataset: list[list[dict[str, Any]]], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The datasets' samples in the config's mixing order (``mix_strategy``, ``interleave_probs``)."""
     order = mixed_order(
         [len(s) for s in per_dataset],
         cfg.get("mix_strategy") or "concat",
         cfg.get("interleave_probs"),
         cfg.get("seed", 42),
     )
-    total.samples = [per_dataset[k][j] for k, j in order]
-    if strict and total.problems:
-        raise InputError(total.problems)
-    if not total.samples:
-        raise InputError(total.problems or "no usable samples in the dataset(s)")
-    return total
+    return [per_dataset[k][j] for k, j in order]
 
 
 def mixed_order(sizes: list[int], strategy: str, probs: Any, seed: int) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cockpit.data.collect import mixed
 from cockpit.data.dataset_info import resolve_datasets
 from cockpit.data.formats import LoadResult
 from cockpit.data.pairs import load_stage_file
@@ -22,12 +23,16 @@ def collect_stage_samples(cfg: Mapping[str, Any]) -> LoadResult:
     """Read every dataset of the config for its stage; bad rows raise (or, with allow_bad_rows, are kept as problems)."""
     stage = cfg["stage"]
     total = LoadResult([], [], {})
+    per_dataset: list[list[dict[str, Any]]] = []
     for spec in resolve_datasets(cfg):
         res = load_stage_file(spec, stage, cfg.get("max_samples"))
-        total.samples += res.samples
+        per_dataset.append(res.samples)
         total.problems += res.problems
         total.formats.update(res.formats)
         total.rows += res.rows
+    total.samples = mixed(
+        per_dataset, cfg
+    )  # mix_strategy / interleave_probs, before packing and cutoff (as LLaMA-Factory)
     if total.problems and not cfg.get("allow_bad_rows", False):
         raise InputError(total.problems)
     if not total.samples:

@@ -64,7 +64,7 @@ def estimate_config(
 ) -> tuple[RunSpec, Estimate, str]:
     """Parse + estimate one config dict; returns (run, estimate, model config source)."""
     run = parse_run(config, base_dir)
-    mcfg, src = resolve_model_config(run.model_name_or_path)
+    mcfg, src = resolve_model_config(run.model_name_or_path, revision=config.get("model_revision"))
     d = dims_of(mcfg)
     counts = count_params(mcfg, allow_meta=use_meta)
     lora, n_targets = 0, 0

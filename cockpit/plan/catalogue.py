@@ -134,8 +134,11 @@ def known_models() -> list[str]:
     return sorted(CATALOGUE)
 
 
-def resolve_model_config(name_or_path: str, *, key: str = "model_name_or_path") -> tuple[dict[str, Any], str]:
-    """config.json numbers for a local folder (with config.json) or a catalogue id.
+def resolve_model_config(
+    name_or_path: str, *, key: str = "model_name_or_path", revision: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """config.json numbers for a local folder (with config.json), a hub id in this machine's HF
+    cache (at ``revision``: the model the ranks will load), or a catalogue id.
 
     Returns ``(config, source)`` where source is the config.json path or ``"catalogue"``.
     Raises InputError naming ``key`` when neither works.
@@ -144,6 +147,12 @@ def resolve_model_config(name_or_path: str, *, key: str = "model_name_or_path") 
         raise InputError(Problem("must be a model folder or a hub id", key=key))
     name = name_or_path.strip()
     expanded = os.path.expanduser(name)
+    if not os.path.isdir(expanded) and name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        from cockpit.models.weights import hub_snapshot
+
+        snap = hub_snapshot(name, revision)
+        if snap and os.path.isfile(os.path.join(snap, "config.json")):
+            expanded = snap
     cfg_path = os.path.join(expanded, "config.json")
     if os.path.isdir(expanded):
         if not os.path.isfile(cfg_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cockpit.models.weights import Weights, planned_weights, sharded_load_mode, strategy_shards_load
 from cockpit.plan.verdict import verdict
 
 GiB = 1024**3
@@ -48,39 +49,62 @@ def load_bytes_per_param(cfg: Mapping[str, Any], use_cpu: bool) -> int:
     return 2 if (cfg.get("finetuning_type", "lora") == "lora" and half and not use_cpu) else 4
 
 
-def sharded_load(run: Any) -> bool:
-    """Does cockpit load this run partitioned (ZeRO-3 / FSDP2 full or hybrid shard, several ranks)?"""
-    if run.world < 2 or run.quantization_bit:
-        return False
-    if run.zero is not None:
-        return run.zero.stage == 3
-    return run.fsdp is not None and run.fsdp.strategy in ("full_shard", "hybrid_shard")
+def strategy_facts(run: Any) -> dict[str, Any]:
+    """What the load rule (:mod:`cockpit.models.weights`) asks of a run, from the planner's view of it."""
+    return {
+        "world_size": run.world,
+        "quantized": bool(run.quantization_bit),
+        "fsdp": run.fsdp is not None,
+        "zero3": run.zero is not None and run.zero.stage == 3,
+    }
+
+
+def shard_count(run: Any) -> int:
+    """Over how many ranks one copy of the model is split at load: hybrid_shard splits it within a node."""
+    if run.fsdp is not None and run.fsdp.strategy == "hybrid_shard" and run.nnodes > 1:
+        return int(run.nproc_per_node)
+    return int(run.world)
 
 
 def host_load(
-    cfg: Mapping[str, Any], run: Any, total_params: int, *, use_cpu: bool, host_memory_gib: float | None
+    cfg: Mapping[str, Any],
+    run: Any,
+    total_params: int,
+    *,
+    use_cpu: bool,
+    host_memory_gib: float | None,
+    weights: Weights | None = None,
 ) -> dict[str, Any]:
-    """The load-time host peak per node for the run's strategy, and its verdict."""
+    """The load-time host peak per node for the run's strategy, and its verdict; ``weights``: where
+    the model's files are (default: :func:`cockpit.models.weights.planned_weights`)."""
+    weights = weights if weights is not None else planned_weights(cfg)
     model = total_params * load_bytes_per_param(cfg, use_cpu)
     ranks = int(run.nproc_per_node)
-    if sharded_load(run):
+    mode = sharded_load_mode(weights, **strategy_facts(run))
+    if mode != "full":
         on_host = (
             use_cpu or (run.zero is not None and run.zero.offload_param) or (run.fsdp is not None and run.fsdp.offload)
         )
-        weights = (model * ranks / run.world if on_host else 0.0) + GROUP_BYTES
-        pattern = f"sharded: rank 0 streams the checkpoint, each of {ranks} ranks keeps 1/{run.world}" + (
+        shards = shard_count(run)
+        weights_bytes = (model * ranks / shards if on_host else 0.0) + GROUP_BYTES
+        pattern = f"sharded: rank 0 streams the checkpoint, each of {ranks} ranks keeps 1/{shards}" + (
             " on the host" if on_host else " on its GPU"
         )
+        if weights.pending:
+            pattern += " (the ranks fetch the hub id's safetensors first)"
     else:
-        weights = float(model * ranks)
+        weights_bytes = float(model * ranks)
         pattern = f"every one of {ranks} ranks builds the whole model on the host"
-    peak = weights + ranks * PROCESS_BYTES
+        if strategy_shards_load(**strategy_facts(run)) and weights.why_whole:
+            pattern += f" ({weights.why_whole})"
+    peak = weights_bytes + ranks * PROCESS_BYTES
     out: dict[str, Any] = {
         "peak_bytes": int(peak),
         "peak_gib": round(peak / GiB, 2),
         "model_bytes": int(model),
         "ranks_per_node": ranks,
         "pattern": pattern,
+        "load": mode,
         "capacity_gib": host_memory_gib,
         "verdict": None,
     }

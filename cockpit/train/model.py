@@ -9,11 +9,14 @@ from cockpit.errors import InputError, Problem
 from cockpit.run.rundir import RunDir
 
 
-def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full"):
+def build_model(
+    cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full", folder: str | None = None
+):
     """The model to train: base (+ quantization) + PEFT adapter / freeze / full.
 
     ``load``: ``full`` (from_pretrained), ``meta`` (parameters on the meta device, for FSDP2's
-    sharded load) or ``zero3`` (built partitioned under zero.Init, weights streamed): see
+    sharded load) or ``zero3`` (built partitioned under zero.Init, weights streamed from ``folder``,
+    the safetensors folder :func:`cockpit.models.weights.weights_of` found): see
     :mod:`cockpit.train.sharded_load`."""
     from transformers import AutoModelForCausalLM, set_seed
 
@@ -26,11 +29,19 @@ def build_model(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: 
     )  # the adapter's random init: the same on every rank (FSDP2 shards each rank's copy) and every run
     kwargs = base_load_kwargs(cfg, ref, use_cpu, local_rank)
     if load == "full":
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        if is_deepspeed_zero3_enabled():  # from_pretrained builds under zero.Init: DeepSpeed must see every rank
+            from cockpit.train.sharded_load import ensure_deepspeed_comm
+
+            ensure_deepspeed_comm()
         model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
     else:
         from cockpit.train.sharded_load import sharded_base
 
-        model = sharded_base(cfg, ref, kwargs["dtype"], load)
+        if folder is None:
+            raise ValueError(f"a {load} load streams a safetensors folder; none was given")
+        model = sharded_base(cfg, folder, kwargs["dtype"], load, model_load_kwargs(cfg, ref, log=lambda *_: None))
     model.config.use_cache = False
     if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
         use_for_padding_free(model)  # SDPA once per packed sample (cockpit.train.packed_attention)
@@ -268,25 +279,29 @@ def placed_model(
     ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
     import gc
 
+    from cockpit.models.weights import strategy_shards_load
     from cockpit.train import sharded_load
     from cockpit.train.trainer import CockpitTrainer
 
     world_size = int(args.world_size)
-    mode = sharded_load.load_mode(cfg, ref, sharded, world_size)
+    mode, weights = sharded_load.load_mode(cfg, ref, sharded, world_size)
     if world_size > 1:
         _ = args.device  # sets up the process group (gloo / nccl) that zero.Init, fully_shard and the broadcast use
     extras: dict[str, Any] | None = None
     if mode == "fsdp_meta":
+        assert weights.folder is not None  # sharded_load_mode streams only a safetensors folder
         extras = {}
         if rank == 0:  # the adapters' seeded init, exactly as a one-rank run makes it (the base weights stay unread)
             real = build_model(cfg, ref, use_cpu, local_rank)
-            extras = sharded_load.not_in_checkpoint(real, ref.path)
+            extras = sharded_load.not_in_checkpoint(real, weights.folder)
             del real
             gc.collect()
-        model = build_model(cfg, ref, use_cpu, local_rank, load="meta")
+        model = build_model(cfg, ref, use_cpu, local_rank, load="meta", folder=weights.folder)
     else:
-        model = build_model(cfg, ref, use_cpu, local_rank, load=mode)
-    log(f"model loaded ({LOAD_WORDS.get(mode, mode)})")
+        model = build_model(cfg, ref, use_cpu, local_rank, load=mode, folder=weights.folder)
+    wanted_shards = strategy_shards_load(**sharded_load.strategy_facts(cfg, sharded, world_size))
+    whole_why = f": {weights.why_whole}" if (mode == "full" and wanted_shards and weights.why_whole) else ""
+    log(f"model loaded ({LOAD_WORDS.get(mode, mode)}{whole_why})")
     if not cfg.get("fsdp"):
         return model, CockpitTrainer
     from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
@@ -301,10 +316,10 @@ def placed_model(
         bf16=cfg["bf16"],
         fp16=cfg["fp16"],
     )
-    if extras is not None:
+    if extras is not None and weights.folder is not None:
         device = args.device
         info["sharded_load"] = sharded_load.fsdp2_materialise_and_load(
-            model, ref.path, extras, rank=rank, device=device, dtype=dtype, log=log
+            model, weights.folder, extras, rank=rank, device=device, dtype=dtype, log=log
         )
     report = shard_report(model)
     write_report(run.path, rank, info, report)

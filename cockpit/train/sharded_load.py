@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cockpit.models.weights import Weights, sharded_load_mode, weights_of
+
 GROUP_BYTES = 64 * 2**20  # one group of tensors read at a time (a tensor larger than this is a group alone)
 PEFT_PREFIX = "base_model.model."
 
@@ -97,14 +99,28 @@ def read_group(path: Path, names: list[str], dtype: Any) -> dict[str, Any]:
 
 
 # -- FSDP2 -------------------------------------------------------------------------------------
-def empty_skeleton(cfg: dict[str, Any], ref: Any, dtype: Any) -> Any:
+def streamed_config(cfg: dict[str, Any], folder: str | Path, load_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The model config a streamed load builds from, with the options ``from_pretrained`` would get
+    (``load_kwargs``: :func:`cockpit.train.variants.model_load_kwargs`): RoPE scaling set on the
+    config, the attention kernel returned as ``from_config``'s argument."""
+    from transformers import AutoConfig
+
+    opts = dict(load_kwargs)
+    attn = opts.pop("attn_implementation", None)
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(cfg["trust_remote_code"]), **opts)
+    return config, ({"attn_implementation": attn} if attn else {})
+
+
+def empty_skeleton(cfg: dict[str, Any], folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
     """The model with parameters on the meta device and real buffers."""
     from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg["trust_remote_code"]))
+    config, build = streamed_config(cfg, folder, load_kwargs)
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]))
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **build
+        )
     return model
 
 
@@ -197,38 +213,53 @@ def iter_names(groups: list[tuple[Path, list[str]]]) -> Iterator[str]:
         yield from names
 
 
-def sharded_base(cfg: dict[str, Any], ref: Any, dtype: Any, load: str) -> Any:
-    """The base model for ``load`` = ``meta`` (FSDP2 skeleton) or ``zero3`` (partitioned, filled)."""
+def ensure_deepspeed_comm() -> None:
+    """DeepSpeed's own view of the process group, which ``zero.Init`` reads the world size from:
+    without it a ZeRO-3 build on N ranks sees one ("train_batch_size ... 2 != 1 * 1 * 1")."""
+    import deepspeed
+    import torch.distributed as dist
+    from deepspeed import comm as ds_comm
+
+    if dist.is_initialized() and not ds_comm.is_initialized():
+        deepspeed.init_distributed(dist_backend=dist.get_backend())
+
+
+def sharded_base(cfg: dict[str, Any], folder: str | Path, dtype: Any, load: str, load_kwargs: dict[str, Any]) -> Any:
+    """The base model for ``load`` = ``meta`` (FSDP2 skeleton) or ``zero3`` (partitioned, filled),
+    built from ``folder``'s safetensors with the full load's options (``load_kwargs``)."""
     if load == "meta":
-        return empty_skeleton(cfg, ref, dtype)
+        return empty_skeleton(cfg, folder, dtype, load_kwargs)
     if load != "zero3":
         raise ValueError(f"unknown load mode {load!r}")
     import torch.distributed as dist
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     if not is_deepspeed_zero3_enabled():
         raise RuntimeError(
             "zero3 loading needs the DeepSpeed config registered first (TrainingArguments(deepspeed=...))"
         )
-    import deepspeed
-    from deepspeed import comm as ds_comm
-
-    if not ds_comm.is_initialized():  # zero.Init reads the world size from DeepSpeed's own view of the process group
-        deepspeed.init_distributed(dist_backend=dist.get_backend())
-    config = AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg["trust_remote_code"]))
+    ensure_deepspeed_comm()
+    config, build = streamed_config(cfg, folder, load_kwargs)
     model = AutoModelForCausalLM.from_config(
-        config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"])
+        config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **build
     )  # zero.Init
-    zero3_stream_load(model, ref.path, rank=dist.get_rank(), dtype=dtype)
+    zero3_stream_load(model, folder, rank=dist.get_rank(), dtype=dtype)
     return model
 
 
-def load_mode(cfg: dict[str, Any], ref: Any, zero3: bool, world_size: int) -> str:
-    """``zero3`` | ``fsdp_meta`` when the strategy shards parameters and the model is a
-    safetensors folder (the streamed load reads those), else ``full``."""
-    if world_size < 2 or cfg.get("quantization_bit") or not safetensors_files(ref.path):
-        return "full"
-    if cfg.get("fsdp"):
-        return "fsdp_meta"
-    return "zero3" if zero3 else "full"
+def load_mode(cfg: dict[str, Any], ref: Any, zero3: bool, world_size: int) -> tuple[str, Weights]:
+    """How this run's ranks build the base (:func:`cockpit.models.weights.sharded_load_mode`, the
+    rule the planner's host line applies too), and where its weights are."""
+    weights = weights_of(ref, fetch=True)
+    return sharded_load_mode(weights, **strategy_facts(cfg, zero3, world_size)), weights
+
+
+def strategy_facts(cfg: dict[str, Any], zero3: bool, world_size: int) -> dict[str, Any]:
+    """What the load rule (:mod:`cockpit.models.weights`) asks of a run, from a rank's view of it."""
+    return {
+        "world_size": world_size,
+        "quantized": bool(cfg.get("quantization_bit")),
+        "fsdp": bool(cfg.get("fsdp")),
+        "zero3": zero3,
+    }

@@ -119,9 +119,21 @@ def split_held_out(
     return rows[n:], rows[:n]
 
 
-def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
+def eval_dataset_prepared(ctx: RecipeContext) -> Any:
+    """``eval_dataset`` read and tokenised as the stage reads ``dataset`` (same template, cutoff,
+    max_samples, mixing), or None without one (a :class:`cockpit.data.stage_data.StagePrepared`)."""
+    if not ctx.cfg.get("eval_dataset"):
+        return None
+    from cockpit.data.stage_data import prepare_stage_data
+
+    return prepare_stage_data({**ctx.cfg, "dataset": ctx.cfg["eval_dataset"]}, ctx.tokenizer)
+
+
+def stage_arguments(config_cls: type, ctx: RecipeContext, data: StageData, **extra: Any) -> Any:
     """The worker's TrainingArguments (the one place the run config becomes HF arguments), as the
-    TRL config class of the stage with the stage's own keys added."""
+    TRL config class of the stage with the stage's own keys added. Evaluation during training
+    (eval_strategy, eval_steps, eval_on_start, the best model) as SFT has it, on ``data.held_out``;
+    none without held-out rows or with ``do_eval: false``."""
     from transformers import TrainingArguments
 
     base = training_arguments(ctx.cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
@@ -129,8 +141,8 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, **extra: Any) -> Any:
         f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)
     }
     kwargs.pop("logging_dir", None)
-    # held-out rows are measured once before and once after training (run_recipe), not every few steps
-    kwargs.update(eval_strategy="no", eval_steps=None)
+    if not (data.held_out and evaluates(ctx.cfg)):
+        kwargs.update(eval_strategy="no", eval_steps=None, eval_on_start=False, load_best_model_at_end=False)
     if ctx.cfg.get("preprocessing_num_workers") and any(
         f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)
     ):

@@ -21,9 +21,11 @@ from cockpit.train.recipes.base import (
     RecipeContext,
     StageData,
     cockpit_trainer,
+    eval_dataset_prepared,
     split_held_out,
     stage_arguments,
 )
+from cockpit.train.variants import trainer_kwargs
 
 PREF_FIELDS = {
     "rewards/margins": "reward_margin",
@@ -82,6 +84,9 @@ class DPORecipe(Recipe):
 
         prepared = prepare_stage_data(ctx.cfg, ctx.tokenizer)
         train, held = split_held_out(ctx.cfg, prepared.kept)  # the samples that survive cutoff_len, as check counts
+        evaluation = eval_dataset_prepared(ctx)
+        if evaluation is not None:
+            held = evaluation.kept
         if not train:
             raise InputError("val_size leaves no pair to train on")
         return StageData(train, held, prepared.report)
@@ -126,8 +131,9 @@ class DPORecipe(Recipe):
         self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
     ) -> Any:
         trainer_cls, config_cls, keys = self.trl_classes(ctx.cfg)
-        args = stage_arguments(config_cls, ctx, **keys)
+        args = stage_arguments(config_cls, ctx, data, **keys)
         kwargs = {"ref_model": ref_model} if trainer_cls.__name__ == "DPOTrainer" else {}
+        kwargs.update(trainer_kwargs(ctx.cfg, model, args))  # loraplus_lr_ratio: a LoRA+ optimizer
         return cockpit_trainer(trainer_cls)(
             model=model,
             args=args,
@@ -162,6 +168,7 @@ class KTORecipe(DPORecipe):
         args = stage_arguments(
             KTOConfig,
             ctx,
+            data,
             beta=cfg["pref_beta"],
             desirable_weight=cfg["kto_chosen_weight"],
             undesirable_weight=cfg["kto_rejected_weight"],
@@ -184,6 +191,7 @@ class KTORecipe(DPORecipe):
             else None,
             processing_class=ctx.tokenizer,
             callbacks=callbacks,
+            **trainer_kwargs(cfg, model, args),  # loraplus_lr_ratio: a LoRA+ optimizer
         )
 
     def held_out(

@@ -14,9 +14,11 @@ from cockpit.train.recipes.base import (
     Recipe,
     RecipeContext,
     StageData,
+    eval_dataset_prepared,
     split_held_out,
     stage_arguments,
 )
+from cockpit.train.variants import trainer_kwargs
 
 
 class PretrainRecipe(Recipe):
@@ -28,6 +30,9 @@ class PretrainRecipe(Recipe):
         prepared = prepare_stage_data(ctx.cfg, ctx.tokenizer)
         rows = [{"input_ids": b, "labels": list(b)} for b in prepared.blocks]
         train, held = split_held_out(ctx.cfg, rows) if len(rows) > 1 else (rows, [])
+        evaluation = eval_dataset_prepared(ctx)
+        if evaluation is not None:
+            held = [{"input_ids": b, "labels": list(b)} for b in evaluation.blocks]
         return StageData(train, held, prepared.report)
 
     def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
@@ -40,14 +45,16 @@ class PretrainRecipe(Recipe):
 
         from cockpit.train.trainer import CockpitTrainer
 
+        args = stage_arguments(TrainingArguments, ctx, data)
         return CockpitTrainer(
             model=model,
-            args=stage_arguments(TrainingArguments, ctx),
+            args=args,
             train_dataset=ListDataset(data.train),
             eval_dataset=ListDataset(data.held_out) if data.held_out else None,
             data_collator=DataCollatorForSeq2Seq(ctx.tokenizer, padding=True, label_pad_token_id=-100),
             processing_class=ctx.tokenizer,
             callbacks=callbacks,
+            **trainer_kwargs(ctx.cfg, model, args),  # loraplus_lr_ratio: a LoRA+ optimizer
         )
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from cockpit.train.recipes.base import (
     stage_arguments,
 )
 from cockpit.train.recipes.preference import DPORecipe, _dataset
+from cockpit.train.variants import trainer_kwargs
 
 
 def build_value_model(ctx: RecipeContext):
@@ -73,7 +74,7 @@ class RewardRecipe(DPORecipe):
     ) -> Any:
         from trl import RewardConfig, RewardTrainer
 
-        args = stage_arguments(RewardConfig, ctx, max_length=ctx.cfg["cutoff_len"], disable_dropout=True)
+        args = stage_arguments(RewardConfig, ctx, data, max_length=ctx.cfg["cutoff_len"], disable_dropout=True)
         return cockpit_trainer(RewardTrainer)(
             model=model,
             args=args,
@@ -81,6 +82,7 @@ class RewardRecipe(DPORecipe):
             eval_dataset=_dataset(data.held_out, ("chosen", "rejected")) if data.held_out else None,
             processing_class=ctx.tokenizer,
             callbacks=callbacks,
+            **trainer_kwargs(ctx.cfg, model, args),  # loraplus_lr_ratio: a LoRA+ optimizer (value head included)
         )
 
     def held_out(

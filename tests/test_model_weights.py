@@ -1,0 +1,144 @@
+"""Where a model's weights are, and so how the ranks load it (cockpit.models.weights): one rule for
+the ranks and the planner's host line. A hub id resolves to its HF cache snapshot (the GPU presets
+name hub ids); GGUF, .bin-only and partial downloads load whole, and both say why. The streamed
+(sharded) load builds the model with the full load's options (attention kernel, RoPE scaling)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cockpit.models.resolve import ModelRef, resolve_model
+from cockpit.models.weights import Weights, sharded_load_mode, weights_of
+
+COMMIT = "c" * 40
+
+
+def put_in_hub_cache(hub: Path, repo_id: str, folder: Path, commit: str = COMMIT, main: bool = True) -> None:
+    """``folder``'s files as ``repo_id``'s snapshot at ``commit`` (refs/main unless not ``main``) in
+    an HF hub cache, linked as the cache links its blobs."""
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in folder.iterdir():
+        (snap / f.name).symlink_to(f.resolve())
+    (repo / "refs").mkdir(exist_ok=True)
+    if main:
+        (repo / "refs" / "main").write_text(commit)
+
+
+def bin_only_copy(model_dir: Path, out: Path) -> Path:
+    """``model_dir`` with its weights as a pytorch_model.bin pickle instead of safetensors."""
+    import torch
+    from safetensors.torch import load_file
+
+    out.mkdir(parents=True)
+    for f in model_dir.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, out / f.name)
+    state = {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    torch.save(state, out / "pytorch_model.bin")
+    return out
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch) -> Path:
+    import huggingface_hub.constants as constants
+
+    root = tmp_path / "hub"
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return root
+
+
+def test_a_local_safetensors_folder_streams(tiny_model_dir):
+    w = weights_of(ModelRef(str(tiny_model_dir)), fetch=False)
+    assert w == Weights(str(tiny_model_dir))
+
+
+def test_a_hub_id_streams_from_its_cache_snapshot_at_its_revision(hub, tiny_model_dir):
+    put_in_hub_cache(hub, "org/tiny", tiny_model_dir)
+    put_in_hub_cache(hub, "org/tiny", tiny_model_dir, commit="d" * 40, main=False)
+    main = weights_of(resolve_model("org/tiny"), fetch=True)  # offline: the cache's copy
+    assert main.folder and main.folder.endswith(f"snapshots/{COMMIT}") and not main.pending
+    pinned = weights_of(resolve_model("org/tiny", revision="d" * 40), fetch=False)
+    assert pinned.folder and pinned.folder.endswith("snapshots/" + "d" * 40)
+
+
+def test_a_hub_id_not_on_this_machine_is_pending_for_the_planner_and_named_for_the_ranks(hub):
+    assert weights_of(resolve_model("org/absent"), fetch=False) == Weights(None, pending=True)
+    ranks = weights_of(resolve_model("org/absent"), fetch=True)  # HF_HUB_OFFLINE: nothing fetched
+    assert ranks.folder is None and not ranks.pending
+    assert "org/absent is not in this machine's Hugging Face cache and cannot be fetched" in ranks.why_whole
+
+
+def test_gguf_bin_only_and_partial_downloads_load_whole_and_say_why(tmp_path, tiny_model_dir, embedded_dir):
+    gguf = weights_of(ModelRef(str(tmp_path), gguf_file="m.gguf"), fetch=False)
+    assert gguf.folder is None and "m.gguf is a GGUF file" in gguf.why_whole
+    pickled = bin_only_copy(tiny_model_dir, tmp_path / "bin")
+    w = weights_of(ModelRef(str(pickled)), fetch=False)
+    assert w.folder is None and ".bin weights only" in w.why_whole
+    partial = tmp_path / "partial"
+    shutil.copytree(tiny_model_dir, partial)
+    names = sorted(p.name for p in partial.glob("*.safetensors"))
+    weight_map = {"a.weight": names[0], "b.weight": "model-00002-of-00002.safetensors"}
+    (partial / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    w = weights_of(ModelRef(str(partial)), fetch=False)
+    assert w.folder is None and "lacks 1 of its safetensors shards (e.g. model-00002-of-00002.safetensors)" in w.why_whole
+
+
+@pytest.mark.parametrize(
+    ("weights", "facts", "mode"),
+    [
+        (Weights("/m"), dict(world_size=2, quantized=False, fsdp=False, zero3=True), "zero3"),
+        (Weights("/m"), dict(world_size=2, quantized=False, fsdp=True, zero3=False), "fsdp_meta"),
+        (Weights(None, pending=True), dict(world_size=8, quantized=False, fsdp=False, zero3=True), "zero3"),
+        (Weights(None, "gguf"), dict(world_size=2, quantized=False, fsdp=False, zero3=True), "full"),
+        (Weights("/m"), dict(world_size=1, quantized=False, fsdp=False, zero3=True), "full"),
+        (Weights("/m"), dict(world_size=2, quantized=True, fsdp=False, zero3=True), "full"),
+        (Weights("/m"), dict(world_size=2, quantized=False, fsdp=False, zero3=False), "full"),  # DDP, ZeRO-1/2
+    ],
+)
+def test_load_mode_rule(weights, facts, mode):
+    assert sharded_load_mode(weights, **facts) == mode
+
+
+def test_the_planner_plans_the_load_the_ranks_take(hub, tiny_model_dir, tmp_path):
+    from cockpit.plan import plan
+
+    put_in_hub_cache(hub, "org/tiny", tiny_model_dir)
+    put_in_hub_cache(hub, "org/pickled", bin_only_copy(tiny_model_dir, tmp_path / "bin"))
+    base = {"use_cpu": True, "nproc_per_node": 2, "deepspeed": "ds_z3_config.json", "finetuning_type": "lora"}
+
+    def host(model: str) -> dict:
+        return plan({**base, "model_name_or_path": model}, host_memory_gb=64, use_meta=False, suggest=False).as_dict()["host"]
+
+    cached, pickled, absent = host("org/tiny"), host("org/pickled"), host("meta-llama/Llama-3.1-8B")
+    assert cached["load"] == "zero3" and cached["pattern"].startswith("sharded")
+    assert pickled["load"] == "full" and ".bin weights only" in pickled["pattern"]
+    assert absent["load"] == "zero3" and "the ranks fetch the hub id's safetensors first" in absent["pattern"]
+
+
+def test_the_streamed_skeleton_keeps_the_attention_kernel_and_rope_scaling(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cockpit.train.sharded_load import empty_skeleton
+    from cockpit.train.variants import model_load_kwargs
+
+    cfg = {"flash_attn": "eager", "rope_scaling": "linear", "cutoff_len": 2048, "trust_remote_code": False}
+    ref = ModelRef(str(tiny_model_dir))
+    opts = model_load_kwargs(cfg, ref, log=lambda *_: None)
+    assert opts["attn_implementation"] == "eager" and opts["rope_parameters"]["factor"] == 4.0  # 2048 / 512
+    full = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32, **opts)
+    skeleton = empty_skeleton(cfg, tiny_model_dir, torch.float32, opts)
+    assert skeleton.config._attn_implementation == full.config._attn_implementation == "eager"
+    assert skeleton.config.rope_parameters == full.config.rope_parameters
+    assert skeleton.config.rope_parameters["rope_type"] == "linear"
+    full_freq = full.model.rotary_emb.inv_freq
+    assert torch.equal(skeleton.model.rotary_emb.inv_freq, full_freq)  # a real buffer, scaled alike
+    assert next(skeleton.parameters()).device.type == "meta"
