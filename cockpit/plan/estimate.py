@@ -242,30 +242,36 @@ def shard_group(run: RunSpec) -> int:
     return run.nproc_per_node if fsdp is not None and fsdp.strategy.startswith("hybrid") else run.world
 
 
+# PEFT's prepare_model_for_kbit_training (cockpit.train.model) casts every parameter it does not
+# quantize (embeddings, lm_head, norms) from bf16/fp16 to fp32, on a GPU and on the CPU alike
+KBIT_UNQUANTIZED_BYTES = 4
+
+
 def quantized_base_weights(run: RunSpec, d: Dims, counts: ParamCounts) -> tuple[float | None, str, str]:
     """(bytes, formula, source) of a 4-/8-bit quantized base model; (None, "", "") when not quantized."""
-    c, total = run.compute_bytes, counts.total
+    total = counts.total
     linear = counts.layers * counts.layer_linear
+    rest = (
+        f" + {(total - linear) / 1e9:.3f}B embeddings/norms x {KBIT_UNQUANTIZED_BYTES} B (fp32 after k-bit preparation)"
+    )
     if run.quantization_bit == 4:
         per_param = nf4_bytes_per_param(run.double_quantization)
         formula = (
             f"{linear / 1e9:.3f}B linear params x {per_param:.4f} B (NF4{' + double quant' if run.double_quantization else ''})"
-            f" + {(total - linear) / 1e9:.3f}B embeddings/norms x {c} B"
+            + rest
         )
         return (
-            linear * per_param + (total - linear) * c,
+            linear * per_param + (total - linear) * KBIT_UNQUANTIZED_BYTES,
             formula,
-            "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256)",
+            "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256); PEFT's prepare_model_for_kbit_training",
         )
     if run.quantization_bit == 8:
         per_param = 1 + 4 / d.hidden  # int8 weight + one fp32 scale per output row (LLM.int8)
-        formula = (
-            f"{linear / 1e9:.3f}B linear params x ~1 B (int8 + per-row scale) + {(total - linear) / 1e9:.3f}B x {c} B"
-        )
+        formula = f"{linear / 1e9:.3f}B linear params x ~1 B (int8 + per-row scale)" + rest
         return (
-            linear * per_param + (total - linear) * c,
+            linear * per_param + (total - linear) * KBIT_UNQUANTIZED_BYTES,
             formula,
-            "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row",
+            "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row; PEFT's prepare_model_for_kbit_training",
         )
     return None, "", ""
 
