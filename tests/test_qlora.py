@@ -28,6 +28,7 @@ def qlora_config(tmp_path: Path, model_dir: Path, bits: int, name: str = "", **o
         "dataset": "cockpit_identity",
         "finetuning_type": "lora",
         "quantization_bit": bits,
+        "quantization_method": "bitsandbytes",  # LLaMA-Factory's otfq example's spelling
         "bf16": True,
         "lora_rank": 4,
         "lora_target": "all",
@@ -205,6 +206,57 @@ def test_planner_qlora_estimate_within_15_percent_of_a_measured_cpu_run(tmp_path
     measured = max(m["peak_mb"] for m in mems) * 2**20
     predicted = estimate_config(yaml.safe_load(cfg.read_text()))[1].tensor_peak
     assert abs(predicted / measured - 1) < 0.15, (predicted / 2**20, measured / 2**20)
+
+
+# LLaMA-Factory's examples/train_qlora/*_otfq.yaml (on-the-fly bitsandbytes quantization), as written
+LF_OTFQ = {
+    "llama3_lora_sft_otfq": "quantization_bit: 4\nquantization_method: bitsandbytes  # choices: [bitsandbytes (4/8), hqq (2/3/4/5/6/8), eetq (8)]\n"
+    "stage: sft\ndo_train: true\nfinetuning_type: lora\nlora_target: all\ndataset: identity,alpaca_en_demo\n"
+    "template: llama3\ncutoff_len: 2048\nmax_samples: 1000\noverwrite_cache: true\npreprocessing_num_workers: 16\n"
+    "output_dir: saves/llama3-8b/lora/sft\nlogging_steps: 10\nsave_steps: 500\nplot_loss: true\n"
+    "overwrite_output_dir: true\nper_device_train_batch_size: 1\ngradient_accumulation_steps: 8\n"
+    "learning_rate: 1.0e-4\nnum_train_epochs: 3.0\nlr_scheduler_type: cosine\nwarmup_ratio: 0.1\nbf16: true\n"
+    "ddp_timeout: 180000000\nval_size: 0.1\nper_device_eval_batch_size: 1\neval_strategy: steps\neval_steps: 500\n",
+    "qwen3_lora_sft_otfq": "quantization_bit: 4  # choices: [8 (bnb/hqq/eetq), 4 (bnb/hqq), 3 (hqq), 2 (hqq)]\n"
+    "quantization_method: bnb  # choices: [bnb, hqq, eetq]\ntrust_remote_code: true\nstage: sft\ndo_train: true\n"
+    "finetuning_type: lora\nlora_rank: 8\nlora_target: all\ndataset: identity,alpaca_en_demo\n"
+    "template: qwen3_nothink\ncutoff_len: 2048\nmax_samples: 1000\npreprocessing_num_workers: 16\n"
+    "dataloader_num_workers: 4\noutput_dir: saves/qwen3-4b/lora/sft\nlogging_steps: 10\nsave_steps: 500\n"
+    "plot_loss: true\noverwrite_output_dir: true\nsave_only_model: false\nreport_to: none\n"
+    "per_device_train_batch_size: 1\ngradient_accumulation_steps: 8\nlearning_rate: 1.0e-4\nnum_train_epochs: 3.0\n"
+    "lr_scheduler_type: cosine\nwarmup_ratio: 0.1\nbf16: true\nddp_timeout: 180000000\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LF_OTFQ))
+def test_llamafactory_otfq_examples_load_with_the_embedded_model(tmp_path, embedded_dir, name):
+    """The QLoRA examples' quantization keys are Cockpit's own: bitsandbytes (LLaMA-Factory spells it
+    ``bnb`` or ``bitsandbytes``), NF4, double quantization; the base loads as NF4 with double
+    quantization on the rank's device (the CPU here), computing in bf16."""
+    import torch
+
+    from cockpit.config import load_config
+    from cockpit.models.resolve import resolve_model
+    from cockpit.train.model import base_load_kwargs
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"model_name_or_path: {embedded_dir}\n" + LF_OTFQ[name])
+    cfg = load_config(path, check_paths=False)
+    assert cfg["quantization_bit"] == 4 and cfg["quantization_method"] in ("bnb", "bitsandbytes")
+    assert cfg["quantization_type"] == "nf4" and cfg["double_quantization"] is True
+    kwargs = base_load_kwargs(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+    q = kwargs["quantization_config"]
+    assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant
+    assert q.bnb_4bit_compute_dtype == torch.bfloat16 and kwargs["device_map"] == {"": "cpu"}
+    fp4 = base_load_kwargs({**cfg, "quantization_type": "fp4", "double_quantization": False},
+                           resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)["quantization_config"]
+    assert fp4.bnb_4bit_quant_type == "fp4" and not fp4.bnb_4bit_use_double_quant
+
+
+def test_other_quantization_methods_are_refused(tmp_path, embedded_dir):
+    res = cockpit("check", str(write_yaml(tmp_path / "hqq.yaml", {"model_name_or_path": str(embedded_dir),
+                  "dataset": "cockpit_identity", "quantization_bit": 4, "quantization_method": "hqq"})))
+    assert res.returncode == 2 and "quantization_method" in res.stdout + res.stderr
 
 
 _DOCTOR = """

@@ -708,8 +708,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "a hub token in a config file; set HF_TOKEN in the environment instead (never stored in the run dir)",
     ),
     (
-        ("quantization_method", "quantization_type", "double_quantization", "quantization_device_map"),
-        "Cockpit's QLoRA is bitsandbytes NF4 with double quantization (quantization_bit: 4 | 8); other methods are not supported yet",
+        ("quantization_device_map",),
+        "Cockpit places a quantized (QLoRA) base on the rank's own device (the CPU, or the rank's GPU); other maps are not supported",
     ),
     (("use_unsloth", "use_unsloth_gc"), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
     (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),

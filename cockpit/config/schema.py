@@ -169,6 +169,32 @@ KEYS: tuple[Key, ...] = (
         "method",
         choices=(4, 8),
     ),
+    _k(
+        "quantization_method",
+        "choice",
+        "bnb",
+        "how quantization_bit quantizes: bitsandbytes on the fly (LLaMA-Factory's hqq / eetq are not supported)",
+        "method",
+        choices=("bnb", "bitsandbytes"),
+        nullable=False,
+    ),
+    _k(
+        "quantization_type",
+        "choice",
+        "nf4",
+        "4-bit data type of bitsandbytes",
+        "method",
+        choices=("nf4", "fp4"),
+        nullable=False,
+    ),
+    _k(
+        "double_quantization",
+        "bool",
+        True,
+        "4-bit: quantize the quantization constants too (about 0.37 bit a weight less)",
+        "method",
+        nullable=False,
+    ),
     # -- preference stages (dpo / kto; cockpit/config/stages.py has their cross-key rules) ----
     _k(
         "pref_loss",
@@ -1162,7 +1188,7 @@ LLAMAFACTORY_UNSUPPORTED = frozenset(
     export_dir export_size export_device export_quantization_bit export_quantization_dataset
     export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
     vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
-    quantization_method quantization_type double_quantization quantization_device_map
+    quantization_device_map
     eval_dataset streaming buffer_size
     train_on_prompt mask_history tool_format default_system ignore_pad_token_for_loss
     media_dir data_shared_file_system

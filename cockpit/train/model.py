@@ -104,8 +104,8 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
         kwargs["quantization_config"] = (
             BitsAndBytesConfig(
                 load_in_4bit=True,
-                bnb_4bit_quant_type="nf4",
-                bnb_4bit_use_double_quant=True,
+                bnb_4bit_quant_type=cfg.get("quantization_type") or "nf4",
+                bnb_4bit_use_double_quant=bool(cfg.get("double_quantization", True)),
                 bnb_4bit_compute_dtype=compute,
             )
             if cfg["quantization_bit"] == 4
