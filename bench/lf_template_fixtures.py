@@ -95,6 +95,9 @@ THINKING_CASES: dict[str, tuple[str, dict, dict]] = {
     "thought_off": ("sharegpt", _THOUGHT_ROW, {"enable_thinking": False}),
 }
 CUTOFF = 1024
+# Llama 3's tool prompt carries the day of rendering ("Today Date: 23 Jul 2024"): LF's clock is frozen
+# at this day while the fixtures are made, and the test freezes Cockpit's (cockpit.data.lf_tools.today).
+TOOL_DATE = (2024, 7, 23)
 
 
 def _tokenizer_dir() -> str:
@@ -153,11 +156,28 @@ def _tokenizer_changes(name: str, pristine, tok0) -> dict:
     }
 
 
+def _freeze_tool_date() -> str:
+    import datetime as dt
+
+    from llamafactory.data import tool_utils
+
+    day = dt.datetime(*TOOL_DATE)
+
+    class _Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return day
+
+    tool_utils.datetime = _Frozen
+    return day.strftime("%d %b %Y")
+
+
 def generate() -> dict:
     from llamafactory.data import template as template_mod
     from llamafactory.data.template import ReasoningTemplate
     from transformers import AutoTokenizer
 
+    tool_date = _freeze_tool_date()
     tok0 = AutoTokenizer.from_pretrained(
         _tokenizer_dir(), use_fast=True, split_special_tokens=False, padding_side="right"
     )
@@ -180,6 +200,7 @@ def generate() -> dict:
         "llamafactory": llamafactory.__version__,
         "tokenizer": "embedded SmolLM2-135M-Instruct (cockpit.models.embedded)",
         "cutoff_len": CUTOFF,
+        "tool_date": tool_date,
         "cases": {c: {"formatting": f, "row": r, "options": o} for c, (f, r, o) in all_cases.items()},
         "templates": templates,
     }

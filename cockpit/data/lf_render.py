@@ -385,7 +385,7 @@ def _jinja_expr(slots: Sequence[Slot], content: str = "content") -> str:
                         items.append(_literal(part))
         elif "token" in slot:
             items.append(_literal(slot["token"]))
-        else:
+        elif slot["special"] in ("bos_token", "eos_token"):  # LF writes nothing for another special
             items.append(f"({slot['special']} or '')")
     return " + ".join(items) or "''"
 
@@ -411,18 +411,21 @@ def chat_template(template: LfTemplate) -> str:
     if template.kind == "llama2":
         out += "{% if loop.first and system_message %}{% set content = " + system + " + content %}{% endif %}"
     out += "{% if message['role'] == 'user' %}{{ " + _jinja_expr(template.user) + " }}"
-    if template.reasoning and not template.enable_thinking:
-        out += "{% if not loop.last or add_generation_prompt %}{{ " + thought + " }}{% endif %}"
+    if template.reasoning and not template.enable_thinking:  # the empty thought ends the prompt of a reply
+        out += "{% if loop.last == (add_generation_prompt is true) %}{{ " + thought + " }}{% endif %}"
     out += "{% elif message['role'] == 'tool' %}{{ " + _jinja_expr(template.observation) + " }}"
     out += "{% elif message['role'] == 'assistant' %}"
-    if template.reasoning:
+    if template.reasoning:  # training: every reply without a thought gets the empty one before it (thinking
+        # off: the prompt has it); a generation prompt's history: no thoughts (LLaMA-Factory's encode_oneturn)
         open_, close = (_literal(w.strip()) for w in template.thought_words)
-        if template.enable_thinking:
-            out += "{% if " + open_ + " not in content and " + close + " not in content %}"
-            out += "{% set content = " + thought + " + content %}{% endif %}"
-        else:
-            out += "{% if " + _literal(template.thought_words[1]) + " in content %}"
-            out += "{% set content = content.split(" + _literal(template.thought_words[1]) + ", 1)[1].lstrip('\\n') %}"
-            out += "{% endif %}"
-    out += "{{ " + _jinja_expr(template.assistant) + " }}{% endif %}{% endfor %}"
+        drop = "{% set content = content.split(" + close + ", 1)[1].lstrip() %}"
+        out += "{% if add_generation_prompt or " + str(not template.enable_thinking).lower() + " %}"
+        out += "{% if " + close + " in content %}" + drop + "{% endif %}"
+        out += (
+            "{% elif " + open_ + " not in content and " + close + " not in content %}{{ " + thought + " }}{% endif %}"
+        )
+    out += "{{ " + _jinja_expr(template.assistant) + " }}"
+    if template.efficient_eos:  # the eos LLaMA-Factory appends to a conversation (the next turn's slot ends the others)
+        out += "{% if loop.last and not add_generation_prompt %}{{ eos_token or '' }}{% endif %}"
+    out += "{% endif %}{% endfor %}"
     return out
