@@ -122,6 +122,13 @@ def port() -> dict[str, dict[str, Any]]:
     return out
 
 
+def multimodal() -> dict[str, str]:
+    from llamafactory.data import template as T
+
+    plugins = {n: type(t.mm_plugin).__name__ for n, t in T.TEMPLATES.items()}
+    return {n: p.removesuffix("Plugin").lower() for n, p in plugins.items() if p != "BasePlugin"}
+
+
 def main() -> int:
     try:
         import llamafactory  # noqa: F401
@@ -138,6 +145,11 @@ def main() -> int:
         for key, value in d.items():
             lines.append(f"        {key!r}: {value!r},\n")
         lines.append("    },\n")
+    lines.append("}\n")
+    lines.append("# LLaMA-Factory's multimodal templates (name: its multimodal plugin): refused, Cockpit trains text\n")
+    lines.append("LF_MULTIMODAL_TEMPLATES: dict[str, str] = {\n")
+    for name, plugin in multimodal().items():
+        lines.append(f"    {name!r}: {plugin!r},\n")
     lines.append("}\n# fmt: on\n")
     OUT.write_text("".join(lines), encoding="utf-8")
     print(f"{len(data)} templates -> {OUT}")

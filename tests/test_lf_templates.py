@@ -154,6 +154,14 @@ def test_templates_matched(capsys):
     assert set(matched) == set(TEMPLATES) - set(KNOWN_DIFFERENT)
 
 
+@pytest.mark.parametrize("name", ["qwen2_vl", "llava", "gemma3", "qwen3_vl_nothink"])
+def test_multimodal_templates_are_refused_with_the_reason(name):
+    from cockpit.data.render import apply_template_choice
+
+    with pytest.raises(ValueError, match="multimodal templates .* Cockpit trains text only"):
+        apply_template_choice(_tokenizer(), name)
+
+
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi there"},

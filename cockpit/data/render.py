@@ -19,7 +19,7 @@ from typing import Any
 
 from cockpit.data import lf_render
 from cockpit.data import tools as tools_mod
-from cockpit.data.lf_templates import LF_TEMPLATES
+from cockpit.data.lf_templates import LF_MULTIMODAL_TEMPLATES, LF_TEMPLATES
 
 IGNORE_INDEX = lf_render.IGNORE_INDEX
 infer_seqlen = lf_render.infer_seqlen  # LLaMA-Factory's split of a turn's budget
@@ -90,6 +90,12 @@ def apply_template_choice(
         tokenizer.chat_template = unwrapped(tokenizer.chat_template)  # a template Cockpit saved before
     if template:
         name = TEMPLATE_ALIASES.get(template, template)
+        if name in LF_MULTIMODAL_TEMPLATES:
+            raise ValueError(
+                f"template {template!r} is one of LLaMA-Factory's multimodal templates (its "
+                f"{LF_MULTIMODAL_TEMPLATES[name]} plugin, for images / video / audio): Cockpit trains text only; "
+                "use the text template of the model family or leave template unset (the tokenizer's own)"
+            )
         if name not in LF_TEMPLATES:
             raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
         lf = lf_render.lf_template(name, default_system, enable_thinking)
