@@ -99,11 +99,10 @@ def parity_problems(
 
 # tool_format values LLaMA-Factory accepts that Cockpit does not write yet, and why
 TOOL_FORMATS_LEFT_OUT = {
-    "glm4": "GLM-4's tool format (its Chinese system prompt, name + JSON call lines) is not implemented; use qwen or default",
-    "llama3": "Llama 3.1's JSON tool format is not implemented as text; leave tool_format unset with a Llama 3.1 "
-    "tokenizer (its own chat template renders the tools), or use default",
-    "mistral": "Mistral's [AVAILABLE_TOOLS] format is not implemented as text; leave tool_format unset with a Mistral "
-    "v0.3 tokenizer (its own chat template renders the tools), or use default",
+    "gemma4": "Gemma 4's tool format is not implemented as text; leave tool_format unset with a Gemma 4 tokenizer "
+    "(its own chat template renders the tools), or use default",
+    "qwen3_5": "Qwen3.5's XML tool format is not implemented as text; leave tool_format unset with a Qwen3.5 "
+    "tokenizer (its own chat template renders the tools), or use qwen",
 }
 
 

@@ -342,11 +342,26 @@ KEYS: tuple[Key, ...] = (
         "tool_format",
         "choice",
         None,
-        "how a dataset's tools and function calls are written: default (Action / Action Input lines) | qwen "
-        "(<tools> / <tool_call> XML); unset: the chat template's own tool support, else qwen for chatml templates, "
-        "else default (glm4, llama3, mistral: not implemented yet)",
+        "how a dataset's tools and function calls are written, as LLaMA-Factory's tool format of that name "
+        "(default: Action / Action Input lines; qwen: <tools> / <tool_call> XML; glm4, glm4_moe, ling, llama3, lfm2, "
+        "minimax1, minimax2, mistral, seed_oss); unset: a named template's own, else the chat template's own tool "
+        "support, else qwen for chatml templates, else default (gemma4, qwen3_5: not implemented yet)",
         "dataset",
-        choices=("default", "glm4", "llama3", "mistral", "qwen"),
+        choices=(
+            "default",
+            "gemma4",
+            "glm4",
+            "glm4_moe",
+            "lfm2",
+            "ling",
+            "llama3",
+            "minimax1",
+            "minimax2",
+            "mistral",
+            "qwen",
+            "qwen3_5",
+            "seed_oss",
+        ),
     ),
     _k(
         "mix_strategy",
@@ -973,7 +988,8 @@ KEYS: tuple[Key, ...] = (
         "eval_strategy",
         "choice",
         None,
-        "steps | epoch | no (default: steps when val_size is set)",
+        "steps | epoch | no (default: stage sft steps when val_size or eval_dataset is set; the other stages "
+        "no unless an eval key asks, as LLaMA-Factory: their held-out rows are measured before and after)",
         "eval",
         choices=("steps", "epoch", "no"),
     ),

@@ -85,6 +85,10 @@ def parse_function_call(text: str) -> tuple[list[dict[str, Any]] | None, str | N
 
 def tool_text(fmt: str, tools: Sequence[Mapping[str, Any]]) -> str:
     """The system-prompt section that lists ``tools`` in format ``fmt`` (LLaMA-Factory's text)."""
+    if fmt not in WRITTEN_FORMATS:  # LLaMA-Factory's other formats
+        from cockpit.data import lf_tools
+
+        return lf_tools.tool_prompt(fmt, tools)
     if fmt == "qwen":
         wrapped = [t if t.get("type") == "function" else {"type": "function", "function": t} for t in tools]
         return QWEN_TOOL_PROMPT.format(tool_text="".join("\n" + json.dumps(t, ensure_ascii=False) for t in wrapped))
@@ -106,6 +110,10 @@ def tool_text(fmt: str, tools: Sequence[Mapping[str, Any]]) -> str:
 def call_text(fmt: str, tool_calls: Sequence[Mapping[str, Any]]) -> str:
     """An assistant's tool calls written in format ``fmt``."""
     calls = [(c["function"]["name"], c["function"]["arguments"]) for c in tool_calls]
+    if fmt not in WRITTEN_FORMATS:  # LLaMA-Factory's other formats
+        from cockpit.data import lf_tools
+
+        return lf_tools.calls_text(fmt, [(n, json.dumps(a, ensure_ascii=False)) for n, a in calls])
     if fmt == "qwen":
         return "\n".join(
             "<tool_call>\n" + json.dumps({"name": n, "arguments": a}, ensure_ascii=False) + "\n</tool_call>"
