@@ -91,7 +91,8 @@ if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if any(
   row "tune meets a real OOM (1 GiB cap)" ok "caught, larger micro-batches not tried"
 else row "tune meets a real OOM (1 GiB cap)" FAIL "no out-of-memory recorded: see $OUT/tune-cap.json"; fi
 
-# 5. the GPU twins of the CPU tests (pytest -m gpu: fp16 LoRA through the GradScaler, ...)
+# 5. the GPU twins of the CPU tests (pytest -m gpu: fp16 LoRA through the GradScaler, QLoRA 4-bit steps
+#    with the doctor's Linear4bit smoke on the GPU, ...)
 if "$PY" -m pytest -q -p no:cacheprovider -m gpu tests > "$OUT/gpu_tests.txt" 2>&1; then
   row "pytest -m gpu (GPU twins)" ok "$(tail -n 1 "$OUT/gpu_tests.txt")"
 else row "pytest -m gpu (GPU twins)" FAIL "see $OUT/gpu_tests.txt"; fi

@@ -55,7 +55,7 @@ from cockpit.models.resolve import resolve_model
 from cockpit.train.model import build_model
 
 cfg = validate(yaml.safe_load(open(sys.argv[1])))
-model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), bool(cfg["use_cpu"]), 0)
 kind = bnb.nn.Linear4bit if cfg["quantization_bit"] == 4 else bnb.nn.Linear8bitLt
 quantized = [m for m in model.modules() if isinstance(m, kind)]
 plain = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear and "lora_" not in n and "lm_head" not in n]
@@ -206,6 +206,24 @@ def test_planner_qlora_estimate_within_15_percent_of_a_measured_cpu_run(tmp_path
     measured = max(m["peak_mb"] for m in mems) * 2**20
     predicted = estimate_config(yaml.safe_load(cfg.read_text()))[1].tensor_peak
     assert abs(predicted / measured - 1) < 0.15, (predicted / 2**20, measured / 2**20)
+
+
+@pytest.mark.gpu
+def test_qlora_4bit_steps_on_a_gpu(tmp_path, embedded_dir, bnb_env):
+    """The GPU twin (scripts/gpu_check.sh runs ``pytest -m gpu``): the base placed as NF4 on cuda:0
+    at load, two QLoRA steps, the doctor's Linear4bit smoke on the GPU (CI: skipped)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU here")
+    cfg = qlora_config(tmp_path, embedded_dir, 4, "gpu", use_cpu=False, max_steps=2, save_strategy="no")
+    seen = loaded(cfg, bnb_env)
+    assert seen["quantized"] == LINEARS and seen["device"] == ["cuda:0"], seen
+    run = train(tmp_path, cfg, bnb_env)
+    assert len([e for e in read_events(run) if e["kind"] == "step"]) == 2
+    res = subprocess.run([sys.executable, "-c", _DOCTOR.replace('facts=TorchFacts(importable=True, version="cpu")', "")],
+                         env={**os.environ, **bnb_env}, cwd=str(ROOT), capture_output=True, text=True, timeout=600)
+    check = json.loads(res.stdout.strip().splitlines()[-1])
+    assert check["status"] == "pass" and check["data"]["smoke"]["device"] == "cuda:0", check
 
 
 # LLaMA-Factory's examples/train_qlora/*_otfq.yaml (on-the-fly bitsandbytes quantization), as written
