@@ -77,6 +77,7 @@ CASES: dict[str, tuple[str, dict, dict]] = {
     ),
     "sharegpt_multi": ("sharegpt", _MULTI, {}),
     "tool_call": ("sharegpt", _TOOL_ROW, {}),
+    "tool_format_mistral": ("sharegpt", _TOOL_ROW, {"tool_format": "mistral"}),  # the config's tool_format wins
     "default_system": (
         "alpaca",
         {"instruction": "Name a colour.", "input": "", "output": "Blue."},
@@ -117,7 +118,7 @@ def _render_case(name: str, pristine, tok0, formatting: str, row: dict, options:
     template_mod.TEMPLATES[name] = copy.deepcopy(pristine)  # get_template_and_fix_tokenizer mutates it
     tok = copy.deepcopy(tok0)
     data_args = DataArguments(template=name, cutoff_len=options.get("cutoff_len", CUTOFF))
-    for key in ("train_on_prompt", "mask_history", "default_system", "enable_thinking"):
+    for key in ("train_on_prompt", "mask_history", "default_system", "enable_thinking", "tool_format"):
         if key in options:
             setattr(data_args, key, options[key])
     try:

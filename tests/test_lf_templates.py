@@ -3,7 +3,8 @@
 The golden file ``tests/fixtures/lf_templates/lf_templates.json.gz`` was written by LLaMA-Factory's own
 code (``python bench/lf_template_fixtures.py``): for each of its 73 text templates and each case (alpaca
 rows with / without input and with a system, sharegpt multi-turn with a system, a tool call and its
-observation, default_system, train_on_prompt, mask_history, truncation at cutoff_len, enable_thinking for
+observation (in the template's tool format and in tool_format mistral set by the config), default_system,
+train_on_prompt, mask_history, truncation at cutoff_len, enable_thinking for
 the reasoning templates), the ``input_ids`` and ``labels`` its supervised processor produced with the
 embedded SmolLM2 tokenizer, and the tokens it added to that tokenizer (stop words, a new eos). A case
 LLaMA-Factory refuses (``train_on_prompt`` with an ``efficient_eos`` template) must be refused here too.
