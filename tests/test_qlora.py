@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cockpit, read_events, write_yaml
+from conftest import ROOT, cockpit, read_events, start_detached, wait_for, write_yaml
 
 # the embedded model's linear layers: 7 per decoder layer (q k v o gate up down), 30 layers
 LINEARS = 7 * 30
@@ -206,6 +206,36 @@ def test_planner_qlora_estimate_within_15_percent_of_a_measured_cpu_run(tmp_path
     measured = max(m["peak_mb"] for m in mems) * 2**20
     predicted = estimate_config(yaml.safe_load(cfg.read_text()))[1].tensor_peak
     assert abs(predicted / measured - 1) < 0.15, (predicted / 2**20, measured / 2**20)
+
+
+@pytest.mark.slow
+def test_qlora_run_asks_probes_stops_at_a_checkpoint_resumes_and_chats(tmp_path, embedded_dir, bnb_env):
+    """The rest of a run's life on a 4-bit base: probes before and after (generation through the
+    Linear4bit layers), a stop that saves a checkpoint, ``cockpit resume`` loading the 4-bit base and
+    the checkpoint's adapter and optimizer to finish, and ``cockpit chat`` answering with the adapter
+    (on the unquantized base: no bitsandbytes on its path)."""
+    cfg = qlora_config(tmp_path, embedded_dir, 4, "life", max_steps=6, save_steps=100, max_samples=8,
+                       probes="@demo/identity_probes.jsonl", probe_max_new_tokens=4)
+    run = start_detached(tmp_path, cfg, env=bnb_env)
+    wait_for(lambda: any(e["kind"] == "step" for e in read_events(run)), 600, "the first step")
+    cockpit("stop", str(run), "--wait", "600")
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "stopped", status
+    saved = [e["step"] for e in read_events(run) if e["kind"] == "checkpoint_saved"]
+    assert saved and saved[-1] < 6, saved
+    res = cockpit("resume", str(run), env=bnb_env, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["attempt"] == 2 and status["step"] == 6, status
+    events = read_events(run)
+    steps = [e["step"] for e in events if e["kind"] == "step"]
+    assert steps[-1] == 6 and steps.count(saved[-1] + 1) == 1, steps  # attempt 2 went on from the checkpoint
+    probes = {e["phase"] for e in events if e["kind"] == "probe_results"}
+    assert {"before", "after"} <= probes, probes
+    chat = cockpit("chat", str(run), "--prompt", "Who are you?", "--max-new-tokens", "5", "--json", timeout=600)
+    assert chat.returncode == 0, chat.stdout[-3000:] + chat.stderr[-3000:]
+    answer = json.loads(chat.stdout)["results"][0]
+    assert answer["prompt"] == "Who are you?" and answer["tuned"].strip() and len(answer["tuned_token_ids"]) == 5
 
 
 @pytest.mark.gpu
