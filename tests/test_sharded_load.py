@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import read_events
 from test_model_weights import bin_only_copy, put_in_hub_cache
@@ -57,7 +58,7 @@ def peaks(run: Path) -> dict[int, float]:
     return {e["rank"]: e["vmhwm_mb"] for e in read_events(run) if e["kind"] == "rank_memory" and e["phase"] == "trained"}
 
 
-def test_sharded_strategies_load_without_a_full_copy_per_rank(tmp_path, big_model_dir):
+def test_sharded_strategies_load_without_a_full_copy_per_rank(tmp_path, big_model_dir, monkeypatch):
     model_mb = sum(f.stat().st_size for f in big_model_dir.glob("*.safetensors")) / 2**20
     assert 450 < model_mb < 650
     hub = tmp_path / "hub"
@@ -90,6 +91,15 @@ def test_sharded_strategies_load_without_a_full_copy_per_rank(tmp_path, big_mode
         assert_close(losses(runs[name]), losses(runs["ddp"]), rel=1e-4)
     modes = [line for line in (runs["zero3"] / "logs" / "rank0.log").read_text().splitlines() if "model loaded" in line]
     assert modes == ["[rank0] model loaded (zero3: partitioned as it loads)"]
+    # the planner plans the load the ranks took (the same rule: cockpit.models.weights)
+    import huggingface_hub.constants as constants
+
+    from cockpit.plan import plan
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    for name, mode in (("zero3", "zero3"), ("fsdp2", "fsdp_meta"), ("ddp", "full")):
+        resolved = yaml.safe_load((runs[name] / "config.yaml").read_text())  # the run's resolved config
+        assert plan(resolved, use_meta=False, suggest=False).as_dict()["host"]["load"] == mode, name
     rep = json.loads((runs["fsdp2"] / "logs" / "fsdp.rank0.json").read_text())  # rank 0 broadcast the adapters
     assert rep["sharded_load"]["groups"] > 1 and rep["sharded_load"]["adapter_tensors"] > 0
 

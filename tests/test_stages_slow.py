@@ -80,3 +80,29 @@ def test_orpo_and_simpo_train_end_to_end_without_a_reference(tmp_path, tiny_mode
     trainer = "ORPOTrainer" if loss == "orpo" else "CPOTrainer"
     assert summary["trainer"] == trainer
     assert f"dpo (pref_loss {loss}): {trainer}, reference model: none" in (run / "logs" / "rank0.log").read_text()
+
+
+@pytest.mark.slow
+def test_dpo_on_two_ranks_asks_probes_and_held_out_on_the_placed_model(tmp_path, tiny_model_dir):
+    """Probes and the held-out measure before training run at on_train_begin, once the Trainer has
+    placed the model (not on the host while the other rank waits in a collective): under DDP on 2
+    gloo ranks both ranks ask the probes, rank 0 reports them and the held-out pairs, after
+    train_begin; the run finishes with both in its summary."""
+    from test_stage_keys import pair_file
+
+    data = pair_file(tmp_path / "pairs.jsonl", n=10)
+    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo2", stage="dpo", dataset=str(data), val_size=2, nproc_per_node=2,
+                      per_device_train_batch_size=2, max_steps=2, save_steps=10, probe_max_new_tokens=4)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in (tmp_path / "runs").iterdir() if d.is_dir())
+    kinds = [(e["kind"], e.get("phase")) for e in read_events(run)]
+    begin = kinds.index(("train_begin", None))
+    assert kinds.index(("probe_results", "before")) > begin and kinds.index(("held_out", "before")) > begin
+    before = [e for e in read_events(run) if e["kind"] == "probe_results" and e["phase"] == "before"]
+    assert len(before) == 1 and before[0]["device"] == "cpu" and before[0]["total"] > 0
+    for rank in (0, 1):
+        assert "probes before training" in (run / "logs" / f"rank{rank}.log").read_text()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["probes_before"]["total"] == before[0]["total"]
+    assert summary["held_out_before"]["pairs"] == 2 and summary["held_out_after"]["pairs"] == 2

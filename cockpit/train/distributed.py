@@ -96,7 +96,9 @@ def comm_health_probe(writer, use_cpu: bool, log) -> None:
 
 
 def report_peak_memory(run: RunDir, writer, rank: int, local_rank: int, phase: str) -> None:
-    """Every rank: a ``rank_memory`` event with its peak resident memory (VmHWM) so far."""
+    """Every rank: a ``rank_memory`` event with its peak resident memory so far: VmHWM, and the
+    sampled peak of its private memory (RssAnon: :mod:`cockpit.train.private_memory`)."""
+    from cockpit.train.private_memory import PEAK
     from cockpit.train.sharded_load import peak_rss_mb
 
     fields = {
@@ -105,6 +107,7 @@ def report_peak_memory(run: RunDir, writer, rank: int, local_rank: int, phase: s
         "node_rank": int(os.environ.get("GROUP_RANK", "0")),
         "phase": phase,
         "vmhwm_mb": peak_rss_mb(),
+        "rss_anon_peak_mb": PEAK.sample(),
     }
     if writer is not None:
         writer.emit("rank_memory", **fields)

@@ -23,6 +23,7 @@ import gc
 import json
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,9 @@ PEFT_PREFIX = "base_model.model."
 
 def peak_rss_mb(status_path: str = "/proc/self/status") -> float | None:
     """This process's peak resident set size (``VmHWM``) in MiB, or None where /proc is absent."""
-    try:
-        with open(status_path, encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)  # kB
-    except OSError:
-        return None
-    return None
+    from cockpit.train.private_memory import status_mb
+
+    return status_mb("VmHWM", status_path)
 
 
 def safetensors_files(model_dir: str | Path) -> list[Path]:
@@ -213,6 +209,35 @@ def iter_names(groups: list[tuple[Path, list[str]]]) -> Iterator[str]:
         yield from names
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+LOAD_MMAP_THRESHOLD = 1 << 20  # during a ZeRO-3 load: tensors of 1 MiB and more get their own mapping
+AFTER_MMAP_THRESHOLD = 32 << 20  # after it: glibc's own ceiling for its dynamic threshold (64-bit)
+
+
+@contextmanager
+def mapped_large_allocations() -> Iterator[None]:
+    """glibc's malloc gives every allocation of 1 MiB or more its own mapping while the block runs,
+    so memory freed is returned to the system at once. zero.Init builds each parameter whole and
+    keeps its partition: with glibc's dynamic threshold the freed whole tensors stay in the heap as
+    private memory no tensor holds (measured: bench/sharded_load_memory.py). Afterwards the
+    threshold is glibc's ceiling, where its dynamic rule ends up in a training process. Nothing
+    happens where glibc's mallopt is absent."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        yield
+        return
+    mallopt(M_MMAP_THRESHOLD, LOAD_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD)
+
+
 def ensure_deepspeed_comm() -> None:
     """DeepSpeed's own view of the process group, which ``zero.Init`` reads the world size from:
     without it a ZeRO-3 build on N ranks sees one ("train_batch_size ... 2 != 1 * 1 * 1")."""
@@ -241,10 +266,11 @@ def sharded_base(cfg: dict[str, Any], folder: str | Path, dtype: Any, load: str,
         )
     ensure_deepspeed_comm()
     config, build = streamed_config(cfg, folder, load_kwargs)
-    model = AutoModelForCausalLM.from_config(
-        config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **build
-    )  # zero.Init
-    zero3_stream_load(model, folder, rank=dist.get_rank(), dtype=dtype)
+    with mapped_large_allocations():
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **build
+        )  # zero.Init
+        zero3_stream_load(model, folder, rank=dist.get_rank(), dtype=dtype)
     return model
 
 

@@ -74,6 +74,9 @@ def _close_process_group() -> None:
 
 
 def main(run_path: str) -> int:
+    from cockpit.train.private_memory import PEAK
+
+    PEAK.start()  # the rank's private-memory peak, for its rank_memory events
     run = RunDir(Path(run_path))
     rank, world_size, local_rank = dist_env()
     if world_size > 1:  # under torchrun: this rank's output goes to its own log file

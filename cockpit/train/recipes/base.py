@@ -16,7 +16,6 @@ import os
 import random
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -129,11 +128,19 @@ def eval_dataset_prepared(ctx: RecipeContext) -> Any:
     return prepare_stage_data({**ctx.cfg, "dataset": ctx.cfg["eval_dataset"]}, ctx.tokenizer)
 
 
+def evaluates_during_training(cfg: dict[str, Any]) -> bool:
+    """Does a non-SFT stage evaluate during training? When the config asks (an eval_strategy other than
+    no, eval_steps, eval_on_start, load_best_model_at_end), as LLaMA-Factory does (HF's default
+    strategy is no); its held-out rows are measured before and after training either way."""
+    keys = ("eval_steps", "eval_on_start", "load_best_model_at_end")
+    return cfg.get("eval_strategy") not in (None, "no") or any(cfg.get(k) for k in keys)
+
+
 def stage_arguments(config_cls: type, ctx: RecipeContext, data: StageData, **extra: Any) -> Any:
     """The worker's TrainingArguments (the one place the run config becomes HF arguments), as the
     TRL config class of the stage with the stage's own keys added. Evaluation during training
-    (eval_strategy, eval_steps, eval_on_start, the best model) as SFT has it, on ``data.held_out``;
-    none without held-out rows or with ``do_eval: false``."""
+    (eval_strategy, eval_steps, eval_on_start, the best model) as SFT has it, on ``data.held_out``,
+    when asked (:func:`evaluates_during_training`); none without held-out rows or with ``do_eval: false``."""
     from transformers import TrainingArguments
 
     base = training_arguments(ctx.cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
@@ -141,7 +148,7 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, data: StageData, **ext
         f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)
     }
     kwargs.pop("logging_dir", None)
-    if not (data.held_out and evaluates(ctx.cfg)):
+    if not (data.held_out and evaluates(ctx.cfg) and evaluates_during_training(ctx.cfg)):
         kwargs.update(eval_strategy="no", eval_steps=None, eval_on_start=False, load_best_model_at_end=False)
     if ctx.cfg.get("preprocessing_num_workers") and any(
         f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)
@@ -179,6 +186,7 @@ def stage_callback(ctx: RecipeContext, recipe: Recipe) -> Any:
 
 
 def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None:
+    """Rank 0: the probes' answers (``after`` training; before it, :class:`BeforeTraining` asks)."""
     from cockpit.train.probes import load_probes, run_probes
 
     cfg = ctx.cfg
@@ -186,12 +194,47 @@ def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None
         return None
     probes = load_probes(cfg["probes"])
     ctx.log(f"probes {phase} training ({len(probes)})")
-    disabled = model.disable_adapter() if phase == "before" and hasattr(model, "disable_adapter") else nullcontext()
-    on_progress = probes_reporter(ctx.writer, phase)
-    with disabled:
-        result = run_probes(model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"], on_progress=on_progress)
+    result = run_probes(
+        model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"], on_progress=probes_reporter(ctx.writer, phase)
+    )
     ctx.writer.emit("probe_results", phase=phase, **result)
     return result
+
+
+def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
+    """A callback that measures the base at ``on_train_begin``, once the Trainer has placed the
+    model on the training device (never on the host first while the other ranks wait): the probes'
+    answers with the adapter off, on every rank as SFT's are (rank 0 reports them), and the
+    recipe's held-out measure on rank 0. Its ``probes`` and ``held`` hold the results."""
+    from transformers import TrainerCallback
+
+    from cockpit.train.placement import ask_before
+    from cockpit.train.probes import load_probes
+
+    probes = load_probes(ctx.cfg["probes"]) if ctx.cfg.get("probes") and recipe.causal_lm else []
+
+    class BeforeTraining(TrainerCallback):
+        def __init__(self) -> None:
+            self.probes: dict[str, Any] | None = None
+            self.held: dict[str, Any] | None = None
+            self._done = False
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            if self._done or model is None:
+                return
+            self._done = True
+            if probes:
+                ctx.log(f"probes before training ({len(probes)})")
+                reported = probes_reporter(ctx.writer if ctx.rank == 0 else None, "before")
+                result = ask_before(
+                    model, ctx.tokenizer, probes, ctx.cfg["probe_max_new_tokens"], fsdp=False, on_progress=reported
+                )
+                if ctx.rank == 0:
+                    self.probes = result
+                    ctx.writer.emit("probe_results", phase="before", **result)
+            self.held = _held_out(recipe, ctx, model, data, "before")
+
+    return BeforeTraining()
 
 
 def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, phase: str) -> dict[str, Any] | None:
@@ -213,10 +256,9 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     data = recipe.build_data(ctx)
     ctx.log("data: " + " | ".join(data.report.lines()))
     model, ref_model = recipe.build_models(ctx)
-    probe_before = _probes(ctx, model, "before") if recipe.causal_lm else None
-    held_before = _held_out(recipe, ctx, model, data, "before")
     callback = stage_callback(ctx, recipe)
-    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback])
+    before = before_training(recipe, ctx, data)  # probes and held-out, on the training device
+    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before])
     ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {reference_words(ctx.cfg)}")
     resume = ctx.cfg.get("resume_from_checkpoint")
     if resume in ("last", "true", "True"):
@@ -232,6 +274,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     final_eval = (
         trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not stopped else None
     )  # the trainer's own metrics (an eval event)
+    probe_before, held_before = before.probes, before.held
     probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
     held_after = _held_out(recipe, ctx, trainer.model, data, "after")
     if ctx.rank != 0:
