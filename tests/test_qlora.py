@@ -307,6 +307,17 @@ def test_other_quantization_methods_are_refused(tmp_path, embedded_dir):
     assert res.returncode == 2 and "quantization_method" in res.stdout + res.stderr
 
 
+def test_fsdp_with_a_quantized_base_is_refused_with_the_reason_and_ddp_offered():
+    from cockpit.config import validate
+    from cockpit.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        validate({"dataset": "cockpit_identity", "quantization_bit": 4, "fsdp": "full_shard auto_wrap",
+                  "nproc_per_node": 2, "use_cpu": True})
+    text = str(err.value)
+    assert "fsdp:" in text and "bnb_4bit_quant_storage" in text and "train QLoRA with DDP" in text
+
+
 _DOCTOR = """
 import json
 from cockpit.doctor import run_checks

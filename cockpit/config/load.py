@@ -486,7 +486,10 @@ def _strategy_problems(
         if cfg.get("quantization_bit"):
             out.append(
                 Problem(
-                    "FSDP with a quantized (QLoRA) base is not supported; unset quantization_bit or fsdp",
+                    "FSDP with a quantized (QLoRA) base is not supported: FSDP2's fully_shard would split "
+                    "bitsandbytes' packed weights from their quantization state (LLaMA-Factory's fsdp_qlora example "
+                    "needs FSDP1 and bnb_4bit_quant_storage); unset fsdp to train QLoRA with DDP (each rank holds the "
+                    "4-bit base), or unset quantization_bit",
                     **where("fsdp"),
                 )
             )
