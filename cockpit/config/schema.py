@@ -267,7 +267,7 @@ KEYS: tuple[Key, ...] = (
         "ref_model_quantization_bit",
         "choice",
         None,
-        "4 or 8 bit reference weights (GPU + bitsandbytes)",
+        "4 or 8 bit reference weights (bitsandbytes)",
         "method",
         choices=(4, 8),
     ),
