@@ -69,6 +69,9 @@ print(json.dumps({
     "plain_linears": plain,
     "trainable": sorted({n.split(".")[-2] for n, p in model.named_parameters() if p.requires_grad}),
     "device": sorted({str(p.device) for p in model.parameters()}),
+    "checkpointing_reentrant": sorted({getattr(getattr(m, "_gradient_checkpointing_func", None), "keywords", {})
+                                       .get("use_reentrant") for m in model.modules()
+                                       if getattr(m, "gradient_checkpointing", False)}, key=str),
 }))
 """
 
@@ -170,6 +173,17 @@ def test_qlora_8bit_trains_only_the_adapter_over_int8_weights(tmp_path, embedded
     run = train(tmp_path, cfg, bnb_env)
     losses = assert_only_lora_trained(run, embedded_dir, base_sha, 3)
     assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("over", "reentrant"), [({"gradient_checkpointing": True, "use_reentrant_gc": True}, [True]),
+                                                 ({"gradient_checkpointing": True}, [False]), ({}, [])])
+def test_kbit_preparation_honours_the_checkpointing_keys(tmp_path, embedded_dir, bnb_env, over, reentrant):
+    """PEFT's prepare_model_for_kbit_training switches checkpointing on by default: the rank passes
+    it what the Trainer gets (gradient_checkpointing unless disable_gradient_checkpointing, and
+    use_reentrant_gc), so a 4-bit base checkpoints exactly when asked, the way asked."""
+    seen = loaded(qlora_config(tmp_path, embedded_dir, 4, **over), bnb_env)
+    assert seen["checkpointing_reentrant"] == reentrant, seen
 
 
 @pytest.mark.slow
