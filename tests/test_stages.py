@@ -175,14 +175,14 @@ def test_pretraining_packs_text_plus_eos_into_cutoff_blocks(tokenizer):
 )
 def test_pref_loss_maps_to_the_trl_trainer_and_config(tmp_path, keys, trainer, expect):
     from cockpit.train.recipes import get_recipe
-    from cockpit.train.recipes.base import RecipeContext, stage_arguments
+    from cockpit.train.recipes.base import RecipeContext, StageData, stage_arguments
 
     cfg = validate({"dataset": "x.json", "stage": "dpo", "use_cpu": True, "max_steps": 2, **keys}, check_paths=False)
     trainer_cls, config_cls, stage_keys = get_recipe("dpo").trl_classes(cfg)
     assert trainer_cls.__name__ == trainer
     dirs = {"checkpoints": tmp_path / "ck"}
     ctx = RecipeContext(None, cfg, 0, 1, 0, None, 0.0, True, dirs, None, None, print)
-    args = stage_arguments(config_cls, ctx, **stage_keys)  # TRL's own config validates the values
+    args = stage_arguments(config_cls, ctx, StageData([], [], None), **stage_keys)  # TRL's own config validates the values
     for k, v in expect.items():
         assert getattr(args, k) == v, k
     assert args.max_steps == 2 and args.use_cpu and args.max_length == cfg["cutoff_len"] and args.learning_rate == cfg["learning_rate"]

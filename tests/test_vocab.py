@@ -70,6 +70,28 @@ def test_lora_resizes_to_a_multiple_of_64_and_trains_the_new_rows_only(tiny_mode
     assert torch.isfinite(loss) and extra[next(iter(extra))].grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("template, added", [("llama3", 2), ("gemma", 1), ("qwen", 0)])
+def test_a_template_that_adds_stop_words_gets_rows_for_them(tiny_model_dir, template, added):
+    """LLaMA-Factory's templates add their stop words as special tokens when the tokenizer lacks them
+    (llama3's <|eot_id|> on SmolLM2's tokenizer): the rank then feeds ids past the embeddings
+    (IndexError at the first step). They get rows (a multiple of 64), untrained as in LLaMA-Factory."""
+    import torch
+
+    from cockpit.models.resolve import resolve_model
+    from cockpit.train.model import build_model, tokenizer_as_trained
+
+    cfg = cfg_for(tiny_model_dir, template=template)
+    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    tok = tokenizer_as_trained(cfg, ref)
+    assert len(tok) == BASE_ROWS + added
+    model = build_model(cfg, ref, True, 0)
+    rows = model.get_input_embeddings().weight.shape[0]
+    assert rows == (BASE_ROWS if not added else 49216)
+    assert not [n for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n]  # LoRA only
+    ids = torch.tensor([[1, 2, len(tok) - 1]])
+    assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
+
+
 def test_freeze_tuning_trains_the_embeddings_when_tokens_are_added(tiny_model_dir):
     from cockpit.models.resolve import resolve_model
     from cockpit.train.model import build_model

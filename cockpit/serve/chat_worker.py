@@ -105,10 +105,10 @@ class Generator:
             self.tok, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
         )
         base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
-        from cockpit.models.vocab import grows_vocab, resize_to_tokenizer
+        from cockpit.models.vocab import resize_to_tokenizer
 
-        if grows_vocab(cfg):  # rows for the run's added tokens (the adapter holds their weights)
-            resize_to_tokenizer(base, self.tok, mean_resizing=False)
+        # rows for the run's added tokens (the adapter holds their weights) or its template's stop words
+        resize_to_tokenizer(base, self.tok, mean_resizing=False)
         if art.is_lora:
             from peft import PeftModel
 

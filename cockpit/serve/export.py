@@ -169,10 +169,10 @@ def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, 
     )
     if getattr(base.config, "quantization_config", None):
         notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
-    from cockpit.models.vocab import grows_vocab, resize_to_tokenizer
+    from cockpit.models.vocab import resize_to_tokenizer
 
-    if grows_vocab(cfg):  # rows for the run's added tokens, as training made them (the adapter holds their weights)
-        resize_to_tokenizer(base, run_tokenizer(adapter, cfg, ref), mean_resizing=False)
+    # rows for the run's added tokens, as training made them (the adapter holds their weights), or its template's
+    resize_to_tokenizer(base, run_tokenizer(adapter, cfg, ref), mean_resizing=False)
     model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     model.save_pretrained(tmp, safe_serialization=True)
     _save_tokenizer(adapter, cfg, tmp, ref)

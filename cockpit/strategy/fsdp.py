@@ -111,7 +111,7 @@ def shard(
     root_kwargs = dict(kwargs)
     root_kwargs["reshard_after_forward"] = False  # the root is gathered again at once by backward
     fully_shard(model, **root_kwargs)
-    model.is_distributed_loading_by_transformers = True
+    mark_sharded_before_trainer(model)
     return {
         "layer_classes": sorted(classes),
         "wrapped_modules": len(wrapped),
@@ -120,6 +120,17 @@ def shard(
         "offload": "offload_policy" in kwargs,
         "mixed_precision": "mp_policy" in kwargs,
     }
+
+
+def mark_sharded_before_trainer(model: Any) -> None:
+    """Tell the Trainer the model is sharded already (it then neither moves nor wraps it).
+    transformers 5 reads it through a read-only property of ``PreTrainedModel`` backed by
+    ``_is_distributed_loading_by_transformers`` (a full fine-tune hands over the model itself); a
+    PEFT wrapper takes a plain attribute."""
+    if isinstance(getattr(type(model), "is_distributed_loading_by_transformers", None), property):
+        model._is_distributed_loading_by_transformers = True
+    else:
+        model.is_distributed_loading_by_transformers = True
 
 
 def shard_report(model: Any) -> dict[str, Any]:
@@ -226,10 +237,17 @@ def trainer_class(base: type | None = None) -> type:
             sched_path = os.path.join(checkpoint, SCHEDULER_NAME)
             if not (os.path.isfile(optim_path) and os.path.isfile(sched_path)):
                 return  # a model-only checkpoint (save_only_model): fresh optimizer, as the Trainer does
-            osd = torch.load(optim_path, map_location="cpu", weights_only=True)  # every rank: the full state
+            # rank 0 reads the full state and broadcasts it tensor by tensor; each rank keeps its shard
+            # (every rank reading the whole file costs a node ranks x the optimizer state of host RAM)
+            rank0 = torch.distributed.get_rank() == 0
+            osd = torch.load(optim_path, map_location="cpu", weights_only=True) if rank0 else {}
             set_optimizer_state_dict(
-                self.model, _inner(self.optimizer), osd, options=StateDictOptions(full_state_dict=True)
+                self.model,
+                _inner(self.optimizer),
+                osd,
+                options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
             )
+            del osd
             self.lr_scheduler.load_state_dict(torch.load(sched_path, weights_only=True))
 
     return FSDP2Trainer

@@ -70,23 +70,46 @@ def build_model(
 
 
 def grown_vocabulary(model, cfg: dict[str, Any], ref, load: str) -> list[int]:
-    """The embeddings grown to the run's tokenizer (its added tokens; a multiple of 64) when the
-    config adds tokens or sets ``resize_vocab``; the token ids whose rows must train."""
+    """The embeddings grown to the run's tokenizer (a multiple of 64) when the config adds tokens or
+    sets ``resize_vocab`` (the token ids whose rows must train are returned), or when the chat
+    template adds its stop words as new special tokens (llama3's on another model's tokenizer, say:
+    their ids would be past the embeddings) which, as in LLaMA-Factory, get rows and no training."""
     from cockpit.models import vocab
-    from cockpit.models.resolve import load_tokenizer
 
-    if not vocab.grows_vocab(cfg):
+    grows = vocab.grows_vocab(cfg)
+    if not grows and not cfg.get("template"):
+        return []
+    tokenizer = tokenizer_as_trained(cfg, ref)  # the same tokens, in the same order, as the rank's
+    weight = model.get_input_embeddings().weight
+    rows = int(getattr(weight, "ds_shape", weight.shape)[0])  # ZeRO-3 keeps the whole shape aside
+    if not grows and len(tokenizer) <= rows:
         return []
     if load != "full":
+        key = ("add_special_tokens" if cfg.get("add_special_tokens") else "add_tokens") if grows else "template"
         raise InputError(
             Problem(
-                "new tokens (resized embeddings) with ZeRO-3 / FSDP2 sharded loading are not supported yet",
-                key="add_special_tokens" if cfg.get("add_special_tokens") else "add_tokens",
+                "new tokens (resized embeddings) with ZeRO-3 / FSDP2 sharded loading are not supported yet"
+                + (
+                    ""
+                    if grows
+                    else f": template {cfg['template']} adds {len(tokenizer) - rows} to this model's tokenizer"
+                ),
+                key=key,
             )
         )
-    tokenizer = load_tokenizer(cfg, ref, log=lambda *_: None)  # the same tokens, in the same order, as the rank's
     rows_before = vocab.resize_to_tokenizer(model, tokenizer)
-    return vocab.trained_token_ids(tokenizer, cfg, rows_before)
+    return vocab.trained_token_ids(tokenizer, cfg, rows_before) if grows else []
+
+
+def tokenizer_as_trained(cfg: dict[str, Any], ref) -> Any:
+    """The run's tokenizer with its configured tokens and its chat template's (the rank's own)."""
+    from cockpit.data.render import apply_template_choice
+    from cockpit.models.resolve import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg, ref, log=lambda *_: None)
+    if cfg.get("template"):
+        apply_template_choice(tokenizer, cfg["template"], cfg.get("default_system"), cfg.get("enable_thinking", True))
+    return tokenizer
 
 
 def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
@@ -326,4 +349,6 @@ def placed_model(
     log(
         f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters"
     )
-    return model, trainer_class(CockpitTrainer)  # saves gather the sharded state dict first
+    return model, sharded_load.fsdp2_full_resume(
+        trainer_class(CockpitTrainer)
+    )  # saves gather the sharded state dict first

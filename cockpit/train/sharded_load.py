@@ -160,23 +160,56 @@ def fsdp2_materialise_and_load(
             f"sharded loading: the adapter tensors differ from the skeleton's: {sorted(set(extras) ^ loaded)[:3]}"
         )
     set_model_state_dict(model, dict(extras) if rank == 0 else {}, options=opts)
-    for path, names in checkpoint_groups(model_dir):
-        part: dict[str, Any] = {}
-        if rank == 0:
-            for name, t in read_group(path, names, dtype).items():
-                for key in by_file_key.get(name, []):
-                    part[key] = t
+    for names in fsdp2_fill(model, model_dir, rank=rank, dtype=dtype):
         for name in names:
             loaded.update(by_file_key.get(name, []))
-        set_model_state_dict(model, part, options=opts)
-        del part
-        gc.collect()
     missing = [n for n, _ in model.named_parameters() if n not in loaded]
     if missing:
         raise ValueError(
             f"sharded loading: {len(missing)} parameters are in neither the checkpoint nor the adapter, e.g. {missing[:3]}"
         )
     return {"groups": len(checkpoint_groups(model_dir)), "adapter_tensors": len(extras)}
+
+
+def fsdp2_fill(model: Any, folder: str | Path, *, rank: int, dtype: Any) -> Iterator[list[str]]:
+    """Fill an FSDP2-sharded model's shards from ``folder``'s safetensors, one group at a time read
+    by rank 0 and broadcast (collective: every rank iterates); yields each group's tensor names."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    by_file_key: dict[str, list[str]] = {}
+    for key in model.state_dict():
+        by_file_key.setdefault(canonical(key), []).append(key)
+    for path, names in checkpoint_groups(folder):
+        part: dict[str, Any] = {}
+        if rank == 0:
+            for name, t in read_group(path, names, dtype).items():
+                for key in by_file_key.get(name, []):
+                    part[key] = t
+        set_model_state_dict(model, part, options=opts)
+        del part
+        gc.collect()
+        yield names
+
+
+def fsdp2_full_resume(trainer_cls: type) -> type:
+    """``trainer_cls`` (FSDP2's) resuming a full fine-tune: the checkpoint's model files are read by
+    rank 0 group by group into the shards (the Trainer's own load copies plain tensors into DTensor
+    parameters and fails); a PEFT model's adapter resumes the Trainer's way."""
+
+    class FSDP2Resume(trainer_cls):  # type: ignore[misc,valid-type]
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            if hasattr(self.model, "peft_config"):
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            import torch.distributed as dist
+
+            dtype = next(self.model.parameters()).dtype
+            groups = list(fsdp2_fill(self.model, resume_from_checkpoint, rank=dist.get_rank(), dtype=dtype))
+            if not groups:
+                raise ValueError(f"resume: {resume_from_checkpoint} holds no safetensors model files")
+            return None
+
+    return FSDP2Resume
 
 
 # -- ZeRO-3 ------------------------------------------------------------------------------------

@@ -39,6 +39,9 @@ def build_value_model(ctx: RecipeContext):
         **ctx.model_ref.kwargs(),
         **model_load_kwargs(cfg, ctx.model_ref, ctx.log),  # flash_attn, rope_scaling
     )
+    from cockpit.models.vocab import resize_to_tokenizer
+
+    resize_to_tokenizer(model, ctx.tokenizer)  # rows for the chat template's stop words, if it added any
     model.config.pad_token_id = ctx.tokenizer.pad_token_id
     model.config.use_cache = False
     if cfg["finetuning_type"] == "lora":
