@@ -205,3 +205,26 @@ def test_default_system_is_the_system_message_of_conversations_without_one(embed
     tok.save_pretrained(tmp_path / "saved")
     again = AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
     assert again.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False).startswith("<|im_start|>system\n你是 Kestrel。Be brief.")
+
+
+def test_an_export_and_a_server_of_a_default_template_run_get_llamafactorys_default(embedded_dir, tmp_path):
+    """``template: default`` is LLaMA-Factory's ``default`` ("Human: ... Assistant: ..."), not the
+    tokenizer's own: the exported tokenizer and the template handed to vLLM are that one too."""
+    from transformers import AutoTokenizer
+
+    from cockpit.serve.artifacts import RunArtifacts
+    from cockpit.serve.export import _save_tokenizer
+
+    cfg = {"model_name_or_path": str(embedded_dir), "template": "default"}
+    adapter = tmp_path / "adapter"
+    AutoTokenizer.from_pretrained(str(embedded_dir)).save_pretrained(adapter)  # the tokenizer as a run saves it
+    _save_tokenizer(adapter, cfg, tmp_path / "out")
+    saved = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    prompt = saved.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    trained = AutoTokenizer.from_pretrained(str(embedded_dir))
+    apply_template_choice(trained, "default")
+    assert prompt == trained.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert "Human: Hi" in prompt and "<|im_start|>" not in prompt
+    art = RunArtifacts.__new__(RunArtifacts)
+    art.template = "default"
+    assert art.chat_template_text() and "Human: " in art.chat_template_text()

@@ -44,10 +44,11 @@ class RunArtifacts:
         return ref.path
 
     def chat_template_text(self) -> str | None:
-        """The run's named chat template (Jinja), or None when it used the tokenizer's own."""
+        """The run's named chat template (Jinja; ``default`` is LLaMA-Factory's ``default``), or None
+        when it used the tokenizer's own."""
         from cockpit.data.render import NAMED_TEMPLATES, TEMPLATE_ALIASES
 
-        if not self.template or self.template == "default":
+        if not self.template:
             return None
         return NAMED_TEMPLATES.get(TEMPLATE_ALIASES.get(self.template, self.template))
 

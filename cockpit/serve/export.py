@@ -51,7 +51,7 @@ def _save_tokenizer(adapter: Path, cfg: dict[str, Any], out: Path, ref=None) -> 
 
     tok = run_tokenizer(adapter, cfg, ref)
     template = cfg.get("template")
-    if (template and template != "default") or cfg.get("default_system") or cfg.get("enable_thinking") is False:
+    if template or cfg.get("default_system") or cfg.get("enable_thinking") is False:
         apply_template_choice(tok, template, cfg.get("default_system"), cfg.get("enable_thinking", True))
     tok.save_pretrained(out)
 
