@@ -84,6 +84,8 @@ def build_command(
             "--lora-modules",
             f"{name}={art.adapter_dir}",
         ]
+        if art.config.get("quantization_bit") == 4:  # a QLoRA adapter over the base it trained against: NF4
+            argv += ["--quantization", "bitsandbytes"]  # vLLM quantizes the base in flight (4-bit only)
         if art.config.get("model_revision"):  # the base at the revision the adapter was trained on
             argv += ["--revision", art.config["model_revision"], "--tokenizer-revision", art.config["model_revision"]]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # lets `cockpit serve --vllm-url` hot-load later runs
