@@ -41,9 +41,19 @@ def write_model(out: Path, layers: int, hidden: int) -> Path:
     from cockpit.models.embedded import ensure_embedded_model
 
     tok = AutoTokenizer.from_pretrained(str(ensure_embedded_model(log=lambda *_: None)))
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256, tie_word_embeddings=True,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     snap = out / ("models--" + HUB_ID.replace("/", "--")) / "snapshots" / COMMIT
     LlamaForCausalLM(cfg).save_pretrained(snap)
@@ -54,15 +64,36 @@ def write_model(out: Path, layers: int, hidden: int) -> Path:
 
 
 def run_one(tmp: Path, name: str, keys: dict, env: dict) -> dict[int, dict]:
-    cfg = {"model_name_or_path": HUB_ID, "dataset": "cockpit_identity", "use_cpu": True, "finetuning_type": "lora",
-           "nproc_per_node": 2, "per_device_train_batch_size": 1, "max_steps": 1, "cutoff_len": 32, "probes": None,
-           "save_strategy": "no", "logging_steps": 1, "telemetry_interval_s": 0, "numa_bind": "off", "comm_probe": False, "env": env, **keys}
+    cfg = {
+        "model_name_or_path": HUB_ID,
+        "dataset": "cockpit_identity",
+        "use_cpu": True,
+        "finetuning_type": "lora",
+        "nproc_per_node": 2,
+        "per_device_train_batch_size": 1,
+        "max_steps": 1,
+        "cutoff_len": 32,
+        "probes": None,
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "telemetry_interval_s": 0,
+        "numa_bind": "off",
+        "comm_probe": False,
+        "env": env,
+        **keys,
+    }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     runs = tmp / f"runs-{name}"
     full_env = {**os.environ, **env, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)],
-                         capture_output=True, text=True, env=full_env, cwd=str(ROOT), timeout=1800)
+    res = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=str(ROOT),
+        timeout=1800,
+    )
     if res.returncode != 0:
         raise SystemExit(f"{name}: exit {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
     run = next(d for d in runs.iterdir() if d.is_dir())
@@ -87,8 +118,12 @@ def main() -> None:
             if malloc == "1MiB":
                 env["MALLOC_MMAP_THRESHOLD_"] = str(2**20)
             chosen = {"ddp", *a.only.split(",")}  # the savings are against DDP
-            got = {name: run_one(tmp, f"{name}-{malloc}", keys, env) for name, keys in STRATEGIES.items() if name in chosen}
-            print(f"\nmalloc: {malloc}  (MiB at 'loaded'; saved = DDP's RssAnon peak - this one's, as a share of the model)")
+            got = {
+                name: run_one(tmp, f"{name}-{malloc}", keys, env) for name, keys in STRATEGIES.items() if name in chosen
+            }
+            print(
+                f"\nmalloc: {malloc}  (MiB at 'loaded'; saved = DDP's RssAnon peak - this one's, as a share of the model)"
+            )
             print(f"{'strategy':9} {'rank':>4} {'RssAnon peak':>13} {'VmHWM':>8} {'saved':>8}")
             for name, ranks in got.items():
                 for rank in sorted(ranks):

@@ -74,7 +74,9 @@ FP16_ON_CPU = (
 
 # what makes bf16 matmuls fast on an x86 CPU (/proc/cpuinfo's names): AVX512-BF16's dot products, AMX's tiles
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
-BF16_SLOW = "measured ~190 s against ~7 s a step in fp32 on a CPU without them (README: bench/step_overhead.py)"
+BF16_SLOW = (
+    "measured ~190 s against ~7 s a step in fp32 on a CPU without them (docs/benchmarks.md: bench/step_overhead.py)"
+)
 
 
 def cpu_flags(cpuinfo: str) -> set[str] | None:

@@ -1,7 +1,7 @@
-"""Write README.md's table of LLaMA-Factory keys from the config schema (so it cannot drift).
+"""Write docs/configuration.md's table of LLaMA-Factory keys from the config schema (so it cannot drift).
 
-    python scripts/lf_keys_table.py          # rewrite the table in README.md
-    python scripts/lf_keys_table.py --check  # exit 1 if README.md's table is not current
+    python scripts/lf_keys_table.py          # rewrite the table in docs/configuration.md
+    python scripts/lf_keys_table.py --check  # exit 1 if docs/configuration.md's table is not current
 
 Rows: every key of cockpit/config/schema.py that comes from LLaMA-Factory (works, with its help
 text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py); the last
@@ -48,15 +48,18 @@ def render(readme: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    path = ROOT / "README.md"
+    path = ROOT / "docs" / "configuration.md"
     text = path.read_text(encoding="utf-8")
     if START not in text or END not in text:
-        print(f"README.md has no {START} ... {END} block", file=sys.stderr)
+        print(f"docs/configuration.md has no {START} ... {END} block", file=sys.stderr)
         return 1
     new = render(text)
     if "--check" in argv:
         if new != text:
-            print("README.md's LLaMA-Factory key table is stale: run python scripts/lf_keys_table.py", file=sys.stderr)
+            print(
+                "docs/configuration.md's LLaMA-Factory key table is stale: run python scripts/lf_keys_table.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     path.write_text(new, encoding="utf-8")

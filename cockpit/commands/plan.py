@@ -119,7 +119,7 @@ def figure_notes(d: dict[str, Any]) -> list[str]:
     if str(d.get("device") or "").startswith("cpu"):
         out.append(
             "(a CPU run measures its RSS (Live, rank_memory VmHWM): the tensors planned here, the process (~0.8 GiB) "
-            "and freed memory the C heap keeps; measured at full micro-batches: 1.8-1.9x the planned tensors, README)"
+            "and freed memory the C heap keeps; measured at full micro-batches: 1.8-1.9x the planned tensors, docs/planner.md)"
         )
     return out
 

@@ -34,7 +34,7 @@ _RM_UNHONOURED = {
     )
 }
 # stage -> {key the schema accepts but the stage does not honour yet: why}. validate() refuses a value
-# other than the schema's default (or one of HONOURED_VALUES); the README's key table names the stages.
+# other than the schema's default (or one of HONOURED_VALUES); the key table (docs/configuration.md) names the stages.
 UNHONOURED: dict[str, dict[str, str]] = {
     "sft": {},
     "pt": {},  # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
