@@ -48,11 +48,11 @@ def guide_argv(model: str, *, drop: tuple[str, ...] = ()) -> list[str]:
 def resolved(argv: list[str], cwd: Path, monkeypatch) -> dict:
     """The resolved config `cockpit check ARGV` would validate, as config.yaml holds it."""
     from cockpit.cli import parse_args
-    from cockpit.commands.common import load_config_or_exit
+    from cockpit.commands.common import config_from_args
     from cockpit.config import dump_resolved
 
     monkeypatch.chdir(cwd)
-    cfg = load_config_or_exit(parse_args(["check", *argv]))
+    cfg = config_from_args(parse_args(["check", *argv]))
     return yaml.safe_load(dump_resolved(cfg))
 
 

@@ -8,8 +8,8 @@ import json
 from cockpit.commands.common import (
     EXIT_OK,
     add_config_args,
+    config_from_args,
     label_flag_problems,
-    load_config_or_exit,
     print_input_error,
 )
 from cockpit.errors import InputError
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.run.preflight import check_run
 
     try:
-        cfg = load_config_or_exit(args)
+        cfg = config_from_args(args)
         result = check_run(cfg, log=(lambda *_: None) if args.json else print, with_devices=not args.no_devices)
     except InputError as err:
         label_flag_problems(err, args)

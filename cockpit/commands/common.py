@@ -70,7 +70,7 @@ def parse_set_keys(args: argparse.Namespace) -> list[str]:
     return [item.partition("=")[0].strip() for item in getattr(args, "overrides", None) or []]
 
 
-def load_config_or_exit(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace):
     """The run config from the YAML file and/or the LLaMA-Factory flags and --set; its notes
     (an alias read as its key, ...) printed once."""
     from cockpit.config import load_config

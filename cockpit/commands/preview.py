@@ -14,7 +14,7 @@ import json
 import shlex
 from pathlib import Path
 
-from cockpit.commands.common import EXIT_OK, add_config_args, load_config_or_exit, print_input_error
+from cockpit.commands.common import EXIT_OK, add_config_args, config_from_args, print_input_error
 from cockpit.errors import InputError
 from cockpit.shape import shape_of
 
@@ -73,7 +73,7 @@ def build(args: argparse.Namespace, cfg: dict) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config_or_exit(args)
+        cfg = config_from_args(args)
         out = build(args, cfg)
     except InputError as err:
         if args.json:

@@ -16,7 +16,7 @@ from cockpit.commands.common import (
     EXIT_OK,
     add_config_args,
     add_runs_dir,
-    load_config_or_exit,
+    config_from_args,
     print_input_error,
     runs_dir,
 )
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     held = False
     loaded = None
     try:
-        cfg = load_config_or_exit(slurm_args(args))
+        cfg = config_from_args(slurm_args(args))
         if args.skip_check:
             from cockpit.run.preflight import static_checks
 
