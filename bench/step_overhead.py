@@ -84,8 +84,8 @@ def build(variant: str, cfg: dict, ref, tok, rows: list[dict], tmp: Path):
     collator = plain_collator if variant == "+args" else build_collator(cfg, tok, model)
     if variant in ("+args", "+collator"):
         return InOrder(model=model, args=args, train_dataset=ListDataset(rows), data_collator=collator)
-    from cockpit.run.events import EventWriter
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import create_run_dir
     from cockpit.train.callbacks import CockpitCallback
     from cockpit.train.trainer import CockpitTrainer
 

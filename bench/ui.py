@@ -37,8 +37,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit.run.events import EventWriter  # noqa: E402
-from cockpit.run.rundir import create_run_dir  # noqa: E402
+from cockpit.store.events import EventWriter  # noqa: E402
+from cockpit.store.rundir import create_run_dir  # noqa: E402
 
 ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>NOPM78]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 

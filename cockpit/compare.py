@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.cells import fit
-from cockpit.run.events import EventReader
-from cockpit.run.rundir import RunDir
+from cockpit.store.events import EventReader
+from cockpit.store.rundir import RunDir
 
 # step-event fields that are bookkeeping, not a curve worth overlaying
 _NOT_CURVES = frozenset({"v", "t", "kind", "step", "total_steps", "epoch", "tokens_seen", "mem", "samples_per_s", "lr"})
@@ -226,6 +226,6 @@ def text_report(data: dict[str, Any], width: int = 100) -> str:
 
 def resolve_all(refs: list[str], runs_dir: Path) -> list[RunDir]:
     """Run ids, unique prefixes/suffixes or run dir paths -> run dirs (LookupError names the bad one)."""
-    from cockpit.run.rundir import resolve_run
+    from cockpit.store.rundir import resolve_run
 
     return [resolve_run(ref, runs_dir) for ref in refs]

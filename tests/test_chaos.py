@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from cockpit.run.liveness import ranks_alive, reconcile, supervisor_alive
-from cockpit.run.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
+from cockpit.store.rundir import ACTIVE_STATES, TERMINAL_STATES, RunDir
 from conftest import cockpit, prerequisite, read_events, start_detached, tiny_config, wait_for
 
 # Serial: its 10 s windows need the box to itself (scripts/test.sh runs it after the parallel part). It was

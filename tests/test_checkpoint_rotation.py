@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from cockpit.run.rundir import CHECKPOINT_STAGING as STAGING
+from cockpit.store.rundir import CHECKPOINT_STAGING as STAGING
 from cockpit.train.trainer import retire_old_checkpoints
 
 

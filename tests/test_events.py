@@ -6,8 +6,8 @@ import json
 import math
 import os
 
-from cockpit.run.events import SCHEMA_VERSION, EventReader, EventWriter, as_float, encode
-from cockpit.run.rundir import create_run_dir, list_runs, resolve_run
+from cockpit.store.events import SCHEMA_VERSION, EventReader, EventWriter, as_float, encode
+from cockpit.store.rundir import create_run_dir, list_runs, resolve_run
 
 
 def test_encode_has_version_time_kind_and_no_nan():

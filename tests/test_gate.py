@@ -12,7 +12,7 @@ import pytest
 from conftest import cockpit, tiny_config
 
 from cockpit.run import gate
-from cockpit.run.rundir import create_run_dir
+from cockpit.store.rundir import create_run_dir
 
 
 def test_wait_released_blocks_until_the_holder_releases(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.run.rundir import create_run_dir
+from cockpit.store.rundir import create_run_dir
 
 
 def test_an_export_folder_has_an_ordinary_folders_mode(tmp_path):

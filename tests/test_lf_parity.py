@@ -163,7 +163,7 @@ def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_pa
     evals = [e for e in read_events(run) if e["kind"] == "eval"]
     assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval_loss"] > 0 for e in evals)
     state = json.loads((run / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
-    from cockpit.run.events import read_all
+    from cockpit.store.events import read_all
     from cockpit.train.outcome import loss_series
 
     assert [s for s, _ in loss_series(read_all(run / "events.jsonl"), "eval", "eval_loss")] == [0, 2, 4]  # loss.png's second line
@@ -176,7 +176,7 @@ def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_pa
     ev = summary["eval_loss"]
     assert ev["count"] == 3 and ev["first"] == [0, pytest.approx(evals[0]["eval_loss"])] and ev["last"] == [4, pytest.approx(evals[-1]["eval_loss"])]
     assert ev["best"][1] == pytest.approx(min(e["eval_loss"] for e in evals))
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.screens.summary import summary_text
 
     text = summary_text(RunDir(run), summary, {}).plain

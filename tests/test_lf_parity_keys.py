@@ -66,9 +66,9 @@ def test_compute_accuracy_is_the_argmax_accuracy_of_the_eval_set(tiny_model_dir,
 def test_eval_accuracy_reaches_the_eval_event_the_summary_and_its_screen(tmp_path):
     from types import SimpleNamespace
 
-    from cockpit.run.events import EventWriter, read_all
+    from cockpit.store.events import EventWriter, read_all
     from cockpit.run.follow import format_event
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.train.callbacks import CockpitCallback
     from cockpit.train.outcome import eval_losses
     from cockpit.ui.screens.summary import summary_text

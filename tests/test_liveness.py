@@ -83,7 +83,7 @@ def test_a_reused_pid_is_not_the_supervisor():
 HAMMER = """
 import sys
 from pathlib import Path
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 
 run = RunDir(Path(sys.argv[1]))
 who = sys.argv[2]
@@ -93,7 +93,7 @@ for i in range(int(sys.argv[3])):
 
 
 def test_status_hammered_from_two_processes_loses_no_field(tmp_path):
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.rundir import create_run_dir
 
     run = create_run_dir(tmp_path / "runs", "hammer")
     run.update_status(state="running")
@@ -185,8 +185,8 @@ def test_supervisor_and_ranks_killed_is_lost_then_resumes_to_finished(tmp_path, 
 # -- the screens show it within 5 s of looking ------------------------------------------------------------
 def _orphaned_run(runs: Path, name: str, final: bool):
     """A run dir as a dead supervisor leaves it: status 'running' at 26/27, the supervisor gone."""
-    from cockpit.run.events import EventWriter
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import create_run_dir
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -234,7 +234,7 @@ def test_stop_kill_after_escalates_to_a_deaf_supervisors_session(tmp_path):
     """`cockpit stop --kill-after S` (the Live screen's relaunch uses the same code): a supervisor that
     consumes neither the stop nor the kill request loses its whole session after the graces."""
     from cockpit.run.liveness import start_time
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.rundir import create_run_dir
 
     deaf = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     try:
@@ -260,7 +260,7 @@ def test_kill_after_never_signals_a_reused_pid_or_another_hosts(tmp_path):
     is left alone (`cockpit stop --kill-after` ends such a run as lost, by the same rule, without a signal)."""
     from cockpit.run.control import kill_supervisor_session
     from cockpit.run.liveness import start_time
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.rundir import create_run_dir
 
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.run.events import encode
+from cockpit.store.events import encode
 from cockpit.telemetry.pressure import MemoryPressure, remedy_set
 
 pytestmark = pytest.mark.serial  # timing windows: run alone (scripts/test.sh)

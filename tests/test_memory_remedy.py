@@ -17,8 +17,8 @@ pytestmark = pytest.mark.serial  # timing windows: run alone (scripts/test.sh)
 
 def run_with_memory_alert(runs: Path, micro_batch: int = 4):
     from cockpit.config.load import dump_resolved, validate
-    from cockpit.run.events import EventWriter
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import create_run_dir
 
     cfg = validate({"dataset": "cockpit_identity", "per_device_train_batch_size": micro_batch, "gradient_accumulation_steps": 2,
                     "use_cpu": True}, check_paths=False)
@@ -40,7 +40,7 @@ def run_with_memory_alert(runs: Path, micro_batch: int = 4):
 
 
 def test_m_offers_the_alerts_remedy_and_cancel_changes_nothing(tmp_path, monkeypatch):
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.app import CockpitApp
     from cockpit.ui.screens.live import LiveScreen
     from cockpit.ui.screens.modals import Decide

@@ -7,7 +7,7 @@ import socket
 import time
 from datetime import timedelta
 
-from cockpit.run.events import encode
+from cockpit.store.events import encode
 from cockpit.run.supervisor import node_torch_devices, node_watchdog, observe_progress
 from cockpit.telemetry import AmdSmiBackend
 from cockpit.telemetry.fakes import FakeAmdSmi, FakeGpu, fake_from_env

@@ -58,7 +58,7 @@ def test_cpu_run_raises_the_memory_alert_and_m_resumes_it_with_the_remedy(tmp_pa
     +15 % at step 4 of this config); the alert names rank 0 and offers m; m stops the run at a
     checkpoint and resumes it (attempt 2) with micro-batch 1 and accumulation 2, recorded. The
     resumed attempt trains one step with the new micro-batch, then stops."""
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.app import CockpitApp
     from cockpit.ui.screens.live import LiveScreen
     from cockpit.ui.screens.modals import Decide

@@ -132,7 +132,7 @@ def test_a_run_dir_given_as_the_adapter_is_refused_with_its_adapter_folder(tmp_p
 
 # -- the Summary -------------------------------------------------------------------------------------
 def test_summary_shows_the_scores_the_samples_and_the_file(tmp_path):
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.screens.summary import summary_text
 
     predict = {"samples": 12, "bleu_4": 41.11339, "rouge_1": 57.1429, "rouge_2": 40.0, "rouge_l": 57.1429,

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.run.events import EventReader
+from cockpit.store.events import EventReader
 from conftest import ROOT, cockpit, has_step, prerequisite, read_events, start_detached, tiny_config, wait_for
 
 pytestmark = pytest.mark.slow  # the tests with time windows are marked serial (scripts/test.sh runs them alone)

@@ -15,7 +15,7 @@ import pytest
 
 from cockpit import cli
 from cockpit.run.liveness import start_time
-from cockpit.run.rundir import RunDir, create_run_dir
+from cockpit.store.rundir import RunDir, create_run_dir
 
 
 def make_run(root: Path, name: str, state: str, *, ended_days_ago: float = 0.0, output_dir: Path | None = None) -> RunDir:

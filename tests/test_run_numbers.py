@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from cockpit.run.events import EventWriter, wall_time_s
+from cockpit.store.events import EventWriter, wall_time_s
 from cockpit.run.follow import Follower, format_event
 from cockpit.run.pace import Pace
-from cockpit.run.rundir import TERMINAL_STATES, create_run_dir
+from cockpit.store.rundir import TERMINAL_STATES, create_run_dir
 from cockpit.run.runstate import final_state
 from cockpit.ui.state import RunState
 

@@ -95,7 +95,7 @@ class FakeVLLM:
 @pytest.fixture()
 def fake_run(tmp_path, embedded_dir) -> Path:
     """A finished run on the embedded model with a rank-4 adapter (config only: vLLM is faked)."""
-    from cockpit.run.rundir import atomic_write_json, create_run_dir
+    from cockpit.store.rundir import atomic_write_json, create_run_dir
 
     run = create_run_dir(tmp_path / "runs", "fixture")
     run.config_path.write_text(yaml.safe_dump({"model_name_or_path": "smollm2-135m-instruct", "template": None, "finetuning_type": "lora", "lora_rank": 4, "probe_max_new_tokens": 8}))
@@ -223,7 +223,7 @@ def test_serve_command_construction(fake_run, subst, capsys):
     from cockpit.serve.artifacts import load_run
     from cockpit.serve.command import build_command
     from cockpit.serve.vllm import allowed_max_lora_rank
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
 
     assert [allowed_max_lora_rank(r) for r in (1, 4, 8, 9, 16, 20, 300)] == [1, 8, 8, 16, 16, 32, 320]
     art = load_run(RunDir(fake_run))

@@ -25,7 +25,7 @@ def make_run(runs: Path, model_dir: Path, rank: int = 4, template: str | None = 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cockpit.data.render import apply_template_choice
-    from cockpit.run.rundir import atomic_write_json, create_run_dir
+    from cockpit.store.rundir import atomic_write_json, create_run_dir
 
     run = create_run_dir(runs, "serve-test")
     cfg = {

@@ -139,8 +139,8 @@ def test_query_parses_squeue_then_sacct_for_the_jobs_it_forgot(monkeypatch):
 
 
 def test_effective_status_writes_the_schedulers_end_once(monkeypatch, tmp_path):
-    from cockpit.run.events import read_all
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.events import read_all
+    from cockpit.store.rundir import create_run_dir
 
     monkeypatch.setattr(queue.shutil, "which", lambda name: f"/usr/bin/{name}")
     run = create_run_dir(tmp_path)

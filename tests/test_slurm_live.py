@@ -52,7 +52,7 @@ def runs(tmp_path: Path) -> dict[str, dict]:
 
 
 def effective(run: Path) -> dict:
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.slurm.queue import effective_status
 
     return effective_status(RunDir(run))

@@ -258,8 +258,8 @@ def test_planner_counts_pairs_reference_copy_and_value_head():
 def test_live_screen_shows_the_stage_sparklines_a_run_reports(tmp_path, monkeypatch):
     import asyncio
 
-    from cockpit.run.events import EventWriter
-    from cockpit.run.rundir import RunDir, create_run_dir
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import RunDir, create_run_dir
     from cockpit.ui.screens.live import LiveScreen
     from tests.test_ui_pilot import wait_for
     from tests.test_ui_setup_live import make_app
@@ -304,7 +304,7 @@ def test_data_check_shows_the_stage_report_and_the_pair_side_by_side():
 
 
 def test_summary_shows_held_out_accuracy_before_and_after(tmp_path):
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.rundir import create_run_dir
     from cockpit.ui.screens.summary import summary_text
 
     run = create_run_dir(tmp_path / "runs", "dpo")
@@ -316,7 +316,7 @@ def test_summary_shows_held_out_accuracy_before_and_after(tmp_path):
 
 
 def test_tune_refuses_a_stage_it_cannot_trial(tmp_path):
-    from cockpit.plan.tune import tune
+    from cockpit.train.tune import tune
 
     cfg = tmp_path / "dpo.yaml"
     cfg.write_text("stage: dpo\ndataset: cockpit_identity_pairs\n")

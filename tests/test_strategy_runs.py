@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 from cockpit.run.supervisor import free_port
 
 pytestmark = pytest.mark.slow

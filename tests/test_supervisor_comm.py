@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from cockpit.config import default_config
-from cockpit.run.rundir import create_run_dir
+from cockpit.store.rundir import create_run_dir
 from cockpit.run.supervisor import Supervisor
 from conftest import read_events
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cockpit.run.events import encode
+from cockpit.store.events import encode
 from cockpit.telemetry import Sampler, select_backend
 from cockpit.telemetry.amd import AmdSmiBackend, load_amdsmi
 from cockpit.telemetry.base import DEVICE_KEYS, call_with_timeout, quiet_output

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cockpit.run.events import EventWriter, read_all
-from cockpit.run.rundir import RunDir
+from cockpit.store.events import EventWriter, read_all
+from cockpit.store.rundir import RunDir
 from cockpit.train import callbacks as cb
 
 

@@ -14,7 +14,7 @@ import pytest
 from cockpit import cli
 from cockpit.commands.tune import render
 from cockpit.config import load_config
-from cockpit.plan.tune import rewrite_yaml, tune
+from cockpit.train.tune import rewrite_yaml, tune
 from conftest import ROOT, cockpit
 
 CONFIG = """\

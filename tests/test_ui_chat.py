@@ -158,7 +158,7 @@ def test_chat_main_path_real_worker(tmp_path, tiny_model_dir):
 
 # -- refusals and errors (fast, in process) ----------------------------------------------------------
 def _running_run(runs: Path) -> Path:
-    from cockpit.run.rundir import atomic_write_json, create_run_dir
+    from cockpit.store.rundir import atomic_write_json, create_run_dir
 
     run = create_run_dir(runs, "still-going")
     atomic_write_json(run.status_path, {"state": "running", "step": 3, "total_steps": 100, "started": time.time()})
@@ -284,7 +284,7 @@ def test_palette_offers_chat_for_finished_runs_only(tmp_path):
 def test_chat_through_vllm_says_so(tmp_path, monkeypatch):
     """With $COCKPIT_VLLM_URL the screen starts `cockpit chat --vllm-url URL` and says where it
     generates; answers stream the same way (recorded output here)."""
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.app import CockpitApp
     from cockpit.ui.screens.chat import ChatScreen
 
@@ -383,7 +383,7 @@ class ReplayChat:
 
 @pytest.mark.parametrize("size", [(120, 36), (80, 24)])
 def test_chat_snapshot(snap_compare, tmp_path, monkeypatch, size):
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     import ui_screenshots as shots
     from cockpit.ui.screens.chat import ChatScreen
 

@@ -361,7 +361,7 @@ def test_a_sparkline_of_few_points_is_a_cell_per_point(env):
     async def scenario():
         from textual.widgets import Sparkline
 
-        from cockpit.run.rundir import RunDir
+        from cockpit.store.rundir import RunDir
 
         app = make_app(runs, poll_s=0.1)
         async with app.run_test(size=(120, 36)) as pilot:

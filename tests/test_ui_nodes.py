@@ -41,7 +41,7 @@ def make_app():
 
 
 async def open_live(pilot) -> None:
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
 
     pilot.app.open_live(RunDir(FIXTURE / RUN_ID))
     deadline = time.monotonic() + 10

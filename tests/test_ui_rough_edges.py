@@ -120,7 +120,7 @@ def test_summary_probe_table_shows_after_at_80x24(env):
     async def scenario():
         app = make_app(FIXTURES)
         async with app.run_test(size=(80, 24)) as pilot:
-            from cockpit.run.rundir import RunDir
+            from cockpit.store.rundir import RunDir
 
             app.open_summary(RunDir(FIXTURES / RUN_ID))
             await wait_for(pilot, lambda: type(app.screen).__name__ == "SummaryScreen"
@@ -158,7 +158,7 @@ def test_fit_line_on_cpu_uses_host_ram_and_names_the_source():
 
 # -- 4. the log pane: step lines, warnings folded and counted, the raw log one key away ------------
 def test_readable_log_folds_warnings_and_hides_metric_dicts():
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.logtail import LogTail, ReadableLog
     from cockpit.ui.state import RunFollower
 
@@ -178,7 +178,7 @@ def test_readable_log_folds_warnings_and_hides_metric_dicts():
 
 def test_live_log_pane_is_readable_w_expands_l_is_raw(env):
     async def scenario():
-        from cockpit.run.rundir import RunDir
+        from cockpit.store.rundir import RunDir
 
         app = make_app(FIXTURES, follow=False)
         async with app.run_test(size=(100, 40)) as pilot:
@@ -206,7 +206,7 @@ def test_followed_run_that_finishes_says_so_and_enter_opens_summary(env):
     run_dir, rest = running_at(runs, 20)
 
     async def scenario():
-        from cockpit.run.rundir import RunDir
+        from cockpit.store.rundir import RunDir
 
         app = make_app(runs, poll_s=0.1)
         async with app.run_test(size=(100, 30)) as pilot:
@@ -252,7 +252,7 @@ def test_setup_tab_keys_are_in_the_footer_and_tab_reaches_the_tab_bar(env):
 # -- ? : the keys of the current screen -----------------------------------------------------------
 def test_question_mark_lists_the_current_screens_keys(env):
     async def scenario():
-        from cockpit.run.rundir import RunDir
+        from cockpit.store.rundir import RunDir
 
         app = make_app(FIXTURES, follow=False)
         async with app.run_test(size=(100, 40)) as pilot:
@@ -314,7 +314,7 @@ def test_sixteen_colour_theme_uses_only_the_terminals_palette(env):
 # -- the demo's probe sets: identity (to learn) and control (not to forget), counted apart ----------
 def test_probe_sets_are_loaded_counted_and_shown(tmp_path):
     from cockpit.errors import InputError
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.train.probes import load_probes, probe_summary, score
     from cockpit.ui.screens.summary import summary_text
 

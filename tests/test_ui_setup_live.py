@@ -266,8 +266,8 @@ def hung_run(runs: Path, tiny_model_dir: Path) -> tuple[object, subprocess.Popen
     """A run dir as a hung run leaves it: a resolved config, two steps, the watchdog's real
     alert, and a supervisor that answers nothing (a sleeping process in its own session)."""
     from cockpit.config.load import dump_resolved, validate
-    from cockpit.run.events import EventWriter
-    from cockpit.run.rundir import create_run_dir
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import create_run_dir
     from cockpit.run.watchdog import HangWatchdog
 
     cfg = validate({"model_name_or_path": str(tiny_model_dir), "template": "chatml", "dataset": "cockpit_identity",
@@ -295,7 +295,7 @@ def hung_run(runs: Path, tiny_model_dir: Path) -> tuple[object, subprocess.Popen
 def test_relaunch_after_a_hang_alert_adds_the_remedy_env(env, monkeypatch, tiny_model_dir):
     import yaml
 
-    from cockpit.run.rundir import RunDir, list_runs
+    from cockpit.store.rundir import RunDir, list_runs
     from cockpit.ui.screens.live import LiveScreen
 
     runs = env / "runs"
@@ -342,8 +342,8 @@ def test_relaunch_after_a_hang_alert_adds_the_remedy_env(env, monkeypatch, tiny_
 
 # -- 7. sparklines redraw a few times a second, however fast events arrive -------------------------
 def test_sparklines_redraw_at_most_a_few_times_per_second(env):
-    from cockpit.run.events import EventWriter
-    from cockpit.run.rundir import RunDir, create_run_dir
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import RunDir, create_run_dir
     from cockpit.ui.screens.live import LiveScreen
 
     run = create_run_dir(env / "runs", "fast")

@@ -12,8 +12,8 @@ import pytest
 
 from cockpit.config.load import load_config, validate
 from cockpit.errors import InputError
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import RunDir, create_run_dir
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import RunDir, create_run_dir
 from cockpit.ui.forms import FormModel, fit_line
 from cockpit.ui.logtail import LogTail
 from cockpit.ui.presets import list_presets, load_preset, save_preset

@@ -108,7 +108,7 @@ def test_a_run_with_new_special_tokens_saves_them_and_exports(tmp_path, tiny_mod
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
     from cockpit.serve.export import export_run
 
     cfg = tiny_config(tmp_path, tiny_model_dir, "vocab", add_special_tokens="<tool>,<eot>", max_steps=2, save_steps=10, probes=None)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cockpit.run.events import encode
+from cockpit.store.events import encode
 from cockpit.run.watchdog import HangWatchdog, relaunch_env
 
 

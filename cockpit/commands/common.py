@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cockpit.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError  # noqa: F401 (the commands import them from here)
-from cockpit.run.rundir import RunDir, default_runs_dir, resolve_run
+from cockpit.store.rundir import RunDir, default_runs_dir, resolve_run
 
 CONFIG_FLAGS_EPILOG = (
     "Config keys also as LLaMA-Factory's flags, with or without a YAML file: --model_name_or_path M "

@@ -16,7 +16,7 @@ import json
 
 from cockpit.commands.common import EXIT_OK, runs_dir
 from cockpit.commands.rm import add_removal_arguments, carry_out, outcome
-from cockpit.run.rundir import TERMINAL_STATES
+from cockpit.store.rundir import TERMINAL_STATES
 
 DEFAULT_STATES = ("failed", "lost", "cancelled")
 
@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.run.remove import current_statuses, select
-    from cockpit.run.rundir import list_runs
+    from cockpit.store.rundir import list_runs
 
     root = runs_dir(args)
     runs = list_runs(root)

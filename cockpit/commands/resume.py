@@ -26,8 +26,8 @@ import yaml
 from cockpit.commands.common import EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.errors import InputError
 from cockpit.redact import redact_env, secret_values, unredacted
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_text
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_text
 
 # what a checkpoint's shape depends on: changing one of these is a new run, not a resume
 FIXED_ON_RESUME = frozenset(

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from cockpit.commands.common import EXIT_FAILED, EXIT_INPUT, EXIT_OK, add_runs_dir, print_input_error, runs_dir
 from cockpit.errors import InputError
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,7 +57,7 @@ def add_removal_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.run.remove import current_statuses
-    from cockpit.run.rundir import list_runs, resolve_run
+    from cockpit.store.rundir import list_runs, resolve_run
 
     root = runs_dir(args)
     try:

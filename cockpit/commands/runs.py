@@ -7,7 +7,7 @@ import json
 import time
 
 from cockpit.commands.common import EXIT_OK, add_runs_dir, runs_dir
-from cockpit.run.rundir import list_runs
+from cockpit.store.rundir import list_runs
 
 
 def run_row(run, status: dict | None = None) -> dict:

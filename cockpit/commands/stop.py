@@ -7,7 +7,7 @@ import time
 
 from cockpit.commands.common import EXIT_FAILED, EXIT_OK, add_runs_dir, find_run, print_input_error
 from cockpit.errors import InputError
-from cockpit.run.rundir import TERMINAL_STATES
+from cockpit.store.rundir import TERMINAL_STATES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

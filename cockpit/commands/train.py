@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
-    from cockpit.slurm.command import add_arguments
+    from cockpit.commands.slurm_submit import add_arguments
 
     add_arguments(p)
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as err:
         return print_input_error(err, args)
     if getattr(args, "slurm", False):
-        from cockpit.slurm.command import submit
+        from cockpit.commands.slurm_submit import submit
 
         return submit(args, cfg, runs_dir(args))
     run = start_run(cfg, config_path=args.config, runs_dir=runs_dir(args), held=held)
@@ -111,8 +111,8 @@ def check_held(run, cfg: dict, loaded, args: argparse.Namespace) -> int | None:
 
 
 def slurm_args(args: argparse.Namespace) -> argparse.Namespace:
-    """--slurm --nodes N: the config's nnodes (cockpit.slurm.command)."""
-    from cockpit.slurm.command import overrides
+    """--slurm --nodes N: the config's nnodes (cockpit.commands.slurm_submit)."""
+    from cockpit.commands.slurm_submit import overrides
 
     extra = overrides(args)
     return argparse.Namespace(**{**vars(args), "overrides": [*args.overrides, *extra]}) if extra else args

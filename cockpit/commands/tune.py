@@ -3,7 +3,7 @@
 
 Exit 0: a micro-batch fits, the tuned config is written; 1: nothing fits (or a trial failed);
 2: bad input (the message names the key or option). Progress goes to stderr; the table (or the
-one JSON document with --json) to stdout. The search itself: :mod:`cockpit.plan.tune`.
+one JSON document with --json) to stdout. The search itself: :mod:`cockpit.train.tune`.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def stdout_to_stderr():
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.plan.tune import parse_candidates, tune
+    from cockpit.train.tune import parse_candidates, tune
 
     def log(msg: str) -> None:
         print(f"cockpit tune: {msg}", file=sys.stderr, flush=True)

@@ -181,7 +181,7 @@ def _disk_check(check_id: str, title: str, path: Path, what: str) -> Check:
 
 
 def check_disk_runs(ctx: Context) -> Check:
-    from cockpit.run.rundir import default_runs_dir
+    from cockpit.store.rundir import default_runs_dir
 
     path = ctx.roots.runs_dir or default_runs_dir()
     check = _disk_check("disk_runs", "free disk: runs dir", path, "checkpoints and merged exports")
@@ -200,7 +200,7 @@ def with_filesystem(check: Check, path: Path) -> Check:
 
 
 def check_disk_cache(ctx: Context) -> Check:
-    from cockpit.run.rundir import cache_dir
+    from cockpit.store.rundir import cache_dir
 
     path = ctx.roots.cache_dir or cache_dir()
     return _disk_check("disk_cache", "free disk: cache", path, "the converted model")

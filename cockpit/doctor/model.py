@@ -89,8 +89,8 @@ class Roots:
     sys: Path = Path("/sys")
     proc: Path = Path("/proc")
     dev: Path = Path("/dev")
-    runs_dir: Path | None = None  # None: cockpit.run.rundir.default_runs_dir()
-    cache_dir: Path | None = None  # None: cockpit.run.rundir.cache_dir()
+    runs_dir: Path | None = None  # None: cockpit.store.rundir.default_runs_dir()
+    cache_dir: Path | None = None  # None: cockpit.store.rundir.cache_dir()
     ld_cache: bool = True  # also ask the system's `ldconfig -p` for libraries (tests: False)
 
     @classmethod

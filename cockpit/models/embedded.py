@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from cockpit.errors import InputError, Problem
-from cockpit.run.rundir import cache_dir
+from cockpit.store.rundir import cache_dir
 
 EMBEDDED_NAMES = {"smollm2-135m-instruct", "smollm2", "embedded", "default"}
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from cockpit.run.rundir import TERMINAL_STATES, RunDir
+from cockpit.store.rundir import TERMINAL_STATES, RunDir
 
 
 def ended_within(run: RunDir, seconds: float, poll_s: float = 0.2) -> bool:

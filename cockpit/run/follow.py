@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any, TextIO
 
-from cockpit.run.events import EventReader, as_float
 from cockpit.run.pace import Pace, activity_words
-from cockpit.run.rundir import TERMINAL_STATES, RunDir
+from cockpit.store.events import EventReader, as_float
+from cockpit.store.rundir import TERMINAL_STATES, RunDir
 
 
 def fmt_duration(seconds: float | None) -> str:

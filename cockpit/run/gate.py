@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from cockpit.run.liveness import identity, is_alive, supervisor_alive
-from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_text
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_text
 
 HOLD = "hold"
 

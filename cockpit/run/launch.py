@@ -16,8 +16,8 @@ from typing import Any
 
 from cockpit.config.load import dump_resolved
 from cockpit.redact import unredacted
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 
 
 def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:

@@ -25,9 +25,9 @@ from typing import Any
 
 import psutil
 
-from cockpit.run.events import EventReader, EventWriter
-from cockpit.run.rundir import ACTIVE_STATES, RunDir
 from cockpit.run.runstate import attempt_outcome, decide
+from cockpit.store.events import EventReader, EventWriter
+from cockpit.store.rundir import ACTIVE_STATES, RunDir
 
 
 def start_time(pid: int) -> float | None:
@@ -141,7 +141,7 @@ def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -
 
 
 def _settle_summary(run: RunDir, state: str, reason: str | None, step: int) -> None:
-    from cockpit.run.rundir import atomic_write_json
+    from cockpit.store.rundir import atomic_write_json
 
     summary = run.read_summary()
     if summary.get("state") == state:

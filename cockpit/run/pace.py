@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cockpit.run.events import as_float
+from cockpit.store.events import as_float
 
 TASK_WORDS = {"probes": "asking probes", "held_out": "scoring held-out pairs"}
 

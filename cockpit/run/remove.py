@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cockpit.run.rundir import TERMINAL_STATES, RunDir
+from cockpit.store.rundir import TERMINAL_STATES, RunDir
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cockpit.run.rundir import ACTIVE_STATES
+from cockpit.store.rundir import ACTIVE_STATES
 
 # a launched run whose supervisor has not recorded itself yet is left alone this long
 START_GRACE_S = 60.0

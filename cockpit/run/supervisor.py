@@ -33,11 +33,11 @@ from typing import Any
 
 import yaml
 
-from cockpit.run.events import EventReader, EventWriter
-from cockpit.run.rundir import ACTIVE_STATES, CHECKPOINT_STAGING, RunDir, atomic_write_json
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
 from cockpit.shape import shape_of
+from cockpit.store.events import EventReader, EventWriter
+from cockpit.store.rundir import ACTIVE_STATES, CHECKPOINT_STAGING, RunDir, atomic_write_json
 
 POLL_S = 0.2
 KILL_GRACE_S = 10.0

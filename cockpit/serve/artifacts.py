@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from cockpit.errors import InputError
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 
 
 @dataclass

@@ -306,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     }.items():
         os.environ.setdefault(k, v)
     from cockpit.errors import InputError
-    from cockpit.run.rundir import default_runs_dir, resolve_run
     from cockpit.serve.artifacts import load_run
+    from cockpit.store.rundir import default_runs_dir, resolve_run
 
     t0 = time.perf_counter()
     try:

@@ -128,7 +128,7 @@ def start_detached(cmd: ServeCommand, art: RunArtifacts, url: str) -> dict:
         "log": str(log_path),
         "started": round(time.time(), 3),
     }
-    from cockpit.run.rundir import atomic_write_json
+    from cockpit.store.rundir import atomic_write_json
 
     atomic_write_json(art.run.path / "serve.json", record)
     return record

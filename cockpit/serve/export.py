@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from cockpit.errors import InputError
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 
 
 def adapter_checksum(folder: Path) -> str:

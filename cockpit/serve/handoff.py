@@ -133,7 +133,7 @@ def handoff(
         "loaded": round(time.time(), 3),
         "mode": "runtime-lora",
     }
-    from cockpit.run.rundir import atomic_write_json
+    from cockpit.store.rundir import atomic_write_json
 
     atomic_write_json(art.run.path / "serve.json", record)
     return record

@@ -22,7 +22,7 @@ import yaml
 
 from cockpit.config.load import dump_resolved
 from cockpit.redact import unredacted
-from cockpit.run.rundir import RunDir, atomic_write_text
+from cockpit.store.rundir import RunDir, atomic_write_text
 
 
 def job_port(job_id: str | None) -> int:

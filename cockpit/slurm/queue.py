@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import TERMINAL_STATES, RunDir, atomic_write_json
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json
 
 MAX_AGE_S = 5.0
 WAITING = frozenset(

@@ -17,10 +17,10 @@ from typing import Any
 
 from cockpit.config.load import dump_resolved
 from cockpit.errors import InputError, Problem
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 from cockpit.slurm import fs
 from cockpit.slurm.script import SlurmOptions, cluster_has_gpus, job_script
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
 
 
 class SubmitRefused(Exception):

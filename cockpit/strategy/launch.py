@@ -198,7 +198,7 @@ def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: Mapp
     """``launch.json`` in the run dir: command, per-rank environment (secrets redacted), NUMA plan."""
     import json
 
-    from cockpit.run.rundir import atomic_write_json
+    from cockpit.store.rundir import atomic_write_json
 
     data = launch.as_dict()
     data["env"] = redact_env({k: str(v) for k, v in (cfg.get("env") or {}).items()}) or {}

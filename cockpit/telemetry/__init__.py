@@ -12,7 +12,7 @@ For the supervisor (no torch; call from its loop at about 1 Hz)::
     sampler.close()
 
 ``Sampler.sample(torch_devices=None) -> dict`` always measures; the dict is the ``telemetry``
-event of ``cockpit/run/events.py``::
+event of ``cockpit/store/events.py``::
 
     {"backend": "amdsmi" | "nvml" | "torch" | "cpu",
      "devices": [{index, name, vram_used_mb, vram_total_mb, util_pct, temp_c, power_w, ...}],

@@ -4,7 +4,7 @@ A backend is any object with ``name`` (str), ``devices() -> list[dict]`` and ``c
 ``devices()`` returns one plain dict per GPU with at least the keys of :data:`DEVICE_KEYS`
 (``None`` where the backend cannot measure a value); backends may add more keys.
 
-Units (the ``telemetry`` event in ``cockpit/run/events.py``): memory in MiB (2**20 bytes) under
+Units (the ``telemetry`` event in ``cockpit/store/events.py``): memory in MiB (2**20 bytes) under
 ``*_mb`` keys, utilisation in percent, temperature in degrees Celsius, power in watts.
 
 No torch, no textual here.

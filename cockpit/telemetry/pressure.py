@@ -1,7 +1,7 @@
 """The memory-pressure alert: pure logic over the ranks' own allocator figures (no torch, no I/O).
 
 Fed with the ``mem`` mapping of every ``step`` event (rank -> ``{peak_mb, reserved_mb,
-capacity_mb, ...}``, see ``cockpit/run/events.py``), it raises one ``alert`` (code
+capacity_mb, ...}``, see ``cockpit/store/events.py``), it raises one ``alert`` (code
 ``memory_pressure``) per run attempt when a rank
 
 - comes within ``headroom`` (a fraction, default 0.08) of its device's capacity: its per-step

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 
 
 def artefact_dirs(run: RunDir, cfg: dict[str, Any]) -> dict[str, Path]:

@@ -18,8 +18,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from cockpit.config.notes import steps_per_epoch
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import RunDir
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import RunDir
 from cockpit.telemetry import node as node_telemetry
 from cockpit.telemetry import rank_memory_stats
 from cockpit.telemetry.pressure import MemoryPressure

@@ -8,8 +8,8 @@ import os
 from typing import Any
 
 from cockpit.errors import InputError
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import RunDir, atomic_write_json
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import RunDir, atomic_write_json
 
 
 def apply_strategy(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit.errors import InputError, Problem
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 
 
 def build_model(

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cockpit.run.events import read_all
+from cockpit.store.events import read_all
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:
@@ -94,7 +94,7 @@ def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
 
 def loss_series(events: list[dict[str, Any]], kind: str, field: str) -> list[tuple[int, float]]:
     """(step, value) of the finite values of ``field`` in the events of ``kind``."""
-    from cockpit.run.events import as_float
+    from cockpit.store.events import as_float
 
     pts = [(e["step"], as_float(e.get(field))) for e in events if e["kind"] == kind]
     return [(s, v) for s, v in pts if v is not None and math.isfinite(v)]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cockpit.errors import EXIT_OK
-from cockpit.run.rundir import atomic_write_json, atomic_write_text
+from cockpit.store.rundir import atomic_write_json, atomic_write_text
 from cockpit.train.progress import probes_reporter, reporter
 
 PREDICTIONS_FILE = "generated_predictions.jsonl"

@@ -2,7 +2,7 @@
 
 :func:`reporter` makes the ``on_progress(done, total)`` callback the probes, the held-out scoring
 and ``do_predict``'s generation call: an event when the work begins (done 0), when it ends
-(done == total) and at most every ``every_s`` seconds between (see ``cockpit/run/events.py``:
+(done == total) and at most every ``every_s`` seconds between (see ``cockpit/store/events.py``:
 ``progress``, ``predict_progress``).
 """
 

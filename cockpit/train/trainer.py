@@ -25,7 +25,7 @@ from typing import Any
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
-from cockpit.run.rundir import CHECKPOINT_STAGING
+from cockpit.store.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
 from cockpit.train.labelled_logits import accepts_logits_to_keep, labelled_positions_only
 

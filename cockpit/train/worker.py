@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 
 from cockpit.errors import EXIT_FAILED, EXIT_INPUT, InputError
-from cockpit.run.events import EventWriter
-from cockpit.run.rundir import RunDir
+from cockpit.store.events import EventWriter
+from cockpit.store.rundir import RunDir
 
 OOM_REMEDIES = [
     "lower per_device_train_batch_size and raise gradient_accumulation_steps (same global batch)",

@@ -17,7 +17,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from cockpit.run.rundir import RunDir, default_runs_dir, list_runs
+from cockpit.store.rundir import RunDir, default_runs_dir, list_runs
 
 
 class CockpitCommands(Provider):
@@ -152,7 +152,7 @@ class CockpitApp(App):
 
     def on_mount(self) -> None:
         if self.open_run_ref:
-            from cockpit.run.rundir import resolve_run
+            from cockpit.store.rundir import resolve_run
 
             try:
                 self.open_run(resolve_run(self.open_run_ref, self.runs_dir))
@@ -201,7 +201,7 @@ class CockpitApp(App):
         self.show_on_runs(SummaryScreen(run))
 
     def open_run(self, run: RunDir) -> None:
-        from cockpit.run.rundir import TERMINAL_STATES
+        from cockpit.store.rundir import TERMINAL_STATES
 
         if run.read_status().get("state") in TERMINAL_STATES:
             self.open_summary(run)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.config.load import read_yaml, to_yaml
-from cockpit.run.rundir import atomic_write_text
+from cockpit.store.rundir import atomic_write_text
 
 REPO_PRESETS = Path(__file__).resolve().parent.parent.parent / "presets"
 

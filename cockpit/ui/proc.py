@@ -95,7 +95,7 @@ def write_config(path: Path, cfg: dict[str, Any]) -> dict[str, str]:
     so no config the UI writes holds one."""
     from cockpit.config.load import to_yaml
     from cockpit.redact import redact_env, secret_values
-    from cockpit.run.rundir import atomic_write_text
+    from cockpit.store.rundir import atomic_write_text
 
     secrets = secret_values(cfg.get("env"))
     written = {**cfg, "env": redact_env(cfg.get("env"))} if cfg.get("env") else cfg

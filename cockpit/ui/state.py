@@ -1,6 +1,6 @@
 """A run's state, folded from its event log incrementally (no textual, no torch).
 
-``RunState.apply(events)`` takes the events :class:`cockpit.run.events.EventReader` returned since
+``RunState.apply(events)`` takes the events :class:`cockpit.store.events.EventReader` returned since
 the last call. Everything kept is bounded: metric series are :class:`BucketSeries`, alerts and
 checkpoints are short deques, telemetry keeps only the latest sample.
 """
@@ -13,16 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cockpit.run.events import EventReader, as_float
 from cockpit.run.follow import fmt_duration  # noqa: F401 - re-exported for the screens
 from cockpit.run.pace import Pace
-from cockpit.run.rundir import TERMINAL_STATES, RunDir
+from cockpit.store.events import EventReader, as_float
+from cockpit.store.rundir import TERMINAL_STATES, RunDir
 from cockpit.ui.logtail import EVENT_KINDS
 from cockpit.ui.series import BucketSeries
 
 METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
 METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
-# A training stage's own step fields (cockpit/run/events.py: dpo / kto rewards, rm pairwise accuracy);
+# A training stage's own step fields (cockpit/store/events.py: dpo / kto rewards, rm pairwise accuracy);
 # the Live screen shows the rows of those a run reports.
 STAGE_METRICS = (
     "reward_margin",

@@ -122,7 +122,7 @@ class Bearings(Static):
             self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_line)
 
     def refresh_line(self, counts: tuple[int, int] | None = None) -> None:
-        from cockpit.run.rundir import TERMINAL_STATES, list_runs
+        from cockpit.store.rundir import TERMINAL_STATES, list_runs
 
         runs_dir = Path(getattr(self.app, "runs_dir", "."))
         if counts is None:

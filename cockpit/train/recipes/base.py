@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 from cockpit.config.parity import evaluates
 from cockpit.config.stages import reference_words
 from cockpit.errors import EXIT_FAILED, EXIT_OK
-from cockpit.run.events import read_all, wall_time_s
-from cockpit.run.rundir import RunDir, atomic_write_json
+from cockpit.store.events import read_all, wall_time_s
+from cockpit.store.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
 from cockpit.train.outcome import last_checkpoint, plot_loss
 from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
@@ -59,7 +59,7 @@ class Recipe:
 
     stage = ""
     causal_lm = True  # the policy generates text: probes run before / after
-    # trainer log key -> step event field (see cockpit/run/events.py)
+    # trainer log key -> step event field (see cockpit/store/events.py)
     step_fields: ClassVar[dict[str, str]] = {}
 
     def build_data(self, ctx: RecipeContext) -> StageData:

@@ -21,7 +21,7 @@ from typing import Any
 from cockpit.data.packing import resolve_for_run
 from cockpit.data.padding import batching_words
 from cockpit.errors import EXIT_OK, InputError
-from cockpit.run.events import EventWriter, read_all, wall_time_s
+from cockpit.store.events import EventWriter, read_all, wall_time_s
 from cockpit.train.arguments import ListDataset, training_arguments
 from cockpit.train.distributed import apply_strategy, comm_health_probe, report_peak_memory
 from cockpit.train.model import config_only, placed_model

@@ -11,7 +11,7 @@ from textual import on, work
 from textual.binding import Binding
 from textual.screen import Screen
 
-from cockpit.run.rundir import TERMINAL_STATES, RunDir
+from cockpit.store.rundir import TERMINAL_STATES, RunDir
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
 from cockpit.ui.proc import vllm_url

@@ -24,7 +24,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 from cockpit.ui.palette import themed
 
 SIDES = ("base", "tuned")

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.compare import SUMMARY_ROWS, compare, fmt_cell, fmt_value
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.widgets import clip
 

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
 from textual.worker import get_current_worker
 
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 from cockpit.ui import render
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run

@@ -18,8 +18,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.compare import short_name
-from cockpit.run.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.ui.render import state_text
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration

@@ -582,7 +582,7 @@ class SetupScreen(Screen):
         self._launched(message.result)
 
     def _launched(self, res: proc.CliResult) -> None:
-        from cockpit.run.rundir import RunDir
+        from cockpit.store.rundir import RunDir
 
         self._set_launching(False)
         if res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir"):

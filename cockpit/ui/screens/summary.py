@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from cockpit.run.rundir import RunDir
+from cockpit.store.rundir import RunDir
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.palette import themed
 from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL, step_ticks

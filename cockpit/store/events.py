@@ -245,7 +245,7 @@ def wall_time_s(events: list[dict[str, Any]], until: float | None = None) -> flo
     """A run's wall time over its attempts: each attempt from its first event to the ``state``
     event that ended it (a terminal state), the pause before a resume left out; ``until`` extends
     the last attempt while it runs (now)."""
-    from cockpit.run.rundir import TERMINAL_STATES
+    from cockpit.store.rundir import TERMINAL_STATES
 
     spans: list[list[float]] = []
     ended = True

@@ -4,7 +4,7 @@ Layout (see ARCHITECTURE.md)::
 
     <runs_dir>/<run_id>/            0700, never reused
         config.yaml                 resolved config (defaults filled, secrets redacted)
-        events.jsonl                append-only event log (cockpit.run.events)
+        events.jsonl                append-only event log (cockpit.store.events)
         status.json                 written atomically: state, pids, step, total_steps, ...
         summary.json                at the end
         logs/supervisor.log         the supervisor's own output
