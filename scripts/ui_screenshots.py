@@ -80,7 +80,7 @@ async def _runs(pilot) -> None:
 
 
 async def _open(pilot, key: str, screen: str) -> None:
-    from cockpit.run.rundir import RunDir
+    from cockpit.store.rundir import RunDir
 
     run = RunDir(FIXTURE / RUN_ID)
     if screen == "live":
