@@ -334,3 +334,27 @@ def test_probe_sets_are_loaded_counted_and_shown(tmp_path):
     text = summary_text(RunDir(tmp_path), {"state": "finished", "probes_before": before, "probes_after": counts}, {}).plain
     assert "probes identity: 0/10 (0%) before → 3/10 (30%) after  ✓ learned" in text
     assert "probes control: 10/10 (100%) before → 9/10 (90%) after  ✗ forgot some" in text
+
+
+def test_a_refresh_timer_firing_while_the_app_tears_down_is_harmless(env):
+    """CI once failed here: Runs' refresh timer fired after the app had emptied its screen stack, and
+    ``app.screen`` raised ScreenStackError. A tick then must do nothing."""
+    from cockpit.ui.screens.runs import RunsScreen
+
+    runs = env / "runs"
+    copy_run(runs)
+    app = make_app(runs)
+
+    async def drive():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, RunsScreen)
+        return screen
+
+    from textual._context import active_app
+
+    screen = asyncio.run(drive())
+    assert not app._screen_stack  # the torn-down state the timer met
+    active_app.set(app)  # as in the timer's own task
+    screen._tick()  # raised ScreenStackError before `on_top`

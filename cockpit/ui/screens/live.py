@@ -29,6 +29,7 @@ from cockpit.ui import render
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
+from cockpit.ui.screens import on_top
 from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
@@ -462,7 +463,7 @@ class LiveScreen(Screen):
             self.notify(f"relaunch failed (exit {res.rc}): {res.error_text[-600:]}", severity="error", timeout=15)
             return
         new = LiveScreen(RunDir(Path(res.data["run_dir"])))
-        if self.app.screen is self:
+        if on_top(self):
             self.app.switch_screen(new)
         else:
             self.app.push_screen(new)

@@ -21,6 +21,7 @@ from cockpit.compare import short_name
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.ui.render import state_text
+from cockpit.ui.screens import on_top
 from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
 from cockpit.ui.state import fmt_duration
 from cockpit.ui.widgets import Bearings
@@ -84,7 +85,7 @@ class RunsScreen(RunActions, Screen):
         table.focus()
 
     def _tick(self) -> None:
-        if self.app.screen is self:  # not while a Live / Summary screen covers it
+        if on_top(self):  # not while a Live / Summary screen covers it
             self.refresh_runs()
 
     def refresh_runs(self) -> None:
