@@ -1,6 +1,7 @@
 """Golden fixtures of LLaMA-Factory 0.9.5's chat-template rendering (issue 31), made by its own code.
 
     python bench/lf_template_fixtures.py            # builds the side venv (bench/lf_venv.py) and re-runs itself there
+    python bench/lf_template_fixtures.py --own      # only the tokenizer's-own-template file (no template key)
 
 For every text template LLaMA-Factory registers (``llamafactory.data.template.TEMPLATES`` without a
 multimodal plugin: 73 in 0.9.5) and every case in ``CASES``, a raw dataset row goes through
@@ -11,6 +12,8 @@ efficient_eos), with the embedded SmolLM2 tokenizer. Written to
 ``tests/fixtures/lf_templates/lf_templates.json.gz``: the cases (rows and options) and, per template,
 the tokens LLaMA-Factory added to the tokenizer, its eos / pad token, and per case the ``input_ids``
 and ``labels`` (or the error LLaMA-Factory raised). ``tests/test_lf_templates.py`` compares Cockpit with it.
+``tests/fixtures/lf_templates/lf_own_templates.json.gz``: the same cases with no template key, for the
+embedded tokenizer's own Jinja and the Jinjas of ``OWN_TEMPLATES`` (LLaMA-Factory's ``parse_template``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_templates.json.gz"
+OUT_OWN = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_own_templates.json.gz"  # template key unset
 
 TOOLS = [
     {
@@ -101,6 +105,35 @@ CUTOFF = 1024
 TOOL_DATE = (2024, 7, 23)
 
 
+# The tokenizer's own chat template (the config sets no template): LLaMA-Factory parses its Jinja into
+# slots (``parse_template``). Label -> the Jinja set on the embedded tokenizer (None: its own, SmolLM2's).
+# llama3_jinja writes bos_token itself (the SmolLM2 tokenizer adds none on encode: the quirk of the parse
+# is kept), reasoning_jinja shows ``<think>`` in a reply (a ReasoningTemplate), no_system_jinja refuses a
+# system message as Gemma's does (LLaMA-Factory cannot parse it: Cockpit renders the Jinja itself).
+OWN_TEMPLATES: dict[str, str | None] = {
+    "smollm2": None,
+    "llama3_jinja": (
+        "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+        "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+    ),
+    "reasoning_jinja": (
+        "{% if messages[0]['role'] == 'system' %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
+        "{% set rest = messages[1:] %}{% else %}{{ '<|im_start|>system\nThink first.<|im_end|>\n' }}"
+        "{% set rest = messages %}{% endif %}{% for message in rest %}{% if message['role'] == 'assistant' %}"
+        "{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' + message['content'] + '<|im_end|>\n' }}"
+        "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    ),
+    "no_system_jinja": (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+        "{{ '<start_of_turn>' + role + '\n' + message['content'] + "
+        "'<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+    ),
+}
+
+
 def _tokenizer_dir() -> str:
     sys.path.insert(0, str(ROOT))
     from cockpit.models.embedded import ensure_embedded_model
@@ -108,14 +141,16 @@ def _tokenizer_dir() -> str:
     return str(ensure_embedded_model())
 
 
-def _render_case(name: str, pristine, tok0, formatting: str, row: dict, options: dict) -> dict:
+def _render_case(name: str | None, pristine, tok0, formatting: str, row: dict, options: dict) -> dict:
+    """One case through LLaMA-Factory's pipeline; ``name`` None: no template key (``tok0``'s own Jinja parsed)."""
     from llamafactory.data import template as template_mod
     from llamafactory.data.converter import get_dataset_converter
     from llamafactory.data.parser import DatasetAttr
     from llamafactory.data.processor.supervised import SupervisedDatasetProcessor
     from llamafactory.hparams import DataArguments
 
-    template_mod.TEMPLATES[name] = copy.deepcopy(pristine)  # get_template_and_fix_tokenizer mutates it
+    if name is not None:
+        template_mod.TEMPLATES[name] = copy.deepcopy(pristine)  # get_template_and_fix_tokenizer mutates it
     tok = copy.deepcopy(tok0)
     data_args = DataArguments(template=name, cutoff_len=options.get("cutoff_len", CUTOFF))
     for key in ("train_on_prompt", "mask_history", "default_system", "enable_thinking", "tool_format"):
@@ -125,6 +160,8 @@ def _render_case(name: str, pristine, tok0, formatting: str, row: dict, options:
         template = template_mod.get_template_and_fix_tokenizer(tok, data_args)
     except ValueError as exc:
         return {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - the Jinja's own error when LF parses a tokenizer's template
+        return {"error": f"{type(exc).__name__}: {exc}"}
     columns = {k: k for k in ("system", "tools") if k in row}  # a datasets column exists in every row
     attr = DatasetAttr("file", "case", formatting=formatting, **columns)
     example = get_dataset_converter(formatting, attr, data_args)(row)
@@ -194,6 +231,11 @@ def generate() -> dict:
         entry["cases"] = {c: _render_case(name, pristine, tok0, *spec) for c, spec in cases.items()}
         template_mod.TEMPLATES[name] = pristine
         templates[name] = entry
+    return {**_header(tool_date), "templates": templates}
+
+
+def _header(tool_date: str) -> dict:
+    """What a golden file says of itself: LLaMA-Factory's version, the tokenizer, the cases."""
     import llamafactory
 
     all_cases = {**CASES, **THINKING_CASES}
@@ -203,8 +245,42 @@ def generate() -> dict:
         "cutoff_len": CUTOFF,
         "tool_date": tool_date,
         "cases": {c: {"formatting": f, "row": r, "options": o} for c, (f, r, o) in all_cases.items()},
-        "templates": templates,
     }
+
+
+def generate_own() -> dict:
+    """LLaMA-Factory's rendering without a template key: each Jinja of ``OWN_TEMPLATES`` on the embedded
+    tokenizer, parsed by LLaMA-Factory's ``parse_template``, through every case (the thinking ones too)."""
+    from llamafactory.data import template as template_mod
+    from transformers import AutoTokenizer
+
+    tool_date = _freeze_tool_date()
+    tok = AutoTokenizer.from_pretrained(
+        _tokenizer_dir(), use_fast=True, split_special_tokens=False, padding_side="right"
+    )
+    own = {}
+    all_cases = {**CASES, **THINKING_CASES}
+    for label, jinja in OWN_TEMPLATES.items():
+        tok0 = copy.deepcopy(tok)
+        if jinja is not None:
+            tok0.chat_template = jinja
+        entry: dict = {"jinja": jinja}
+        try:
+            parsed = template_mod.parse_template(copy.deepcopy(tok0))
+            entry["reasoning"] = isinstance(parsed, template_mod.ReasoningTemplate)
+            entry["default_system"] = parsed.default_system
+        except Exception as exc:  # noqa: BLE001 - the Jinja refuses a system message
+            entry["parse_error"] = f"{type(exc).__name__}: {exc}"
+        cases = all_cases if entry.get("reasoning") else CASES
+        entry["cases"] = {c: _render_case(None, None, tok0, *spec) for c, spec in cases.items()}
+        own[label] = entry
+    return {**_header(tool_date), "own_templates": own}
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+    path.write_bytes(gzip.compress(raw, mtime=0))
 
 
 def main() -> int:
@@ -216,11 +292,13 @@ def main() -> int:
 
         py = lf_venv.ensure().parent / "python"
         return subprocess.call([str(py), __file__, *sys.argv[1:]], env={**os.environ, "PYTHONPATH": ""})
-    data = generate()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
-    OUT.write_bytes(gzip.compress(raw, mtime=0))
-    print(f"{len(data['templates'])} templates -> {OUT} ({OUT.stat().st_size} bytes)")
+    if "--own" not in sys.argv:
+        data = generate()
+        _write(OUT, data)
+        print(f"{len(data['templates'])} templates -> {OUT} ({OUT.stat().st_size} bytes)")
+    own = generate_own()
+    _write(OUT_OWN, own)
+    print(f"{len(own['own_templates'])} tokenizer's own templates -> {OUT_OWN} ({OUT_OWN.stat().st_size} bytes)")
     return 0
 
 

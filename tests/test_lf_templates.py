@@ -195,3 +195,142 @@ def test_saved_chat_template_renders_what_training_trains(name):
             assert tok.apply_chat_template(messages, tokenize=False) == trained
             prompt = tok.decode(render_prompt_ids(tok, messages[:-1]))
             assert tok.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True) == prompt
+
+
+# The config sets no template: LLaMA-Factory parses the tokenizer's own Jinja into slots (parse_template) and
+# renders those; so does Cockpit. Golden file by LLaMA-Factory's code (bench/lf_template_fixtures.py --own):
+# the embedded SmolLM2's own template and three Jinjas set on it (bench's OWN_TEMPLATES).
+OWN_GOLDEN = GOLDEN.with_name("lf_own_templates.json.gz")
+OWN: dict[str, Any] = json.loads(gzip.decompress(OWN_GOLDEN.read_bytes()))
+
+
+def own_case(label: str, case: str) -> dict[str, Any]:
+    """What Cockpit renders for one case with no template key and the label's Jinja as the tokenizer's own."""
+    from cockpit.data.prepare import render_options
+    from cockpit.data.render import apply_template_choice, render_sample
+
+    spec = OWN["cases"][case]
+    cfg = {"cutoff_len": OWN["cutoff_len"], **spec["options"]}
+    messages, tools = _messages(spec["formatting"], spec["row"])
+    tok = _tokenizer()
+    jinja = OWN["own_templates"][label]["jinja"]
+    if jinja is not None:
+        tok.chat_template = jinja
+    try:
+        with mock.patch("cockpit.data.lf_tools.today", return_value=OWN["tool_date"]):
+            apply_template_choice(tok, None, cfg.get("default_system"), cfg.get("enable_thinking", True))
+            r = render_sample(tok, messages, cfg["cutoff_len"], tools=tools, **render_options(cfg))
+    except Exception as exc:  # noqa: BLE001 - the Jinja's own error
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"input_ids": r.input_ids, "labels": r.labels}
+
+
+def test_own_golden_file_covers_the_parse():
+    assert OWN["llamafactory"] == "0.9.5"
+    own = OWN["own_templates"]
+    assert set(own) == {"smollm2", "llama3_jinja", "reasoning_jinja", "no_system_jinja"}
+    assert own["smollm2"]["default_system"].startswith("You are a helpful AI assistant named SmolLM")
+    assert own["reasoning_jinja"]["reasoning"] and "thinking_off" in own["reasoning_jinja"]["cases"]
+
+
+@pytest.mark.parametrize("label", ["smollm2", "llama3_jinja", "reasoning_jinja"])
+def test_template_unset_renders_the_tokenizers_own_as_llamafactory_parses_it(label):
+    """Every case (tools, truncation, masking, default_system, thinking) token for token."""
+    from cockpit.data.lf_render import OWN as OWN_NAME
+    from cockpit.data.render import template_description, template_in_use
+
+    gold = OWN["own_templates"][label]
+    for case, want in gold["cases"].items():
+        assert "error" not in want, (case, want)
+        got = own_case(label, case)
+        assert got == want, case
+    tok = _tokenizer()
+    if gold["jinja"] is not None:
+        tok.chat_template = gold["jinja"]
+    parsed = template_in_use(tok)
+    assert parsed is not None and parsed.name == OWN_NAME and parsed.default_system == gold["default_system"]
+    assert parsed.reasoning == gold["reasoning"]
+    assert template_description(tok).startswith("the tokenizer's own (parsed into LLaMA-Factory's slots")
+
+
+def test_a_jinja_llamafactory_cannot_parse_renders_itself_and_the_report_says_why():
+    """LLaMA-Factory fails on a template that refuses a system message (Gemma's); Cockpit renders that Jinja
+    itself (the rows without a system message), refuses the rows with one as the Jinja does, and says so."""
+    from cockpit.data.render import template_description
+
+    gold = OWN["own_templates"]["no_system_jinja"]
+    assert gold["parse_error"] == "TemplateError: System role not supported"
+    assert all(want["error"] == gold["parse_error"] for want in gold["cases"].values())
+    tok = _tokenizer()
+    tok.chat_template = gold["jinja"]
+    assert template_description(tok) == (
+        "the tokenizer's own, rendered by its Jinja (LLaMA-Factory cannot parse it: "
+        "TemplateError: System role not supported)"
+    )
+    assert own_case("no_system_jinja", "alpaca_system")["error"] == gold["parse_error"]
+    plain = own_case("no_system_jinja", "alpaca_plain")
+    assert "input_ids" in plain and any(x != -100 for x in plain["labels"])
+
+
+# Where the text a served model tokenizes whole splits differently from LLaMA-Factory's slot by slot (its
+# tokens of the same text): a slot ending in "\n\n" before text ("\n\n###", "\n\nHello") gives one "\n\n" token
+# in training and "\n", "\n" in one piece. Measured on the SmolLM2 tokenizer for a prompt with one user
+# turn: 6 of the 73 templates (alpaca, chatglm3, gpt_oss, hunyuan_small, yuan, aeva); with a system prompt
+# 22; with history 26. LLaMA-Factory's own export has the same (it tokenizes slot by slot too).
+SERVED_TOKENS_DIFFER = {"alpaca"}
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen", "alpaca", "qwen3", None])
+def test_an_exported_tokenizer_prompts_as_training_rendered(name, tmp_path):
+    """The tokenizer an export saves (cockpit.serve.export: what vLLM and ``apply_chat_template`` load) renders
+    the text of training's tokens for a conversation and of its prompt (chat, probes, predict), and for a
+    one-turn prompt its very tokens; ``None``: no template key (the tokenizer's own Jinja, which training
+    parsed as LLaMA-Factory does). Cockpit's own prompts (chat, probes, predict) through the exported
+    tokenizer are training's tokens always."""
+    from transformers import AutoTokenizer
+
+    from cockpit.data.render import apply_template_choice, render_prompt_ids, render_sample
+    from cockpit.serve.export import _save_tokenizer
+
+    cfg = {"model_name_or_path": _fresh_tokenizer_dir(), "template": name, "cutoff_len": 4096}
+    trained = AutoTokenizer.from_pretrained(_fresh_tokenizer_dir())  # the rank's: saved beside the adapter
+    apply_template_choice(trained, name)
+    adapter = tmp_path / "adapter"
+    trained.save_pretrained(adapter)
+    _save_tokenizer(adapter, cfg, tmp_path / "export")
+    served = AutoTokenizer.from_pretrained(tmp_path / "export")
+    for messages in (CONVERSATION, CONVERSATION[1:]):
+        prompt = render_prompt_ids(trained, messages[:-1])
+        assert render_prompt_ids(served, messages[:-1]) == prompt
+        assert served.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False) == trained.decode(prompt)
+        sample = render_sample(trained, messages, cfg["cutoff_len"])
+        assert served.apply_chat_template(messages, tokenize=False) == trained.decode(sample.input_ids)
+    one_turn = CONVERSATION[1:2]
+    tokens = list(served.apply_chat_template(one_turn, add_generation_prompt=True, tokenize=True, return_dict=False))
+    assert (tokens == render_prompt_ids(trained, one_turn)) == (name not in SERVED_TOKENS_DIFFER)
+
+
+def test_the_readme_lists_the_templates_and_states_the_rule():
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    config = readme[readme.index("## Config") :]
+    for name in TEMPLATES:
+        assert f"`{name}`" in config, name
+    assert "LLaMA-Factory's rendering, token for token" in config
+    assert "template omitted = the tokenizer's own" in config
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_path, tiny_model_dir):
+    """``cockpit check`` (its code, in-process) names the key and why: LLaMA-Factory's plugin, text only."""
+    from conftest import tiny_config
+
+    from cockpit.config import load_config
+    from cockpit.errors import InputError
+    from cockpit.run.preflight import check_run
+
+    over = {"stage": stage, "dataset": "cockpit_identity_pairs"} if stage == "dpo" else {}
+    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, template="qwen2_vl", **over))
+    with pytest.raises(InputError) as err:
+        check_run(cfg, log=lambda *_: None, with_devices=False)
+    text = "\n".join(str(p) for p in err.value.problems)
+    assert text.startswith("template: ") and "multimodal templates (its qwen2vl plugin" in text and "text only" in text

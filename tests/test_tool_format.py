@@ -101,8 +101,11 @@ def test_unset_tool_format_uses_qwen_for_the_qwen_template_and_keeps_default_sys
     assert prompt.startswith("<|im_start|>system\nYou are a weather bot.\n\n# Tools") and "<tool_call>" in trained
 
 
-def test_a_template_that_writes_tools_itself_gets_them_through_apply_chat_template(tok):
-    from cockpit.data.render import render_sample
+def test_the_tokenizers_own_template_writes_tools_as_llamafactory_parses_it(tok):
+    """No template key: LLaMA-Factory parses the tokenizer's Jinja into slots (issue 31), so even a Jinja with
+    a tool section of its own gets LLaMA-Factory's default tool format (the tools after the system prompt,
+    Action / Action Input calls) and tool results in its user slot; so does Cockpit."""
+    from cockpit.data.render import apply_template_choice, render_sample
 
     tok.chat_template = (
         "{% if tools %}<|im_start|>system\nTOOLS{% for t in tools %} {{ t.function.name if t.function else t.name }}{% endfor %}<|im_end|>\n{% endif %}"
@@ -111,11 +114,13 @@ def test_a_template_that_writes_tools_itself_gets_them_through_apply_chat_templa
         "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
+    apply_template_choice(tok, None)
     sample = samples()[0]
     prompt, trained = split(tok, render_sample(tok, sample["messages"], 2048, tools=sample["tools"]))
-    assert "TOOLS get_weather" in prompt  # the template's own tool section: rendered natively
-    assert 'CALL get_weather {"city": "Paris", "unit": "celsius"}' in trained
-    assert "<|im_start|>tool\n" in prompt and '"temperature": 21' not in trained
+    assert "TOOLS get_weather" not in prompt and "You have access to the following tools:" in prompt
+    assert "> Tool Name: get_weather" in prompt
+    assert 'Action: get_weather\nAction Input: {"city": "Paris", "unit": "celsius"}' in trained
+    assert '<|im_start|>user\n{"temperature": 21' in prompt and '"temperature": 21' not in trained
 
 
 def test_bad_function_call_and_tools_are_reported_by_line(tmp_path):
@@ -152,8 +157,8 @@ def toolcall_config(tmp_path: Path, model_dir: Path, **over) -> Path:
     data.mkdir(exist_ok=True)
     shutil.copy(FIXTURES / "toolcall_sharegpt.json", data / "toolcall_sharegpt.json")
     shutil.copy(FIXTURES / "toolcall_dataset_info.json", data / "dataset_info.json")
-    return tiny_config(tmp_path, model_dir, "tools", dataset="toolcall_demo", dataset_dir=str(data), cutoff_len=512,
-                       tool_format="qwen", template="qwen", probes=None, **over)
+    over = {"tool_format": "qwen", "template": "qwen", "probes": None, **over}
+    return tiny_config(tmp_path, model_dir, "tools", dataset="toolcall_demo", dataset_dir=str(data), cutoff_len=512, **over)
 
 
 def test_cockpit_check_reads_the_tool_dataset(tmp_path, tiny_model_dir):
@@ -166,6 +171,21 @@ def test_cockpit_check_reads_the_tool_dataset(tmp_path, tiny_model_dir):
     trained = "".join(p["text"] for p in out["preview"]["pieces"] if p["trained"])
     prompt = "".join(p["text"] for p in out["preview"]["pieces"] if not p["trained"])
     assert "<tools>" in prompt and "<tool_call>" in trained and "<tool_response>" in prompt
+    assert out["template"] == "qwen (LLaMA-Factory 0.9.5's, token for token)"  # the data report says which
+
+
+def test_cockpit_check_says_the_tokenizers_own_template_rendered(tmp_path, tiny_model_dir):
+    """No template key: the data report says the tokenizer's own template, parsed as LLaMA-Factory parses it."""
+    from cockpit.config import load_config
+    from cockpit.run.preflight import check_run
+
+    cfg = load_config(toolcall_config(tmp_path, tiny_model_dir, template=None))
+    out = check_run(cfg, log=lambda *_: None, with_devices=False).as_dict()
+    assert out["template"] == (
+        "the tokenizer's own (parsed into LLaMA-Factory's slots as LLaMA-Factory does without a template key)"
+    )
+    trained = "".join(p["text"] for p in out["preview"]["pieces"] if p["trained"])
+    assert "<tool_call>" in trained  # tool_format qwen, set by the config, writes the calls
 
 
 @pytest.mark.slow

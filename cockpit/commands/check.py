@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"config: {args.config or 'command-line flags'} OK")
     print(f"model: {result.model_path}")
     print("datasets: " + ", ".join(f"{k} ({v})" for k, v in result.formats.items()))
+    if result.template:
+        print(f"template: {result.template}")
     for line in result.report.lines():
         print(line)
     if cfg.get("stage", "sft") == "sft":

@@ -103,6 +103,72 @@ def lf_template(name: str, default_system: str | None = None, enable_thinking: b
     )
 
 
+OWN = "the tokenizer's own"  # the name of a template parsed from the tokenizer's Jinja (template unset)
+
+
+def _find_diff(short: str, long: str) -> str:
+    """LLaMA-Factory's ``find_diff``: the characters of ``long`` a greedy walk along ``short`` skips."""
+    i = j = 0
+    diff = ""
+    while i < len(short) and j < len(long):
+        if short[i] == long[j]:
+            i += 1
+        else:
+            diff += long[j]
+        j += 1
+    return diff
+
+
+def parse_template(
+    tokenizer: Any, chat_template: str | None = None, default_system: str | None = None, enable_thinking: bool = True
+) -> LfTemplate:
+    """The tokenizer's own chat template (``chat_template``, else its current one) as LLaMA-Factory 0.9.5's
+    ``parse_template`` reads it when the config sets no template: the slots its Jinja writes around a
+    placeholder system, user and assistant message (the default system prompt it inserts found as the
+    difference), no stop words, LLaMA-Factory's ``default`` tool format, a reasoning template when the
+    reply slot shows ``<think>``. Raises what the Jinja raises (a template that refuses a system message)."""
+
+    def render(messages: list[dict[str, str]], gen: bool) -> str:
+        kwargs = {"chat_template": chat_template} if chat_template else {}
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False, **kwargs))
+
+    content = "{{content}}"
+    prefix = tokenizer.decode(tokenizer.encode(""))
+    system_slot = render([{"role": "system", "content": content}], False)[len(prefix) :]
+    empty_system = render([{"role": "system", "content": ""}, {"role": "user", "content": content}], True)
+    user_slot_empty_system = empty_system[len(prefix) :]
+    user_slot = render([{"role": "user", "content": content}], True)[len(prefix) :]
+    pair = [{"role": "user", "content": content}, {"role": "assistant", "content": content}]
+    assistant_slot = render(pair, False)[len(prefix) + len(user_slot) :]
+    reasoning = "<think>" in assistant_slot
+    assistant_slot = assistant_slot.replace("<think>", "").replace("</think>", "").lstrip("\n")
+    if len(user_slot) > len(user_slot_empty_system):
+        parsed_system = _find_diff(user_slot_empty_system, user_slot)
+        user_slot = user_slot[len(system_slot.replace(content, parsed_system, 1)) :]
+    else:
+        parsed_system = ""
+    return LfTemplate(
+        name=OWN,
+        user=(user_slot,),
+        assistant=(assistant_slot,),
+        system=(system_slot,),
+        observation=(user_slot,),
+        function=(assistant_slot,),
+        function_format="default",
+        tool_format="default",
+        tools_slots=None,
+        prefix=(prefix,) if prefix else (),
+        default_system=parsed_system if default_system is None else default_system,
+        stop_words=(),
+        thought_words=("<think>\n", "\n</think>\n\n"),
+        tool_call_words=("<tool_call>", "</tool_call>"),
+        efficient_eos=False,
+        replace_eos=False,
+        kind="reasoning" if reasoning else "plain",
+        enable_thinking=enable_thinking,
+    )
+
+
 def with_tool_format(template: LfTemplate, tool_format: str | None) -> LfTemplate:
     """The template with the config's ``tool_format`` (LLaMA-Factory: its function slot becomes the
     plain reply slot and both the call and tool-list formats ``tool_format``)."""

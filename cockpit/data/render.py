@@ -3,11 +3,14 @@
 A named template (the config's ``template``) is LLaMA-Factory 0.9.5's of that name and renders token
 for token as LLaMA-Factory does (cockpit.data.lf_render, the templates' data in
 cockpit.data.lf_templates); the tokenizer's chat template then carries the template's settings in a
-header and its Jinja, for ``apply_chat_template`` and a served model. Without one, the tokenizer's
-own template renders the text: each assistant turn's span is found by rendering the conversation up to that turn twice (with
-the generation prompt, and with the turn); the text in between (the reply and its end-of-turn
-marker) is trained, everything else is masked with -100. Token/character alignment uses the
-fast tokenizer's offsets, so it works for any template and any script (Chinese included).
+header and its Jinja, for ``apply_chat_template`` and a served model. Without one, the tokenizer's own
+Jinja stays its chat template (as LLaMA-Factory leaves it) and is parsed into LLaMA-Factory's slots as
+LLaMA-Factory's ``parse_template`` parses it; those slots render, token for token as LLaMA-Factory does.
+Only a Jinja LLaMA-Factory cannot parse (one that refuses a system message) renders itself: each
+assistant turn's span is found by rendering the conversation up to that turn twice (with the
+generation prompt, and with the turn); the text in between (the reply and its end-of-turn marker) is
+trained, everything else is masked with -100. Token/character alignment uses the fast tokenizer's
+offsets, so it works for any template and any script (Chinese included).
 """
 
 from __future__ import annotations
@@ -48,6 +51,55 @@ def lf_template_of(tokenizer: Any) -> lf_render.LfTemplate | None:
             settings["name"], settings["default_system"], settings["enable_thinking"]
         )
     return _LF_OF[header]
+
+
+_OWN_OF: dict[tuple[str, str, str, int], tuple[lf_render.LfTemplate | None, str | None]] = {}
+
+
+def _own_settings(template: str) -> tuple[str, str | None, bool]:
+    """(the tokenizer's own Jinja, the default system and enable_thinking Cockpit wrapped around it)."""
+    thinking = not template.startswith(_THINKING_MARK)
+    system = None
+    for mark in (_THINKING_MARK, _SYSTEM_MARK):  # outermost first
+        if template.startswith(mark):
+            head, template = template.split(mark, 2)[1:]
+            if mark == _SYSTEM_MARK:
+                system = json.loads(head.split("'content': ", 1)[1].rsplit("}] + messages", 1)[0])
+    return template, system, thinking
+
+
+def own_template(tokenizer: Any) -> tuple[lf_render.LfTemplate | None, str | None]:
+    """(the tokenizer's own chat template parsed into LLaMA-Factory's slots as LLaMA-Factory parses it when
+    the config sets no template, None), or (None, why LLaMA-Factory cannot parse it): then its Jinja
+    renders. (None, None) for a template Cockpit made from a named one, or none at all."""
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    if not template or template.startswith(_LF_MARK):
+        return None, None
+    key = (template, str(getattr(tokenizer, "name_or_path", "")), str(tokenizer.bos_token), len(tokenizer))
+    if key not in _OWN_OF:
+        jinja, system, thinking = _own_settings(template)
+        try:
+            _OWN_OF[key] = (lf_render.parse_template(tokenizer, jinja, system, thinking), None)
+        except Exception as exc:  # noqa: BLE001 - the Jinja's own error (e.g. no system role): it renders itself
+            _OWN_OF[key] = (None, f"{type(exc).__name__}: {exc}")
+    return _OWN_OF[key]
+
+
+def template_in_use(tokenizer: Any) -> lf_render.LfTemplate | None:
+    """The LLaMA-Factory template the tokenizer renders with: a named one (:func:`lf_template_of`) or its
+    own Jinja parsed as LLaMA-Factory parses it; None when that Jinja renders itself (unparsable)."""
+    return lf_template_of(tokenizer) or own_template(tokenizer)[0]
+
+
+def template_description(tokenizer: Any) -> str:
+    """Which template renders the data, for the data report."""
+    named = lf_template_of(tokenizer)
+    if named is not None:
+        return f"{named.name} (LLaMA-Factory 0.9.5's, token for token)"
+    parsed, why = own_template(tokenizer)
+    if parsed is not None:
+        return "the tokenizer's own (parsed into LLaMA-Factory's slots as LLaMA-Factory does without a template key)"
+    return f"the tokenizer's own, rendered by its Jinja (LLaMA-Factory cannot parse it: {why})"
 
 
 def lf_chat_template(name: str, default_system: str | None = None, enable_thinking: bool = True) -> str:
@@ -174,7 +226,7 @@ def with_tools(
     its tools (the template writes them) or written as text in ``tool_format`` (cockpit.data.tools)."""
     if not tools and not tools_mod.has_tool_turns(messages):
         return list(messages), None
-    lf = lf_template_of(tokenizer)
+    lf = template_in_use(tokenizer)
     if lf is not None:  # calls written as the template's function slot writes them; tools and observations as they are
         lf = lf_render.with_tool_format(lf, tool_format)
         turns = [
@@ -220,8 +272,9 @@ def trainable_spans(
 
 
 def _lf_for(tokenizer: Any, tool_format: str | None, default_system: str | None) -> lf_render.LfTemplate | None:
-    """The tokenizer's LLaMA-Factory template with a call's ``tool_format`` / ``default_system``, or None."""
-    lf = lf_template_of(tokenizer)
+    """The tokenizer's LLaMA-Factory template (named, or its own parsed) with a call's ``tool_format`` /
+    ``default_system``, or None (its own Jinja renders)."""
+    lf = template_in_use(tokenizer)
     if lf is None:
         return None
     if default_system is not None and default_system != lf.default_system:
@@ -368,7 +421,7 @@ def truncated_positions(
 def render_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any = None) -> list[int]:
     """Token ids of a prompt ready for generation (probes, chat, predictions); ``tools``: the list a
     template that writes tools itself gets (:func:`with_tools`)."""
-    lf = lf_template_of(tokenizer)
+    lf = template_in_use(tokenizer)
     if lf is not None:
         return lf_render.encode_prompt(tokenizer, lf, messages, tools)
     text = _render(tokenizer, messages, True, tools)

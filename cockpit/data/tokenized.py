@@ -44,6 +44,10 @@ RENDER_KEYS = (
     "allow_bad_rows",
 )
 
+# how Cockpit renders (a cache written by an older rendering is refused, not reused): LLaMA-Factory 0.9.5's
+# templates, and its parse of the tokenizer's own Jinja when the template is unset (issue 31)
+RENDERING = "LLaMA-Factory 0.9.5; template unset: its parse_template"
+
 
 def fingerprint(cfg: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
     """What made the tokens: the render keys, the tokenizer and each dataset file's size and time."""
@@ -55,6 +59,7 @@ def fingerprint(cfg: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         files[str(spec.path)] = [st.st_size, int(st.st_mtime)]
     return {
         **{k: cfg.get(k) for k in RENDER_KEYS},
+        "rendering": RENDERING,
         "tokenizer": [str(getattr(tokenizer, "name_or_path", "")), len(tokenizer)],
         "files": files,
     }

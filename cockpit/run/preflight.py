@@ -24,6 +24,7 @@ class CheckResult:
     samples: int = 0
     model_path: str | None = None
     preview: dict[str, Any] | None = None  # first rendered sample: text pieces, trained or not
+    template: str | None = None  # which chat template rendered the data (render.template_description)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +36,7 @@ class CheckResult:
             "truncation": self.report.as_dict() if self.report else None,
             "model_path": self.model_path,
             "preview": self.preview,
+            "template": self.template,
         }
 
 
@@ -173,7 +175,7 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded:
 
         return check_stage(cfg, log, with_devices)
     from cockpit.data.prepare import prepare_dataset, render_options
-    from cockpit.data.render import trainable_spans
+    from cockpit.data.render import template_description, trainable_spans
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
 
     warnings = static_checks(cfg)
@@ -231,4 +233,5 @@ def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded:
         samples=len(prepared.trainable),  # what the ranks train on
         model_path=ref.path,
         preview={"source": prepared.loaded.samples[0]["source"], "pieces": [p for p in pieces if p["text"]]},
+        template=template_description(tok),
     )
