@@ -2,6 +2,7 @@
 
     python bench/lf_template_fixtures.py            # builds the side venv (bench/lf_venv.py) and re-runs itself there
     python bench/lf_template_fixtures.py --own      # only the tokenizer's-own-template file (no template key)
+    python bench/lf_template_fixtures.py --mistral  # only the file made with Mistral's real tokenizer
 
 For every text template LLaMA-Factory registers (``llamafactory.data.template.TEMPLATES`` without a
 multimodal plugin: 73 in 0.9.5) and every case in ``CASES``, a raw dataset row goes through
@@ -14,6 +15,8 @@ the tokens LLaMA-Factory added to the tokenizer, its eos / pad token, and per ca
 and ``labels`` (or the error LLaMA-Factory raised). ``tests/test_lf_templates.py`` compares Cockpit with it.
 ``tests/fixtures/lf_templates/lf_own_templates.json.gz``: the same cases with no template key, for the
 embedded tokenizer's own Jinja and the Jinjas of ``OWN_TEMPLATES`` (LLaMA-Factory's ``parse_template``).
+``tests/fixtures/lf_templates/lf_templates_mistral.json.gz``: the templates that write the tokenizer's BOS
+or a Mistral control token, every case, with Mistral's real v3 tokenizer (``MISTRAL_TOKENIZER``).
 """
 
 from __future__ import annotations
@@ -22,13 +25,23 @@ import copy
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_templates.json.gz"
 OUT_OWN = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_own_templates.json.gz"  # template key unset
+OUT_MISTRAL = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_templates_mistral.json.gz"
+# A real tokenizer whose special tokens the templates write: Mistral's v3 (the SentencePiece model that
+# mistral-common ships; [INST], [/INST], [TOOL_CALLS], [AVAILABLE_TOOLS], [TOOL_RESULTS] are control tokens,
+# BOS is added on encode), converted to a fast tokenizer: tokenizer.json.gz + tokenizer_config.json.
+MISTRAL_TOKENIZER = ROOT / "tests" / "fixtures" / "lf_templates" / "mistral_v3_tokenizer"
+MISTRAL_COMMON = "mistral-common==1.13.1"
+MISTRAL_MODEL = "mistral_instruct_tokenizer_240323.model.v3"
+MISTRAL_CONTROL = ("[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]")
 
 TOOLS = [
     {
@@ -100,6 +113,7 @@ THINKING_CASES: dict[str, tuple[str, dict, dict]] = {
     "thought_off": ("sharegpt", _THOUGHT_ROW, {"enable_thinking": False}),
 }
 CUTOFF = 1024
+SMOLLM2 = "embedded SmolLM2-135M-Instruct (cockpit.models.embedded)"
 # Llama 3's tool prompt carries the day of rendering ("Today Date: 23 Jul 2024"): LF's clock is frozen
 # at this day while the fixtures are made, and the test freezes Cockpit's (cockpit.data.lf_tools.today).
 TOOL_DATE = (2024, 7, 23)
@@ -210,17 +224,28 @@ def _freeze_tool_date() -> str:
     return day.strftime("%d %b %Y")
 
 
-def generate() -> dict:
+def _uses_bos_or_mistral_tokens(template) -> bool:
+    """Whether a template writes the tokenizer's BOS or one of Mistral's control tokens (where Mistral's
+    real tokenizer renders differently from SmolLM2's)."""
+    formatters = ("format_user", "format_assistant", "format_system", "format_function", "format_observation")
+    text = repr([getattr(template, f).slots for f in (*formatters, "format_prefix")])
+    return "bos_token" in text or any(token in text for token in MISTRAL_CONTROL)
+
+
+def generate(tokenizer_dir: str | None = None, label: str = SMOLLM2, only=None) -> dict:
+    """Every text template (``only``: those it keeps) through every case, with the tokenizer at
+    ``tokenizer_dir`` (default: the embedded SmolLM2's)."""
     from llamafactory.data import template as template_mod
     from llamafactory.data.template import ReasoningTemplate
     from transformers import AutoTokenizer
 
     tool_date = _freeze_tool_date()
     tok0 = AutoTokenizer.from_pretrained(
-        _tokenizer_dir(), use_fast=True, split_special_tokens=False, padding_side="right"
+        tokenizer_dir or _tokenizer_dir(), use_fast=True, split_special_tokens=False, padding_side="right"
     )
     registry = dict(template_mod.TEMPLATES)
     names = [n for n, t in registry.items() if type(t.mm_plugin).__name__ == "BasePlugin"]
+    names = [n for n in names if only is None or only(registry[n])]
     templates = {}
     for name in names:
         pristine = copy.deepcopy(registry[name])
@@ -231,17 +256,17 @@ def generate() -> dict:
         entry["cases"] = {c: _render_case(name, pristine, tok0, *spec) for c, spec in cases.items()}
         template_mod.TEMPLATES[name] = pristine
         templates[name] = entry
-    return {**_header(tool_date), "templates": templates}
+    return {**_header(tool_date, label), "templates": templates}
 
 
-def _header(tool_date: str) -> dict:
+def _header(tool_date: str, label: str = SMOLLM2) -> dict:
     """What a golden file says of itself: LLaMA-Factory's version, the tokenizer, the cases."""
     import llamafactory
 
     all_cases = {**CASES, **THINKING_CASES}
     return {
         "llamafactory": llamafactory.__version__,
-        "tokenizer": "embedded SmolLM2-135M-Instruct (cockpit.models.embedded)",
+        "tokenizer": label,
         "cutoff_len": CUTOFF,
         "tool_date": tool_date,
         "cases": {c: {"formatting": f, "row": r, "options": o} for c, (f, r, o) in all_cases.items()},
@@ -277,6 +302,47 @@ def generate_own() -> dict:
     return {**_header(tool_date), "own_templates": own}
 
 
+def make_mistral_tokenizer() -> None:
+    """Writes ``MISTRAL_TOKENIZER``: mistral-common's v3 SentencePiece model (installed into the side venv,
+    without its dependencies: only its data file is read) as a fast tokenizer, its control tokens special."""
+    import importlib.util
+
+    from transformers import LlamaTokenizer
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", MISTRAL_COMMON], check=True)
+    spec = importlib.util.find_spec("mistral_common")  # finds the package without importing it
+    assert spec is not None and spec.submodule_search_locations
+    model = Path(next(iter(spec.submodule_search_locations))) / "data" / MISTRAL_MODEL
+    found = SentencePieceExtractor(str(model)).extract(None)
+    tok = LlamaTokenizer(
+        vocab=found["vocab"],
+        merges=found["merges"],
+        legacy=False,
+        add_bos_token=True,
+        add_eos_token=False,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+    control = [t for t in found["additional_special_tokens"] if t.content not in ("<s>", "</s>")]
+    tok.add_tokens(control, special_tokens=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save_pretrained(tmp)
+        MISTRAL_TOKENIZER.mkdir(parents=True, exist_ok=True)
+        raw = (Path(tmp) / "tokenizer.json").read_bytes()
+        (MISTRAL_TOKENIZER / "tokenizer.json.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+        shutil.copy(Path(tmp) / "tokenizer_config.json", MISTRAL_TOKENIZER / "tokenizer_config.json")
+
+
+def unpacked_mistral_tokenizer(into: Path) -> str:
+    """The Mistral tokenizer fixture as a folder ``AutoTokenizer`` loads."""
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "tokenizer.json").write_bytes(gzip.decompress((MISTRAL_TOKENIZER / "tokenizer.json.gz").read_bytes()))
+    shutil.copy(MISTRAL_TOKENIZER / "tokenizer_config.json", into / "tokenizer_config.json")
+    return str(into)
+
+
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
@@ -292,13 +358,23 @@ def main() -> int:
 
         py = lf_venv.ensure().parent / "python"
         return subprocess.call([str(py), __file__, *sys.argv[1:]], env={**os.environ, "PYTHONPATH": ""})
-    if "--own" not in sys.argv:
+    chosen = {"--smollm2", "--own", "--mistral"} & set(sys.argv) or {"--smollm2", "--own", "--mistral"}
+    if "--smollm2" in chosen:
         data = generate()
         _write(OUT, data)
         print(f"{len(data['templates'])} templates -> {OUT} ({OUT.stat().st_size} bytes)")
-    own = generate_own()
-    _write(OUT_OWN, own)
-    print(f"{len(own['own_templates'])} tokenizer's own templates -> {OUT_OWN} ({OUT_OWN.stat().st_size} bytes)")
+    if "--own" in chosen:
+        own = generate_own()
+        _write(OUT_OWN, own)
+        print(f"{len(own['own_templates'])} tokenizer's own templates -> {OUT_OWN} ({OUT_OWN.stat().st_size} bytes)")
+    if "--mistral" in chosen:
+        if not (MISTRAL_TOKENIZER / "tokenizer.json.gz").exists():
+            make_mistral_tokenizer()
+        with tempfile.TemporaryDirectory() as tmp:
+            label = f"Mistral v3 ({MISTRAL_COMMON}'s {MISTRAL_MODEL}, tests/fixtures/lf_templates/mistral_v3_tokenizer)"
+            data = generate(unpacked_mistral_tokenizer(Path(tmp)), label, _uses_bos_or_mistral_tokens)
+        _write(OUT_MISTRAL, data)
+        print(f"{len(data['templates'])} templates -> {OUT_MISTRAL} ({OUT_MISTRAL.stat().st_size} bytes)")
     return 0
 
 

@@ -55,33 +55,51 @@ def _fresh_tokenizer_dir() -> str:
     return str(ensure_embedded_model(log=lambda *_: None))
 
 
-_SHARED: dict[str, Any] = {}
+@cache
+def _mistral_tokenizer_dir() -> str:
+    """Mistral's real v3 tokenizer (the fixture bench/lf_template_fixtures.py made from mistral-common's
+    SentencePiece model), unpacked into a temporary folder once."""
+    import atexit
+    import shutil
+    import tempfile
+
+    fixture = GOLDEN.parent / "mistral_v3_tokenizer"
+    into = Path(tempfile.mkdtemp(prefix="cockpit-mistral-tok-"))
+    atexit.register(shutil.rmtree, into, True)
+    (into / "tokenizer.json").write_bytes(gzip.decompress((fixture / "tokenizer.json.gz").read_bytes()))
+    shutil.copy(fixture / "tokenizer_config.json", into / "tokenizer_config.json")
+    return str(into)
 
 
-def _tokenizer() -> Any:
-    """The embedded tokenizer with its own chat template: loaded once (0.4 s a load) and loaded again
-    only after a template changed its vocabulary or special tokens."""
+_SHARED: dict[str, dict[str, Any]] = {"smollm2": {}, "mistral": {}}
+_DIRS = {"smollm2": _fresh_tokenizer_dir, "mistral": _mistral_tokenizer_dir}
+
+
+def _tokenizer(which: str = "smollm2") -> Any:
+    """The embedded tokenizer with its own chat template (``which``: or Mistral's): loaded once (0.4 s a
+    load) and loaded again only after a template changed its vocabulary or special tokens."""
     from transformers import AutoTokenizer
 
-    tok = _SHARED.get("tok")
-    if tok is None or len(tok) != _SHARED["len"] or tok.all_special_tokens != _SHARED["special"]:
-        tok = AutoTokenizer.from_pretrained(_fresh_tokenizer_dir())
-        _SHARED.update(tok=tok, len=len(tok), special=list(tok.all_special_tokens), template=tok.chat_template)
-    tok.chat_template = _SHARED["template"]
+    shared = _SHARED[which]
+    tok = shared.get("tok")
+    if tok is None or len(tok) != shared["len"] or tok.all_special_tokens != shared["special"]:
+        tok = AutoTokenizer.from_pretrained(_DIRS[which]())
+        shared.update(tok=tok, len=len(tok), special=list(tok.all_special_tokens), template=tok.chat_template)
+    tok.chat_template = shared["template"]
     return tok
 
 
-def cockpit_case(name: str, case: str) -> dict[str, Any]:
+def cockpit_case(name: str, case: str, data: dict[str, Any] = DATA, which: str = "smollm2") -> dict[str, Any]:
     """What Cockpit renders for one golden case: input_ids and labels, or the error it raises."""
     from cockpit.data.prepare import render_options
     from cockpit.data.render import apply_template_choice, render_sample
 
-    spec = DATA["cases"][case]
-    cfg = {"template": name, "cutoff_len": DATA["cutoff_len"], **spec["options"]}  # a config as Cockpit reads it
+    spec = data["cases"][case]
+    cfg = {"template": name, "cutoff_len": data["cutoff_len"], **spec["options"]}  # a config as Cockpit reads it
     messages, tools = _messages(spec["formatting"], spec["row"])
-    tok = _tokenizer()
+    tok = _tokenizer(which)
     try:  # as cockpit.data.prepare.prepare_dataset renders; Llama 3's tool prompt dated as the golden file is
-        with mock.patch("cockpit.data.lf_tools.today", return_value=DATA["tool_date"]):
+        with mock.patch("cockpit.data.lf_tools.today", return_value=data["tool_date"]):
             apply_template_choice(tok, name, cfg.get("default_system"), cfg.get("enable_thinking", True))
             r = render_sample(tok, messages, cfg["cutoff_len"], tools=tools, **render_options(cfg))
     except ValueError as exc:
@@ -89,11 +107,11 @@ def cockpit_case(name: str, case: str) -> dict[str, Any]:
     return {"input_ids": r.input_ids, "labels": r.labels}
 
 
-def tokenizer_changes(name: str) -> dict[str, Any]:
+def tokenizer_changes(name: str, which: str = "smollm2") -> dict[str, Any]:
     """The tokens Cockpit adds to the tokenizer for a template, and its eos, as the golden file records them."""
     from cockpit.data.render import apply_template_choice
 
-    tok = _tokenizer()
+    tok = _tokenizer(which)
     before = set(tok.get_vocab())
     try:
         apply_template_choice(tok, name)
@@ -104,18 +122,20 @@ def tokenizer_changes(name: str) -> dict[str, Any]:
 
 
 @cache
-def differences(name: str) -> tuple[str, ...]:
-    """Where Cockpit differs from LLaMA-Factory for a template (empty: identical)."""
-    gold = DATA["templates"][name]
+def differences(name: str, which: str = "smollm2") -> tuple[str, ...]:
+    """Where Cockpit differs from LLaMA-Factory for a template (empty: identical); ``which``: the tokenizer
+    (and so the golden file)."""
+    data = MISTRAL if which == "mistral" else DATA
+    gold = data["templates"][name]
     found = []
-    mine = tokenizer_changes(name)
+    mine = tokenizer_changes(name, which)
     if "error" in mine:
         return (f"refused: {mine['error'][:100]}",)
     for key in ("added_tokens", "eos_token"):
         if mine[key] != gold.get(key):
             found.append(f"tokenizer {key}: {mine[key]!r} != LF {gold.get(key)!r}")
     for case, want in gold["cases"].items():
-        got = cockpit_case(name, case)
+        got = cockpit_case(name, case, data, which)
         if "error" in want:
             if "error" not in got:
                 found.append(f"{case}: LF refuses ({want['error']}), Cockpit renders")
@@ -126,6 +146,9 @@ def differences(name: str) -> tuple[str, ...]:
         elif got["labels"] != want["labels"]:
             found.append(f"{case}: labels differ")
     return tuple(found)
+
+
+MISTRAL: dict[str, Any] = json.loads(gzip.decompress(GOLDEN.with_name("lf_templates_mistral.json.gz").read_bytes()))
 
 
 def _param(name: str) -> Any:
@@ -334,3 +357,24 @@ def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_
         check_run(cfg, log=lambda *_: None, with_devices=False)
     text = "\n".join(str(p) for p in err.value.problems)
     assert text.startswith("template: ") and "multimodal templates (its qwen2vl plugin" in text and "text only" in text
+
+
+# A real tokenizer where the templates' special tokens matter: Mistral's v3, whose [INST], [/INST],
+# [TOOL_CALLS], [AVAILABLE_TOOLS] and [TOOL_RESULTS] are control tokens (one id each, never split) and which
+# adds BOS on encode. Golden file by LLaMA-Factory's code with that tokenizer
+# (bench/lf_template_fixtures.py --mistral): the templates that write BOS or a Mistral control token.
+MISTRAL_TEMPLATES = sorted(MISTRAL["templates"])
+
+
+def test_mistral_golden_file_uses_the_real_control_tokens():
+    assert MISTRAL["llamafactory"] == "0.9.5" and MISTRAL["tokenizer"].startswith("Mistral v3")
+    assert {"mistral", "ministral", "llama2", "llama3", "gemma", "deepseek3"} <= set(MISTRAL_TEMPLATES)
+    tok = _tokenizer("mistral")
+    assert tok.encode("") == [tok.bos_token_id] and tok.convert_tokens_to_ids("[INST]") == 3
+    user = MISTRAL["templates"]["mistral"]["cases"]["alpaca_plain"]["input_ids"]
+    assert user[:2] == [tok.bos_token_id, 3]  # BOS, then [INST] as one token: LLaMA-Factory's ids
+
+
+@pytest.mark.parametrize("name", MISTRAL_TEMPLATES)
+def test_template_renders_as_llamafactory_with_mistrals_tokenizer(name):
+    assert differences(name, "mistral") == ()
