@@ -147,6 +147,17 @@ OWN_TEMPLATES: dict[str, str | None] = {
     ),
 }
 
+# Mistral's tokenizer adds BOS on encode: LLaMA-Factory's parse takes it as the prefix (its Jinja writes
+# bos_token too); [INST] / [/INST] are control tokens there.
+OWN_TEMPLATES_MISTRAL: dict[str, str] = {
+    "mistral_jinja": (
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ '[INST] ' + message['content'] + ' [/INST]Understood.' + eos_token }}"
+        "{% elif message['role'] == 'user' %}{{ '[INST] ' + message['content'] + '[/INST]' }}"
+        "{% else %}{{ ' ' + message['content'] + eos_token }}{% endif %}{% endfor %}"
+    ),
+}
+
 
 def _tokenizer_dir() -> str:
     sys.path.insert(0, str(ROOT))
@@ -275,30 +286,34 @@ def _header(tool_date: str, label: str = SMOLLM2) -> dict:
 
 def generate_own() -> dict:
     """LLaMA-Factory's rendering without a template key: each Jinja of ``OWN_TEMPLATES`` on the embedded
-    tokenizer, parsed by LLaMA-Factory's ``parse_template``, through every case (the thinking ones too)."""
+    tokenizer (``OWN_TEMPLATES_MISTRAL``: on Mistral's), parsed by LLaMA-Factory's ``parse_template``,
+    through every case (the thinking ones too)."""
     from llamafactory.data import template as template_mod
     from transformers import AutoTokenizer
 
     tool_date = _freeze_tool_date()
-    tok = AutoTokenizer.from_pretrained(
-        _tokenizer_dir(), use_fast=True, split_special_tokens=False, padding_side="right"
-    )
     own = {}
     all_cases = {**CASES, **THINKING_CASES}
-    for label, jinja in OWN_TEMPLATES.items():
-        tok0 = copy.deepcopy(tok)
-        if jinja is not None:
-            tok0.chat_template = jinja
-        entry: dict = {"jinja": jinja}
-        try:
-            parsed = template_mod.parse_template(copy.deepcopy(tok0))
-            entry["reasoning"] = isinstance(parsed, template_mod.ReasoningTemplate)
-            entry["default_system"] = parsed.default_system
-        except Exception as exc:  # noqa: BLE001 - the Jinja refuses a system message
-            entry["parse_error"] = f"{type(exc).__name__}: {exc}"
-        cases = all_cases if entry.get("reasoning") else CASES
-        entry["cases"] = {c: _render_case(None, None, tok0, *spec) for c, spec in cases.items()}
-        own[label] = entry
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizers = {"smollm2": _tokenizer_dir(), "mistral": unpacked_mistral_tokenizer(Path(tmp))}
+        chosen = [(k, j, "smollm2") for k, j in OWN_TEMPLATES.items()]
+        chosen += [(k, j, "mistral") for k, j in OWN_TEMPLATES_MISTRAL.items()]
+        for label, jinja, which in chosen:
+            tok0 = AutoTokenizer.from_pretrained(
+                tokenizers[which], use_fast=True, split_special_tokens=False, padding_side="right"
+            )
+            if jinja is not None:
+                tok0.chat_template = jinja
+            entry: dict = {"jinja": jinja, **({"tokenizer": which} if which != "smollm2" else {})}
+            try:
+                parsed = template_mod.parse_template(copy.deepcopy(tok0))
+                entry["reasoning"] = isinstance(parsed, template_mod.ReasoningTemplate)
+                entry["default_system"] = parsed.default_system
+            except Exception as exc:  # noqa: BLE001 - the Jinja refuses a system message
+                entry["parse_error"] = f"{type(exc).__name__}: {exc}"
+            cases = all_cases if entry.get("reasoning") else CASES
+            entry["cases"] = {c: _render_case(None, None, tok0, *spec) for c, spec in cases.items()}
+            own[label] = entry
     return {**_header(tool_date), "own_templates": own}
 
 

@@ -222,7 +222,8 @@ def test_saved_chat_template_renders_what_training_trains(name):
 
 # The config sets no template: LLaMA-Factory parses the tokenizer's own Jinja into slots (parse_template) and
 # renders those; so does Cockpit. Golden file by LLaMA-Factory's code (bench/lf_template_fixtures.py --own):
-# the embedded SmolLM2's own template and three Jinjas set on it (bench's OWN_TEMPLATES).
+# the embedded SmolLM2's own template and three Jinjas set on it (bench's OWN_TEMPLATES), and one on Mistral's
+# real tokenizer (BOS added on encode: the parse's prefix).
 OWN_GOLDEN = GOLDEN.with_name("lf_own_templates.json.gz")
 OWN: dict[str, Any] = json.loads(gzip.decompress(OWN_GOLDEN.read_bytes()))
 
@@ -235,8 +236,9 @@ def own_case(label: str, case: str) -> dict[str, Any]:
     spec = OWN["cases"][case]
     cfg = {"cutoff_len": OWN["cutoff_len"], **spec["options"]}
     messages, tools = _messages(spec["formatting"], spec["row"])
-    tok = _tokenizer()
-    jinja = OWN["own_templates"][label]["jinja"]
+    entry = OWN["own_templates"][label]
+    tok = _tokenizer(entry.get("tokenizer", "smollm2"))
+    jinja = entry["jinja"]
     if jinja is not None:
         tok.chat_template = jinja
     try:
@@ -251,12 +253,13 @@ def own_case(label: str, case: str) -> dict[str, Any]:
 def test_own_golden_file_covers_the_parse():
     assert OWN["llamafactory"] == "0.9.5"
     own = OWN["own_templates"]
-    assert set(own) == {"smollm2", "llama3_jinja", "reasoning_jinja", "no_system_jinja"}
+    assert set(own) == {"smollm2", "llama3_jinja", "reasoning_jinja", "no_system_jinja", "mistral_jinja"}
+    assert own["mistral_jinja"]["tokenizer"] == "mistral"  # BOS on encode: the parse's prefix
     assert own["smollm2"]["default_system"].startswith("You are a helpful AI assistant named SmolLM")
     assert own["reasoning_jinja"]["reasoning"] and "thinking_off" in own["reasoning_jinja"]["cases"]
 
 
-@pytest.mark.parametrize("label", ["smollm2", "llama3_jinja", "reasoning_jinja"])
+@pytest.mark.parametrize("label", ["smollm2", "llama3_jinja", "reasoning_jinja", "mistral_jinja"])
 def test_template_unset_renders_the_tokenizers_own_as_llamafactory_parses_it(label):
     """Every case (tools, truncation, masking, default_system, thinking) token for token."""
     from cockpit.data.lf_render import OWN as OWN_NAME
@@ -267,7 +270,7 @@ def test_template_unset_renders_the_tokenizers_own_as_llamafactory_parses_it(lab
         assert "error" not in want, (case, want)
         got = own_case(label, case)
         assert got == want, case
-    tok = _tokenizer()
+    tok = _tokenizer(gold.get("tokenizer", "smollm2"))
     if gold["jinja"] is not None:
         tok.chat_template = gold["jinja"]
     parsed = template_in_use(tok)
