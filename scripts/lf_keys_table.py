@@ -4,8 +4,9 @@
     python scripts/lf_keys_table.py --check  # exit 1 if docs/configuration.md's table is not current
 
 Rows: every key of cockpit/config/schema.py that comes from LLaMA-Factory (works, with its help
-text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py); the last
-column names the stages that refuse a working key (cockpit/config/stages.py's UNHONOURED).
+text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py); a
+column per stage says whether its recipe honours the key (cockpit/config/stages.py's STAGES: a stage
+refuses a key it does not honour at ``cockpit check``, naming the key and the stage).
 """
 
 from __future__ import annotations
@@ -26,18 +27,22 @@ def cell(text: str) -> str:
 def table() -> str:
     from cockpit.config.parity import refusal_reason
     from cockpit.config.schema import ALIASES, KEYS, LLAMAFACTORY_UNSUPPORTED, describe
-    from cockpit.config.stages import refusing_stages
+    from cockpit.config.stages import STAGES
 
-    def stages(key: str) -> str:
-        return ", ".join(refusing_stages(key))
+    def stages(key: str) -> str:  # a column per stage, from its recipe's declared capabilities
+        return " | ".join("yes" if caps.honours(key) else "**no**" for caps in STAGES.values())
 
-    rows = ["| key | Cockpit | refused for stage (not honoured there yet) |", "|---|---|---|"]
+    rows = [
+        "| key | Cockpit | " + " | ".join(STAGES) + " |",
+        "|---|---|" + "---|" * len(STAGES),
+    ]
     for k in sorted((k for k in KEYS if k.llamafactory), key=lambda k: k.name):
         rows.append(f"| `{k.name}` | works: {cell(k.help)} ({cell(describe(k))}) | {stages(k.name)} |")
     for alias, key in sorted(ALIASES.items()):
         rows.append(f"| `{alias}` | works: read as `{key}` | {stages(key)} |")
+    refused = " | ".join("**no**" for _ in STAGES)
     for name in sorted(LLAMAFACTORY_UNSUPPORTED):
-        rows.append(f"| `{name}` | refused: {cell(refusal_reason(name) or 'not supported yet')} | every stage |")
+        rows.append(f"| `{name}` | refused: {cell(refusal_reason(name) or 'not supported yet')} | {refused} |")
     return "\n".join(rows)
 
 

@@ -36,7 +36,15 @@ def test_an_export_folder_has_an_ordinary_folders_mode(tmp_path):
 def test_secret_names_beyond_token_and_key():
     from cockpit.redact import is_secret_name, redact_env, secret_values
 
-    for name in ("DB_PASS", "SMTP_PASSWORD", "LDAP_PASSWD", "PROXY_AUTH", "BASIC_AUTH_HEADER", "HF_TOKEN", "WANDB_API_KEY"):
+    for name in (
+        "DB_PASS",
+        "SMTP_PASSWORD",
+        "LDAP_PASSWD",
+        "PROXY_AUTH",
+        "BASIC_AUTH_HEADER",
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+    ):
         assert is_secret_name(name), name
     for name in ("HIP_VISIBLE_DEVICES", "NCCL_DEBUG", "OMP_NUM_THREADS"):
         assert not is_secret_name(name), name
@@ -85,11 +93,15 @@ def test_planted_secrets_reach_the_run_and_are_written_nowhere(tmp_path, tiny_mo
     try:
         wait_for(lambda: has_step(run, 2), 180, "steps")
         env = _environ(status()["supervisor_pid"])
-        assert env.get("DB_PASS") == planted[0] and env.get("PROXY_AUTH") == planted[1] and env.get("NCCL_DEBUG") == "WARN"
+        assert (
+            env.get("DB_PASS") == planted[0] and env.get("PROXY_AUTH") == planted[1] and env.get("NCCL_DEBUG") == "WARN"
+        )
         assert cockpit("stop", str(run), "--wait", "120").returncode == 0
         resumed = cockpit("resume", str(run), "--set", f"env={{API_TOKEN: {planted[2]}}}", "--detach")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        wait_for(lambda: status().get("supervisor_pid") and status().get("state") in ("running", "starting"), 60, "attempt 2")
+        wait_for(
+            lambda: status().get("supervisor_pid") and status().get("state") in ("running", "starting"), 60, "attempt 2"
+        )
         env = _environ(status()["supervisor_pid"])
         assert env.get("API_TOKEN") == planted[2]
         outputs = res.stdout + res.stderr + resumed.stdout + resumed.stderr
@@ -120,7 +132,9 @@ def test_fp16_lora_trains_every_trainable_parameter_in_fp32(tmp_path, tiny_model
     assert any("modules_to_save" in n for n in half_trainable), half_trainable  # the defect, before the cast
     assert upcast_trainable(model) == len(half_trainable)
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
-    assert all(p.dtype == torch.float16 for n, p in model.named_parameters() if not p.requires_grad and "lora_" not in n)
+    assert all(
+        p.dtype == torch.float16 for n, p in model.named_parameters() if not p.requires_grad and "lora_" not in n
+    )
 
 
 @pytest.mark.gpu
@@ -200,10 +214,60 @@ def test_stop_works_while_the_gpu_library_hangs(tmp_path, tiny_model_dir):
     run = start_detached(tmp_path, cfg, env={"COCKPIT_FAKE_GPUS": "amdsmi:1:hang"})
     try:
         wait_for(lambda: has_step(run, 2), 180, "steps while the library hangs")
-        failing = lambda: [e for e in read_events(run) if e["kind"] == "telemetry"  # noqa: E731
-                           and "has not returned" in str((e.get("unavailable") or {}).get("amdsmi"))]
+        failing = lambda: [
+            e
+            for e in read_events(run)
+            if e["kind"] == "telemetry"  # noqa: E731
+            and "has not returned" in str((e.get("unavailable") or {}).get("amdsmi"))
+        ]
         wait_for(failing, 60, "telemetry saying the library hangs")
         res = cockpit("stop", str(run), "--wait", "120")
         assert res.returncode == 0 and "stopped" in res.stdout, res.stdout + res.stderr
     finally:
         cockpit("stop", str(run), "--kill", "--wait", "60")
+
+
+# -- per-step host synchronisation: the stop / save flags -------------------------------------------
+def _flags_rank(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from cockpit.train.callbacks import agreed_flags, control_group
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    group = control_group(dist)
+    mine = [rank == 1, False]  # rank 1 alone has a stop request
+    got = agreed_flags(dist, mine, group)
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"group": group is None, "flags": got}))
+    dist.destroy_process_group()
+
+
+def test_a_stop_one_rank_sees_reaches_every_rank_over_the_host_group(tmp_path):
+    """The flags' all-reduce runs on host tensors over the default gloo group on the CPU (and a gloo side
+    group on NCCL / RCCL: the GPU twin below), so checking them each step never waits for a device."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(
+        _flags_rank, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn", join=True
+    )
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got == {"group": True, "flags": [True, False]}, rank  # gloo already: no side group
+
+
+@pytest.mark.gpu
+def test_the_flags_leave_the_nccl_group_for_a_gloo_side_group_on_a_gpu(tmp_path):
+    """GPU twin: under NCCL the flags travel on a gloo side group, as host tensors (CI: skipped)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU here")
+    import torch.distributed as dist
+
+    from cockpit.train.callbacks import agreed_flags, control_group
+
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        group = control_group(dist)
+        assert group is not None and dist.get_backend(group) == "gloo"
+        assert agreed_flags(dist, [True, False], group) == [True, False]
+    finally:
+        dist.destroy_process_group()

@@ -87,7 +87,9 @@ def test_cockpit_check_exits_2_naming_each_key_and_the_stage(stage, tmp_path, ti
 
 def test_cockpit_train_refuses_before_any_run_dir(tmp_path, tiny_model_dir):
     data = pair_file(tmp_path / "pairs.jsonl")
-    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), probes=None, group_by_length=True)
+    cfg = tiny_config(
+        tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), probes=None, group_by_length=True
+    )
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
     assert res.returncode == 2, res.stdout + res.stderr
     assert "group_by_length: not honoured for stage dpo yet" in res.stdout + res.stderr
@@ -124,13 +126,21 @@ def test_stage_trainers_take_loraplus_and_the_eval_schedule(stage, tmp_path, tin
     elif stage == "kto":
         rows = [{"instruction": f"Q{i}", "output": f"Answer {i}", "kto_tag": i % 2 == 0} for i in range(8)]
         (tmp_path / "kto.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        info = {"k": {"file_name": "kto.jsonl", "formatting": "alpaca", "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"}}}
+        info = {
+            "k": {
+                "file_name": "kto.jsonl",
+                "formatting": "alpaca",
+                "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"},
+            }
+        }
         (tmp_path / "dataset_info.json").write_text(json.dumps(info))
         data = {"dataset": "k", "dataset_dir": str(tmp_path)}
     else:
         data = {"dataset": str(pair_file(tmp_path / "pairs.jsonl", n=8))}
     keys = {**EVAL_KEYS, "loraplus_lr_ratio": 16.0, "learning_rate": 1e-4}
-    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, probes=None, use_cpu=True, **data, **keys))
+    cfg = load_config(
+        tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, probes=None, use_cpu=True, **data, **keys)
+    )
     recipe = get_recipe(stage)
     ctx = _ctx(cfg, tiny_model_dir, tmp_path)
     data_ = recipe.build_data(ctx)
@@ -143,7 +153,19 @@ def test_stage_trainers_take_loraplus_and_the_eval_schedule(stage, tmp_path, tin
     names = {id(p): n for n, p in trainer.model.named_parameters()}
     lrs = {g["lr"] for g in trainer.optimizer.param_groups if any("lora_B" in names[id(p)] for p in g["params"])}
     assert len(lrs) == 1 and lrs.pop() == pytest.approx(1.6e-3), lrs  # LoRA+: the B matrices at 16 x the learning rate
-    off = load_config(tiny_config(tmp_path, tiny_model_dir, f"{stage}-off", stage=stage, probes=None, use_cpu=True, **data, val_size=2, do_eval=False))
+    off = load_config(
+        tiny_config(
+            tmp_path,
+            tiny_model_dir,
+            f"{stage}-off",
+            stage=stage,
+            probes=None,
+            use_cpu=True,
+            **data,
+            val_size=2,
+            do_eval=False,
+        )
+    )
     ctx = _ctx(off, tiny_model_dir, tmp_path)
     assert stage_arguments(TrainingArguments, ctx, recipe.build_data(ctx)).eval_strategy == "no"
 
@@ -156,15 +178,33 @@ def test_stage_eval_dataset_is_read_like_the_dataset(stage, tmp_path, tiny_model
         train, held = text_file(tmp_path / "train.jsonl", 12, "Doc"), text_file(tmp_path / "eval.jsonl", 4, "Held")
     else:
         train, held = pair_file(tmp_path / "train.jsonl", n=8), pair_file(tmp_path / "eval.jsonl", n=3)
-    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, probes=None, use_cpu=True, dataset=str(train), eval_dataset=str(held), cutoff_len=32))
+    cfg = load_config(
+        tiny_config(
+            tmp_path,
+            tiny_model_dir,
+            stage,
+            stage=stage,
+            probes=None,
+            use_cpu=True,
+            dataset=str(train),
+            eval_dataset=str(held),
+            cutoff_len=32,
+        )
+    )
     data_ = get_recipe(stage).build_data(_ctx(cfg, tiny_model_dir, tmp_path))
     if stage == "pt":
         from cockpit.data.stage_data import prepare_stage_data
 
-        assert data_.held_out and [r["input_ids"] for r in data_.held_out] == prepare_stage_data({**cfg, "dataset": str(held)}, _ctx(cfg, tiny_model_dir, tmp_path).tokenizer).blocks
+        assert (
+            data_.held_out
+            and [r["input_ids"] for r in data_.held_out]
+            == prepare_stage_data({**cfg, "dataset": str(held)}, _ctx(cfg, tiny_model_dir, tmp_path).tokenizer).blocks
+        )
     else:
         assert len(data_.held_out) == 3 and len(data_.train) == 8
-        assert {r["prompt"][0]["content"] for r in data_.held_out} <= {json.loads(l)["instruction"] for l in held.read_text().splitlines()}
+        assert {r["prompt"][0]["content"] for r in data_.held_out} <= {
+            json.loads(l)["instruction"] for l in held.read_text().splitlines()
+        }
 
 
 def test_stage_datasets_mix_by_mix_strategy(tmp_path):
@@ -189,7 +229,17 @@ def test_stage_datasets_mix_by_mix_strategy(tmp_path):
 def test_dpo_run_evaluates_during_training_and_keeps_the_best_model(tmp_path, tiny_model_dir):
     data, held = pair_file(tmp_path / "pairs.jsonl", n=8), pair_file(tmp_path / "held.jsonl", n=3)
     keys = {k: v for k, v in EVAL_KEYS.items() if k != "val_size"}
-    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset=str(data), eval_dataset=str(held), probes=None, max_steps=3, **keys)
+    cfg = tiny_config(
+        tmp_path,
+        tiny_model_dir,
+        "dpo",
+        stage="dpo",
+        dataset=str(data),
+        eval_dataset=str(held),
+        probes=None,
+        max_steps=3,
+        **keys,
+    )
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
@@ -272,8 +322,19 @@ def test_llamafactory_reward_example_at_cutoff_128_is_refused_at_check(tmp_path,
     ]
     data = tmp_path / "long_pairs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    over = {"model_name_or_path": str(tiny_model_dir), "cutoff_len": 128, "max_samples": 16, "bf16": False, "dataset": str(data)}
-    res = cockpit("check", str(FIXTURES / "qwen3_lora_reward.yaml"), *[f"--set={k}={v}" for k, v in over.items()], cwd=str(tmp_path))
+    over = {
+        "model_name_or_path": str(tiny_model_dir),
+        "cutoff_len": 128,
+        "max_samples": 16,
+        "bf16": False,
+        "dataset": str(data),
+    }
+    res = cockpit(
+        "check",
+        str(FIXTURES / "qwen3_lora_reward.yaml"),
+        *[f"--set={k}={v}" for k, v in over.items()],
+        cwd=str(tmp_path),
+    )
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     out = res.stdout + res.stderr
     assert "cutoff_len" in out and "cutoff_len 128" in out and "nothing is left to train on" in out, out[-2000:]
@@ -300,15 +361,30 @@ def test_check_and_rank_keep_the_same_pairs(stage, cutoff, tmp_path, tiny_model_
     from cockpit.train.recipes import get_recipe
 
     if stage == "kto":
-        rows = [{"instruction": f"Q{i} " + "why " * (3 * (i % 4)), "output": f"Answer {i} " + "ok " * i, "kto_tag": i % 2 == 0} for i in range(10)]
+        rows = [
+            {
+                "instruction": f"Q{i} " + "why " * (3 * (i % 4)),
+                "output": f"Answer {i} " + "ok " * i,
+                "kto_tag": i % 2 == 0,
+            }
+            for i in range(10)
+        ]
         data = tmp_path / "kto.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        info = {"k": {"file_name": str(data), "formatting": "alpaca", "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"}}}
+        info = {
+            "k": {
+                "file_name": str(data),
+                "formatting": "alpaca",
+                "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"},
+            }
+        }
         (tmp_path / "dataset_info.json").write_text(json.dumps(info))
         extra = {"dataset": "k", "dataset_dir": str(tmp_path)}
     else:
         extra = {"dataset": str(pair_file(tmp_path / "pairs.jsonl", n=10, prompt_words=8))}
-    path = tiny_config(tmp_path, tiny_model_dir, stage, stage=stage, cutoff_len=cutoff, probes=None, use_cpu=True, **extra)
+    path = tiny_config(
+        tmp_path, tiny_model_dir, stage, stage=stage, cutoff_len=cutoff, probes=None, use_cpu=True, **extra
+    )
     cfg = load_config(path)
     checked = check_run(cfg, log=lambda *_: None, with_devices=False)
     assert 0 < checked.samples < 10, checked.report.lines()  # the cutoff drops some, not all
@@ -321,7 +397,9 @@ def test_check_and_rank_keep_the_same_pairs(stage, cutoff, tmp_path, tiny_model_
         # (the tokenizer now renders with the config's template: build_data chose it)
         from cockpit.data.stage_data import answer_lengths, collect_stage_samples
 
-        prompts = [answer_lengths(ctx.tokenizer, s["prompt"], [s["chosen"]])[0] for s in collect_stage_samples(cfg).samples]
+        prompts = [
+            answer_lengths(ctx.tokenizer, s["prompt"], [s["chosen"]])[0] for s in collect_stage_samples(cfg).samples
+        ]
         assert sum(p < cutoff for p in prompts) > checked.samples
     model, ref = recipe.build_models(ctx)
     trainer = recipe.build_trainer(ctx, model, ref, data_, [])
@@ -333,11 +411,14 @@ def test_sft_check_counts_the_rows_the_rank_trains(tmp_path, tiny_model_dir):
     from cockpit.train.recipes import get_recipe
 
     rows = [
-        {"instruction": f"Question {i}: " + "tell me more " * (10 * (i % 3)), "output": f"Answer {i}."} for i in range(9)
+        {"instruction": f"Question {i}: " + "tell me more " * (10 * (i % 3)), "output": f"Answer {i}."}
+        for i in range(9)
     ]
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, "sft", dataset=str(data), cutoff_len=48, probes=None, use_cpu=True))
+    cfg = load_config(
+        tiny_config(tmp_path, tiny_model_dir, "sft", dataset=str(data), cutoff_len=48, probes=None, use_cpu=True)
+    )
     checked = check_run(cfg, log=lambda *_: None, with_devices=False)
     # (whether any sample loses every answer token depends on how rendering truncates: the counts agree either way)
     assert 0 < checked.samples <= 9 and checked.report.emptied == 9 - checked.samples
@@ -358,13 +439,81 @@ def test_rm_value_model_takes_lora_variants_and_attention(tmp_path, tiny_model_d
     from cockpit.train.recipes.reward import build_value_model
 
     keys = {"use_dora": True, "use_rslora": True, "additional_target": "embed_tokens", "flash_attn": "eager"}
-    cfg = validate({"model_name_or_path": str(tiny_model_dir), "dataset": "x.json", "stage": "rm", "use_cpu": True, **keys}, check_paths=False)
+    cfg = validate(
+        {"model_name_or_path": str(tiny_model_dir), "dataset": "x.json", "stage": "rm", "use_cpu": True, **keys},
+        check_paths=False,
+    )
     model = build_value_model(_ctx(cfg, tiny_model_dir, tmp_path))
     lcfg = model.peft_config["default"]
-    assert lcfg.use_dora and lcfg.use_rslora and "embed_tokens" in lcfg.modules_to_save and "score" in lcfg.modules_to_save
+    assert (
+        lcfg.use_dora and lcfg.use_rslora and "embed_tokens" in lcfg.modules_to_save and "score" in lcfg.modules_to_save
+    )
     assert any("lora_magnitude_vector" in n for n, _ in model.named_parameters())  # DoRA's magnitudes
     assert model.config._attn_implementation == "eager"
-    plain = build_value_model(_ctx(validate({**{k: v for k, v in cfg.items() if not k.startswith("_")}, "use_dora": False, "flash_attn": "auto"}, check_paths=False), tiny_model_dir, tmp_path))
+    plain = build_value_model(
+        _ctx(
+            validate(
+                {**{k: v for k, v in cfg.items() if not k.startswith("_")}, "use_dora": False, "flash_attn": "auto"},
+                check_paths=False,
+            ),
+            tiny_model_dir,
+            tmp_path,
+        )
+    )
     assert not any("lora_magnitude_vector" in n for n, _ in plain.named_parameters())
-    pissa = validate({**{k: v for k, v in cfg.items() if not k.startswith("_")}, "pissa_init": True, "use_dora": False}, check_paths=False)
-    assert str(build_value_model(_ctx(pissa, tiny_model_dir, tmp_path)).peft_config["default"].init_lora_weights).startswith("pissa")
+    pissa = validate(
+        {**{k: v for k, v in cfg.items() if not k.startswith("_")}, "pissa_init": True, "use_dora": False},
+        check_paths=False,
+    )
+    assert str(
+        build_value_model(_ctx(pissa, tiny_model_dir, tmp_path)).peft_config["default"].init_lora_weights
+    ).startswith("pissa")
+
+
+# -- declared capabilities (issue 30, section 2) ------------------------------------------------------
+def test_every_recipe_reads_the_capabilities_its_stage_declares():
+    from cockpit.config.stages import STAGES
+    from cockpit.train.recipes import RECIPES, get_recipe
+
+    assert list(STAGES) == list(SCHEMA["stage"].choices) and set(RECIPES) == set(STAGES)
+    for stage, caps in STAGES.items():
+        recipe = get_recipe(stage)
+        assert recipe.stage == stage and recipe.capabilities is caps
+
+
+@pytest.mark.parametrize(
+    ("stage", "key", "value"), [("dpo", "fsdp", "full_shard"), ("kto", "zero_stage", 3), ("pt", "deepspeed", "ds.json")]
+)
+def test_a_stage_refuses_a_strategy_it_does_not_run_under_naming_key_and_stage(stage, key, value):
+    raw = {"dataset": "x.json", "stage": stage, "nproc_per_node": 2, key: value}
+    if stage == "kto":
+        raw["pref_loss"] = "sigmoid"
+    with pytest.raises(InputError) as err:
+        validate(raw, check_paths=False)
+    found = [p for p in err.value.problems if p.key == key]
+    assert found and f"stage {stage}" in found[0].message and "runs under ddp" in found[0].message
+    validate({**raw, "stage": "sft"}, check_paths=False)  # SFT runs under it
+
+
+def test_the_ranks_refuse_a_key_the_stage_does_not_honour_when_no_check_ran():
+    """An older run dir's config.yaml reaches the ranks without `cockpit check`: the recipe refuses it."""
+    from cockpit.config.run_config import RunConfig
+    from cockpit.train.recipes import get_recipe
+
+    cfg = RunConfig.from_resolved({"dataset": "x.json", "stage": "dpo", "group_by_length": True})
+    with pytest.raises(InputError) as err:
+        get_recipe("dpo").refuse_what_it_does_not_honour(cfg)
+    assert err.value.problems[0].key == "group_by_length" and "stage dpo" in str(err.value)
+    get_recipe("sft").refuse_what_it_does_not_honour(cfg.replace(stage="sft"))
+
+
+def test_the_key_tables_stage_columns_are_the_declarations():
+    from cockpit.config.stages import STAGES
+
+    table = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text(encoding="utf-8")
+    header = next(line for line in table.splitlines() if line.startswith("| key | Cockpit |"))
+    assert header.split("|")[3:-1] == [f" {s} " for s in STAGES]
+    for key in ("fsdp", "group_by_length", "adapter_name_or_path", "learning_rate"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{key}` |"))
+        cells = [c.strip() for c in row.split("|")[-len(STAGES) - 1 : -1]]
+        assert cells == ["yes" if caps.honours(key) else "**no**" for caps in STAGES.values()], key

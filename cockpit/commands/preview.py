@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cockpit.commands.common import EXIT_OK, add_config_args, config_from_args, print_input_error
 from cockpit.errors import InputError
@@ -29,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hostfile", default=None, metavar="FILE", help="write a DeepSpeed hostfile for this run")
 
 
-def build(args: argparse.Namespace, cfg: dict) -> dict:
+def build(args: argparse.Namespace, cfg: Mapping[str, Any]) -> dict:
     from cockpit.strategy import deepspeed as ds
     from cockpit.strategy.launch import node_launch
     from cockpit.strategy.multinode import hostfile, node_commands, sbatch_script

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def changed_config(cfg: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def changed_config(cfg: Mapping[str, Any], overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(new config, {key: new value}) with ``--set`` items applied and validated by the schema."""
     from cockpit.config.load import parse_overrides, validate
 
@@ -97,9 +98,8 @@ def changed_config(cfg: dict[str, Any], overrides: list[str]) -> tuple[dict[str,
         for p in err.problems:
             p.file = "--set"
         raise InputError(err.problems) from None
-    new.pop("_base_dir", None)
     changes = {k: new[k] for k in wanted if new.get(k) != cfg.get(k)}
-    return new, changes
+    return new.keys_only(), changes
 
 
 def stop_first(run_dir: RunDir, wait_s: float) -> None:

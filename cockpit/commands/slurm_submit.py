@@ -11,6 +11,8 @@ import argparse
 import json
 import random
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from cockpit.errors import InputError
 
@@ -72,7 +74,7 @@ def _given(args: argparse.Namespace) -> dict:
     return raw
 
 
-def submit(args: argparse.Namespace, cfg: dict, runs_dir) -> int:
+def submit(args: argparse.Namespace, cfg: Mapping[str, Any], runs_dir) -> int:
     from cockpit.commands.common import EXIT_INPUT, EXIT_OK, print_input_error
     from cockpit.slurm.script import SlurmOptions
     from cockpit.slurm.submit import SubmitRefused

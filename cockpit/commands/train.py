@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from cockpit.commands.common import (
     EXIT_FAILED,
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     return follow_interactively(run)
 
 
-def check_full(cfg: dict, quiet: bool, loaded=None):
+def check_full(cfg: Mapping[str, Any], quiet: bool, loaded=None):
     from cockpit.run.preflight import check_run
 
     return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded)
@@ -92,7 +94,7 @@ def report_check(result, quiet: bool) -> None:
         print(f"warning: {w}")
 
 
-def check_held(run, cfg: dict, loaded, args: argparse.Namespace) -> int | None:
+def check_held(run, cfg: Mapping[str, Any], loaded, args: argparse.Namespace) -> int | None:
     """The tokenizer part of the check while the held run starts: release it when the check
     passes (None); cancel it (its run dir removed) and return the exit code when it fails."""
     from cockpit.run import gate

@@ -19,6 +19,7 @@ import yaml
 
 from cockpit.config.notes import logging_note
 from cockpit.config.parity import parity_problems
+from cockpit.config.run_config import RunConfig
 from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.config.stages import stage_problems
 from cockpit.errors import InputError, Problem
@@ -238,10 +239,15 @@ def validate(
     lines: Mapping[str, int] | None = None,
     base_dir: str | os.PathLike[str] | None = None,
     check_paths: bool = True,
-) -> dict[str, Any]:
-    """Validate a raw mapping; returns the resolved config (every key). Collects all problems."""
+    for_plan: bool = False,
+) -> RunConfig:
+    """Validate a raw mapping; returns the resolved, typed config (every key). Collects all problems.
+    ``for_plan``: the config of a plan, possibly for another machine: it may name no dataset (a plan
+    reads no data), and the packages it needs are not looked up here."""
     lines = lines or {}
     problems: list[Problem] = []
+    if isinstance(raw, RunConfig):  # validated before: its values, not its `_base_dir` / `_notes`
+        raw = raw.keys_only()
 
     def where(key: str) -> dict[str, Any]:
         return {"file": file, "line": lines.get(key), "key": key}
@@ -249,10 +255,10 @@ def validate(
     notes: list[str] = []
     raw = _resolve_aliases(raw, problems, where, notes)
     cfg = _typed_values(raw, problems, where, file, lines)
-    problems.extend(_cross_key_problems(cfg, where))
+    problems.extend(_cross_key_problems(cfg, where, needs_data=not for_plan))
     problems.extend(_strategy_problems(raw, cfg, where, problems))
     problems.extend(stage_problems(cfg, where))
-    problems.extend(parity_problems(raw, cfg, where))
+    problems.extend(parity_problems(raw, cfg, where, (lambda name: True) if for_plan else None))
     # paths: read as given, resolved against the working dir then the config's dir
     bases = [Path.cwd()]
     if base_dir is not None:
@@ -266,7 +272,7 @@ def validate(
         problems.extend(_deepspeed_problems(cfg, full=False))
     if problems:
         raise InputError(problems)
-    return cfg
+    return RunConfig.from_mapping(cfg)
 
 
 def _typed_values(
@@ -287,10 +293,12 @@ def _typed_values(
     return cfg
 
 
-def _cross_key_problems(cfg: dict[str, Any], where: Any) -> list[Problem]:
+def _cross_key_problems(cfg: dict[str, Any], where: Any, needs_data: bool = True) -> list[Problem]:
     """Rules between keys (and ``lora_alpha``'s default, twice the rank)."""
     problems = []
-    if not cfg.get("dataset") and cfg["do_train"]:  # a prediction-only run may name eval_dataset alone (parity.py)
+    if (
+        needs_data and not cfg.get("dataset") and cfg["do_train"]
+    ):  # a prediction-only run may name eval_dataset alone (parity.py)
         problems.append(Problem("required: a .json/.jsonl file or dataset names", **where("dataset")))
     if cfg["ignore_pad_token_for_loss"] is False:
         problems.append(
@@ -496,7 +504,7 @@ def _strategy_problems(
     return out
 
 
-def _deepspeed_problems(cfg: dict[str, Any], *, full: bool) -> list[Problem]:
+def _deepspeed_problems(cfg: Mapping[str, Any], *, full: bool) -> list[Problem]:
     """The DeepSpeed config against the run: pure checks (validate: the TUI's forms too), and with
     ``full`` DeepSpeed's own parser after HF's "auto" filling, in a child process (load_config: the CLI)."""
     from cockpit.strategy import deepspeed as ds
@@ -515,7 +523,7 @@ def load_config(
     *,
     check_paths: bool = True,
     flags: Iterable[Any] = (),
-) -> dict[str, Any]:
+) -> RunConfig:
     """Read a YAML config, apply LLaMA-Factory-style ``flags`` (:mod:`cockpit.config.flags`), then
     ``--set`` overrides, validate; returns the resolved config. Problems from a flag name the flag."""
     from cockpit.config.flags import flags_to_overrides, name_flags

@@ -51,14 +51,20 @@ def has_module(name: str) -> bool:
 
 
 def parity_problems(
-    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+    raw: Mapping[str, Any],
+    cfg: dict[str, Any],
+    where: Callable[[str], dict[str, Any]],
+    installed: Callable[[str], bool] | None = None,
 ) -> list[Problem]:
+    """LLaMA-Factory's keys against Cockpit's; ``installed`` says whether a package is importable (here:
+    ``has_module``; a plan for another machine: assume it is)."""
+    installed = installed or has_module  # looked up at the call (tests replace has_module)
     out: list[Problem] = []
     out += _lora_variant_problems(raw, cfg, where)
-    out += _optim_problems(cfg, where)
+    out += _optim_problems(cfg, where, installed)
     out += _eval_problems(raw, cfg, where)
-    out += predict_problems(cfg, where)
-    out += _model_setup_problems(cfg, where)
+    out += predict_problems(cfg, where, installed)
+    out += _model_setup_problems(cfg, where, installed)
     if cfg.get("include_num_input_tokens_seen") is False:
         out.append(
             Problem(
@@ -71,7 +77,7 @@ def parity_problems(
     out += _vocab_problems(cfg, where)
     out += _mix_problems(cfg, where)
     out += _low_rank_problems(cfg, where)
-    out += badam_problems(cfg, where)
+    out += badam_problems(cfg, where, installed)
     if cfg.get("use_llama_pro") and (cfg["finetuning_type"] == "full" or cfg["freeze_trainable_layers"] <= 0):
         out.append(
             Problem(
@@ -106,7 +112,7 @@ TOOL_FORMATS_LEFT_OUT = {
 }
 
 
-def _tool_format_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _tool_format_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     why = TOOL_FORMATS_LEFT_OUT.get(str(cfg.get("tool_format")))
     return [Problem(why, **where("tool_format"))] if why else []
 
@@ -124,7 +130,7 @@ def adds_tokens(cfg: Mapping[str, Any]) -> bool:
     return bool(token_list(cfg.get("add_tokens")) or token_list(cfg.get("add_special_tokens")))
 
 
-def _vocab_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _vocab_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """add_tokens / add_special_tokens: non-empty, no spaces, each once; not with QLoRA or stage rm."""
     out: list[Problem] = []
     seen: set[str] = set()
@@ -165,7 +171,7 @@ def interleave_probs(text: Any) -> list[float]:
     return [float(x) for x in items if str(x).strip()]
 
 
-def _mix_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _mix_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """interleave_probs: numbers in [0, 1] summing to 1, one per dataset, for an interleaving mix."""
     if cfg.get("interleave_probs") in (None, ""):
         return []
@@ -198,7 +204,7 @@ def _mix_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -
 
 
 def _lora_variant_problems(
-    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+    raw: Mapping[str, Any], cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]
 ) -> list[Problem]:
     """LoRA variants (DoRA, rsLoRA, PiSSA, LoRA+, ...) outside a LoRA run or with a clashing key."""
     out: list[Problem] = []
@@ -224,7 +230,7 @@ def _lora_variant_problems(
     return out
 
 
-def _pissa_convert_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _pissa_convert_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """pissa_convert: a PiSSA adapter of an SFT run whose whole state PEFT can rewrite as lora_A / lora_B
     (the conversion keeps only those: no DoRA magnitudes, fully trained modules or new token rows),
     held whole on rank 0 (not sharded by ZeRO-3 / FSDP)."""
@@ -284,7 +290,7 @@ def low_rank_optim(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _low_rank_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _low_rank_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """GaLore / APOLLO rules (LLaMA-Factory's): not with LoRA, not both, per layer without accumulation."""
     out = []
     if cfg.get("use_galore") and cfg.get("use_apollo"):
@@ -324,9 +330,12 @@ def _low_rank_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any
 BADAM_BASE_OPTIMS = (None, "adamw_torch", "adamw_torch_fused")
 
 
-def badam_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def badam_problems(
+    cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]], installed: Callable[[str], bool] | None = None
+) -> list[Problem]:
     """use_badam (LLaMA-Factory's rules, and Cockpit's): full fine-tuning of stage sft in one process,
     not with GaLore / APOLLO / DeepSpeed / FSDP, torch's AdamW underneath, the badam package installed."""
+    installed = installed or has_module  # looked up at the call (tests replace has_module)
     if not cfg.get("use_badam"):
         return []
     out = []
@@ -369,7 +378,7 @@ def badam_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]
             "steps per block: >= 1, or -1 (never switch); got 0",
         ),
         (
-            not has_module("badam"),
+            not installed("badam"),
             "use_badam",
             "BAdam needs the badam package; it is not installed here: pip install 'cockpit-tune[badam]'",
         ),
@@ -380,13 +389,16 @@ def badam_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]
     return out
 
 
-def _optim_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _optim_problems(
+    cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]], installed: Callable[[str], bool] | None = None
+) -> list[Problem]:
     """An optimizer whose package is not installed here, or that needs a GPU on a CPU run."""
+    installed = installed or has_module  # looked up at the call (tests replace has_module)
     low_rank = low_rank_optim(cfg)
     optim = low_rank["optim"] if low_rank else cfg.get("optim")
     key = ("use_galore" if cfg.get("use_galore") else "use_apollo") if low_rank else "optim"
     need = optim_requirement(optim) if optim else None
-    if need and not has_module(need[0]):
+    if need and not installed(need[0]):
         gpu = " and a GPU" if need[2] else ""
         return [
             Problem(
@@ -399,15 +411,18 @@ def _optim_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]])
     return []
 
 
-def _model_setup_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _model_setup_problems(
+    cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]], installed: Callable[[str], bool] | None = None
+) -> list[Problem]:
     """Attention kernel, gradient checkpointing and create_new_adapter keys that cannot hold together."""
+    installed = installed or has_module  # looked up at the call (tests replace has_module)
     out: list[Problem] = []
     if cfg.get("flash_attn") == "fa2":
         if cfg.get("use_cpu"):
             out.append(
                 Problem("fa2 (FlashAttention-2) is a GPU kernel; on the CPU use sdpa or eager", **where("flash_attn"))
             )
-        elif not has_module("flash_attn"):
+        elif not installed("flash_attn"):
             out.append(
                 Problem(
                     "fa2 needs the flash-attn package (on ROCm: AMD's ROCm/flash-attention build); not installed here, use sdpa",
@@ -439,7 +454,7 @@ def _model_setup_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, 
 
 
 def _freeze_modules_problems(
-    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
+    raw: Mapping[str, Any], cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]
 ) -> list[Problem]:
     """freeze_trainable_modules: not 'all' or a comma list of names, or set outside a freeze run."""
     out: list[Problem] = []
@@ -514,9 +529,12 @@ def _eval_problems(
 METRICS_PACKAGES = (("jieba", "jieba"), ("nltk", "nltk"), ("rouge_chinese", "rouge-chinese"))
 
 
-def predict_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def predict_problems(
+    cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]], installed: Callable[[str], bool] | None = None
+) -> list[Problem]:
     """do_predict / predict_with_generate (LLaMA-Factory's prediction): both set, the scoring
     packages installed, data to predict on, an SFT model; a run that does not train predicts only."""
+    installed = installed or has_module  # looked up at the call (tests replace has_module)
     out: list[Problem] = []
     if cfg.get("predict_with_generate") and not cfg.get("do_predict"):
         out.append(
@@ -537,7 +555,7 @@ def predict_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
                 **where("do_predict"),
             )
         )
-    missing = [pip for module, pip in METRICS_PACKAGES if not has_module(module)]
+    missing = [pip for module, pip in METRICS_PACKAGES if not installed(module)]
     if missing:
         out.append(
             Problem(
@@ -565,7 +583,7 @@ def predict_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
     return out
 
 
-def _predict_only_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _predict_only_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """do_train: false is a prediction-only run: one rank, a LoRA adapter, data to predict on."""
     out = []
     if not cfg.get("do_predict"):
@@ -647,7 +665,7 @@ def _no_eval_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]
     return out
 
 
-def _best_model_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+def _best_model_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     strategy, steps = eval_schedule(cfg)
     if cfg.get("eval_strategy") == "no" and (cfg.get("do_eval") or cfg.get("load_best_model_at_end")):
         return [Problem("evaluation is asked for but eval_strategy is no", **where("eval_strategy"))]

@@ -7,6 +7,7 @@ key combinations make sense, so ``cockpit check`` and the TUI's forms refuse the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cockpit.config.schema import SCHEMA
@@ -33,33 +34,68 @@ _RM_UNHONOURED = {
         "use_llama_pro",
     )
 }
+STRATEGIES = ("ddp", "deepspeed", "fsdp")  # DDP: one process or several, each with the whole model
+# the keys that choose a strategy other than DDP
+STRATEGY_KEYS = {"deepspeed": "deepspeed", "zero_stage": "deepspeed", "fsdp": "fsdp"}
+
+
+@dataclass(frozen=True)
+class StageCapabilities:
+    """What a stage's recipe honours: every schema key but ``unhonoured`` (key: why), under ``strategies``.
+    ``cockpit check`` refuses the rest, naming the key and the stage; each recipe reads its own
+    (``Recipe.capabilities``); the key table's per-stage columns are drawn from these."""
+
+    stage: str
+    strategies: tuple[str, ...]
+    unhonoured: Mapping[str, str] = field(default_factory=dict)
+
+    def honours(self, key: str) -> bool:
+        strategy = STRATEGY_KEYS.get(key)
+        return key not in self.unhonoured and (strategy is None or strategy in self.strategies)
+
+
+_DDP_ONLY = ("ddp",)
+STAGES: dict[str, StageCapabilities] = {
+    "sft": StageCapabilities("sft", STRATEGIES),
+    # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
+    "pt": StageCapabilities("pt", _DDP_ONLY),
+    "dpo": StageCapabilities("dpo", _DDP_ONLY, dict(_PAIR_UNHONOURED)),
+    "kto": StageCapabilities("kto", _DDP_ONLY, dict(_PAIR_UNHONOURED)),
+    "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED}),
+}
 # stage -> {key the schema accepts but the stage does not honour yet: why}. validate() refuses a value
 # other than the schema's default (or one of HONOURED_VALUES); the key table (docs/configuration.md) names the stages.
-UNHONOURED: dict[str, dict[str, str]] = {
-    "sft": {},
-    "pt": {},  # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
-    "dpo": dict(_PAIR_UNHONOURED),
-    "kto": dict(_PAIR_UNHONOURED),
-    "rm": {**_PAIR_UNHONOURED, **_RM_UNHONOURED},
-}
+UNHONOURED: dict[str, Mapping[str, str]] = {stage: caps.unhonoured for stage, caps in STAGES.items()}
 # values of an UNHONOURED key that say what the stage does anyway (none today)
 HONOURED_VALUES: dict[str, tuple[Any, ...]] = {}
 
 
 def refusing_stages(key: str) -> list[str]:
     """The stages that refuse ``key`` (set to a value other than its default), in the schema's order."""
-    return [stage for stage, keys in UNHONOURED.items() if key in keys]
+    return [stage for stage, caps in STAGES.items() if not caps.honours(key)]
 
 
 def unhonoured_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """A key set (not to its default) that the config's stage accepts in the schema and does not honour."""
+    """A key set (not to its default) that the config's stage accepts in the schema and does not honour,
+    and a strategy the stage does not run under."""
     stage = cfg.get("stage", "sft")
+    caps = STAGES[stage]
     out: list[Problem] = []
-    for key, why in UNHONOURED.get(stage, {}).items():
+    for key, why in caps.unhonoured.items():
         value = cfg.get(key)
         if value == SCHEMA[key].default or value in HONOURED_VALUES.get(key, ()):
             continue
         out.append(Problem(f"not honoured for stage {stage} yet ({why}); remove it or use stage sft", **where(key)))
+    sharded = [key for key, strategy in STRATEGY_KEYS.items() if cfg.get(key) and strategy not in caps.strategies]
+    if sharded:
+        runs = ", ".join(s for s in STRATEGIES if s in caps.strategies)
+        out.append(
+            Problem(
+                f"stage {stage}: sharded strategies (fsdp / deepspeed / zero_stage) are for stage sft so far "
+                f"(stage {stage} runs under {runs})",
+                **where(sharded[0]),
+            )
+        )
     return out
 
 
@@ -122,12 +158,5 @@ def stage_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]
     if stage == "rm" and cfg.get("finetuning_type") == "freeze":
         out.append(
             Problem("stage rm trains a new value head: use finetuning_type lora or full", **where("finetuning_type"))
-        )
-    if stage != "sft" and (cfg.get("fsdp") or cfg.get("deepspeed") or cfg.get("zero_stage")):
-        out.append(
-            Problem(
-                f"stage {stage}: sharded strategies (fsdp / deepspeed / zero_stage) are for stage sft so far",
-                **where("stage"),
-            )
         )
     return out

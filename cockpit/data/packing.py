@@ -53,7 +53,7 @@ def model_packs(model_config: Any, flash: bool = False) -> bool:
     return module is not None and hasattr(module, "create_causal_mask")
 
 
-def resolve_for_run(cfg: dict[str, Any], model_ref: Any, log=print) -> dict[str, Any]:
+def resolve_for_run(cfg: Mapping[str, Any], model_ref: Any, log=print) -> Mapping[str, Any]:
     """``resolve_for_model`` with the config of the run's model (``cockpit.models.resolve``'s ref),
     read only when the config would pack."""
     if not padding_free(cfg):
@@ -63,7 +63,7 @@ def resolve_for_run(cfg: dict[str, Any], model_ref: Any, log=print) -> dict[str,
     return resolve_for_model(cfg, load_model_config(cfg, model_ref), log)
 
 
-def resolve_for_model(cfg: dict[str, Any], model_config: Any, log=print) -> dict[str, Any]:
+def resolve_for_model(cfg: Mapping[str, Any], model_config: Any, log=print) -> Mapping[str, Any]:
     """The config with ``packing`` decided for this model: auto falls back to padded batches (said
     in the log) for a model that cannot attend per sample in a packed row; ``packing: true`` there
     is an input error (its samples would attend to each other)."""

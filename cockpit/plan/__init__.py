@@ -11,9 +11,11 @@ meta device only, and are optional):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cockpit.config.run_config import RunConfig
 from cockpit.plan.catalogue import CATALOGUE, known_models, resolve_model_config
 from cockpit.plan.estimate import Estimate, GiB, estimate
 from cockpit.plan.params import count_lora, count_params, dims_of, resolve_targets
@@ -52,17 +54,33 @@ class PlanResult:
         return d
 
 
-def _apply_overrides(config: dict[str, Any], gpus: int | None) -> dict[str, Any]:
-    cfg = dict(config)
-    if gpus is not None:
-        cfg["nproc_per_node"], cfg["nnodes"] = int(gpus), 1
-    return cfg
+def planning_config(config: Mapping[str, Any], base_dir: str | None = None) -> RunConfig:
+    """The run config the planner reads: ``config`` validated as ``cockpit check`` validates it, without
+    the data (a plan reads none) or the files it names. A validated config is read as it is; a mapping
+    spread from one (``{**cfg, **changes}``) is validated again, against its ``_base_dir``."""
+    from cockpit.config.load import validate
+
+    if isinstance(config, RunConfig):
+        return config
+    from cockpit.config.schema import SCHEMA
+
+    raw = {  # a value at its default says nothing (and a default of null is not a value a user may write)
+        k: v
+        for k, v in config.items()
+        if k not in ("_base_dir", "_notes") and (k not in SCHEMA or v != SCHEMA[k].default)
+    }
+    return validate(raw, base_dir=base_dir or config.get("_base_dir"), check_paths=False, for_plan=True)
+
+
+def _apply_overrides(config: RunConfig, gpus: int | None) -> RunConfig:
+    return config if gpus is None else config.replace(nproc_per_node=int(gpus), nnodes=1)
 
 
 def estimate_config(
-    config: dict[str, Any], *, base_dir: str | None = None, use_meta: bool = True
+    config: Mapping[str, Any], *, base_dir: str | None = None, use_meta: bool = True
 ) -> tuple[RunSpec, Estimate, str]:
-    """Parse + estimate one config dict; returns (run, estimate, model config source)."""
+    """Validate + estimate one config; returns (run, estimate, model config source)."""
+    config = planning_config(config, base_dir)
     run = parse_run(config, base_dir)
     mcfg, src = resolve_model_config(run.model_name_or_path, revision=config.get("model_revision"))
     d = dims_of(mcfg)
@@ -80,7 +98,7 @@ def estimate_config(
 
 
 def plan(
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     *,
     gpus: int | None = None,
     gpu_memory_gb: float | None = None,
@@ -100,7 +118,7 @@ def plan(
     else this machine's) shared by its ranks, as the cockpit's Setup does.
     Raises ``cockpit.errors.InputError`` (naming the key) on bad input.
     """
-    cfg = _apply_overrides(config, gpus)
+    cfg = _apply_overrides(planning_config(config, base_dir), gpus)
     run, est, src = estimate_config(cfg, base_dir=base_dir, use_meta=use_meta)
     res = PlanResult(model=run.model_name_or_path, model_source=src, run=run, estimate=est)
     from cockpit.device import describe, needs_gpu

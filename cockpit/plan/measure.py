@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.data.padding import padding_free
@@ -100,7 +101,7 @@ def live_tensor_bytes(cap: int | None = None):
 
 
 def measure_training_peak(
-    model_dir_or_cfg: Any, config: dict[str, Any], *, steps: int = 2, seed: int = 0, warmup_len: int | None = 16
+    model_dir_or_cfg: Any, config: Mapping[str, Any], *, steps: int = 2, seed: int = 0, warmup_len: int | None = 16
 ) -> dict[str, Any]:
     """Peak live tensor bytes over ``steps`` optimizer steps of the real HF Trainer on CPU (fp32).
 
@@ -183,7 +184,7 @@ def _fp32_model(model_dir_or_cfg: Any, flash_attn: str) -> Any:
     return model
 
 
-def _with_lora(model: Any, config: dict[str, Any]) -> Any:
+def _with_lora(model: Any, config: Mapping[str, Any]) -> Any:
     """The model wrapped in the LoRA adapter the run's config asks for (alpha = 2 x rank, no dropout)."""
     from peft import LoraConfig, get_peft_model
 
@@ -197,7 +198,7 @@ def _with_lora(model: Any, config: dict[str, Any]) -> Any:
 
 
 def _synthetic_rows(
-    vocab_size: int, config: dict[str, Any], *, steps: int, seed: int, warmup_len: int | None, padded: bool = True
+    vocab_size: int, config: Mapping[str, Any], *, steps: int, seed: int, warmup_len: int | None, padded: bool = True
 ) -> list[dict[str, Any]]:
     """Random token rows for ``steps`` optimizer steps, in the order the Trainer will feed them:
     cutoff_len tokens each (the first step's rows ``warmup_len`` long when set); ``padded`` with
@@ -225,7 +226,7 @@ def _synthetic_rows(
 def _in_order_trainer(
     model: Any,
     rows: list[dict[str, Any]],
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     *,
     steps: int,
     seed: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class Dims:
         return self.kv_heads * self.head_dim
 
 
-def dims_of(cfg: dict[str, Any]) -> Dims:
+def dims_of(cfg: Mapping[str, Any]) -> Dims:
     h = int(cfg["hidden_size"])
     a = int(cfg["num_attention_heads"])
     hd = cfg.get("head_dim") or h // a
@@ -114,11 +115,11 @@ def analytic_counts(d: Dims) -> ParamCounts:
     )
 
 
-def _key(cfg: dict[str, Any]) -> str:
+def _key(cfg: Mapping[str, Any]) -> str:
     return json.dumps(cfg, sort_keys=True, default=str)
 
 
-def _meta_model(cfg: dict[str, Any], layers: int | None = None):
+def _meta_model(cfg: Mapping[str, Any], layers: int | None = None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -175,7 +176,7 @@ def _meta_counts(key: str) -> ParamCounts:
     )
 
 
-def count_params(cfg: dict[str, Any], *, allow_meta: bool = True) -> ParamCounts:
+def count_params(cfg: Mapping[str, Any], *, allow_meta: bool = True) -> ParamCounts:
     """Parameter counts of the model ``cfg`` (a config.json dict)."""
     if allow_meta:
         try:
@@ -222,7 +223,7 @@ def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
     return per_layer * layers
 
 
-def count_lora(cfg: dict[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True) -> tuple[int, str]:
+def count_lora(cfg: Mapping[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True) -> tuple[int, str]:
     """Trainable LoRA parameters and where the number came from ("peft-meta" or "analytic")."""
     if allow_meta:
         try:

@@ -1,6 +1,6 @@
-"""The run settings the planner reads, from a flat LLaMA-Factory-style dict, checked.
-
-Bad values raise ``InputError`` naming the key (exit code 2 at the CLI).
+"""What the planner models of a validated run config (``RunSpec``); the config's defaults and checks
+are the schema's (``cockpit.config``), this module refuses only what the planner cannot model
+(``InputError`` naming the key: exit code 2 at the CLI).
 """
 
 from __future__ import annotations
@@ -8,37 +8,16 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cockpit.config.run_config import RunConfig
 from cockpit.config.stages import reference_copy, reference_words
 from cockpit.data.padding import padding_free
 from cockpit.errors import InputError, Problem
 
-DEFAULTS: dict[str, Any] = {
-    "finetuning_type": "lora",
-    "lora_rank": 8,
-    "lora_target": "all",
-    "quantization_bit": None,
-    "double_quantization": True,
-    "cutoff_len": 1024,
-    "per_device_train_batch_size": 1,
-    "gradient_accumulation_steps": 1,
-    "bf16": False,
-    "fp16": False,
-    "gradient_checkpointing": False,
-    "flash_attn": "auto",
-    "optim": "adamw_torch_fused",
-    "deepspeed": None,
-    "fsdp": None,
-    "nproc_per_node": 1,
-    "nnodes": 1,
-    "freeze_trainable_layers": 2,
-    "packing": None,
-    "neat_packing": False,
-    "enable_liger_kernel": False,
-}
-
+HF_DEFAULT_OPTIM = "adamw_torch_fused"  # TrainingArguments' optim when the config leaves it unset
 ADAM_32 = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw"}
 ADAM_8 = {"adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "adamw_torch_8bit"}
 ADAM_32_PAGED = {"paged_adamw_32bit"}
@@ -131,37 +110,6 @@ class RunSpec:
         return replace(self, **kw)
 
 
-def _bool(cfg: dict, key: str) -> bool:
-    v = cfg.get(key, DEFAULTS[key])
-    if v is None:
-        return bool(DEFAULTS[key])
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.strip().lower() in ("true", "1", "yes")
-    raise InputError(Problem(f"must be true or false, not {v!r}", key=key))
-
-
-def _optional_bool(cfg: dict, key: str) -> bool | None:
-    """A bool key whose unset value means auto (None)."""
-    return None if cfg.get(key, DEFAULTS[key]) is None else _bool(cfg, key)
-
-
-def _int(cfg: dict, key: str, lo: int = 1) -> int:
-    v = cfg.get(key, DEFAULTS[key])
-    if v is None:
-        v = DEFAULTS[key]
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise InputError(Problem(f"must be an integer >= {lo}, not {v!r}", key=key))
-    try:
-        n = int(v)
-    except ValueError:
-        raise InputError(Problem(f"must be an integer >= {lo}, not {v!r}", key=key)) from None
-    if n < lo:
-        raise InputError(Problem(f"must be an integer >= {lo}, not {v!r}", key=key))
-    return n
-
-
 def _bucket(v: Any) -> float | None:
     if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
         return None
@@ -242,21 +190,7 @@ def parse_fsdp(value: Any) -> FsdpSpec | None:
     return FsdpSpec(strategy=strat, offload="offload" in words)
 
 
-def parse_quantization_bit(cfg: dict[str, Any], ft: str) -> int | None:
-    """The quantization_bit key: 4, 8 or None (LoRA only)."""
-    qb = cfg.get("quantization_bit")
-    if qb is not None:
-        if isinstance(qb, bool) or str(qb) not in ("4", "8"):
-            raise InputError(Problem(f"must be 4, 8 or null, not {qb!r}", key="quantization_bit"))
-        qb = int(qb)
-        if ft != "lora":
-            raise InputError(
-                Problem("quantized models can only be trained with finetuning_type: lora", key="quantization_bit")
-            )
-    return qb
-
-
-def parse_attention(cfg: dict[str, Any]) -> str:
+def parse_attention(cfg: Mapping[str, Any]) -> str:
     """The flash_attn key as the attention implementation: sdpa, eager or fa2."""
     attn_raw = str(cfg.get("flash_attn") or "auto").lower()
     attn = {
@@ -272,9 +206,9 @@ def parse_attention(cfg: dict[str, Any]) -> str:
     return attn
 
 
-def parse_optim(cfg: dict[str, Any]) -> str:
+def parse_optim(cfg: Mapping[str, Any]) -> str:
     """The optim key, lower-cased; only the AdamW variants the planner models."""
-    optim = str(cfg.get("optim") or DEFAULTS["optim"]).lower()
+    optim = str(cfg.get("optim") or HF_DEFAULT_OPTIM).lower()
     if optim not in ADAM_32 | ADAM_8 | ADAM_32_PAGED:
         raise InputError(
             Problem(
@@ -285,7 +219,7 @@ def parse_optim(cfg: dict[str, Any]) -> str:
     return optim
 
 
-def parse_sharding(cfg: dict[str, Any], base_dir: str | None) -> tuple[ZeroSpec | None, FsdpSpec | None]:
+def parse_sharding(cfg: Mapping[str, Any], base_dir: str | None) -> tuple[ZeroSpec | None, FsdpSpec | None]:
     """DeepSpeed ZeRO (a config file or cockpit's zero_stage/offload keys) and FSDP; at most one of them."""
     zero = parse_deepspeed(cfg.get("deepspeed"), base_dir)
     if zero is None and cfg.get("zero_stage"):  # cockpit generates the DeepSpeed config from these keys
@@ -300,109 +234,55 @@ def parse_sharding(cfg: dict[str, Any], base_dir: str | None) -> tuple[ZeroSpec 
     return zero, fsdp
 
 
-def parse_run(cfg: dict[str, Any], base_dir: str | None = None) -> RunSpec:
-    """Check and normalise a flat config dict (LLaMA-Factory key names)."""
-    if not isinstance(cfg, dict):
-        raise InputError("the config must be a mapping of keys to values")
-    name = cfg.get("model_name_or_path")
-    if not name:
-        raise InputError(Problem("is required", key="model_name_or_path"))
-    ft = str(cfg.get("finetuning_type") or DEFAULTS["finetuning_type"]).lower()
-    if ft not in ("lora", "freeze", "full"):
-        raise InputError(Problem(f"must be lora, freeze or full, not {ft!r}", key="finetuning_type"))
-    qb = parse_quantization_bit(cfg, ft)
-    bf16, fp16 = _bool(cfg, "bf16"), _bool(cfg, "fp16")
-    if bf16 and fp16:
-        raise InputError(Problem("bf16 and fp16 cannot both be true", key="fp16"))
+def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
+    """What the planner models of a validated run config (the checks ``cockpit check`` makes are made;
+    here only what the planner cannot model is refused)."""
     attn = parse_attention(cfg)
-    optim = parse_optim(cfg)
     zero, fsdp = parse_sharding(cfg, base_dir)
-    lt = cfg.get("lora_target", DEFAULTS["lora_target"])
-    if lt is None:
-        lt = "all"
-    ftl = cfg.get("freeze_trainable_layers", DEFAULTS["freeze_trainable_layers"])
-    if isinstance(ftl, bool) or not isinstance(ftl, int) or ftl == 0:
-        raise InputError(Problem(f"must be a non-zero integer, not {ftl!r}", key="freeze_trainable_layers"))
+    if cfg.freeze_trainable_layers == 0:
+        raise InputError(Problem("must be a non-zero integer, not 0", key="freeze_trainable_layers"))
     return RunSpec(
-        model_name_or_path=str(name),
-        finetuning_type=ft,
-        lora_rank=_int(cfg, "lora_rank"),
-        lora_target=lt,
-        quantization_bit=qb,
-        double_quantization=_bool(cfg, "double_quantization"),
-        cutoff_len=_int(cfg, "cutoff_len"),
-        micro_batch=_int(cfg, "per_device_train_batch_size"),
-        grad_accum=_int(cfg, "gradient_accumulation_steps"),
-        bf16=bf16,
-        fp16=fp16,
-        gradient_checkpointing=_bool(cfg, "gradient_checkpointing"),
+        model_name_or_path=cfg.model_name_or_path,
+        finetuning_type=cfg.finetuning_type,
+        lora_rank=cfg.lora_rank,
+        lora_target=cfg.lora_target,
+        quantization_bit=cfg.quantization_bit,
+        double_quantization=cfg.double_quantization,
+        cutoff_len=cfg.cutoff_len,
+        micro_batch=cfg.per_device_train_batch_size,
+        grad_accum=cfg.gradient_accumulation_steps,
+        bf16=cfg.bf16,
+        fp16=cfg.fp16,
+        gradient_checkpointing=cfg.gradient_checkpointing,
         attn=attn,
-        optim=optim,
+        optim=parse_optim(cfg),
         zero=zero,
         fsdp=fsdp,
-        nproc_per_node=_int(cfg, "nproc_per_node"),
-        nnodes=_int(cfg, "nnodes"),
-        freeze_trainable_layers=ftl,
-        freeze_extra_modules=tuple(
-            m.strip() for m in str(cfg.get("freeze_extra_modules") or "").split(",") if m.strip()
-        ),
-        deepspeed_path=None if cfg.get("deepspeed") in (None, "") else str(cfg.get("deepspeed")),
-        fsdp_text=None if cfg.get("fsdp") in (None, "") else str(cfg.get("fsdp")),
-        packing=str(cfg.get("stage") or "sft") == "sft"
-        and padding_free(
-            {
-                **cfg,
-                "packing": _optional_bool(cfg, "packing"),
-                "neat_packing": _bool(cfg, "neat_packing"),
-                "per_device_train_batch_size": _int(cfg, "per_device_train_batch_size"),
-                "cutoff_len": _int(cfg, "cutoff_len"),
-                "flash_attn": attn,
-            }
-        ),
-        liger=_bool(cfg, "enable_liger_kernel"),
-        stage=str(cfg.get("stage") or "sft"),
-        reference_copy=reference_copy({"finetuning_type": ft, **cfg}),
-        reference=reference_words({"finetuning_type": ft, **cfg}),
+        nproc_per_node=cfg.nproc_per_node,
+        nnodes=cfg.nnodes,
+        freeze_trainable_layers=cfg.freeze_trainable_layers,
+        freeze_extra_modules=tuple(m.strip() for m in (cfg.freeze_extra_modules or "").split(",") if m.strip()),
+        deepspeed_path=cfg.deepspeed or None,
+        fsdp_text=cfg.fsdp or None,
+        packing=cfg.stage == "sft" and padding_free(cfg),
+        liger=cfg.enable_liger_kernel,
+        stage=cfg.stage,
+        reference_copy=reference_copy(cfg),
+        reference=reference_words(cfg),
         low_rank=parse_low_rank(cfg),
         badam=parse_badam(cfg),
     )
 
 
-def _flag(cfg: dict[str, Any], key: str) -> bool:
-    v = cfg.get(key)
-    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
-
-
-def parse_low_rank(cfg: dict[str, Any]) -> LowRankSpec | None:
-    """use_galore / use_apollo with their rank, target and projection (the schema's defaults)."""
-    for kind in ("galore", "apollo"):
-        if not _flag(cfg, f"use_{kind}"):
-            continue
-        rank = cfg.get(f"{kind}_rank") or 16
-        if isinstance(rank, bool) or not str(rank).isdigit() or int(rank) < 1:
-            raise InputError(Problem(f"must be an integer >= 1, not {rank!r}", key=f"{kind}_rank"))
-        proj = str(cfg.get(f"{kind}_proj_type") or "std")
-        if proj not in ("std", "reverse_std", "right", "left", "full"):
-            raise InputError(
-                Problem(f"must be std, reverse_std, right, left or full, not {proj!r}", key=f"{kind}_proj_type")
-            )
-        return LowRankSpec(kind, int(rank), str(cfg.get(f"{kind}_target") or "all"), proj)
+def parse_low_rank(cfg: RunConfig) -> LowRankSpec | None:
+    """use_galore / use_apollo with their rank, target and projection."""
+    if cfg.use_galore:
+        return LowRankSpec("galore", cfg.galore_rank, cfg.galore_target, cfg.galore_proj_type)
+    if cfg.use_apollo:
+        return LowRankSpec("apollo", cfg.apollo_rank, cfg.apollo_target, cfg.apollo_proj_type)
     return None
 
 
-def parse_badam(cfg: dict[str, Any]) -> BadamSpec | None:
-    """use_badam with its mode and update ratio (LLaMA-Factory's defaults: layer, 0.05)."""
-    if not _flag(cfg, "use_badam"):
-        return None
-    mode = str(cfg.get("badam_mode") or "layer")
-    if mode not in ("layer", "ratio"):
-        raise InputError(Problem(f"must be layer or ratio, not {mode!r}", key="badam_mode"))
-    try:
-        ratio = float(cfg.get("badam_update_ratio") or 0.05)
-    except (TypeError, ValueError):
-        ratio = -1.0
-    if not 0 < ratio <= 1:
-        raise InputError(
-            Problem(f"must be a number in (0, 1], not {cfg.get('badam_update_ratio')!r}", key="badam_update_ratio")
-        )
-    return BadamSpec(mode, ratio)
+def parse_badam(cfg: RunConfig) -> BadamSpec | None:
+    """use_badam with its mode and update ratio."""
+    return BadamSpec(cfg.badam_mode, cfg.badam_update_ratio) if cfg.use_badam else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 TIGHT_HEADROOM = 0.10
@@ -19,7 +19,7 @@ def verdict(peak_bytes: float, capacity_bytes: float) -> dict[str, Any]:
     return {"status": status, "headroom": round(headroom, 4), "capacity_bytes": int(capacity_bytes)}
 
 
-def candidate_changes(cfg: dict[str, Any], run: Any) -> list[tuple[str, str, dict[str, Any]]]:
+def candidate_changes(cfg: Mapping[str, Any], run: Any) -> list[tuple[str, str, dict[str, Any]]]:
     """Single changes, cheapest first: (kind, why, changed keys). ``run`` is the parsed RunSpec."""
     out: list[tuple[str, str, dict[str, Any]]] = []
     if not run.gradient_checkpointing:
@@ -78,7 +78,7 @@ def candidate_changes(cfg: dict[str, Any], run: Any) -> list[tuple[str, str, dic
 
 
 def find_fix(
-    cfg: dict[str, Any], run: Any, capacity: float, replan: Callable[[dict[str, Any]], float]
+    cfg: Mapping[str, Any], run: Any, capacity: float, replan: Callable[[dict[str, Any]], float]
 ) -> dict[str, Any] | None:
     """The cheapest change that fits (>= 10 % headroom), re-planned to confirm.
 

@@ -30,7 +30,7 @@ def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
 
 
 def start_run(
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     *,
     config_path: str | None = None,
     runs_dir: str | os.PathLike[str] | None = None,

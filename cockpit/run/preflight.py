@@ -16,7 +16,7 @@ from cockpit.errors import InputError, Problem
 
 @dataclass
 class CheckResult:
-    cfg: dict[str, Any]
+    cfg: Mapping[str, Any]
     report: Any = None  # TruncationReport
     formats: dict[str, str] = field(default_factory=dict)
     bad_rows: list[Problem] = field(default_factory=list)
@@ -94,7 +94,7 @@ def adapter_problems(cfg: Mapping[str, Any]) -> list[Problem]:
     return [Problem(f"{adapter} holds no LoRA adapter (adapter_config.json){hint}", key="adapter_name_or_path")]
 
 
-def prediction_data_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def prediction_data_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     """The config whose ``dataset`` is the data read before a launch: a prediction-only run's
     ``eval_dataset`` when it names one (it trains on nothing)."""
     if not cfg.get("do_train", True) and cfg.get("eval_dataset"):
@@ -151,7 +151,7 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     return warnings
 
 
-def check_rows(cfg: dict[str, Any]) -> Any:
+def check_rows(cfg: Mapping[str, Any]) -> Any:
     """The part of the check that needs no tokenizer: static checks and, for SFT, every bad row of
     the datasets (the loaded samples, for ``check_run``'s ``loaded``); None for the other stages,
     whose check reads their data itself."""
@@ -167,7 +167,7 @@ def check_rows(cfg: dict[str, Any]) -> Any:
     return loaded
 
 
-def check_run(cfg: dict[str, Any], log=print, with_devices: bool = True, loaded: Any = None) -> CheckResult:
+def check_run(cfg: Mapping[str, Any], log=print, with_devices: bool = True, loaded: Any = None) -> CheckResult:
     """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation.
     ``loaded``: ``check_rows``'s answer, when the caller already has it."""
     if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: the stage's own data

@@ -28,11 +28,13 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cockpit.config.run_config import RunConfig
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
 from cockpit.shape import shape_of
@@ -49,7 +51,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_command(run: RunDir, cfg: dict[str, Any], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+def rank_command(run: RunDir, cfg: Mapping[str, Any], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
     """The command that starts this node's ranks, and the env additions.
 
     Built by :func:`cockpit.strategy.launch.node_launch` (torchrun + c10d, NUMA wrapping), which
@@ -83,7 +85,7 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def node_watchdog(cfg: dict[str, Any], start_t: float) -> HangWatchdog:
+def node_watchdog(cfg: Mapping[str, Any], start_t: float) -> HangWatchdog:
     """The hang watchdog for this run: the step floor, the longer load timeout, every node's heartbeat."""
     interval = float(cfg.get("telemetry_interval_s") or 0)
     return HangWatchdog(
@@ -121,7 +123,7 @@ def node_torch_devices(mem: Any, node_rank: int) -> list[dict[str, Any]]:
 class Supervisor:
     def __init__(self, run: RunDir):
         self.run = run
-        self.cfg: dict[str, Any] = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+        self.cfg = RunConfig.from_resolved(yaml.safe_load(run.config_path.read_text(encoding="utf-8")))
         self.events = EventWriter(run.events_path)
         # only this attempt's events: a resumed run's log still holds the previous attempt's end
         # (its run_stopped / run_failed), which must not decide how this attempt ends

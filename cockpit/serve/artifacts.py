@@ -4,6 +4,7 @@ probes. Reads the run dir only; no torch (the UI calls this)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from cockpit.store.rundir import RunDir
 @dataclass
 class RunArtifacts:
     run: RunDir
-    config: dict[str, Any]
+    config: Mapping[str, Any]
     adapter_dir: Path
     is_lora: bool
     lora_rank: int | None

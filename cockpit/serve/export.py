@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def adapter_checksum(folder: Path) -> str:
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def run_tokenizer(adapter: Path, cfg: dict[str, Any], ref=None) -> Any:
+def run_tokenizer(adapter: Path, cfg: Mapping[str, Any], ref=None) -> Any:
     """The tokenizer the run trained with: the one saved beside its adapter (its added tokens
     included), else the base's with the config's tokens added."""
     from transformers import AutoTokenizer
@@ -44,7 +45,7 @@ def run_tokenizer(adapter: Path, cfg: dict[str, Any], ref=None) -> Any:
     return load_tokenizer(cfg, ref)
 
 
-def _save_tokenizer(adapter: Path, cfg: dict[str, Any], out: Path, ref=None) -> None:
+def _save_tokenizer(adapter: Path, cfg: Mapping[str, Any], out: Path, ref=None) -> None:
     """The run's tokenizer with its chat template (the named one the run used, when it set one),
     so that vLLM and ``apply_chat_template`` render prompts exactly as training did."""
     from cockpit.data.render import apply_template_choice
@@ -136,7 +137,7 @@ def _empty_export_dir(run: RunDir, out: Path | None, merge: bool) -> Path:
     return out
 
 
-def merge_dtype(cfg: dict[str, Any]) -> str:
+def merge_dtype(cfg: Mapping[str, Any]) -> str:
     """``--dtype auto``: the run's precision. bf16 runs merge in bf16; a QLoRA run in fp16 in fp16
     (its 4-/8-bit layers computed in fp16, as LLaMA-Factory's export infers); the rest in float32
     (a LoRA run in fp16 trained fp32 adapters over its base)."""
@@ -145,7 +146,7 @@ def merge_dtype(cfg: dict[str, Any]) -> str:
     return "float16" if cfg.get("fp16") and cfg.get("quantization_bit") else "float32"
 
 
-def _merge_into_base(adapter: Path, cfg: dict[str, Any], tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
+def _merge_into_base(adapter: Path, cfg: Mapping[str, Any], tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
     """Merge the LoRA adapter into the base model and save it with the tokenizer in TMP: (dtype, notes)."""
     import torch
     from peft import PeftModel

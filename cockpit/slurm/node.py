@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def job_port(job_id: str | None) -> int:
     return 20000 + int(job_id or 0) % 20000
 
 
-def node_config(cfg: dict[str, Any], node: int, env: dict[str, str]) -> dict[str, Any]:
+def node_config(cfg: Mapping[str, Any], node: int, env: dict[str, str]) -> dict[str, Any]:
     nnodes = int(cfg["nnodes"])
     port = int(cfg.get("master_port") or 0)
     if not port:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ class SubmitRefused(Exception):
     """sbatch refused the job; ``str()`` is sbatch's own message."""
 
 
-def check_runs_dir(cfg: dict[str, Any], runs_dir: Path) -> None:
+def check_runs_dir(cfg: Mapping[str, Any], runs_dir: Path) -> None:
     """Several nodes share one run dir: refuse a runs dir local to this node."""
     if int(cfg["nnodes"]) <= 1:
         return
@@ -43,7 +44,7 @@ def check_runs_dir(cfg: dict[str, Any], runs_dir: Path) -> None:
 
 
 def submit(
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     opts: SlurmOptions,
     *,
     config_path: str | None = None,

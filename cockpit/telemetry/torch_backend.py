@@ -22,6 +22,7 @@ so that importing ``cockpit.telemetry`` stays torch-free for the supervisor and 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.telemetry.base import empty_device, mib
@@ -99,7 +100,9 @@ def torch_device_memory(device: Any = None) -> dict[str, Any] | None:
     return record
 
 
-def start_node_telemetry(cfg: dict[str, Any], rank: int, local_rank: int, node_rank: int, host: str, emit: Any) -> Any:
+def start_node_telemetry(
+    cfg: Mapping[str, Any], rank: int, local_rank: int, node_rank: int, host: str, emit: Any
+) -> Any:
     """In local rank 0 of every node of a torchrun job: the node's reporter thread (and in global
     rank 0 its collector, emitting through ``emit``), over a client of the rendezvous store at
     ``MASTER_ADDR:MASTER_PORT`` (see :mod:`cockpit.telemetry.node`). None when telemetry is off,

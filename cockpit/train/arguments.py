@@ -4,18 +4,19 @@ configs start from these, :func:`cockpit.train.recipes.base.stage_arguments`).""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cockpit.store.rundir import RunDir
 
 
-def artefact_dirs(run: RunDir, cfg: dict[str, Any]) -> dict[str, Path]:
+def artefact_dirs(run: RunDir, cfg: Mapping[str, Any]) -> dict[str, Path]:
     out = Path(cfg["output_dir"]) if cfg.get("output_dir") else run.path
     return {"out": out, "checkpoints": out / "checkpoints", "adapter": out / "adapter", "plot": out / "loss.png"}
 
 
-def rank_precision(cfg: dict[str, Any], use_cpu: bool, writer, log) -> dict[str, Any]:
+def rank_precision(cfg: Mapping[str, Any], use_cpu: bool, writer, log) -> dict[str, Any]:
     """The config this rank trains with: ``fp16`` on the CPU trains in fp32
     (:func:`cockpit.device.cpu_precision`), said in the log and as a warn alert."""
     from cockpit.device import CPU, GPU, cpu_precision
@@ -34,7 +35,7 @@ def rank_precision(cfg: dict[str, Any], use_cpu: bool, writer, log) -> dict[str,
     return cfg
 
 
-def trains_on_cpu(cfg: dict[str, Any]) -> bool:
+def trains_on_cpu(cfg: Mapping[str, Any]) -> bool:
     """:func:`cockpit.device.resolve_device` with torch's GPU count: a config that needs GPUs
     raises (exit 2) where none is visible instead of training on the CPU."""
     import torch
@@ -81,7 +82,7 @@ SAME_NAME_ARGUMENTS = (
 )
 
 
-def training_arguments(cfg: dict[str, Any], dirs: dict[str, Path], use_cpu: bool, world_size: int):
+def training_arguments(cfg: Mapping[str, Any], dirs: dict[str, Path], use_cpu: bool, world_size: int):
     from transformers import TrainingArguments
 
     warmup = cfg["warmup_steps"] if cfg["warmup_steps"] > 0 else float(cfg["warmup_ratio"])

@@ -13,6 +13,7 @@ import socket
 import statistics
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from transformers import TrainerCallback
@@ -36,14 +37,34 @@ def planned_epochs(total_steps: int, per_epoch: int | None, configured: float) -
     return round(total_steps / per_epoch, 4) if per_epoch else float(configured)
 
 
+_UNSET = object()
+
+
 def _dist():
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def control_group(dist: Any) -> Any:
+    """The process group the stop / save flags travel on: the default group when it is gloo already (a
+    CPU run), else a gloo side group. On NCCL / RCCL the flags' all-reduce and ``.item()`` were a device
+    synchronisation at every step (the host waited for the GPU's queue); on gloo they are a small host
+    message. Every rank calls this at the same point (``new_group`` is collective)."""
+    return None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+
+def agreed_flags(dist: Any, flags: list[bool], group: Any) -> list[bool]:
+    """Each flag true on any rank is true on every rank: a MAX all-reduce of host tensors on ``group``."""
+    import torch
+
+    t = torch.tensor([float(f) for f in flags])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [bool(v) for v in t.tolist()]
+
+
 class CockpitCallback(TrainerCallback):
-    def __init__(self, run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, writer: EventWriter | None):
+    def __init__(self, run: RunDir, cfg: Mapping[str, Any], rank: int, world_size: int, writer: EventWriter | None):
         self.run = run
         self.cfg = cfg
         self.rank = rank
@@ -72,6 +93,7 @@ class CockpitCallback(TrainerCallback):
         self.warm_mark: tuple[float, int] | None = None  # (time, tokens seen) when warm-up ended
         self.warm_step = 0  # the last warm-up step
         self.end_mark: tuple[float, int] | None = None  # (time, tokens seen) at the last step
+        self._control_group: Any = _UNSET  # the flags' process group, made at the first step (control_group)
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -99,19 +121,16 @@ class CockpitCallback(TrainerCallback):
             self.stop_reason = stop_reason
 
     def _flags(self) -> tuple[bool, bool]:
-        """(stop, save) requested, agreed across ranks."""
-        stop = self.run.pending("stop")  # "kill" is the supervisor's: no checkpoint, terminate now
-        save = self.run.pending("save")
+        """(stop, save) requested, agreed across ranks. Rank 0 reads the run dir's requests (two
+        ``stat`` calls; "kill" is the supervisor's: no checkpoint, terminate now); the others learn
+        them from the all-reduce, on a host-side group (``control_group``)."""
+        stop = self.rank == 0 and self.run.pending("stop")
+        save = self.rank == 0 and self.run.pending("save")
         dist = _dist()
         if dist is not None and self.world_size > 1:
-            import torch
-
-            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-            if device == "cuda":
-                device = f"cuda:{torch.cuda.current_device()}"
-            t = torch.tensor([float(stop), float(save)], device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            stop, save = bool(t[0].item()), bool(t[1].item())
+            if self._control_group is _UNSET:
+                self._control_group = control_group(dist)
+            stop, save = agreed_flags(dist, [stop, save], self._control_group)
         return stop, save
 
     def _gather_memory(self) -> dict[str, Any]:

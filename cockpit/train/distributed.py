@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError
@@ -14,7 +15,7 @@ from cockpit.store.rundir import RunDir, atomic_write_json
 
 def apply_strategy(
     run: RunDir,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     model,
     rank: int,
     world_size: int,
@@ -22,7 +23,7 @@ def apply_strategy(
     use_cpu: bool,
     n_rows: int,
     log,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[Mapping[str, Any], bool]:
     """DeepSpeed: the config (user file or generated) filled as HF fills it, validated by DeepSpeed,
     written to RUN_DIR/ds_config.json. FSDP: a torch check. Returns (cfg, parameters sharded?)."""
     if cfg.get("fsdp"):

@@ -3,6 +3,7 @@ on the meta device (FSDP2) or partitioned (ZeRO-3), and placed for its strategy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError, Problem
@@ -10,7 +11,7 @@ from cockpit.store.rundir import RunDir
 
 
 def build_model(
-    cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full", folder: str | None = None
+    cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full", folder: str | None = None
 ):
     """The model to train: base (+ quantization) + PEFT adapter / freeze / full.
 
@@ -69,7 +70,7 @@ def build_model(
     return model
 
 
-def grown_vocabulary(model, cfg: dict[str, Any], ref, load: str) -> list[int]:
+def grown_vocabulary(model, cfg: Mapping[str, Any], ref, load: str) -> list[int]:
     """The embeddings grown to the run's tokenizer (a multiple of 64) when the config adds tokens or
     sets ``resize_vocab`` (the token ids whose rows must train are returned), or when the chat
     template adds its stop words as new special tokens (llama3's on another model's tokenizer, say:
@@ -101,7 +102,7 @@ def grown_vocabulary(model, cfg: dict[str, Any], ref, load: str) -> list[int]:
     return vocab.trained_token_ids(tokenizer, cfg, rows_before) if grows else []
 
 
-def tokenizer_as_trained(cfg: dict[str, Any], ref) -> Any:
+def tokenizer_as_trained(cfg: Mapping[str, Any], ref) -> Any:
     """The run's tokenizer with its configured tokens and its chat template's (the rank's own)."""
     from cockpit.data.render import apply_template_choice
     from cockpit.models.resolve import load_tokenizer
@@ -112,7 +113,7 @@ def tokenizer_as_trained(cfg: dict[str, Any], ref) -> Any:
     return tokenizer
 
 
-def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
+def base_load_kwargs(cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
     """``from_pretrained``'s arguments for the base: its dtype (LoRA: frozen base weights in the
     half precision, on a GPU and on the CPU alike, so autocast never recasts them; BAdam's layer mode
     in bf16 on a GPU; other full fine-tuning: fp32 master weights) and the 4-/8-bit quantization of
@@ -143,7 +144,7 @@ def base_load_kwargs(cfg: dict[str, Any], ref, use_cpu: bool, local_rank: int) -
     return kwargs
 
 
-def trainable_in_fp32(cfg: dict[str, Any]) -> bool:
+def trainable_in_fp32(cfg: Mapping[str, Any]) -> bool:
     """Whether a LoRA run's trainable parameters are cast to fp32 over a half-precision base, as
     LLaMA-Factory does (``cast_trainable_params_to_fp32``): every LoRA run in bf16 / fp16 but BAdam's.
     PEFT upcasts the adapter's own matrices, not ``modules_to_save`` copies or the new tokens' rows,
@@ -164,7 +165,7 @@ def upcast_trainable(model) -> int:
     return cast
 
 
-def with_lora_adapter(model, cfg: dict[str, Any], new_token_ids: list[int] | None = None):
+def with_lora_adapter(model, cfg: Mapping[str, Any], new_token_ids: list[int] | None = None):
     """The base with its LoRA adapter: ``adapter_name_or_path`` trained further, or merged into the
     base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``; the
     rows of ``new_token_ids`` (added tokens) train beside it."""
@@ -198,7 +199,7 @@ def with_lora_adapter(model, cfg: dict[str, Any], new_token_ids: list[int] | Non
         raise InputError(f"lora_target: {exc}") from None
 
 
-def freeze_all_but_chosen_layers(model, cfg: dict[str, Any]) -> None:
+def freeze_all_but_chosen_layers(model, cfg: Mapping[str, Any]) -> None:
     """``finetuning_type: freeze``: only the last (or, negative, first) ``freeze_trainable_layers``
     decoder layers train, and in them only ``freeze_trainable_modules``."""
     from cockpit.train.variants import freeze_module_selected
@@ -296,7 +297,7 @@ LOAD_WORDS = {
 
 
 def placed_model(
-    run: RunDir, cfg: dict[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log
+    run: RunDir, cfg: Mapping[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log
 ):
     """The model on its training device (sharded for FSDP2), and the Trainer class to use.
     ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""

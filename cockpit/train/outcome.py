@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return str(max(good)[1]) if good else None
 
 
-def resume_point(cfg: dict[str, Any], dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
+def resume_point(cfg: Mapping[str, Any], dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
     """The checkpoint this attempt starts from, and the run's totals saved with it (first loss,
     training seconds). ``resume_from_checkpoint: last`` that finds none says so (a warning event
     and a log line) before starting from scratch."""

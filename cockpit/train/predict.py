@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cockpit.errors import EXIT_OK
@@ -37,7 +37,7 @@ def split_conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, A
     return list(messages[:last]), label
 
 
-def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: dict[str, Any]) -> tuple[list[int], str]:
+def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: Mapping[str, Any]) -> tuple[list[int], str]:
     """(the prompt's token ids, ready for generation; the label): the sample's tools written in as
     training writes them (``tool_format``, the template's own tool list, ``default_system``)."""
     from cockpit.data.render import render_prompt_ids, with_tools
@@ -49,7 +49,7 @@ def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: dict[str, Any
     return render_prompt_ids(tokenizer, prompt, tools=tools), label
 
 
-def prediction_samples(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+def prediction_samples(cfg: Mapping[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
     """The samples to predict (config/parity.predict_data_key): ``eval_dataset``; the ``val_size``
     split, the very rows training held out; or all of ``dataset`` in a run that does not train.
     The tokenizer gets the config's chat template on the way."""
@@ -72,7 +72,7 @@ def prediction_samples(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, An
     return list(samples)  # each: messages (+ tools)
 
 
-def generation_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+def generation_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``model.generate``'s decoding arguments from LLaMA-Factory's generating keys (greedy unless
     ``do_sample``; the model's own sampling defaults are turned off for greedy decoding)."""
     kwargs: dict[str, Any] = {
@@ -91,7 +91,7 @@ def generate_predictions(
     model: Any,
     tokenizer: Any,
     samples: list[dict[str, Any]],
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[dict[str, str]], bool]:

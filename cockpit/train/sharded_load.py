@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,9 @@ def read_group(path: Path, names: list[str], dtype: Any) -> dict[str, Any]:
 
 
 # -- FSDP2 -------------------------------------------------------------------------------------
-def streamed_config(cfg: dict[str, Any], folder: str | Path, load_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def streamed_config(
+    cfg: Mapping[str, Any], folder: str | Path, load_kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
     """The model config a streamed load builds from, with the options ``from_pretrained`` would get
     (``load_kwargs``: :func:`cockpit.train.variants.model_load_kwargs`): RoPE scaling set on the
     config, the attention kernel returned as ``from_config``'s argument."""
@@ -107,7 +109,7 @@ def streamed_config(cfg: dict[str, Any], folder: str | Path, load_kwargs: dict[s
     return config, ({"attn_implementation": attn} if attn else {})
 
 
-def empty_skeleton(cfg: dict[str, Any], folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
+def empty_skeleton(cfg: Mapping[str, Any], folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
     """The model with parameters on the meta device and real buffers."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
@@ -282,7 +284,7 @@ def ensure_deepspeed_comm() -> None:
         deepspeed.init_distributed(dist_backend=dist.get_backend())
 
 
-def sharded_base(cfg: dict[str, Any], folder: str | Path, dtype: Any, load: str, load_kwargs: dict[str, Any]) -> Any:
+def sharded_base(cfg: Mapping[str, Any], folder: str | Path, dtype: Any, load: str, load_kwargs: dict[str, Any]) -> Any:
     """The base model for ``load`` = ``meta`` (FSDP2 skeleton) or ``zero3`` (partitioned, filled),
     built from ``folder``'s safetensors with the full load's options (``load_kwargs``)."""
     if load == "meta":
@@ -307,14 +309,14 @@ def sharded_base(cfg: dict[str, Any], folder: str | Path, dtype: Any, load: str,
     return model
 
 
-def load_mode(cfg: dict[str, Any], ref: Any, zero3: bool, world_size: int) -> tuple[str, Weights]:
+def load_mode(cfg: Mapping[str, Any], ref: Any, zero3: bool, world_size: int) -> tuple[str, Weights]:
     """How this run's ranks build the base (:func:`cockpit.models.weights.sharded_load_mode`, the
     rule the planner's host line applies too), and where its weights are."""
     weights = weights_of(ref, fetch=True)
     return sharded_load_mode(weights, **strategy_facts(cfg, zero3, world_size)), weights
 
 
-def strategy_facts(cfg: dict[str, Any], zero3: bool, world_size: int) -> dict[str, Any]:
+def strategy_facts(cfg: Mapping[str, Any], zero3: bool, world_size: int) -> dict[str, Any]:
     """What the load rule (:mod:`cockpit.models.weights`) asks of a run, from a rank's view of it."""
     return {
         "world_size": world_size,

@@ -139,7 +139,7 @@ def trial_rows(rendered: list[Any], n: int) -> list[dict[str, list[int]]]:
 
 
 def run_trials(
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     cands: list[int],
     local_batch: int,
     cap_gb: float | None,
@@ -189,7 +189,7 @@ def run_trials(
     return {"device": device.name, "cap_gb": round(device.cap / GiB, 6), "trials": trials}
 
 
-def new_trial(plan_cfg: dict[str, Any], m: int, a: int) -> dict[str, Any]:
+def new_trial(plan_cfg: Mapping[str, Any], m: int, a: int) -> dict[str, Any]:
     """A trial's record before it runs, with the planner's figures for the same batch."""
     plan_t, plan_d = planned(plan_cfg, m, a)
     return {
@@ -213,7 +213,7 @@ class TrialDevice:
         self.use_cpu, self.name, self.cap = use_cpu, name, cap
 
     @classmethod
-    def open(cls, cfg: dict[str, Any], cap_gb: float | None) -> TrialDevice:
+    def open(cls, cfg: Mapping[str, Any], cap_gb: float | None) -> TrialDevice:
         import torch
 
         from cockpit.train.arguments import trains_on_cpu

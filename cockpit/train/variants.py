@@ -4,13 +4,14 @@ from_pretrained, PEFT's LoRA+ optimizer). Imported by the training rank (worker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
 
 
-def model_load_kwargs(cfg: dict[str, Any], ref: Any = None, log=print) -> dict[str, Any]:
+def model_load_kwargs(cfg: Mapping[str, Any], ref: Any = None, log=print) -> dict[str, Any]:
     """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice) and
     RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context."""
     impl = ATTENTION[cfg.get("flash_attn") or "auto"]
@@ -22,7 +23,7 @@ def model_load_kwargs(cfg: dict[str, Any], ref: Any = None, log=print) -> dict[s
     return out
 
 
-def rope_scaling_kwargs(cfg: dict[str, Any], ref: Any, log=print) -> dict[str, Any] | None:
+def rope_scaling_kwargs(cfg: Mapping[str, Any], ref: Any, log=print) -> dict[str, Any] | None:
     """LLaMA-Factory's rope_scaling: factor ceil(cutoff_len / the model's max_position_embeddings);
     none (said in the log) when cutoff_len already fits."""
     import math
@@ -46,7 +47,7 @@ def rope_scaling_kwargs(cfg: dict[str, Any], ref: Any, log=print) -> dict[str, A
     return rope
 
 
-def upcast(model: Any, cfg: dict[str, Any]) -> None:
+def upcast(model: Any, cfg: Mapping[str, Any]) -> None:
     """upcast_layernorm: norm weights in fp32; upcast_lmhead_output: the LM head's logits in fp32."""
     import torch
 
@@ -59,7 +60,7 @@ def upcast(model: Any, cfg: dict[str, Any]) -> None:
         head.register_forward_hook(lambda _m, _inp, out: out.to(torch.float32))
 
 
-def lora_config_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+def lora_config_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """LoraConfig: DoRA, rsLoRA, PiSSA init (as LLaMA-Factory maps it), modules trained fully."""
     out: dict[str, Any] = {"use_dora": bool(cfg.get("use_dora")), "use_rslora": bool(cfg.get("use_rslora"))}
     if cfg.get("pissa_init"):
@@ -70,7 +71,7 @@ def lora_config_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def gradient_checkpointing(cfg: dict[str, Any]) -> tuple[bool, dict[str, bool] | None]:
+def gradient_checkpointing(cfg: Mapping[str, Any]) -> tuple[bool, dict[str, bool] | None]:
     """Whether activations are recomputed in backward (``gradient_checkpointing`` unless
     ``disable_gradient_checkpointing``) and torch's checkpoint kwargs (``use_reentrant_gc``): the
     Trainer's and QLoRA's k-bit preparation read the same pair."""
@@ -78,7 +79,7 @@ def gradient_checkpointing(cfg: dict[str, Any]) -> tuple[bool, dict[str, bool] |
     return gc, ({"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None)
 
 
-def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+def training_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """TrainingArguments: optimizer and schedule options, gradient checkpointing, evaluation."""
     out: dict[str, Any] = {
         "adam_beta1": cfg.get("adam_beta1", 0.9),
@@ -112,7 +113,7 @@ def training_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
+def eval_dataset_rows(cfg: Mapping[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
     """The ``eval_dataset`` rendered like the training data (same template, cutoff, max_samples)."""
     from cockpit.data.prepare import prepare_dataset
 
@@ -120,7 +121,7 @@ def eval_dataset_rows(cfg: dict[str, Any], tokenizer: Any) -> list[dict[str, lis
     return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
 
 
-def accuracy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+def accuracy_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Trainer: ``compute_accuracy``'s metric (``eval_accuracy``) and the argmax that keeps the
     evaluation from gathering whole logits (LLaMA-Factory's ComputeAccuracy / eval_logit_processor)."""
     if not cfg.get("compute_accuracy"):
@@ -150,7 +151,7 @@ def token_accuracy(eval_preds: Any) -> dict[str, float]:
     return {"accuracy": float(np.mean(per_sample)) if per_sample else 0.0}
 
 
-def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]:
+def trainer_kwargs(cfg: Mapping[str, Any], model: Any, args: Any) -> dict[str, Any]:
     """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
     arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, else nothing."""
     if cfg.get("use_badam"):
@@ -174,7 +175,7 @@ def trainer_kwargs(cfg: dict[str, Any], model: Any, args: Any) -> dict[str, Any]
     return {"optimizers": (optimizer, None)}
 
 
-def badam_optimizer(cfg: dict[str, Any], model: Any, args: Any) -> Any:
+def badam_optimizer(cfg: Mapping[str, Any], model: Any, args: Any) -> Any:
     """BAdam as LLaMA-Factory builds it (trainer_utils._create_badam_optimizer): the trainable
     parameters in a decay and a no-decay group; layer mode wraps HF's optimizer (torch AdamW) over
     them in ``badam.BlockOptimizer``, which trains one decoder layer at a time (fp32 copies and Adam

@@ -19,10 +19,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import EXIT_FAILED, EXIT_INPUT, InputError
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import RunDir
@@ -53,8 +53,8 @@ def dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def load_run_config(run: RunDir) -> dict[str, Any]:
-    return yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+def load_run_config(run: RunDir) -> RunConfig:
+    return RunConfig.from_resolved(yaml.safe_load(run.config_path.read_text(encoding="utf-8")))
 
 
 def _close_process_group() -> None:

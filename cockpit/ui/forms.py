@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,7 @@ def _text(value: Any) -> str:
 
 @dataclass
 class Checked:
-    cfg: dict[str, Any] | None
+    cfg: Mapping[str, Any] | None
     problems: list[str]
     notes: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # the keys the problems are about
@@ -352,7 +353,7 @@ class FormModel:
         except ValueError:
             return 64.0
 
-    def fit_memory(self, cfg: dict[str, Any], machine: Any) -> tuple[float, str, int]:
+    def fit_memory(self, cfg: Mapping[str, Any], machine: Any) -> tuple[float, str, int]:
         """What the fit line compares the planner's peak with: (GiB, where that number came
         from, how many ranks share it). A CPU run: the host's RAM, shared by its ranks; a GPU
         run: the GPU memory field, else the detected GPUs' memory, else 64 GiB (an MI250 GCD)."""
@@ -373,7 +374,7 @@ class FormModel:
         return to_yaml(self.typed(), only_changed=False)
 
 
-def fit_line(cfg: dict[str, Any], gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
+def fit_line(cfg: Mapping[str, Any], gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
     """One line from the memory planner (pure Python, meta device off: torch-free).
     ``source``: where ``gpu_memory_gb`` came from; ``ranks``: processes sharing it (the host's
     RAM on a CPU run), so each gets its share."""

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def check_config(path: Path, timeout: float = 300) -> CliResult:
     return run_cli("check", str(path), "--json", "--no-devices", timeout=timeout)
 
 
-def write_config(path: Path, cfg: dict[str, Any]) -> dict[str, str]:
+def write_config(path: Path, cfg: Mapping[str, Any]) -> dict[str, str]:
     """``cfg`` as YAML at ``path`` with the secrets of its ``env`` redacted; returns them (name ->
     value): the command that reads the file gets them through its environment (``secrets=``),
     so no config the UI writes holds one."""

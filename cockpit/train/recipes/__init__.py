@@ -13,6 +13,7 @@ other stages refuse the strategies in ``cockpit check``, ``config/stages.py``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import import_module
 from typing import Any
 
@@ -34,10 +35,11 @@ def get_recipe(stage: str) -> Any:
 
 
 def run_stage(
-    run: Any, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
+    run: Any, cfg: Mapping[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
 ) -> int:
     """Train the run's stage in this rank; the worker's exit codes."""
     from cockpit.train.recipes.base import make_context
 
     recipe = get_recipe(cfg.get("stage", "sft"))
+    recipe.refuse_what_it_does_not_honour(cfg)
     return recipe.run(make_context(run, cfg, rank, world_size, local_rank, writer, t0))

@@ -15,14 +15,14 @@ import dataclasses
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from cockpit.config.parity import evaluates
-from cockpit.config.stages import reference_words
-from cockpit.errors import EXIT_FAILED, EXIT_OK
+from cockpit.config.stages import STAGES, StageCapabilities, reference_words, unhonoured_problems
+from cockpit.errors import EXIT_FAILED, EXIT_OK, InputError
 from cockpit.store.events import read_all, wall_time_s
 from cockpit.store.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
@@ -33,7 +33,7 @@ from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
 @dataclass
 class RecipeContext:
     run: RunDir
-    cfg: dict[str, Any]
+    cfg: Mapping[str, Any]
     rank: int
     world_size: int
     local_rank: int
@@ -61,6 +61,19 @@ class Recipe:
     causal_lm = True  # the policy generates text: probes run before / after
     # trainer log key -> step event field (see cockpit/store/events.py)
     step_fields: ClassVar[dict[str, str]] = {}
+
+    @property
+    def capabilities(self) -> StageCapabilities:
+        """The keys and strategies this stage honours (declared in ``config/stages.py``, where
+        ``cockpit check`` and the key table read them)."""
+        return STAGES[self.stage]
+
+    def refuse_what_it_does_not_honour(self, cfg: Mapping[str, Any]) -> None:
+        """A config that reached the ranks without ``cockpit check`` (an older run dir's, say) stops here,
+        naming the key and the stage, instead of training without it."""
+        problems = unhonoured_problems(cfg, lambda key: {"key": key}) if cfg.get("stage") == self.stage else []
+        if problems:
+            raise InputError(problems)
 
     def build_data(self, ctx: RecipeContext) -> StageData:
         raise NotImplementedError
@@ -107,7 +120,7 @@ def _num(value: Any) -> Any:
 
 
 def split_held_out(
-    cfg: dict[str, Any], rows: list[dict[str, Any]]
+    cfg: Mapping[str, Any], rows: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out) by ``val_size`` (a fraction or a count), shuffled with the run's seed."""
     if not cfg["val_size"]:
@@ -128,7 +141,7 @@ def eval_dataset_prepared(ctx: RecipeContext) -> Any:
     return prepare_stage_data({**ctx.cfg, "dataset": ctx.cfg["eval_dataset"]}, ctx.tokenizer)
 
 
-def evaluates_during_training(cfg: dict[str, Any]) -> bool:
+def evaluates_during_training(cfg: Mapping[str, Any]) -> bool:
     """Does a non-SFT stage evaluate during training? When the config asks (an eval_strategy other than
     no, eval_steps, eval_on_start, load_best_model_at_end), as LLaMA-Factory does (HF's default
     strategy is no); its held-out rows are measured before and after training either way."""
@@ -297,7 +310,7 @@ def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
     )
 
 
-def cfg_stage(cfg: dict[str, Any]) -> str:
+def cfg_stage(cfg: Mapping[str, Any]) -> str:
     """The stage in words: ``dpo (pref_loss simpo)``."""
     return f"{cfg['stage']} (pref_loss {cfg['pref_loss']})" if cfg["stage"] == "dpo" else str(cfg["stage"])
 
@@ -390,7 +403,7 @@ def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: i
 
 
 def make_context(
-    run: RunDir, cfg: dict[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
+    run: RunDir, cfg: Mapping[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
 ) -> RecipeContext:
     import torch
 

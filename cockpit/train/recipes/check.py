@@ -4,6 +4,7 @@ Imports transformers (the tokenizer) lazily; never imported by the UI process.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError, Problem
@@ -26,7 +27,7 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
     return out
 
 
-def check_stage(cfg: dict[str, Any], log=print, with_devices: bool = True):
+def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True):
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
     from cockpit.run.preflight import CheckResult, device_checks, static_checks

@@ -10,6 +10,7 @@ or, for full / freeze training, a frozen copy of the base.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from cockpit.config.stages import uses_reference
@@ -95,7 +96,7 @@ class DPORecipe(Recipe):
         policy = build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank)
         return policy, build_reference(ctx)
 
-    def trl_classes(self, cfg: dict[str, Any]) -> tuple[type, type, dict[str, Any]]:
+    def trl_classes(self, cfg: Mapping[str, Any]) -> tuple[type, type, dict[str, Any]]:
         """(trainer class, config class, the config's stage keys) for the run's pref_loss."""
         loss, beta, ftx = cfg["pref_loss"], cfg["pref_beta"], cfg["pref_ftx"]
         common = {"max_length": cfg["cutoff_len"], "disable_dropout": True}

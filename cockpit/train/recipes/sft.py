@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run
 
 def sft_trainer(
     trainer_cls: type,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     model: Any,
     args: Any,
     tokenizer: Any,

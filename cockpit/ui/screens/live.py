@@ -15,6 +15,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -441,7 +443,7 @@ class LiveScreen(Screen):
         self.app.push_screen(Decide("Relaunch with these settings", body, "Stop and relaunch", "Cancel"), done)
 
     @work(thread=True, exclusive=True, group="relaunch")
-    def _relaunch(self, cfg: dict) -> None:
+    def _relaunch(self, cfg: Mapping[str, Any]) -> None:
         from cockpit.run.control import relaunch_config_path, stop_escalating
         from cockpit.ui import proc
 

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -385,7 +386,7 @@ class SetupScreen(Screen):
             self.query_one("#fit", Static).update("fit: (fix the problems first)")
 
     @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
-    def _fit(self, cfg: dict, gpu_gb: float, source: str = "", ranks: int = 1) -> None:
+    def _fit(self, cfg: Mapping[str, Any], gpu_gb: float, source: str = "", ranks: int = 1) -> None:
         from textual.worker import get_current_worker
 
         line = forms.fit_line(cfg, gpu_gb, source, ranks)
@@ -523,7 +524,7 @@ class SetupScreen(Screen):
         self._preflight(dict(self.checked.cfg))
 
     @work(thread=True, exclusive=True, group="preflight")
-    def _preflight(self, cfg: dict) -> None:
+    def _preflight(self, cfg: Mapping[str, Any]) -> None:
         from cockpit.doctor.relevance import blocking_for_config, config_tags
 
         checks, err = doctor_checks(self.app, config_tags(cfg))
