@@ -517,3 +517,12 @@ def test_the_key_tables_stage_columns_are_the_declarations():
         row = next(line for line in table.splitlines() if line.startswith(f"| `{key}` |"))
         cells = [c.strip() for c in row.split("|")[-len(STAGES) - 1 : -1]]
         assert cells == ["yes" if caps.honours(key) else "**no**" for caps in STAGES.values()], key
+
+
+def test_pissa_convert_works_in_every_stage_but_rm_whose_value_head_it_would_drop():
+    base = {"dataset": "x.json", "pissa_init": True, "pissa_convert": True}
+    for stage in ("sft", "pt", "dpo", "kto"):
+        assert validate({**base, "stage": stage}, check_paths=False).pissa_convert
+    with pytest.raises(InputError) as err:
+        validate({**base, "stage": "rm"}, check_paths=False)
+    assert err.value.problems[0].key == "pissa_convert" and "stage rm" in str(err.value) and "value head" in str(err.value)

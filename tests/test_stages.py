@@ -323,3 +323,36 @@ def test_tune_refuses_a_stage_it_cannot_trial(tmp_path):
     with pytest.raises(InputError) as err:
         tune(str(cfg))
     assert "stage: cockpit tune measures stage sft trials so far" in str(err.value)
+
+
+# -- one flow: what SFT solved reaches every stage (issue 30, section 2) ------------------------------
+@pytest.mark.slow
+def test_a_dpo_run_through_a_nan_keeps_the_last_good_checkpoint_as_its_adapter(tmp_path, tiny_model_dir):
+    """The NaN rule of the shared flow: the final model never comes from weights trained through a NaN."""
+    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo_nan", stage="dpo", dataset="cockpit_identity_pairs", finetuning_type="full",
+                      learning_rate=1e6, weight_decay=10.0, max_grad_norm=0.0, max_steps=30, probes=None,
+                      nan_policy="stop", save_steps=1, telemetry_interval_s=0)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert res.returncode != 0 and summary["state"] == "failed", res.stdout[-2000:]
+    assert summary["nan_step"] and "stopped on NaN" in summary["reason"] and summary["stage"] == "dpo"
+    if summary["adapter_from"]:  # a checkpoint before the NaN: its weights are the run's model
+        assert summary["adapter_from"] in summary["reason"] and (run / "adapter" / "config.json").exists()
+    else:
+        assert summary["adapter_dir"] is None and not (run / "adapter").exists()
+
+
+@pytest.mark.slow
+def test_a_dpo_run_converts_its_pissa_adapter_as_sft_does(tmp_path, tiny_model_dir):
+    """pissa_convert was accepted for dpo and had no effect: the shared flow saves the initial adapter and converts."""
+    cfg = tiny_config(tmp_path, tiny_model_dir, "dpo_pissa", stage="dpo", dataset="cockpit_identity_pairs", max_steps=2,
+                      probes=None, save_steps=2, pissa_init=True, pissa_iter=4, pissa_convert=True, lora_rank=4)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run, summary, _events = _finished(tmp_path / "runs")
+    assert summary["pissa_converted"] is True and summary["stage"] == "dpo"
+    saved = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    assert saved["r"] == 8  # rank 2 x lora_rank: the trained PiSSA adapter joined with the initial one
+    assert json.loads((run / "checkpoints" / "checkpoint-2" / "adapter_config.json").read_text())["r"] == 4
+    assert (run / "pissa_init" / "adapter_config.json").exists()  # saved before the first step

@@ -231,7 +231,8 @@ def _lora_variant_problems(
 
 
 def _pissa_convert_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """pissa_convert: a PiSSA adapter of an SFT run whose whole state PEFT can rewrite as lora_A / lora_B
+    """pissa_convert: a PiSSA adapter whose whole state PEFT can rewrite as lora_A / lora_B (stage rm's value
+    head cannot be: ``config/stages.py`` declares it)
     (the conversion keeps only those: no DoRA magnitudes, fully trained modules or new token rows),
     held whole on rank 0 (not sharded by ZeRO-3 / FSDP)."""
     if not cfg.get("pissa_convert"):
@@ -246,8 +247,6 @@ def _pissa_convert_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[
     )
     if not cfg.get("pissa_init"):
         why = "converts a PiSSA adapter: needs pissa_init: true"
-    elif cfg.get("stage", "sft") != "sft":
-        why = f"converts SFT's final adapter; stage {cfg.get('stage')} saves it as trained (PiSSA)"
     elif clash:
         why = f"the converted adapter holds only lora_A / lora_B, so {clash}'s weights would be lost; not together"
     elif cfg.get("fsdp") or str(cfg.get("zero_stage") or "") == "3" or cfg.get("deepspeed"):

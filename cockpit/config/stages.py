@@ -24,15 +24,19 @@ _VALUE_MODEL = (
 )
 _PAIR_UNHONOURED = {"group_by_length": "TRL's tokenised samples have no input_ids column for the length sampler"}
 _RM_UNHONOURED = {
-    key: _VALUE_MODEL
-    for key in (
-        "adapter_name_or_path",
-        "create_new_adapter",
-        "upcast_layernorm",
-        "upcast_lmhead_output",
-        "quantization_bit",
-        "use_llama_pro",
-    )
+    **{
+        key: _VALUE_MODEL
+        for key in (
+            "adapter_name_or_path",
+            "create_new_adapter",
+            "upcast_layernorm",
+            "upcast_lmhead_output",
+            "quantization_bit",
+            "use_llama_pro",
+        )
+    },
+    "pissa_convert": "the value head (score) is trained in full beside the adapter, and the converted adapter "
+    "holds only lora_A / lora_B",
 }
 STRATEGIES = ("ddp", "deepspeed", "fsdp")  # DDP: one process or several, each with the whole model
 # the keys that choose a strategy other than DDP

@@ -2,13 +2,14 @@
 
 The worker hands every stage to :func:`run_stage`: the stage's recipe runs in a context built
 once (:func:`cockpit.train.recipes.base.make_context`: device, precision, folders, model
-reference, tokenizer). The recipe interface and the flow the non-SFT stages share are in
-:mod:`cockpit.train.recipes.base`; SFT (:mod:`cockpit.train.recipes.sft`) runs its own flow, the
-one with every distributed strategy, and lends its trainer to ``cockpit tune``'s trials.
-Importing this package imports no torch (the recipe modules are loaded on first use).
+reference, tokenizer). The recipe interface and the flow every stage's attempt goes through
+(resume totals, the NaN rule, PiSSA's conversion, the summary) are in :mod:`cockpit.train.recipes.base`;
+SFT (:mod:`cockpit.train.recipes.sft`) adds the distributed strategies around the same calls and
+lends its trainer to ``cockpit tune``'s trials. Importing this package imports no torch (the recipe
+modules are loaded on first use).
 
-Still SFT-only: DeepSpeed / FSDP2, sharded loading and the NaN rule's last-good adapter (the
-other stages refuse the strategies in ``cockpit check``, ``config/stages.py``).
+Still SFT-only: DeepSpeed / FSDP2 and sharded loading (the other stages declare DDP only, and
+``cockpit check`` refuses the rest: ``config/stages.py``).
 """
 
 from __future__ import annotations

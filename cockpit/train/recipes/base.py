@@ -1,12 +1,16 @@
-"""The recipe interface and the one flow every non-SFT stage runs through.
+"""The recipe interface and the flow every stage shares.
 
 A recipe says, for its stage: how to build the data (train / held-out rows and the data
 report), the model(s) (policy, and a reference or none), the trainer (a TRL trainer class
 with Cockpit's atomic checkpoints mixed in), which of the trainer's logged metrics become
 fields of the ``step`` event, how to measure held-out pairs before and after, and what goes
-into ``summary.json``. :func:`run_recipe` does the rest: probes before / after, events, control
-requests, summary, final events. SFT (``recipes/sft.py``) runs its own :meth:`Recipe.run`, the
-flow with every distributed strategy.
+into ``summary.json``; and which keys and strategies it honours (``capabilities``, declared in
+``config/stages.py``). Every stage's attempt then runs through the same functions: ``train``
+(from the resume point, the run's totals over its attempts), ``save_final_model`` (the NaN rule:
+never a model trained through a NaN; PiSSA's conversion), ``other_rank_done``, ``run_summary``
+(one tokens/s definition) and ``end_run``. :func:`run_recipe` is the flow of pt / dpo / kto / rm;
+SFT's :meth:`Recipe.run` adds the strategy before the model (DeepSpeed / FSDP2, sharded loading)
+and prediction around the same calls.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from typing import Any, ClassVar
 from cockpit.config.parity import evaluates
 from cockpit.config.stages import STAGES, StageCapabilities, reference_words, unhonoured_problems
 from cockpit.errors import EXIT_FAILED, EXIT_OK, InputError
-from cockpit.store.events import read_all, wall_time_s
+from cockpit.store.events import EventWriter, read_all, wall_time_s
 from cockpit.store.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
-from cockpit.train.outcome import last_checkpoint, plot_loss
+from cockpit.train.outcome import adapter_from_last_good, plot_loss, resume_point
 from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
 
 
@@ -265,49 +269,43 @@ def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, p
 
 
 def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
-    """Data, models, held-out / probes before, train, save, probes / held-out after, summary."""
+    """Data, models, held-out / probes before (on the training device), train from the resume point with
+    the run's totals, the final model under the NaN rule, probes / held-out after, summary."""
+    from cockpit.train.distributed import report_peak_memory
+
     data = recipe.build_data(ctx)
     ctx.log("data: " + " | ".join(data.report.lines()))
-    model, ref_model = recipe.build_models(ctx)
-    callback = stage_callback(ctx, recipe)
-    before = before_training(recipe, ctx, data)  # probes and held-out, on the training device
-    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before])
-    ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(trainer)}, reference model: {reference_words(ctx.cfg)}")
-    resume = ctx.cfg.get("resume_from_checkpoint")
-    if resume in ("last", "true", "True"):
-        resume = last_checkpoint(ctx.dirs["checkpoints"])
-    wait_for_check(ctx)
-    train_t0 = time.time()
-    trainer.train(resume_from_checkpoint=resume or None)
-    train_runtime = time.time() - train_t0
-    stopped = callback.stop_reason is not None
-    if ctx.rank == 0:
-        trainer.save_model(str(ctx.dirs["adapter"]))
-        ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
+    attempt = start_stage(recipe, ctx, data)
+    ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(attempt.trainer)}, reference model: {reference_words(ctx.cfg)}")
+    train(ctx, attempt)
+    report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
+    save_final_model(ctx, attempt)
+    trainer, stopped = attempt.trainer, attempt.callback.stop_reason is not None
     final_eval = (
-        trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not stopped else None
+        trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not (stopped or attempt.poisoned) else None
     )  # the trainer's own metrics (an eval event)
-    probe_before, held_before = before.probes, before.held
-    probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
+    probe_before, held_before = attempt.probes_before.probes, attempt.probes_before.held
+    attempt.probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
     held_after = _held_out(recipe, ctx, trainer.model, data, "after")
+    report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "finished")
     if ctx.rank != 0:
-        return EXIT_OK
+        return other_rank_done(ctx, attempt)
     held_after = (
         {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}}
         if held_after
         else held_after
     )
-    return _finish(
-        recipe,
-        ctx,
-        trainer,
-        data,
-        callback,
-        stopped,
-        train_runtime,
-        (probe_before, probe_after),
-        (held_before, held_after),
-    )
+    return _finish(recipe, ctx, attempt, data, (probe_before, attempt.probe_after), (held_before, held_after))
+
+
+def start_stage(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Attempt:
+    """The stage's models and trainer, with Cockpit's callbacks and the base measured at the start."""
+    model, ref_model = recipe.build_models(ctx)
+    save_pissa_initial(ctx, model)
+    callback = stage_callback(ctx, recipe)
+    before = before_training(recipe, ctx, data)  # probes and held-out, on the training device
+    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before])
+    return Attempt(trainer, callback, before, [])
 
 
 def cfg_stage(cfg: Mapping[str, Any]) -> str:
@@ -320,52 +318,73 @@ def trl_name(trainer: Any) -> str:
     return type(trainer).__name__.removeprefix("Cockpit")
 
 
-def _finish(
-    recipe: Recipe,
-    ctx: RecipeContext,
-    trainer: Any,
-    data: StageData,
-    callback: Any,
-    stopped: bool,
-    train_runtime: float,
-    probes: tuple,
-    held: tuple,
-) -> int:
-    cfg, state = ctx.cfg, trainer.state
-    plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, ctx.dirs["plot"])
+def _finish(recipe: Recipe, ctx: RecipeContext, attempt: Attempt, data: StageData, probes: tuple, held: tuple) -> int:
+    summary = {
+        **run_summary(ctx, attempt),
+        "stage": ctx.cfg["stage"],
+        "trainer": trl_name(attempt.trainer),
+        "probes_before": _rate(probes[0]),
+        "probes_after": _rate(probes[1]),
+        "held_out_before": held[0],
+        "held_out_after": held[1],
+        "samples": len(data.train),
+        "data": data.report.as_dict(),
+        **recipe.summary(ctx, attempt.trainer, data),
+    }
+    return end_run(ctx, summary, attempt.callback, attempt.trainer.state.global_step)
 
-    def rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
-        return {k: p[k] for k in ("passed", "total", "rate")} if p else None
 
+def _rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {k: p[k] for k in ("passed", "total", "rate")} if p else None
+
+
+def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
+    """summary.json's part every stage writes (rank 0), loss.png drawn on the way: one tokens/s
+    definition (``outcome.throughput``: warm-up left out), the run's totals over its attempts."""
+    from cockpit.data.probes import probe_summary
+    from cockpit.train.outcome import eval_losses, throughput
+
+    cfg, dirs, callback, state = ctx.cfg, ctx.dirs, attempt.callback, attempt.trainer.state
+    events = read_all(ctx.run.events_path)  # once, for loss.png and the summary's eval losses
+    plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, dirs["plot"], events)
+    tokens_total = int(
+        getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total
+    )  # the run's (restored on resume)
     summary = {
         "run_id": ctx.run.run_id,
-        "stage": cfg["stage"],
-        "trainer": trl_name(trainer),
-        "state": "stopped" if stopped else "finished",
+        "state": "stopped" if callback.stop_reason is not None else "finished",
         "reason": callback.stop_reason,
         "steps": state.global_step,
         "total_steps": state.max_steps,
         "epochs": state.epoch,
-        "runtime_s": round(wall_time_s(read_all(ctx.run.events_path), until=time.time()), 2),  # every attempt's
-        "train_runtime_s": round(train_runtime, 2),
-        "tokens_seen": callback.tokens_total,
-        "tokens_per_s": round(callback.tokens_total / train_runtime, 2)
-        if train_runtime > 0 and callback.tokens_total
-        else None,
+        "runtime_s": round(wall_time_s(events, until=time.time()), 2),  # every attempt's
+        "train_runtime_s": round(attempt.train_runtime, 2),
+        "tokens_seen": tokens_total,
+        **throughput(callback, attempt.train_runtime, tokens_total),
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
-        "probes_before": rate(probes[0]),
-        "probes_after": rate(probes[1]),
-        "held_out_before": held[0],
-        "held_out_after": held[1],
-        "adapter_dir": str(ctx.dirs["adapter"]),
-        "checkpoints_dir": str(ctx.dirs["checkpoints"]),
-        "loss_plot": str(ctx.dirs["plot"]) if plotted else None,
-        "samples": len(data.train),
-        "data": data.report.as_dict(),
-        **recipe.summary(ctx, trainer, data),
+        "eval_loss": eval_losses(events),
+        "eval_accuracy": eval_losses(events, "eval_accuracy"),
+        "probes_before": probe_summary(getattr(attempt.probes_before, "result", None)),
+        "probes_after": probe_summary(attempt.probe_after),
+        "adapter_dir": str(dirs["adapter"]) if not attempt.poisoned or attempt.adapter_from else None,
+        "adapter_from": attempt.adapter_from,
+        "nan_step": callback.nan_step,
+        "checkpoints_dir": str(dirs["checkpoints"]),
+        "loss_plot": str(dirs["plot"]) if plotted else None,
     }
-    return end_run(ctx, summary, callback, state.global_step)
+    if attempt.poisoned:
+        summary["reason"] = nan_reason(cfg, callback, attempt, state.global_step)
+    if cfg.get("pissa_convert"):  # after a NaN the adapter is a checkpoint's, as trained (PiSSA)
+        summary["pissa_converted"] = not attempt.poisoned
+    return summary
+
+
+def nan_reason(cfg: Mapping[str, Any], callback: Any, attempt: Attempt, step: int) -> str:
+    """summary.json's reason after a NaN: where, and which adapter the run keeps."""
+    where = f"adapter = {attempt.adapter_from}" if attempt.adapter_from else "no adapter (no checkpoint before the NaN)"
+    what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
+    return f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or step}; {where}"
 
 
 def wait_for_check(ctx: RecipeContext) -> None:
@@ -400,6 +419,86 @@ def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: i
             last_loss_step=callback.last_loss_step,
         )
     return EXIT_OK
+
+
+# -- the flow every stage shares: an attempt's training, its final model, the other ranks' end ---------------
+@dataclasses.dataclass
+class Attempt:
+    """This attempt's trainer and what it measured."""
+
+    trainer: Any
+    callback: Any  # CockpitCallback
+    probes_before: Any  # the before-training callback: SFT's ProbesBeforeTraining, else before_training's
+    probes: list[dict[str, Any]]
+    train_runtime: float = 0.0  # the run's, over its attempts
+    poisoned: bool = False
+    adapter_from: str | None = None  # after a NaN: the checkpoint the adapter was copied from
+    probe_after: dict[str, Any] | None = None
+
+
+def train(ctx: RecipeContext, attempt: Attempt) -> None:
+    """From the resume point (if any) to the end; the run's first loss and training time count
+    over its attempts (saved with each checkpoint: ``trainer.run_totals``)."""
+    trainer, callback = attempt.trainer, attempt.callback
+    resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
+    callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
+    callback.first_loss_step = before.get("first_loss_step")
+    wait_for_check(ctx)
+    train_t0 = time.time()
+    trainer.run_totals = lambda: {
+        "first_loss": callback.first_loss,
+        "first_loss_step": callback.first_loss_step,
+        "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3),
+        "tokens_seen": callback.tokens_total,
+    }
+    trainer.train(resume_from_checkpoint=resume or None)
+    attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
+
+
+def save_final_model(ctx: RecipeContext, attempt: Attempt) -> None:
+    """The final adapter / model, never from weights trained through a NaN: then the last good
+    checkpoint's (or none). Sharded strategies save collectively."""
+    trainer, callback, cfg = attempt.trainer, attempt.callback, ctx.cfg
+    attempt.poisoned = callback.nan_seen or not trainer.loss_finite
+    if attempt.poisoned:
+        attempt.adapter_from = adapter_from_last_good(ctx.dirs, ctx.rank, ctx.log)
+    elif ctx.rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
+        trainer.save_model(str(ctx.dirs["adapter"]))
+        if ctx.rank == 0:
+            ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
+        if ctx.rank == 0 and cfg.get("pissa_convert"):
+            from cockpit.train.variants import convert_pissa_adapter
+
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            convert_pissa_adapter(model, ctx.dirs["adapter"], pissa_initial_dir(ctx))
+            ctx.log("pissa_convert: the adapter is a plain LoRA of the original base (rank 2 x lora_rank)")
+
+
+def pissa_initial_dir(ctx: RecipeContext) -> Path:
+    """``pissa_convert``'s initial adapter: ``pissa_init/`` beside ``adapter/``."""
+    return ctx.dirs["out"] / "pissa_init"
+
+
+def other_rank_done(ctx: RecipeContext, attempt: Attempt) -> int:
+    """A rank other than 0 is done; local rank 0 of another node ends its node's run dir too."""
+    node_rank = int(os.environ.get("GROUP_RANK", 0))
+    if ctx.local_rank == 0 and node_rank > 0:
+        state, callback = attempt.trainer.state, attempt.callback
+        kind = "run_stopped" if callback.stop_reason is not None else "run_finished"
+        EventWriter(ctx.run.events_path).emit(
+            kind, steps=state.global_step, node_rank=node_rank, reason=callback.stop_reason
+        )
+    return EXIT_OK
+
+
+def save_pissa_initial(ctx: RecipeContext, model: Any) -> None:
+    """``pissa_convert``: the initial PiSSA adapter, before the first step (rank 0)."""
+    if not ctx.cfg.get("pissa_convert") or ctx.rank != 0:
+        return
+    from cockpit.train.variants import save_pissa_initial as save
+
+    if save(model, pissa_initial_dir(ctx), resuming=bool(ctx.cfg.get("resume_from_checkpoint"))):
+        ctx.log(f"pissa_convert: the initial PiSSA adapter saved to {pissa_initial_dir(ctx)}")
 
 
 def make_context(

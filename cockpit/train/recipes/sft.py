@@ -13,21 +13,28 @@ trained through a NaN). :func:`sft_trainer` is also ``cockpit tune``'s trial tra
 from __future__ import annotations
 
 import dataclasses
-import os
-import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from cockpit.data.packing import resolve_for_run
 from cockpit.data.padding import batching_words
-from cockpit.errors import EXIT_OK, InputError
-from cockpit.store.events import EventWriter, read_all, wall_time_s
+from cockpit.errors import InputError
 from cockpit.train.arguments import ListDataset, training_arguments
 from cockpit.train.distributed import apply_strategy, comm_health_probe, report_peak_memory
 from cockpit.train.model import config_only, placed_model
-from cockpit.train.outcome import adapter_from_last_good, eval_losses, plot_loss, resume_point, throughput
-from cockpit.train.recipes.base import Recipe, RecipeContext, StageData, end_run, split_held_out, wait_for_check
+from cockpit.train.recipes.base import (
+    Attempt,
+    Recipe,
+    RecipeContext,
+    StageData,
+    end_run,
+    other_rank_done,
+    run_summary,
+    save_final_model,
+    save_pissa_initial,
+    split_held_out,
+    train,
+)
 
 
 def sft_trainer(
@@ -60,20 +67,6 @@ def sft_trainer(
     if eval_rows and cfg.get("compute_accuracy") and padding_free(cfg):  # accuracy is per sample: padded rows
         trainer.eval_data_collator = build_collator({**cfg, "packing": False}, tokenizer, model)
     return trainer
-
-
-@dataclasses.dataclass
-class Attempt:
-    """This attempt's trainer and what it measured."""
-
-    trainer: Any
-    callback: Any  # CockpitCallback
-    probes_before: Any  # ProbesBeforeTraining
-    probes: list[dict[str, Any]]
-    train_runtime: float = 0.0  # the run's, over its attempts
-    poisoned: bool = False
-    adapter_from: str | None = None  # after a NaN: the checkpoint the adapter was copied from
-    probe_after: dict[str, Any] | None = None
 
 
 class SFTRecipe(Recipe):
@@ -129,8 +122,6 @@ class SFTRecipe(Recipe):
         if ctx.rank != 0:
             return other_rank_done(ctx, attempt)
         summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
-        if ctx.cfg.get("pissa_convert"):  # after a NaN the adapter is a checkpoint's, as trained (PiSSA)
-            summary["pissa_converted"] = not attempt.poisoned
         if ctx.cfg.get("do_predict"):  # rank 0 alone, after the other ranks are done
             from cockpit.train.predict import predict_after_training
 
@@ -152,11 +143,7 @@ class SFTRecipe(Recipe):
             ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, sharded, ctx.log
         )
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
-        if cfg.get("pissa_convert") and ctx.rank == 0:  # the initial adapter, before the first step
-            from cockpit.train.variants import save_pissa_initial
-
-            if save_pissa_initial(model, pissa_initial_dir(ctx), resuming=bool(cfg.get("resume_from_checkpoint"))):
-                ctx.log(f"pissa_convert: the initial PiSSA adapter saved to {pissa_initial_dir(ctx)}")
+        save_pissa_initial(ctx, model)  # pissa_convert: the initial adapter, before the first step
         probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
         callback = CockpitCallback(ctx.run, cfg, ctx.rank, ctx.world_size, ctx.writer)
         before = ProbesBeforeTraining(
@@ -173,49 +160,6 @@ class SFTRecipe(Recipe):
         )
         before.trainer = trainer
         return Attempt(trainer, callback, before, probes)
-
-
-def train(ctx: RecipeContext, attempt: Attempt) -> None:
-    """From the resume point (if any) to the end; the run's first loss and training time count
-    over its attempts (saved with each checkpoint: ``trainer.run_totals``)."""
-    trainer, callback = attempt.trainer, attempt.callback
-    resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
-    callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
-    callback.first_loss_step = before.get("first_loss_step")
-    wait_for_check(ctx)
-    train_t0 = time.time()
-    trainer.run_totals = lambda: {
-        "first_loss": callback.first_loss,
-        "first_loss_step": callback.first_loss_step,
-        "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3),
-        "tokens_seen": callback.tokens_total,
-    }
-    trainer.train(resume_from_checkpoint=resume or None)
-    attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
-
-
-def save_final_model(ctx: RecipeContext, attempt: Attempt) -> None:
-    """The final adapter / model, never from weights trained through a NaN: then the last good
-    checkpoint's (or none). Sharded strategies save collectively."""
-    trainer, callback, cfg = attempt.trainer, attempt.callback, ctx.cfg
-    attempt.poisoned = callback.nan_seen or not trainer.loss_finite
-    if attempt.poisoned:
-        attempt.adapter_from = adapter_from_last_good(ctx.dirs, ctx.rank, ctx.log)
-    elif ctx.rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
-        trainer.save_model(str(ctx.dirs["adapter"]))
-        if ctx.rank == 0:
-            ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
-        if ctx.rank == 0 and cfg.get("pissa_convert"):
-            from cockpit.train.variants import convert_pissa_adapter
-
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            convert_pissa_adapter(model, ctx.dirs["adapter"], pissa_initial_dir(ctx))
-            ctx.log("pissa_convert: the adapter is a plain LoRA of the original base (rank 2 x lora_rank)")
-
-
-def pissa_initial_dir(ctx: RecipeContext) -> Path:
-    """``pissa_convert``'s initial adapter: ``pissa_init/`` beside ``adapter/``."""
-    return ctx.dirs["out"] / "pissa_init"
 
 
 def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
@@ -240,59 +184,3 @@ def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
         )
     if ctx.rank == 0:
         ctx.writer.emit("probe_results", phase="after", **attempt.probe_after)
-
-
-def other_rank_done(ctx: RecipeContext, attempt: Attempt) -> int:
-    """A rank other than 0 is done; local rank 0 of another node ends its node's run dir too."""
-    node_rank = int(os.environ.get("GROUP_RANK", 0))
-    if ctx.local_rank == 0 and node_rank > 0:
-        state, callback = attempt.trainer.state, attempt.callback
-        kind = "run_stopped" if callback.stop_reason is not None else "run_finished"
-        EventWriter(ctx.run.events_path).emit(
-            kind, steps=state.global_step, node_rank=node_rank, reason=callback.stop_reason
-        )
-    return EXIT_OK
-
-
-def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
-    """summary.json's common part (rank 0), loss.png drawn on the way."""
-    from cockpit.train.probes import probe_summary
-
-    cfg, dirs, callback, state = ctx.cfg, ctx.dirs, attempt.callback, attempt.trainer.state
-    events = read_all(ctx.run.events_path)  # once, for loss.png and the summary's eval losses
-    plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, dirs["plot"], events)
-    tokens_total = int(
-        getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total
-    )  # the run's (restored on resume)
-    summary = {
-        "run_id": ctx.run.run_id,
-        "state": "stopped" if callback.stop_reason is not None else "finished",
-        "reason": callback.stop_reason,
-        "steps": state.global_step,
-        "total_steps": state.max_steps,
-        "epochs": state.epoch,
-        "runtime_s": round(wall_time_s(events, until=time.time()), 2),  # every attempt's
-        "train_runtime_s": round(attempt.train_runtime, 2),
-        "tokens_seen": tokens_total,
-        **throughput(callback, attempt.train_runtime, tokens_total),
-        "first_loss": callback.first_loss,
-        "last_loss": callback.last_loss,
-        "eval_loss": eval_losses(events),
-        "eval_accuracy": eval_losses(events, "eval_accuracy"),
-        "probes_before": probe_summary(attempt.probes_before.result),
-        "probes_after": probe_summary(attempt.probe_after),
-        "adapter_dir": str(dirs["adapter"]) if not attempt.poisoned or attempt.adapter_from else None,
-        "adapter_from": attempt.adapter_from,
-        "nan_step": callback.nan_step,
-        "checkpoints_dir": str(dirs["checkpoints"]),
-        "loss_plot": str(dirs["plot"]) if plotted else None,
-    }
-    if attempt.poisoned:
-        where = (
-            f"adapter = {attempt.adapter_from}" if attempt.adapter_from else "no adapter (no checkpoint before the NaN)"
-        )
-        what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
-        summary["reason"] = (
-            f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or state.global_step}; {where}"
-        )
-    return summary
