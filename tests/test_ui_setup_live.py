@@ -372,10 +372,14 @@ def test_sparklines_redraw_at_most_a_few_times_per_second(env):
             live = app.screen
             original = live.draw
 
+            from cockpit.ui.panes import SparkGrid
+
+            sparks = live.query_one("#sparks", SparkGrid)
+
             def counting() -> None:
-                before = live._drawn_counts.get("loss")
+                before = sparks.drawn.get("loss")
                 original()
-                if live._drawn_counts.get("loss") != before:
+                if sparks.drawn.get("loss") != before:
                     redraws.append(time.monotonic())
 
             live.draw = counting
@@ -425,3 +429,37 @@ def test_method_form_holds_the_stage_and_its_keys_checked_as_you_type(env):
             assert scr.query_one("#row-pref_beta").display and not scr.query_one("#row-simpo_gamma").display
 
     asyncio.run(scenario())
+
+
+def test_a_pane_redraws_when_the_state_is_changed_in_place():
+    """Live's panes compare what they would show with what they show: a reducer that mutates an object
+    instead of replacing it (the old redraw keys were the ids of the state's objects) still redraws."""
+    from textual.app import App
+
+    from cockpit.telemetry.base import empty_device
+    from cockpit.ui.panes import AlertsPane, DevicesPane
+    from cockpit.ui.state import RunState
+
+    gpu = {**empty_device(0, "AMD Instinct MI300X"), "vram_used_mb": 1024.0, "vram_total_mb": 196592.0}
+    state = RunState()
+    state.apply([{"v": 1, "t": 1.0, "kind": "telemetry", "backend": "amdsmi", "devices": [gpu], "ranks": []}])
+
+    class Panes(App):
+        def compose(self):
+            yield DevicesPane(id="devices")
+            yield AlertsPane(id="alerts")
+
+    async def scenario() -> tuple[str, str]:
+        app = Panes()
+        async with app.run_test(size=(100, 20)) as pilot:
+            pane = app.query_one(DevicesPane)
+            pane.show_state(state, 8)
+            await pilot.pause()
+            before = str(pane.content)
+            state.telemetry["devices"][0]["vram_used_mb"] = 150000.0  # in place: the same dict objects
+            pane.show_state(state, 8)
+            await pilot.pause()
+            return before, str(pane.content)
+
+    before, after = asyncio.run(scenario())
+    assert "1.0 GiB/192.0 GiB" in before and "146.5 GiB/192.0 GiB" in after

@@ -21,9 +21,9 @@ from typing import Any
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, ProgressBar, Sparkline, Static
+from textual.widgets import Footer, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from cockpit.store.rundir import RunDir
@@ -31,10 +31,9 @@ from cockpit.ui import render
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
+from cockpit.ui.panes import AlertsPane, DevicesPane, SparkGrid, TextPane, metric_grid, stage_grid
 from cockpit.ui.screens import on_top
-from cockpit.ui.state import METRIC_TITLES, METRICS, STAGE_METRICS, STAGE_TITLES, RunFollower, RunState, fmt_num
-
-SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
+from cockpit.ui.state import RunFollower, RunState
 
 
 class LiveScreen(Screen):
@@ -56,8 +55,6 @@ class LiveScreen(Screen):
     RELAUNCH_STOP_GRACE_S = 10.0  # a stop first (saves a checkpoint if the ranks are not hung)
     RELAUNCH_KILL_GRACE_S = 20.0  # then kill; then the supervisor's process group is killed
 
-    SPARK_PERIOD_S = 1.0  # sparklines: at most one redraw per second while following
-    SPARK_FULL_WIDTH_AT = 24  # points: fewer get a cell each
     LOG_PERIOD_S = 1.0  # the log pane: new lines read and drawn once per second
 
     class ReplayProgress(WorkerMessage):
@@ -86,13 +83,7 @@ class LiveScreen(Screen):
         self.poll_s = poll_s
         self.replay_progress: float | None = 0.0
         self.peeked: RunState | None = None
-        self._drawn_counts: dict[str, tuple[int, int]] = {}
-        self._lines: dict[str, int] = {}
-        self._shown: dict[str, object] = {}  # selector -> the content last given to Static.update
-        self._drawn_keys: dict[str, object] = {}
         self._drawn_version = -1
-        self._spark_at = 0.0  # monotonic time of the last sparkline redraw
-        self._spark_pending = False
         self._logs_at = 0.0
         self._header_at = 0.0
         self._needle = ""
@@ -101,21 +92,13 @@ class LiveScreen(Screen):
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Vertical(id="live-top"):
-            yield Static(id="live-title")
+            yield TextPane(id="live-title")
             yield ProgressBar(total=None, show_eta=False, id="live-progress")
-        with Grid(id="sparks"):
-            for m in METRICS:
-                with Horizontal(classes="spark-row"):
-                    yield Static(METRIC_TITLES[m], id=f"lbl-{m}", classes="spark-label")
-                    yield Sparkline([], id=f"spark-{m}", summary_function=max)
-        with Grid(id="stage-sparks", classes="hidden"):  # dpo / kto / rm: shown once the run reports them
-            for m in STAGE_METRICS:
-                with Horizontal(classes="spark-row hidden", id=f"row-{m}"):
-                    yield Static(STAGE_TITLES[m], id=f"lbl-{m}", classes="spark-label")
-                    yield Sparkline([], id=f"spark-{m}", summary_function=max)
+        yield metric_grid()
+        yield stage_grid()  # dpo / kto / rm: shown once the run reports them
         with Horizontal(id="live-mid"):
-            yield Static(id="devices", classes="pane")
-            yield Static(id="alerts", classes="pane")
+            yield DevicesPane(id="devices", classes="pane")
+            yield AlertsPane(id="alerts", classes="pane")
         yield Input(
             placeholder="search the log; Enter keeps the filter, Esc clears it",
             id="log-search",
@@ -186,7 +169,7 @@ class LiveScreen(Screen):
     def _poll(self) -> None:
         with self._state_lock:
             changed = self.follower.poll(max_chunks=4)
-        if changed or self._spark_pending:
+        if changed or self._sparks_pending():
             self.draw()
         if time.monotonic() - self._logs_at >= self.LOG_PERIOD_S:
             self._read_logs()
@@ -251,9 +234,10 @@ class LiveScreen(Screen):
         widget.update(text, layout=False)
 
     def _redraw_title(self) -> None:
-        self._update(
-            "#live-title", render.header(self._header_state(), self.clock(), self.replay_progress, self._title_width())
-        )
+        self._title().show(render.header(self._header_state(), self.clock(), self.replay_progress, self._title_width()))
+
+    def _title(self) -> TextPane:
+        return self.query_one("#live-title", TextPane)
 
     def _title_width(self) -> int | None:
         return self.query_one("#live-title", Static).content_region.width or None
@@ -268,87 +252,29 @@ class LiveScreen(Screen):
             self._ask_scheduler()
         # elapsed / ETA move on between steps; a draw in the last second already showed them
         if not self.state.ended and time.monotonic() - self._header_at > 0.9:
-            self._update(
-                "#live-title",
-                render.header(self._header_state(), self.clock(), self.replay_progress, self._title_width()),
-            )
+            self._redraw_title()
 
-    # -- drawing ----------------------------------------------------------------------------
-    def _update(self, selector: str, content) -> None:
-        """Static.update, with a layout pass only when the number of lines changed (a layout
-        of the whole screen per step is most of the UI's CPU otherwise)."""
-        if self._shown.get(selector) == content:  # e.g. telemetry at 1 Hz with the same numbers
-            return
-        self._shown[selector] = content
-        widget = self.query_one(selector, Static)
-        lines = content.plain.count("\n") if hasattr(content, "plain") else str(content).count("\n")
-        widget.update(content, layout=self._lines.get(selector) != lines)
-        self._lines[selector] = lines
+    # -- drawing: the panes decide what changed (cockpit/ui/panes.py) ---------------------------------
+    def _sparks_pending(self) -> bool:
+        return any(grid.pending for grid in self.query(SparkGrid))
 
     def draw(self) -> None:
         with self._state_lock:
             st = self.state
-            if st.version == self._drawn_version and self.replay_progress is None and not self._spark_pending:
+            if st.version == self._drawn_version and self.replay_progress is None and not self._sparks_pending():
                 return
             self._drawn_version = st.version
             hs = self._header_state()
-            self._update("#live-title", render.header(hs, self.clock(), self.replay_progress, self._title_width()))
+            self._title().show(render.header(hs, self.clock(), self.replay_progress, self._title_width()))
             self._header_at = time.monotonic()
             bar = self.query_one("#live-progress", ProgressBar)
             if hs.total:
                 bar.update(total=hs.total, progress=min(hs.step, hs.total))
-            # Sparklines (Textual blends a colour per bar on every render: about a third of the UI's
-            # CPU while following) are redrawn at most once per SPARK_PERIOD_S; the header, progress
-            # bar and alerts still show every step at once.
-            now = time.monotonic()
-            self._spark_pending = not st.ended and now - self._spark_at < self.SPARK_PERIOD_S
-            for m in () if self._spark_pending else METRICS + STAGE_METRICS:
-                self._spark_at = now
-                s = st.series[m]
-                if self._drawn_counts.get(m) == (s.n, s.width) or (m in STAGE_METRICS and not s.n):
-                    continue
-                if m in STAGE_METRICS and m not in self._drawn_counts:  # the first value: show its row
-                    self.query_one("#stage-sparks").remove_class("hidden")
-                    self.query_one(f"#row-{m}").remove_class("hidden")
-                self._drawn_counts[m] = (s.n, s.width)
-                spark = self.query_one(f"#spark-{m}", Sparkline)
-                spark.data = s.means()
-                # a bar per point while the points are few (3 points drawn over the whole row read as
-                # one block); the whole row from SPARK_FULL_WIDTH_AT points on
-                spark.styles.width = len(spark.data) if len(spark.data) < self.SPARK_FULL_WIDTH_AT else "1fr"
-                label = f"{SHORT.get(m) or STAGE_TITLES[m]:<9} {fmt_num(s.last, m):>10}"
-                self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
-            devices = self.query_one("#devices", Static)
-            width = devices.size.width or self.size.width // 2
-            max_lines = (
-                16 if self.size.height >= 40 else 9
-            ) - 1  # #live-mid's max-height (app.tcss), less the comm line
-            several = len(st.nodes) > 1
-            key = (
-                st.ended,
-                id(st.telemetry),
-                id(st.comm),
-                width,
-                tuple(sorted(st.mem)) if not st.telemetry else None,
-                tuple(map(id, st.nodes.values())) if several else None,
-                id(st.mem) if several else None,
-                max_lines,
-            )
-            if key != self._drawn_keys.get("devices"):
-                self._drawn_keys["devices"] = key
-                self._update("#devices", render.devices(st, width, max_lines))
-            limit = 3 if self.size.height < 40 else 6
-            alerts_key = (
-                len(st.alerts),
-                id(st.alerts[-1]) if st.alerts else None,
-                len(st.checkpoints),
-                tuple(st.probes),
-                id(st.failed),
-                limit,
-            )
-            if alerts_key != self._drawn_keys.get("alerts"):
-                self._drawn_keys["alerts"] = alerts_key
-                self._update("#alerts", render.alerts(st, limit))
+            for grid in self.query(SparkGrid):  # each throttles itself: the header, bar and alerts show every step
+                grid.show_state(st)
+            tall = self.size.height >= 40
+            self.query_one(DevicesPane).show_state(st, (16 if tall else 9) - 1)  # #live-mid's max-height, less comm
+            self.query_one(AlertsPane).show_state(st, 6 if tall else 3)
 
     # -- actions ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="slurm-queue")

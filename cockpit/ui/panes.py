@@ -1,0 +1,117 @@
+"""The Live screen's panes: each a widget that takes the run state and decides for itself whether
+to redraw, by comparing what it would show with what it shows (never by the identity of the state's
+objects, so a reducer that mutates instead of replacing cannot freeze a pane).
+
+- :class:`TextPane`: a ``Static`` shown from rendered text (the header, devices, alerts): redrawn only
+  when the text changed, with a layout pass only when its number of lines changed (a layout of the
+  whole screen per step is most of the UI's CPU otherwise).
+- :class:`DevicesPane` / :class:`AlertsPane`: ``render.devices`` / ``render.alerts`` of the state.
+- :class:`SparkGrid`: a grid of metric sparklines with its own throttle (Textual blends a colour per bar
+  on every render: about a third of the UI's CPU while following), at most one redraw per
+  ``period_s`` while the run goes on; the stage grid (dpo / kto / rm) shows a row once the run reports it.
+
+``cockpit/ui/render.py`` stays pure (state -> text); these widgets only place its output.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Grid, Horizontal
+from textual.widgets import Sparkline, Static
+
+from cockpit.ui import render
+from cockpit.ui.state import METRIC_TITLES, STAGE_TITLES, RunState, fmt_num
+
+SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
+
+
+class TextPane(Static):
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._shown: object = None
+        self._lines: int | None = None
+
+    def show(self, content: Any) -> None:
+        if content == self._shown:  # e.g. telemetry at 1 Hz with the same numbers
+            return
+        self._shown = content
+        lines = content.plain.count("\n") if hasattr(content, "plain") else str(content).count("\n")
+        self.update(content, layout=lines != self._lines)
+        self._lines = lines
+
+
+class DevicesPane(TextPane):
+    """Per-device memory (amdsmi / NVML / the ranks' torch figures), the CPU run's RSS, the comm line."""
+
+    def show_state(self, state: RunState, max_lines: int) -> None:
+        width = self.size.width or self.screen.size.width // 2
+        self.show(render.devices(state, width, max_lines))
+
+
+class AlertsPane(TextPane):
+    """The latest alerts, checkpoints and probe sets, ``limit`` lines of alerts at most."""
+
+    def show_state(self, state: RunState, limit: int) -> None:
+        self.show(render.alerts(state, limit))
+
+
+class SparkGrid(Grid):
+    """A sparkline per metric, labelled with its last value. ``hide_until_reported``: the grid and each
+    row stay hidden until the run reports that metric (the stage metrics of dpo / kto / rm)."""
+
+    def __init__(
+        self, metrics: tuple[str, ...], titles: dict[str, str], *, hide_until_reported: bool = False, **kw: Any
+    ) -> None:
+        super().__init__(classes="hidden" if hide_until_reported else "", **kw)
+        self.metrics = metrics
+        self.titles = titles
+        self.hide_until_reported = hide_until_reported
+        self.period_s = 1.0
+        self.full_width_at = 24  # points: fewer get a cell each
+        self.pending = False  # a redraw held back by the throttle: the next poll draws it
+        self._at = 0.0
+        self.drawn: dict[str, tuple[int, int]] = {}  # metric -> (points, width) its sparkline shows
+
+    def compose(self) -> ComposeResult:
+        for m in self.metrics:
+            hidden = self.hide_until_reported
+            with Horizontal(classes="spark-row hidden", id=f"row-{m}") if hidden else Horizontal(classes="spark-row"):
+                yield Static(self.titles[m], id=f"lbl-{m}", classes="spark-label")
+                yield Sparkline([], id=f"spark-{m}", summary_function=max)
+
+    def show_state(self, state: RunState) -> None:
+        now = time.monotonic()
+        self.pending = not state.ended and now - self._at < self.period_s
+        if self.pending:
+            return
+        self._at = now
+        for m in self.metrics:
+            s = state.series[m]
+            if self.drawn.get(m) == (s.n, s.width) or (self.hide_until_reported and not s.n):
+                continue
+            if self.hide_until_reported and m not in self.drawn:  # the first value: show its row
+                self.remove_class("hidden")
+                self.query_one(f"#row-{m}").remove_class("hidden")
+            self.drawn[m] = (s.n, s.width)
+            spark = self.query_one(f"#spark-{m}", Sparkline)
+            spark.data = s.means()
+            # a bar per point while the points are few (3 points drawn over the whole row read as one
+            # block); the whole row from full_width_at points on
+            spark.styles.width = len(spark.data) if len(spark.data) < self.full_width_at else "1fr"
+            label = f"{SHORT.get(m) or self.titles[m]:<9} {fmt_num(s.last, m):>10}"
+            self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
+
+
+def metric_grid() -> SparkGrid:
+    from cockpit.ui.state import METRICS
+
+    return SparkGrid(METRICS, METRIC_TITLES, id="sparks")
+
+
+def stage_grid() -> SparkGrid:
+    from cockpit.ui.state import STAGE_METRICS
+
+    return SparkGrid(STAGE_METRICS, STAGE_TITLES, hide_until_reported=True, id="stage-sparks")
