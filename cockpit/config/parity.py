@@ -105,10 +105,10 @@ def parity_problems(
 
 # tool_format values LLaMA-Factory accepts that Cockpit does not write yet, and why
 TOOL_FORMATS_LEFT_OUT = {
-    "gemma4": "Gemma 4's tool format is not implemented as text; leave tool_format unset with a Gemma 4 tokenizer "
-    "(its own chat template renders the tools), or use default",
-    "qwen3_5": "Qwen3.5's XML tool format is not implemented as text; leave tool_format unset with a Qwen3.5 "
-    "tokenizer (its own chat template renders the tools), or use qwen",
+    "gemma4": "Gemma 4's tool format is not implemented as text; use default (what LLaMA-Factory writes, tool_format "
+    "unset, with the template parsed from a tokenizer's own chat template) or another format Cockpit writes",
+    "qwen3_5": "Qwen3.5's XML tool format is not implemented as text; use qwen (<tool_call> JSON lines) or leave "
+    "tool_format unset with template qwen3 or qwen3_nothink (their own: qwen)",
 }
 
 
