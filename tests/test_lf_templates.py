@@ -425,3 +425,18 @@ def test_qwen_golden_file_uses_the_real_special_tokens():
 @pytest.mark.parametrize("name", QWEN_TEMPLATES)
 def test_template_renders_as_llamafactory_with_qwens_tokenizer(name):
     assert differences(name, "qwen") == ()
+
+
+def test_a_tokenized_cache_of_an_older_rendering_is_refused(tmp_path):
+    """The tokens of a ``tokenized_path`` cache depend on how Cockpit renders: one written before the
+    rendering changed (no template key: the tokenizer's own Jinja, now LLaMA-Factory's parse of it) is
+    refused with what differs, never trained silently."""
+    from cockpit.data import tokenized
+    from cockpit.errors import InputError
+
+    want = {"template": None, "cutoff_len": 1024, "rendering": tokenized.RENDERING}
+    older = {k: v for k, v in want.items() if k != "rendering"}
+    (tmp_path / tokenized.META).write_text(json.dumps({"fingerprint": older}), encoding="utf-8")
+    with pytest.raises(InputError, match=r"\(rendering differ\).*overwrite_cache: true"):
+        tokenized.load(tmp_path, want)
+    assert "parse_template" in tokenized.RENDERING
