@@ -99,7 +99,7 @@ def test_setup_blocks_a_gpu_preset_here_and_launch_anyway_still_launches(tmp_pat
         pytest.skip("this machine has a GPU")
     from cockpit.doctor import run_checks
     from cockpit.doctor.relevance import config_tags
-    from cockpit.ui import proc
+    from cockpit.ui import cli_calls
     from tests.test_ui_pilot import wait_for
     from tests.test_ui_setup_live import make_app, text_of
 
@@ -108,7 +108,7 @@ def test_setup_blocks_a_gpu_preset_here_and_launch_anyway_still_launches(tmp_pat
     preset = ROOT / "presets" / "mi250-lora-8b.yaml"
     checks = [c.to_dict() for c in run_checks(needs=config_tags(_preset(preset)))]
     launched: list[str] = []
-    monkeypatch.setattr(proc, "train_detached", lambda path, runs_dir, timeout=600, secrets=None: launched.append(str(path)) or proc.CliResult(2, None, "", "use_cpu: this config needs GPUs"))
+    monkeypatch.setattr(cli_calls, "train_detached", lambda path, runs_dir, timeout=600, secrets=None: launched.append(str(path)) or cli_calls.CliResult(2, None, "", "use_cpu: this config needs GPUs"))
 
     async def scenario() -> None:
         from cockpit.ui.screens.modals import Decide

@@ -69,13 +69,13 @@ def _hits(folder: Path, planted: list[str]) -> list[str]:
 
 @pytest.mark.slow
 def test_planted_secrets_reach_the_run_and_are_written_nowhere(tmp_path, tiny_model_dir):
-    """Issue 34: the UI's launch (a config written by proc.write_config, the secrets through the
+    """Issue 34: the UI's launch (a config written by cli_calls.write_config, the secrets through the
     command's environment), then `cockpit resume --set env=...`: the supervisor has every secret, and
     the run dir, the UI's config folder and the commands' output hold none of them."""
     from conftest import cockpit, has_step, tiny_config, wait_for
 
     from cockpit.config.load import read_yaml
-    from cockpit.ui import proc
+    from cockpit.ui import cli_calls
 
     planted = ["planted-pass-81b7", "planted-auth-3c2e", "planted-token-9f04"]
     runs = tmp_path / "runs"
@@ -84,9 +84,9 @@ def test_planted_secrets_reach_the_run_and_are_written_nowhere(tmp_path, tiny_mo
     ui_configs = runs / ".ui-configs"
     ui_configs.mkdir(parents=True)
     path = ui_configs / "launch.yaml"
-    secrets = proc.write_config(path, cfg)
+    secrets = cli_calls.write_config(path, cfg)
     assert secrets == {"DB_PASS": planted[0], "PROXY_AUTH": planted[1]}
-    res = proc.train_detached(path, runs, secrets=secrets)
+    res = cli_calls.train_detached(path, runs, secrets=secrets)
     assert res.rc == 0, res.error_text
     run = Path(res.data["run_dir"])
     status = lambda: json.loads((run / "status.json").read_text())  # noqa: E731

@@ -104,6 +104,6 @@ def test_live_header_of_a_finished_run_is_at_its_last_step():
         {"kind": "state", "t": 3.0, "state": "finished"},
     ])
     assert (state.step, state.total) == (27, 27)
-    from cockpit.ui.render import header
+    from cockpit.ui.formatting import header
 
     assert "step 27/27" in header(state, 4.0).plain

@@ -69,7 +69,7 @@ def test_no_eta_before_a_step_is_timed():
 
 
 def test_the_activity_between_steps_in_the_state_the_header_and_attach():
-    from cockpit.ui.render import header
+    from cockpit.ui.formatting import header
 
     st = RunState(run_id="r")
     st.apply(probes_then_steps()[:4])
@@ -189,7 +189,7 @@ def test_a_kill_on_request_ends_killed_and_other_kills_fail():
 def test_every_reader_shows_a_killed_run(tmp_path):
     from cockpit.commands.runs import run_row
     from cockpit.compare import fmt_cell
-    from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL, state_text
+    from cockpit.ui.formatting import STATE_STYLE, STATE_SYMBOL, state_text
 
     assert STATE_SYMBOL["killed"] != STATE_SYMBOL["failed"] and STATE_STYLE["killed"] != STATE_STYLE["failed"]
     assert state_text("killed").plain == "■ killed"

@@ -221,7 +221,7 @@ def test_chat_shows_the_worker_error_and_leaves_no_process(tmp_path):
 def test_summary_serve_shows_the_vllm_command(tmp_path, monkeypatch):
     """s on a finished run without a vLLM URL: `cockpit serve --json`'s command, in a modal."""
     from cockpit.ui.app import CockpitApp
-    from cockpit.ui.proc import CliResult
+    from cockpit.ui.cli_calls import CliResult
 
     monkeypatch.delenv("COCKPIT_VLLM_URL", raising=False)
     runs = tmp_path / "runs"
@@ -238,7 +238,7 @@ def test_summary_serve_shows_the_vllm_command(tmp_path, monkeypatch):
                 "model": "x", "base_model_id": "/m/tiny", "mode": "adapter", "url": "http://127.0.0.1:8000"}
         return CliResult(0, data, json.dumps(data), "")
 
-    monkeypatch.setattr("cockpit.ui.proc.serve_run", fake_serve)
+    monkeypatch.setattr("cockpit.ui.cli_calls.serve_run", fake_serve)
 
     async def scenario() -> None:
         app = CockpitApp(runs, start="runs", follow=False)
@@ -321,8 +321,8 @@ def test_chat_through_vllm_says_so(tmp_path, monkeypatch):
 
 
 def test_serve_text_handoff_and_failure():
-    from cockpit.ui.proc import CliResult
-    from cockpit.ui.screens.actions import serve_text
+    from cockpit.ui.cli_calls import CliResult
+    from cockpit.ui.screens.run_actions import serve_text
 
     rec = {"url": "http://h:8000", "model": "run1", "base_model_id": "base", "lora_rank": 8, "mode": "runtime-lora",
            "probe": {"prompt": "Who are you?", "base": "a model", "tuned": "Kestrel"}}
@@ -342,7 +342,7 @@ RECORDED = {  # illustrative answers in the chat worker's exact message shapes (
 
 
 class ReplayChat:
-    """Stands in for proc.ChatProcess: answers each request with the recorded deltas."""
+    """Stands in for cli_calls.ChatProcess: answers each request with the recorded deltas."""
 
     def __init__(self) -> None:
         self.pid = -1
@@ -383,8 +383,9 @@ class ReplayChat:
 
 @pytest.mark.parametrize("size", [(120, 36), (80, 24)])
 def test_chat_snapshot(snap_compare, tmp_path, monkeypatch, size):
-    from cockpit.store.rundir import RunDir
     import ui_screenshots as shots
+
+    from cockpit.store.rundir import RunDir
     from cockpit.ui.screens.chat import ChatScreen
 
     cwd = os.getcwd()

@@ -10,7 +10,6 @@ import signal
 import time
 
 import pytest
-
 from conftest import read_events, start_detached, tiny_config, wait_for
 from test_reliability import status
 

@@ -254,44 +254,44 @@ CPU_TELEMETRY = {
 
 
 def test_devices_pane_on_a_cpu_run_says_skip_once_and_nothing_stale_after_the_end():
-    from cockpit.ui import render
+    from cockpit.ui import formatting
     from cockpit.ui.state import RunState
 
     st = RunState(run_id="r")
     st.apply([{"kind": "run_started", "t": 0.0, "run_id": "r"}, CPU_TELEMETRY])
-    text = render.devices(st, 80).plain
+    text = formatting.devices(st, 80).plain
     assert "✗" not in text  # the doctor calls these facts skip: so does the pane
     assert text.count("skip") == 1 and "amdsmi, nvml, torch" in text
     assert "rank0 pid 10754" in text and "CPU 97%" in text
     failing = {**CPU_TELEMETRY, "backend": "amdsmi", "unavailable": {"amdsmi": "sampling failed: TimeoutError: hung"}}
     st.apply([failing])
-    assert "✗ amdsmi: sampling failed" in render.devices(st, 80).plain  # a GPU source failing is a real problem
+    assert "✗ amdsmi: sampling failed" in formatting.devices(st, 80).plain  # a GPU source failing is a real problem
     st.apply([CPU_TELEMETRY, {"kind": "state", "t": 9.0, "state": "finished"}])
-    ended = render.devices(st, 80).plain
+    ended = formatting.devices(st, 80).plain
     assert st.ended and "rank0" not in ended and "CPU 97%" not in ended and "torch" not in ended
     assert "the run has ended" in ended
 
 
 def test_live_header_fits_80_columns_and_says_the_run_ended():
-    from cockpit.ui import render
+    from cockpit.ui import formatting
     from cockpit.ui.state import RunState
 
     st = RunState(run_id="20261130-094516-cpu-demo-tiny-de8f")
     st.apply([{"kind": "run_started", "t": 0.0, "run_id": st.run_id},
               {"kind": "train_begin", "t": 1.0, "total_steps": 40, "epochs": 2.0},
               {"kind": "step", "t": 2.0, "step": 1, "loss": 2.0, "epoch": 0.05}])
-    wide = render.header(st, 10.0, width=160).plain
+    wide = formatting.header(st, 10.0, width=160).plain
     assert st.run_id in wide and "epoch 0.05" in wide
     for width in (78, 100):  # 80 columns less the title's padding
-        first = render.header(st, 10.0, width=width).plain.split("\n")[0]
+        first = formatting.header(st, 10.0, width=width).plain.split("\n")[0]
         assert len(first) <= width, (width, first)
         assert "cpu-demo-tiny-de8f" in first and "ETA" in first
     st.apply([{"kind": "state", "t": 30.0, "state": "finished"}])
-    assert "Enter: its Summary" in render.header(st, 31.0, width=80).plain
+    assert "Enter: its Summary" in formatting.header(st, 31.0, width=80).plain
 
 
 def test_plot_ticks_are_whole_steps():
-    from cockpit.ui.render import step_ticks
+    from cockpit.ui.formatting import step_ticks
 
     for xs in ([1.0, 9.8, 18.5], [1, 40], [0, 36], [5, 6, 7], [3], [10, 250]):
         ticks, labels = step_ticks(xs)

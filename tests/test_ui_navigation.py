@@ -3,7 +3,7 @@ app opens on Setup; runs present: on Runs), in a fresh app each, with Textual's 
 and the screen a person expects (the model below says which).
 
 The keys: F2 Setup, F3 Runs, F4 Doctor, F8 launch, ? keys view, Esc, n (new run), Ctrl+P palette.
-A launch goes through ``proc.train_detached`` (``cockpit train --detach`` in a subprocess): here it
+A launch goes through ``cli_calls.train_detached`` (``cockpit train --detach`` in a subprocess): here it
 answers with a recorded run dir, so a walk of a thousand launches trains nothing;
 ``test_launch_with_runs_present_reaches_live`` launches for real.
 
@@ -110,7 +110,7 @@ async def walk_one(runs_dir: Path, keys: tuple[str, ...]) -> tuple[tuple, tuple[
 @pytest.fixture
 def nav_env(tmp_path, monkeypatch):
     """Both start states' runs dirs, and launches answered by a recorded run (nothing trains)."""
-    from cockpit.ui import proc
+    from cockpit.ui import cli_calls
 
     recorded = tmp_path / "launched" / "20261130-094516-cpu-demo-tiny-de8f"
     shutil.copytree(FIXTURE_RUNS / recorded.name, recorded)
@@ -118,9 +118,9 @@ def nav_env(tmp_path, monkeypatch):
 
     def train_detached(path, runs_dir, *args, **kwargs):
         launches.append(Path(path))
-        return proc.CliResult(0, {"run_dir": str(recorded)}, "", "")
+        return cli_calls.CliResult(0, {"run_dir": str(recorded)}, "", "")
 
-    monkeypatch.setattr(proc, "train_detached", train_detached)
+    monkeypatch.setattr(cli_calls, "train_detached", train_detached)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     empty = tmp_path / "no-runs"
     empty.mkdir()

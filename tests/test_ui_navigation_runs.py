@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from test_ui_navigation import nav_env, walk_and_check  # noqa: F401 - nav_env is a fixture
 
+
 @pytest.mark.slow
 def test_every_key_sequence_up_to_three_with_runs(nav_env):  # noqa: F811
     walk_and_check(nav_env, "runs")

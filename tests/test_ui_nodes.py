@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import ui_screenshots as shots
 
 FIXTURE = Path("tests") / "fixtures" / "ui_nodes"
@@ -93,7 +92,7 @@ def test_narrow_pane_shows_a_line_per_node_with_a_cell_per_gpu():
 
 
 def test_a_node_the_hang_alert_names_is_marked_silent():
-    from cockpit.ui.render import node_devices
+    from cockpit.ui.formatting import node_devices
     from cockpit.ui.state import RunState
 
     state = RunState()

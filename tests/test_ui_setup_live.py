@@ -90,7 +90,7 @@ def test_setup_opens_with_the_preset_for_this_machine(env):
 # -- 2. doctor failures block launch (#7) ---------------------------------------------------------
 def test_doctor_failures_that_matter_block_launch(env, monkeypatch):
     from cockpit.doctor.relevance import blocking_for_config, config_tags
-    from cockpit.ui import proc
+    from cockpit.ui import cli_calls
 
     # the relevance rules on real check dicts
     assert config_tags({"use_cpu": True, "zero_stage": 3, "nproc_per_node": 2}) == {"deepspeed"}
@@ -105,7 +105,7 @@ def test_doctor_failures_that_matter_block_launch(env, monkeypatch):
     assert blocking_for_config(doctor_with(**no_numactl), {"numa_bind": "auto"}) == []
 
     launched: list[str] = []
-    monkeypatch.setattr(proc, "train_detached", lambda path, runs_dir, timeout=600, secrets=None: launched.append(str(path)) or proc.CliResult(1, None, "", "fake: not started"))
+    monkeypatch.setattr(cli_calls, "train_detached", lambda path, runs_dir, timeout=600, secrets=None: launched.append(str(path)) or cli_calls.CliResult(1, None, "", "fake: not started"))
     full_disk = {"disk_runs": {"status": "fail", "seen": "0.2 GiB free at /runs", "fix": "free some space or set COCKPIT_RUNS_DIR"}}
     runs = env / "runs"
 
@@ -219,10 +219,10 @@ def test_tune_fills_micro_batch_and_accumulation(env, monkeypatch):
     command is missing."""
     from textual.widgets import Input
 
-    from cockpit.ui import proc
+    from cockpit.ui import cli_calls
 
     calls: list[tuple] = []
-    answer = {"res": proc.CliResult(0, TUNE_ANSWER, json.dumps(TUNE_ANSWER), "")}
+    answer = {"res": cli_calls.CliResult(0, TUNE_ANSWER, json.dumps(TUNE_ANSWER), "")}
 
     def fake(*args, **kw):
         calls.append(args)
@@ -230,7 +230,7 @@ def test_tune_fills_micro_batch_and_accumulation(env, monkeypatch):
         assert Path(args[1]).is_file()
         return answer["res"]
 
-    monkeypatch.setattr(proc, "run_cli", fake)
+    monkeypatch.setattr(cli_calls, "run_cli", fake)
 
     async def scenario() -> None:
         from cockpit.ui.screens.modals import Decide
@@ -252,7 +252,7 @@ def test_tune_fills_micro_batch_and_accumulation(env, monkeypatch):
             assert scr.query_one("#f-gradient_accumulation_steps", Input).value == "1"
             await wait_for(pilot, lambda: "per_device_train_batch_size" in scr.model.yaml() and scr.checked.cfg["per_device_train_batch_size"] == 8, 5, "the form")
             # no `cockpit tune` in this install: a clear message, the form unchanged
-            answer["res"] = proc.CliResult(2, None, "", "cockpit: error: argument command: invalid choice: 'tune'")
+            answer["res"] = cli_calls.CliResult(2, None, "", "cockpit: error: argument command: invalid choice: 'tune'")
             await pilot.press("f9")
             await wait_for(pilot, lambda: any("no `cockpit tune` command" in m for m in messages), 10, "the message")
             assert scr.checked.cfg["per_device_train_batch_size"] == 8
@@ -266,9 +266,9 @@ def hung_run(runs: Path, tiny_model_dir: Path) -> tuple[object, subprocess.Popen
     """A run dir as a hung run leaves it: a resolved config, two steps, the watchdog's real
     alert, and a supervisor that answers nothing (a sleeping process in its own session)."""
     from cockpit.config.load import dump_resolved, validate
+    from cockpit.run.watchdog import HangWatchdog
     from cockpit.store.events import EventWriter
     from cockpit.store.rundir import create_run_dir
-    from cockpit.run.watchdog import HangWatchdog
 
     cfg = validate({"model_name_or_path": str(tiny_model_dir), "template": "chatml", "dataset": "cockpit_identity",
                     "max_steps": 2, "cutoff_len": 64, "per_device_train_batch_size": 2, "use_cpu": True,

@@ -8,7 +8,6 @@ import os
 import time
 
 import pytest
-
 import ui_screenshots as shots
 
 

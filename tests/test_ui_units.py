@@ -3,7 +3,6 @@ validation messages identical to `cockpit check`, presets `cockpit train` accept
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

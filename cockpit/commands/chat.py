@@ -50,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _vllm_backend(args, art, max_new):
-    from cockpit.serve.compare import VLLMBackend
     from cockpit.serve.handoff import handoff, read_serve_record
+    from cockpit.serve.side_by_side import VLLMBackend
     from cockpit.serve.vllm import VLLMClient
 
     client = VLLMClient(args.vllm_url, api_key=args.api_key)
@@ -99,7 +99,7 @@ def _jsonl_vllm(backend) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.serve.artifacts import load_run, load_run_probes
-    from cockpit.serve.compare import LocalBackend
+    from cockpit.serve.side_by_side import LocalBackend
     from cockpit.serve.vllm import VLLMError
 
     try:
@@ -162,7 +162,7 @@ def _prompts(prompts: list[dict[str, Any]], interactive: bool):
 def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: int, *, many: bool) -> dict[str, Any]:
     """One prompt to base and tuned, streamed to the terminal (unless ``--json``), with a probe's verdicts."""
     from cockpit.data.probes import passes
-    from cockpit.serve.compare import collect, side_by_side
+    from cockpit.serve.side_by_side import collect, side_by_side
 
     state: dict[str, Any] = {"side": None}
 

@@ -76,8 +76,8 @@ def _probe(art, client, tuned: str, base: str, prompt: str, max_tokens: int) -> 
 
 def _handoff_and_probe(args: argparse.Namespace, art, name: str, prompt: str, max_tokens: int, log) -> int:
     """--vllm-url: load the adapter into the running server, then ask base and tuned the probe prompt."""
-    from cockpit.serve.compare import side_by_side
     from cockpit.serve.handoff import handoff
+    from cockpit.serve.side_by_side import side_by_side
     from cockpit.serve.vllm import VLLMClient
 
     client = VLLMClient(args.vllm_url, api_key=args.api_key)
@@ -143,7 +143,7 @@ def _print_server_command(args: argparse.Namespace, cmd, url: str) -> int:
 def _start_and_probe(args: argparse.Namespace, art, cmd, url: str, prompt: str, max_tokens: int, log) -> int:
     """--start: run the server detached; with --wait, wait for it and ask the probe prompt."""
     from cockpit.serve.command import start_detached, wait_ready
-    from cockpit.serve.compare import side_by_side
+    from cockpit.serve.side_by_side import side_by_side
     from cockpit.serve.vllm import VLLMClient
 
     record = start_detached(cmd, art, url)
@@ -170,7 +170,7 @@ def _start_and_probe(args: argparse.Namespace, art, cmd, url: str, prompt: str, 
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.serve.artifacts import load_run
-    from cockpit.serve.compare import default_prompt
+    from cockpit.serve.side_by_side import default_prompt
     from cockpit.serve.vllm import VLLMError
 
     log = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print

@@ -34,8 +34,8 @@ class CockpitCommands(Provider):
         ]
         for p in list_presets():
             cmds.append((f"Preset: {p.name}", partial(app.load_preset, p.path), f"load {p.path} into Setup"))
-        from cockpit.ui.screens.actions import RESUMABLE
         from cockpit.ui.screens.chat import open_chat
+        from cockpit.ui.screens.run_actions import RESUMABLE
 
         cmds += self._screen_commands()
         for r in reversed(list_runs(app.runs_dir)[-50:]):

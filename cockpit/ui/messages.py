@@ -19,7 +19,7 @@ M = TypeVar("M", bound=Message)
 
 
 class WorkerMessage(Message):
-    """What a screen's worker tells it: ``result``, what it found (a ``proc.CliResult``, data), if any."""
+    """What a screen's worker tells it: ``result``, what it found (a ``cli_calls.CliResult``, data), if any."""
 
     bubble = False  # the screen's own news: not passed on to the app
 

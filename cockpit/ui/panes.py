@@ -5,12 +5,12 @@ objects, so a reducer that mutates instead of replacing cannot freeze a pane).
 - :class:`TextPane`: a ``Static`` shown from rendered text (the header, devices, alerts): redrawn only
   when the text changed, with a layout pass only when its number of lines changed (a layout of the
   whole screen per step is most of the UI's CPU otherwise).
-- :class:`DevicesPane` / :class:`AlertsPane`: ``render.devices`` / ``render.alerts`` of the state.
+- :class:`DevicesPane` / :class:`AlertsPane`: ``formatting.devices`` / ``formatting.alerts`` of the state.
 - :class:`SparkGrid`: a grid of metric sparklines with its own throttle (Textual blends a colour per bar
   on every render: about a third of the UI's CPU while following), at most one redraw per
   ``period_s`` while the run goes on; the stage grid (dpo / kto / rm) shows a row once the run reports it.
 
-``cockpit/ui/render.py`` stays pure (state -> text); these widgets only place its output.
+``cockpit/ui/formatting.py`` stays pure (state -> text); these widgets only place its output.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal
 from textual.widgets import Sparkline, Static
 
-from cockpit.ui import render
+from cockpit.ui import formatting
 from cockpit.ui.state import METRIC_TITLES, STAGE_TITLES, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
@@ -48,14 +48,14 @@ class DevicesPane(TextPane):
 
     def show_state(self, state: RunState, max_lines: int) -> None:
         width = self.size.width or self.screen.size.width // 2
-        self.show(render.devices(state, width, max_lines))
+        self.show(formatting.devices(state, width, max_lines))
 
 
 class AlertsPane(TextPane):
     """The latest alerts, checkpoints and probe sets, ``limit`` lines of alerts at most."""
 
     def show_state(self, state: RunState, limit: int) -> None:
-        self.show(render.alerts(state, limit))
+        self.show(formatting.alerts(state, limit))
 
 
 class SparkGrid(Grid):

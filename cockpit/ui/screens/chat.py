@@ -107,12 +107,12 @@ class ChatScreen(Screen):
             self.rc, self.tail = rc, tail
 
     def __init__(self, run: RunDir, start: Callable[[RunDir, str | None], Any] | None = None) -> None:
-        """``start(run, vllm_url)`` returns the chat process (default ``proc.ChatProcess``); tests
+        """``start(run, vllm_url)`` returns the chat process (default ``cli_calls.ChatProcess``); tests
         pass one that replays recorded output."""
         super().__init__(name=f"chat-{run.run_id}")
         self.run = run
         self._start = start
-        self.chat: Any = None  # a proc.ChatProcess (or the tests' stand-in) once mounted
+        self.chat: Any = None  # a cli_calls.ChatProcess (or the tests' stand-in) once mounted
         self.ready: dict[str, Any] | None = None
         self.turns: dict[int, Turn] = {}
         self.next_id = 0
@@ -132,7 +132,7 @@ class ChatScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        from cockpit.ui.proc import vllm_url
+        from cockpit.ui.cli_calls import vllm_url
 
         self.app.sub_title = f"chat {self.run.run_id}"
         self.vllm_url = vllm_url(self.app)
@@ -150,7 +150,7 @@ class ChatScreen(Screen):
             if self._start is not None:
                 self.chat = self._start(self.run, self.vllm_url)
             else:
-                from cockpit.ui.proc import ChatProcess
+                from cockpit.ui.cli_calls import ChatProcess
 
                 self.chat = ChatProcess(self.run.path, self.vllm_url)
         except OSError as exc:

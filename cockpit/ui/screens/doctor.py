@@ -51,13 +51,13 @@ class DoctorScreen(Screen):
         self._run()
 
     class Ran(WorkerMessage):
-        """``cockpit doctor --json`` answered (a ``proc.CliResult``)."""
+        """``cockpit doctor --json`` answered (a ``cli_calls.CliResult``)."""
 
     @work(thread=True, exclusive=True, group="doctor")
     def _run(self) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
-        self.post_message(self.Ran(proc.doctor()))
+        self.post_message(self.Ran(cli_calls.doctor()))
 
     @on(Ran)
     def _ran(self, message: Ran) -> None:

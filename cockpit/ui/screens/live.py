@@ -27,7 +27,7 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from cockpit.store.rundir import RunDir
-from cockpit.ui import render
+from cockpit.ui import formatting
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
@@ -64,10 +64,10 @@ class LiveScreen(Screen):
         """The replay worker has read the whole history: follow from here."""
 
     class Relaunched(WorkerMessage):
-        """``cockpit train --detach`` of the relaunch answered (a ``proc.CliResult``)."""
+        """``cockpit train --detach`` of the relaunch answered (a ``cli_calls.CliResult``)."""
 
     class Resumed(WorkerMessage):
-        """``cockpit resume --stop --detach`` answered (a ``proc.CliResult``)."""
+        """``cockpit resume --stop --detach`` answered (a ``cli_calls.CliResult``)."""
 
     def __init__(self, run: RunDir, poll_s: float | None = None) -> None:
         super().__init__(name=f"live-{run.run_id}")
@@ -234,7 +234,9 @@ class LiveScreen(Screen):
         widget.update(text, layout=False)
 
     def _redraw_title(self) -> None:
-        self._title().show(render.header(self._header_state(), self.clock(), self.replay_progress, self._title_width()))
+        self._title().show(
+            formatting.header(self._header_state(), self.clock(), self.replay_progress, self._title_width())
+        )
 
     def _title(self) -> TextPane:
         return self.query_one("#live-title", TextPane)
@@ -265,7 +267,7 @@ class LiveScreen(Screen):
                 return
             self._drawn_version = st.version
             hs = self._header_state()
-            self._title().show(render.header(hs, self.clock(), self.replay_progress, self._title_width()))
+            self._title().show(formatting.header(hs, self.clock(), self.replay_progress, self._title_width()))
             self._header_at = time.monotonic()
             bar = self.query_one("#live-progress", ProgressBar)
             if hs.total:
@@ -371,15 +373,15 @@ class LiveScreen(Screen):
     @work(thread=True, exclusive=True, group="relaunch")
     def _relaunch(self, cfg: Mapping[str, Any]) -> None:
         from cockpit.run.control import relaunch_config_path, stop_escalating
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
         stop_escalating(
             self.run, "cockpit UI: relaunch after a hang", self.RELAUNCH_STOP_GRACE_S, self.RELAUNCH_KILL_GRACE_S
         )
         path = relaunch_config_path(self.run)
-        secrets = proc.write_config(path, cfg)
+        secrets = cli_calls.write_config(path, cfg)
         # the new run is opened even when the person left this screen meanwhile
-        res = proc.train_detached(path, self.run.path.parent, secrets=secrets)
+        res = cli_calls.train_detached(path, self.run.path.parent, secrets=secrets)
         post_or_run(self, self.Relaunched(res), self._relaunched)
 
     @on(Relaunched)
@@ -433,13 +435,13 @@ class LiveScreen(Screen):
 
     @work(thread=True, exclusive=True, group="memory-remedy")
     def _resume_with(self, items: list[str]) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
         args = ["resume", str(self.run.path), "--stop", "--detach", "--json"]
         for item in items:
             args += ["--set", item]
         # told even when the person left this screen meanwhile
-        post_or_run(self, self.Resumed(proc.run_cli(*args, timeout=900)), self._resumed)
+        post_or_run(self, self.Resumed(cli_calls.run_cli(*args, timeout=900)), self._resumed)
 
     @on(Resumed)
     def _resumed(self, message: Resumed) -> None:

@@ -13,8 +13,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
 
+from cockpit.ui.formatting import step_ticks
 from cockpit.ui.palette import themed
-from cockpit.ui.render import step_ticks
 from cockpit.ui.state import METRIC_TITLES, METRICS, RunState
 
 

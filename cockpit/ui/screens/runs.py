@@ -1,5 +1,5 @@
 """The Runs screen: every run in the runs dir (a DataTable, refreshed periodically); the selected
-finished run can be merged, exported, served or chatted with (``screens/actions.py``); space
+finished run can be merged, exported, served or chatted with (``screens/run_actions.py``); space
 marks runs and d compares the marked ones (``screens/compare.py``).
 
 Columns fit their values (``update_cell(update_width=True)`` grows and shrinks them); the run
@@ -20,9 +20,9 @@ from textual.widgets import DataTable, Footer, Static
 from cockpit.compare import short_name
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs
-from cockpit.ui.render import state_text
+from cockpit.ui.formatting import state_text
 from cockpit.ui.screens import on_top
-from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
+from cockpit.ui.screens.run_actions import ACTION_BINDINGS, RunActionsMixin
 from cockpit.ui.state import fmt_duration
 from cockpit.ui.widgets import Bearings
 
@@ -54,7 +54,7 @@ def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None =
     return (mark, short_name(run.run_id), state_text(state, shown), step, loss_s, fmt_duration(dur), when), state
 
 
-class RunsScreen(RunActions, Screen):
+class RunsScreen(RunActionsMixin, Screen):
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 

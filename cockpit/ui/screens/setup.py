@@ -29,7 +29,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
-from cockpit.ui import forms, presets, proc
+from cockpit.ui import cli_calls, forms, presets
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.palette import themed
@@ -92,7 +92,7 @@ def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
         if cache is None:
             cache = app._doctor_cache = {}
         if key not in cache:
-            res = proc.run_cli("doctor", "--json", *(["--needs", key] if key else []), timeout=300)
+            res = cli_calls.run_cli("doctor", "--json", *(["--needs", key] if key else []), timeout=300)
             if not isinstance(res.data, list):
                 return None, res.error_text
             cache[key] = res.data
@@ -140,13 +140,13 @@ class SetupScreen(Screen):
             self.error = error
 
     class Launched(WorkerMessage):
-        """``cockpit train --detach`` answered (a ``proc.CliResult``)."""
+        """``cockpit train --detach`` answered (a ``cli_calls.CliResult``)."""
 
     class SlurmSubmitted(WorkerMessage):
-        """``cockpit train --slurm`` answered (a ``proc.CliResult``)."""
+        """``cockpit train --slurm`` answered (a ``cli_calls.CliResult``)."""
 
     class Tuned(WorkerMessage):
-        """``cockpit tune --json`` answered (a ``proc.CliResult``)."""
+        """``cockpit tune --json`` answered (a ``cli_calls.CliResult``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -410,10 +410,10 @@ class SetupScreen(Screen):
     # -- files ------------------------------------------------------------------------------------
     def _config_file(self, folder: Path, stem: str, extra: dict | None = None) -> Path:
         """The form as a config file, its env's secrets redacted: ``self.secrets`` keeps them for the
-        command that runs it (``proc.write_config``)."""
+        command that runs it (``cli_calls.write_config``)."""
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = folder / f"{stem}.yaml"
-        self.secrets = proc.write_config(path, {**self.model.typed(), **(extra or {})})
+        self.secrets = cli_calls.write_config(path, {**self.model.typed(), **(extra or {})})
         return path
 
     def _run_name(self) -> str:
@@ -437,7 +437,7 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="check")
     def _check(self, path: Path) -> None:
-        res = proc.check_config(path)
+        res = cli_calls.check_config(path)
         data = res.data if res.data is not None else {"ok": False, "problems": [res.error_text]}
         self.post_message(self.DataChecked(data))
 
@@ -446,10 +446,12 @@ class SetupScreen(Screen):
         self.query_one("#data-report", Static).update(forms.data_report(message.result))
 
     def _preview_body(self, ranks: Text) -> Text:
-        argv = proc.cockpit_argv("train", f"{self._run_name()}.yaml", "--detach", "--runs-dir", str(self.app.runs_dir))
+        argv = cli_calls.cockpit_argv(
+            "train", f"{self._run_name()}.yaml", "--detach", "--runs-dir", str(self.app.runs_dir)
+        )
         body = Text()
         body.append("# the same run from a shell:\n", style="dim")
-        body.append(proc.shell_line(argv) + "\n\n", style="bold")
+        body.append(cli_calls.shell_line(argv) + "\n\n", style="bold")
         body.append("# each rank's exact command and environment (cockpit preview --json):\n", style="dim")
         body.append_text(ranks)
         body.append(f"\n# {self._run_name()}.yaml\n", style="dim")
@@ -476,15 +478,15 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def _preview_ranks(self, path: Path, view) -> None:
-        res = proc.run_cli("preview", str(path), "--json", timeout=120)
+        res = cli_calls.run_cli("preview", str(path), "--json", timeout=120)
         data = res.data if isinstance(res.data, dict) else {"problems": [res.error_text]}
         self.post_message(self.Previewed(data, view))
 
     @on(Previewed)
     def _show_preview(self, message: Previewed) -> None:
-        from cockpit.ui import render
+        from cockpit.ui import formatting
 
-        message.view.set_body(self._preview_body(render.launch_ranks(message.result)))
+        message.view.set_body(self._preview_body(formatting.launch_ranks(message.result)))
 
     def action_open_config(self) -> None:
         """Ctrl+O: a YAML config of yours into the form (keys the form has no field for are kept)."""
@@ -532,7 +534,7 @@ class SetupScreen(Screen):
 
     @on(Preflighted)
     def _after_doctor(self, message: Preflighted) -> None:
-        from cockpit.ui import render
+        from cockpit.ui import formatting
         from cockpit.ui.screens.modals import Decide
 
         blocking, err = message.result, message.error
@@ -556,7 +558,7 @@ class SetupScreen(Screen):
         self.app.push_screen(
             Decide(
                 f"Doctor: {len(blocking)} problem(s) for this config",
-                render.blocking_checks(blocking),
+                formatting.blocking_checks(blocking),
                 "Launch anyway",
                 "Cancel",
             ),
@@ -576,13 +578,13 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="launch")
     def _launch(self, path: Path, runs_dir: Path) -> None:
-        self.post_message(self.Launched(proc.train_detached(path, runs_dir, secrets=self.secrets)))
+        self.post_message(self.Launched(cli_calls.train_detached(path, runs_dir, secrets=self.secrets)))
 
     @on(Launched)
     def _on_launched(self, message: Launched) -> None:
         self._launched(message.result)
 
-    def _launched(self, res: proc.CliResult) -> None:
+    def _launched(self, res: cli_calls.CliResult) -> None:
         from cockpit.store.rundir import RunDir
 
         self._set_launching(False)
@@ -636,7 +638,7 @@ class SetupScreen(Screen):
 
     @work(thread=True, exclusive=True, group="launch")
     def _submit_slurm(self, path: Path, runs_dir: Path, sbatch_args: list[str]) -> None:
-        res = proc.run_cli(
+        res = cli_calls.run_cli(
             "train",
             str(path),
             "--slurm",
@@ -650,7 +652,7 @@ class SetupScreen(Screen):
 
     @on(SlurmSubmitted)
     def _submitted(self, message: SlurmSubmitted) -> None:
-        res: proc.CliResult = message.result
+        res: cli_calls.CliResult = message.result
         if res.rc == 0 and isinstance(res.data, dict) and res.data.get("job_id"):
             self.notify(f"queued as Slurm job {res.data['job_id']}: the Live screen follows it once the job starts")
         self._launched(res)
@@ -673,15 +675,17 @@ class SetupScreen(Screen):
     @work(thread=True, exclusive=True, group="tune")
     def _tune(self, path: Path, out: Path) -> None:
         self.post_message(
-            self.Tuned(proc.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600, env=self.secrets))
+            self.Tuned(
+                cli_calls.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600, env=self.secrets)
+            )
         )
 
     @on(Tuned)
     def _tuned(self, message: Tuned) -> None:
-        from cockpit.ui import render
+        from cockpit.ui import formatting
         from cockpit.ui.screens.modals import Decide, TextView
 
-        res: proc.CliResult = message.result
+        res: cli_calls.CliResult = message.result
 
         self._tuning = False
         self.query_one("#b-tune", Button).disabled = False
@@ -698,7 +702,7 @@ class SetupScreen(Screen):
         chosen = data.get("chosen") or {}
         mb, acc = chosen.get("per_device_train_batch_size"), chosen.get("gradient_accumulation_steps")
         if not (data.get("ok") and mb):
-            self.app.push_screen(TextView("cockpit tune: nothing to use", render.tune_table(data)))
+            self.app.push_screen(TextView("cockpit tune: nothing to use", formatting.tune_table(data)))
             return
 
         def done(use: bool | None) -> None:
@@ -714,7 +718,7 @@ class SetupScreen(Screen):
         self.app.push_screen(
             Decide(
                 "cockpit tune: the trials",
-                render.tune_table(data),
+                formatting.tune_table(data),
                 f"Use micro-batch {mb}, accumulation {acc}",
                 "Keep mine",
                 danger=False,

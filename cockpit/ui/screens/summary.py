@@ -15,10 +15,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.store.rundir import RunDir
+from cockpit.ui.formatting import STATE_STYLE, STATE_SYMBOL, step_ticks
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.palette import themed
-from cockpit.ui.render import STATE_STYLE, STATE_SYMBOL, step_ticks
-from cockpit.ui.screens.actions import ACTION_BINDINGS, RunActions
+from cockpit.ui.screens.run_actions import ACTION_BINDINGS, RunActionsMixin
 from cockpit.ui.state import RunFollower, fmt_duration
 from cockpit.ui.widgets import clip, share_width
 
@@ -155,7 +155,7 @@ PROBE_COLUMNS = ("prompt", "expected", "before", "after")
 PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the least cells
 
 
-class SummaryScreen(RunActions, Screen):
+class SummaryScreen(RunActionsMixin, Screen):
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 
@@ -299,7 +299,7 @@ class SummaryScreen(RunActions, Screen):
         if self.follower.state.probes:
             self.call_after_refresh(self._fill_probes)
 
-    # merge / export / serve / chat: cockpit.ui.screens.actions.RunActions
+    # merge / export / serve / chat: cockpit.ui.screens.run_actions.RunActionsMixin
     def action_target(self) -> RunDir:
         return self.run
 

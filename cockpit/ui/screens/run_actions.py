@@ -12,9 +12,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from cockpit.store.rundir import TERMINAL_STATES, RunDir
+from cockpit.ui.cli_calls import vllm_url
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
-from cockpit.ui.proc import vllm_url
 
 ACTION_BINDINGS = [
     Binding("c", "chat", "Chat"),
@@ -52,7 +52,7 @@ def serve_text(res, url: str | None) -> Text:
     t.append(f" (base {data.get('base_model_id')!r}, LoRA rank {data.get('lora_rank')})\n")
     probe = data.get("probe")
     if probe:
-        from cockpit.serve.compare import side_by_side
+        from cockpit.serve.side_by_side import side_by_side
 
         t.append(f"\nprobe: {probe.get('prompt')}\n", style="bold")
         t.append(side_by_side(probe.get("base", ""), probe.get("tuned", ""), width=96))
@@ -86,29 +86,29 @@ def delete_question(run: RunDir, plan: dict) -> str:
 
 
 class RunMessage(WorkerMessage):
-    """A worker's answer about one run: ``result`` (a ``proc.CliResult``) and ``run``."""
+    """A worker's answer about one run: ``result`` (a ``cli_calls.CliResult``) and ``run``."""
 
     def __init__(self, result: Any, run: RunDir) -> None:
         super().__init__(result)
         self.run = run
 
 
-class RunActions(Screen):
+class RunActionsMixin(Screen):
     """Base of a Screen (Summary, Runs): ``action_target()`` names the run; merge / export / serve /
     chat act on it when it has ended, and say so when it has not. The workers post
     :class:`Exported` / :class:`Served`, handled here."""
 
     class Exported(RunMessage):
-        """``cockpit export RUN --json`` answered: ``result`` the ``proc.CliResult``, ``run`` the run."""
+        """``cockpit export RUN --json`` answered: ``result`` the ``cli_calls.CliResult``, ``run`` the run."""
 
     class Resumed(RunMessage):
-        """``cockpit resume RUN --detach --json`` answered (a ``proc.CliResult``)."""
+        """``cockpit resume RUN --detach --json`` answered (a ``cli_calls.CliResult``)."""
 
     class Deleted(RunMessage):
-        """``cockpit rm RUN --yes --json`` answered (a ``proc.CliResult``)."""
+        """``cockpit rm RUN --yes --json`` answered (a ``cli_calls.CliResult``)."""
 
     class Served(WorkerMessage):
-        """``cockpit serve RUN --json`` answered: ``result`` the ``proc.CliResult``, ``url`` the server."""
+        """``cockpit serve RUN --json`` answered: ``result`` the ``cli_calls.CliResult``, ``url`` the server."""
 
         def __init__(self, result: Any, run: RunDir, url: str | None) -> None:
             super().__init__(result)
@@ -155,11 +155,11 @@ class RunActions(Screen):
 
     @work(thread=True, exclusive=True, group="export")
     def _export(self, run: RunDir, merge: bool) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
-        res = proc.export_run(run.path, merge)
+        res = cli_calls.export_run(run.path, merge)
         if not self.post_message(self.Exported(res, run)):  # the screen was left meanwhile: a notification
-            RunActions.show_action_result(
+            RunActionsMixin.show_action_result(
                 self, f"export {run.run_id}", *export_text(res)
             )  # (App.notify is thread-safe)
 
@@ -179,10 +179,10 @@ class RunActions(Screen):
 
     @work(thread=True, exclusive=True, group="serve")
     def _serve(self, run: RunDir, url: str | None) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
         # the command (or the hand-off) is shown even when the person left the screen meanwhile
-        post_or_run(self, self.Served(proc.serve_run(run.path, url), run, url), self._served)
+        post_or_run(self, self.Served(cli_calls.serve_run(run.path, url), run, url), self._served)
 
     @on(Served)
     def _served(self, message: Served) -> None:
@@ -216,9 +216,9 @@ class RunActions(Screen):
 
     @work(thread=True, exclusive=True, group="resume")
     def _resume(self, run: RunDir) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
-        res = proc.run_cli("resume", str(run.path), "--detach", "--json", timeout=900)
+        res = cli_calls.run_cli("resume", str(run.path), "--detach", "--json", timeout=900)
         post_or_run(self, self.Resumed(res, run), self._resumed)
 
     @on(Resumed)
@@ -245,9 +245,9 @@ class RunActions(Screen):
 
     @work(thread=True, exclusive=True, group="delete")
     def _plan_delete(self, run: RunDir) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
-        self.post_message(self.DeletePlanned(proc.run_cli("rm", str(run.path), "--dry-run", "--json"), run))
+        self.post_message(self.DeletePlanned(cli_calls.run_cli("rm", str(run.path), "--dry-run", "--json"), run))
 
     @on(DeletePlanned)
     def _confirm_delete(self, message: DeletePlanned) -> None:
@@ -267,9 +267,9 @@ class RunActions(Screen):
 
     @work(thread=True, exclusive=True, group="delete")
     def _delete(self, run: RunDir) -> None:
-        from cockpit.ui import proc
+        from cockpit.ui import cli_calls
 
-        post_or_run(self, self.Deleted(proc.run_cli("rm", str(run.path), "--yes", "--json"), run), self._deleted)
+        post_or_run(self, self.Deleted(cli_calls.run_cli("rm", str(run.path), "--yes", "--json"), run), self._deleted)
 
     @on(Deleted)
     def _deleted(self, message: Deleted) -> None:
