@@ -344,8 +344,8 @@ KEYS: tuple[Key, ...] = (
         None,
         "how a dataset's tools and function calls are written, as LLaMA-Factory's tool format of that name "
         "(default: Action / Action Input lines; qwen: <tools> / <tool_call> XML; glm4, glm4_moe, ling, llama3, lfm2, "
-        "minimax1, minimax2, mistral, seed_oss); unset: a named template's own, else the chat template's own tool "
-        "support, else qwen for chatml templates, else default (gemma4, qwen3_5: not implemented yet)",
+        "minimax1, minimax2, mistral, seed_oss); unset: a named template's own; with no template (the tokenizer's "
+        "own, parsed as LLaMA-Factory parses it) default (gemma4, qwen3_5: not implemented yet)",
         "dataset",
         choices=(
             "default",
