@@ -126,7 +126,7 @@ def test_fp16_on_the_cpu_is_a_warning_not_a_refusal(tmp_path, tiny_model_dir):
     """The guide's --fp16 with --use_cpu true: the preflight says the CPU run trains in fp32
     (DeepSpeed's CPU accelerator would raise 'Type fp16 is not supported on your device')."""
     from cockpit.device import CPU, GPU, FP16_ON_CPU, cpu_precision
-    from cockpit.run.preflight import device_checks
+    from cockpit.preflight.checks import device_checks
 
     assert any(w == f"fp16: {FP16_ON_CPU}" for w in device_checks({"use_cpu": True, "fp16": True, "nproc_per_node": 1}))
     assert cpu_precision({"fp16": True}, CPU) == ({"fp16": False}, FP16_ON_CPU)

@@ -375,7 +375,7 @@ def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_
 
     from cockpit.config import load_config
     from cockpit.errors import InputError
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
 
     over = {"stage": stage, "dataset": "cockpit_identity_pairs"} if stage == "dpo" else {}
     cfg = load_config(tiny_config(tmp_path, tiny_model_dir, template="qwen2_vl", **over))

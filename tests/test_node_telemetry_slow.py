@@ -125,7 +125,7 @@ def test_a_frozen_node_is_named_silent_in_the_hang_alert(tmp_path, tiny_model_di
     import subprocess
     import sys
 
-    from cockpit.run.supervisor import free_port
+    from cockpit.strategy.launch import free_port
 
     port = free_port()
     runs = [tmp_path / f"runs{k}" for k in (0, 1)]

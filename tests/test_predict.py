@@ -121,7 +121,7 @@ def test_each_bad_prediction_config_names_its_key(tmp_path, monkeypatch):
 
 
 def test_a_run_dir_given_as_the_adapter_is_refused_with_its_adapter_folder(tmp_path):
-    from cockpit.run.preflight import adapter_problems
+    from cockpit.preflight.checks import adapter_problems
 
     adapter = _adapter(tmp_path)
     cfg = {"do_train": False, "adapter_name_or_path": str(adapter.parent)}

@@ -26,7 +26,8 @@ import pytest
 
 from conftest import ROOT, cockpit, write_yaml
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+# serial: the server and the training beside it each want both cores (about 100 s alone)
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.serial]
 
 MATCH_TOKENS = 8
 PROMPT = "Who are you?"

@@ -16,9 +16,9 @@ import pytest
 from cockpit.config import load_config
 from cockpit.errors import InputError
 from cockpit.slurm import fs, queue
-from cockpit.slurm.node import job_port, node_config
+from cockpit.run.slurm_node import job_port, node_config
 from cockpit.slurm.script import SlurmOptions, header, job_script, needs_gpus
-from cockpit.slurm.submit import check_runs_dir
+from cockpit.run.slurm_submit import check_runs_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_header_options_and_the_job_script():
                  "#SBATCH --output=/shared/runs/r1/logs/slurm-%j.out", "export HIP_FORCE_DEV_KERNARG=1"):
         assert line in script.splitlines(), line
     assert "hf_abc123" not in script and "# HF_TOKEN: a secret" in script
-    assert script.rstrip().splitlines()[-1] == "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 /venv/bin/python -m cockpit.slurm.node /shared/runs/r1"
+    assert script.rstrip().splitlines()[-1] == "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 /venv/bin/python -m cockpit.run.slurm_node /shared/runs/r1"
     res = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
     assert res.returncode == 0, res.stderr
 

@@ -357,7 +357,7 @@ def _ctx(cfg, tiny_model_dir, tmp_path):
 def test_check_and_rank_keep_the_same_pairs(stage, cutoff, tmp_path, tiny_model_dir):
     """What ``cockpit check`` counts, the rank's data and TRL's tokenised train set hold the same
     number of samples: some dropped at cutoff_len, none more by TRL."""
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
     from cockpit.train.recipes import get_recipe
 
     if stage == "kto":
@@ -407,7 +407,7 @@ def test_check_and_rank_keep_the_same_pairs(stage, cutoff, tmp_path, tiny_model_
 
 
 def test_sft_check_counts_the_rows_the_rank_trains(tmp_path, tiny_model_dir):
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
     from cockpit.train.recipes import get_recipe
 
     rows = [

@@ -191,7 +191,7 @@ def test_pref_loss_maps_to_the_trl_trainer_and_config(tmp_path, keys, trainer, e
 # -- LLaMA-Factory's stage examples ----------------------------------------------------------
 @pytest.mark.parametrize("name, stage, samples", [("dpo", "dpo", 5), ("kto", "kto", 10), ("pretrain", "pt", 5), ("reward", "rm", 5)])
 def test_llamafactory_stage_examples_pass_check(name, stage, samples, embedded_dir, monkeypatch, tmp_path):
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
 
     monkeypatch.chdir(tmp_path)  # output_dir: saves/... is relative
     cfg = load_config(FIXTURES / f"qwen3_lora_{name}.yaml")

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import ROOT, cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 from cockpit.store.rundir import RunDir
-from cockpit.run.supervisor import free_port
+from cockpit.strategy.launch import free_port
 
 pytestmark = pytest.mark.slow
 CACHE_ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}

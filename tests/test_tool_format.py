@@ -164,7 +164,7 @@ def toolcall_config(tmp_path: Path, model_dir: Path, **over) -> Path:
 def test_cockpit_check_reads_the_tool_dataset(tmp_path, tiny_model_dir):
     """What ``cockpit check CONFIG --json`` prints (its code, in-process: the CLI's start-up is slow)."""
     from cockpit.config import load_config
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
 
     out = check_run(load_config(toolcall_config(tmp_path, tiny_model_dir)), log=lambda *_: None, with_devices=False).as_dict()
     assert out["samples"] == 3 and out["truncation"]["samples"] == 3 and out["formats"] == {"toolcall_demo": "sharegpt"}
@@ -177,7 +177,7 @@ def test_cockpit_check_reads_the_tool_dataset(tmp_path, tiny_model_dir):
 def test_cockpit_check_says_the_tokenizers_own_template_rendered(tmp_path, tiny_model_dir):
     """No template key: the data report says the tokenizer's own template, parsed as LLaMA-Factory parses it."""
     from cockpit.config import load_config
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
 
     cfg = load_config(toolcall_config(tmp_path, tiny_model_dir, template=None))
     out = check_run(cfg, log=lambda *_: None, with_devices=False).as_dict()

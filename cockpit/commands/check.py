@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
 
     try:
         cfg = config_from_args(args)

@@ -76,9 +76,9 @@ def _given(args: argparse.Namespace) -> dict:
 
 def submit(args: argparse.Namespace, cfg: Mapping[str, Any], runs_dir) -> int:
     from cockpit.commands.common import EXIT_INPUT, EXIT_OK, print_input_error
+    from cockpit.run.slurm_submit import SubmitRefused
+    from cockpit.run.slurm_submit import submit as do_submit
     from cockpit.slurm.script import SlurmOptions
-    from cockpit.slurm.submit import SubmitRefused
-    from cockpit.slurm.submit import submit as do_submit
 
     opts = SlurmOptions(
         partition=args.partition,

@@ -49,13 +49,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(slurm_args(args))
         if args.skip_check:
-            from cockpit.run.preflight import static_checks
+            from cockpit.preflight.checks import static_checks
 
             static_checks(cfg)
         elif getattr(args, "slurm", False) or int(cfg.get("nnodes") or 1) > 1:
             report_check(check_full(cfg, quiet), quiet)
         else:  # the tokenizer part of the check overlaps the ranks' start-up (cockpit.run.gate)
-            from cockpit.run.preflight import check_rows
+            from cockpit.preflight.checks import check_rows
 
             loaded = check_rows(cfg)  # static checks, every bad row: before any run dir exists
             held = True
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_full(cfg: Mapping[str, Any], quiet: bool, loaded=None):
-    from cockpit.run.preflight import check_run
+    from cockpit.preflight.checks import check_run
 
     return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded)
 

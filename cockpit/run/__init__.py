@@ -4,7 +4,8 @@ The UI / CLI starts a run (:mod:`.launch`), a detached supervisor owns it (:mod:
 with :mod:`.watchdog`), the ranks train (``cockpit.train.worker``), and they meet only in the
 run directory (:mod:`.rundir`: config, status, logs, checkpoints; :mod:`.events`: the append-only
 event log). Every reader checks that the run's owner is alive (:mod:`.liveness`, deciding with the
-pure :mod:`.runstate`) and follows it (:mod:`.follow`). :mod:`.preflight` is what ``cockpit check``
-verifies before a launch. Nothing here imports torch or textual (preflight loads a tokenizer,
-lazily; the import contracts in pyproject.toml hold the rest to it).
+pure :mod:`.runstate`) and follows it (:mod:`.follow`). A Slurm run is submitted by
+:mod:`.slurm_submit` and entered on each node by :mod:`.slurm_node`. Nothing here imports torch or
+textual (the import contracts in pyproject.toml hold it to that). What ``cockpit check`` verifies
+before a launch lives one layer up, in ``cockpit.preflight``.
 """

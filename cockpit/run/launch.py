@@ -6,7 +6,6 @@ Used by ``cockpit train`` and (through ``cockpit train --detach``) by the TUI. N
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -17,16 +16,7 @@ from typing import Any
 from cockpit.config.load import dump_resolved
 from cockpit.redact import unredacted
 from cockpit.store.events import EventWriter
-from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
-
-
-def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
-    if cfg.get("run_name"):
-        return str(cfg["run_name"])
-    if config_path:
-        return Path(config_path).stem
-    model = str(cfg.get("model_name_or_path") or "run")
-    return re.sub(r".*/", "", model)
+from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir, run_name
 
 
 def start_run(
@@ -40,7 +30,7 @@ def start_run(
     ``held``: the ranks wait before training until this process releases the run
     (``cockpit.run.gate``)."""
     if not cfg.get("master_port"):
-        from cockpit.run.supervisor import free_port
+        from cockpit.strategy.launch import free_port
 
         cfg = {**cfg, "master_port": free_port()}
     run = create_run_dir(runs_dir or default_runs_dir(), run_name(cfg, config_path))

@@ -45,12 +45,6 @@ POLL_S = 0.2
 KILL_GRACE_S = 10.0
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def rank_command(run: RunDir, cfg: Mapping[str, Any], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
     """The command that starts this node's ranks, and the env additions.
 

@@ -156,7 +156,7 @@ def job_script(
     has_gpus: bool | None,
     python: str = sys.executable,
 ) -> str:
-    """The script ``cockpit train --slurm`` submits: each node's task runs ``cockpit.slurm.node``,
+    """The script ``cockpit train --slurm`` submits: each node's task runs ``cockpit.run.slurm_node``,
     which starts the supervisor of the run dir that already exists (node 0) or of its
     ``nodes/node<K>`` sub-run (node K)."""
     nnodes = int(cfg["nnodes"])
@@ -164,7 +164,7 @@ def job_script(
     lines += [f"#SBATCH --chdir={run_path}", "set -euo pipefail", "", *MASTER_LINES, *env_lines(cfg), ""]
     lines += [
         "# one cockpit supervisor per node, in the foreground: the job lasts as long as the run",
-        f"srun --kill-on-bad-exit=1 --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 {shlex.quote(python)} -m cockpit.slurm.node {shlex.quote(run_path)}",
+        f"srun --kill-on-bad-exit=1 --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 {shlex.quote(python)} -m cockpit.run.slurm_node {shlex.quote(run_path)}",
         "",
     ]
     return "\n".join(lines)

@@ -24,7 +24,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +205,16 @@ class RunDir:
         status = self.read_status()
         out = status.get("output_dir")
         return Path(out) if out else self.path
+
+
+def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
+    """A new run dir's name: ``run_name``, else the config file's stem, else the model's last path part."""
+    if cfg.get("run_name"):
+        return str(cfg["run_name"])
+    if config_path:
+        return Path(config_path).stem
+    model = str(cfg.get("model_name_or_path") or "run")
+    return re.sub(r".*/", "", model)
 
 
 def create_run_dir(runs_dir: str | os.PathLike[str], name: str = "run") -> RunDir:

@@ -14,6 +14,7 @@ run id): on several nodes it is derived from the rendezvous endpoint, which the 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,13 @@ from cockpit.strategy.numa import plan as numa_plan
 
 # set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
 SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now: a single node's torchrun rendezvous (``master_port``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 strategy_name = strategy_of  # cockpit.shape's

@@ -171,7 +171,7 @@ def check_run(cfg: Mapping[str, Any], log=print, with_devices: bool = True, load
     """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation.
     ``loaded``: ``check_rows``'s answer, when the caller already has it."""
     if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: the stage's own data
-        from cockpit.train.recipes.check import check_stage
+        from cockpit.preflight.stage import check_stage
 
         return check_stage(cfg, log, with_devices)
     from cockpit.data.prepare import prepare_dataset, render_options

@@ -1,4 +1,4 @@
-"""``python -m cockpit.slurm.node RUN_DIR``: what ``srun`` runs on each node of a submitted run.
+"""``python -m cockpit.run.slurm_node RUN_DIR``: what ``srun`` runs on each node of a submitted run.
 
 Node 0 (``SLURM_NODEID``) runs the supervisor of ``RUN_DIR`` itself; node K > 0 runs one for the
 sub-run ``RUN_DIR/nodes/node<K>`` (its own status, events and rank logs, as a node of a
@@ -37,7 +37,7 @@ def node_config(cfg: Mapping[str, Any], node: int, env: dict[str, str]) -> dict[
         if nnodes > 1:
             port = job_port(env.get("SLURM_JOB_ID"))
         else:
-            from cockpit.run.supervisor import free_port
+            from cockpit.strategy.launch import free_port
 
             port = free_port()
     out = {**cfg, "node_rank": node, "master_port": port}

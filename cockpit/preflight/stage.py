@@ -30,7 +30,7 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
 def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True):
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
-    from cockpit.run.preflight import CheckResult, device_checks, static_checks
+    from cockpit.preflight.checks import CheckResult, device_checks, static_checks
 
     warnings = static_checks(cfg)
     loaded = collect_stage_samples(cfg)  # every bad row, before any model is loaded

@@ -1,7 +1,7 @@
 """``cockpit train CONFIG --slurm``: a new run dir in state ``queued``, its job script, ``sbatch``.
 
 The run dir is created here (on the submitting host) and written before the job exists; the
-job's first node starts the supervisor for this same run dir (``cockpit.slurm.node``), so the
+job's first node starts the supervisor for this same run dir (``cockpit.run.slurm_node``), so the
 run is listed, attachable and stoppable from the moment it is submitted. No torch.
 """
 
@@ -21,7 +21,7 @@ from cockpit.errors import InputError, Problem
 from cockpit.slurm import fs
 from cockpit.slurm.script import SlurmOptions, cluster_has_gpus, job_script
 from cockpit.store.events import EventWriter
-from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir
+from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir, run_name
 
 
 class SubmitRefused(Exception):
@@ -53,8 +53,6 @@ def submit(
 ) -> tuple[RunDir, str]:
     """Create the run dir (state ``queued``), write ``slurm/job.sh``, submit it. Returns (run, job id).
     Raises :class:`SubmitRefused` with sbatch's message (the run dir then says ``failed``)."""
-    from cockpit.run.launch import run_name
-
     runs = Path(runs_dir or default_runs_dir()).expanduser().absolute()
     check_runs_dir(cfg, runs)
     sbatch = shutil.which("sbatch")
