@@ -21,12 +21,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
 
-from cockpit.run.runstate import attempt_outcome, decide
-from cockpit.store.events import EventReader, EventWriter
+from cockpit.run.runstate import FINAL_KINDS, attempt_outcome, decide
+from cockpit.store.events import EventWriter, scan_kinds
 from cockpit.store.rundir import ACTIVE_STATES, RunDir
 
 
@@ -76,9 +77,9 @@ def ranks_alive(status: dict[str, Any]) -> bool:
     return any(is_alive(pid, started) for pid, started in status.get("procs") or [])
 
 
-def attempt_events(run: RunDir, status: dict[str, Any]) -> list[dict[str, Any]]:
-    """The current attempt's events (from the offset its supervisor recorded)."""
-    return EventReader(run.events_path, offset=int(status.get("events_offset") or 0)).read_new()
+def attempt_final_events(run: RunDir, status: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The current attempt's final events (from the offset its supervisor recorded), streamed."""
+    return scan_kinds(run.events_path, FINAL_KINDS, offset=int(status.get("events_offset") or 0))
 
 
 def on_this_host(status: dict[str, Any]) -> bool:
@@ -116,7 +117,7 @@ def _reconcile_locked(run: RunDir, adopt: bool, supervisor_gone: bool = False) -
     ):
         return status
     live = ranks_alive(status)
-    outcome = None if live else attempt_outcome(attempt_events(run, status))
+    outcome = None if live else attempt_outcome(attempt_final_events(run, status))
     verdict = decide(status, supervisor_alive=False, ranks_alive=live, outcome=outcome, now=time.time())
     if verdict.action == "adopt" and adopt:
         proc = spawn_adopter(run)

@@ -39,6 +39,9 @@ class Verdict:
     step: int | None = None
 
 
+FINAL_KINDS = ("run_finished", "run_stopped", "run_failed")  # the events attempt_outcome reads
+
+
 def attempt_outcome(events: Iterable[dict[str, Any]]) -> Outcome | None:
     """The last final event of one attempt's events (a node's run_finished counts too)."""
     found: Outcome | None = None

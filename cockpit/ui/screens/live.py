@@ -112,6 +112,11 @@ class LiveScreen(Screen):
         import os
 
         self.app.sub_title = self.run.run_id
+        # the panes, found once: draw() and the 4 Hz poll ask them every tick (a DOM query per tick was
+        # a measurable part of the follow CPU)
+        self._grids = list(self.query(SparkGrid))
+        self._devices, self._alerts = self.query_one(DevicesPane), self.query_one(AlertsPane)
+        self._bar = self.query_one("#live-progress", ProgressBar)
         try:
             big = os.path.getsize(self.run.events_path) > (4 << 20)
         except OSError:
@@ -258,7 +263,7 @@ class LiveScreen(Screen):
 
     # -- drawing: the panes decide what changed (cockpit/ui/panes.py) ---------------------------------
     def _sparks_pending(self) -> bool:
-        return any(grid.pending for grid in self.query(SparkGrid))
+        return any(grid.pending for grid in self._grids)
 
     def draw(self) -> None:
         with self._state_lock:
@@ -269,14 +274,13 @@ class LiveScreen(Screen):
             hs = self._header_state()
             self._title().show(formatting.header(hs, self.clock(), self.replay_progress, self._title_width()))
             self._header_at = time.monotonic()
-            bar = self.query_one("#live-progress", ProgressBar)
             if hs.total:
-                bar.update(total=hs.total, progress=min(hs.step, hs.total))
-            for grid in self.query(SparkGrid):  # each throttles itself: the header, bar and alerts show every step
+                self._bar.update(total=hs.total, progress=min(hs.step, hs.total))
+            for grid in self._grids:  # each throttles itself: the header, bar and alerts show every step
                 grid.show_state(st)
             tall = self.size.height >= 40
-            self.query_one(DevicesPane).show_state(st, (16 if tall else 9) - 1)  # #live-mid's max-height, less comm
-            self.query_one(AlertsPane).show_state(st, 6 if tall else 3)
+            self._devices.show_state(st, (16 if tall else 9) - 1)  # #live-mid's max-height, less comm
+            self._alerts.show_state(st, 6 if tall else 3)
 
     # -- actions ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="slurm-queue")
