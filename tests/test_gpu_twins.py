@@ -1,0 +1,113 @@
+"""GPU twins of CPU tests, for the branches only a GPU takes (issue 34). Each is marked ``gpu``: CI
+skips them and counts them in pytest's summary; ``scripts/gpu_check.sh`` runs ``pytest -m gpu`` on a
+machine with a GPU (ROCm or CUDA: both are ``torch.cuda``).
+
+- probes on the training device, and NVML / amdsmi telemetry in the run's events (CPU twins:
+  tests/test_pipeline_e2e.py's probes, tests/test_telemetry.py's fakes pinned to the real APIs);
+- the comm health probe on NCCL / RCCL tensors (CPU twin: tests/test_comm_health.py over gloo);
+- ``cockpit tune`` meeting a real out-of-memory (CPU twin: tests/test_tune.py's capped tracker);
+- FSDP2's sharded load with the shards on the GPUs (CPU twin: tests/test_sharded_load.py, 2 ranks).
+
+The others live beside their CPU tests: fp16 LoRA through the GradScaler and the NCCL side group for
+the step flags (tests/test_hardening.py), QLoRA's NF4 steps (tests/test_qlora.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, cockpit, read_events, tiny_config
+
+pytestmark = pytest.mark.gpu
+
+
+def _gpus(at_least: int = 1) -> int:
+    torch = pytest.importorskip("torch")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < at_least:
+        pytest.skip(f"needs {at_least} GPU(s); torch sees {count}")
+    return count
+
+
+def _run_dir(runs: Path) -> Path:
+    return next(d for d in runs.iterdir() if d.is_dir())
+
+
+def test_probes_run_on_the_gpu_and_telemetry_comes_from_nvml_or_amdsmi(tmp_path, tiny_model_dir):
+    _gpus()
+    cfg = tiny_config(tmp_path, tiny_model_dir, use_cpu=False, bf16=True, max_steps=6, telemetry_interval_s=0.5)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    events = read_events(_run_dir(tmp_path / "runs"))
+    before = [e for e in events if e["kind"] == "probe_results" and e["phase"] == "before"]
+    assert before and str(before[0]["device"]).startswith("cuda"), before
+    backends = {e.get("backend") for e in events if e["kind"] == "telemetry"}
+    assert backends & {"nvml", "amdsmi"}, backends
+    with_vram = [d for e in events if e["kind"] == "telemetry" for d in e.get("devices") or [] if d.get("vram_used_mb")]
+    assert with_vram and all(d["vram_total_mb"] > d["vram_used_mb"] > 0 for d in with_vram)
+
+
+_COMM_WORKER = r"""
+import json, os, sys
+import torch, torch.distributed as dist
+from cockpit.comm.health import allreduce_probe, backend_info
+rank, world, init_file, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl", init_method="file://" + init_file, rank=rank, world_size=world)
+result = {"info": backend_info(), "probe": allreduce_probe(sizes_bytes=(4096, 1 << 20), iters=3, warmup=1)}
+dist.destroy_process_group()
+open(os.path.join(out, f"rank{rank}.json"), "w").write(json.dumps(result))
+"""
+
+
+def test_the_comm_probe_all_reduces_nccl_or_rccl_tensors_on_the_gpus(tmp_path):
+    world = min(_gpus(), 2)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _COMM_WORKER, str(r), str(world), str(tmp_path / "init"), str(tmp_path)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for r in range(world)
+    ]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    for r in range(world):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert got["info"]["backend"] == "nccl" and got["info"]["library"] in ("nccl", "rccl"), got["info"]
+        assert got["probe"]["ok"] is True and [row["ok"] for row in got["probe"]["results"]] == [True, True]
+
+
+def test_tune_meets_a_real_out_of_memory_on_the_gpu(tmp_path, embedded_dir):
+    """A 1 GiB cap on the GPU: micro-batch 8 of the embedded model cannot fit, the OOM is caught in
+    the process and the tuned config keeps what fitted (gpu_check.sh's step 4, as a test)."""
+    _gpus()
+    cfg = yaml.safe_load((ROOT / "presets" / "cpu-demo.yaml").read_text())
+    cfg.update(model_name_or_path=str(embedded_dir), use_cpu=False, bf16=True, per_device_train_batch_size=8,
+               gradient_accumulation_steps=1, output_dir=str(tmp_path / "out"))
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = cockpit("tune", str(path), "--memory-cap", "1.0", "--candidates", "1,8", "--steps", "2", "--json",
+                  "--out", str(tmp_path / "tuned.yaml"))
+    doc = json.loads(res.stdout)
+    by_m = {t["micro_batch"]: t for t in doc["trials"]}
+    assert by_m[8]["oom"] is True, doc
+    assert by_m[1]["oom"] is False and by_m[1]["peak_gb"] < 1.0, doc
+
+
+def test_fsdp2_loads_its_shards_onto_the_gpus(tmp_path, tiny_model_dir):
+    """FSDP2 on 2 GPUs: built on the meta device, filled from rank 0's stream, trained (the CPU twin
+    measures the per-rank memory of the same path on 2 gloo ranks)."""
+    _gpus(2)
+    cfg = tiny_config(tmp_path, tiny_model_dir, use_cpu=False, bf16=True, nproc_per_node=2, max_steps=3,
+                      fsdp="full_shard auto_wrap", probes=None)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
+    run = _run_dir(tmp_path / "runs")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rep = json.loads((run / "logs" / "fsdp.rank0.json").read_text())
+    assert (rep.get("sharded_load") or {}).get("groups", 0) >= 1, rep
+    assert any("model loaded" in line for line in (run / "logs" / "rank0.log").read_text().splitlines())
+    assert [e for e in read_events(run) if e["kind"] == "step"]
