@@ -10,7 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cockpit.data.packing import build_collator  # noqa: E402
-from cockpit.train.labelled_logits import accepts_logits_to_keep, labelled_positions_only  # noqa: E402
+from cockpit.train.labelled_logits import (  # noqa: E402
+    POSITIONS,
+    WithLabelledPositions,
+    accepts_logits_to_keep,
+    labelled_positions_only,
+)
 
 
 def _rows(vocab: int, lengths: list[int], seed: int = 2) -> list[dict[str, list[int]]]:
@@ -98,3 +103,35 @@ def test_cockpit_trainer_trains_like_the_stock_trainer(tiny, tiny_model_dir, tmp
     assert losses == pytest.approx(stock_losses, abs=1e-5) and len(losses) == 3
     for (name, a), (_, b) in zip(stock.named_parameters(), ours.named_parameters()):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_training_batches_bring_their_positions_from_the_host(tiny, tiny_model_dir, tmp_path):
+    """The positions are found by the training collator, on the host (``nonzero`` on a device tensor
+    waits for the device: bench/host_syncs.py), and give the same cut as finding them in the step;
+    evaluation batches carry none."""
+    from transformers import TrainingArguments
+
+    from cockpit.train.arguments import ListDataset
+    from cockpit.train.trainer import CockpitTrainer
+
+    model, tok = tiny
+    rows = _rows(len(tok), [23, 40, 9])
+    collate = build_collator({"packing": False}, tok, model)
+    batch = WithLabelledPositions(collate)(rows)
+    keep = batch.pop(POSITIONS)
+    assert keep.device.type == "cpu" and 0 < keep.numel() < batch["labels"].shape[1] - 1
+    by_host, in_step = labelled_positions_only(batch, keep), labelled_positions_only(batch)
+    assert torch.equal(by_host["logits_to_keep"], in_step["logits_to_keep"])
+    assert torch.equal(by_host["labels"], in_step["labels"])
+    ids = torch.arange(3, 19)[None]
+    every = WithLabelledPositions(lambda _: {"input_ids": ids, "labels": ids.clone()})(None)
+    assert every[POSITIONS].numel() == 0  # every position has a target: the full logits
+    plain = {"input_ids": ids, "labels": ids.clone()}
+    assert labelled_positions_only(plain, every[POSITIONS]) is plain
+    args = TrainingArguments(output_dir=str(tmp_path / "t"), per_device_train_batch_size=3, max_steps=1,
+                             report_to=[], use_cpu=True, disable_tqdm=True, save_strategy="no")
+    trainer = CockpitTrainer(model=model, args=args, train_dataset=ListDataset(rows), eval_dataset=ListDataset(rows),
+                             data_collator=collate, processing_class=tok)
+    assert POSITIONS in next(iter(trainer.get_train_dataloader()))
+    assert POSITIONS not in next(iter(trainer.get_eval_dataloader()))
+    assert trainer.data_collator is collate  # lent to the training loader only

@@ -32,19 +32,47 @@ def accepts_logits_to_keep(model: Any) -> bool:
         return False
 
 
-def labelled_positions_only(inputs: dict[str, Any]) -> dict[str, Any]:
+POSITIONS = "cockpit_labelled_positions"  # a training batch's kept positions, found by its collator
+
+
+def labelled_positions(labels: Any) -> Any:
+    """The positions whose next token carries a label (1-D), or an empty tensor when every logit
+    stays (no labels to skip, or too few to be worth it). ``nonzero`` sizes its output from the
+    data: on a device tensor it waits for the device, so the collator asks it on the host."""
+    keep = (labels[:, 1:] != IGNORE).any(dim=0).nonzero().flatten()
+    if keep.numel() == 0 or keep.numel() > WORTH_IT * (labels.shape[1] - 1):
+        return keep[:0]
+    return keep
+
+
+class WithLabelledPositions:
+    """A training collator whose batches also carry :data:`POSITIONS` (on the host, before the
+    batch moves to the device: no device sync in the step; bench/host_syncs.py counts them)."""
+
+    def __init__(self, collate: Any):
+        self.collate = collate
+
+    def __call__(self, features: Any) -> Any:
+        batch = self.collate(features)
+        labels = batch.get("labels")
+        if labels is not None and labels.dim() == 2 and labels.shape[1] >= 2:
+            batch[POSITIONS] = labelled_positions(labels)
+        return batch
+
+
+def labelled_positions_only(inputs: dict[str, Any], positions: Any = None) -> dict[str, Any]:
     """``inputs`` with ``logits_to_keep`` and the matching labels (see the module doc); unchanged
-    when there are no labels, none to skip, or too few to be worth it."""
+    when there are no labels, none to skip, or too few to be worth it. ``positions``: the collator's
+    :func:`labelled_positions` of these labels (found here, on the labels' device, when None)."""
     import torch
 
     labels = inputs.get("labels")
     if labels is None or labels.dim() != 2 or labels.shape[1] < 2 or "logits_to_keep" in inputs:
         return inputs
-    length = labels.shape[1]
-    targets = labels[:, 1:]  # what each position 0 .. length-2 predicts
-    keep = (targets != IGNORE).any(dim=0).nonzero().flatten()
-    if keep.numel() == 0 or keep.numel() > WORTH_IT * (length - 1):
+    keep = labelled_positions(labels) if positions is None else positions.to(labels.device, non_blocking=True)
+    if keep.numel() == 0:
         return inputs
+    length = labels.shape[1]
     positions = torch.cat([keep, keep.new_tensor([length - 1])])
-    kept_labels = torch.cat([labels.new_full((labels.shape[0], 1), IGNORE), targets[:, keep]], dim=1)
+    kept_labels = torch.cat([labels.new_full((labels.shape[0], 1), IGNORE), labels[:, 1:][:, keep]], dim=1)
     return {**inputs, "labels": kept_labels, "logits_to_keep": positions}

@@ -27,7 +27,12 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.store.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
-from cockpit.train.labelled_logits import accepts_logits_to_keep, labelled_positions_only
+from cockpit.train.labelled_logits import (
+    POSITIONS,
+    WithLabelledPositions,
+    accepts_logits_to_keep,
+    labelled_positions_only,
+)
 
 RECORD = "cockpit_checkpoint.json"
 
@@ -148,11 +153,23 @@ class CockpitTrainer(Trainer):
         finally:
             trainer.data_collator = train_collator
 
+    def get_train_dataloader(self) -> Any:
+        # the training batches carry their labelled positions, found on the host by the collator
+        if not self._labelled_logits_only():
+            return super().get_train_dataloader()
+        trainer: Any = self
+        plain, trainer.data_collator = trainer.data_collator, WithLabelledPositions(trainer.data_collator)
+        try:
+            return super().get_train_dataloader()
+        finally:
+            trainer.data_collator = plain
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # training: the LM head only where a label is (cockpit.train.labelled_logits); evaluation
         # and prediction keep every logit (accuracy, generated predictions read them)
+        positions = inputs.pop(POSITIONS, None)
         if not return_outputs and model.training and self._labelled_logits_only():
-            inputs = labelled_positions_only(inputs)
+            inputs = labelled_positions_only(inputs, positions)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def _labelled_logits_only(self) -> bool:
