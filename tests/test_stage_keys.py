@@ -526,3 +526,19 @@ def test_pissa_convert_works_in_every_stage_but_rm_whose_value_head_it_would_dro
     with pytest.raises(InputError) as err:
         validate({**base, "stage": "rm"}, check_paths=False)
     assert err.value.problems[0].key == "pissa_convert" and "stage rm" in str(err.value) and "value head" in str(err.value)
+
+
+def test_every_stage_runs_the_one_flow_and_sft_only_fills_its_hooks():
+    """Issue 30 §2: no recipe replaces the flow (``Recipe.run``: data, prepare, start, train, save,
+    measure after, summary); SFT differs only in hooks of it."""
+    pytest.importorskip("trl")
+    from cockpit.train.recipes import RECIPES, get_recipe
+    from cockpit.train.recipes.base import Recipe
+
+    hooks = ("predict_only", "prepare", "start", "measure_after", "final_summary")
+    for stage in RECIPES:
+        recipe = get_recipe(stage)
+        assert isinstance(recipe, Recipe) and type(recipe).run is Recipe.run, stage
+        assert recipe.stage == stage and recipe.capabilities.stage == stage
+        overridden = {h for h in hooks if getattr(type(recipe), h) is not getattr(Recipe, h)}
+        assert overridden == (set(hooks) if stage == "sft" else set()), (stage, overridden)

@@ -2,10 +2,10 @@
 
 The worker hands every stage to :func:`run_stage`: the stage's recipe runs in a context built
 once (:func:`cockpit.train.recipes.base.make_context`: device, precision, folders, model
-reference, tokenizer). The recipe interface and the flow every stage's attempt goes through
-(resume totals, the NaN rule, PiSSA's conversion, the summary) are in :mod:`cockpit.train.recipes.base`;
-SFT (:mod:`cockpit.train.recipes.sft`) adds the distributed strategies around the same calls and
-lends its trainer to ``cockpit tune``'s trials. Importing this package imports no torch (the recipe
+reference, tokenizer). The recipe interface and the one flow every stage runs
+(:meth:`cockpit.train.recipes.base.Recipe.run`: resume totals, the NaN rule, PiSSA's conversion,
+the summary) are in :mod:`cockpit.train.recipes.base`; SFT (:mod:`cockpit.train.recipes.sft`)
+fills its hooks with the distributed strategies and lends its trainer to ``cockpit tune``'s trials. Importing this package imports no torch (the recipe
 modules are loaded on first use).
 
 Still SFT-only: DeepSpeed / FSDP2 and sharded loading (the other stages declare DDP only, and

@@ -5,12 +5,13 @@ report), the model(s) (policy, and a reference or none), the trainer (a TRL trai
 with Cockpit's atomic checkpoints mixed in), which of the trainer's logged metrics become
 fields of the ``step`` event, how to measure held-out pairs before and after, and what goes
 into ``summary.json``; and which keys and strategies it honours (``capabilities``, declared in
-``config/stages.py``). Every stage's attempt then runs through the same functions: ``train``
-(from the resume point, the run's totals over its attempts), ``save_final_model`` (the NaN rule:
-never a model trained through a NaN; PiSSA's conversion), ``other_rank_done``, ``run_summary``
-(one tokens/s definition) and ``end_run``. :func:`run_recipe` is the flow of pt / dpo / kto / rm;
-SFT's :meth:`Recipe.run` adds the strategy before the model (DeepSpeed / FSDP2, sharded loading)
-and prediction around the same calls.
+``config/stages.py``). Every stage, SFT included, runs the one flow :meth:`Recipe.run` (data ->
+prepare -> start -> train -> save -> measure after -> summary) through the same functions:
+``train`` (from the resume point, the run's totals over its attempts), ``save_final_model`` (the
+NaN rule: never a model trained through a NaN; PiSSA's conversion), ``other_rank_done``,
+``run_summary`` (one tokens/s definition) and ``end_run``. SFT overrides hooks of it: ``prepare``
+(the strategy before the model: DeepSpeed / FSDP2, sharded loading), ``start`` (its trainer),
+``measure_after`` (probes with sharded parameters) and ``final_summary`` (prediction).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class RecipeContext:
     model_ref: Any  # cockpit.models.resolve's resolved model (path + load kwargs)
     tokenizer: Any
     log: Callable[[str], None]
+    sharded: bool = False  # the strategy shards the model (ZeRO-3, FSDP2): set by Recipe.prepare
 
 
 @dataclass
@@ -59,7 +61,12 @@ class StageData:
 
 
 class Recipe:
-    """One training stage. Subclasses fill in the ``build_*`` methods; the others have defaults."""
+    """One training stage behind one flow (:meth:`run`, the same for every stage, the way torchtune's
+    recipes sit behind one interface): build the data, ``prepare`` (the strategy), ``start`` (models,
+    trainer, Cockpit's callbacks; the base measured at ``on_train_begin`` on the training device),
+    train from the resume point with the run's totals, save under the NaN rule, ``measure_after``,
+    then rank 0's ``final_summary``. A stage fills in the ``build_*`` methods and overrides a hook
+    where it differs (SFT: the strategy before the model, its own trainer, prediction)."""
 
     stage = ""
     causal_lm = True  # the policy generates text: probes run before / after
@@ -79,6 +86,75 @@ class Recipe:
         if problems:
             raise InputError(problems)
 
+    # -- the flow -----------------------------------------------------------------------------------
+    def run(self, ctx: RecipeContext) -> int:
+        """Train this stage in this rank; the worker's exit codes. Every stage's flow: not overridden."""
+        from cockpit.train.distributed import report_peak_memory
+
+        if not ctx.cfg.get("do_train", True):
+            return self.predict_only(ctx)
+        data = self.build_data(ctx)
+        ctx.log("data: " + " | ".join(data.report.lines()))
+        ctx = self.prepare(ctx, data)
+        attempt = self.start(ctx, data)
+        train(ctx, attempt)
+        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
+        save_final_model(ctx, attempt)
+        after = self.measure_after(ctx, attempt, data)
+        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "finished")
+        if ctx.rank != 0:
+            return other_rank_done(ctx, attempt)
+        return end_run(
+            ctx, self.final_summary(ctx, attempt, data, after), attempt.callback, attempt.trainer.state.global_step
+        )
+
+    # -- the hooks ----------------------------------------------------------------------------------
+    def predict_only(self, ctx: RecipeContext) -> int:
+        """``do_train: false`` (validation lets only SFT's prediction-only runs through)."""
+        raise InputError(f"do_train: false: stage {self.stage} has nothing to do without training")
+
+    def prepare(self, ctx: RecipeContext, data: StageData) -> RecipeContext:
+        """The strategy before the model (the context it trains with); DDP or one rank: as it is."""
+        return ctx
+
+    def start(self, ctx: RecipeContext, data: StageData) -> Attempt:
+        """The stage's models and trainer, with Cockpit's callbacks and the base measured at the start."""
+        attempt = start_stage(self, ctx, data)
+        ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(attempt.trainer)}, reference model: {reference_words(ctx.cfg)}")
+        return attempt
+
+    def measure_after(self, ctx: RecipeContext, attempt: Attempt, data: StageData) -> dict[str, Any]:
+        """After training: the trainer's own evaluation of the held-out rows, the probes, the stage's
+        held-out measure (every rank calls it; rank 0 reports)."""
+        trainer, stopped = attempt.trainer, attempt.callback.stop_reason is not None
+        final_eval = (
+            trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not (stopped or attempt.poisoned) else None
+        )  # the trainer's own metrics (an eval event)
+        attempt.probe_after = _probes(ctx, trainer.model, "after") if self.causal_lm else None
+        held_after = _held_out(self, ctx, trainer.model, data, "after")
+        if held_after:
+            held_after = {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}}
+        return {"held_out_after": held_after}
+
+    def final_summary(
+        self, ctx: RecipeContext, attempt: Attempt, data: StageData, after: dict[str, Any]
+    ) -> dict[str, Any]:
+        """summary.json (rank 0): :func:`run_summary`, the stage's fields, what ``measure_after`` found."""
+        before = attempt.probes_before
+        return {
+            **run_summary(ctx, attempt),
+            "stage": ctx.cfg["stage"],
+            "trainer": trl_name(attempt.trainer),
+            "probes_before": _rate(before.probes),
+            "probes_after": _rate(attempt.probe_after),
+            "held_out_before": before.held,
+            "held_out_after": after.get("held_out_after"),
+            "samples": len(data.train),
+            "data": data.report.as_dict(),
+            **self.summary(ctx, attempt.trainer, data),
+        }
+
+    # -- what a stage fills in ----------------------------------------------------------------------
     def build_data(self, ctx: RecipeContext) -> StageData:
         raise NotImplementedError
 
@@ -109,11 +185,8 @@ class Recipe:
         return None
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
+        """The stage's own fields of summary.json."""
         return {}
-
-    def run(self, ctx: RecipeContext) -> int:
-        """Train this stage in this rank; the worker's exit codes."""
-        return run_recipe(self, ctx)
 
 
 def _num(value: Any) -> Any:
@@ -268,36 +341,6 @@ def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, p
     return result
 
 
-def run_recipe(recipe: Recipe, ctx: RecipeContext) -> int:
-    """Data, models, held-out / probes before (on the training device), train from the resume point with
-    the run's totals, the final model under the NaN rule, probes / held-out after, summary."""
-    from cockpit.train.distributed import report_peak_memory
-
-    data = recipe.build_data(ctx)
-    ctx.log("data: " + " | ".join(data.report.lines()))
-    attempt = start_stage(recipe, ctx, data)
-    ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(attempt.trainer)}, reference model: {reference_words(ctx.cfg)}")
-    train(ctx, attempt)
-    report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
-    save_final_model(ctx, attempt)
-    trainer, stopped = attempt.trainer, attempt.callback.stop_reason is not None
-    final_eval = (
-        trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not (stopped or attempt.poisoned) else None
-    )  # the trainer's own metrics (an eval event)
-    probe_before, held_before = attempt.probes_before.probes, attempt.probes_before.held
-    attempt.probe_after = _probes(ctx, trainer.model, "after") if recipe.causal_lm else None
-    held_after = _held_out(recipe, ctx, trainer.model, data, "after")
-    report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "finished")
-    if ctx.rank != 0:
-        return other_rank_done(ctx, attempt)
-    held_after = (
-        {**held_after, "trainer_eval": {k: _num(v) for k, v in (final_eval or {}).items()}}
-        if held_after
-        else held_after
-    )
-    return _finish(recipe, ctx, attempt, data, (probe_before, attempt.probe_after), (held_before, held_after))
-
-
 def start_stage(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Attempt:
     """The stage's models and trainer, with Cockpit's callbacks and the base measured at the start."""
     model, ref_model = recipe.build_models(ctx)
@@ -316,22 +359,6 @@ def cfg_stage(cfg: Mapping[str, Any]) -> str:
 def trl_name(trainer: Any) -> str:
     """The TRL trainer under Cockpit's mixin (``CockpitDPOTrainer`` -> ``DPOTrainer``)."""
     return type(trainer).__name__.removeprefix("Cockpit")
-
-
-def _finish(recipe: Recipe, ctx: RecipeContext, attempt: Attempt, data: StageData, probes: tuple, held: tuple) -> int:
-    summary = {
-        **run_summary(ctx, attempt),
-        "stage": ctx.cfg["stage"],
-        "trainer": trl_name(attempt.trainer),
-        "probes_before": _rate(probes[0]),
-        "probes_after": _rate(probes[1]),
-        "held_out_before": held[0],
-        "held_out_after": held[1],
-        "samples": len(data.train),
-        "data": data.report.as_dict(),
-        **recipe.summary(ctx, attempt.trainer, data),
-    }
-    return end_run(ctx, summary, attempt.callback, attempt.trainer.state.global_step)
 
 
 def _rate(p: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -3,11 +3,12 @@
 The data are chat-rendered samples with the loss on the assistant's tokens
 (:func:`cockpit.data.prepare.prepare_dataset`), held out by ``val_size`` or read from
 ``eval_dataset``; the trainer is Cockpit's (HF Trainer + atomic checkpoints, FSDP2's saving
-variant when sharded) with the padded or packed collator. SFT runs its own flow (:meth:`run`)
-because it is the stage that trains under DeepSpeed / FSDP2 across ranks and nodes: the strategy
-before the model, sharded loading, probes asked on the training device by every rank, the
-resume point and the run's totals, and the NaN rule (the final adapter never comes from weights
-trained through a NaN). :func:`sft_trainer` is also ``cockpit tune``'s trial trainer.
+variant when sharded) with the padded or packed collator. SFT runs the flow every stage runs
+(:meth:`Recipe.run`) and fills its hooks for what only it does: the strategy before the model
+(DeepSpeed / FSDP2 across ranks and nodes, sharded loading: ``prepare``), its trainer and probes
+asked on the training device by every rank (``start``), probes after with sharded parameters
+(``measure_after``) and prediction (``final_summary``). :func:`sft_trainer` is also ``cockpit
+tune``'s trial trainer.
 """
 
 from __future__ import annotations
@@ -27,13 +28,9 @@ from cockpit.train.recipes.base import (
     Recipe,
     RecipeContext,
     StageData,
-    end_run,
-    other_rank_done,
     run_summary,
-    save_final_model,
     save_pissa_initial,
     split_held_out,
-    train,
 )
 
 
@@ -91,14 +88,14 @@ class SFTRecipe(Recipe):
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         return {"samples": len(data.train), "truncation": data.report.as_dict()}
 
-    def run(self, ctx: RecipeContext) -> int:
-        if not ctx.cfg.get("do_train", True):  # a prediction-only run (do_predict with adapter_name_or_path)
-            from cockpit.train.predict import predict_only
+    def predict_only(self, ctx: RecipeContext) -> int:
+        """A prediction-only run (``do_predict`` with ``adapter_name_or_path``, ``do_train: false``)."""
+        from cockpit.train.predict import predict_only
 
-            return predict_only(ctx)
-        data = self.build_data(ctx)
-        ctx.log("data: " + " | ".join(data.report.lines()))
-        # the strategy (and so the DeepSpeed config) before the model: ZeRO-3 partitions at load
+        return predict_only(ctx)
+
+    def prepare(self, ctx: RecipeContext, data: StageData) -> RecipeContext:
+        """The strategy (and so the DeepSpeed config) before the model: ZeRO-3 partitions at load."""
         cfg, sharded = apply_strategy(
             ctx.run,
             ctx.cfg,
@@ -112,23 +109,23 @@ class SFTRecipe(Recipe):
         )
         cfg = resolve_for_run(cfg, ctx.model_ref, ctx.log)  # packing auto: asks the model too
         ctx.log(batching_words(cfg))
-        ctx = dataclasses.replace(ctx, cfg=cfg)
-        attempt = self.start(ctx, data, sharded)
-        train(ctx, attempt)
-        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
-        save_final_model(ctx, attempt)
-        probes_after(ctx, attempt, sharded)
-        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "finished")
-        if ctx.rank != 0:
-            return other_rank_done(ctx, attempt)
+        return dataclasses.replace(ctx, cfg=cfg, sharded=sharded)
+
+    def measure_after(self, ctx: RecipeContext, attempt: Attempt, data: StageData) -> dict[str, Any]:
+        probes_after(ctx, attempt, ctx.sharded)  # evaluation: the Trainer's, during training
+        return {}
+
+    def final_summary(
+        self, ctx: RecipeContext, attempt: Attempt, data: StageData, after: dict[str, Any]
+    ) -> dict[str, Any]:
         summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
         if ctx.cfg.get("do_predict"):  # rank 0 alone, after the other ranks are done
             from cockpit.train.predict import predict_after_training
 
-            summary["predict"] = predict_after_training(ctx, attempt, sharded)
-        return end_run(ctx, summary, attempt.callback, attempt.trainer.state.global_step)
+            summary["predict"] = predict_after_training(ctx, attempt, ctx.sharded)
+        return summary
 
-    def start(self, ctx: RecipeContext, data: StageData, sharded: bool) -> Attempt:
+    def start(self, ctx: RecipeContext, data: StageData) -> Attempt:
         """Training arguments (the process group with them), the comm probe, the placed model and
         its trainer with Cockpit's callbacks."""
         from cockpit.train.callbacks import CockpitCallback
@@ -140,7 +137,7 @@ class SFTRecipe(Recipe):
         if ctx.world_size > 1 and cfg.get("comm_probe", True):
             comm_health_probe(ctx.writer, ctx.use_cpu, ctx.log)
         model, trainer_cls = placed_model(
-            ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, sharded, ctx.log
+            ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, ctx.sharded, ctx.log
         )
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
         save_pissa_initial(ctx, model)  # pissa_convert: the initial adapter, before the first step
