@@ -3,20 +3,22 @@
     python scripts/lf_keys_table.py          # rewrite the table in docs/configuration.md
     python scripts/lf_keys_table.py --check  # exit 1 if docs/configuration.md's table is not current
 
-Rows: every key of cockpit/config/schema.py that comes from LLaMA-Factory (works, with its help
-text), then every LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py); a
-column per stage says whether its recipe honours the key (cockpit/config/stages.py's STAGES: a stage
+Rows: every key of cockpit/config/schema.py that comes from LLaMA-Factory or shares a name with one of
+its keys (tests/fixtures/llamafactory/lf_keys.json) (works, with its help text), then every
+LLaMA-Factory key Cockpit refuses, with the reason (cockpit/config/parity.py); a column per stage says whether its recipe honours the key (cockpit/config/stages.py's STAGES: a stage
 refuses a key it does not honour at ``cockpit check``, naming the key and the stage).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+LF_KEYS = ROOT / "tests" / "fixtures" / "llamafactory" / "lf_keys.json"
 START, END = "<!-- lf-keys:start (scripts/lf_keys_table.py) -->", "<!-- lf-keys:end -->"
 
 
@@ -36,7 +38,10 @@ def table() -> str:
         "| key | Cockpit | " + " | ".join(STAGES) + " |",
         "|---|---|" + "---|" * len(STAGES),
     ]
-    for k in sorted((k for k in KEYS if k.llamafactory), key=lambda k: k.name):
+    # LLaMA-Factory's keys (tests/fixtures/llamafactory/lf_keys.json, bench/lf_key_list.py) that are Cockpit's
+    # own keys of the same name, listed beside the keys taken from LLaMA-Factory
+    lf_names = set(json.loads(LF_KEYS.read_text(encoding="utf-8"))["keys"]) if LF_KEYS.exists() else set()
+    for k in sorted((k for k in KEYS if k.llamafactory or k.name in lf_names), key=lambda k: k.name):
         rows.append(f"| `{k.name}` | works: {cell(k.help)} ({cell(describe(k))}) | {stages(k.name)} |")
     for alias, key in sorted(ALIASES.items()):
         rows.append(f"| `{alias}` | works: read as `{key}` | {stages(key)} |")

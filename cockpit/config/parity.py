@@ -707,7 +707,7 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
     (
-        ("vllm_*", "infer_backend", "infer_dtype", "use_kv_cache"),
+        ("vllm_*", "sglang_*", "infer_backend", "infer_dtype", "use_kv_cache"),
         "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`",
     ),
     (("ppo_*", "reward_model*"), "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
@@ -751,11 +751,181 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
     (
-        ("num_beams", "length_penalty", "max_length", "skip_special_tokens"),
+        ("num_beams", "length_penalty", "max_length", "skip_special_tokens", "generation_*", "eval_num_beams"),
         "a decoding option not wired into prediction yet (do_sample, temperature, top_p, top_k, max_new_tokens "
         "and repetition_penalty are; special tokens are always left out of the predictions)",
     ),
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
+    # issue 37: the rest of LLaMA-Factory 0.9.5's keys (tests/fixtures/llamafactory/lf_keys.json), each with a verdict
+    (
+        ("pure_bf16",),
+        "not built yet: bf16 weights and optimizer without mixed precision; use bf16: true (mixed precision)",
+    ),
+    (
+        ("use_muon", "use_adam_mini"),
+        "not built yet: the Muon / Adam-mini optimizers; optim picks one of HF's (adamw_8bit, and use_galore, "
+        "use_apollo, use_badam also cut optimizer memory)",
+    ),
+    (
+        ("use_dft_loss", "use_eaft_loss", "use_asft_loss", "eaft_alpha", "asft_alpha"),
+        "not built yet: the DFT / EAFT / ASFT reweighted SFT losses; sft trains on plain cross-entropy",
+    ),
+    (
+        ("oft_*", "module_dropout"),
+        "not built yet: finetuning_type oft (PEFT's OFT); finetuning_type is lora | freeze | full",
+    ),
+    (
+        ("early_stopping_steps",),
+        "not built yet: stopping when metric_for_best_model stops improving; load_best_model_at_end keeps the best "
+        "checkpoint",
+    ),
+    (
+        ("include_effective_tokens_per_second",),
+        "always measured in Cockpit: the step events' and the summary's tokens/s count the non-padding input tokens",
+    ),
+    (("ld_alpha",), "not built yet: LD-DPO's length weighting; pref_loss is sigmoid | ipo | hinge | orpo | simpo"),
+    (("pref_bco_weight",), "not built yet: DPO's BCO term; pref_ftx adds an SFT term instead"),
+    (
+        ("init_special_tokens", "new_special_tokens_config"),
+        "not built yet: initialising new tokens from descriptions; add_special_tokens' new rows start from the old "
+        "rows' mean",
+    ),
+    (
+        ("adapter_folder",),
+        "a subfolder of adapter_name_or_path: give the subfolder's path as adapter_name_or_path",
+    ),
+    (
+        ("cache_dir",),
+        "hub downloads go to Hugging Face's cache: set HF_HUB_CACHE (or HF_HOME) in the environment instead",
+    ),
+    (
+        ("use_fast_tokenizer",),
+        "not settable: the tokenizer is the one AutoTokenizer loads (the fast one where the model has it)",
+    ),
+    (
+        ("preserve_thinking",),
+        "not built yet: keeping earlier turns' thoughts with mask_history (they are dropped, LLaMA-Factory's default)",
+    ),
+    (
+        ("preprocessing_batch_size",),
+        "Cockpit tokenises sample by sample; preprocessing_num_workers sets the processes",
+    ),
+    (("eval_on_each_dataset",), "not built yet: one evaluation over all of eval_dataset"),
+    (
+        ("use_kt", "kt_*"),
+        "KTransformers' AMX MoE backend is not supported (Intel AMX CPUs and its own kernels)",
+    ),
+    (
+        ("use_hyper_parallel", "hyper_parallel_args", "use_mca", "parallelism_config"),
+        "tensor / Megatron parallel backends are not supported; shard with fsdp or zero_stage",
+    ),
+    (
+        ("use_v1_kernels",),
+        "LLaMA-Factory's v1 kernels are not supported; flash_attn and enable_liger_kernel pick Cockpit's kernels",
+    ),
+    (("use_liger_kernel",), "HF's name for enable_liger_kernel: write enable_liger_kernel: true"),
+    (("liger_kernel_config",), "not settable: enable_liger_kernel applies Liger's default kernels"),
+    (("fp8", "fp8_*"), "FP8 training is not supported; bf16: true for mixed precision"),
+    (
+        ("enable_torch_profiler", "profiler_*", "profile_modules"),
+        "not built yet: torch profiler traces (the step events carry each rank's step memory)",
+    ),
+    (
+        ("push_to_hub", "hub_*"),
+        "pushing to the Hugging Face Hub is not supported; `cockpit export RUN [--merge]` writes a folder to upload",
+    ),
+    (
+        ("trackio_*", "project"),
+        "Trackio logging is not supported; report_to is none | tensorboard, and the run dir's events.jsonl is the record",
+    ),
+    (
+        ("auto_find_batch_size",),
+        "use `cockpit tune CONFIG`: it finds the micro-batch that fits and runs fastest",
+    ),
+    (
+        ("logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica"),
+        "set by Cockpit: it logs every logging_steps from the first step, NaN/inf losses unfiltered (nan_policy acts "
+        "on them)",
+    ),
+    (
+        ("log_on_each_node", "disable_tqdm", "skip_memory_metrics", "debug"),
+        "set by Cockpit: every rank logs to RUN_DIR/logs/rank<N>.log, the step events carry each rank's memory, "
+        "nan_policy / spike_policy watch the loss",
+    ),
+    (
+        ("logging_dir",),
+        "report_to tensorboard writes under the checkpoints folder; set TENSORBOARD_LOGGING_DIR in env: to move it",
+    ),
+    (("data_seed",), "set by Cockpit: the data order is seeded by seed"),
+    (("remove_unused_columns",), "set by Cockpit: its collators pick the columns (always false)"),
+    (
+        ("gradient_checkpointing_kwargs",),
+        "set by Cockpit from gradient_checkpointing and use_reentrant_gc",
+    ),
+    (
+        ("optim_args", "optim_target_modules"),
+        "set by Cockpit from use_galore / use_apollo and their keys (galore_rank, galore_target, ...); not settable "
+        "for other optimizers",
+    ),
+    (
+        ("torch_compile_backend", "torch_compile_mode"),
+        "not settable yet: torch_compile: true compiles with torch's default backend and mode",
+    ),
+    (
+        ("train_sampling_strategy", "sortish_sampler", "length_column_name"),
+        "the sampler is random, or length-grouped with group_by_length: true (sequential: not supported)",
+    ),
+    (
+        (
+            "dataloader_drop_last",
+            "dataloader_pin_memory",
+            "dataloader_persistent_workers",
+            "dataloader_prefetch_factor",
+        ),
+        "a DataLoader option left at HF's default (dataloader_num_workers is settable)",
+    ),
+    (
+        ("ddp_backend",),
+        "set by Cockpit: the GPUs' collective backend (NCCL / RCCL), gloo on the CPU",
+    ),
+    (
+        ("ddp_broadcast_buffers", "ddp_bucket_cap_mb", "ddp_find_unused_parameters", "ddp_static_graph"),
+        "a DDP option left at HF's default; not settable yet",
+    ),
+    (("local_rank",), "set by the launcher (torchrun) for each rank, never in a config"),
+    (
+        ("fsdp_config", "accelerator_config"),
+        "set by Cockpit from the strategy keys: fsdp's options (full_shard, shard_grad_op, hybrid_shard, offload, "
+        "auto_wrap), zero_stage, deepspeed",
+    ),
+    (
+        ("save_on_each_node", "ignore_data_skip", "restore_callback_states_from_checkpoint"),
+        "a checkpoint / resume option left at HF's default (resuming skips the batches already seen); not settable yet",
+    ),
+    (
+        (
+            "eval_accumulation_steps",
+            "eval_delay",
+            "eval_do_concat_batches",
+            "eval_use_gather_object",
+            "batch_eval_metrics",
+            "include_for_metrics",
+            "prediction_loss_only",
+            "bf16_full_eval",
+            "fp16_full_eval",
+            "label_names",
+        ),
+        "an evaluation-loop option left at HF's default (evaluation runs in the training precision); not settable yet",
+    ),
+    (("average_tokens_across_devices",), "left at HF's default: the loss averages over every rank's tokens"),
+    (("label_smoothing_factor",), "not built yet for sft / pt (dpo_label_smoothing is DPO's)"),
+    (("neftune_noise_alpha",), "not built yet: NEFTune's noise on the embeddings"),
+    (("full_determinism",), "not supported: seed seeds every rank, deterministic kernels are not forced"),
+    (("torch_empty_cache_steps",), "not settable: Cockpit never empties the allocator's cache during training"),
+    (
+        ("enable_jit_checkpoint",),
+        "not built yet: a checkpoint on SIGTERM; `cockpit stop RUN` saves and stops a run",
+    ),
 )
 
 
