@@ -27,6 +27,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.store.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
+from cockpit.train.chunked_loss import lm_loss_without_logits, plain_lm_head
 from cockpit.train.labelled_logits import (
     POSITIONS,
     WithLabelledPositions,
@@ -129,6 +130,9 @@ class CockpitTrainer(Trainer):
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
     run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
     _labelled_logits: bool | None = None  # decided at the first training step
+    chunked_loss = True  # training's LM loss chunk by chunk, never the full logits (False: the model's own)
+    _chunked_head: Any = None  # the lm_head the chunked loss reads, decided at the first training step
+    chunked_loss_why_not = ""  # why the chunked loss does not apply (empty: it does, or not decided yet)
     eval_data_collator: Any = None  # evaluation's own collator (None: the training one)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -170,7 +174,40 @@ class CockpitTrainer(Trainer):
         positions = inputs.pop(POSITIONS, None)
         if not return_outputs and model.training and self._labelled_logits_only():
             inputs = labelled_positions_only(inputs, positions)
+            head = self._chunked_loss_head()
+            if head is not None and "labels" in inputs:
+                # the model's forward hands its hidden states to the chunked loss (cockpit.train.chunked_loss)
+                with lm_loss_without_logits(self.accelerator.unwrap_model(model), head):
+                    return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+    def _chunked_loss_head(self) -> Any:
+        """The lm_head the chunked loss reads, when it gives the model's own loss exactly: HF's
+        compute_loss (not a TRL trainer's), one process per device, the whole head on every rank,
+        and a model that goes straight from a plain lm_head to HF's causal-LM loss."""
+        if self._chunked_head is None:
+            head, why = None, self._chunked_loss_off()
+            if not why:
+                head, why = plain_lm_head(self.accelerator.unwrap_model(self.model))
+            self._chunked_head, self.chunked_loss_why_not = head or False, why
+        return self._chunked_head or None
+
+    def _chunked_loss_off(self) -> str:
+        """Why this trainer keeps the model's own loss ("" when nothing here stops the chunked one);
+        the label smoother, a custom loss and Liger already keep the full logits (_labelled_logits_only)."""
+        if not self.chunked_loss:
+            return "turned off (CockpitTrainer.chunked_loss)"
+        owner = next(
+            c for c in type(self).__mro__[type(self).__mro__.index(CockpitTrainer) + 1 :] if "compute_loss" in vars(c)
+        )
+        if owner is not Trainer:
+            return f"{owner.__name__} computes its own loss"
+        pc = getattr(self.accelerator, "parallelism_config", None)
+        if pc is not None and any(getattr(pc, f"{k}_enabled", False) for k in ("sp", "cp", "tp")):
+            return "sequence, context or tensor parallel"
+        if self.args.n_gpu > 1 or self.is_fsdp_enabled or getattr(self.args, "torch_compile", False):
+            return "DataParallel, FSDP or torch.compile"
+        return ""
 
     def _labelled_logits_only(self) -> bool:
         """The model's own loss on fewer logits: not with a label smoother or a custom loss (they

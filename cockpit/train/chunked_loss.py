@@ -1,0 +1,220 @@
+"""The language-model loss without the full logits.
+
+A causal LM's loss needs, at every kept position, the logits over the whole vocabulary: with a
+128k vocabulary and 4096 positions that is 2 GiB in fp32, then the loss's log-softmax and the
+gradient of both, all alive at once. Here the LM head and the cross-entropy run together, a chunk
+of :data:`CHUNK` positions at a time: the chunk's logits (fp32), its log-sum-exp and summed loss,
+then the chunk is dropped. Backward recomputes each chunk's logits from the saved hidden states and
+head weight, turns them into ``softmax - one_hot`` and multiplies out the gradients of the hidden
+states, the head weight and its bias, chunk by chunk. Peak memory for the head is one chunk's
+logits instead of every position's; the price is the head's matmul once more in backward.
+
+The same numbers as the model's own loss (HF's ``ForCausalLMLoss``): labels shifted by one
+(``shift_labels`` when given), ``-100`` ignored, the sum over ``num_items_in_batch`` when given
+else the mean over labelled tokens; the matmul in the model's dtype (the autocast dtype under
+autocast) and the loss in fp32, as ``lm_head(h).float()`` does.
+
+How it hooks in (:func:`lm_loss_without_logits`): for one forward of the whole model (through
+PEFT's, DDP's and accelerate's wrappers, so nothing they do is skipped), the model's ``lm_head``
+hands back its input (the hidden states at the kept positions) and the model's ``loss_function``
+is this chunked loss, which reads the head's weight. The model's own forward then returns this
+loss, the Trainer normalises and scales it as before, and an MoE's router loss is added as before.
+That is exact only for a model whose forward goes straight from ``lm_head`` to ``loss_function``
+(no softcapping, logit scale or multiplier in between): :func:`plain_lm_head` says which do, by
+model type (checked against transformers' sources) and config; anything else keeps the logits.
+TRL's ``chunked_nll``, Liger's fused linear cross-entropy and torchtune's
+``CEWithChunkedOutputLoss`` do the same thing their own ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+IGNORE = -100
+CHUNK = 256  # positions per chunk: TRL measured its knee of memory vs throughput here (trl#5575)
+
+# Causal LMs whose forward is `logits = self.lm_head(hidden_states)` then straight
+# `loss = self.loss_function(logits, labels, vocab_size, **kwargs)` (an MoE's router loss added after
+# is fine): read from transformers 5.23's modeling files. Not here: Cohere (logit_scale), Granite
+# (logits_scaling), Falcon-H1 (lm_head_multiplier), Mamba / OPT / BLT (`.float()` / other steps),
+# encoder-decoders. Gemma 2/3 softcap only when configured (see SCALED).
+PLAIN = frozenset(
+    {
+        "apertus", "arcee", "cwm", "deepseek_v2", "deepseek_v3", "dots1", "ernie4_5", "ernie4_5_moe", "exaone4",
+        "gemma", "gemma2", "gemma3_text", "glm", "glm4", "glm4_moe", "gpt_oss", "helium", "hunyuan_v1_dense",
+        "hunyuan_v1_moe", "lfm2", "llama", "ministral", "ministral3", "mistral", "mixtral", "nemotron", "olmo",
+        "olmo2", "olmo3", "olmoe", "phi", "phi3", "phimoe", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+        "qwen3_next", "seed_oss", "smollm3", "stablelm", "starcoder2",
+    }
+)  # fmt: skip
+# config keys that change the logits between the head and the loss (any model): set -> the logits stay
+SCALED = ("final_logit_softcapping", "logit_scale", "logits_scaling", "lm_head_multiplier", "logits_soft_cap")
+
+
+def plain_lm_head(model: Any) -> tuple[Any, str]:
+    """``(lm_head, "")`` when the chunked loss is exact for ``model`` (unwrapped from DDP etc.; a PEFT
+    model is looked through), else ``(None, why not)``."""
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in PLAIN or not type(base).__module__.startswith("transformers.models."):
+        return (
+            None,
+            f"model type {model_type!r} ({type(base).__name__}) is not known to go straight from lm_head to the loss",
+        )
+    for key in SCALED:
+        if getattr(config, key, None) not in (None, 1, 1.0):
+            return None, f"the config's {key} changes the logits before the loss"
+    head = getattr(base, "lm_head", None)
+    if type(head) is not torch.nn.Linear:  # PEFT's LoRA / modules_to_save / trainable tokens, bnb, ...
+        return None, f"lm_head is a {type(head).__name__}, not a plain Linear"
+    if head.out_features != getattr(config, "vocab_size", None):
+        return None, "lm_head's outputs are not the config's vocabulary"
+    if "forward" in vars(head) or head._forward_hooks or head._forward_pre_hooks:
+        return None, "lm_head has hooks (accelerate's offload, a probe)"
+    weight = head.weight
+    if type(weight.data) is not torch.Tensor or hasattr(weight, "ds_id") or weight.is_meta:
+        return None, "lm_head's weight is sharded (FSDP2, ZeRO-3, tensor parallel)"
+    if "_loss_function" in vars(base) or base.loss_function is not LOSS_MAPPING["ForCausalLM"]:
+        return None, "the model has its own loss function"
+    return head, ""
+
+
+def _compute_dtype(hidden: Any, weight: Any) -> Any:
+    """The dtype ``lm_head(hidden)`` would multiply in: autocast's when it is on, else the weight's."""
+    kind = hidden.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return weight.dtype
+
+
+def _chunk_logits(hidden: Any, weight: Any, bias: Any) -> Any:
+    logits = hidden @ weight.t()
+    if bias is not None:
+        logits = logits + bias
+    return logits.float()
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """``sum(cross_entropy(hidden @ weight.T + bias, targets))`` over the rows whose target is not
+    -100, without the ``[rows, vocab]`` logits: ``hidden`` [N, H], ``weight`` [V, H], ``bias`` [V] or
+    None, ``targets`` [N]. Returns the fp32 sum (a scalar)."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int) -> Any:
+        dtype = _compute_dtype(hidden, weight)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            b = None if bias is None else bias.to(dtype)
+            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+            for start in range(0, hidden.shape[0], chunk):
+                logits = _chunk_logits(h[start : start + chunk], w, b)
+                t = targets[start : start + chunk]
+                keep = t != IGNORE
+                lse[start : start + chunk] = row_lse = torch.logsumexp(logits, dim=-1)
+                picked = logits.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
+                total += torch.where(keep, row_lse - picked, 0.0).sum()
+                del logits
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.chunk, ctx.dtype = chunk, dtype
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: Any) -> Any:
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        dtype, chunk = ctx.dtype, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = grad_w = grad_b = None
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            b = None if bias is None else bias.to(dtype)
+            if need_h:
+                grad_h = torch.empty_like(hidden)
+            if need_w:
+                grad_w = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+            if need_b:
+                grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
+            for start in range(0, hidden.shape[0], chunk):
+                stop = start + chunk
+                t = targets[start:stop]
+                keep = t != IGNORE
+                # d(lse - logit[t]) / d logits = softmax - one_hot(t), on the labelled rows only
+                grad = _chunk_logits(h[start:stop], w, b).sub_(lse[start:stop].unsqueeze(1)).exp_()
+                grad.scatter_add_(1, t.clamp(min=0).unsqueeze(1), torch.full_like(grad[:, :1], -1.0))
+                grad.mul_(torch.where(keep, grad_total, 0.0).unsqueeze(1))
+                if need_b:
+                    grad_b += grad.sum(0)
+                g = grad.to(dtype)
+                del grad
+                if need_h:
+                    grad_h[start:stop] = g @ w
+                if need_w:
+                    grad_w.addmm_(g.t(), h[start:stop])
+                del g
+        if grad_w is not None:
+            grad_w = grad_w.to(weight.dtype)
+        if grad_b is not None:
+            grad_b = grad_b.to(bias.dtype)
+        return grad_h, grad_w, grad_b, None, None
+
+
+def chunked_cross_entropy_sum(hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int = CHUNK) -> Any:
+    """The summed token cross-entropy of ``hidden`` [..., H] through the head (``weight``, ``bias``)
+    against ``targets`` [...] (-100 ignored), chunk by chunk (see :class:`ChunkedLinearCrossEntropy`)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    return ChunkedLinearCrossEntropy.apply(flat, weight, bias, targets.reshape(-1).to(flat.device), int(chunk))
+
+
+def causal_lm_loss(head: Any, chunk: int = CHUNK) -> Any:
+    """A model ``loss_function`` that takes the hidden states as its ``logits`` and puts them through
+    ``head`` chunk by chunk: the numbers of HF's ``ForCausalLMLoss``."""
+
+    def loss(
+        logits: Any,
+        labels: Any,
+        vocab_size: int,
+        num_items_in_batch: Any = None,
+        ignore_index: int = IGNORE,
+        shift_labels: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        if ignore_index != IGNORE:
+            raise ValueError(f"the chunked loss ignores -100 only (got ignore_index={ignore_index})")
+        if head.weight.shape[0] != vocab_size:
+            raise ValueError(f"lm_head has {head.weight.shape[0]} outputs, the loss expects {vocab_size}")
+        if shift_labels is None:
+            shift_labels = torch.nn.functional.pad(labels, (0, 1), value=IGNORE)[..., 1:]
+        shift_labels = shift_labels.to(logits.device)
+        total = chunked_cross_entropy_sum(logits, head.weight, head.bias, shift_labels, chunk)
+        if num_items_in_batch is None:
+            return total / (shift_labels != IGNORE).sum()  # the mean over labelled tokens (0/0: nan, as HF)
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(total.device)
+        return total / num_items_in_batch
+
+    return loss
+
+
+def _hidden_states(hidden: Any) -> Any:
+    return hidden
+
+
+@contextlib.contextmanager
+def lm_loss_without_logits(model: Any, head: Any, chunk: int = CHUNK) -> Iterator[None]:
+    """Within: a forward of ``model`` (any wrapper around a :func:`plain_lm_head` model) with labels
+    returns the chunked loss; its ``logits`` output is the hidden states."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head.forward = _hidden_states
+    base.loss_function = causal_lm_loss(head, chunk)  # PreTrainedModel's setter: an instance attribute
+    try:
+        yield
+    finally:
+        del head.forward
+        vars(base).pop("_loss_function", None)
