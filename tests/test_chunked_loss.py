@@ -213,7 +213,8 @@ def test_training_takes_the_chunked_path_and_evaluation_keeps_the_logits(tiny_mo
 
 def test_cockpit_trainer_with_the_chunked_loss_trains_like_the_stock_trainer(tiny_model_dir, tok, tmp_path):
     """Three optimizer steps of CockpitTrainer (labelled positions, chunked loss) and HF's Trainer
-    (every logit) on the same packed batches, LoRA with an untied head: the same losses and weights."""
+    (every logit) on the same packed batches, LoRA with an untied head, gradient checkpointing: the
+    same losses and weights."""
     from transformers import Trainer, TrainingArguments
 
     from cockpit.train.arguments import ListDataset
@@ -225,7 +226,7 @@ def test_cockpit_trainer_with_the_chunked_loss_trains_like_the_stock_trainer(tin
         model = _model(tiny_model_dir, tied=False, lora=True)
         args = TrainingArguments(output_dir=str(tmp_path / cls.__name__), per_device_train_batch_size=3, max_steps=3,
                                  learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
-                                 report_to=[], use_cpu=True, seed=0, disable_tqdm=True)  # fmt: skip
+                                 report_to=[], use_cpu=True, seed=0, disable_tqdm=True, gradient_checkpointing=True)  # fmt: skip
         trainer = cls(model=model, args=args, train_dataset=ListDataset(rows),
                       data_collator=build_collator({"packing": True}, tok, model), processing_class=tok)  # fmt: skip
         trainer.train()

@@ -55,12 +55,17 @@ PLAIN = frozenset(
 SCALED = ("final_logit_softcapping", "logit_scale", "logits_scaling", "lm_head_multiplier", "logits_soft_cap")
 
 
+def base_model(model: Any) -> Any:
+    """The causal LM inside a PEFT model (the model itself otherwise)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def plain_lm_head(model: Any) -> tuple[Any, str]:
     """``(lm_head, "")`` when the chunked loss is exact for ``model`` (unwrapped from DDP etc.; a PEFT
     model is looked through), else ``(None, why not)``."""
     from transformers.loss.loss_utils import LOSS_MAPPING
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     config = getattr(base, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type not in PLAIN or not type(base).__module__.startswith("transformers.models."):
@@ -210,7 +215,9 @@ def _hidden_states(hidden: Any) -> Any:
 def lm_loss_without_logits(model: Any, head: Any, chunk: int = CHUNK) -> Iterator[None]:
     """Within: a forward of ``model`` (any wrapper around a :func:`plain_lm_head` model) with labels
     returns the chunked loss; its ``logits`` output is the hidden states."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
+    if base.lm_head is not head:
+        raise ValueError("the chunked loss's lm_head is not this model's")
     head.forward = _hidden_states
     base.loss_function = causal_lm_loss(head, chunk)  # PreTrainedModel's setter: an instance attribute
     try:

@@ -27,7 +27,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.store.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
-from cockpit.train.chunked_loss import lm_loss_without_logits, plain_lm_head
+from cockpit.train.chunked_loss import base_model, lm_loss_without_logits, plain_lm_head
 from cockpit.train.labelled_logits import (
     POSITIONS,
     WithLabelledPositions,
@@ -174,10 +174,10 @@ class CockpitTrainer(Trainer):
         positions = inputs.pop(POSITIONS, None)
         if not return_outputs and model.training and self._labelled_logits_only():
             inputs = labelled_positions_only(inputs, positions)
-            head = self._chunked_loss_head()
-            if head is not None and "labels" in inputs:
+            head, unwrapped = self._chunked_loss_head(), self.accelerator.unwrap_model(model)
+            if head is not None and "labels" in inputs and base_model(unwrapped).lm_head is head:
                 # the model's forward hands its hidden states to the chunked loss (cockpit.train.chunked_loss)
-                with lm_loss_without_logits(self.accelerator.unwrap_model(model), head):
+                with lm_loss_without_logits(unwrapped, head):
                     return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
