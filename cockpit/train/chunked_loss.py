@@ -78,7 +78,7 @@ def plain_lm_head(model: Any) -> tuple[Any, str]:
             return None, f"the config's {key} changes the logits before the loss"
     head = getattr(base, "lm_head", None)
     if type(head) is not torch.nn.Linear:  # PEFT's LoRA / modules_to_save / trainable tokens, bnb, ...
-        return None, f"lm_head is a {type(head).__name__}, not a plain Linear"
+        return None, f"lm_head is a {type(head).__module__}.{type(head).__qualname__}, not a plain Linear"
     if head.out_features != getattr(config, "vocab_size", None):
         return None, "lm_head's outputs are not the config's vocabulary"
     if "forward" in vars(head) or head._forward_hooks or head._forward_pre_hooks:
