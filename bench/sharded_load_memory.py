@@ -1,6 +1,6 @@
 """Private memory at load, per rank: DDP vs ZeRO-3 vs FSDP2 on the same model, side by side.
 
-    python bench/sharded_load_memory.py [--layers 28] [--hidden 512] [--malloc default,1MiB] [--only zero3,fsdp2]
+    python bench/sharded_load_memory.py [--layers 28] [--hidden 512] [--malloc default,1MiB] [--only zero3,fsdp2] [--dtype bf16]
 
 A random Llama (fp32 safetensors; 28 x 512 is about 0.5 GB) is put in an offline HF cache under a
 hub id, as the GPU presets name their models, and trained one step on 2 gloo ranks per strategy
@@ -34,7 +34,7 @@ STRATEGIES = {
 }
 
 
-def write_model(out: Path, layers: int, hidden: int) -> Path:
+def write_model(out: Path, layers: int, hidden: int, dtype: str = "fp32") -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -56,7 +56,8 @@ def write_model(out: Path, layers: int, hidden: int) -> Path:
     )
     torch.manual_seed(0)
     snap = out / ("models--" + HUB_ID.replace("/", "--")) / "snapshots" / COMMIT
-    LlamaForCausalLM(cfg).save_pretrained(snap)
+    model = LlamaForCausalLM(cfg)
+    (model.to(torch.bfloat16) if dtype == "bf16" else model).save_pretrained(snap)
     tok.save_pretrained(snap)
     (snap.parent.parent / "refs").mkdir()
     (snap.parent.parent / "refs" / "main").write_text(COMMIT)
@@ -107,12 +108,20 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--malloc", default="default", help="comma list of default | 1MiB")
     ap.add_argument("--only", default=",".join(STRATEGIES), help="comma list of " + " | ".join(STRATEGIES))
+    ap.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=("fp32", "bf16"),
+        help="the checkpoint's dtype; bf16 (as hub models ship) is read into the fp32 CPU run: every rank converts",
+    )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-load-") as d:
         tmp = Path(d)
-        snap = write_model(tmp / "hub", a.layers, a.hidden)
+        snap = write_model(tmp / "hub", a.layers, a.hidden, a.dtype)
         model_mb = sum(f.stat().st_size for f in snap.glob("*.safetensors")) / 2**20
-        print(f"model: {model_mb:.0f} MiB of fp32 safetensors, {a.layers} layers x {a.hidden}; 2 gloo ranks, LoRA")
+        if a.dtype == "bf16":
+            model_mb *= 2  # what a rank holds: the fp32 model it trains
+        print(f"model: {model_mb:.0f} MiB in fp32 ({a.dtype} safetensors), {a.layers} layers x {a.hidden}; 2 gloo ranks, LoRA")
         for malloc in a.malloc.split(","):
             env = {"HF_HUB_CACHE": str(tmp / "hub"), "HF_HUB_OFFLINE": "1"}
             if malloc == "1MiB":

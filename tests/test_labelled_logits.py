@@ -78,8 +78,11 @@ def test_nothing_to_skip_leaves_the_batch_alone(tiny):
 
 
 def test_cockpit_trainer_trains_like_the_stock_trainer(tiny, tiny_model_dir, tmp_path):
-    """Three optimizer steps of CockpitTrainer (labelled logits) and HF's Trainer (every logit)
-    on the same padded batches: the same losses and the same weights."""
+    """Three optimizer steps of CockpitTrainer (labelled logits, the chunked loss) and HF's Trainer
+    (every logit) on the same padded batches: the same losses and the same weights. Plain SGD, so a
+    weight differs by the learning rate times its gradients' difference: Adam divides each gradient by
+    its own running scale, and a tied embedding row whose gradient is ~1e-10 flips sign with the
+    summation order (one OpenMP thread against two), moving that row by the whole learning rate."""
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
     from cockpit.train.arguments import ListDataset
@@ -93,7 +96,7 @@ def test_cockpit_trainer_trains_like_the_stock_trainer(tiny, tiny_model_dir, tmp
         model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
         model.config.use_cache = False
         args = TrainingArguments(output_dir=str(tmp_path / cls.__name__), per_device_train_batch_size=3, max_steps=3,
-                                 learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
+                                 learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1, save_strategy="no", optim="sgd",
                                  report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
         trainer = cls(model=model, args=args, train_dataset=ListDataset(rows),
                       data_collator=build_collator({"packing": False}, tok, model), processing_class=tok)
