@@ -142,3 +142,29 @@ def test_the_streamed_skeleton_keeps_the_attention_kernel_and_rope_scaling(tiny_
     full_freq = full.model.rotary_emb.inv_freq
     assert torch.equal(skeleton.model.rotary_emb.inv_freq, full_freq)  # a real buffer, scaled alike
     assert next(skeleton.parameters()).device.type == "meta"
+
+
+def test_zero3s_random_init_waits_for_a_parameter_the_checkpoint_lacks(tiny_model_dir, tmp_path):
+    """ZeRO-3's streamed load skips transformers' random init (every module gathered whole, all of it
+    overwritten by the checkpoint) unless a parameter is missing from the checkpoint."""
+    import torch
+    import transformers.integrations.deepspeed as hf_deepspeed
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    from cockpit.train.sharded_load import not_all_parameters_in, random_init_deferred
+
+    original = hf_deepspeed.initialize_weights_zero3
+    with random_init_deferred() as deferred:
+        assert hf_deepspeed.initialize_weights_zero3 is not original
+        assert hf_deepspeed.initialize_weights_zero3(None) is None  # what from_config calls: nothing happens
+    assert hf_deepspeed.initialize_weights_zero3 is original and callable(deferred)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    assert not_all_parameters_in(model, tiny_model_dir) == []  # tied lm_head counted once
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (file,) = tiny_model_dir.glob("*.safetensors")
+    tensors = load_file(str(file))
+    dropped = next(k for k in tensors if k.endswith("layers.0.mlp.up_proj.weight"))
+    save_file({k: v for k, v in tensors.items() if k != dropped}, str(partial / file.name))
+    assert not_all_parameters_in(model, partial) == [dropped]
