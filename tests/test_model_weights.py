@@ -168,3 +168,29 @@ def test_zero3s_random_init_waits_for_a_parameter_the_checkpoint_lacks(tiny_mode
     dropped = next(k for k in tensors if k.endswith("layers.0.mlp.up_proj.weight"))
     save_file({k: v for k, v in tensors.items() if k != dropped}, str(partial / file.name))
     assert not_all_parameters_in(model, partial) == [dropped]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_each_ranks_zero3_partition_is_read_from_the_file_alone(tmp_path, world):
+    """DeepSpeed's layout: flat elements padded to a multiple of the world size, rank r holding
+    [r * size, (r + 1) * size). Read by each rank from the file, the partitions rebuild the tensor."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from cockpit.train.sharded_load import fill_partition
+
+    tensors = {"w": torch.arange(7 * 5, dtype=torch.bfloat16).reshape(7, 5), "b": torch.arange(11.0), "s": torch.tensor(3.0)}
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    with safe_open(str(tmp_path / "m.safetensors"), framework="pt") as f:
+        for name, t in tensors.items():
+            numel = t.numel()
+            size = -(-numel // world)
+            parts = []
+            for rank in range(world):
+                out = torch.full((size,), -1.0)
+                fill_partition(out, f.get_slice(name), rank, numel, torch.float32)
+                parts.append(out)
+            flat = torch.cat(parts)
+            assert torch.equal(flat[:numel], t.reshape(-1).float()), name
+            assert torch.equal(flat[numel:], torch.zeros(size * world - numel)), name

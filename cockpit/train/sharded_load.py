@@ -2,10 +2,10 @@
 
 - ZeRO-3: the DeepSpeed config is registered (``TrainingArguments(deepspeed=...)`` keeps an
   ``HfDeepSpeedConfig`` alive) before the model is built, so transformers builds it under
-  ``deepspeed.zero.Init`` (partitioned at construction); the weights are then streamed from the
-  safetensors files in groups of about ``GROUP_BYTES``: rank 0 reads a group (the file opened
-  for that group only, so its mapped pages are released after it) and transformers'
-  ``_load_state_dict_into_zero3_model`` gathers, fills and re-partitions just those parameters.
+  ``deepspeed.zero.Init`` (partitioned at construction), without transformers' random init of
+  weights the checkpoint then replaces; every rank then reads only its own partition of each
+  parameter from the safetensors files (shared page cache) into its ``ds_tensor``: no gather,
+  no broadcast, no rank holding more than one tensor's partition at a time.
 - FSDP2: every rank builds the model on the meta device (buffers such as RoPE's ``inv_freq``
   stay real: accelerate's ``init_empty_weights(include_buffers=False)``), wraps it with the same
   PEFT adapter, ``fully_shard``s it, allocates only its own shards (``to_empty``), and receives
@@ -216,27 +216,61 @@ def fsdp2_full_resume(trainer_cls: type) -> type:
 
 # -- ZeRO-3 ------------------------------------------------------------------------------------
 def zero3_stream_load(model: Any, model_dir: str | Path, *, rank: int, dtype: Any) -> int:
-    """Fill a model built under ``zero.Init`` from the checkpoint, group by group (collective);
-    rank 0 reads, the others pass meta tensors of the same shapes. Returns the number of groups."""
-    import torch
-    from transformers.integrations.deepspeed import _load_state_dict_into_zero3_model
+    """Fill a model built under ``zero.Init`` from the checkpoint: every rank reads only its own
+    partition of each parameter from the safetensors files (their pages are the node's shared page
+    cache) and writes it into the parameter's ``ds_tensor``, with no collective. Buffers load whole.
+    DeepSpeed's layout: a parameter's flat elements padded to a multiple of the world size, rank
+    ``r`` holding ``[r * size, (r + 1) * size)``. Returns the number of tensors read.
 
+    (Before: rank 0 read groups of whole tensors and every rank gathered each module to copy them
+    in, so rank 0 held a group in two dtypes and every rank a gathered module: the load's peak.)"""
+    import deepspeed.comm as ds_comm
+    from safetensors import safe_open
+
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
     prefix = getattr(model, "base_model_prefix", "") or ""
-    own = set(model.state_dict().keys())
-    groups = checkpoint_groups(model_dir)
-    for path, names in groups:
-        if rank == 0:
-            part = read_group(path, names, dtype)
-        else:
-            head = _header(path)
-            part = {n: torch.empty(head[n]["shape"], dtype=dtype, device="meta") for n in names}
-        # a checkpoint saved from the inner model names its keys without the prefix
-        if prefix and not any(k in own for k in part) and any(f"{prefix}.{k}" in own for k in part):
-            part = {f"{prefix}.{k}": v for k, v in part.items()}
-        _load_state_dict_into_zero3_model(model, part)
-        del part
-        gc.collect()
-    return len(groups)
+    read = 0
+    for path in safetensors_files(model_dir):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                key = name if (name in params or name in buffers) else f"{prefix}.{name}"
+                if key in params and not hasattr(params[key], "ds_tensor"):  # left whole by zero.Init
+                    params[key].data.copy_(f.get_tensor(name).to(params[key].dtype))
+                    read += 1
+                elif key in params:
+                    param = params[key]
+                    part_rank = ds_comm.get_rank(group=getattr(param, "ds_process_group", None))
+                    fill_partition(param.ds_tensor, f.get_slice(name), part_rank, param.ds_numel, dtype)
+                    read += 1
+                elif key in buffers:
+                    buffers[key].data.copy_(f.get_tensor(name).to(buffers[key].dtype))
+                    read += 1
+    del rank  # every rank reads its own partition: no rank is special
+    return read
+
+
+def fill_partition(out: Any, tensor_slice: Any, part_rank: int, numel: int, dtype: Any) -> None:
+    """``out`` (one rank's flat partition of ``len(out)`` elements) from a safetensors slice: the
+    elements ``[part_rank * len(out), ...)`` of the tensor's flat view, zeros past its end. Reads
+    only the rows that hold them."""
+    size = out.numel()
+    start, end = part_rank * size, min((part_rank + 1) * size, numel)
+    if start >= end:
+        out.zero_()
+        return
+    shape = tensor_slice.get_shape()
+    if not shape:  # a scalar
+        values = tensor_slice[()].reshape(-1)[start:end]
+    else:
+        cols = 1
+        for d in shape[1:]:
+            cols *= d
+        first, last = start // cols, -(-end // cols)
+        rows = tensor_slice[first:last]
+        values = rows.reshape(-1)[start - first * cols : end - first * cols]
+    out[: end - start].copy_(values.to(dtype))
+    out[end - start :].zero_()
 
 
 def iter_names(groups: list[tuple[Path, list[str]]]) -> Iterator[str]:
