@@ -212,7 +212,8 @@ def test_pissa_convert_saves_a_lora_of_the_original_base_with_the_trained_models
 
     import torch
 
-    from cockpit.train.recipes.sft import save_final_model, sft_trainer
+    from cockpit.train.recipes.base import save_final_model
+    from cockpit.train.recipes.sft import sft_trainer
     from cockpit.train.trainer import CockpitTrainer
     from cockpit.train.variants import save_pissa_initial
 

@@ -77,8 +77,9 @@ def test_nan_loss_alerts_and_stops(tmp_path, tiny_model_dir):
 
 
 def test_out_of_memory_in_a_rank(tmp_path, tiny_model_dir):
-    # A 6 GiB address-space cap (inherited by supervisor and rank) against a batch whose logits
-    # alone need 64 x 512 x 49152 x 4 bytes = 6.4 GB.
+    # A 6 GiB address-space cap (inherited by supervisor and rank) against an evaluation batch whose
+    # logits alone need 64 x 512 x 49152 x 4 bytes = 6.4 GB. (Training's loss no longer builds the
+    # full logits: cockpit.train.chunked_loss; evaluation keeps them, for its metrics.)
     cap = 6 * 2**30
 
     def limit():
@@ -86,8 +87,9 @@ def test_out_of_memory_in_a_rank(tmp_path, tiny_model_dir):
 
     long_row = {"instruction": "say it", "input": "", "output": "answer " * 700}
     data = tmp_path / "long.jsonl"
-    data.write_text("".join(json.dumps(long_row) + "\n" for _ in range(64)))
-    cfg = tiny_config(tmp_path, tiny_model_dir, dataset=str(data), per_device_train_batch_size=64, cutoff_len=512, probes=None, max_steps=2)
+    data.write_text("".join(json.dumps(long_row) + "\n" for _ in range(128)))
+    cfg = tiny_config(tmp_path, tiny_model_dir, dataset=str(data), per_device_train_batch_size=8, cutoff_len=512, probes=None,
+                      max_steps=2, val_size=64, per_device_eval_batch_size=64, eval_strategy="steps", eval_steps=1)
     run = start_detached(tmp_path, cfg, preexec=limit)
     st = wait_for(lambda: ended(run), 240, "the run to end")
     assert st["state"] == "failed"
