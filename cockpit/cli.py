@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "find the micro-batch that fits and runs fastest by real trial steps; write a tuned config",
     ),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
+    "web": ("cockpit.commands.web", "serve the cockpit to a browser (textual-serve), on 127.0.0.1 unless --public"),
 }
 
 
