@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detach", action="store_true", help="start the run and return (print the run dir)")
     p.add_argument("--json", action="store_true", help="with --detach: print {run_id, run_dir} as JSON")
     p.add_argument("--skip-check", action="store_true", help="do not load the tokenizer and data before launch")
+    p.add_argument(
+        "--notify-command",
+        default=None,
+        metavar="CMD",
+        help="a shell command the run's supervisor runs, with the event as JSON on stdin, when the run finishes, "
+        "fails, hangs or hits a memory-pressure alert (default: $COCKPIT_NOTIFY_COMMAND)",
+    )
     add_slurm_arguments(p)
 
 
@@ -61,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
             held = True
     except InputError as err:
         return print_input_error(err, args)
+    if getattr(args, "notify_command", None):  # the supervisor (or the Slurm job) inherits it
+        from cockpit.run.notify import ENV_COMMAND
+
+        os.environ[ENV_COMMAND] = args.notify_command
     if getattr(args, "slurm", False):
         from cockpit.commands.slurm_submit import submit
 

@@ -11,7 +11,9 @@ terminal, an SSH drop or killing tmux does not reach it. It:
 - obeys ``control/kill`` (and SIGTERM): terminates the ranks' process group, no child left;
   ``stop``/``save`` are consumed by the ranks at step boundaries;
 - writes the final state (finished / stopped / failed with the reason and the failing rank's
-  last log lines) to ``status.json`` and the event log.
+  last log lines) to ``status.json`` and the event log;
+- runs the user's ``notify_command`` (``cockpit.run.notify``) when the run finishes or fails, hangs
+  or hits a memory-pressure alert: in a thread, with a timeout, its failure logged, never the run's.
 
 Imports neither torch nor textual.
 """
@@ -35,6 +37,7 @@ from typing import Any
 import yaml
 
 from cockpit.config.run_config import RunConfig
+from cockpit.run.notify import Notifier, configured_command, notification
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
 from cockpit.shape import shape_of
@@ -153,6 +156,9 @@ class Supervisor:
         self.comm_next_t = 0.0
         self.last_lines: dict[int, str] = {}
         self.last_lines_t = 0.0
+        command, wait = configured_command(run.path)
+        self.notifier = Notifier(command, wait, str(run.path), say)
+        self.replaying = False  # adopt() replays this attempt's events: their alerts were told already
 
     # -- writes that survive a full disk ----------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -248,7 +254,11 @@ class Supervisor:
         self.procs = {int(pid): started for pid, started in status.get("procs") or [] if is_alive(pid, started)}
         self.launcher_pid = status.get("launcher_pid")
         self.last_step = int(status.get("step") or 0)
-        self.follow_events()
+        self.replaying = True
+        try:
+            self.follow_events()
+        finally:
+            self.replaying = False
         if not self.procs:
             return False
         gone = (
@@ -344,6 +354,9 @@ class Supervisor:
                 self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
             elif kind in ("heartbeat", "train_end", "predict_progress", "progress"):
                 observe_progress(self.watchdog, ev)
+            elif kind == "alert":
+                if not self.replaying:
+                    self.notify(ev)
             elif kind == "run_failed":
                 self.worker_failure = ev
             elif kind == "run_stopped":
@@ -355,6 +368,12 @@ class Supervisor:
                     self.last_step, int(ev.get("steps") or 0)
                 )  # the last step need not be a logging step
                 changes.update(step=self.last_step)
+
+    def notify(self, ev: dict[str, Any]) -> None:
+        """The user's notify_command for an event that makes a notification (node 0's supervisor
+        only: the run's own events and the whole run's hang watchdog are there)."""
+        if self.node_rank == 0:
+            self.notifier.send(notification(ev, self.run.run_id, self.run.path))
 
     def flush_status(self) -> None:
         if self.status_changes:
@@ -484,6 +503,9 @@ class Supervisor:
         self.status(**final)
         self._settle_summary(state, reason)
         self._remove_partial_checkpoints()
+        self.notify(
+            {"kind": "state", "t": time.time(), "state": state, "reason": reason, "log_tail": tail, "step": step}
+        )
         if self.sampler is not None:
             try:
                 self.sampler.close()
@@ -572,7 +594,8 @@ def take_supervisor_lock(run: RunDir) -> int | None:
 def main(argv: list[str]) -> int:
     adopting = "--adopt" in argv
     run = RunDir(Path([a for a in argv if not a.startswith("--")][0]).resolve())
-    if take_supervisor_lock(run) is None:
+    lock = take_supervisor_lock(run)
+    if lock is None:
         say("another supervisor watches this run; exiting")
         return 0
     sup = Supervisor(run)
@@ -593,8 +616,18 @@ def main(argv: list[str]) -> int:
         except Exception as exc:
             run.update_status(state="failed", reason=f"could not start the ranks: {exc}", **sup._identity())
             sup.emit("run_failed", reason=f"could not start the ranks: {exc}")
+            sup.notify(
+                {"kind": "state", "t": time.time(), "state": "failed", "reason": f"could not start the ranks: {exc}"}
+            )
+            os.close(lock)
+            sup.notifier.drain()
             return 1
-    return sup.loop()
+    code = sup.loop()
+    # the run has ended: the lock goes first (a resume may start the next attempt's supervisor now),
+    # then a notify command still running gets the rest of its time
+    os.close(lock)
+    sup.notifier.drain()
+    return code
 
 
 if __name__ == "__main__":

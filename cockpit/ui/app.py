@@ -119,6 +119,7 @@ class CockpitApp(App):
         doctor_checks: list[dict] | None = None,
         open_run: str | None = None,
         machine: Any = None,
+        notify_poll_s: float = 2.0,
     ) -> None:
         self.runs_dir = Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
         if start == "auto":
@@ -140,6 +141,8 @@ class CockpitApp(App):
         self.doctor_checks = doctor_checks
         self.open_run_ref = open_run
         self.machine = machine  # cockpit.ui.widgets.Machine; None: detected when first shown
+        self.notify_poll_s = notify_poll_s
+        self.run_watch: Any = None  # cockpit.ui.notifications.RunWatch, from the first poll
 
     def get_default_screen(self):
         """The start mode's screen (Textual asks once, for the mode it starts in). The start mode is
@@ -151,6 +154,8 @@ class CockpitApp(App):
         return make()
 
     def on_mount(self) -> None:
+        if self.notify_poll_s:
+            self.set_interval(self.notify_poll_s, self._watch_runs)
         if self.open_run_ref:
             from cockpit.store.rundir import resolve_run
 
@@ -158,6 +163,43 @@ class CockpitApp(App):
                 self.open_run(resolve_run(self.open_run_ref, self.runs_dir))
             except LookupError as exc:
                 self.notify(str(exc), severity="error")
+
+    # -- notifications: a run finished / failed / hangs / memory pressure, whatever the screen ---------
+    def _watch_runs(self) -> None:
+        self.run_worker(self._poll_runs, thread=True, group="run-watch", exit_on_error=False)
+
+    def _poll_runs(self) -> None:
+        """(thread) the runs dir's new notable events, posted to the app as one RunNotes."""
+        from cockpit.ui.notifications import RunNotes, RunWatch
+
+        if self.run_watch is None:
+            self.run_watch = RunWatch(self.runs_dir)
+        notes = self.run_watch.poll()
+        if notes:
+            self.post_message(RunNotes(notes))
+
+    def on_run_notes(self, message: Any) -> None:
+        """A toast per notification, the bell once, and the terminal's own desktop notification."""
+        import os
+
+        from cockpit.ui.notifications import SEVERITY, osc_sequences
+
+        for note in message.notes:
+            severity = SEVERITY.get(note["level"], "information")
+            self.notify(
+                note["message"],
+                title=note["title"],
+                severity=severity,  # type: ignore[arg-type]  # one of Textual's three
+                timeout=30 if severity == "error" else 12,
+                markup=False,
+            )
+            self.write_terminal(osc_sequences(f"cockpit: {note['title']}", note["message"], os.environ))
+        self.bell()
+
+    def write_terminal(self, data: str) -> None:
+        """Raw escape sequences to the terminal (none headless or under the web driver's page)."""
+        if data and not self.is_headless and self._driver is not None:
+            self._driver.write(data)
 
     def action_toggle_keys(self) -> None:
         """``?``: the current screen's keys and what they do (a modal; ? or Esc closes it)."""
