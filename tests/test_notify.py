@@ -204,3 +204,42 @@ def test_the_cockpit_tells_a_run_that_ends_while_it_watches(tmp_path, monkeypatc
             assert seq.startswith("\x1bPtmux;\x1b\x1b]777;notify;cockpit: ") and "RuntimeError: boom" in seq
 
     asyncio.run(scenario())
+
+
+def test_on_the_runs_own_live_screen_no_toast_covers_the_log(tmp_path, monkeypatch):
+    """Issue 29: the Live screen of the run says the end in its header (and rings); the watch adds no
+    toast there, only the desktop notification (the person may be in another window)."""
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import RunDir
+    from cockpit.ui.app import CockpitApp
+    from cockpit.ui.screens.live import LiveScreen
+    from tests.test_ui_pilot import wait_for
+    from tests.test_ui_setup_live import DOCTOR
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("COCKPIT_TERMINAL_NOTIFY", "osc9")
+    monkeypatch.delenv("TMUX", raising=False)
+    run = make_run(tmp_path / "runs")
+    run.update_status(state="running")
+    with EventWriter(run.events_path) as w:
+        w.emit("state", state="running", reason=None)
+    written: list[str] = []
+    monkeypatch.setattr(CockpitApp, "write_terminal", lambda self, data: written.append(data))
+
+    async def scenario() -> None:
+        app = CockpitApp(tmp_path / "runs", start="runs", doctor_checks=DOCTOR, notify_poll_s=0.2, poll_s=0.1)
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            await wait_for(pilot, lambda: app.run_watch is not None and app.run_watch.polled, 20, "the first poll")
+            app.open_live(RunDir(run.path))
+            await wait_for(pilot, lambda: isinstance(app.screen, LiveScreen), 10, "the live screen")
+            with EventWriter(run.events_path) as w:
+                w.emit("run_finished", steps=3, runtime_s=1.0)
+                w.emit("state", state="finished", reason=None)
+            run.update_status(state="finished")
+            await wait_for(pilot, lambda: written, 20, "the desktop notification")
+            await pilot.pause(0.5)
+            assert written == [f"\x1b]9;cockpit: {run.run_id} finished: run {run.run_id} finished\x07"]
+            assert not app._notifications
+
+    asyncio.run(scenario())

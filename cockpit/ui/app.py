@@ -179,12 +179,20 @@ class CockpitApp(App):
             self.post_message(RunNotes(notes))
 
     def on_run_notes(self, message: Any) -> None:
-        """A toast per notification, the bell once, and the terminal's own desktop notification."""
+        """A toast per notification and the bell once, except for the run whose Live screen is showing
+        (its header and alerts pane say it, and it rings the bell at the end: no toast over its log,
+        issue 29); the terminal's own desktop notification for every one."""
         import os
 
         from cockpit.ui.notifications import SEVERITY, osc_sequences
+        from cockpit.ui.screens.live import LiveScreen
 
+        watched = self.screen.run.run_id if isinstance(self.screen, LiveScreen) else None
+        told = False
         for note in message.notes:
+            self.write_terminal(osc_sequences(f"cockpit: {note['title']}", note["message"], os.environ))
+            if note["run_id"] == watched:
+                continue
             severity = SEVERITY.get(note["level"], "information")
             self.notify(
                 note["message"],
@@ -193,8 +201,9 @@ class CockpitApp(App):
                 timeout=30 if severity == "error" else 12,
                 markup=False,
             )
-            self.write_terminal(osc_sequences(f"cockpit: {note['title']}", note["message"], os.environ))
-        self.bell()
+            told = True
+        if told:
+            self.bell()
 
     def write_terminal(self, data: str) -> None:
         """Raw escape sequences to the terminal (none headless or under the web driver's page)."""
