@@ -28,6 +28,12 @@ mode = sys.argv[1]
 with EventWriter(os.path.join(os.environ["COCKPIT_RUN_DIR"], "events.jsonl")) as w:
     w.emit("rank_started", rank=0, local_rank=0, pid=os.getpid(), node_rank=0, host="here")
     w.emit("train_begin", total_steps=3, start_step=0, world_size=1, global_batch=2)
+    if mode == "hang":  # one step, then silent past hang_timeout_s (1 s), then it ends well
+        w.emit("step", step=1, total_steps=3, loss=2.0)
+        import time
+        time.sleep(4)
+        w.emit("run_finished", steps=3, runtime_s=4.5, first_loss=2.0, last_loss=2.0)
+        sys.exit(0)
     if mode == "finish":
         w.emit("alert", level="warn", code="memory_pressure", message="rank 0's peak 1400 MiB swung 40 %",
                trigger="swing", remedies=["halve per_device_train_batch_size"], rank=0)
@@ -40,12 +46,12 @@ with EventWriter(os.path.join(os.environ["COCKPIT_RUN_DIR"], "events.jsonl")) as
 """
 
 
-def make_run(runs: Path, name: str = "notify-demo"):
+def make_run(runs: Path, name: str = "notify-demo", **over):
     from cockpit.config.load import dump_resolved, validate
     from cockpit.store.events import EventWriter
     from cockpit.store.rundir import create_run_dir
 
-    cfg = validate({"dataset": "cockpit_identity", "use_cpu": True, "hang_timeout_s": 600}, check_paths=False)
+    cfg = validate({"dataset": "cockpit_identity", "use_cpu": True, "hang_timeout_s": 600, **over}, check_paths=False)
     run = create_run_dir(runs, name)
     run.config_path.write_text(dump_resolved(cfg), encoding="utf-8")
     run.update_status(state="starting", run_id=run.run_id, attempt=1, step=0, total_steps=None, events_offset=0)
@@ -53,12 +59,12 @@ def make_run(runs: Path, name: str = "notify-demo"):
     return run
 
 
-def supervise(tmp_path: Path, mode: str, command: str | None, extra_env: dict | None = None):
+def supervise(tmp_path: Path, mode: str, command: str | None, extra_env: dict | None = None, **over):
     """A run dir and its real supervisor, whose rank is RANK in ``mode``; waits for the end."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     rank = tmp_path / "rank.py"
     rank.write_text(RANK)
-    run = make_run(tmp_path / "runs")
+    run = make_run(tmp_path / "runs", **over)
     code = (
         "import sys; import cockpit.run.supervisor as s; "
         f"s.rank_command = lambda run, cfg, python=sys.executable: ([python, {str(rank)!r}, {mode!r}], {{}}); "
@@ -108,6 +114,16 @@ def test_notify_command_gets_the_failed_run_with_its_reason_and_log_tail(tmp_pat
     assert note["event"] == "run_failed" and note["state"] == "failed" and note["level"] == "error"
     assert "boom in rank 0" in note["reason"] and "boom in rank 0" in note["message"]
     assert any("boom in rank 0" in line for line in note["details"]["log_tail"])
+
+
+def test_notify_command_gets_the_hang_alert_while_the_run_goes_on(tmp_path):
+    out = tmp_path / "received.jsonl"
+    run, rc, _ = supervise(tmp_path, "hang", f"cat >> {out}", hang_timeout_s=1.0, load_timeout_s=60.0)
+    assert rc == 0 and run.read_status()["state"] == "finished"
+    hang, end = received(out)
+    assert hang["event"] == "hang" and hang["state"] == "running" and hang["details"]["code"] == "hang"
+    assert hang["details"]["phase"] == "train" and hang["message"].startswith(f"run {run.run_id}: ")
+    assert end["event"] == "run_finished" and end["t"] > hang["t"]
 
 
 def test_a_failing_or_hanging_notify_command_is_logged_and_the_run_still_ends_well(tmp_path):
