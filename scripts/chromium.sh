@@ -11,7 +11,7 @@ done
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "[chromium] apt-get install chromium"
   apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   command -v chromium >/dev/null 2>&1 || { echo "[chromium] chromium still missing after apt-get" >&2; exit 1; }
 else
   echo "[chromium] not installing chromium (needs root and apt-get); tests/test_web.py's browser test will skip (fail under CI=true)" >&2

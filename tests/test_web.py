@@ -229,6 +229,7 @@ def test_web_in_headless_chromium(tmp_path):
             stop(chrome)
         stop(server)
     assert "No runs yet" not in setup and "Launch F8" not in runs_screen  # the screen changed
+    assert str(runs) in setup  # the tab's cockpit reads the runs dir given to cockpit web (its top line)
     for shot in ("web-setup.png", "web-runs.png"):
         assert (tmp_path / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / shot).stat().st_size > 10_000
     if not SCREENSHOT.exists():  # the README's picture, once (delete it to take a new one)
