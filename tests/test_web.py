@@ -169,6 +169,7 @@ def test_public_warns_and_serves(tmp_path):
     assert "WARNING: listening on 0.0.0.0 (--public)" in out
 
 
+@pytest.mark.slow  # 10-20 s: a browser, the cockpit's start in it, a screen change
 def test_web_in_headless_chromium(tmp_path):
     """Setup renders in the browser, F3 switches to Runs; screenshots of both are saved (tmp_path)."""
     browser = chromium()
@@ -234,3 +235,18 @@ def test_web_in_headless_chromium(tmp_path):
         assert (tmp_path / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / shot).stat().st_size > 10_000
     if not SCREENSHOT.exists():  # the README's picture, once (delete it to take a new one)
         shutil.copyfile(tmp_path / "web-setup.png", SCREENSHOT)
+
+
+def test_a_busy_port_is_said_before_the_banner(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "cockpit.cli", "web", "--runs-dir", str(tmp_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
+    assert "Serving" not in out.stdout
