@@ -18,6 +18,8 @@ from cockpit.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamafactory"
 STAGE_KEYS = [(stage, key) for stage, keys in UNHONOURED.items() for key in keys]
+# keys a stage needs before any other rule passes (grpo: its reward functions, a batch of whole groups)
+STAGE_NEEDS = {"grpo": {"reward_funcs": "exact_match", "num_generations": 2, "per_device_train_batch_size": 2}}
 
 
 def other_value(key: str):
@@ -30,6 +32,8 @@ def other_value(key: str):
     if spec.type == "int":
         return 5
     if spec.type == "float":
+        if spec.default == 0:  # 0.0 times ten is still the default: half the range instead
+            return (spec.max or 1.0) / 2
         return 16.0 if spec.default is None else spec.default * 10
     return {"interleave_probs": "0.5,0.5", "metric_for_best_model": "loss"}.get(key, "other")
 
@@ -55,14 +59,14 @@ def test_every_stage_key_pair_has_a_reason_and_sft_refuses_none():
 
 @pytest.mark.parametrize("stage, key", STAGE_KEYS)
 def test_validate_refuses_a_key_the_stage_does_not_honour(stage, key):
-    raw = {"dataset": "x.json", "stage": stage, key: other_value(key)}
+    raw = {"dataset": "x.json", "stage": stage, **STAGE_NEEDS.get(stage, {}), key: other_value(key)}
     with pytest.raises(InputError) as err:
         validate(raw, check_paths=False)
     mine = [p for p in err.value.problems if p.key == key and f"not honoured for stage {stage}" in p.message]
     assert mine, [str(p) for p in err.value.problems]
     assert "remove it or use stage sft" in mine[0].message
     # the default (or the value the stage honours anyway) passes that rule
-    quiet = {"dataset": "x.json", "stage": stage, key: HONOURED_VALUES.get(key, (SCHEMA[key].default,))[0]}
+    quiet = {"dataset": "x.json", "stage": stage, **STAGE_NEEDS.get(stage, {}), key: HONOURED_VALUES.get(key, (SCHEMA[key].default,))[0]}
     if quiet[key] is not None:
         validate(quiet, check_paths=False)
     try:  # stage sft honours every one of them (other rules may still ask for more keys)

@@ -383,9 +383,33 @@ def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[P
         local = _resolve_existing(cfg[key], bases) if cfg.get(key) else None
         if local is not None:
             cfg[key] = str(local)
+    if cfg.get("reward_funcs"):  # grpo: a user's path/file.py:function, made absolute; the function found (parsed)
+        problems += _resolve_reward_files(cfg, bases, where)
     for key in ("output_dir", "tokenized_path"):  # made by the run: against the working dir, as given
         if cfg[key]:
             cfg[key] = str((Path.cwd() / Path(cfg[key]).expanduser()).resolve())
+    return problems
+
+
+def _resolve_reward_files(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[Problem]:
+    from cockpit.config.grpo import function_defined, reward_names, user_reward
+
+    problems, names = [], []
+    for name in reward_names(cfg["reward_funcs"]):
+        parsed = user_reward(name)
+        if parsed is None:
+            names.append(name)
+            continue
+        found = _resolve_existing(parsed[0], bases)
+        if found is None or not found.is_file():
+            problems.append(Problem(f"reward file not found: {parsed[0]} (in {name})", **where("reward_funcs")))
+            names.append(name)
+            continue
+        why = function_defined(found, parsed[1])
+        if why:
+            problems.append(Problem(why, **where("reward_funcs")))
+        names.append(f"{found}:{parsed[1]}")
+    cfg["reward_funcs"] = ",".join(names)
     return problems
 
 

@@ -1,4 +1,4 @@
-"""Cross-key rules of the training stages (sft | pt | dpo | kto | rm). No torch imports.
+"""Cross-key rules of the training stages (sft | pt | dpo | kto | rm | grpo). No torch imports.
 
 The recipes themselves live in ``cockpit/train/recipes/``; this module only says which
 key combinations make sense, so ``cockpit check`` and the TUI's forms refuse them early.
@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cockpit.config.grpo import grpo_problems
 from cockpit.config.schema import SCHEMA
 from cockpit.errors import Problem
 
@@ -18,25 +19,52 @@ PAIRWISE_STAGES = ("dpo", "rm")  # datasets with chosen / rejected answers (rank
 REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # no reference model at all
 
 
-_VALUE_MODEL = (
-    "the value model (a sequence-classification head) is built by stage rm's own code, which applies the LoRA "
-    "keys (DoRA, rsLoRA, PiSSA, additional_target), flash_attn and rope_scaling, not this"
-)
 _PAIR_UNHONOURED = {"group_by_length": "TRL's tokenised samples have no input_ids column for the length sampler"}
 _RM_UNHONOURED = {
-    **{
-        key: _VALUE_MODEL
-        for key in (
-            "adapter_name_or_path",
-            "create_new_adapter",
-            "upcast_layernorm",
-            "upcast_lmhead_output",
-            "quantization_bit",
-            "use_llama_pro",
-        )
-    },
     "pissa_convert": "the value head (score) is trained in full beside the adapter, and the converted adapter "
     "holds only lora_A / lora_B",
+}
+_GRPO_PREF = "a dpo / kto key: GRPO's own keys are beta (the KL weight), epsilon, loss_type and the reward keys"
+_GRPO_SFT_DATA = "an SFT data key: GRPO trains on completions it samples itself, the prompt never in the loss"
+_GRPO_EVAL = (
+    "GRPO's held-out measure is the mean reward of greedy completions on the held-out prompts (val_size / "
+    "eval_dataset) before and after training; evaluation during training is not wired for grpo yet"
+)
+_GRPO_UNHONOURED = {
+    **{
+        key: _GRPO_PREF
+        for key in (
+            "pref_loss",
+            "pref_beta",
+            "pref_ftx",
+            "simpo_gamma",
+            "dpo_label_smoothing",
+            "kto_chosen_weight",
+            "kto_rejected_weight",
+        )
+    },
+    **{
+        key: "TRL's GRPOTrainer builds its reference itself (the base with the LoRA adapter disabled, or a copy of "
+        "the base) when beta > 0"
+        for key in ("ref_model", "ref_model_adapters", "ref_model_quantization_bit")
+    },
+    **{
+        key: _GRPO_SFT_DATA
+        for key in ("train_on_prompt", "mask_history", "packing", "neat_packing", "tokenized_path", "group_by_length")
+    },
+    **{
+        key: _GRPO_EVAL
+        for key in (
+            "eval_strategy",
+            "eval_steps",
+            "eval_on_start",
+            "load_best_model_at_end",
+            "metric_for_best_model",
+            "compute_accuracy",
+        )
+    },
+    "max_new_tokens": "prediction's key: GRPO's completions are max_completion_length tokens at most",
+    "do_sample": "prediction's key: GRPO always samples its completions (temperature, top_p, top_k)",
 }
 STRATEGIES = ("ddp", "deepspeed", "fsdp")  # DDP: one process or several, each with the whole model
 # the keys that choose a strategy other than DDP
@@ -66,6 +94,7 @@ STAGES: dict[str, StageCapabilities] = {
     "dpo": StageCapabilities("dpo", _DDP_ONLY, dict(_PAIR_UNHONOURED)),
     "kto": StageCapabilities("kto", _DDP_ONLY, dict(_PAIR_UNHONOURED)),
     "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED}),
+    "grpo": StageCapabilities("grpo", _DDP_ONLY, _GRPO_UNHONOURED),
 }
 # stage -> {key the schema accepts but the stage does not honour yet: why}. validate() refuses a value
 # other than the schema's default (or one of HONOURED_VALUES); the key table (docs/configuration.md) names the stages.
@@ -107,6 +136,8 @@ def uses_reference(cfg: Mapping[str, Any]) -> bool:
     """Does the stage compare the policy with a reference model?"""
     if cfg.get("stage") == "kto":
         return True
+    if cfg.get("stage") == "grpo":
+        return bool(cfg.get("beta"))
     return cfg.get("stage") == "dpo" and cfg.get("pref_loss") not in REFERENCE_FREE_LOSSES
 
 
@@ -119,6 +150,8 @@ def reference_copy(cfg: Mapping[str, Any]) -> bool:
 def reference_words(cfg: Mapping[str, Any]) -> str:
     """What the stage compares the policy with, in words: the rank's log and ``cockpit plan`` say
     the same (TRL disables the LoRA adapter itself when no reference model is given)."""
+    if not uses_reference(cfg) and cfg.get("stage") == "grpo":
+        return "none (beta 0: no KL term)"
     if not uses_reference(cfg):
         return f"none (pref_loss {cfg.get('pref_loss')} uses none)" if cfg.get("stage") == "dpo" else "none"
     if cfg.get("ref_model"):
@@ -137,6 +170,7 @@ def sequences_per_sample(cfg: Mapping[str, Any]) -> int:
 def stage_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     stage = cfg.get("stage", "sft")
     out: list[Problem] = unhonoured_problems(cfg, where)
+    out += grpo_problems(cfg, where)
     if cfg.get("ref_model_adapters") and not cfg.get("ref_model"):
         out.append(
             Problem(

@@ -8,6 +8,10 @@
   on the answer. Sample: ``{"prompt": [messages], "completion": str, "label": bool, ...}``.
 - raw text (stage pt; the ``prompt`` column, e.g. ``columns: {prompt: text}``).
   Sample: ``{"text": str, ...}``.
+- prompts (stage grpo): alpaca (``instruction`` + ``input``, or a bare ``prompt`` string column), sharegpt
+  ending on a user turn, or TRL's conversational ``prompt`` (a list of role / content messages); every
+  other column is kept for the reward functions (e.g. ``answer``).
+  Sample: ``{"prompt": [messages], "columns": {name: value}, ...}``.
 
 The prompt part is validated by the SFT readers in :mod:`cockpit.data.formats` (the answer is
 appended, then split off again), so both stages report the same problems the same way.
@@ -143,7 +147,66 @@ def text_from_record(rec: Any, fmt: str, spec: DatasetSpec) -> tuple[dict[str, A
     return {"text": text}, None
 
 
-READERS = {"dpo": pair_from_record, "rm": pair_from_record, "kto": kto_from_record, "pt": text_from_record}
+_TRL_RESERVED = ("prompt", "completion", "completions", "completion_ids", "prompts", "trainer_state")
+
+
+def prompt_from_record(rec: Any, fmt: str, spec: DatasetSpec) -> tuple[dict[str, Any] | None, str | None]:
+    """A GRPO prompt (messages) and the row's other columns, which the reward functions read."""
+    if not isinstance(rec, dict):
+        return None, f"expected a JSON object, got {type(rec).__name__}"
+    alpaca = {**ALPACA_COLUMNS, **spec.columns}
+    used: set[str] = set()
+    value = rec.get("prompt")
+    if isinstance(value, list) and "prompt" not in spec.columns:  # TRL's conversational prompt
+        msgs = []
+        for i, m in enumerate(value):
+            if (
+                not isinstance(m, dict)
+                or not isinstance(m.get("content"), str)
+                or m.get("role")
+                not in (
+                    "system",
+                    "user",
+                    "assistant",
+                )
+            ):
+                return None, f"prompt turn {i}: expected {{role: system | user | assistant, content: string}}"
+            msgs.append({"role": m["role"], "content": m["content"]})
+        if not msgs or msgs[-1]["role"] != "user":
+            return None, "prompt must end on a user turn (the model answers it)"
+        prompt, used = msgs, {"prompt"}
+    elif fmt == "alpaca":
+        columns = dict(spec.columns)
+        if "prompt" not in columns and alpaca["prompt"] not in rec and isinstance(value, str):
+            columns["prompt"] = "prompt"  # a bare {"prompt": "...", "answer": ...} row
+        cols = {**ALPACA_COLUMNS, **columns}
+        if cols["prompt"] not in rec:
+            return None, f"missing prompt column {cols['prompt']!r} (or a 'prompt' string / message list)"
+        msgs_or_none, err = alpaca_to_messages({**rec, cols["response"]: "-"}, columns)
+        if err:
+            return None, err
+        prompt = (msgs_or_none or [])[:-1]
+        used = {cols[k] for k in ("prompt", "query", "system", "history", "response")}
+    else:
+        prompt_or_none, err = _prompt(rec, fmt, spec)
+        if err:
+            return None, err
+        prompt = prompt_or_none or []
+        cols = {**SHAREGPT_COLUMNS, **spec.columns}
+        used = {cols["messages"], "messages", cols["system"], cols["tools"]}
+    if not prompt or not any(m["role"] == "user" and m["content"].strip() for m in prompt):
+        return None, "empty prompt"
+    extra = {k: v for k, v in rec.items() if k not in used and k not in _TRL_RESERVED}
+    return {"prompt": prompt, "columns": extra}, None
+
+
+READERS = {
+    "dpo": pair_from_record,
+    "rm": pair_from_record,
+    "kto": kto_from_record,
+    "pt": text_from_record,
+    "grpo": prompt_from_record,
+}
 
 
 def load_stage_file(spec: DatasetSpec, stage: str, max_samples: int | None = None) -> LoadResult:

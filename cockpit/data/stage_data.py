@@ -73,6 +73,8 @@ def survives_cutoff(stage: str, prompt_len: int, answer_lens: Sequence[int], cut
     rest; ORPO / SimPO would train an empty answer there, so they lose it too."""
     if stage == "rm":
         return all(prompt_len + n <= cutoff for n in answer_lens)
+    if stage == "grpo":  # a prompt longer than cutoff_len is dropped (GRPO samples its answers: none to cut)
+        return prompt_len <= cutoff
     return prompt_len < cutoff
 
 
@@ -102,8 +104,14 @@ class StageReport:
             return [
                 f"documents: {self.samples}   tokens: {self.tokens_total}   packed into {self.blocks} blocks of cutoff_len {self.cutoff_len}"
             ]
-        kind = "pairs" if self.stage in ("dpo", "rm") else "samples"
+        kind = "pairs" if self.stage in ("dpo", "rm") else "prompts" if self.stage == "grpo" else "samples"
         out = [f"{kind}: {self.samples}   prompt tokens: {stats(self.prompt)}"]
+        if self.stage == "grpo":
+            if self.emptied:
+                out.append(
+                    f"warning: {self.emptied} {kind} {dropped_words(self.stage)}; {self.samples - self.emptied} left"
+                )
+            return out
         out += [f"{side} tokens: {stats(d)}" for side, d in self.responses.items()]
         cut = ", ".join(f"{n} on the {side} side" for side, n in self.truncated.items())
         out.append(f"cutoff_len {self.cutoff_len}: truncates {self.truncated_any} {kind} ({cut})")
@@ -116,6 +124,8 @@ class StageReport:
 
 def dropped_words(stage: str) -> str:
     """Why ``survives_cutoff`` drops a sample of the stage, in words."""
+    if stage == "grpo":
+        return "are longer than cutoff_len (the prompt's limit; they are dropped); raise cutoff_len"
     if stage == "rm":
         return "are longer than cutoff_len on a side (the reward trainer drops them: it does not truncate); raise cutoff_len"
     return "lose the whole response (the prompt fills cutoff_len; they are dropped); raise cutoff_len"
@@ -124,6 +134,17 @@ def dropped_words(stage: str) -> str:
 def _dist(values: list[int]) -> dict[str, int]:
     v = sorted(values)
     return {"p50": percentile(v, 50), "p90": percentile(v, 90), "max": v[-1] if v else 0}
+
+
+def prompts_report(tokenizer: Any, samples: Sequence[dict[str, Any]], cutoff: int) -> StageReport:
+    """Stage grpo: the prompts' lengths (rendered with the generation prompt) and those cutoff_len drops."""
+    lengths = []
+    for s in samples:
+        n = len(_ids(tokenizer, s["prompt"], True))
+        s["_kept"] = survives_cutoff("grpo", n, [], cutoff)
+        lengths.append(n)
+    emptied = sum(1 for s in samples if not s["_kept"])
+    return StageReport("grpo", len(samples), cutoff, _dist(lengths), emptied=emptied, tokens_total=sum(lengths))
 
 
 def answers_report(stage: str, tokenizer: Any, samples: Sequence[dict[str, Any]], cutoff: int) -> StageReport:
@@ -219,7 +240,10 @@ def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResul
         blocks = pack_texts(tokenizer, [s["text"] for s in loaded.samples], cutoff, workers)
         report = StageReport("pt", len(loaded.samples), cutoff, blocks=len(blocks), tokens_total=sum(map(len, blocks)))
         return StagePrepared(loaded, report, blocks)
-    report = answers_report(stage, tokenizer, loaded.samples, cutoff)
+    if stage == "grpo":
+        report = prompts_report(tokenizer, loaded.samples, cutoff)
+    else:
+        report = answers_report(stage, tokenizer, loaded.samples, cutoff)
     if report.emptied == report.samples:
         raise InputError(
             Problem(

@@ -776,8 +776,15 @@ def planner_notes(run: RunSpec) -> list[str]:
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
     notes += optimizer_notes(run)
-    if run.stage in ("dpo", "kto"):
+    if run.stage in ("dpo", "kto", "grpo"):
         notes.append(f"reference model: {run.reference}")  # the words the rank's log says
+    if run.stage == "grpo":
+        notes.append(
+            f"grpo: each trained sequence is the prompt + a sampled completion, up to {run.cutoff_len} tokens "
+            f"(cutoff_len + max_completion_length {run.completion_len}); generation (no gradients, before the step) "
+            f"holds a KV cache of {run.generation_seqs} sequences x {run.cutoff_len} tokens per rank, freed before "
+            "the backward peak counted here (not added)"
+        )
     return notes
 
 

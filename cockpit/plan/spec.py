@@ -89,6 +89,8 @@ class RunSpec:
     reference: str = "none"  # what dpo / kto compare with, in words (config.stages.reference_words)
     low_rank: LowRankSpec | None = None  # use_galore / use_apollo
     badam: BadamSpec | None = None  # use_badam
+    completion_len: int = 0  # grpo: max_completion_length (cutoff_len above is prompt + completion)
+    generation_seqs: int = 0  # grpo: sequences one rank generates at once (per-device batch x steps_per_generation)
 
     @property
     def world(self) -> int:
@@ -248,7 +250,8 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         lora_target=cfg.lora_target,
         quantization_bit=cfg.quantization_bit,
         double_quantization=cfg.double_quantization,
-        cutoff_len=cfg.cutoff_len,
+        # grpo trains on prompt (cutoff_len at most) + completion (max_completion_length) sequences
+        cutoff_len=cfg.cutoff_len + (cfg.max_completion_length if cfg.stage == "grpo" else 0),
         micro_batch=cfg.per_device_train_batch_size,
         grad_accum=cfg.gradient_accumulation_steps,
         bf16=cfg.bf16,
@@ -271,6 +274,10 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         reference=reference_words(cfg),
         low_rank=parse_low_rank(cfg),
         badam=parse_badam(cfg),
+        completion_len=cfg.max_completion_length if cfg.stage == "grpo" else 0,
+        generation_seqs=cfg.per_device_train_batch_size * (cfg.steps_per_generation or cfg.gradient_accumulation_steps)
+        if cfg.stage == "grpo"
+        else 0,
     )
 
 

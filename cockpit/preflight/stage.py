@@ -4,6 +4,7 @@ Imports transformers (the tokenizer) lazily; never imported by the UI process.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
         return {"source": sample["source"], "pieces": [{"text": sample["text"][:2000], "trained": True}]}
     prompt = tokenizer.apply_chat_template(sample["prompt"], tokenize=False, add_generation_prompt=True)
     answer = sample.get("chosen", sample.get("completion", ""))
+    if stage == "grpo":  # the answers are sampled in training; the columns the rewards read instead
+        answer = json.dumps(sample.get("columns", {}), ensure_ascii=False)[:2000]
     out: dict[str, Any] = {
         "source": sample["source"],
         "pieces": [{"text": prompt, "trained": False}, {"text": answer, "trained": True}],
@@ -25,6 +28,28 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
     if "label" in sample:
         out["kto_tag"] = sample["label"]
     return out
+
+
+def grpo_checks(cfg: Mapping[str, Any]) -> None:
+    """Stage grpo: vLLM where ``use_vllm`` asks for it (a GPU, the package); the reward functions built (a user's
+    file imported, its function found) before any rank starts."""
+    import importlib.util
+
+    if cfg.get("use_vllm"):
+        import torch
+
+        why = []
+        if importlib.util.find_spec("vllm") is None:
+            why.append("vllm is not installed (pip install vllm)")
+        if not (torch.cuda.is_available() and torch.cuda.device_count()):
+            why.append("no GPU is visible on this machine")
+        if why:
+            raise InputError(
+                Problem(f"use_vllm: {'; '.join(why)}; unset use_vllm to generate with HF generate", key="use_vllm")
+            )
+    from cockpit.data.rewards import build_reward_funcs
+
+    build_reward_funcs(cfg)
 
 
 def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True):
@@ -43,13 +68,15 @@ def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True):
         raise InputError(
             Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank")
         )
-    if cfg["stage"] in ("dpo", "kto", "rm"):
+    if cfg["stage"] in ("dpo", "kto", "rm", "grpo"):
         try:
             import trl  # noqa: F401
         except ImportError:
             raise InputError(
                 Problem(f"stage {cfg['stage']} needs TRL: pip install 'trl>=1.16,<2'", key="stage")
             ) from None
+    if cfg["stage"] == "grpo":
+        grpo_checks(cfg)
     prepared = prepare_stage_data(cfg, tok, loaded)
     if prepared.report.emptied:
         warnings.append(f"cutoff_len {cfg['cutoff_len']}: {prepared.report.lines()[-1].removeprefix('warning: ')}")

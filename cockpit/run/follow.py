@@ -54,7 +54,13 @@ def loss_words(ev: dict[str, Any]) -> str:
 
 
 def held_out_line(ev: dict[str, Any]) -> str:
-    """``held_out``: the held-out pairs' accuracy and mean margin."""
+    """``held_out``: the held-out pairs' accuracy and mean margin (grpo: the prompts' mean reward)."""
+    if ev.get("mean_reward") is not None:
+        per = ", ".join(f"{k} {as_float(v):.3f}" for k, v in (ev.get("rewards") or {}).items() if v is not None)
+        return (
+            f"held-out {ev.get('phase')}: {ev.get('prompts')} prompts, mean reward {as_float(ev['mean_reward']):.3f}"
+            + (f" ({per})" if per else "")
+        )
     accuracy = as_float(ev.get("accuracy"))
     parts = [f"{ev.get('pairs')} pairs", f"accuracy {100 * accuracy:.1f}%" if accuracy is not None else "accuracy ?"]
     for key, words in (("mean_logp_margin", "mean log-prob margin"), ("mean_reward_margin", "mean reward margin")):
@@ -75,6 +81,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
             parts.append(f"gnorm {as_float(ev['grad_norm']):.3f}")
         if ev.get("tokens_per_s") is not None:
             parts.append(f"{ev['tokens_per_s']:.0f} tok/s")
+        if ev.get("reward") is not None:  # grpo
+            parts.append(f"reward {as_float(ev['reward']):.3f}")
         return "  ".join(parts)
     if kind == "run_started":
         return f"run {ev.get('run_id')} started: {ev.get('model')} on {ev.get('dataset')} ({ev.get('method')}, world size {ev.get('world_size')})"

@@ -59,9 +59,21 @@ Kinds and their fields (units in the field names or stated here):
   reward_accuracy (0..1, the fraction of pairs whose chosen reward exceeds the rejected one);
   kto also kl. rm: pairwise_accuracy (0..1), reward_margin, mean_reward (value-head scores).
   ``eval`` carries the same names prefixed ``eval_`` when a held-out set is evaluated.
+  grpo (TRL GRPOTrainer's logs, averaged over the logging window; ``recipes/grpo.GRPO_FIELDS``): reward
+  and reward_std (the weighted total reward of the sampled completions: mean, spread), rewards (a mapping
+  reward function name -> {mean, std}), reward_zero_std_frac (0..1: groups whose completions all scored
+  the same: no learning signal), kl (to the reference; only with beta > 0), entropy (mean per-token, nats),
+  clip_ratio / clip_ratio_low / clip_ratio_high (0..1: tokens whose policy ratio was clipped, both sides /
+  below / above), completion_len_mean, completion_len_max (tokens), completion_truncated (0..1: the share
+  cut at max_completion_length)
+- ``completions`` (grpo, rank 0, each logging step): step, samples (a list of at most 4 of the latest
+  sampled completions: prompt (the last user turn, at most 300 characters), completion (at most 600),
+  rewards (function name -> reward), advantage)
 - ``held_out``: phase (before|after), stage, pairs, accuracy (0..1: the policy's summed log-prob of
   the chosen answer beats the rejected one (dpo), or the value head scores it higher (rm)),
-  mean_logp_margin (dpo) or mean_reward_margin (rm)
+  mean_logp_margin (dpo) or mean_reward_margin (rm); grpo: prompts, mean_reward (the weighted total
+  reward of greedy completions of the held-out prompts, max_completion_length tokens), rewards (function
+  name -> mean), samples (up to 3 of {prompt, completion, reward})
 - ``progress``: task (probes|held_out), phase (before|after: training), done, total (rank 0, while
   the ranks work outside training steps: the probes' answers (a batch at a time) and DPO / RM's
   held-out scoring (a pair at a time, at most every few seconds); ``done`` 0 when the task begins
@@ -124,6 +136,7 @@ KINDS = frozenset(
         "alert",
         "probe_results",
         "held_out",
+        "completions",
         "progress",
         "predict_progress",
         "predict",

@@ -25,6 +25,7 @@ RECIPES = {
     "kto": "cockpit.train.recipes.preference:KTORecipe",
     "rm": "cockpit.train.recipes.reward:RewardRecipe",
     "pt": "cockpit.train.recipes.pretrain:PretrainRecipe",
+    "grpo": "cockpit.train.recipes.grpo:GRPORecipe",
 }
 
 

@@ -208,6 +208,21 @@ def split_held_out(
     return rows[n:], rows[:n]
 
 
+def held_out_stage_data(ctx: RecipeContext, what: str) -> StageData:
+    """The stage's rows that survive cutoff_len, split into train / held-out by ``val_size`` (or held out:
+    ``eval_dataset``'s); ``what`` names a row in the error when nothing is left to train on."""
+    from cockpit.data.stage_data import prepare_stage_data
+
+    prepared = prepare_stage_data(ctx.cfg, ctx.tokenizer)
+    train, held = split_held_out(ctx.cfg, prepared.kept)  # the samples that survive cutoff_len, as check counts
+    evaluation = eval_dataset_prepared(ctx)
+    if evaluation is not None:
+        held = evaluation.kept
+    if not train:
+        raise InputError(f"val_size leaves no {what} to train on")
+    return StageData(train, held, prepared.report)
+
+
 def eval_dataset_prepared(ctx: RecipeContext) -> Any:
     """``eval_dataset`` read and tokenised as the stage reads ``dataset`` (same template, cutoff,
     max_samples, mixing), or None without one (a :class:`cockpit.data.stage_data.StagePrepared`)."""

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from cockpit.config.stages import uses_reference
-from cockpit.errors import InputError
 from cockpit.train.model import build_model
 from cockpit.train.progress import OnProgress, silent
 from cockpit.train.recipes.base import (
@@ -22,8 +21,7 @@ from cockpit.train.recipes.base import (
     RecipeContext,
     StageData,
     cockpit_trainer,
-    eval_dataset_prepared,
-    split_held_out,
+    held_out_stage_data,
     stage_arguments,
 )
 from cockpit.train.variants import trainer_kwargs
@@ -81,16 +79,7 @@ class DPORecipe(Recipe):
     step_fields: ClassVar[dict[str, str]] = PREF_FIELDS
 
     def build_data(self, ctx: RecipeContext) -> StageData:
-        from cockpit.data.stage_data import prepare_stage_data
-
-        prepared = prepare_stage_data(ctx.cfg, ctx.tokenizer)
-        train, held = split_held_out(ctx.cfg, prepared.kept)  # the samples that survive cutoff_len, as check counts
-        evaluation = eval_dataset_prepared(ctx)
-        if evaluation is not None:
-            held = evaluation.kept
-        if not train:
-            raise InputError("val_size leaves no pair to train on")
-        return StageData(train, held, prepared.report)
+        return held_out_stage_data(ctx, "pair")
 
     def build_models(self, ctx: RecipeContext) -> tuple[Any, Any]:
         policy = build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank)

@@ -1,0 +1,339 @@
+"""Issue 36: stage grpo (TRL's GRPOTrainer). Config rules (ranges, refusals named), reward functions
+(built-ins, a user's file, a function that raises or returns the wrong shape named with its sample),
+the prompts' data, a short real run's events and summary, and the demo preset's held-out reward rise."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cockpit, read_events, tiny_config
+
+from cockpit.config.load import validate
+from cockpit.data.rewards import build_reward_funcs, checked, completion_text, total_rewards
+from cockpit.errors import InputError
+
+BASE = {"dataset": "x.jsonl", "stage": "grpo", "reward_funcs": "exact_match", "per_device_train_batch_size": 8}
+
+
+def problems(raw: dict) -> list:
+    with pytest.raises(InputError) as err:
+        validate(raw, check_paths=False)
+    return err.value.problems
+
+
+def named(raw: dict, key: str, words: str) -> None:
+    found = [p for p in problems(raw) if p.key == key and words in p.message]
+    assert found, [str(p) for p in problems(raw)]
+
+
+def test_a_valid_grpo_config_passes_with_trl_defaults():
+    cfg = validate(dict(BASE), check_paths=False)
+    assert cfg["num_generations"] == 8 and cfg["loss_type"] == "dapo" and cfg["beta"] == 0.0
+    assert cfg["scale_rewards"] == "group" and cfg["epsilon"] == 0.2 and cfg["max_completion_length"] == 256
+
+
+@pytest.mark.parametrize(
+    "over, key, words",
+    [
+        ({"reward_funcs": None}, "reward_funcs", "stage grpo needs reward_funcs"),
+        ({"reward_funcs": "exact_match,bleu"}, "reward_funcs", "unknown reward function 'bleu'"),
+        ({"reward_funcs": "exact_match,exact_match"}, "reward_funcs", "named twice"),
+        ({"reward_weights": "1,2"}, "reward_weights", "2 weights for 1 reward functions"),
+        ({"reward_weights": "one"}, "reward_weights", "comma list of numbers"),
+        ({"reward_weights": "0"}, "reward_weights", "not all zero"),
+        ({"reward_funcs": "regex"}, "reward_regex", "needs reward_regex"),
+        ({"reward_funcs": "regex", "reward_regex": "(["}, "reward_regex", "does not compile"),
+        ({"reward_regex": "^a$"}, "reward_regex", "add regex to reward_funcs"),
+        ({"reward_funcs": "length_penalty"}, "reward_target_words", "needs reward_target_words"),
+        ({"reward_target_words": 3}, "reward_target_words", "add length_penalty"),
+        ({"per_device_train_batch_size": 6}, "num_generations", "must be divisible by num_generations (8)"),
+        (
+            {"per_device_train_batch_size": 2, "num_generations": 4, "steps_per_generation": 3},
+            "num_generations",
+            "steps_per_generation = 6 completions",
+        ),
+        ({"num_generations": 1}, "num_generations", ">= 2"),
+        ({"loss_type": "ppo"}, "loss_type", "grpo | dr_grpo | dapo"),
+        ({"scale_rewards": "yes"}, "scale_rewards", "group | batch | none"),
+        ({"epsilon": 0}, "epsilon", "> 0"),
+        ({"epsilon": 0.3, "epsilon_high": 0.2}, "epsilon_high", ">= epsilon"),
+        ({"beta": -0.1}, "beta", ">= 0"),
+        ({"use_vllm": True, "use_cpu": True}, "use_vllm", "trains on the CPU"),
+        ({"vllm_mode": "remote"}, "vllm_mode", "colocate | server"),
+        ({"pref_beta": 0.5}, "pref_beta", "not honoured for stage grpo"),
+        ({"ref_model": "x"}, "ref_model", "not honoured for stage grpo"),
+        ({"eval_strategy": "steps"}, "eval_strategy", "not honoured for stage grpo"),
+        ({"max_new_tokens": 20}, "max_new_tokens", "max_completion_length"),
+    ],
+)
+def test_grpo_config_rules_name_the_key(over, key, words):
+    named({**BASE, **over}, key, words)
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "pt"])
+def test_a_grpo_key_on_another_stage_is_refused(stage):
+    named({"dataset": "x.jsonl", "stage": stage, "num_generations": 4}, "num_generations", "stage grpo only")
+    named({"dataset": "x.jsonl", "stage": stage, "reward_funcs": "regex"}, "reward_funcs", "stage grpo only")
+
+
+def test_a_user_reward_file_is_found_and_its_function_checked_without_running_it(tmp_path):
+    f = tmp_path / "rw.py"
+    f.write_text("raise SystemExit('never run at check')\ndef good(prompts, completions, **kw):\n    return []\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "hi"}\n')
+    raw = {**BASE, "dataset": str(data), "reward_funcs": f"{f}:good"}
+    cfg = validate(raw, check_paths=True)
+    assert cfg["reward_funcs"] == f"{f}:good"
+    with pytest.raises(InputError, match="defines no top-level function 'missing'"):
+        validate({**raw, "reward_funcs": f"{f}:missing"}, check_paths=True)
+    with pytest.raises(InputError, match="reward file not found"):
+        validate({**raw, "reward_funcs": f"{tmp_path}/nope.py:good"}, check_paths=True)
+
+
+# -- rewards --------------------------------------------------------------------------------------
+def conv(*texts: str) -> list:
+    return [[{"role": "assistant", "content": t}] for t in texts]
+
+
+def test_builtin_rewards_score_strings_and_messages():
+    cfg = {
+        "reward_funcs": "exact_match,numeric_match,regex,length_penalty",
+        "reward_regex": r"^Answer: \w+$",
+        "reward_target_words": 2,
+        "reward_answer_column": "answer",
+    }
+    exact, numeric, rx, length = build_reward_funcs(cfg)
+    assert [f.__name__ for f in (exact, numeric, rx, length)] == [
+        "exact_match",
+        "numeric_match",
+        "regex",
+        "length_penalty",
+    ]
+    prompts = ["q"] * 4
+    assert exact(prompts, conv(" Paris.", "paris", "'PARIS'", "Lyon"), answer=["Paris"] * 4) == [1.0, 1.0, 1.0, 0.0]
+    assert numeric(prompts, ["It is 12.", "1,000", "x = -3.5", "none"], answer=["12", "1000", -3.5, "4"]) == [
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+    ]
+    assert rx(prompts, ["Answer: yes", "answer: yes", "Answer: two words", "Answer: x"]) == [1.0, 0.0, 0.0, 1.0]
+    assert length(prompts, ["one", "one two", "one two three four", ""]) == [1.0, 1.0, 0.5, 1.0]
+    scored = total_rewards([exact, length], [0.5, 0.5], ["q", "q"], conv("Paris", "it is Paris"), answer=["Paris"] * 2)
+    assert scored["total"] == [1.0, 0.5 * 2 / 3]
+    assert completion_text([{"role": "assistant", "content": "x"}]) == "x"
+
+
+def test_exact_match_names_a_missing_column():
+    (exact,) = build_reward_funcs({"reward_funcs": "exact_match", "reward_answer_column": "gold"})
+    with pytest.raises(InputError, match=r"reward function exact_match raised KeyError.*'gold'.*columns: answer"):
+        exact(["What?"], ["x"], answer=["x"])
+
+
+def test_a_user_reward_function_is_imported_from_its_file(tmp_path):
+    (tmp_path / "helper.py").write_text("BONUS = 0.5\n")
+    f = tmp_path / "my_rewards.py"
+    f.write_text(
+        textwrap.dedent(
+            """
+            from helper import BONUS
+
+            def starts_yes(prompts, completions, answer, **kwargs):
+                return [BONUS + (c[0]["content"].startswith("yes") and a == "y") for c, a in zip(completions, answer)]
+            """
+        )
+    )
+    (fn,) = build_reward_funcs({"reward_funcs": f"{f}:starts_yes"})
+    assert fn.__name__ == "starts_yes"
+    assert fn(["p", "p"], conv("yes!", "no"), answer=["y", "y"]) == [1.5, 0.5]
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (
+            "raise ValueError('boom')",
+            "reward function bad raised ValueError: boom (sample 0: prompt Is it 2?; completion two",
+        ),
+        ("return [1.0]", "reward function bad returned 1 rewards for 2 completions"),
+        ("return 1.0", "reward function bad returned float, not a list of 2 floats"),
+        ("return ['a', 1.0]", "reward function bad returned str a for a completion, not a float (or None) (sample 0"),
+        (
+            "return [1.0, float('nan')]",
+            "reward function bad returned nan (not finite) (sample 1: prompt Is it 3?; completion three",
+        ),
+    ],
+)
+def test_a_bad_reward_function_is_named_with_its_sample(tmp_path, body, words):
+    f = tmp_path / "bad_rewards.py"
+    f.write_text(f"def bad(prompts, completions, **kwargs):\n    {body}\n")
+    (fn,) = build_reward_funcs({"reward_funcs": f"{f}:bad"})
+    prompts = [[{"role": "user", "content": "Is it 2?"}], [{"role": "user", "content": "Is it 3?"}]]
+    with pytest.raises(InputError) as err:
+        fn(prompts, conv("two", "three"))
+    assert words in str(err.value), str(err.value)
+    assert err.value.problems[0].key == "reward_funcs"
+
+
+def test_none_rewards_pass_and_bools_are_refused():
+    fn = checked(lambda prompts, completions, **kw: [None, 1], "f")
+    assert fn(["a", "b"], ["x", "y"]) == [None, 1.0]
+    with pytest.raises(InputError, match="returned bool"):
+        checked(lambda prompts, completions, **kw: [True], "g")(["a"], ["x"])
+
+
+# -- data -----------------------------------------------------------------------------------------
+def test_grpo_rows_plain_chat_and_alpaca_keep_their_columns_and_bad_rows_are_named(tmp_path, tokenizer):
+    from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
+
+    rows = [
+        {"prompt": "What is 2+2?", "answer": "4"},
+        {
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of Peru?"}],
+            "answer": "Lima",
+        },
+        {"instruction": "Name a colour", "input": "of the sky", "answer": "blue", "tags": ["x"]},
+    ]
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = validate({**BASE, "dataset": str(good)}, check_paths=True)
+    loaded = collect_stage_samples(cfg)
+    assert [s["prompt"][-1]["content"] for s in loaded.samples] == [
+        "What is 2+2?",
+        "Capital of Peru?",
+        "Name a colour\nof the sky",
+    ]
+    assert loaded.samples[1]["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert [s["columns"] for s in loaded.samples] == [
+        {"answer": "4"},
+        {"answer": "Lima"},
+        {"answer": "blue", "tags": ["x"]},
+    ]
+    report = prepare_stage_data(cfg, tokenizer, loaded).report
+    assert report.stage == "grpo" and report.samples == 3 and report.lines()[0].startswith("prompts: 3")
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        json.dumps({"prompt": "ok", "answer": 1})
+        + "\n"
+        + json.dumps({"answer": "no prompt"})
+        + "\n"
+        + json.dumps({"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
+        + "\n"
+    )
+    with pytest.raises(InputError) as err:
+        collect_stage_samples(validate({**BASE, "dataset": str(bad)}, check_paths=True))
+    lines = {(Path(p.file).name, p.line): p.message for p in err.value.problems}
+    assert "missing prompt column" in lines[("bad.jsonl", 2)]
+    assert "must end on a user turn" in lines[("bad.jsonl", 3)]
+
+
+# -- a real run -----------------------------------------------------------------------------------
+def prompt_file(path: Path, n: int = 12) -> Path:
+    rows = [{"prompt": f"Say a number, {i}?", "answer": str(i)} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_short_grpo_run_logs_rewards_completions_and_the_held_out_reward(tmp_path, tiny_model_dir):
+    rewards = tmp_path / "rw.py"
+    rewards.write_text(
+        "def short(prompts, completions, **kwargs):\n"
+        "    return [1.0 / (1 + len(c[0]['content'])) for c in completions]\n"
+    )
+    cfg = tiny_config(
+        tmp_path,
+        tiny_model_dir,
+        stage="grpo",
+        dataset=str(prompt_file(tmp_path / "prompts.jsonl")),
+        reward_funcs=f"numeric_match,{rewards}:short",
+        reward_weights="1.0,0.5",
+        num_generations=2,
+        max_completion_length=6,
+        per_device_train_batch_size=4,
+        max_steps=3,
+        save_steps=2,
+        val_size=3,
+        probes=None,
+        beta=0.04,  # the reference: the base with the adapter disabled, its KL logged
+    )
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next((tmp_path / "runs").iterdir())
+    events = read_events(run)
+    steps = [e for e in events if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    for e in steps:
+        assert set(e["rewards"]) == {"numeric_match", "short"}, e
+        assert {"mean", "std"} <= set(e["rewards"]["short"])
+        for key in ("reward", "reward_std", "kl", "entropy", "clip_ratio", "completion_len_mean", "completion_len_max"):
+            assert isinstance(e[key], (int, float)), (key, e)
+        assert 0 <= e["completion_truncated"] <= 1 and e["completion_len_max"] <= 6
+        assert e["reward"] == pytest.approx(
+            e["rewards"]["numeric_match"]["mean"] + 0.5 * e["rewards"]["short"]["mean"], abs=1e-3
+        )
+    samples = [e for e in events if e["kind"] == "completions"]
+    assert len(samples) == 3 and all(1 <= len(e["samples"]) <= 4 for e in samples)
+    first = samples[0]["samples"][0]
+    assert first["prompt"].startswith("Say a number") and set(first["rewards"]) == {"numeric_match", "short"}
+    held = {e["phase"]: e for e in events if e["kind"] == "held_out"}
+    assert set(held) == {"before", "after"}
+    for e in held.values():
+        assert e["stage"] == "grpo" and e["prompts"] == 3 and 0 <= e["mean_reward"] <= 1.5
+        assert set(e["rewards"]) == {"numeric_match", "short"} and e["samples"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["trainer"] == "GRPOTrainer"
+    assert summary["held_out_before"]["mean_reward"] == held["before"]["mean_reward"]
+    assert summary["held_out_after"]["mean_reward"] == held["after"]["mean_reward"]
+    assert summary["reward_funcs"] == ["numeric_match", f"{rewards}:short"] and summary["reward_weights"] == [1.0, 0.5]
+    assert (run / "adapter" / "adapter_config.json").exists()
+    assert "reward" in res.stdout and "held-out after: 3 prompts, mean reward" in res.stdout
+
+
+def test_a_reward_function_that_raises_fails_the_run_naming_it(tmp_path, tiny_model_dir):
+    rewards = tmp_path / "rw.py"
+    rewards.write_text("def broken(prompts, completions, **kwargs):\n    return {'not': 'a list'}\n")
+    cfg = tiny_config(
+        tmp_path,
+        tiny_model_dir,
+        stage="grpo",
+        dataset=str(prompt_file(tmp_path / "prompts.jsonl")),
+        reward_funcs=f"{rewards}:broken",
+        num_generations=2,
+        max_completion_length=4,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        probes=None,
+    )
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    assert res.returncode != 0
+    run = next((tmp_path / "runs").iterdir())
+    failed = [e for e in read_events(run) if e["kind"] == "run_failed"]
+    assert failed and "reward function broken returned dict" in failed[-1]["reason"], failed
+    assert "prompt Say a number" in failed[-1]["reason"]
+
+
+@pytest.mark.slow
+def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir):
+    runs = tmp_path / "runs"
+    res = cockpit(
+        "train",
+        str(ROOT / "presets" / "cpu-grpo-demo.yaml"),
+        "--runs-dir",
+        str(runs),
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in runs.iterdir() if d.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    before, after = summary["held_out_before"], summary["held_out_after"]
+    print(json.dumps({"train_runtime_s": summary["train_runtime_s"], "before": before, "after": after}))
+    assert summary["state"] == "finished"
+    assert summary["train_runtime_s"] <= 360
+    assert after["mean_reward"] - before["mean_reward"] >= 0.25
+    rewards = [e["reward"] for e in read_events(run) if e["kind"] == "step"]
+    assert max(rewards[-3:]) > rewards[0]
