@@ -1,6 +1,6 @@
 """Private memory at load, per rank: DDP vs ZeRO-3 vs FSDP2 on the same model, side by side.
 
-    python bench/sharded_load_memory.py [--layers 28] [--hidden 512] [--malloc default,1MiB] [--only zero3,fsdp2] [--dtype bf16]
+    python bench/sharded_load_memory.py [--layers 28] [--hidden 512] [--malloc default,1MiB] [--only zero3,fsdp2] [--dtype bf16] [--trace]
 
 A random Llama (fp32 safetensors; 28 x 512 is about 0.5 GB) is put in an offline HF cache under a
 hub id, as the GPU presets name their models, and trained one step on 2 gloo ranks per strategy
@@ -9,7 +9,8 @@ built, placed and sharded, before the first step) its sampled RssAnon peak (priv
 fills a node) and its VmHWM (which also counts the mapped checkpoint's shared page cache).
 ``--malloc 1MiB`` runs every strategy again with ``MALLOC_MMAP_THRESHOLD_=1048576`` (glibc's
 dynamic threshold otherwise keeps zero.Init's freed full-size construction tensors in the heap).
-Prints MiB per rank and the saving vs DDP as a share of the model.
+Prints MiB per rank and the saving vs DDP as a share of the model. ``--trace`` also prints each
+rank's RssAnon (now, and its peak so far) at the load's steps (``cockpit.train.private_memory.trace``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def write_model(out: Path, layers: int, hidden: int, dtype: str = "fp32") -> Pat
     return snap
 
 
-def run_one(tmp: Path, name: str, keys: dict, env: dict) -> dict[int, dict]:
+def run_one(tmp: Path, name: str, keys: dict, env: dict, trace: bool = False) -> dict[int, dict]:
     cfg = {
         "model_name_or_path": HUB_ID,
         "dataset": "cockpit_identity",
@@ -87,6 +88,9 @@ def run_one(tmp: Path, name: str, keys: dict, env: dict) -> dict[int, dict]:
     path.write_text(yaml.safe_dump(cfg))
     runs = tmp / f"runs-{name}"
     full_env = {**os.environ, **env, "OMP_NUM_THREADS": "1"}
+    trace_file = tmp / f"{name}.trace"
+    if trace:
+        full_env["COCKPIT_TRACE_RSS"] = str(trace_file)
     res = subprocess.run(
         [sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)],
         capture_output=True,
@@ -97,6 +101,8 @@ def run_one(tmp: Path, name: str, keys: dict, env: dict) -> dict[int, dict]:
     )
     if res.returncode != 0:
         raise SystemExit(f"{name}: exit {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    if trace and trace_file.exists():
+        print(f"\n{name}: RssAnon at the load's steps (MiB)\n" + trace_file.read_text(), end="")
     run = next(d for d in runs.iterdir() if d.is_dir())
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
     return {e["rank"]: e for e in events if e["kind"] == "rank_memory" and e["phase"] == "loaded"}
@@ -114,6 +120,7 @@ def main() -> None:
         choices=("fp32", "bf16"),
         help="the checkpoint's dtype; bf16 (as hub models ship) is read into the fp32 CPU run: every rank converts",
     )
+    ap.add_argument("--trace", action="store_true", help="print each rank's RssAnon at the load's steps")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-load-") as d:
         tmp = Path(d)
@@ -128,7 +135,7 @@ def main() -> None:
                 env["MALLOC_MMAP_THRESHOLD_"] = str(2**20)
             chosen = {"ddp", *a.only.split(",")}  # the savings are against DDP
             got = {
-                name: run_one(tmp, f"{name}-{malloc}", keys, env) for name, keys in STRATEGIES.items() if name in chosen
+                name: run_one(tmp, f"{name}-{malloc}", keys, env, a.trace) for name, keys in STRATEGIES.items() if name in chosen
             }
             print(
                 f"\nmalloc: {malloc}  (MiB at 'loaded'; saved = DDP's RssAnon peak - this one's, as a share of the model)"

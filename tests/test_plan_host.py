@@ -8,7 +8,7 @@ import pytest
 
 from cockpit.config.load import read_yaml
 from cockpit.plan import plan
-from cockpit.plan.host import GROUP_BYTES, PROCESS_BYTES
+from cockpit.plan.host import READ_BYTES, PROCESS_BYTES
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
 ZERO3_70B = sorted(PRESETS.glob("*-70b-zero3-*.yaml"))
@@ -19,10 +19,10 @@ def host(cfg: dict, gib: float) -> dict:
     return plan(cfg, host_memory_gb=gib, use_meta=False, suggest=False).as_dict()["host"]
 
 
-def test_group_size_matches_the_loader():
-    from cockpit.train.sharded_load import GROUP_BYTES as LOADER
+def test_read_size_matches_the_loader():
+    from cockpit.train.sharded_load import READ_BYTES as LOADER
 
-    assert GROUP_BYTES == LOADER
+    assert READ_BYTES == LOADER
 
 
 @pytest.mark.parametrize("path", ZERO3_70B, ids=lambda p: p.stem)
@@ -32,7 +32,7 @@ def test_70b_zero3_presets_fit_a_2tb_node_and_ddp_loading_would_not_fit_a_smalle
     assert sharded["verdict"]["status"] == "fits" and "sharded" in sharded["pattern"]
     model = sharded["model_bytes"]
     assert 130e9 < model < 150e9  # 70.6B parameters in bf16
-    assert sharded["peak_bytes"] == pytest.approx(GROUP_BYTES + 8 * PROCESS_BYTES)  # shards live on the GPUs
+    assert sharded["peak_bytes"] == pytest.approx(8 * READ_BYTES + 8 * PROCESS_BYTES)  # shards live on the GPUs
     ddp = {k: v for k, v in cfg.items() if k != "zero_stage"}  # the same run, every rank loading the whole model
     full = host(ddp, 1024.0)
     assert full["peak_bytes"] == pytest.approx(8 * model + 8 * PROCESS_BYTES)
@@ -44,9 +44,9 @@ def test_cpu_sharded_run_keeps_one_copy_per_node_at_most():
     cfg = {"model_name_or_path": "meta-llama/Llama-3.1-8B", "use_cpu": True, "nproc_per_node": 2, "fsdp": "full_shard"}
     h = host(cfg, 64.0)
     model = h["model_bytes"]  # fp32 on the CPU
-    assert h["peak_bytes"] == pytest.approx(model + GROUP_BYTES + 2 * PROCESS_BYTES)  # 2 shards of 1/2 on the host
+    assert h["peak_bytes"] == pytest.approx(model + 2 * READ_BYTES + 2 * PROCESS_BYTES)  # 2 shards of 1/2 on the host
     ddp = host({**cfg, "fsdp": None}, 64.0)
-    assert ddp["peak_bytes"] - h["peak_bytes"] == pytest.approx(model - GROUP_BYTES)
+    assert ddp["peak_bytes"] - h["peak_bytes"] == pytest.approx(model - 2 * READ_BYTES)
 
 
 def test_plan_cli_prints_the_host_line_and_fails_when_it_does_not_fit(tmp_path):

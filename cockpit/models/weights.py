@@ -1,9 +1,9 @@
 """Where a model's weights lie on this machine, and so how the ranks load them.
 
 One answer for the ranks (:mod:`cockpit.train.sharded_load`) and the planner's host line
-(:mod:`cockpit.plan.host`): ZeRO-3 and FSDP2 stream a folder of safetensors files group by group,
-so no rank holds a full copy; anything else is loaded whole on every rank, and both say why:
-a GGUF file (dequantised as it loads), ``.bin``-only weights (pickles: no header to read a group
+(:mod:`cockpit.plan.host`): under ZeRO-3 and FSDP2 each rank reads its own part of every tensor
+from a folder of safetensors files, so no rank holds a full copy; anything else is loaded whole on every rank, and both say why:
+a GGUF file (dequantised as it loads), ``.bin``-only weights (pickles: no header to read a part
 from), or a hub id that is neither in this machine's Hugging Face cache nor downloadable.
 
 A hub id (``model_revision`` included) is resolved to its cache snapshot folder: the GPU presets
@@ -108,9 +108,19 @@ def strategy_shards_load(*, world_size: int, quantized: bool, fsdp: bool, zero3:
     return world_size > 1 and not quantized and (fsdp or zero3)
 
 
+# the LoRA keys whose adapter init reads the base weights (DoRA's magnitudes, PiSSA's SVD, a trained
+# adapter loaded or merged, modules_to_save's copies): FSDP2's rank 0 then builds the whole model
+# the one-rank way, for the adapter alone (cockpit.train.sharded_load)
+ADAPTER_INIT_READS_BASE = ("adapter_name_or_path", "use_dora", "pissa_init", "additional_target")
+
+
+def adapter_init_reads_base(cfg: Any) -> bool:
+    return cfg.get("finetuning_type") == "lora" and any(cfg.get(k) for k in ADAPTER_INIT_READS_BASE)
+
+
 def sharded_load_mode(weights: Weights, *, world_size: int, quantized: bool, fsdp: bool, zero3: bool) -> str:
-    """How the ranks build the base: ``fsdp_meta`` (FSDP2: meta skeleton, shards filled from rank
-    0), ``zero3`` (built partitioned under zero.Init, weights streamed) or ``full`` (whole on every
+    """How the ranks build the base: ``fsdp_meta`` (FSDP2: meta skeleton, each rank filling its
+    shards from the files), ``zero3`` (built partitioned under zero.Init, weights streamed) or ``full`` (whole on every
     rank: one rank, QLoRA, a strategy that keeps whole copies, or weights a sharded load cannot stream)."""
     if not weights.streams or not strategy_shards_load(
         world_size=world_size, quantized=quantized, fsdp=fsdp, zero3=zero3

@@ -6,9 +6,11 @@ What each rank holds in host memory while the model is built, before training mo
   node needs ``ranks_per_node x model``.
 - ZeRO-3 and FSDP2 (``full_shard`` / ``hybrid_shard``), as cockpit loads them
   (:mod:`cockpit.train.sharded_load`): the model is built partitioned (zero.Init) or on the meta
-  device, and rank 0 streams the checkpoint in groups of ``GROUP_BYTES``; each rank keeps only
-  its shard, on the host when the run is on the CPU or offloads parameters, else on its GPU. A
-  node needs at most one copy: ``ranks_per_node / world x model`` of shards plus one group.
+  device, and each rank reads its own part of every tensor from the checkpoint, ``READ_BYTES`` at
+  a time; each rank keeps only its shard, on the host when the run is on the CPU or offloads
+  parameters, else on its GPU. A node needs at most one copy: ``ranks_per_node / world x model``
+  of shards plus a read buffer per rank. Under FSDP2 an adapter whose init reads the base (DoRA,
+  PiSSA, a trained adapter, modules_to_save) is made by rank 0 building the whole model once.
 
 Plus ``PROCESS_BYTES`` per rank for the process itself (Python, torch, the GPU runtime's host
 side; measured here: 0.6 GiB for a CPU torch + transformers process, more with ROCm's libraries).
@@ -22,11 +24,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cockpit.models.weights import Weights, planned_weights, sharded_load_mode, strategy_shards_load
+from cockpit.models.weights import (
+    Weights,
+    adapter_init_reads_base,
+    planned_weights,
+    sharded_load_mode,
+    strategy_shards_load,
+)
 from cockpit.plan.verdict import verdict
 
 GiB = 1024**3
-GROUP_BYTES = 64 * 2**20  # cockpit.train.sharded_load.GROUP_BYTES (kept equal by tests/test_plan_host.py)
+READ_BYTES = 16 * 2**20  # cockpit.train.sharded_load.READ_BYTES (kept equal by tests/test_plan_host.py)
 PROCESS_BYTES = 1.0 * GiB
 
 
@@ -86,10 +94,13 @@ def host_load(
             use_cpu or (run.zero is not None and run.zero.offload_param) or (run.fsdp is not None and run.fsdp.offload)
         )
         shards = shard_count(run)
-        weights_bytes = (model * ranks / shards if on_host else 0.0) + GROUP_BYTES
-        pattern = f"sharded: rank 0 streams the checkpoint, each of {ranks} ranks keeps 1/{shards}" + (
+        weights_bytes = (model * ranks / shards if on_host else 0.0) + ranks * READ_BYTES
+        pattern = f"sharded: each of {ranks} ranks reads and keeps its 1/{shards} of the checkpoint" + (
             " on the host" if on_host else " on its GPU"
         )
+        if mode == "fsdp_meta" and adapter_init_reads_base(cfg):
+            weights_bytes += model
+            pattern += "; rank 0 builds the whole model once for the adapter's init (it reads the base)"
         if weights.pending:
             pattern += " (the ranks fetch the hub id's safetensors first)"
     else:

@@ -61,3 +61,31 @@ class PrivatePeak:
 
 
 PEAK = PrivatePeak()  # the rank's own, started by the worker
+
+
+def trace(label: str) -> None:
+    """With ``COCKPIT_TRACE_RSS=FILE`` set, append this rank's RssAnon now and its sampled peak so
+    far at ``label`` to FILE (a debugging aid for load-memory work: bench/sharded_load_memory.py)."""
+    import os
+
+    path = os.environ.get("COCKPIT_TRACE_RSS")
+    if not path:
+        return
+    rank = os.environ.get("RANK", "0")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"rank {rank} {label:<32} now {rss_anon_mb()} peak {PEAK.sample()}\n")
+
+
+def return_freed_memory() -> None:
+    """Collect garbage, then ask glibc to hand its free heap pages back to the system
+    (``malloc_trim``): memory freed in small blocks (a tokenizer's, say) otherwise stays this
+    rank's private memory. Nothing happens where glibc is absent."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
