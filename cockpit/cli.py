@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("cockpit.commands.train", "start a run from a YAML config (detached supervisor)"),
     "check": ("cockpit.commands.check", "validate a config and its data, print the truncation report"),
     "runs": ("cockpit.commands.runs", "list the runs in the runs dir"),
+    "queue": (
+        "cockpit.commands.queue",
+        "queue runs (add CONFIG, rm ID, move ID N): each starts when the previous ends",
+    ),
     "compare": (
         "cockpit.commands.compare",
         "two or more runs side by side: loss curves, config keys that differ, summaries",

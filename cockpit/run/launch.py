@@ -25,10 +25,12 @@ def start_run(
     config_path: str | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
     held: bool = False,
+    status_extra: Mapping[str, Any] | None = None,
 ) -> RunDir:
     """Create the run dir and start the supervisor in its own session; returns at once.
     ``held``: the ranks wait before training until this process releases the run
-    (``cockpit.run.gate``)."""
+    (``cockpit.run.gate``). ``status_extra``: more status.json fields from the start (the queue's
+    ``queue_entry``)."""
     if not cfg.get("master_port"):
         from cockpit.strategy.launch import free_port
 
@@ -45,6 +47,7 @@ def start_run(
         step=0,
         total_steps=None,
         events_offset=0,
+        **(status_extra or {}),
     )
     EventWriter(run.events_path).close()  # the log exists from the start (0600)
     if held:

@@ -1,0 +1,339 @@
+"""The run queue: configs that wait in the runs dir and start one after another.
+
+``python -m cockpit.run.queue RUNS_DIR`` is the queue runner, a detached process (its own session,
+like a run's supervisor) started by ``cockpit queue add`` when none is alive. It starts the first
+queued entry as a normal run (``launch.start_run``: its own supervisor), waits until that run has
+ended (finished, failed, stopped, ...: the liveness check decides, as for every reader), then starts
+the next, and exits when the queue is empty. Runs start one at a time on a machine; packing runs
+onto free GPUs is left for later.
+
+The runner owns nothing a run needs: killed, its run in flight goes on under its own supervisor,
+and the next ``cockpit queue ...`` command (:func:`ensure_runner`) starts a new runner, which finds
+the started entry, waits for its run and goes on. Layout::
+
+    <runs_dir>/queue/
+      entries.json   atomic (tmp + rename), changed under the flock .lock:
+                     {"entries": [{id, config, overrides, cwd, added, state, run_id}], "done": [...]}
+                     state: queued | launching (the runner is starting it) | started (run_id)
+      .runner.lock   flock held by the queue runner for its life (a second runner exits)
+      runner.json    the runner's pid and start time
+      runner.log     the runner's own output
+
+No torch, no textual.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, list_runs
+
+POLL_S = 1.0
+DONE_KEPT = 50
+SLURM_REFUSAL = "queued by Slurm, not by this queue: submit it with cockpit train --slurm"
+
+
+def queue_dir(runs_dir: str | os.PathLike[str]) -> Path:
+    return Path(runs_dir).expanduser() / "queue"
+
+
+def _entries_path(runs_dir: Path) -> Path:
+    return queue_dir(runs_dir) / "entries.json"
+
+
+@contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold an flock on ``path`` (yields False when ``blocking`` is False and another holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def read_queue(runs_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(_entries_path(runs_dir).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        data = {}
+    return {"entries": list(data.get("entries") or []), "done": list(data.get("done") or [])}
+
+
+@contextmanager
+def changing(runs_dir: Path) -> Iterator[dict[str, Any]]:
+    """The queue, read under its lock; written back atomically when the block ends without error."""
+    with _flock(queue_dir(runs_dir) / ".lock"):
+        data = read_queue(runs_dir)
+        yield data
+        atomic_write_json(_entries_path(runs_dir), data)
+
+
+def slurm_keys(cfg: Any) -> list[str]:
+    """The config's Slurm keys that are set: such a run is queued by Slurm."""
+    return [k for k, v in cfg.items() if k.startswith("slurm") and v not in (None, "", False)]
+
+
+def new_entry(config: str, overrides: list[str], cwd: str) -> dict[str, Any]:
+    return {
+        "id": secrets.token_hex(3),
+        "config": str(Path(cwd, config).resolve()),
+        "overrides": list(overrides),
+        "cwd": cwd,
+        "added": round(time.time(), 3),
+        "state": "queued",
+        "run_id": None,
+    }
+
+
+def add_entry(runs_dir: Path, config: str, overrides: list[str], cwd: str | None = None) -> dict[str, Any]:
+    """Append an entry (the config already checked by the caller); returns it with its position."""
+    entry = new_entry(config, overrides, cwd or os.getcwd())
+    with changing(runs_dir) as data:
+        data["entries"].append(entry)
+    return {**entry, "position": positions(data["entries"])[entry["id"]]}
+
+
+def positions(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """Queued entries' positions, 1 = next to start (a started entry is position 0)."""
+    out: dict[str, int] = {}
+    n = 0
+    for e in entries:
+        if e["state"] == "queued":
+            n += 1
+            out[e["id"]] = n
+        else:
+            out[e["id"]] = 0
+    return out
+
+
+def find_entry(entries: list[dict[str, Any]], ref: str) -> dict[str, Any]:
+    """An entry by id or unique id prefix; raises LookupError."""
+    matches = [e for e in entries if e["id"] == ref] or [e for e in entries if e["id"].startswith(ref)]
+    if len(matches) != 1:
+        raise LookupError(f"no queued entry {ref!r}" if not matches else f"{ref!r} matches several entries")
+    return matches[0]
+
+
+def remove_entry(runs_dir: Path, ref: str) -> dict[str, Any]:
+    """Take a queued entry out; a started one is a run: stop it with cockpit stop."""
+    with changing(runs_dir) as data:
+        entry = find_entry(data["entries"], ref)
+        if entry["state"] != "queued":
+            raise LookupError(
+                f"entry {entry['id']} has started as run {entry['run_id'] or '(starting)'}: cockpit stop it"
+            )
+        data["entries"].remove(entry)
+    return entry
+
+
+def move_entry(runs_dir: Path, ref: str, position: int) -> dict[str, int]:
+    """Put a queued entry at ``position`` (1 = next; clamped to the queue); returns the positions."""
+    if position < 1:
+        raise ValueError("the position counts from 1 (the next to start)")
+    with changing(runs_dir) as data:
+        entries = data["entries"]
+        entry = find_entry(entries, ref)
+        if entry["state"] != "queued":
+            raise LookupError(f"entry {entry['id']} has already started")
+        entries.remove(entry)
+        queued = [i for i, e in enumerate(entries) if e["state"] == "queued"]
+        at = queued[position - 1] if position <= len(queued) else len(entries)
+        entries.insert(at, entry)
+    return positions(data["entries"])
+
+
+def listing(runs_dir: Path) -> list[dict[str, Any]]:
+    """The entries in order, each with its position (0: started, with its run's state)."""
+    entries = read_queue(runs_dir)["entries"]
+    pos = positions(entries)
+    rows = []
+    for e in entries:
+        state = e["state"]
+        if e.get("run_id"):
+            state = RunDir(Path(runs_dir) / e["run_id"]).read_status().get("state") or state
+        rows.append({**e, "position": pos[e["id"]], "run_state": state})
+    return rows
+
+
+# -- the runner -------------------------------------------------------------------------------
+
+
+def runner_alive(runs_dir: Path) -> bool:
+    """A queue runner holds .runner.lock (the flock dies with its process, SIGKILL included)."""
+    with _flock(queue_dir(runs_dir) / ".runner.lock", blocking=False) as got:
+        return not got
+
+
+def ensure_runner(runs_dir: Path) -> int | None:
+    """Adopt the queue: start a runner when entries remain and none is alive; its pid, else None."""
+    if not read_queue(runs_dir)["entries"] or runner_alive(runs_dir):
+        return None
+    return spawn_runner(runs_dir).pid
+
+
+def spawn_runner(runs_dir: Path) -> subprocess.Popen:
+    qdir = queue_dir(runs_dir)
+    qdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log = open(qdir / "runner.log", "ab", buffering=0)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cockpit.run.queue", str(Path(runs_dir).expanduser().resolve())],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(qdir),
+            start_new_session=True,  # setsid: survives the command, the UI and an SSH drop
+            close_fds=True,
+        )
+    finally:
+        log.close()
+
+
+def run_state(runs_dir: Path, run_id: str) -> str:
+    """The state of a run the queue started, liveness checked (a dead supervisor: adopted or ended)."""
+    from cockpit.run.liveness import reconcile
+
+    run = RunDir(Path(runs_dir) / run_id)
+    if not run.status_path.exists():
+        return "removed"
+    return str(reconcile(run).get("state") or "starting")
+
+
+def find_started(runs_dir: Path, entry_id: str) -> str | None:
+    """The run a runner started for ``entry_id`` before it died (status.json ``queue_entry``)."""
+    for run in list_runs(runs_dir):
+        if run.read_status().get("queue_entry") == entry_id:
+            return run.run_id
+    return None
+
+
+def finish(data: dict[str, Any], entry: dict[str, Any], state: str, reason: str | None = None) -> None:
+    data["entries"].remove(entry)
+    done = {**entry, "state": state, "reason": reason, "ended": round(time.time(), 3)}
+    data["done"] = [*data["done"], done][-DONE_KEPT:]
+
+
+def settle(runs_dir: Path, data: dict[str, Any]) -> bool:
+    """Settle the entry in flight (under the lock): True while its run is still active."""
+    for entry in [e for e in data["entries"] if e["state"] != "queued"]:
+        if not entry.get("run_id"):
+            entry["run_id"] = find_started(runs_dir, entry["id"])
+            if not entry["run_id"]:  # the runner died before the run existed: start it again
+                entry["state"] = "queued"
+                continue
+            entry["state"] = "started"
+        state = run_state(runs_dir, entry["run_id"])
+        if state in TERMINAL_STATES or state == "removed":
+            finish(data, entry, state)
+        else:
+            return True
+    return False
+
+
+def next_entry(runs_dir: Path) -> dict[str, Any] | None:
+    """Settle the queue; the entry to start now (marked launching), ``{}`` to wait while a run is
+    active, None when nothing is left."""
+    with changing(runs_dir) as data:
+        if settle(runs_dir, data):
+            return {}
+        queued = [e for e in data["entries"] if e["state"] == "queued"]
+        if queued:
+            queued[0]["state"] = "launching"
+            return dict(queued[0])
+    return None
+
+
+def launch(runs_dir: Path, entry: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Start the entry's run: (run_id, None), or (None, why it was refused). The config is read and
+    validated again (``cockpit queue add`` ran the whole check); what fails later fails the run."""
+    from cockpit.config import load_config
+    from cockpit.errors import InputError
+    from cockpit.run.launch import start_run
+
+    try:
+        os.chdir(entry["cwd"])
+        cfg = load_config(entry["config"], entry["overrides"])
+        if slurm_keys(cfg):
+            raise InputError(SLURM_REFUSAL)
+    except (InputError, OSError) as err:
+        return None, f"invalid input: {err}"
+    try:
+        run = start_run(cfg, config_path=entry["config"], runs_dir=runs_dir, status_extra={"queue_entry": entry["id"]})
+    except Exception as err:  # noqa: BLE001 (a launch that cannot start must not stop the queue)
+        return None, f"could not start: {err}"
+    return run.run_id, None
+
+
+def record_launch(runs_dir: Path, entry_id: str, run_id: str | None, refused: str | None) -> None:
+    with changing(runs_dir) as data:
+        entry = next((e for e in data["entries"] if e["id"] == entry_id), None)
+        if entry is None:
+            return
+        if run_id:
+            entry.update(state="started", run_id=run_id, started=round(time.time(), 3))
+        else:
+            finish(data, entry, "refused", refused)
+
+
+def step(runs_dir: Path) -> bool:
+    """One turn of the runner: False when the queue is empty."""
+    entry = next_entry(runs_dir)
+    if entry is None:
+        return False
+    if entry:
+        run_id, refused = launch(runs_dir, entry)
+        print(
+            f"{time.strftime('%H:%M:%S')} entry {entry['id']}: " + (f"run {run_id}" if run_id else str(refused)),
+            flush=True,
+        )
+        record_launch(runs_dir, entry["id"], run_id, refused)
+    return True
+
+
+def run_queue(runs_dir: Path) -> int:
+    """The runner's life: start entries one after another while it holds .runner.lock. An entry
+    added while it was letting go (its add saw a live runner) is taken on again."""
+    while own_queue(runs_dir):
+        if not read_queue(runs_dir)["entries"] or runner_alive(runs_dir):
+            break
+    return 0
+
+
+def own_queue(runs_dir: Path) -> bool:
+    """Hold .runner.lock and run the queue until it is empty; False when another runner owns it."""
+    from cockpit.run.liveness import identity
+
+    with _flock(queue_dir(runs_dir) / ".runner.lock", blocking=False) as got:
+        if not got:
+            return False
+        atomic_write_json(queue_dir(runs_dir) / "runner.json", {"pid": os.getpid(), "start": identity(os.getpid())[1]})
+        while step(runs_dir):
+            time.sleep(POLL_S)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m cockpit.run.queue RUNS_DIR", file=sys.stderr)
+        return 2
+    return run_queue(Path(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,131 @@
+"""The run queue (``cockpit queue``, ``cockpit/run/queue.py``): real runs of the tiny Llama through
+the real CLI, the detached queue runner and each run's own supervisor. No mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cockpit, tiny_config, wait_for
+from cockpit.run import queue as q
+from cockpit.store.rundir import TERMINAL_STATES
+
+ENV = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions")}
+QUICK = dict(max_steps=1, save_strategy="no", probes=None, telemetry_interval_s=0, numa_bind="off")
+
+
+def config(tmp_path: Path, model: Path, name: str, **over) -> Path:
+    return tiny_config(tmp_path, model, name, **{**QUICK, **over})
+
+
+def queue_cli(runs: Path, *args: str):
+    return cockpit("queue", *args, "--runs-dir", str(runs), env=ENV, timeout=300)
+
+
+def add(runs: Path, cfg: Path, *sets: str) -> str:
+    res = cockpit("queue", "add", str(cfg), *[a for s in sets for a in ("--set", s)], "--runs-dir", str(runs), "--json", env=ENV, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout)["id"]
+
+
+def done(runs: Path) -> list[dict]:
+    return q.read_queue(runs)["done"]
+
+
+def queue_empty(runs: Path) -> bool:
+    return not q.read_queue(runs)["entries"] and not q.runner_alive(runs)
+
+
+def run_status(runs: Path, run_id: str) -> dict:
+    return json.loads((runs / run_id / "status.json").read_text())
+
+
+def started_run(runs: Path, entry_id: str) -> str | None:
+    return next((e["run_id"] for e in q.read_queue(runs)["entries"] if e["id"] == entry_id and e.get("run_id")), None)
+
+
+# -- the queue file: order, rm, move (no runner: entries written with the module's own functions) --
+
+
+def test_move_and_rm_change_the_order(tmp_path):
+    runs = tmp_path / "runs"
+    ids = [q.add_entry(runs, f"c{i}.yaml", [f"seed={i}"], str(tmp_path))["id"] for i in range(4)]
+    assert [e["position"] for e in q.listing(runs)] == [1, 2, 3, 4]
+    assert q.move_entry(runs, ids[3], 1) == {ids[3]: 1, ids[0]: 2, ids[1]: 3, ids[2]: 4}
+    assert q.move_entry(runs, ids[3], 99)[ids[3]] == 4  # clamped to the end
+    q.remove_entry(runs, ids[1][:4])  # a unique prefix names it
+    rows = q.listing(runs)
+    assert [r["id"] for r in rows] == [ids[0], ids[2], ids[3]] and [r["position"] for r in rows] == [1, 2, 3]
+    assert rows[0]["config"] == str(tmp_path / "c0.yaml") and rows[0]["overrides"] == ["seed=0"]
+    with pytest.raises(LookupError):
+        q.remove_entry(runs, ids[1])
+    assert not q.runner_alive(runs)
+
+
+def test_add_refuses_what_check_refuses_and_slurm_runs(tmp_path, tiny_model_dir):
+    runs = tmp_path / "runs"
+    bad = config(tmp_path, tiny_model_dir, "bad", learning_rate="fast")
+    checked = cockpit("check", str(bad), env=ENV, timeout=300)
+    res = queue_cli(runs, "add", str(bad))
+    assert res.returncode == checked.returncode == 2
+    assert "learning_rate" in res.stderr and res.stderr == checked.stderr
+    slurm = queue_cli(runs, "add", str(config(tmp_path, tiny_model_dir, "s", slurm_gres="gpu:mi300x")))
+    assert slurm.returncode == 2 and "queued by Slurm, not by this queue" in slurm.stderr
+    assert queue_cli(runs, "rm", "nope").returncode == 2
+    assert not q.read_queue(runs)["entries"] and not (runs / "queue" / "runner.json").exists()
+
+
+# -- real runs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_queued_runs_finish_in_order_and_a_failure_does_not_block(tmp_path, tiny_model_dir):
+    """A, a run that fails in its rank (its model's weights gone), C, D moved before C, E removed:
+    A, broken, D, C run one at a time in that order; E never runs."""
+    runs = tmp_path / "runs"
+    broken_model = tmp_path / "broken-model"
+    broken_model.mkdir()
+    for f in tiny_model_dir.iterdir():
+        (broken_model / f.name).write_bytes(f.read_bytes())
+    for w in broken_model.glob("*.safetensors"):
+        w.unlink()  # the rank finds no weights
+    cfgs = [config(tmp_path, m, n) for m, n in ((tiny_model_dir, "a"), (broken_model, "broken"), (tiny_model_dir, "c"))]
+    a, broken, c, d, e = [q.add_entry(runs, str(p), [], str(tmp_path))["id"] for p in (*cfgs, cfgs[2], cfgs[0])]
+    assert not q.runner_alive(runs)  # written without the CLI: no runner yet
+    assert queue_cli(runs, "move", d, "3").returncode == 0  # the first command starts the runner
+    assert queue_cli(runs, "rm", e).returncode == 0
+    listed = json.loads(queue_cli(runs, "--json").stdout)
+    assert [r["id"] for r in listed] == [a, broken, d, c][-len(listed):]
+    wait_for(lambda: queue_empty(runs), 240, "the queue to empty")
+    ended = done(runs)
+    assert [x["id"] for x in ended] == [a, broken, d, c]
+    states = {x["id"]: run_status(runs, x["run_id"]) for x in ended}
+    assert [states[i]["state"] for i in (a, broken, d, c)] == ["finished", "failed", "finished", "finished"]
+    assert states[d]["queue_entry"] == d
+    spans = [(states[i]["started"], states[i]["ended"]) for i in (a, broken, d, c)]
+    assert all(prev[1] <= nxt[0] + 0.001 for prev, nxt in zip(spans, spans[1:])), spans  # one at a time
+    assert len([p for p in runs.iterdir() if (p / "status.json").exists()]) == 4  # e never ran
+
+
+@pytest.mark.slow
+def test_killing_the_runner_loses_nothing(tmp_path, tiny_model_dir):
+    runs = tmp_path / "runs"
+    first = add(runs, config(tmp_path, tiny_model_dir, "first", max_steps=2))
+    second = add(runs, config(tmp_path, tiny_model_dir, "second"))
+    run1 = wait_for(lambda: started_run(runs, first), 60, "the first run to start")
+    runner = json.loads((runs / "queue" / "runner.json").read_text())["pid"]
+    os.kill(runner, signal.SIGKILL)
+    wait_for(lambda: not q.runner_alive(runs), 10, "the runner to die")
+    # the run in flight ends normally under its own supervisor; nothing starts the next meanwhile
+    wait_for(lambda: run_status(runs, run1).get("state") in TERMINAL_STATES, 120, "the first run to end")
+    assert run_status(runs, run1)["state"] == "finished"
+    assert [e["id"] for e in q.read_queue(runs)["entries"]] == [first, second]
+    listed = queue_cli(runs)  # any queue command adopts the queue
+    assert listed.returncode == 0 and second in listed.stdout
+    wait_for(lambda: queue_empty(runs), 120, "the adopted queue to empty")
+    assert [(x["id"], x["state"]) for x in done(runs)] == [(first, "finished"), (second, "finished")]
+    assert run_status(runs, done(runs)[1]["run_id"])["state"] == "finished"
