@@ -129,3 +129,39 @@ def test_killing_the_runner_loses_nothing(tmp_path, tiny_model_dir):
     wait_for(lambda: queue_empty(runs), 120, "the adopted queue to empty")
     assert [(x["id"], x["state"]) for x in done(runs)] == [(first, "finished"), (second, "finished")]
     assert run_status(runs, done(runs)[1]["run_id"])["state"] == "finished"
+
+
+# -- the cockpit: Runs shows the queued entries above the runs; Delete takes one out ------------------
+
+
+def test_runs_screen_shows_the_queue_above_the_runs_and_delete_removes_one(tmp_path):
+    import asyncio
+    import fcntl
+    import shutil
+
+    from cockpit.ui.app import CockpitApp
+
+    runs = tmp_path / "runs"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "ui_run", runs)
+    first, second = (q.add_entry(runs, f"{n}.yaml", [], str(tmp_path))["id"] for n in ("sweep-a", "sweep-b"))
+    lock = os.open(runs / "queue" / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a live runner (this process): the screen adopts nothing
+
+    async def scenario() -> None:
+        app = CockpitApp(str(runs), start="runs", follow=False)
+        async with app.run_test(size=(100, 24)) as pilot:
+            await pilot.pause(0.5)
+            table = app.screen.query_one("#runs-table")
+            rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+            assert [r[1:3] for r in rows[:2]] == [["sweep-a", "◷ queued #1"], ["sweep-b", "◷ queued #2"]]
+            assert table.row_count == 2 + len([p for p in runs.iterdir() if (p / "status.json").exists()])
+            await pilot.press("delete")  # the cursor is on the first queued entry
+            await pilot.pause(0.3)
+            assert [e["id"] for e in q.read_queue(runs)["entries"]] == [second]
+            assert [str(c) for c in table.get_row_at(0)][1:3] == ["sweep-b", "◷ queued #1"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.close(lock)
+    assert first not in [e["id"] for e in q.read_queue(runs)["entries"]]

@@ -1,6 +1,8 @@
 """The Runs screen: every run in the runs dir (a DataTable, refreshed periodically); the selected
 finished run can be merged, exported, served or chatted with (``screens/run_actions.py``); space
-marks runs and d compares the marked ones (``screens/compare.py``).
+marks runs and d compares the marked ones (``screens/compare.py``). Queued runs (``cockpit queue``,
+``cockpit/run/queue.py``) are listed above the runs with their position; Delete takes one out, and a
+queue whose runner died is adopted (a new runner started) at each refresh.
 
 Columns fit their values (``update_cell(update_width=True)`` grows and shrinks them); the run
 column shows the run id without its timestamp (``started`` has the time; ``cockpit attach``
@@ -9,6 +11,7 @@ takes the short name too)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -33,6 +36,20 @@ if TYPE_CHECKING:
 
 COLUMNS = ("mark", "run", "state", "step", "loss", "duration", "started")
 MARK = "●"
+QUEUED = "queue:"  # a queued entry's row key: QUEUED + its id
+
+
+def queue_rows(runs_dir) -> dict[str, tuple]:
+    """The queued entries (not yet a run), in queue order: row key -> cells."""
+    from cockpit.run.queue import listing
+
+    rows = {}
+    for e in listing(runs_dir):
+        if e["state"] in ("queued", "launching"):
+            state = f"queued #{e['position']}" if e["position"] else "starting"
+            when = time.strftime("%m-%d %H:%M", time.localtime(e["added"]))
+            rows[QUEUED + e["id"]] = (" ", Path(e["config"]).stem, state_text("queued", state), "-", "-", "-", when)
+    return rows
 
 
 def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None = None) -> tuple:
@@ -101,20 +118,10 @@ class RunsScreen(RunActionsMixin, Screen):
             self._ask_scheduler(asking)
         self.marked &= {r.run_id for r in runs}
         rows = {r.run_id: run_row(r, now, r.run_id in self.marked, statuses[r.run_id]) for r in runs}
-        existing = {str(k.value) for k in table.rows}
-        if existing != set(rows):  # runs came or went: redraw in order, newest first, the cursor kept
-            selected = self._selected()
-            table.clear()
-            for run_id in sorted(rows, reverse=True):
-                table.add_row(*rows[run_id][0], key=run_id)
-            if selected is not None and selected.run_id in rows:
-                table.move_cursor(row=table.get_row_index(selected.run_id))
-        else:
-            for run_id, (cells, _state) in rows.items():
-                for col, value in zip(COLUMNS, cells):
-                    if table.get_cell(run_id, col) != value:  # a column grows (or shrinks) to its values
-                        table.update_cell(run_id, col, value, update_width=True)
         self.states = {run_id: state for run_id, (_cells, state) in rows.items()}
+        self._adopt_queue(runs_dir)
+        cells = {**queue_rows(runs_dir), **{run_id: c for run_id, (c, _state) in sorted(rows.items(), reverse=True)}}
+        self._fill(table, cells)
         live = sum(1 for s in self.states.values() if s not in TERMINAL_STATES)
         self.query_one(Bearings).refresh_line((live, len(rows)))
         self.query_one("#runs-hint", Static).update(
@@ -122,6 +129,30 @@ class RunsScreen(RunActionsMixin, Screen):
             if rows
             else "No runs yet. Press n (or F2) to set one up."
         )
+
+    def _fill(self, table: DataTable, cells: dict[str, tuple]) -> None:
+        """Rows in order: the queued entries by position, then the runs newest first."""
+        if [str(k.value) for k in table.rows] != list(cells):  # rows came, went or moved: redraw, cursor kept
+            key = self._selected_key()
+            table.clear()
+            for row_key, values in cells.items():
+                table.add_row(*values, key=row_key)
+            if key in cells:
+                table.move_cursor(row=table.get_row_index(key))
+            return
+        for row_key, values in cells.items():
+            for col, value in zip(COLUMNS, values):
+                if table.get_cell(row_key, col) != value:  # a column grows (or shrinks) to its values
+                    table.update_cell(row_key, col, value, update_width=True)
+
+    def _adopt_queue(self, runs_dir) -> None:
+        """A queue whose runner died: start a new one (as every ``cockpit queue`` command does)."""
+        from cockpit.run.queue import ensure_runner
+
+        try:
+            ensure_runner(runs_dir)
+        except OSError as exc:
+            self.notify(f"the run queue's runner could not start: {exc}", severity="error")
 
     @work(thread=True, exclusive=True, group="slurm-queue")
     def _ask_scheduler(self, runs: list[RunDir]) -> None:
@@ -151,12 +182,33 @@ class RunsScreen(RunActionsMixin, Screen):
             return
         self.app.push_screen(CompareScreen(marked))
 
-    def _selected(self) -> RunDir | None:
+    def _selected_key(self) -> str | None:
         table = self.query_one(DataTable)
         if table.row_count == 0:
             return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        return RunDir(self.app.runs_dir / str(key.value))
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    def _selected(self) -> RunDir | None:
+        """The selected run (None on a queued entry's row)."""
+        key = self._selected_key()
+        if key is None or key.startswith(QUEUED):
+            return None
+        return RunDir(self.app.runs_dir / key)
+
+    def action_delete(self) -> None:
+        """Delete: a queued entry leaves the queue; a run is deleted as before (``run_actions``)."""
+        key = self._selected_key()
+        if key is None or not key.startswith(QUEUED):
+            return super().action_delete()
+        from cockpit.run.queue import remove_entry
+
+        try:
+            entry = remove_entry(self.app.runs_dir, key[len(QUEUED) :])
+        except LookupError as exc:
+            self.notify(str(exc.args[0]), severity="warning")
+        else:
+            self.notify(f"removed from the queue: {entry['config']}")
+        self.refresh_runs()
 
     def action_target(self) -> RunDir | None:  # merge / export / serve / chat act on the selected run
         return self._selected()
