@@ -114,8 +114,8 @@ def test_queued_runs_finish_in_order_and_a_failure_does_not_block(tmp_path, tiny
 @pytest.mark.slow
 def test_killing_the_runner_loses_nothing(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
-    first = add(runs, config(tmp_path, tiny_model_dir, "first", max_steps=2))
-    second = add(runs, config(tmp_path, tiny_model_dir, "second"))
+    first = add(runs, config(tmp_path, tiny_model_dir, "first", max_steps=4))  # the CLI starts the runner
+    second = q.add_entry(runs, str(config(tmp_path, tiny_model_dir, "second")), [], str(tmp_path))["id"]  # at once
     run1 = wait_for(lambda: started_run(runs, first), 60, "the first run to start")
     runner = json.loads((runs / "queue" / "runner.json").read_text())["pid"]
     os.kill(runner, signal.SIGKILL)
@@ -131,10 +131,10 @@ def test_killing_the_runner_loses_nothing(tmp_path, tiny_model_dir):
     assert run_status(runs, done(runs)[1]["run_id"])["state"] == "finished"
 
 
-# -- the cockpit: Runs shows the queued entries above the runs; Delete takes one out ------------------
+# -- the cockpit: Runs shows the queued entries above the runs; Delete takes one out, [ ] move one
 
 
-def test_runs_screen_shows_the_queue_above_the_runs_and_delete_removes_one(tmp_path):
+def test_runs_screen_shows_the_queue_above_the_runs_delete_removes_and_brackets_move(tmp_path):
     import asyncio
     import fcntl
     import shutil
@@ -143,7 +143,7 @@ def test_runs_screen_shows_the_queue_above_the_runs_and_delete_removes_one(tmp_p
 
     runs = tmp_path / "runs"
     shutil.copytree(ROOT / "tests" / "fixtures" / "ui_run", runs)
-    first, second = (q.add_entry(runs, f"{n}.yaml", [], str(tmp_path))["id"] for n in ("sweep-a", "sweep-b"))
+    first, second, third = (q.add_entry(runs, f"{n}.yaml", [], str(tmp_path))["id"] for n in ("sweep-a", "sweep-b", "sweep-c"))
     lock = os.open(runs / "queue" / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)  # a live runner (this process): the screen adopts nothing
 
@@ -153,12 +153,17 @@ def test_runs_screen_shows_the_queue_above_the_runs_and_delete_removes_one(tmp_p
             await pilot.pause(0.5)
             table = app.screen.query_one("#runs-table")
             rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
-            assert [r[1:3] for r in rows[:2]] == [["sweep-a", "◷ queued #1"], ["sweep-b", "◷ queued #2"]]
-            assert table.row_count == 2 + len([p for p in runs.iterdir() if (p / "status.json").exists()])
+            assert [r[1:3] for r in rows[:3]] == [["sweep-a", "◷ queued #1"], ["sweep-b", "◷ queued #2"], ["sweep-c", "◷ queued #3"]]
+            assert table.row_count == 3 + len([p for p in runs.iterdir() if (p / "status.json").exists()])
             await pilot.press("delete")  # the cursor is on the first queued entry
             await pilot.pause(0.3)
-            assert [e["id"] for e in q.read_queue(runs)["entries"]] == [second]
+            assert [e["id"] for e in q.read_queue(runs)["entries"]] == [second, third]
             assert [str(c) for c in table.get_row_at(0)][1:3] == ["sweep-b", "◷ queued #1"]
+            await pilot.press("down", "left_square_bracket")  # sweep-c one place earlier
+            await pilot.pause(0.3)
+            assert [e["id"] for e in q.read_queue(runs)["entries"]] == [third, second]
+            assert [[str(c) for c in table.get_row_at(i)][1:3] for i in (0, 1)] == [["sweep-c", "◷ queued #1"], ["sweep-b", "◷ queued #2"]]
+            assert table.cursor_row == 0  # still on the moved entry
 
     try:
         asyncio.run(scenario())

@@ -40,14 +40,14 @@ def run(args: argparse.Namespace) -> int:
     runs = runs_dir(args)
     action = getattr(args, "action", None)
     try:
-        code = {"add": add, "rm": remove, "move": move}.get(action or "", show)(args)
+        return {"add": add, "rm": remove, "move": move}.get(action or "", show)(args)
     except InputError as err:
         return print_input_error(err, args)
     except LookupError as err:
         print(f"cockpit queue: {err.args[0]}", file=sys.stderr)
         return EXIT_INPUT
-    ensure_runner(runs)  # adopt: a queue whose runner died starts again
-    return code
+    finally:
+        ensure_runner(runs)  # adopt: a queue whose runner died starts again
 
 
 def add(args: argparse.Namespace) -> int:

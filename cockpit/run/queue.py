@@ -77,11 +77,14 @@ def read_queue(runs_dir: Path) -> dict[str, Any]:
 
 @contextmanager
 def changing(runs_dir: Path) -> Iterator[dict[str, Any]]:
-    """The queue, read under its lock; written back atomically when the block ends without error."""
+    """The queue, read under its lock; written back atomically when the block ends without error
+    and changed it (the runner's turns that change nothing write nothing)."""
     with _flock(queue_dir(runs_dir) / ".lock"):
         data = read_queue(runs_dir)
+        before = json.dumps(data, sort_keys=True)
         yield data
-        atomic_write_json(_entries_path(runs_dir), data)
+        if json.dumps(data, sort_keys=True) != before or not _entries_path(runs_dir).exists():
+            atomic_write_json(_entries_path(runs_dir), data)
 
 
 def slurm_keys(cfg: Any) -> list[str]:

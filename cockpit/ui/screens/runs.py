@@ -1,7 +1,8 @@
 """The Runs screen: every run in the runs dir (a DataTable, refreshed periodically); the selected
 finished run can be merged, exported, served or chatted with (``screens/run_actions.py``); space
 marks runs and d compares the marked ones (``screens/compare.py``). Queued runs (``cockpit queue``,
-``cockpit/run/queue.py``) are listed above the runs with their position; Delete takes one out, and a
+``cockpit/run/queue.py``) are listed above the runs with their position; Delete takes one out, [ and ]
+move it, and a
 queue whose runner died is adopted (a new runner started) at each refresh.
 
 Columns fit their values (``update_cell(update_width=True)`` grows and shrinks them); the run
@@ -83,6 +84,8 @@ class RunsScreen(RunActionsMixin, Screen):
         Binding("d", "compare", "Compare marked"),
         Binding("n", "new", "New run"),
         Binding("r", "refresh_runs", "Refresh"),
+        Binding("left_square_bracket", "queue_move(-1)", "Queued run earlier", show=False, key_display="["),
+        Binding("right_square_bracket", "queue_move(1)", "Queued run later", show=False, key_display="]"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -194,6 +197,23 @@ class RunsScreen(RunActionsMixin, Screen):
         if key is None or key.startswith(QUEUED):
             return None
         return RunDir(self.app.runs_dir / key)
+
+    def action_queue_move(self, by: int) -> None:
+        """[ and ]: the selected queued entry one place earlier or later (``cockpit queue move``)."""
+        from cockpit.run.queue import listing, move_entry
+
+        key = self._selected_key()
+        if key is None or not key.startswith(QUEUED):
+            self.notify("[ and ] move a queued run (the rows at the top)", severity="warning")
+            return
+        entry_id = key[len(QUEUED) :]
+        position = next((e["position"] for e in listing(self.app.runs_dir) if e["id"] == entry_id), 0)
+        try:
+            if position:
+                move_entry(self.app.runs_dir, entry_id, max(1, position + by))
+        except LookupError as exc:
+            self.notify(str(exc.args[0]), severity="warning")
+        self.refresh_runs()  # the redraw keeps the cursor on the moved entry
 
     def action_delete(self) -> None:
         """Delete: a queued entry leaves the queue; a run is deleted as before (``run_actions``)."""
