@@ -354,3 +354,37 @@ def test_doctor_runs_a_linear4bit_step_of_the_real_bitsandbytes_on_the_cpu(bnb_e
     from cockpit.doctor.model import version_at_least
 
     assert version_at_least(check["data"]["version"], "0.50.0")  # the qlora extra's floor
+
+
+_VALUE_MODEL = """
+import json, sys, yaml
+import bitsandbytes as bnb
+from cockpit.config import validate
+from cockpit.models.resolve import resolve_model
+from cockpit.train.model import build_model
+
+cfg = validate(yaml.safe_load(open(sys.argv[1])))
+model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0, value_head=True)
+print(json.dumps({
+    "quantized": sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules()),
+    "trainable": sorted({"score" if ".score." in n else "lora" if "lora_" in n else n
+                         for n, p in model.named_parameters() if p.requires_grad}),
+}))
+"""
+
+
+def test_stage_rm_trains_a_value_model_over_a_4bit_base(tmp_path, tiny_model_dir, bnb_env):
+    """QLoRA for the reward stage (LLaMA-Factory's rm takes quantization_bit as its other stages do):
+    the value model's linears are NF4, the adapter and the value head train, and a run finishes with
+    the head saved beside the adapter."""
+    cfg = qlora_config(tmp_path, tiny_model_dir, 4, "rm-q4", stage="rm", dataset="cockpit_identity_pairs", max_steps=2,
+                       save_steps=10, template=None)
+    res = subprocess.run([sys.executable, "-c", _VALUE_MODEL, str(cfg)], env={**os.environ, **bnb_env}, cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout.strip().splitlines()[-1])
+    assert built["quantized"] >= 7 and built["trainable"] == ["lora", "score"]  # the adapter and the head alone
+    run = train(tmp_path, cfg, bnb_env)
+    saved = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    assert saved["task_type"] == "SEQ_CLS" and "score" in (saved.get("modules_to_save") or [])
+    assert len([e for e in read_events(run) if e["kind"] == "step"]) == 2

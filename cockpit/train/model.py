@@ -11,9 +11,19 @@ from cockpit.store.rundir import RunDir
 
 
 def build_model(
-    cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int, load: str = "full", folder: str | None = None
+    cfg: Mapping[str, Any],
+    ref,
+    use_cpu: bool,
+    local_rank: int,
+    load: str = "full",
+    folder: str | None = None,
+    value_head: bool = False,
 ):
     """The model to train: base (+ quantization) + PEFT adapter / freeze / full.
+
+    ``value_head``: the base with a one-output sequence-classification head (``score``) in place of
+    its LM head: stage rm's value model, built the same way (quantization, vocabulary, upcasts,
+    every LoRA key; its LoRA task keeps the head trained in full and saved with the adapter).
 
     ``load``: ``full`` (from_pretrained), ``meta`` (parameters on the meta device, for FSDP2's
     sharded load) or ``zero3`` (built partitioned under zero.Init, weights streamed from ``folder``,
@@ -39,7 +49,16 @@ def build_model(
             from cockpit.train.sharded_load import ensure_deepspeed_comm
 
             ensure_deepspeed_comm()
-        model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
+        if value_head:
+            from transformers import AutoModelForSequenceClassification
+
+            model = AutoModelForSequenceClassification.from_pretrained(
+                ref.path, num_labels=1, **kwargs, **model_load_kwargs(cfg, ref)
+            )
+        else:
+            model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
+    elif value_head:
+        raise ValueError("a value model loads whole (stage rm: DDP only)")
     else:
         from cockpit.train.sharded_load import sharded_base
 
@@ -64,7 +83,7 @@ def build_model(
             model, use_gradient_checkpointing=gc, gradient_checkpointing_kwargs=gc_kwargs
         )
     if cfg["finetuning_type"] == "lora":
-        model = with_lora_adapter(model, cfg, new_token_ids)
+        model = with_lora_adapter(model, cfg, new_token_ids, task_type="SEQ_CLS" if value_head else "CAUSAL_LM")
         if trainable_in_fp32(cfg):
             upcast_trainable(model)
         return model
@@ -192,20 +211,37 @@ def upcast_trainable(model) -> int:
     return cast
 
 
-def with_lora_adapter(model, cfg: Mapping[str, Any], new_token_ids: list[int] | None = None):
+def with_lora_adapter(
+    model, cfg: Mapping[str, Any], new_token_ids: list[int] | None = None, task_type: str = "CAUSAL_LM"
+):
     """The base with its LoRA adapter: ``adapter_name_or_path`` trained further, or merged into the
     base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``; the
-    rows of ``new_token_ids`` (added tokens) train beside it."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    rows of ``new_token_ids`` (added tokens) train beside it. ``task_type`` ``SEQ_CLS`` (a value
+    model): PEFT trains the ``score`` head in full and saves it with the adapter; an adapter trained
+    further must be such a one (a causal LM's has no head: ``create_new_adapter`` merges it instead)."""
+    from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
     from transformers import set_seed
 
     from cockpit.models.vocab import lora_new_rows_trainable
     from cockpit.train.variants import lora_config_kwargs
 
-    if cfg.get("adapter_name_or_path") and not cfg.get("create_new_adapter"):
-        return PeftModel.from_pretrained(model, cfg["adapter_name_or_path"], is_trainable=True)
-    if cfg.get("adapter_name_or_path"):  # create_new_adapter: the old adapter merged into the base, a new one trained
-        model = PeftModel.from_pretrained(model, cfg["adapter_name_or_path"]).merge_and_unload()
+    adapter = cfg.get("adapter_name_or_path")
+    if adapter and not cfg.get("create_new_adapter"):
+        found = str(PeftConfig.from_pretrained(adapter).task_type or "")
+        if task_type == "SEQ_CLS" and found != "SEQ_CLS":
+            raise InputError(
+                Problem(
+                    f"stage rm trains a value model, and {adapter} is a {found or 'plain'} adapter without its value "
+                    "head; set create_new_adapter: true to merge it into the base and train a new adapter with the head",
+                    key="adapter_name_or_path",
+                )
+            )
+        return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    if adapter:  # create_new_adapter: the old adapter merged into the base, a new one trained
+        old = PeftConfig.from_pretrained(adapter)
+        if task_type != old.task_type:  # a causal LM's adapter over a value model: its LoRA matrices alone
+            old.task_type = None
+        model = PeftModel.from_pretrained(model, adapter, config=old).merge_and_unload()
     set_seed(cfg["seed"])  # the adapter's init depends on the seed only, however the base was loaded
     target = cfg["lora_target"]
     targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
@@ -216,7 +252,7 @@ def with_lora_adapter(model, cfg: Mapping[str, Any], new_token_ids: list[int] | 
         lora_alpha=cfg["lora_alpha"],
         lora_dropout=cfg["lora_dropout"],
         target_modules=targets,
-        task_type="CAUSAL_LM",
+        task_type=task_type,
         # DoRA, rsLoRA, PiSSA, modules_to_save; the new tokens' rows
         **lora_new_rows_trainable(model, lora_config_kwargs(cfg), new_token_ids or []),
     )

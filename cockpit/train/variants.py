@@ -48,7 +48,8 @@ def rope_scaling_kwargs(cfg: Mapping[str, Any], ref: Any, log=print) -> dict[str
 
 
 def upcast(model: Any, cfg: Mapping[str, Any]) -> None:
-    """upcast_layernorm: norm weights in fp32; upcast_lmhead_output: the LM head's logits in fp32."""
+    """upcast_layernorm: norm weights in fp32; upcast_lmhead_output: the LM head's logits (a value
+    model's scores) in fp32."""
     import torch
 
     if cfg.get("upcast_layernorm"):
@@ -56,7 +57,7 @@ def upcast(model: Any, cfg: Mapping[str, Any]) -> None:
             if p.ndim == 1 and "norm" in name:
                 p.data = p.data.to(torch.float32)
     if cfg.get("upcast_lmhead_output"):
-        head = model.get_output_embeddings()
+        head = model.get_output_embeddings() or getattr(model, "score", None)  # a value model's head: score
         head.register_forward_hook(lambda _m, _inp, out: out.to(torch.float32))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from cockpit.errors import InputError
 from cockpit.train.progress import OnProgress, silent
 from cockpit.train.recipes.base import (
     RecipeContext,
@@ -21,42 +20,14 @@ from cockpit.train.variants import trainer_kwargs
 
 
 def build_value_model(ctx: RecipeContext):
-    import torch
-    from transformers import AutoModelForSequenceClassification, set_seed
+    """The value model: the shared builder with a one-output head (``score``) in place of the LM
+    head, so every model key (quantization, upcasts, flash_attn, rope_scaling, LoRA variants, a
+    trained adapter) applies as it does to the other stages."""
+    from cockpit.train.model import build_model
 
-    cfg = ctx.cfg
-    if cfg.get("quantization_bit"):
-        raise InputError("stage rm: quantization_bit is not supported for reward models yet")
-    set_seed(cfg["seed"])  # the value head's random init
-    dtype = torch.bfloat16 if (cfg["bf16"] and not ctx.use_cpu and cfg["finetuning_type"] == "lora") else torch.float32
-    from cockpit.train.variants import lora_config_kwargs, model_load_kwargs
-
-    model = AutoModelForSequenceClassification.from_pretrained(
-        ctx.model_ref.path,
-        num_labels=1,
-        dtype=dtype,
-        trust_remote_code=bool(cfg["trust_remote_code"]),
-        **ctx.model_ref.kwargs(),
-        **model_load_kwargs(cfg, ctx.model_ref, ctx.log),  # flash_attn, rope_scaling
-    )
-    from cockpit.models.vocab import resize_to_tokenizer
-
-    resize_to_tokenizer(model, ctx.tokenizer)  # rows for the chat template's stop words, if it added any
-    model.config.pad_token_id = ctx.tokenizer.pad_token_id
-    model.config.use_cache = False
-    if cfg["finetuning_type"] == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        target = cfg["lora_target"]
-        lcfg = LoraConfig(
-            r=cfg["lora_rank"],
-            lora_alpha=cfg["lora_alpha"],
-            lora_dropout=cfg["lora_dropout"],
-            target_modules="all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()],
-            task_type="SEQ_CLS",  # keeps the value head (score) trainable and saved with the adapter
-            **lora_config_kwargs(cfg),  # DoRA, rsLoRA, PiSSA init, additional_target (beside the head)
-        )
-        model = get_peft_model(model, lcfg)
+    model = build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank, value_head=True)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.config.pad_token_id = ctx.tokenizer.pad_token_id  # the head scores each sequence's last real token
     return model
 
 
