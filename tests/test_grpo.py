@@ -238,31 +238,37 @@ def prompt_file(path: Path, n: int = 12) -> Path:
     return path
 
 
+def grpo_config(tmp_path: Path, model_dir: Path, name: str = "tiny", **over) -> Path:
+    """A few-step grpo run of the tiny model on :func:`prompt_file`'s prompts, groups of 2, no probes."""
+    keys = {"stage": "grpo", "dataset": str(prompt_file(tmp_path / "prompts.jsonl")), "num_generations": 2}
+    return tiny_config(tmp_path, model_dir, name, **{**keys, "probes": None, **over})
+
+
+def train(tmp_path: Path, cfg: Path) -> tuple[object, Path]:
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env={"OMP_NUM_THREADS": "1"}, timeout=900)
+    return res, next((tmp_path / "runs").iterdir())
+
+
 def test_a_short_grpo_run_logs_rewards_completions_and_the_held_out_reward(tmp_path, tiny_model_dir):
     rewards = tmp_path / "rw.py"
     rewards.write_text(
         "def short(prompts, completions, **kwargs):\n"
         "    return [1.0 / (1 + len(c[0]['content'])) for c in completions]\n"
     )
-    cfg = tiny_config(
+    cfg = grpo_config(
         tmp_path,
         tiny_model_dir,
-        stage="grpo",
-        dataset=str(prompt_file(tmp_path / "prompts.jsonl")),
         reward_funcs=f"numeric_match,{rewards}:short",
         reward_weights="1.0,0.5",
-        num_generations=2,
         max_completion_length=6,
         per_device_train_batch_size=4,
         max_steps=3,
         save_steps=2,
         val_size=3,
-        probes=None,
         beta=0.04,  # the reference: the base with the adapter disabled, its KL logged
     )
-    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    res, run = train(tmp_path, cfg)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    run = next((tmp_path / "runs").iterdir())
     events = read_events(run)
     steps = [e for e in events if e["kind"] == "step"]
     assert [e["step"] for e in steps] == [1, 2, 3]
@@ -296,21 +302,16 @@ def test_a_short_grpo_run_logs_rewards_completions_and_the_held_out_reward(tmp_p
 def test_a_reward_function_that_raises_fails_the_run_naming_it(tmp_path, tiny_model_dir):
     rewards = tmp_path / "rw.py"
     rewards.write_text("def broken(prompts, completions, **kwargs):\n    return {'not': 'a list'}\n")
-    cfg = tiny_config(
+    cfg = grpo_config(
         tmp_path,
         tiny_model_dir,
-        stage="grpo",
-        dataset=str(prompt_file(tmp_path / "prompts.jsonl")),
         reward_funcs=f"{rewards}:broken",
-        num_generations=2,
         max_completion_length=4,
         per_device_train_batch_size=2,
         max_steps=2,
-        probes=None,
     )
-    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    res, run = train(tmp_path, cfg)
     assert res.returncode != 0
-    run = next((tmp_path / "runs").iterdir())
     failed = [e for e in read_events(run) if e["kind"] == "run_failed"]
     assert failed and "reward function broken returned dict" in failed[-1]["reason"], failed
     assert "prompt Say a number" in failed[-1]["reason"]
@@ -337,3 +338,42 @@ def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir)
     assert after["mean_reward"] - before["mean_reward"] >= 0.25
     rewards = [e["reward"] for e in read_events(run) if e["kind"] == "step"]
     assert max(rewards[-3:]) > rewards[0]
+
+
+@pytest.mark.slow
+def test_grpo_on_two_gloo_ranks_groups_completions_across_ranks(tmp_path, tiny_model_dir):
+    """DDP on 2 CPU ranks: the generation batch (2 per device x 2 ranks = 4) holds 2 prompts' groups of 2;
+    rank 0 reports the rewards of every rank's completions and the held-out measure; both ranks finish."""
+    cfg = grpo_config(
+        tmp_path,
+        tiny_model_dir,
+        "grpo2",
+        reward_funcs="length_penalty",
+        reward_target_words=2,
+        max_completion_length=4,
+        per_device_train_batch_size=2,
+        nproc_per_node=2,
+        max_steps=2,
+        save_steps=10,
+        val_size=2,
+    )
+    res, run = train(tmp_path, cfg)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    events = read_events(run)
+    steps = [e for e in events if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2] and all(0 < e["reward"] <= 1 for e in steps)
+    samples = [e for e in events if e["kind"] == "completions"]
+    assert samples and len(samples[0]["samples"]) == 4  # the whole generation batch, both ranks' completions
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["held_out_after"]["prompts"] == 2
+
+
+def test_the_live_state_keeps_grpo_series_from_step_events():
+    from cockpit.ui.state import STAGE_METRICS, RunState
+
+    state = RunState()
+    fields = {"reward": 0.25, "reward_std": 0.1, "kl": 0.01, "clip_ratio": 0.0, "entropy": 2.5}
+    state.apply([{"kind": "step", "step": s, "loss": 0.1, **{k: v * s for k, v in fields.items()}} for s in (1, 2)])
+    for key in ("reward", "reward_std", "kl", "clip_ratio", "entropy", "completion_len_mean", "completion_truncated"):
+        assert key in STAGE_METRICS
+    assert state.series["reward"].means() == [0.25, 0.5] and state.series["kl"].means() == [0.01, 0.02]

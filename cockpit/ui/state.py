@@ -22,7 +22,8 @@ from cockpit.ui.series import BucketSeries
 
 METRICS = ("loss", "lr", "grad_norm", "tokens_per_s")
 METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
-# A training stage's own step fields (cockpit/store/events.py: dpo / kto rewards, rm pairwise accuracy);
+# A training stage's own step fields (cockpit/store/events.py: dpo / kto rewards, rm pairwise accuracy,
+# grpo's reward, KL, clipping, entropy, completion length);
 # the Live screen shows the rows of those a run reports.
 STAGE_METRICS = (
     "reward_margin",
@@ -31,6 +32,13 @@ STAGE_METRICS = (
     "reward_rejected",
     "pairwise_accuracy",
     "mean_reward",
+    "reward",
+    "reward_std",
+    "kl",
+    "clip_ratio",
+    "entropy",
+    "completion_len_mean",
+    "completion_truncated",
 )
 STAGE_TITLES = {
     "reward_margin": "margin",
@@ -39,6 +47,13 @@ STAGE_TITLES = {
     "reward_rejected": "r reject",
     "pairwise_accuracy": "pair acc",
     "mean_reward": "mean rwd",
+    "reward": "reward",
+    "reward_std": "rwd std",
+    "kl": "kl",
+    "clip_ratio": "clipped",
+    "entropy": "entropy",
+    "completion_len_mean": "compl len",
+    "completion_truncated": "truncd",
 }
 
 
