@@ -377,3 +377,26 @@ def test_the_live_state_keeps_grpo_series_from_step_events():
     for key in ("reward", "reward_std", "kl", "clip_ratio", "entropy", "completion_len_mean", "completion_truncated"):
         assert key in STAGE_METRICS
     assert state.series["reward"].means() == [0.25, 0.5] and state.series["kl"].means() == [0.01, 0.02]
+
+
+def test_cockpit_check_refuses_vllm_without_a_gpu_and_names_a_reward_file_that_fails_to_import(
+    tmp_path, tiny_model_dir
+):
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        pytest.skip("vLLM and a GPU are here: use_vllm is not refused")
+    cfg = grpo_config(tmp_path, tiny_model_dir, reward_funcs="exact_match", use_cpu=None, use_vllm=True)
+    res = cockpit("check", str(cfg))
+    assert res.returncode == 2 and "use_vllm" in res.stderr + res.stdout
+    assert "unset use_vllm to generate with HF generate" in res.stderr + res.stdout
+    bad = tmp_path / "badimp.py"
+    bad.write_text(
+        "import no_such_module_here\ndef f(prompts, completions, **kw):\n    return [0.0] * len(completions)\n"
+    )
+    cfg = grpo_config(tmp_path, tiny_model_dir, reward_funcs=f"{bad}:f")
+    res = cockpit("check", str(cfg))
+    assert res.returncode == 2
+    assert f"importing reward file {bad} failed: ModuleNotFoundError" in res.stderr + res.stdout

@@ -45,7 +45,7 @@ def grpo_checks(cfg: Mapping[str, Any]) -> None:
             why.append("no GPU is visible on this machine")
         if why:
             raise InputError(
-                Problem(f"use_vllm: {'; '.join(why)}; unset use_vllm to generate with HF generate", key="use_vllm")
+                Problem(f"{'; '.join(why)}: unset use_vllm to generate with HF generate", key="use_vllm")
             )
     from cockpit.data.rewards import build_reward_funcs
 
