@@ -44,9 +44,7 @@ def grpo_checks(cfg: Mapping[str, Any]) -> None:
         if not (torch.cuda.is_available() and torch.cuda.device_count()):
             why.append("no GPU is visible on this machine")
         if why:
-            raise InputError(
-                Problem(f"{'; '.join(why)}: unset use_vllm to generate with HF generate", key="use_vllm")
-            )
+            raise InputError(Problem(f"{'; '.join(why)}: unset use_vllm to generate with HF generate", key="use_vllm"))
     from cockpit.data.rewards import build_reward_funcs
 
     build_reward_funcs(cfg)
