@@ -400,3 +400,33 @@ def test_cockpit_check_refuses_vllm_without_a_gpu_and_names_a_reward_file_that_f
     res = cockpit("check", str(cfg))
     assert res.returncode == 2
     assert f"importing reward file {bad} failed: ModuleNotFoundError" in res.stderr + res.stdout
+
+
+@pytest.mark.slow
+def test_a_grpo_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir):
+    """Stage grpo's checkpoint (adapter, optimizer, TRL's state) resumes: a second run from checkpoint-2
+    trains steps 3 and 4 only."""
+    keys = {"reward_funcs": "length_penalty", "reward_target_words": 2, "max_completion_length": 4}
+    first = grpo_config(
+        tmp_path, tiny_model_dir, "first", per_device_train_batch_size=2, max_steps=2, save_steps=2, **keys
+    )
+    res, run = train(tmp_path, first)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    checkpoint = run / "checkpoints" / "checkpoint-2"
+    assert checkpoint.is_dir()
+    (tmp_path / "again").mkdir()
+    second = grpo_config(
+        tmp_path / "again",
+        tiny_model_dir,
+        "second",
+        per_device_train_batch_size=2,
+        max_steps=4,
+        save_steps=2,
+        resume_from_checkpoint=str(checkpoint),
+        **keys,
+    )
+    res, run2 = train(tmp_path / "again", second)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    steps = [e["step"] for e in read_events(run2) if e["kind"] == "step"]
+    assert steps == [3, 4]
+    assert json.loads((run2 / "summary.json").read_text())["state"] == "finished"
