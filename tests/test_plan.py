@@ -159,7 +159,7 @@ def test_suggestion_zero3_when_several_devices():
 def test_suggestion_micro_batch_keeps_global_batch():
     cfg = {"model_name_or_path": L8, "finetuning_type": "lora", "bf16": True, "cutoff_len": 2048,
            "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "gradient_checkpointing": True}
-    r = plan(cfg, gpu_memory_gb=48, use_meta=False)
+    r = plan(cfg, gpu_memory_gb=24, use_meta=False)  # 48 GB fit once the loss stopped building the full logits
     ch = r.suggestion["changes"]
     assert ch["per_device_train_batch_size"] * ch["gradient_accumulation_steps"] == 16
 
@@ -228,3 +228,26 @@ def test_analytic_plan_imports_no_torch():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
     assert p.returncode == 0, p.stderr
+
+
+def test_the_logits_term_is_one_chunk_where_training_chunks_the_loss():
+    """Issue 35: training's SFT loss runs a chunk of positions at a time (cockpit.train.chunked_loss),
+    so the planner counts one chunk's fp32 logits, not every token's; where the loss keeps the full
+    logits (a TRL stage, a sharded head, Liger, a model that scales its logits) every token counts.
+    The 8B LoRA job of the issue: 24.3 GiB with 5.9 GiB of logits before."""
+    from cockpit.models.lm_head import CHUNK
+
+    job = {"model_name_or_path": L8, "finetuning_type": "lora", "lora_rank": 8, "lora_target": "all", "bf16": True,
+           "cutoff_len": 2048, "per_device_train_batch_size": 2, "gradient_checkpointing": True}
+
+    def logits(**over):
+        est = plan({**job, **over}, use_meta=False).estimate
+        return est.components["logits"], est
+
+    chunked, est = logits()
+    assert chunked == 12 * 128256 * CHUNK  # 3 x 4 B x vocab x one chunk
+    assert est.peak < 20 * GiB
+    full, _ = logits(enable_liger_kernel=False, fsdp="full_shard auto_wrap", nproc_per_node=2)
+    assert full == 12 * 128256 * 4096  # FSDP2 shards the head: HF's loss on every position
+    assert logits(stage="dpo", dataset="cockpit_identity_pairs")[0] > chunked  # TRL's loss
+    assert logits(additional_target="lm_head")[0] == 12 * 128256 * 4096  # a head trained beside the adapter is a copy

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cockpit.models.lm_head import CHUNK, model_why_not
 from cockpit.plan.optim_states import StateModel, badam_active, badam_states, low_rank_states
 from cockpit.plan.params import Dims, ParamCounts
 from cockpit.plan.spec import ADAM_8, RunSpec
@@ -492,6 +493,16 @@ class Activations:
     dequant: float  # one dequantized weight of a quantized base model
 
 
+def chunked_loss_why_not(run: RunSpec, d: Dims) -> str:
+    """Why training builds the full logits of a micro-batch ("" when the chunked loss applies)."""
+    return run.chunked_loss_off or model_why_not(d.model_type, d.logits_scaled_by)
+
+
+def logit_positions(run: RunSpec, d: Dims, tokens: int) -> int:
+    """Positions whose fp32 logits are alive at once: one chunk under the chunked loss, else every one."""
+    return min(tokens, CHUNK) if not chunked_loss_why_not(run, d) else tokens
+
+
 def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_targets: int) -> Activations:
     """Activation memory of one micro-batch, and the transient copies that sit beside it."""
     tokens = run.micro_batch * run.cutoff_len * (2 if run.stage in ("dpo", "rm") else 1)  # pairs: chosen + rejected
@@ -525,7 +536,7 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
         saved_layers=saved,
         formula=formula,
         outside_layers=per_token["nonlayer"] * tokens,
-        logits=per_token["logits"] * tokens if run.stage != "rm" else 4.0 * tokens,
+        logits=4.0 * tokens if run.stage == "rm" else per_token["logits"] * logit_positions(run, d, tokens),
         autocast_copies=autocast,
         dequant=counts.max_linear * c if run.quantization_bit else 0.0,
     )
@@ -650,7 +661,16 @@ def backward_start_terms(run: RunSpec, d: Dims, acts: Activations, step: _StepMe
         Term(
             "logits / loss",
             a.logits,
-            f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)",
+            f"3 x 4 B x vocab {d.vocab} x {CHUNK} positions: the chunked loss's one chunk (fp32 logits, their "
+            f"softmax and gradient, recomputed in backward), not {tokens} tokens",
+            "cockpit.train.chunked_loss (torchtune's CEWithChunkedOutputLoss, TRL's chunked_nll)",
+        )
+        if run.stage != "rm" and not chunked_loss_why_not(run, d) and tokens > CHUNK
+        else Term(
+            "logits / loss",
+            a.logits,
+            f"3 x 4 B x vocab {d.vocab} x {min(tokens, CHUNK) if not chunked_loss_why_not(run, d) else tokens} "
+            "tokens (fp32 log_softmax, its grad, grad of logits)",
             "HF ForCausalLMLoss upcasts logits to fp32",
         )
         if run.stage != "rm"

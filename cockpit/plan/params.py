@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cockpit.models.lm_head import scaled_by
+
 # module name -> (in_features, out_features) as functions of the config numbers
 LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -35,6 +37,7 @@ class Dims:
     tied: bool
     qkv_bias: bool
     model_type: str
+    logits_scaled_by: str | None = None  # a config key that scales the logits before the loss (models.lm_head)
 
     @property
     def q_dim(self) -> int:
@@ -61,6 +64,7 @@ def dims_of(cfg: Mapping[str, Any]) -> Dims:
         tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=bool(cfg.get("attention_bias", False)) or mt == "qwen2",
         model_type=mt,
+        logits_scaled_by=scaled_by(cfg),
     )
 
 

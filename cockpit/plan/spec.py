@@ -91,6 +91,9 @@ class RunSpec:
     badam: BadamSpec | None = None  # use_badam
     completion_len: int = 0  # grpo: max_completion_length (cutoff_len above is prompt + completion)
     generation_seqs: int = 0  # grpo: sequences one rank generates at once (per-device batch x steps_per_generation)
+    # why training keeps the full logits for reasons of the run (not of the model: plan.estimate asks
+    # models.lm_head); "" when the chunked loss applies as far as the run goes
+    chunked_loss_off: str = ""
 
     @property
     def world(self) -> int:
@@ -274,11 +277,30 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         reference=reference_words(cfg),
         low_rank=parse_low_rank(cfg),
         badam=parse_badam(cfg),
+        chunked_loss_off=chunked_loss_off(cfg, zero, fsdp),
         completion_len=cfg.max_completion_length if cfg.stage == "grpo" else 0,
         generation_seqs=cfg.per_device_train_batch_size * (cfg.steps_per_generation or cfg.gradient_accumulation_steps)
         if cfg.stage == "grpo"
         else 0,
     )
+
+
+def chunked_loss_off(cfg: RunConfig, zero: ZeroSpec | None, fsdp: FsdpSpec | None) -> str:
+    """Why a run's training keeps the full logits whatever its model (the rank's
+    ``CockpitTrainer._chunked_loss_off`` and ``plain_lm_head``, as far as a config tells); "" when
+    the chunked loss (cockpit.train.chunked_loss) applies if the model allows it."""
+    if cfg.stage not in ("sft", "pt"):
+        return f"stage {cfg.stage}'s TRL trainer computes its own loss"
+    if cfg.enable_liger_kernel:
+        return "Liger's fused linear cross-entropy computes the loss"
+    if (zero is not None and zero.stage == 3) or (fsdp is not None and fsdp.strategy != "no_shard"):
+        return "the LM head is sharded (ZeRO-3 / FSDP2)"
+    if cfg.torch_compile:
+        return "torch.compile"
+    targets = str(cfg.lora_target or "") + "," + str(cfg.additional_target or "")
+    if cfg.finetuning_type == "lora" and "lm_head" in {t.strip() for t in targets.split(",")}:
+        return "lm_head is adapted (lora_target / additional_target)"
+    return ""
 
 
 def parse_low_rank(cfg: RunConfig) -> LowRankSpec | None:

@@ -34,25 +34,9 @@ from typing import Any
 
 import torch
 
-IGNORE = -100
-CHUNK = 256  # positions per chunk: TRL measured its knee of memory vs throughput here (trl#5575)
+from cockpit.models.lm_head import CHUNK, PLAIN, model_why_not, scaled_by
 
-# Causal LMs whose forward is `logits = self.lm_head(hidden_states)` then straight
-# `loss = self.loss_function(logits, labels, vocab_size, **kwargs)` (an MoE's router loss added after
-# is fine): read from transformers 5.23's modeling files. Not here: Cohere (logit_scale), Granite
-# (logits_scaling), Falcon-H1 (lm_head_multiplier), Mamba / OPT / BLT (`.float()` / other steps),
-# encoder-decoders. Gemma 2/3 softcap only when configured (see SCALED).
-PLAIN = frozenset(
-    {
-        "apertus", "arcee", "cwm", "deepseek_v2", "deepseek_v3", "dots1", "ernie4_5", "ernie4_5_moe", "exaone4",
-        "gemma", "gemma2", "gemma3_text", "glm", "glm4", "glm4_moe", "gpt_oss", "helium", "hunyuan_v1_dense",
-        "hunyuan_v1_moe", "lfm2", "llama", "ministral", "ministral3", "mistral", "mixtral", "nemotron", "olmo",
-        "olmo2", "olmo3", "olmoe", "phi", "phi3", "phimoe", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-        "qwen3_next", "seed_oss", "smollm3", "stablelm", "starcoder2",
-    }
-)  # fmt: skip
-# config keys that change the logits between the head and the loss (any model): set -> the logits stay
-SCALED = ("final_logit_softcapping", "logit_scale", "logits_scaling", "lm_head_multiplier", "logits_soft_cap")
+IGNORE = -100
 
 
 def base_model(model: Any) -> Any:
@@ -73,9 +57,9 @@ def plain_lm_head(model: Any) -> tuple[Any, str]:
             None,
             f"model type {model_type!r} ({type(base).__name__}) is not known to go straight from lm_head to the loss",
         )
-    for key in SCALED:
-        if getattr(config, key, None) not in (None, 1, 1.0):
-            return None, f"the config's {key} changes the logits before the loss"
+    why = model_why_not(model_type, scaled_by(config))
+    if why:
+        return None, why
     head = getattr(base, "lm_head", None)
     if type(head) is not torch.nn.Linear:  # PEFT's LoRA / modules_to_save / trainable tokens, bnb, ...
         return None, f"lm_head is a {type(head).__module__}.{type(head).__qualname__}, not a plain Linear"
