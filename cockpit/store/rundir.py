@@ -218,8 +218,9 @@ def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
 
 
 def create_run_dir(runs_dir: str | os.PathLike[str], name: str = "run") -> RunDir:
-    """Make a new, unique run dir (0700). Never reuses an existing one."""
-    runs = Path(runs_dir).expanduser()
+    """Make a new, unique run dir (0700), named by its absolute path (the supervisor and the ranks
+    run in it: a relative one would name a folder inside itself). Never reuses an existing one."""
+    runs = Path(runs_dir).expanduser().resolve()
     runs.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for _ in range(100):
