@@ -170,3 +170,38 @@ def test_runs_screen_shows_the_queue_above_the_runs_delete_removes_and_brackets_
     finally:
         os.close(lock)
     assert first not in [e["id"] for e in q.read_queue(runs)["entries"]]
+
+
+def test_setup_adds_its_config_to_the_queue(tmp_path, monkeypatch):
+    """Setup's Queue (F10): the form's config, checked by ``cockpit queue add``, waits in the queue
+    (a held runner lock stands for a live runner: nothing starts)."""
+    import asyncio
+    import fcntl
+
+    from test_ui_pilot import wait_for as wait_in
+
+    from cockpit.ui.app import CockpitApp
+
+    runs = tmp_path / "runs"
+    (runs / "queue").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    lock = os.open(runs / "queue" / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+
+    def text_of(app, selector: str) -> str:
+        return str(app.screen.query_one(selector).render())
+
+    async def scenario() -> None:
+        app = CockpitApp(str(runs), start="setup", follow=False)
+        async with app.run_test(size=(120, 32)) as pilot:
+            await wait_in(pilot, lambda: "config valid" in text_of(app, "#problems"), 30, "a valid config (cpu-demo)")
+            await pilot.press("f10")
+            await wait_in(pilot, lambda: q.read_queue(runs)["entries"], 180, "the queued entry")
+            await wait_in(pilot, lambda: any("queued" in str(n.message) for n in app._notifications), 10, "the toast")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.close(lock)
+    (entry,) = q.read_queue(runs)["entries"]
+    assert ".ui-configs" in entry["config"] and Path(entry["config"]).is_file()

@@ -112,6 +112,11 @@ def train_detached(
     return run_cli("train", str(path), "--detach", "--json", "--runs-dir", str(runs_dir), timeout=timeout, env=secrets)
 
 
+def queue_add(path: Path, runs_dir: Path, timeout: float = 600) -> CliResult:
+    """``cockpit queue add PATH --json``: checked as ``cockpit check`` does, then queued (the entry)."""
+    return run_cli("queue", "--runs-dir", str(runs_dir), "--json", "add", str(path), timeout=timeout)
+
+
 def export_run(run_dir: Path, merge: bool, timeout: float = 3600) -> CliResult:
     args = ["export", str(run_dir), "--json"] + (["--merge"] if merge else [])
     return run_cli(*args, timeout=timeout)

@@ -113,6 +113,7 @@ class SetupScreen(Screen):
         Binding("f6", "preview", "Preview"),
         Binding("f7", "save_preset", "Save"),
         Binding("f9", "tune", "Tune"),
+        Binding("f10", "queue_run", "Queue", show=False),  # its button says F10; the footer keeps ? Keys
     ]
 
     # what the workers tell the screen (each a subprocess's answer, handled on the UI thread below)
@@ -147,6 +148,9 @@ class SetupScreen(Screen):
 
     class Tuned(WorkerMessage):
         """``cockpit tune --json`` answered (a ``cli_calls.CliResult``)."""
+
+    class Queued(WorkerMessage):
+        """``cockpit queue add --json`` answered (a ``cli_calls.CliResult``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -199,6 +203,7 @@ class SetupScreen(Screen):
                     yield Button("Preview F6", id="b-preview", compact=True)
                     yield Button("Save F7", id="b-save", compact=True)
                     yield Button("Launch F8", id="b-launch", variant="success", compact=True)
+                    yield Button("Queue F10", id="b-queue", compact=True)
                     if slurm_submit_available():
                         yield Button("Launch on Slurm", id="b-slurm", variant="primary", compact=True)
                     yield Button("Tune F9", id="b-tune", compact=True)
@@ -596,12 +601,50 @@ class SetupScreen(Screen):
             Content.styled(f"launch failed (exit {res.rc}):\n{res.error_text}", "$text-error")
         )
 
+    # -- the run queue: cockpit queue add (runs start one at a time, each when the previous ends) ------
+    def action_queue_run(self) -> None:
+        if self._launching:
+            return
+        if not (self.checked and self.checked.ok):
+            self.notify("fix the config problems first", severity="error")
+            return
+        runs_dir = Path(self.app.runs_dir)
+        name = self._run_name()
+        path = self._config_file(
+            runs_dir / ".ui-configs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", {"run_name": name}
+        )
+        if self.secrets:  # they reach a run through the launching command's environment, not the queue's
+            self.notify(
+                "this config holds secrets (tokens): launch it (F8); a queued run would start without them",
+                severity="error",
+            )
+            return
+        self._set_launching(True, f"queueing: cockpit queue add {path.name} … (checks the data)")
+        self._queue(path, runs_dir)
+
+    @work(thread=True, exclusive=True, group="launch")
+    def _queue(self, path: Path, runs_dir: Path) -> None:
+        self.post_message(self.Queued(cli_calls.queue_add(path, runs_dir)))
+
+    @on(Queued)
+    def _on_queued(self, message: Queued) -> None:
+        res = message.result
+        self._set_launching(False)
+        if res.rc == 0 and isinstance(res.data, dict) and res.data.get("id"):
+            where = f"position {res.data['position']}" if res.data.get("position") else "next: starting now"
+            self.notify(f"queued {res.data['id']} ({where}); F3 Runs shows the queue")
+            return
+        self.query_one("#problems", Static).update(
+            Content.styled(f"queueing failed (exit {res.rc}):\n{res.error_text}", "$text-error")
+        )
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         action = {
             "b-check": self.action_check_data,
             "b-preview": self.action_preview,
             "b-save": self.action_save_preset,
             "b-launch": self.action_launch,
+            "b-queue": self.action_queue_run,
             "b-tune": self.action_tune,
             "b-slurm": self.action_launch_slurm,
         }.get(event.button.id or "")
