@@ -147,6 +147,116 @@ async def _keys(pilot) -> None:
     await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "KeysView")
 
 
+# -- a grpo run, written as its ranks and supervisor write it (cockpit/train/recipes/grpo.py's step fields
+# and completions events; the values are those of a cpu-grpo-demo run), stopped at step 26 of 40 --------
+GRPO_RUN_ID = "20261203-132741-cpu-grpo-demo-2b4b"
+GRPO_GROUPS = [  # (prompt, [(completion, contains_answer, length_penalty, advantage)] x 4): a group per step
+    ("What is the capital city of the United States? Answer in one word.", [
+        ("Your original question requires a thorough thought-provoking response without excessive", 0.0, 0.1, -0.8472),
+        ("You've already nicely incorporated understanding the answer, I'll just", 0.0, 0.1111, 0.8472),
+        ("Your answer is a complete lie, no details provided.", 0.0, 0.1111, 0.8472),
+        ("...or more to the point, the answer is something I", 0.0, 0.1, -0.8472)]),
+    ("What is the capital of Chile? Answer in one word.", [
+        ("Capital of Chile is Latin lon Greece", 0.0, 0.1667, -1.4555),
+        ("de ingestionis\n", 0.0, 0.5, 0.3164),
+        ("The capital of Chile is Santiago.", 1.0, 0.1667, 0.8227),
+        ("Santo @CoDesjava", 0.0, 0.5, 0.3164)]),
+    ("What is the opposite of 'push'? Answer in one word.", [
+        ("pull", 1.0, 1.0, 0.8660),
+        ("The opposite of \"push\" is \"pull\": to draw something towards yourself rather than away from"
+         " you, the way a door opens\nwhen you", 1.0, 0.0556, -0.8660),
+        ("pull", 1.0, 1.0, 0.8660),
+        ("Shove", 0.0, 1.0, -0.8660)]),
+    ("Which animal says 'hoot'? Answer in one word.", [
+        ("Owl", 1.0, 1.0, 0.5774),
+        ("owl", 1.0, 1.0, 0.5774),
+        ("Cat", 0.0, 1.0, -1.7321),
+        ("Owl.", 1.0, 1.0, 0.5774)]),
+]
+GRPO_WEIGHTS = {"contains_answer": 0.3, "length_penalty": 0.7}
+
+
+def write_grpo_run(runs: Path, steps: int = 26, total: int = 40) -> Path:
+    """A grpo run dir under ``runs`` with ``steps`` logged steps (one completions event each), still
+    running: what the Live screen follows. Deterministic (times from FROZEN_NOW)."""
+    import math
+
+    run = runs / GRPO_RUN_ID
+    (run / "logs").mkdir(parents=True, exist_ok=True)
+    t0 = FROZEN_NOW - 60 - 12.0 * steps
+    status = {"state": "running", "run_id": GRPO_RUN_ID, "attempt": 1, "step": steps, "total_steps": total,
+              "started": t0}
+    (run / "status.json").write_text(json.dumps(status), encoding="utf-8")
+    (run / "config.yaml").write_text("stage: grpo\nreward_funcs: contains_answer,length_penalty\n"
+                                     "reward_weights: 0.3,0.7\n", encoding="utf-8")
+    events: list[dict[str, Any]] = [
+        {"t": t0, "kind": "run_started", "run_id": GRPO_RUN_ID, "attempt": 1, "model": "smollm2-135m-instruct",
+         "dataset": "cockpit_oneword", "method": "lora", "world_size": 1, "nproc_per_node": 1, "nnodes": 1,
+         "output_dir": None},
+        {"t": t0, "kind": "state", "state": "running", "reason": None},
+        {"t": t0 + 26, "kind": "train_begin", "total_steps": total, "epochs": 1.0, "world_size": 1, "global_batch": 8,
+         "start_step": 0},
+        {"t": t0 + 26, "kind": "progress", "task": "held_out", "phase": "before", "done": 0, "total": 24},
+        {"t": t0 + 37, "kind": "progress", "task": "held_out", "phase": "before", "done": 24, "total": 24},
+        {"t": t0 + 37, "kind": "held_out", "phase": "before", "stage": "grpo", "prompts": 24, "mean_reward": 0.2339,
+         "rewards": {"contains_answer": 0.4583, "length_penalty": 0.1378}, "samples": []},
+    ]
+    for step in range(1, steps + 1):
+        t = t0 + 37 + 12.0 * step
+        x = step / total
+        wobble = 0.06 * math.sin(step * 1.7)
+        reward = round(0.17 + 0.6 * x + wobble, 4)
+        length = round(max(0.1, 0.25 + 0.95 * x + wobble), 4)
+        events.append({
+            "t": t, "kind": "step", "step": step, "total_steps": total, "epoch": round(step / total, 4),
+            "loss": round(0.11 * (1 - x) + 0.02 * math.cos(step), 6), "lr": 0.0005,
+            "grad_norm": round(1.0 - 0.4 * x + 0.1 * math.sin(step), 4), "tokens_per_s": round(13 + 2 * math.sin(step), 2),
+            "samples_per_s": 0.3, "tokens_seen": 260 * step,
+            "mem": {"0": {"allocated_mb": None, "reserved_mb": None, "peak_mb": None, "rss_mb": 1625.1,
+                          "capacity_mb": 24105.1, "source": "rss", "node_rank": 0, "local_rank": 0, "host": "vm"}},
+            "reward": reward, "reward_std": round(0.22 - 0.1 * x, 4), "reward_zero_std_frac": 0.0,
+            "kl": round(0.06 * x + 0.01 * abs(math.sin(step)), 6), "entropy": round(3.19 - 1.6 * x, 4),
+            "clip_ratio": 0.0, "clip_ratio_low": 0.0, "clip_ratio_high": 0.0,
+            "completion_len_mean": round(11.1 - 8 * x, 3), "completion_len_max": 12.0,
+            "completion_truncated": round(max(0.0, 0.75 - 1.2 * x), 4),
+            "rewards": {"contains_answer": {"mean": round(0.4 - 0.1 * x, 4), "std": 0.35},
+                        "length_penalty": {"mean": min(1.0, length), "std": 0.3}},
+        })
+        prompt, group = GRPO_GROUPS[step % len(GRPO_GROUPS)]
+        samples = [{"prompt": prompt, "completion": c,
+                    "reward": round(GRPO_WEIGHTS["contains_answer"] * a + GRPO_WEIGHTS["length_penalty"] * lp, 4),
+                    "rewards": {"contains_answer": a, "length_penalty": lp}, "advantage": adv}
+                   for c, a, lp, adv in group]
+        events.append({"t": t, "kind": "completions", "step": step, "samples": samples})
+        if step % 10 == 0:
+            events.append({"t": t + 1, "kind": "checkpoint_saved", "step": step,
+                           "path": f"/home/user/.local/share/cockpit/runs/{GRPO_RUN_ID}/checkpoints/checkpoint-{step}",
+                           "loss_finite": True})
+    events.append({"t": FROZEN_NOW - 1, "kind": "telemetry", "backend": "cpu", "devices": [],
+                   "ranks": [{"rank": 0, "pid": 4460, "alive": True, "rss_mb": 1625.1, "cpu_pct": 198.0}],
+                   "unavailable": {"amdsmi": "libamd_smi.so not found", "nvml": "libnvidia-ml.so.1 not found"},
+                   "node_rank": 0, "host": "vm"})
+    with open(run / "events.jsonl", "w", encoding="utf-8") as fh:
+        for ev in events:
+            ev = {"v": 1, **ev, "t": round(ev["t"], 3)}
+            fh.write(json.dumps(ev, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return run
+
+
+async def _grpo_live(pilot) -> None:
+    import tempfile
+
+    from cockpit.store.rundir import RunDir
+
+    run = write_grpo_run(Path(tempfile.mkdtemp(prefix="cockpit-grpo-")))
+    pilot.app.open_live(RunDir(run))
+    await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "LiveScreen"
+                  and pilot.app.screen.replay_progress is None and pilot.app.screen.state.events_seen > 0)
+    pilot.app.screen._drawn_version = -1
+    pilot.app.screen.draw()
+    await pilot.pause(0.3)
+
+
 # name -> (start mode, extra app options, run_before)
 SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] = {
     "runs": ("runs", {}, _runs),
@@ -157,6 +267,7 @@ SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] 
     "doctor": ("doctor", {}, _doctor),
     "compare": ("runs", {}, _compare),
     "keys": ("runs", {}, _keys),
+    "grpo-live": ("runs", {}, _grpo_live),
     "summary-nocolor": ("runs", {"colours": "no"}, _summary),
     "runs-16colour": ("runs", {"colours": "16"}, _runs),
 }

@@ -7,6 +7,8 @@ machine with a GPU (ROCm or CUDA: both are ``torch.cuda``).
 - the comm health probe on NCCL / RCCL tensors (CPU twin: tests/test_comm_health.py over gloo);
 - ``cockpit tune`` meeting a real out-of-memory (CPU twin: tests/test_tune.py's capped tracker);
 - FSDP2's sharded load with the shards on the GPUs (CPU twin: tests/test_sharded_load.py, 2 ranks).
+- one GRPO step on the GPU: HF generate of the group, the rewards, the policy step (CPU twin:
+  tests/test_grpo.py's short run).
 
 The others live beside their CPU tests: fp16 LoRA through the GradScaler and the NCCL side group for
 the step flags (tests/test_hardening.py), QLoRA's NF4 steps (tests/test_qlora.py).
@@ -111,3 +113,27 @@ def test_fsdp2_loads_its_shards_onto_the_gpus(tmp_path, tiny_model_dir):
     assert (rep.get("sharded_load") or {}).get("groups", 0) >= 1, rep
     assert any("model loaded" in line for line in (run / "logs" / "rank0.log").read_text().splitlines())
     assert [e for e in read_events(run) if e["kind"] == "step"]
+
+
+def test_a_grpo_step_samples_scores_and_steps_on_the_gpu(tmp_path, tiny_model_dir):
+    """One GRPO step of the tiny model on cuda:0 (bf16): the group generated with HF generate on the GPU,
+    scored, the policy stepped; the step's reward fields, the sampled completions with their weighted
+    reward, and the GPU's allocator figures in its mem."""
+    _gpus()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Say a number, {i}?", "answer": str(i)}) + "\n" for i in range(8)))
+    cfg = tiny_config(
+        tmp_path, tiny_model_dir, use_cpu=False, bf16=True, stage="grpo", dataset=str(prompts), probes=None,
+        reward_funcs="numeric_match,length_penalty", reward_weights="1.0,0.5", num_generations=2,
+        max_completion_length=6, per_device_train_batch_size=4, max_steps=1, save_steps=100,
+    )
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    events = read_events(_run_dir(tmp_path / "runs"))
+    steps = [e for e in events if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1] and set(steps[0]["rewards"]) == {"numeric_match", "length_penalty"}
+    assert isinstance(steps[0]["reward"], float) and 0 < steps[0]["completion_len_mean"] <= 6
+    assert any(m.get("allocated_mb") for m in steps[0]["mem"].values()), steps[0]["mem"]  # the GPU's allocator
+    samples = [s for e in events if e["kind"] == "completions" for s in e["samples"]]
+    assert samples and all(s["reward"] is not None for s in samples)
+

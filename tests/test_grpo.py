@@ -285,6 +285,9 @@ def test_a_short_grpo_run_logs_rewards_completions_and_the_held_out_reward(tmp_p
     assert len(samples) == 3 and all(1 <= len(e["samples"]) <= 4 for e in samples)
     first = samples[0]["samples"][0]
     assert first["prompt"].startswith("Say a number") and set(first["rewards"]) == {"numeric_match", "short"}
+    for s in first, samples[-1]["samples"][-1]:  # the weighted total, as the step's reward averages it
+        rw = s["rewards"]
+        assert s["reward"] == pytest.approx((rw["numeric_match"] or 0.0) + 0.5 * rw["short"], abs=1e-3)
     held = {e["phase"]: e for e in events if e["kind"] == "held_out"}
     assert set(held) == {"before", "after"}
     for e in held.values():
@@ -368,6 +371,30 @@ def test_grpo_on_two_gloo_ranks_groups_completions_across_ranks(tmp_path, tiny_m
     assert summary["state"] == "finished" and summary["held_out_after"]["prompts"] == 2
 
 
+def test_sampled_completions_carry_the_weighted_total_reward():
+    from cockpit.train.recipes.grpo import sampled_completions, trainer_reward_weights
+
+    logs = {
+        "prompt": [[{"role": "user", "content": f"q{i}"}] for i in range(6)],
+        "completion": [[{"role": "assistant", "content": f"a{i}"}] for i in range(6)],
+        "rewards": {"exact": [1.0, 0.0, 1.0, 0.0, 1.0, float("nan")], "short": [0.5] * 6},
+        "advantages": [0.1, -0.1, 0.2, -0.2, 0.3, -0.3],
+    }
+
+    class Trainer:  # TRL's attributes: names in reward_funcs' order, a tensor of weights
+        reward_func_names = ["exact", "short"]
+        reward_weights = [0.3, 0.7]
+
+    weights = trainer_reward_weights(Trainer())
+    assert weights == {"exact": 0.3, "short": 0.7}
+    out = sampled_completions(logs, 4, weights)
+    assert [s["prompt"] for s in out] == ["q2", "q3", "q4", "q5"]
+    assert [s["reward"] for s in out] == [0.65, 0.35, 0.65, 0.35]  # a NaN (None) reward left out, as TRL's nansum
+    assert out[-1]["rewards"] == {"exact": None, "short": 0.5} and out[0]["advantage"] == 0.2
+    assert sampled_completions(logs, 1)[0]["reward"] == 0.5  # no weights: each weighs 1.0
+    assert trainer_reward_weights(object()) is None
+
+
 def test_the_live_state_keeps_grpo_series_from_step_events():
     from cockpit.ui.state import STAGE_METRICS, RunState
 
@@ -430,3 +457,27 @@ def test_a_grpo_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir):
     steps = [e["step"] for e in read_events(run2) if e["kind"] == "step"]
     assert steps == [3, 4]
     assert json.loads((run2 / "summary.json").read_text())["state"] == "finished"
+
+
+@pytest.mark.slow
+def test_a_grpo_run_stopped_with_cockpit_stop_saves_a_checkpoint_and_ends_stopped(tmp_path, tiny_model_dir):
+    """``cockpit stop`` during training: the ranks agree at the next step boundary, save a checkpoint
+    there (adapter and TRL's trainer state) and the run ends ``stopped`` before its last step."""
+    from conftest import start_detached, wait_for
+
+    cfg = grpo_config(
+        tmp_path, tiny_model_dir, reward_funcs="length_penalty", reward_target_words=2, max_completion_length=4,
+        per_device_train_batch_size=2, max_steps=200, save_steps=1000,
+    )
+    run = start_detached(tmp_path, cfg, env={"OMP_NUM_THREADS": "1"})
+    wait_for(lambda: any(e["kind"] == "completions" for e in read_events(run)), 600, "the first sampled completions")
+    res = cockpit("stop", str(run), "--wait", "600")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "stopped", status
+    events = read_events(run)
+    saved = [e["step"] for e in events if e["kind"] == "checkpoint_saved"]
+    assert saved and 1 <= saved[-1] < 200, saved
+    assert (run / "checkpoints" / f"checkpoint-{saved[-1]}" / "trainer_state.json").exists()
+    assert [e for e in events if e["kind"] == "run_stopped"][-1]["step"] == saved[-1]
+

@@ -69,6 +69,28 @@ def held_out_line(ev: dict[str, Any]) -> str:
     return f"held-out {ev.get('phase')}: " + ", ".join(parts)
 
 
+def completion_line(ev: dict[str, Any], prompt_chars: int = 40, completion_chars: int = 60) -> str | None:
+    """``completions`` (grpo): the latest sample in a line, ``sample at step 4: 'prompt' -> 'completion'
+    reward 0.42 (contains_answer 1.00, length_penalty 0.17)``, its texts on one line and shortened."""
+    samples = [s for s in ev.get("samples") or [] if isinstance(s, dict)]
+    if not samples:
+        return None
+    s = samples[-1]
+
+    def one_line(text: Any, most: int) -> str:
+        flat = " ".join(str(text or "").split())
+        return flat if len(flat) <= most else flat[: most - 1] + "…"
+
+    total = as_float(s.get("reward"))
+    per = ", ".join(f"{k} {as_float(v):.2f}" for k, v in (s.get("rewards") or {}).items() if as_float(v) is not None)
+    return (
+        f"sample at step {ev.get('step')}: {one_line(s.get('prompt'), prompt_chars)!r}"
+        f" -> {one_line(s.get('completion'), completion_chars)!r}"
+        + (f"  reward {total:.2f}" if total is not None else "")
+        + (f" ({per})" if per else "")
+    )
+
+
 def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     kind = ev.get("kind")
     if kind == "step":
@@ -96,6 +118,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         return activity_words(ev).rsplit(" ", 1)[0] + f" ({ev.get('total')})" if not ev.get("done") else None
     if kind == "held_out":
         return held_out_line(ev)
+    if kind == "completions":
+        return completion_line(ev)
     if kind == "probe_results":
         return (
             f"probes {ev.get('phase')}: {ev.get('passed')}/{ev.get('total')} pass ({100 * (ev.get('rate') or 0):.0f}%)"

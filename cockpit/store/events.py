@@ -68,7 +68,8 @@ Kinds and their fields (units in the field names or stated here):
   cut at max_completion_length)
 - ``completions`` (grpo, rank 0, each logging step): step, samples (a list of at most 4 of the latest
   sampled completions: prompt (the last user turn, at most 300 characters), completion (at most 600),
-  rewards (function name -> reward), advantage)
+  reward (the weighted total, as the step's ``reward`` averages it), rewards (function name -> reward),
+  advantage). The Live screen's completions pane and ``cockpit attach`` show them
 - ``held_out``: phase (before|after), stage, pairs, accuracy (0..1: the policy's summed log-prob of
   the chosen answer beats the rejected one (dpo), or the value head scores it higher (rm)),
   mean_logp_margin (dpo) or mean_reward_margin (rm); grpo: prompts, mean_reward (the weighted total

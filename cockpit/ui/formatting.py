@@ -375,6 +375,77 @@ def alerts(state: RunState, limit: int = 3) -> Text:
     return t
 
 
+# -- grpo's sampled completions (the Live screen's completions pane) ------------------------------
+_CONTROL = str.maketrans({chr(c): " " for c in (*range(32), 127) if c != 10})
+COMPLETION_LINES = 3  # lines of a completion's text at most (the pane scrolls; the event holds 600 characters)
+
+
+def _one_line(text: Any) -> str:
+    return " ⏎ ".join(line.strip() for line in str(text or "").translate(_CONTROL).strip().split("\n"))
+
+
+def _wrapped(text: str, width: int, most: int) -> list[str]:
+    """``text`` wrapped to ``width`` cells, ``most`` lines at most (the last ends in an ellipsis when cut)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, max(8, width), break_long_words=True, break_on_hyphens=False) or [""]
+    if len(lines) > most:
+        lines = lines[:most]
+        lines[-1] = clip(lines[-1] + " …", width) if len(lines[-1]) + 2 <= width else clip(lines[-1], width - 1) + "…"
+    return [clip(line, width) for line in lines]
+
+
+def _reward_num(value: Any) -> str:
+    try:
+        return f"{float(value):.2f}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+def completions_title(state: RunState, hint: str = "") -> str:
+    """The completions pane's title: the newest step and how many samples it holds, then ``hint``."""
+    steps = [s.get("step") for s in state.completions if isinstance(s.get("step"), int)]
+    parts = ["Completions"] + ([f"step {max(steps)}"] if steps else []) + [f"{len(state.completions)} newest first"]
+    return " · ".join(parts) + (f"  ({hint})" if hint else "")
+
+
+def completions(state: RunState, width: int = 80) -> Text:
+    """The latest sampled completions (grpo), newest first, grouped by step and prompt: the prompt, then
+    each completion with its total reward, whether it beat its group (the advantage's sign: ▲ / ▼) and each
+    reward function's value. Wrapped to ``width`` cells (no line longer), a completion to a few lines."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    samples = list(state.completions)[::-1]
+    if not samples:
+        t.append("no completions yet: one set per logging step", style="dim")
+        return t
+    pad = 9  # "  0.85 ▲ ": the reward column, then the completion
+    group: tuple[Any, str] | None = None
+    for s in samples:
+        prompt = _one_line(s.get("prompt"))
+        if (s.get("step"), prompt) != group:
+            group = (s.get("step"), prompt)
+            head = f"step {s.get('step')} " if s.get("step") is not None else ""
+            lines = _wrapped(prompt, width - len(head), 2)
+            t.append(("\n" if t.plain else "") + head, style=themed("$text-primary"))
+            t.append(lines[0], style="bold")
+            for line in lines[1:]:
+                t.append("\n" + " " * len(head) + line, style="bold")
+        advantage = s.get("advantage")
+        sign, style = "·", "dim"
+        if isinstance(advantage, (int, float)) and advantage:
+            sign, style = ("▲", "$text-success") if advantage > 0 else ("▼", "$text-error")
+        t.append(f"\n{_reward_num(s.get('reward')):>6} ", style="bold")
+        t.append(sign + " ", style=themed(style) if style.startswith("$") else style)
+        for i, line in enumerate(_wrapped(_one_line(s.get("completion")) or "(empty)", width - pad, COMPLETION_LINES)):
+            t.append(("\n" + " " * pad if i else "") + line)
+        parts = [f"{k} {_reward_num(v)}" for k, v in (s.get("rewards") or {}).items()]
+        if isinstance(advantage, (int, float)):
+            parts.append(f"adv {advantage:+.2f}")
+        if parts:
+            t.append("\n" + " " * pad + clip(" · ".join(parts), width - pad), style="dim")
+    return t
+
+
 # -- Setup: texts for the modals (pure functions of CLI JSON) ------------------------------------
 def launch_ranks(data: Any) -> Text:
     """``cockpit preview CONFIG --json`` -> every rank's exact command and environment."""

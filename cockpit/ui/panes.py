@@ -9,6 +9,8 @@ objects, so a reducer that mutates instead of replacing cannot freeze a pane).
 - :class:`SparkGrid`: a grid of metric sparklines with its own throttle (Textual blends a colour per bar
   on every render: about a third of the UI's CPU while following), at most one redraw per
   ``period_s`` while the run goes on; the stage grid (dpo / kto / rm) shows a row once the run reports it.
+- :class:`CompletionsPane`: grpo's latest sampled completions and their rewards (``formatting.completions``),
+  scrollable; hidden until the run reports completions (only grpo does).
 
 ``cockpit/ui/formatting.py`` stays pure (state -> text); these widgets only place its output.
 """
@@ -19,7 +21,7 @@ import time
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.containers import Grid, Horizontal
+from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.widgets import Sparkline, Static
 
 from cockpit.ui import formatting
@@ -56,6 +58,50 @@ class AlertsPane(TextPane):
 
     def show_state(self, state: RunState, limit: int) -> None:
         self.show(formatting.alerts(state, limit))
+
+
+class CompletionsPane(VerticalScroll):
+    """grpo's latest sampled prompts, completions and rewards (``RunState.completions``), newest first,
+    wrapped to the pane's width and scrollable (the mouse wheel; ``c`` focuses it for the keys). Hidden
+    until the run reports completions; redrawn only when the text changes (a step without new samples, or
+    telemetry, draws nothing). Its title (step, count, the key) is the border's."""
+
+    HINT = "c: scroll"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(classes="hidden", **kw)
+        self.can_focus = False  # only ``c`` focuses it: the screen's keys stay the screen's
+        self._state: RunState | None = None
+
+    def compose(self) -> ComposeResult:
+        yield TextPane(id="completions-text")
+
+    def show_state(self, state: RunState) -> None:
+        if not state.completions:
+            return
+        self._state = state
+        if self.has_class("hidden"):
+            self.remove_class("hidden")
+        title = formatting.completions_title(state, "esc: back" if self.has_focus else self.HINT)
+        if self.border_title != title:
+            self.border_title = title
+        width = self.scrollable_content_region.width or self.screen.size.width - 3
+        self.query_one(TextPane).show(formatting.completions(state, max(20, width)))
+
+    def take_focus(self) -> None:
+        self.can_focus = True
+        self.focus()
+
+    def on_resize(self) -> None:
+        if self._state is not None:
+            self.call_after_refresh(self.show_state, self._state)
+
+    def on_focus(self) -> None:
+        self.on_resize()
+
+    def on_blur(self) -> None:
+        self.can_focus = False
+        self.on_resize()
 
 
 class SparkGrid(Grid):

@@ -57,6 +57,9 @@ STAGE_TITLES = {
 }
 
 
+COMPLETIONS_KEPT = 8  # grpo's sampled completions kept for the Live screen's pane: the latest two logging steps
+
+
 def fmt_num(value: float | None, metric: str = "") -> str:
     if value is None:
         return "-"
@@ -101,6 +104,8 @@ class RunState:
     events_seen: int = 0
     log_seq: int = 0  # events with a log line so far (cockpit.ui.logtail.ReadableLog orders by it)
     recent: deque = field(default_factory=lambda: deque(maxlen=400))  # (log_seq, event): the log pane's events
+    # grpo: the latest sampled completions, oldest first ({step, prompt, completion, reward, rewards, advantage})
+    completions: deque = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
     version: int = 0  # bumped by every apply() that changed something
     series: dict[str, BucketSeries] = field(default_factory=dict)
     pace: Pace = field(default_factory=Pace)  # ETA and what the ranks do between steps (cockpit.run.pace)
@@ -176,6 +181,11 @@ class RunState:
             self.probes[str(ev.get("phase"))] = ev
         elif kind == "held_out":
             self.held_out[str(ev.get("phase"))] = ev
+        elif kind == "completions":
+            samples = ev.get("samples")
+            for sample in samples[-COMPLETIONS_KEPT:] if isinstance(samples, list) else ():
+                if isinstance(sample, dict):
+                    self.completions.append({**sample, "step": ev.get("step")})
         elif kind == "eval":
             self.evals.add(ev.get("step") or 0, as_float(ev.get("eval_loss")))
         elif kind == "run_finished":

@@ -69,8 +69,12 @@ def _dataset(rows: list[dict[str, Any]]) -> Any:
     return Dataset.from_list(_rows(rows))
 
 
-def sampled_completions(logs: Any, n: int = SAMPLES_PER_LOG) -> list[dict[str, Any]]:
-    """The last ``n`` (prompt, completion, rewards) of TRL's bounded ``_logs`` (the latest generation round)."""
+def sampled_completions(
+    logs: Any, n: int = SAMPLES_PER_LOG, weights: dict[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """The last ``n`` (prompt, completion, rewards) of TRL's bounded ``_logs`` (the latest generation round).
+    ``reward``: the weighted total as TRL computes it (``weights``: function name -> weight, 1.0 when absent;
+    a function's None reward left out, as TRL's nansum does)."""
     prompts, completions = list(logs.get("prompt", [])), list(logs.get("completion", []))
     rewards = {name: list(values) for name, values in logs.get("rewards", {}).items()}
     advantages = list(logs.get("advantages", []))
@@ -78,15 +82,28 @@ def sampled_completions(logs: Any, n: int = SAMPLES_PER_LOG) -> list[dict[str, A
 
     out = []
     for i in range(max(0, len(completions) - n), len(completions)):
+        per = {k: _round(v[i]) for k, v in rewards.items() if i < len(v)}
+        scored = [(weights or {}).get(k, 1.0) * v for k, v in per.items() if v is not None]
         out.append(
             {
                 "prompt": _cut(_prompt_text(prompts[i]) if i < len(prompts) else "", PROMPT_CHARS),
                 "completion": _cut(completion_text(completions[i]), COMPLETION_CHARS),
-                "rewards": {k: _round(v[i]) for k, v in rewards.items() if i < len(v)},
+                "reward": round(sum(scored), 4) if scored else None,
+                "rewards": per,
                 "advantage": _round(advantages[i]) if i < len(advantages) else None,
             }
         )
     return out
+
+
+def trainer_reward_weights(trainer: Any) -> dict[str, float] | None:
+    """Reward function name -> weight, as the trainer applies them (``reward_func_names``, ``reward_weights``)."""
+    names = list(getattr(trainer, "reward_func_names", None) or [])
+    weights = getattr(trainer, "reward_weights", None)
+    if not names or weights is None:
+        return None
+    values = weights.tolist() if hasattr(weights, "tolist") else list(weights)
+    return {name: float(w) for name, w in zip(names, values)}
 
 
 def _round(value: Any) -> Any:
@@ -215,7 +232,9 @@ def completions_callback(ctx: RecipeContext) -> Any:
         def on_log(self, args, state, control, logs=None, **kwargs):
             if ctx.writer is None or self.trainer is None or not logs or "loss" not in logs:
                 return
-            samples = sampled_completions(getattr(self.trainer, "_logs", {}))
+            samples = sampled_completions(
+                getattr(self.trainer, "_logs", {}), weights=trainer_reward_weights(self.trainer)
+            )
             if samples:
                 ctx.writer.emit("completions", step=state.global_step, samples=samples)
 

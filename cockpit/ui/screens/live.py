@@ -31,7 +31,7 @@ from cockpit.ui import formatting
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
-from cockpit.ui.panes import AlertsPane, DevicesPane, SparkGrid, TextPane, metric_grid, stage_grid
+from cockpit.ui.panes import AlertsPane, CompletionsPane, DevicesPane, SparkGrid, TextPane, metric_grid, stage_grid
 from cockpit.ui.screens import on_top
 from cockpit.ui.state import RunFollower, RunState
 
@@ -47,6 +47,7 @@ class LiveScreen(Screen):
         Binding("p", "plot", "Plot"),
         Binding("l", "logs", "Raw log"),
         Binding("w", "warnings", "Warnings"),
+        Binding("c", "completions", "Completions", show=False),  # grpo: the pane says it
         Binding("slash", "search", "Search"),
         Binding("enter", "summary", "Summary"),  # shown once the run has ended
         Binding("escape,q", "leave", "Leave"),
@@ -99,6 +100,7 @@ class LiveScreen(Screen):
         with Horizontal(id="live-mid"):
             yield DevicesPane(id="devices", classes="pane")
             yield AlertsPane(id="alerts", classes="pane")
+        yield CompletionsPane(id="completions")  # grpo: shown once the run reports sampled completions
         yield Input(
             placeholder="search the log; Enter keeps the filter, Esc clears it",
             id="log-search",
@@ -116,6 +118,7 @@ class LiveScreen(Screen):
         # a measurable part of the follow CPU)
         self._grids = list(self.query(SparkGrid))
         self._devices, self._alerts = self.query_one(DevicesPane), self.query_one(AlertsPane)
+        self._completions = self.query_one(CompletionsPane)
         self._bar = self.query_one("#live-progress", ProgressBar)
         try:
             big = os.path.getsize(self.run.events_path) > (4 << 20)
@@ -202,6 +205,16 @@ class LiveScreen(Screen):
         self.app.sub_title = ""
         self.app.switch_screen(SummaryScreen(self.run))
 
+    def action_completions(self) -> None:
+        """Focus the completions pane (arrows / PgUp / PgDn scroll it); again: back to the screen."""
+        pane = self._completions
+        if pane.has_class("hidden"):
+            self.notify("c shows sampled completions: this run reports none (grpo runs do)", severity="warning")
+        elif pane.has_focus:
+            self.set_focus(None)
+        else:
+            pane.take_focus()
+
     def action_warnings(self) -> None:
         self.warnings_open = not self.warnings_open
         self._show_log()
@@ -281,6 +294,7 @@ class LiveScreen(Screen):
             tall = self.size.height >= 40
             self._devices.show_state(st, (16 if tall else 9) - 1)  # #live-mid's max-height, less comm
             self._alerts.show_state(st, 6 if tall else 3)
+            self._completions.show_state(st)
 
     # -- actions ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="slurm-queue")
@@ -489,6 +503,9 @@ class LiveScreen(Screen):
             self.set_focus(None)
 
     def action_leave(self) -> None:
+        if self._completions.has_focus:  # esc: back from the completions pane, the screen stays
+            self.set_focus(None)
+            return
         box = self.query_one("#log-search", Input)
         if box.has_focus or not box.has_class("hidden"):
             box.value = ""
