@@ -86,13 +86,13 @@ def test_no_llamafactory_key_is_an_unknown_key(key):
 
 
 def test_a_refused_key_exits_2_at_check_naming_key_file_and_line(tmp_path, tiny_model_dir):
-    path = tiny_config(tmp_path, tiny_model_dir, pure_bf16=True)
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("pure_bf16:"))
+    path = tiny_config(tmp_path, tiny_model_dir, use_muon=True)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("use_muon:"))
     res = cockpit("check", str(path))
     assert res.returncode == 2, res.stdout + res.stderr
     out = res.stdout + res.stderr
-    assert f"{path}:{line}: pure_bf16: {REFUSED}not built yet: bf16 weights and optimizer" in out
-    assert "use bf16: true" in out and "unknown key" not in out
+    assert f"{path}:{line}: use_muon: {REFUSED}not built yet: the Muon / Adam-mini optimizers" in out
+    assert "optim picks one of HF's" in out and "unknown key" not in out
 
 
 def test_the_key_table_shows_every_llamafactory_keys_verdict():

@@ -255,6 +255,13 @@ def validate(
     notes: list[str] = []
     raw = _resolve_aliases(raw, problems, where, notes)
     cfg = _typed_values(raw, problems, where, file, lines)
+    if "do_train" not in raw and cfg.get("do_predict") and cfg.get("eval_dataset") and not cfg.get("dataset"):
+        # LLaMA-Factory's predict examples leave do_train out (HF's default: false) and name eval_dataset alone
+        cfg["do_train"] = False
+        notes.append(
+            "do_train: false (do_predict with eval_dataset and no dataset: a prediction-only run, as in "
+            "LLaMA-Factory, where do_train defaults to false)"
+        )
     problems.extend(_cross_key_problems(cfg, where, needs_data=not for_plan))
     problems.extend(_strategy_problems(raw, cfg, where, problems))
     problems.extend(stage_problems(cfg, where))

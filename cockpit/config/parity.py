@@ -63,6 +63,8 @@ def parity_problems(
     out += _lora_variant_problems(raw, cfg, where)
     out += _optim_problems(cfg, where, installed)
     out += _eval_problems(raw, cfg, where)
+    out += early_stopping_problems(cfg, where)
+    out += pure_bf16_problems(cfg, where)
     out += predict_problems(cfg, where, installed)
     out += _model_setup_problems(cfg, where, installed)
     if cfg.get("include_num_input_tokens_seen") is False:
@@ -524,6 +526,55 @@ def _eval_problems(
     return out
 
 
+def early_stopping_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """``early_stopping_steps`` (LLaMA-Factory adds HF's ``EarlyStoppingCallback(early_stopping_patience=N)``):
+    what that callback asserts at the start of training, refused here naming the key: an evaluation
+    during training (evaluation data, do_eval not false, an eval_strategy other than no; the stages
+    other than SFT evaluate during training only when an eval key asks) and a metric to watch
+    (``metric_for_best_model``, which ``load_best_model_at_end`` defaults to loss)."""
+    if cfg.get("early_stopping_steps") is None:
+        return []
+    if not (cfg.get("val_size") or cfg.get("eval_dataset")):
+        why = "needs evaluation data to watch: set val_size or eval_dataset"
+    elif cfg.get("do_eval") is False or cfg.get("eval_strategy") == "no":
+        why = "stops on the evaluations during training, and this config has none (do_eval false / eval_strategy no)"
+    elif cfg.get("stage", "sft") != "sft" and not (
+        cfg.get("eval_strategy") or cfg.get("eval_steps") or cfg.get("load_best_model_at_end")
+    ):
+        why = (
+            f"stage {cfg.get('stage')} evaluates during training only when asked: set eval_strategy (steps or "
+            "epoch) or load_best_model_at_end: true"
+        )
+    elif not (cfg.get("metric_for_best_model") or cfg.get("load_best_model_at_end")):
+        why = (
+            "needs a metric to watch: set metric_for_best_model (e.g. loss) or load_best_model_at_end: true (which "
+            "watches eval loss and ends with the best checkpoint); HF's EarlyStoppingCallback requires one"
+        )
+    else:
+        return []
+    return [Problem(why, **where("early_stopping_steps"))]
+
+
+def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """``pure_bf16``: bf16 weights, gradients and optimizer states without autocast. Not with fp16 (another
+    precision), nor under DeepSpeed (LLaMA-Factory refuses ZeRO-3; DeepSpeed's bf16 mode keeps fp32 master
+    weights) or FSDP2 (its mixed-precision policy is what bf16 sets)."""
+    if not cfg.get("pure_bf16"):
+        return []
+    if cfg.get("fp16"):
+        return [Problem("pure_bf16 trains in bf16 and fp16 is another precision; choose one", **where("fp16"))]
+    for key in ("deepspeed", "zero_stage", "fsdp"):
+        if cfg.get(key):
+            return [
+                Problem(
+                    f"pure_bf16 is not supported with {key} (DeepSpeed's and FSDP2's bf16 modes keep their own fp32 "
+                    "copies or policies); use bf16: true (mixed precision) there",
+                    **where("pure_bf16"),
+                )
+            ]
+    return []
+
+
 # (import name, pip name) of the packages that score predictions (cockpit/data/similarity.py)
 METRICS_PACKAGES = (("jieba", "jieba"), ("nltk", "nltk"), ("rouge_chinese", "rouge-chinese"))
 
@@ -758,10 +809,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
     # issue 37: the rest of LLaMA-Factory 0.9.5's keys (tests/fixtures/llamafactory/lf_keys.json), each with a verdict
     (
-        ("pure_bf16",),
-        "not built yet: bf16 weights and optimizer without mixed precision; use bf16: true (mixed precision)",
-    ),
-    (
         ("use_muon", "use_adam_mini"),
         "not built yet: the Muon / Adam-mini optimizers; optim picks one of HF's (adamw_8bit, and use_galore, "
         "use_apollo, use_badam also cut optimizer memory)",
@@ -773,15 +820,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("oft_*", "module_dropout"),
         "not built yet: finetuning_type oft (PEFT's OFT); finetuning_type is lora | freeze | full",
-    ),
-    (
-        ("early_stopping_steps",),
-        "not built yet: stopping when metric_for_best_model stops improving; load_best_model_at_end keeps the best "
-        "checkpoint",
-    ),
-    (
-        ("include_effective_tokens_per_second",),
-        "always measured in Cockpit: the step events' and the summary's tokens/s count the non-padding input tokens",
     ),
     (("ld_alpha",), "not built yet: LD-DPO's length weighting; pref_loss is sigmoid | ipo | hinge | orpo | simpo"),
     (("pref_bco_weight",), "not built yet: DPO's BCO term; pref_ftx adds an SFT term instead"),

@@ -97,6 +97,7 @@ class RunConfigKeys:
     max_grad_norm: float = 1.0
     bf16: bool = False
     fp16: bool = False
+    pure_bf16: bool = False
     gradient_checkpointing: bool = False
     enable_liger_kernel: bool = False
     torch_compile: bool = False
@@ -178,6 +179,7 @@ class RunConfigKeys:
     load_best_model_at_end: bool = False
     metric_for_best_model: str | None = None
     greater_is_better: bool | None = None
+    early_stopping_steps: int | None = None
     do_predict: bool = False
     predict_with_generate: bool = False
     max_new_tokens: int = 1024
@@ -191,6 +193,7 @@ class RunConfigKeys:
     use_reentrant_gc: bool = False
     freeze_trainable_modules: str = "all"
     freeze_extra_modules: str | None = None
+    include_effective_tokens_per_second: bool = False
     include_num_input_tokens_seen: bool = True
     rope_scaling: Literal["linear", "dynamic", "yarn", "llama3"] | None = None
     upcast_layernorm: bool = False

@@ -680,6 +680,15 @@ KEYS: tuple[Key, ...] = (
     _k("max_grad_norm", "float", 1.0, "gradient clipping norm (0: off)", "training", min=0.0, nullable=False),
     _k("bf16", "bool", False, "bfloat16 mixed precision", "training", nullable=False),
     _k("fp16", "bool", False, "float16 mixed precision (GPU only)", "training", nullable=False),
+    _k(
+        "pure_bf16",
+        "bool",
+        False,
+        "train in bf16 without mixed precision: the model loaded in bf16 (LoRA's adapter too), bf16 gradients and "
+        "optimizer states, no autocast (LLaMA-Factory's pure_bf16; bf16 and fp16 stay false)",
+        "training",
+        nullable=False,
+    ),
     _k("gradient_checkpointing", "bool", False, "recompute activations in backward", "training", nullable=False),
     _k(
         "enable_liger_kernel",
@@ -1189,6 +1198,16 @@ KEYS: tuple[Key, ...] = (
         "whether a higher metric_for_best_model is better (default: false for loss)",
         "eval",
     ),
+    _k(
+        "early_stopping_steps",
+        "int",
+        None,
+        "stop training when metric_for_best_model has not improved for N evaluations in a row (HF's "
+        "EarlyStoppingCallback, as LLaMA-Factory adds it); needs evaluation data and load_best_model_at_end or "
+        "metric_for_best_model",
+        "eval",
+        min=1,
+    ),
     # prediction (LLaMA-Factory's do_predict + predict_with_generate; its generating arguments)
     _k(
         "do_predict",
@@ -1297,6 +1316,15 @@ KEYS: tuple[Key, ...] = (
         None,
         "freeze: modules outside the decoder layers also trained fully, a comma list (e.g. embed_tokens,norm)",
         "method",
+    ),
+    _k(
+        "include_effective_tokens_per_second",
+        "bool",
+        False,
+        "after training: effective_tokens_per_sec in summary.json (sft, pt): the "
+        "training samples' tokens x epochs / train runtime / ranks, as LLaMA-Factory computes it",
+        "output",
+        nullable=False,
     ),
     _k(
         "include_num_input_tokens_seen",

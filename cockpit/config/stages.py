@@ -19,7 +19,14 @@ PAIRWISE_STAGES = ("dpo", "rm")  # datasets with chosen / rejected answers (rank
 REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # no reference model at all
 
 
-_PAIR_UNHONOURED = {"group_by_length": "TRL's tokenised samples have no input_ids column for the length sampler"}
+_EFFECTIVE_TPS = (
+    "LLaMA-Factory's effective tokens/s counts sft / pt samples' tokens; this stage's step events and summary "
+    "carry tokens_per_s (the input tokens the trainer saw)"
+)
+_PAIR_UNHONOURED = {
+    "group_by_length": "TRL's tokenised samples have no input_ids column for the length sampler",
+    "include_effective_tokens_per_second": _EFFECTIVE_TPS,
+}
 _RM_UNHONOURED = {
     "pissa_convert": "the value head (score) is trained in full beside the adapter, and the converted adapter "
     "holds only lora_A / lora_B",
@@ -61,8 +68,10 @@ _GRPO_UNHONOURED = {
             "load_best_model_at_end",
             "metric_for_best_model",
             "compute_accuracy",
+            "early_stopping_steps",
         )
     },
+    "include_effective_tokens_per_second": _EFFECTIVE_TPS,
     "max_new_tokens": "prediction's key: GRPO's completions are max_completion_length tokens at most",
     "do_sample": "prediction's key: GRPO always samples its completions (temperature, top_p, top_k)",
 }

@@ -52,6 +52,8 @@ def machine_ram_gib() -> float | None:
 def load_bytes_per_param(cfg: Mapping[str, Any], use_cpu: bool) -> int:
     """The dtype the ranks load the base weights in (cockpit.train.model.base_load_kwargs's rule)."""
     half = bool(cfg.get("bf16") or cfg.get("fp16"))
+    if cfg.get("pure_bf16"):
+        return 2  # every weight in bf16
     if cfg.get("quantization_bit"):
         return 2  # read in 16 bits, quantized as it moves to the GPU
     return 2 if (cfg.get("finetuning_type", "lora") == "lora" and half and not use_cpu) else 4

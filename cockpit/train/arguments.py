@@ -87,6 +87,8 @@ def training_arguments(cfg: Mapping[str, Any], dirs: dict[str, Path], use_cpu: b
 
     warmup = cfg["warmup_steps"] if cfg["warmup_steps"] > 0 else float(cfg["warmup_ratio"])
     kwargs: dict[str, Any] = {key: cfg[key] for key in SAME_NAME_ARGUMENTS}
+    if cfg.get("pure_bf16"):  # the model is bf16 itself (cockpit.train.model.base_load_kwargs): no autocast
+        kwargs["bf16"] = False
     kwargs.update(
         output_dir=str(dirs["checkpoints"]),
         warmup_steps=warmup,

@@ -170,7 +170,11 @@ def base_load_kwargs(cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int
     if cfg["quantization_bit"]:
         from transformers import BitsAndBytesConfig
 
-        compute = torch.bfloat16 if cfg["bf16"] else (torch.float16 if cfg["fp16"] else torch.float32)
+        compute = (
+            torch.bfloat16
+            if (cfg["bf16"] or cfg.get("pure_bf16"))
+            else (torch.float16 if cfg["fp16"] else torch.float32)
+        )
         kwargs["quantization_config"] = (
             BitsAndBytesConfig(
                 load_in_4bit=True,
@@ -187,6 +191,8 @@ def base_load_kwargs(cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int
     # fp16 keeps fp32 weights: the loss scaler cannot unscale fp16 gradients
     half = half or (bool(cfg.get("use_badam")) and cfg.get("badam_mode") == "layer" and cfg["bf16"] and not use_cpu)
     kwargs["dtype"] = (torch.bfloat16 if cfg["bf16"] else torch.float16) if half else torch.float32
+    if cfg.get("pure_bf16"):  # every weight in bf16, trained so (no fp32 master copy, no autocast)
+        kwargs["dtype"] = torch.bfloat16
     return kwargs
 
 
@@ -196,6 +202,8 @@ def trainable_in_fp32(cfg: Mapping[str, Any]) -> bool:
     PEFT upcasts the adapter's own matrices, not ``modules_to_save`` copies or the new tokens' rows,
     which fp16 would then keep in fp16: HF's GradScaler refuses them ("Attempting to unscale FP16
     gradients") on a GPU."""
+    if cfg.get("pure_bf16"):  # LLaMA-Factory: "Pure bf16 detected, remaining trainable params in half precision"
+        return False
     return cfg["finetuning_type"] == "lora" and bool(cfg["bf16"] or cfg["fp16"]) and not cfg.get("use_badam")
 
 
@@ -236,7 +244,9 @@ def with_lora_adapter(
                     key="adapter_name_or_path",
                 )
             )
-        return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        return PeftModel.from_pretrained(
+            model, adapter, is_trainable=True, autocast_adapter_dtype=not cfg.get("pure_bf16")
+        )
     if adapter:  # create_new_adapter: the old adapter merged into the base, a new one trained
         old = PeftConfig.from_pretrained(adapter)
         if task_type != old.task_type:  # a causal LM's adapter over a value model: its LoRA matrices alone
@@ -257,7 +267,8 @@ def with_lora_adapter(
         **lora_new_rows_trainable(model, lora_config_kwargs(cfg), new_token_ids or []),
     )
     try:
-        return get_peft_model(model, lora)
+        # pure_bf16: the adapter stays in the base's bf16 (PEFT casts a half-precision adapter to fp32 by default)
+        return get_peft_model(model, lora, autocast_adapter_dtype=not cfg.get("pure_bf16"))
     except ValueError as exc:
         raise InputError(f"lora_target: {exc}") from None
 

@@ -362,7 +362,10 @@ def start_stage(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Attempt:
     save_pissa_initial(ctx, model)
     callback = stage_callback(ctx, recipe)
     before = before_training(recipe, ctx, data)  # probes and held-out, on the training device
-    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before])
+    from cockpit.train.stopping import early_stopping_callbacks
+
+    stopping = early_stopping_callbacks(ctx.cfg, ctx.writer, ctx.log)  # early_stopping_steps
+    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before, *stopping])
     return Attempt(trainer, callback, before, [])
 
 
@@ -415,6 +418,13 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
         "checkpoints_dir": str(dirs["checkpoints"]),
         "loss_plot": str(dirs["plot"]) if plotted else None,
     }
+    from cockpit.train.stopping import early_stop_reason
+
+    stopped_early = early_stop_reason(attempt.trainer)  # early_stopping_steps: a finished run, ended early
+    if stopped_early and summary["reason"] is None:
+        summary["reason"] = stopped_early
+    if cfg.get("include_effective_tokens_per_second"):  # LLaMA-Factory's train metric, as it names it
+        summary["effective_tokens_per_sec"] = attempt.train_metrics.get("effective_tokens_per_sec")
     if attempt.poisoned:
         summary["reason"] = nan_reason(cfg, callback, attempt, state.global_step)
     if cfg.get("pissa_convert"):  # after a NaN the adapter is a checkpoint's, as trained (PiSSA)
@@ -476,6 +486,7 @@ class Attempt:
     poisoned: bool = False
     adapter_from: str | None = None  # after a NaN: the checkpoint the adapter was copied from
     probe_after: dict[str, Any] | None = None
+    train_metrics: dict[str, Any] = field(default_factory=dict)  # HF's TrainOutput.metrics of this attempt
 
 
 def train(ctx: RecipeContext, attempt: Attempt) -> None:
@@ -493,8 +504,17 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
         "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3),
         "tokens_seen": callback.tokens_total,
     }
-    trainer.train(resume_from_checkpoint=resume or None)
+    output = trainer.train(resume_from_checkpoint=resume or None)
     attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
+    attempt.train_metrics = dict(getattr(output, "metrics", None) or {})
+    if ctx.cfg.get("include_effective_tokens_per_second"):
+        from cockpit.train.stopping import effective_tokens_per_sec
+
+        metrics = attempt.train_metrics
+        metrics["effective_tokens_per_sec"] = effective_tokens_per_sec(
+            trainer.train_dataset, trainer.state.epoch, metrics.get("train_runtime", 0.0), ctx.world_size
+        )
+        ctx.log(f"effective tokens/s: {metrics['effective_tokens_per_sec']} (include_effective_tokens_per_second)")
 
 
 def save_final_model(ctx: RecipeContext, attempt: Attempt) -> None:

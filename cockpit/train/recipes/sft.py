@@ -152,8 +152,11 @@ class SFTRecipe(Recipe):
             fsdp=bool(cfg.get("fsdp")),
             log=ctx.log,
         )
+        from cockpit.train.stopping import early_stopping_callbacks
+
+        stopping = early_stopping_callbacks(cfg, ctx.writer, ctx.log)  # early_stopping_steps
         trainer = sft_trainer(
-            trainer_cls, cfg, model, args, ctx.tokenizer, data.train, data.held_out, [callback, before]
+            trainer_cls, cfg, model, args, ctx.tokenizer, data.train, data.held_out, [callback, before, *stopping]
         )
         before.trainer = trainer
         return Attempt(trainer, callback, before, probes)

@@ -1,0 +1,51 @@
+"""LLaMA-Factory's ``early_stopping_steps`` (HF's ``EarlyStoppingCallback``, as LLaMA-Factory's tuner adds it)
+and ``include_effective_tokens_per_second`` (its ``calculate_tps``): what a finished training reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def early_stopping_callbacks(cfg: Mapping[str, Any], writer: Any, log: Callable[[str], None]) -> list[Any]:
+    """``[EarlyStoppingCallback(early_stopping_patience=N)]`` (HF's, subclassed to say why it stopped:
+    its ``stopped`` holds the words, logged and as an info ``alert`` event with code early_stopping),
+    or none without ``early_stopping_steps``."""
+    if cfg.get("early_stopping_steps") is None:
+        return []
+    from transformers import EarlyStoppingCallback
+
+    class SaysWhy(EarlyStoppingCallback):
+        stopped: str | None = None
+
+        def on_evaluate(self, args, state, control, metrics, **kwargs):
+            super().on_evaluate(args, state, control, metrics, **kwargs)
+            if control.should_training_stop and self.stopped is None:
+                metric = args.metric_for_best_model
+                metric = metric if metric.startswith("eval_") else f"eval_{metric}"
+                self.stopped = (
+                    f"early stopping at step {state.global_step}: {metric} has not improved for "
+                    f"{self.early_stopping_patience_counter} evaluation(s) (early_stopping_steps "
+                    f"{self.early_stopping_patience}; best {state.best_metric:.6g}"
+                    + (f" at {state.best_model_checkpoint}" if state.best_model_checkpoint else "")
+                    + ")"
+                )
+                log(self.stopped)
+                if writer is not None:
+                    writer.emit("alert", level="info", code="early_stopping", message=self.stopped, remedies=[])
+
+    return [SaysWhy(early_stopping_patience=int(cfg["early_stopping_steps"]))]
+
+
+def early_stop_reason(trainer: Any) -> str | None:
+    """The words of the early stop that ended this training, if one did."""
+    return next((cb.stopped for cb in trainer.callback_handler.callbacks if getattr(cb, "stopped", None)), None)
+
+
+def effective_tokens_per_sec(rows: Any, epoch: float, train_runtime: float, world_size: int) -> float | None:
+    """LLaMA-Factory's ``calculate_tps`` for sft / pt: the training samples' tokens (``input_ids``, no
+    padding) x the epochs trained / the train runtime, per rank."""
+    if not train_runtime:
+        return None
+    tokens = sum(len(rows[i]["input_ids"]) for i in range(len(rows)))
+    return round(tokens * float(epoch or 0.0) / train_runtime / max(world_size, 1), 3)
