@@ -111,7 +111,17 @@ def test_early_stopping_refuses_what_hfs_callback_would():
                         check_paths=False)["early_stopping_steps"] == 2
 
 
-def test_effective_tokens_per_second_is_sft_and_pts():
+def test_effective_tokens_per_second_is_llamafactorys_calculate_tps():
+    """sft / pt rows (the ListDataset both trainers train on): every sample's input_ids x epochs / the
+    train runtime / the ranks, as LLaMA-Factory's calculate_tps; other stages refuse the key."""
+    from cockpit.config.stages import STAGES
+    from cockpit.train.arguments import ListDataset
+    from cockpit.train.stopping import effective_tokens_per_sec
+
+    rows = ListDataset([{"input_ids": [1] * n, "labels": [1] * n} for n in (10, 20, 30)])
+    assert effective_tokens_per_sec(rows, 2.0, 4.0, 1) == 30.0  # 60 tokens x 2 epochs / 4 s
+    assert effective_tokens_per_sec(rows, 2.0, 4.0, 2) == 15.0 and effective_tokens_per_sec(rows, 1, 0.0, 1) is None
+    assert [s for s, caps in STAGES.items() if caps.honours("include_effective_tokens_per_second")] == ["sft", "pt"]
     refused("include_effective_tokens_per_second: .*stage dpo|stage dpo.*include_effective_tokens_per_second",
             stage="dpo", include_effective_tokens_per_second=True)
 
