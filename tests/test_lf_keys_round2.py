@@ -132,7 +132,7 @@ def test_a_run_whose_eval_loss_stops_improving_ends_early_and_says_why(tmp_path,
     eval loss climb after the first steps, early_stopping_steps 2 with load_best_model_at_end: the run ends
     (finished) well before max_steps, two evaluations after its best, the reason in summary.json, the log
     and an info alert; include_effective_tokens_per_second puts LLaMA-Factory's figure in summary.json."""
-    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=30, learning_rate=0.2, val_size=4, eval_steps=1,
+    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=30, learning_rate=1.0, val_size=4, eval_steps=1,
                       save_steps=1, load_best_model_at_end=True, early_stopping_steps=2, probes=None,
                       include_effective_tokens_per_second=True, save_total_limit=None)
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=600)
@@ -144,8 +144,10 @@ def test_a_run_whose_eval_loss_stops_improving_ends_early_and_says_why(tmp_path,
     losses = [e["eval_loss"] for e in evals]
     best = losses.index(min(losses))
     assert len(losses) == best + 3 and all(x >= losses[best] for x in losses[best + 1:]), losses
+    assert [e["step"] for e in evals] == list(range(1, summary["steps"] + 1))
     assert summary["reason"].startswith(f"early stopping at step {summary['steps']}: eval_loss has not improved "
                                         "for 2 evaluation(s) (early_stopping_steps 2; best")
+    assert summary["reason"].endswith(f" at checkpoint-{evals[best]['step']})"), summary["reason"]
     (alert,) = [e for e in read_events(run) if e["kind"] == "alert" and e.get("code") == "early_stopping"]
     assert alert["level"] == "info" and alert["message"] == summary["reason"]
     assert "early stopping at step" in (run / "logs" / "rank0.log").read_text()

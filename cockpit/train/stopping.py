@@ -4,6 +4,7 @@ and ``include_effective_tokens_per_second`` (its ``calculate_tps``): what a fini
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -27,7 +28,7 @@ def early_stopping_callbacks(cfg: Mapping[str, Any], writer: Any, log: Callable[
                     f"early stopping at step {state.global_step}: {metric} has not improved for "
                     f"{self.early_stopping_patience_counter} evaluation(s) (early_stopping_steps "
                     f"{self.early_stopping_patience}; best {state.best_metric:.6g}"
-                    + (f" at {state.best_model_checkpoint}" if state.best_model_checkpoint else "")
+                    + (f" at {Path(state.best_model_checkpoint).name}" if state.best_model_checkpoint else "")
                     + ")"
                 )
                 log(self.stopped)
