@@ -151,6 +151,17 @@ def test_a_run_whose_eval_loss_stops_improving_ends_early_and_says_why(tmp_path,
     (alert,) = [e for e in read_events(run) if e["kind"] == "alert" and e.get("code") == "early_stopping"]
     assert alert["level"] == "info" and alert["message"] == summary["reason"]
     assert "early stopping at step" in (run / "logs" / "rank0.log").read_text()
+    # load_best_model_at_end: the saved adapter is the best checkpoint's, not the last step's (HF named the
+    # best while it was staged, and quietly loaded nothing: fixed in CockpitTrainer._save_checkpoint)
+    from safetensors.torch import load_file
+
+    best_dir = run / "checkpoints" / f"checkpoint-{evals[best]['step']}"
+    last_dir = run / "checkpoints" / f"checkpoint-{summary['steps']}"
+    state = json.loads((last_dir / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"] == str(best_dir)
+    final, at_best, at_last = (load_file(str(d / "adapter_model.safetensors")) for d in (run / "adapter", best_dir, last_dir))
+    assert all(final[k].equal(at_best[k]) for k in at_best)
+    assert any(not final[k].equal(at_last[k]) for k in at_last)
     # LLaMA-Factory's calculate_tps: the training samples' tokens x epochs / train runtime
     tps = summary["effective_tokens_per_sec"]
     assert isinstance(tps, float) and tps > 0

@@ -169,7 +169,7 @@ def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_pa
     assert [s for s, _ in loss_series(read_all(run / "events.jsonl"), "eval", "eval_loss")] == [0, 2, 4]  # loss.png's second line
     assert (run / "loss.png").stat().st_size > 0
     best = min(evals[1:], key=lambda e: e["eval_loss"])
-    assert state["best_model_checkpoint"].endswith(f"checkpoint-{best['step']}")
+    assert state["best_model_checkpoint"] == str(run / "checkpoints" / f"checkpoint-{best['step']}")  # not .staging
     assert state["best_metric"] == pytest.approx(best["eval_loss"])
     # summary.json and the Summary screen carry the eval losses
     summary = json.loads((run / "summary.json").read_text())

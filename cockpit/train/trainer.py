@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transformers import Trainer
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.store.rundir import CHECKPOINT_STAGING
@@ -95,6 +96,25 @@ def _disk_full(exc: BaseException, folder: str) -> bool:
     except OSError:
         return False
     return usage.free < max(16 * 2**20, usage.total // 100)
+
+
+def unstage_best_in_state_file(checkpoint: str, final_root: str) -> None:
+    """The checkpoint's ``trainer_state.json`` names the best checkpoint where it is now, not in
+    ``.staging`` where HF saw it (a resume drops a best checkpoint whose folder is gone)."""
+    path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    best = state.get("best_model_checkpoint")
+    staged_root = os.path.join(final_root, CHECKPOINT_STAGING)
+    if best and best.startswith(staged_root):
+        state["best_model_checkpoint"] = best.replace(staged_root, final_root, 1)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
 
 
 def retire_old_checkpoints(output_dir: str, limit: int | None, best: str | None) -> None:
@@ -275,6 +295,12 @@ class CockpitTrainer(Trainer):
             self._staging = False
             self.args.save_total_limit = limit
         _barrier()
+        # HF named the best checkpoint while it was staged: the same checkpoint is in place now (every
+        # rank's state; else load_best_model_at_end finds no folder there and quietly loads nothing)
+        best = self.state.best_model_checkpoint
+        if best:
+            best = best.replace(os.path.join(final_root, CHECKPOINT_STAGING), final_root)
+            self.state.best_model_checkpoint = best
         if self.args.should_save:
             target = os.path.join(final_root, name)
             if os.path.exists(target):  # a re-save of the same step (e.g. save-now at a save step)
@@ -284,7 +310,6 @@ class CockpitTrainer(Trainer):
                 os.rmdir(os.path.dirname(staged))  # leave no empty .staging behind
             except OSError:
                 pass
-            best = self.state.best_model_checkpoint  # named while staged: the same checkpoint, in place now
-            best = best.replace(os.path.join(final_root, CHECKPOINT_STAGING), final_root) if best else None
+            unstage_best_in_state_file(target, final_root)  # a resume reads it back
             retire_old_checkpoints(final_root, limit, best)
         _barrier()
