@@ -65,6 +65,7 @@ def parity_problems(
     out += _eval_problems(raw, cfg, where)
     out += early_stopping_problems(cfg, where)
     out += pure_bf16_problems(cfg, where)
+    out += token_weighting_problems(cfg, where)
     out += predict_problems(cfg, where, installed)
     out += _model_setup_problems(cfg, where, installed)
     if cfg.get("include_num_input_tokens_seen") is False:
@@ -575,6 +576,28 @@ def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, 
     return []
 
 
+def token_weighting_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """``use_dft_loss`` / ``use_eaft_loss`` weigh each token's loss inside the model's loss function
+    (cockpit/train/token_weights.py): not both (LLaMA-Factory silently takes DFT), and not with Liger's
+    kernels, whose fused loss never reaches that function."""
+    chosen = [key for key in ("use_dft_loss", "use_eaft_loss") if cfg.get(key)]
+    if len(chosen) > 1:
+        return [
+            Problem(
+                "use_dft_loss and use_eaft_loss are two weightings of the same loss; choose one", **where(chosen[1])
+            )
+        ]
+    if chosen and cfg.get("enable_liger_kernel"):
+        return [
+            Problem(
+                f"{chosen[0]} weighs the loss Cockpit computes, and Liger's fused cross-entropy computes its own; "
+                "turn one off",
+                **where(chosen[0]),
+            )
+        ]
+    return []
+
+
 # (import name, pip name) of the packages that score predictions (cockpit/data/similarity.py)
 METRICS_PACKAGES = (("jieba", "jieba"), ("nltk", "nltk"), ("rouge_chinese", "rouge-chinese"))
 
@@ -814,8 +837,9 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "use_apollo, use_badam also cut optimizer memory)",
     ),
     (
-        ("use_dft_loss", "use_eaft_loss", "use_asft_loss", "eaft_alpha", "asft_alpha"),
-        "not built yet: the DFT / EAFT / ASFT reweighted SFT losses; sft trains on plain cross-entropy",
+        ("use_asft_loss", "asft_alpha"),
+        "not built yet: ASFT adds to DFT a KL term against a reference model's logits over the whole vocabulary at "
+        "every position (a second model's forward per step); use_dft_loss is its DFT part",
     ),
     (
         ("oft_*", "module_dropout"),

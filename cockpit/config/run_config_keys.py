@@ -140,6 +140,9 @@ class RunConfigKeys:
     create_new_adapter: bool = False
     additional_target: str | None = None
     optim: str | None = None
+    use_dft_loss: bool = False
+    use_eaft_loss: bool = False
+    eaft_alpha: float = 1.0
     use_galore: bool = False
     galore_layerwise: bool = False
     galore_target: str = "all"

@@ -975,6 +975,34 @@ KEYS: tuple[Key, ...] = (
         "training",
         choices=OPTIMIZERS,
     ),
+    # token-weighted SFT losses (LLaMA-Factory's; cockpit/train/token_weights.py), with the chunked loss too
+    _k(
+        "use_dft_loss",
+        "bool",
+        False,
+        "sft: DFT (Dynamic Fine-Tuning) loss: each token's cross-entropy weighted by its probability under the "
+        "model (detached), in training and evaluation, as LLaMA-Factory's",
+        "training",
+        nullable=False,
+    ),
+    _k(
+        "use_eaft_loss",
+        "bool",
+        False,
+        "sft: EAFT loss: each token's cross-entropy weighted by (entropy of its top-20 softmax / 3) ** eaft_alpha "
+        "(detached), in training and evaluation, as LLaMA-Factory's",
+        "training",
+        nullable=False,
+    ),
+    _k(
+        "eaft_alpha",
+        "float",
+        1.0,
+        "use_eaft_loss: the power of EAFT's entropy weight",
+        "training",
+        min=0.0,
+        nullable=False,
+    ),
     # GaLore / APOLLO (LLaMA-Factory's keys): HF's galore_* / apollo_* optimizers (config/parity.low_rank_optim)
     _k(
         "use_galore",

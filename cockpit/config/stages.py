@@ -75,6 +75,10 @@ _GRPO_UNHONOURED = {
     "max_new_tokens": "prediction's key: GRPO's completions are max_completion_length tokens at most",
     "do_sample": "prediction's key: GRPO always samples its completions (temperature, top_p, top_k)",
 }
+# LLaMA-Factory's SFT trainer alone weighs its tokens' loss; the other stages' losses are not per-token LM losses
+# (pt's is, but LLaMA-Factory's pt trainer has no such key either)
+_SFT_LOSS = "DFT / EAFT weigh SFT's token cross-entropy (LLaMA-Factory's SFT trainer); this stage's loss is its own"
+_SFT_LOSS_KEYS = {key: _SFT_LOSS for key in ("use_dft_loss", "use_eaft_loss", "eaft_alpha")}
 STRATEGIES = ("ddp", "deepspeed", "fsdp")  # DDP: one process or several, each with the whole model
 # the keys that choose a strategy other than DDP
 STRATEGY_KEYS = {"deepspeed": "deepspeed", "zero_stage": "deepspeed", "fsdp": "fsdp"}
@@ -99,11 +103,11 @@ _DDP_ONLY = ("ddp",)
 STAGES: dict[str, StageCapabilities] = {
     "sft": StageCapabilities("sft", STRATEGIES),
     # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
-    "pt": StageCapabilities("pt", _DDP_ONLY),
-    "dpo": StageCapabilities("dpo", _DDP_ONLY, dict(_PAIR_UNHONOURED)),
-    "kto": StageCapabilities("kto", _DDP_ONLY, dict(_PAIR_UNHONOURED)),
-    "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED}),
-    "grpo": StageCapabilities("grpo", _DDP_ONLY, _GRPO_UNHONOURED),
+    "pt": StageCapabilities("pt", _DDP_ONLY, dict(_SFT_LOSS_KEYS)),
+    "dpo": StageCapabilities("dpo", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS}),
+    "kto": StageCapabilities("kto", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS}),
+    "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED, **_SFT_LOSS_KEYS}),
+    "grpo": StageCapabilities("grpo", _DDP_ONLY, {**_GRPO_UNHONOURED, **_SFT_LOSS_KEYS}),
 }
 # stage -> {key the schema accepts but the stage does not honour yet: why}. validate() refuses a value
 # other than the schema's default (or one of HONOURED_VALUES); the key table (docs/configuration.md) names the stages.

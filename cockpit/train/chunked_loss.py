@@ -29,7 +29,7 @@ TRL's ``chunked_nll``, Liger's fused linear cross-entropy and torchtune's
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -93,31 +93,38 @@ def _chunk_logits(hidden: Any, weight: Any, bias: Any) -> Any:
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """``sum(cross_entropy(hidden @ weight.T + bias, targets))`` over the rows whose target is not
     -100, without the ``[rows, vocab]`` logits: ``hidden`` [N, H], ``weight`` [V, H], ``bias`` [V] or
-    None, ``targets`` [N]. Returns the fp32 sum (a scalar)."""
+    None, ``targets`` [N]. Returns the fp32 sum (a scalar). With ``weighting`` (a
+    :data:`cockpit.train.token_weights.TokenWeighting`: a chunk's fp32 logits and its rows' losses in,
+    each row's weight out, taken as a constant) the sum is of ``weight x cross_entropy``."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int) -> Any:
+    def forward(ctx: Any, hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int, weighting: Any) -> Any:
         dtype = _compute_dtype(hidden, weight)
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             b = None if bias is None else bias.to(dtype)
             total = torch.zeros((), dtype=torch.float32, device=hidden.device)
             lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+            row_weights = None if weighting is None else torch.empty_like(lse)
             for start in range(0, hidden.shape[0], chunk):
                 logits = _chunk_logits(h[start : start + chunk], w, b)
                 t = targets[start : start + chunk]
                 keep = t != IGNORE
                 lse[start : start + chunk] = row_lse = torch.logsumexp(logits, dim=-1)
                 picked = logits.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
-                total += torch.where(keep, row_lse - picked, 0.0).sum()
+                row_loss = row_lse - picked
+                if row_weights is not None:
+                    row_weights[start : start + chunk] = weights = weighting(logits, row_loss)
+                    row_loss = row_loss * weights
+                total += torch.where(keep, row_loss, 0.0).sum()
                 del logits
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, row_weights)
         ctx.chunk, ctx.dtype = chunk, dtype
         return total
 
     @staticmethod
     def backward(ctx: Any, grad_total: Any) -> Any:
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, row_weights = ctx.saved_tensors
         dtype, chunk = ctx.dtype, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = grad_w = grad_b = None
@@ -137,7 +144,10 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 # d(lse - logit[t]) / d logits = softmax - one_hot(t), on the labelled rows only
                 grad = _chunk_logits(h[start:stop], w, b).sub_(lse[start:stop].unsqueeze(1)).exp_()
                 grad.scatter_add_(1, t.clamp(min=0).unsqueeze(1), torch.full_like(grad[:, :1], -1.0))
-                grad.mul_(torch.where(keep, grad_total, 0.0).unsqueeze(1))
+                scale = torch.where(keep, grad_total, 0.0)
+                if row_weights is not None:  # the weights are constants: d(w x loss) = w x d(loss)
+                    scale = scale * row_weights[start:stop]
+                grad.mul_(scale.unsqueeze(1))
                 if need_b:
                     grad_b += grad.sum(0)
                 g = grad.to(dtype)
@@ -151,19 +161,25 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None
+        return grad_h, grad_w, grad_b, None, None, None
 
 
-def chunked_cross_entropy_sum(hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int = CHUNK) -> Any:
+def chunked_cross_entropy_sum(
+    hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int = CHUNK, weighting: Any = None
+) -> Any:
     """The summed token cross-entropy of ``hidden`` [..., H] through the head (``weight``, ``bias``)
-    against ``targets`` [...] (-100 ignored), chunk by chunk (see :class:`ChunkedLinearCrossEntropy`)."""
+    against ``targets`` [...] (-100 ignored), chunk by chunk, each token's weighted by ``weighting``
+    when given (see :class:`ChunkedLinearCrossEntropy`)."""
     flat = hidden.reshape(-1, hidden.shape[-1])
-    return ChunkedLinearCrossEntropy.apply(flat, weight, bias, targets.reshape(-1).to(flat.device), int(chunk))
+    targets = targets.reshape(-1).to(flat.device)
+    return ChunkedLinearCrossEntropy.apply(flat, weight, bias, targets, int(chunk), weighting)
 
 
-def causal_lm_loss(head: Any, chunk: int = CHUNK) -> Any:
-    """A model ``loss_function`` that takes the hidden states as its ``logits`` and puts them through
-    ``head`` chunk by chunk: the numbers of HF's ``ForCausalLMLoss``."""
+def summed_lm_loss(summed: Callable[[Any, Any, int], Any]) -> Callable[..., Any]:
+    """A model ``loss_function`` with HF's ``ForCausalLMLoss`` signature and normalisation around
+    ``summed(logits, shift_labels, vocab_size)``, the fp32 sum of the labelled tokens' losses: labels
+    shifted by one (``shift_labels`` when given), ``-100`` ignored, the sum over ``num_items_in_batch``
+    when given, else the mean over labelled tokens."""
 
     def loss(
         logits: Any,
@@ -175,13 +191,11 @@ def causal_lm_loss(head: Any, chunk: int = CHUNK) -> Any:
         **kwargs: Any,
     ) -> Any:
         if ignore_index != IGNORE:
-            raise ValueError(f"the chunked loss ignores -100 only (got ignore_index={ignore_index})")
-        if head.weight.shape[0] != vocab_size:
-            raise ValueError(f"lm_head has {head.weight.shape[0]} outputs, the loss expects {vocab_size}")
+            raise ValueError(f"Cockpit's LM losses ignore -100 only (got ignore_index={ignore_index})")
         if shift_labels is None:
             shift_labels = torch.nn.functional.pad(labels, (0, 1), value=IGNORE)[..., 1:]
         shift_labels = shift_labels.to(logits.device)
-        total = chunked_cross_entropy_sum(logits, head.weight, head.bias, shift_labels, chunk)
+        total = summed(logits, shift_labels, vocab_size)
         if num_items_in_batch is None:
             return total / (shift_labels != IGNORE).sum()  # the mean over labelled tokens (0/0: nan, as HF)
         if torch.is_tensor(num_items_in_batch):
@@ -191,19 +205,33 @@ def causal_lm_loss(head: Any, chunk: int = CHUNK) -> Any:
     return loss
 
 
+def causal_lm_loss(head: Any, chunk: int = CHUNK, weighting: Any = None) -> Any:
+    """A model ``loss_function`` that takes the hidden states as its ``logits`` and puts them through
+    ``head`` chunk by chunk: the numbers of HF's ``ForCausalLMLoss`` (with ``weighting``: of the
+    token-weighted loss, :func:`cockpit.train.token_weights.weighted_causal_lm_loss`)."""
+
+    def summed(hidden: Any, shift_labels: Any, vocab_size: int) -> Any:
+        if head.weight.shape[0] != vocab_size:
+            raise ValueError(f"lm_head has {head.weight.shape[0]} outputs, the loss expects {vocab_size}")
+        return chunked_cross_entropy_sum(hidden, head.weight, head.bias, shift_labels, chunk, weighting)
+
+    return summed_lm_loss(summed)
+
+
 def _hidden_states(hidden: Any) -> Any:
     return hidden
 
 
 @contextlib.contextmanager
-def lm_loss_without_logits(model: Any, head: Any, chunk: int = CHUNK) -> Iterator[None]:
+def lm_loss_without_logits(model: Any, head: Any, chunk: int = CHUNK, weighting: Any = None) -> Iterator[None]:
     """Within: a forward of ``model`` (any wrapper around a :func:`plain_lm_head` model) with labels
-    returns the chunked loss; its ``logits`` output is the hidden states."""
+    returns the chunked loss (token-weighted by ``weighting`` when given); its ``logits`` output is the
+    hidden states."""
     base = base_model(model)
     if base.lm_head is not head:
         raise ValueError("the chunked loss's lm_head is not this model's")
     head.forward = _hidden_states
-    base.loss_function = causal_lm_loss(head, chunk)  # PreTrainedModel's setter: an instance attribute
+    base.loss_function = causal_lm_loss(head, chunk, weighting)  # PreTrainedModel's setter: an instance attribute
     try:
         yield
     finally:

@@ -35,6 +35,7 @@ from cockpit.train.labelled_logits import (
     accepts_logits_to_keep,
     labelled_positions_only,
 )
+from cockpit.train.token_weights import weighted_causal_lm_loss, weighted_model_loss
 
 RECORD = "cockpit_checkpoint.json"
 
@@ -154,6 +155,8 @@ class CockpitTrainer(Trainer):
     _chunked_head: Any = None  # the lm_head the chunked loss reads, decided at the first training step
     chunked_loss_why_not = ""  # why the chunked loss does not apply (empty: it does, or not decided yet)
     eval_data_collator: Any = None  # evaluation's own collator (None: the training one)
+    # use_dft_loss / use_eaft_loss: each token's loss weighted (cockpit.train.token_weights), training and evaluation
+    token_weighting: Callable[[Any, Any], Any] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -197,8 +200,15 @@ class CockpitTrainer(Trainer):
             head, unwrapped = self._chunked_loss_head(), self.accelerator.unwrap_model(model)
             if head is not None and "labels" in inputs and base_model(unwrapped).lm_head is head:
                 # the model's forward hands its hidden states to the chunked loss (cockpit.train.chunked_loss)
-                with lm_loss_without_logits(unwrapped, head):
+                with lm_loss_without_logits(unwrapped, head, weighting=self.token_weighting):
                     return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        if self.token_weighting is not None and "labels" in inputs:
+            # the weighted loss over the full logits, as the model's own loss function
+            base = base_model(self.accelerator.unwrap_model(model))
+            with weighted_model_loss(base, weighted_causal_lm_loss(self.token_weighting)):
+                return super().compute_loss(
+                    model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+                )
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def _chunked_loss_head(self) -> Any:

@@ -45,9 +45,10 @@ def sft_trainer(
     callbacks: list[Any] | None = None,
 ) -> Any:
     """The SFT trainer: rendered rows, the padded or packed collator, a LoRA+ optimizer when set,
-    token accuracy in the evaluation when ``compute_accuracy`` is set."""
+    token accuracy in the evaluation when ``compute_accuracy`` is set, DFT / EAFT token weights when set."""
     from cockpit.data.packing import build_collator
     from cockpit.data.padding import padding_free
+    from cockpit.train.token_weights import token_weighting
     from cockpit.train.variants import accuracy_kwargs, trainer_kwargs
 
     trainer = trainer_cls(
@@ -61,6 +62,7 @@ def sft_trainer(
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
         **(accuracy_kwargs(cfg) if eval_rows else {}),  # compute_accuracy: eval_accuracy
     )
+    trainer.token_weighting = token_weighting(cfg)
     if eval_rows and cfg.get("compute_accuracy") and padding_free(cfg):  # accuracy is per sample: padded rows
         trainer.eval_data_collator = build_collator({**cfg, "packing": False}, tokenizer, model)
     return trainer
