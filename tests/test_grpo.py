@@ -5,6 +5,7 @@ the prompts' data, a short real run's events and summary, and the demo preset's 
 from __future__ import annotations
 
 import json
+import time
 import textwrap
 from pathlib import Path
 
@@ -459,17 +460,29 @@ def test_a_grpo_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir):
     assert json.loads((run2 / "summary.json").read_text())["state"] == "finished"
 
 
+def start_long_grpo_run(tmp_path: Path, model_dir: Path, **over) -> Path:
+    """A detached grpo run of many short steps (groups of 2, 4-token completions): its run dir."""
+    from conftest import start_detached
+
+    cfg = grpo_config(
+        tmp_path,
+        model_dir,
+        reward_funcs="length_penalty",
+        reward_target_words=2,
+        max_completion_length=4,
+        per_device_train_batch_size=2,
+        **over,
+    )
+    return start_detached(tmp_path, cfg, env={"OMP_NUM_THREADS": "1"})
+
+
 @pytest.mark.slow
 def test_a_grpo_run_stopped_with_cockpit_stop_saves_a_checkpoint_and_ends_stopped(tmp_path, tiny_model_dir):
     """``cockpit stop`` during training: the ranks agree at the next step boundary, save a checkpoint
     there (adapter and TRL's trainer state) and the run ends ``stopped`` before its last step."""
-    from conftest import start_detached, wait_for
+    from conftest import wait_for
 
-    cfg = grpo_config(
-        tmp_path, tiny_model_dir, reward_funcs="length_penalty", reward_target_words=2, max_completion_length=4,
-        per_device_train_batch_size=2, max_steps=200, save_steps=1000,
-    )
-    run = start_detached(tmp_path, cfg, env={"OMP_NUM_THREADS": "1"})
+    run = start_long_grpo_run(tmp_path, tiny_model_dir, max_steps=200, save_steps=1000)
     wait_for(lambda: any(e["kind"] == "completions" for e in read_events(run)), 600, "the first sampled completions")
     res = cockpit("stop", str(run), "--wait", "600")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
@@ -481,3 +494,76 @@ def test_a_grpo_run_stopped_with_cockpit_stop_saves_a_checkpoint_and_ends_stoppe
     assert (run / "checkpoints" / f"checkpoint-{saved[-1]}" / "trainer_state.json").exists()
     assert [e for e in events if e["kind"] == "run_stopped"][-1]["step"] == saved[-1]
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_grpo_run_through_a_nan_stops_naming_it_and_keeps_no_poisoned_adapter(tmp_path, tiny_model_dir, ranks):
+    """The shared flow's NaN rule for grpo: full fine-tuning at an absurd learning rate poisons the
+    weights, which the advantage-weighted loss (near 0) never shows; the next sampling meets
+    non-finite probabilities, every rank agrees to stop, and the run fails naming the update that did
+    it, its checkpoint marked poisoned and the one before it as the run's model."""
+    cfg = grpo_config(
+        tmp_path,
+        tiny_model_dir,
+        reward_funcs="length_penalty",
+        reward_target_words=2,
+        max_completion_length=4,
+        per_device_train_batch_size=2,
+        max_steps=30,
+        save_steps=1,
+        finetuning_type="full",
+        nproc_per_node=ranks,
+        learning_rate=1e6,
+        weight_decay=10.0,
+        max_grad_norm=0.0,
+        nan_policy="stop",
+    )
+    res, run = train(tmp_path, cfg)
+    summary = json.loads((run / "summary.json").read_text())
+    assert res.returncode != 0 and summary["state"] == "failed", res.stdout[-3000:] + res.stderr[-3000:]
+    assert "weights became nan/inf at step" in summary["reason"] and "stopped on NaN" in summary["reason"], summary[
+        "reason"
+    ]
+    events = read_events(run)
+    alert = next(e for e in events if e["kind"] == "alert" and e["code"] == "nan_loss")
+    nan_step = summary["nan_step"]
+    assert f"the update of step {nan_step} made the weights nan/inf" in alert["message"], alert
+    assert [e["step"] for e in events if e["kind"] == "step"][-1] == nan_step < 30
+    saved = [e["step"] for e in events if e["kind"] == "checkpoint_saved"]
+    assert nan_step in saved  # save_steps 1: that update's weights were saved before sampling failed ...
+    record = json.loads((run / "checkpoints" / f"checkpoint-{nan_step}" / "cockpit_checkpoint.json").read_text())
+    assert record["loss_finite"] is False  # ... and are marked poisoned: never the adapter, never resumed from
+    if summary["adapter_from"]:  # the last checkpoint before it is the run's model
+        assert summary["adapter_from"] == f"checkpoint-{nan_step - 1}" and summary["adapter_from"] in summary["reason"]
+        from safetensors.torch import load_file
+
+        weights = load_file(str(run / "adapter" / "model.safetensors"))
+        assert all(bool(t.isfinite().all()) for t in weights.values())
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_a_stalled_grpo_rank_is_noticed_as_a_hang_naming_it(tmp_path, tiny_model_dir):
+    """A rank that stops making progress mid-generation (SIGSTOP) is a hang alert naming the rank."""
+    import os
+    import signal
+
+    from conftest import cockpit as run_cockpit
+    from conftest import wait_for
+
+    run = start_long_grpo_run(tmp_path, tiny_model_dir, max_steps=100000, save_steps=100000, hang_timeout_s=3.0)
+    wait_for(lambda: sum(e["kind"] == "step" for e in read_events(run)) >= 2, 600, "two steps")
+    rank_pid = int(json.loads((run / "status.json").read_text())["rank_pids"]["0"])
+    assert not [e for e in read_events(run) if e["kind"] == "alert" and e["code"] == "hang"]  # none while it works
+    t0 = time.time()
+    os.kill(rank_pid, signal.SIGSTOP)
+    try:
+        alert = wait_for(
+            lambda: next((e for e in read_events(run) if e["kind"] == "alert" and e["code"] == "hang"), None),
+            60,
+            "a hang alert",
+        )
+        assert "rank 0" in alert["message"] and alert["t"] >= t0, alert
+    finally:
+        os.kill(rank_pid, signal.SIGCONT)
+        run_cockpit("stop", str(run), "--kill", "--wait", "30")

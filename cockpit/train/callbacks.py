@@ -40,7 +40,7 @@ def planned_epochs(total_steps: int, per_epoch: int | None, configured: float) -
 _UNSET = object()
 
 
-def _dist():
+def distributed():
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
@@ -120,13 +120,31 @@ class CockpitCallback(TrainerCallback):
             control.should_save = save
             self.stop_reason = stop_reason
 
+    def weights_poisoned(self, trainer: Any, step: int, what: str) -> None:
+        """The trainer stopped because the update of ``step`` made the weights unusable
+        (``recipes.base.PoisonedWeights``): the NaN rule's alert and stop, then the end of training
+        the trainer did not reach."""
+        self.nan_seen = True
+        self.nan_step = self.nan_step or step
+        self.alert(
+            trainer.control,
+            level="error",
+            code="nan_loss",
+            message=what,
+            remedies=["lower learning_rate", "set max_grad_norm (gradient clipping)", "use bf16 instead of fp16"],
+            policy="stop",  # sampling from these weights cannot go on, whatever nan_policy says
+            stop_reason=f"weights became nan/inf at step {step}",
+            save=False,
+        )
+        self.on_train_end(trainer.args, trainer.state, trainer.control)
+
     def _flags(self) -> tuple[bool, bool]:
         """(stop, save) requested, agreed across ranks. Rank 0 reads the run dir's requests (two
         ``stat`` calls; "kill" is the supervisor's: no checkpoint, terminate now); the others learn
         them from the all-reduce, on a host-side group (``control_group``)."""
         stop = self.rank == 0 and self.run.pending("stop")
         save = self.rank == 0 and self.run.pending("save")
-        dist = _dist()
+        dist = distributed()
         if dist is not None and self.world_size > 1:
             if self._control_group is _UNSET:
                 self._control_group = control_group(dist)
@@ -143,7 +161,7 @@ class CockpitCallback(TrainerCallback):
             from cockpit.telemetry import torch_device_memory
 
             mine["device"] = torch_device_memory()
-        dist = _dist()
+        dist = distributed()
         if dist is None or self.world_size <= 1:
             return {str(self.rank): mine}
         everyone: list[Any] = [None] * self.world_size

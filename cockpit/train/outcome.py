@@ -73,6 +73,23 @@ MODEL_FILES_SKIPPED = (
 )
 
 
+def mark_poisoned(checkpoints: Path, from_step: int) -> list[str]:
+    """Rank 0, after weights found poisoned by the update of ``from_step`` (a sampling stage's
+    non-finite sampling): the checkpoints saved from that step on hold those weights, so their
+    records say the loss was not finite, and neither the adapter nor ``resume_from_checkpoint:
+    last`` ever starts from them. Returns their names."""
+    from cockpit.store.rundir import atomic_write_json
+    from cockpit.train.trainer import RECORD, checkpoint_record
+
+    marked = []
+    for d in sorted(checkpoints.glob("checkpoint-*")) if checkpoints.is_dir() else ():
+        step = d.name.split("-")[-1]
+        if step.isdigit() and int(step) >= from_step and (d / "trainer_state.json").exists():
+            atomic_write_json(d / RECORD, {**checkpoint_record(d), "loss_finite": False})
+            marked.append(d.name)
+    return marked
+
+
 def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
     """After a NaN: the run's adapter is the last checkpoint saved with a finite loss (its model
     files copied to ``adapter/``, atomically), or none. Returns the checkpoint's name."""

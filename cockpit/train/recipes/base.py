@@ -31,7 +31,7 @@ from cockpit.errors import EXIT_FAILED, EXIT_OK, InputError
 from cockpit.store.events import EventWriter, read_all, wall_time_s
 from cockpit.store.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
-from cockpit.train.outcome import adapter_from_last_good, plot_loss, resume_point
+from cockpit.train.outcome import adapter_from_last_good, mark_poisoned, plot_loss, resume_point
 from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
 
 
@@ -489,6 +489,16 @@ class Attempt:
     train_metrics: dict[str, Any] = field(default_factory=dict)  # HF's TrainOutput.metrics of this attempt
 
 
+class PoisonedWeights(Exception):
+    """Raised by a trainer (on every rank, agreed) when the weights updated at ``step`` cannot be
+    used (a sampling stage's sampling met non-finite probabilities): the NaN rule ends the run, with
+    the last checkpoint before that step as its model."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 def train(ctx: RecipeContext, attempt: Attempt) -> None:
     """From the resume point (if any) to the end; the run's first loss and training time count
     over its attempts (saved with each checkpoint: ``trainer.run_totals``)."""
@@ -504,7 +514,14 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
         "train_time_s": round(before.get("train_time_s", 0.0) + time.time() - train_t0, 3),
         "tokens_seen": callback.tokens_total,
     }
-    output = trainer.train(resume_from_checkpoint=resume or None)
+    try:
+        output = trainer.train(resume_from_checkpoint=resume or None)
+    except PoisonedWeights as exc:  # every rank raises it (the trainer agrees first)
+        output = None
+        callback.weights_poisoned(trainer, exc.step, str(exc))
+        if ctx.rank == 0:
+            marked = mark_poisoned(ctx.dirs["checkpoints"], exc.step)
+            ctx.log(f"{exc}; checkpoints holding those weights: {', '.join(marked) or 'none'}")
     attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
     attempt.train_metrics = dict(getattr(output, "metrics", None) or {})
     if ctx.cfg.get("include_effective_tokens_per_second"):

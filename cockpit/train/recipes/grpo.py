@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from cockpit.train.model import build_model
 from cockpit.train.progress import OnProgress, silent
 from cockpit.train.recipes.base import (
+    PoisonedWeights,
     Recipe,
     RecipeContext,
     StageData,
@@ -43,6 +44,8 @@ GRPO_FIELDS = {
     "completions/max_length": "completion_len_max",
     "completions/clipped_ratio": "completion_truncated",
 }
+NON_FINITE_SAMPLING = "probability tensor contains either"  # torch.multinomial's error on nan / inf
+_UNSET = object()
 _PER_FUNC = re.compile(r"^(eval_)?rewards/(.+)/(mean|std)$")
 SAMPLES_PER_LOG = 4  # completions shown per logging step
 PROMPT_CHARS, COMPLETION_CHARS = 300, 600
@@ -215,9 +218,39 @@ def cockpit_grpo_trainer() -> type:
 
     class CockpitGRPOTrainer(cockpit_trainer(GRPOTrainer)):  # type: ignore[misc]
         _labelled_logits = False
+        _flag_group: Any = _UNSET  # the stop flags' host group (callbacks.control_group), made at first use
 
         def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
             return {} if self.eval_dataset is None else super().evaluate(*args, **kwargs)
+
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+            """TRL's sampling; when it meets non-finite probabilities on any rank (the last update
+            poisoned the weights: the advantage-weighted loss, near 0 by construction, never shows
+            it), every rank raises :class:`PoisonedWeights` for that update."""
+            failure = None
+            try:
+                out = super()._generate_single_turn(*args, **kwargs)
+            except RuntimeError as exc:
+                if NON_FINITE_SAMPLING not in str(exc):
+                    raise
+                failure, out = exc, None
+            if self._failed_anywhere(failure is not None):
+                step = self.state.global_step
+                raise PoisonedWeights(
+                    step,
+                    f"sampling after step {step} met non-finite probabilities: the update of step {step} made the weights nan/inf",
+                ) from failure
+            return out
+
+        def _failed_anywhere(self, failed: bool) -> bool:
+            from cockpit.train.callbacks import agreed_flags, control_group, distributed
+
+            dist = distributed()
+            if dist is None or dist.get_world_size() == 1:
+                return failed
+            if self._flag_group is _UNSET:
+                self._flag_group = control_group(dist)  # every rank samples here, in step
+            return agreed_flags(dist, [failed], self._flag_group)[0]
 
     return CockpitGRPOTrainer
 
