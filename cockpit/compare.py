@@ -27,12 +27,26 @@ SUMMARY_ROWS = (  # (key, label); what decides between runs first (80x24 shows t
     ("last_loss", "final loss"),
     ("eval_loss", "final eval loss"),
     ("probes", "probes"),
+    ("held_out_reward", "held-out reward"),
+    ("reward", "final reward"),
     ("tokens_per_s", "tokens/s"),
     ("peak_mem_mb", "peak memory"),
     ("runtime_s", "runtime"),
     ("steps", "steps"),
     ("first_loss", "first loss"),
 )
+
+STAGE_ROWS = frozenset({"held_out_reward", "reward"})  # grpo's: left out when no run has them
+
+
+def summary_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """:data:`SUMMARY_ROWS` the runs fill: a stage's own rows only when a run has them."""
+    return [
+        (key, label)
+        for key, label in SUMMARY_ROWS
+        if key not in STAGE_ROWS or any(fmt_cell(key, s) != "-" for s in summaries)
+    ]
+
 
 _STAMP = re.compile(r"^\d{8}-\d{6}-")
 
@@ -133,7 +147,17 @@ def run_summary(run: RunDir, curves: dict[str, Any]) -> dict[str, Any]:
         "eval_loss": _last(curves["curves"].get("eval_loss", [])),
         "probes_before": pb or None,
         "probes_after": pa or None,
+        "reward": _last(curves["curves"].get("reward", [])),  # grpo: the last step's mean total reward
+        "held_out_reward": held_out_rewards(summary),
     }
+
+
+def held_out_rewards(summary: dict[str, Any]) -> dict[str, float | None] | None:
+    """grpo's held-out mean reward before and after training (summary.json), or None."""
+    before, after = summary.get("held_out_before") or {}, summary.get("held_out_after") or {}
+    if "mean_reward" not in before and "mean_reward" not in after:
+        return None
+    return {"before": _finite(before.get("mean_reward")), "after": _finite(after.get("mean_reward"))}
 
 
 def compare(runs: list[RunDir]) -> dict[str, Any]:
@@ -173,6 +197,8 @@ def fmt_cell(key: str, summary: dict[str, Any]) -> str:
         return f"{side(b)} → {side(a)}{extra}"
     if v is None:
         return "-"
+    if key == "held_out_reward":
+        return " → ".join("-" if v[k] is None else f"{v[k]:.3f}" for k in ("before", "after"))
     if key == "steps":
         return f"{v}/{summary.get('total_steps') or '?'}"
     if key == "runtime_s":
@@ -206,22 +232,26 @@ def text_report(data: dict[str, Any], width: int = 100) -> str:
         return f"{label:<17}" + "".join(f" {fit(c, col)}" for c in cells).rstrip()
 
     out = [row("", names), row("", ["─" * min(col, len(n)) for n in names])]
-    for key, label in SUMMARY_ROWS:
+    for key, label in summary_rows([r["summary"] for r in runs]):
         out.append(row(label, [fmt_cell(key, r["summary"]) for r in runs]))
     diff = data["config_diff"]
     out.append("")
     out.append(f"config: {len(diff)} key(s) differ" + ("" if diff else " (the same config)"))
     for key, values in diff.items():
         out.append(row(f"  {key}", [fmt_value(v) for v in values]))
-    loss = [dict(zip(r["steps"], r["curves"].get("loss", []))) for r in runs]
-    steps = sorted({s for d in loss for s in d})
-    if steps:
-        picks = sorted({steps[round(i * (len(steps) - 1) / 5)] for i in range(6)})
-        out.append("")
-        out.append("loss by step")
-        for s in picks:
-            out.append(row(f"  step {s}", [f"{d[s]:.4f}" if d.get(s) is not None else "-" for d in loss]))
+    for name in ("loss", "reward"):  # reward: grpo's
+        out.extend(by_step_rows(name, [dict(zip(r["steps"], r["curves"].get(name, []))) for r in runs], row))
     return "\n".join(out)
+
+
+def by_step_rows(name: str, series: list[dict[int, float | None]], row: Any) -> list[str]:
+    """A metric's value at 6 steps spread over the runs' steps, one column per run (none without it)."""
+    steps = sorted({s for d in series for s, v in d.items() if v is not None})
+    if not steps:
+        return []
+    picks = sorted({steps[round(i * (len(steps) - 1) / 5)] for i in range(6)})
+    rows = [row(f"  step {s}", [f"{d[s]:.4f}" if d.get(s) is not None else "-" for d in series]) for s in picks]
+    return ["", f"{name} by step", *rows]
 
 
 def resolve_all(refs: list[str], runs_dir: Path) -> list[RunDir]:

@@ -42,7 +42,9 @@ def test_compare_text_and_bad_input():
     lines = res.stdout.splitlines()
     assert lines[0].split() == [A, B]
     assert any(ln.startswith("final loss") and "10.5005" in ln and "10.6432" in ln for ln in lines), res.stdout
-    assert "config: 3 key(s) differ" in res.stdout and any(ln.split()[:3] == ["learning_rate", "0.005", "0.002"] for ln in lines)
+    assert "config: 3 key(s) differ" in res.stdout and any(
+        ln.split()[:3] == ["learning_rate", "0.005", "0.002"] for ln in lines
+    )
     one = cockpit("compare", A, "--runs-dir", str(FIXTURES), timeout=60)
     assert one.returncode == 2 and "two or more runs" in one.stderr
     missing = cockpit("compare", A, "nope", "--runs-dir", str(FIXTURES), timeout=60)
@@ -66,14 +68,25 @@ def test_compare_screen_from_runs(tmp_path, monkeypatch):
             await pilot.press("space", "down", "space")  # the two newest runs
             assert len(app.screen.marked) == 2
             await pilot.press("d")
-            await wait_for(pilot, lambda: type(app.screen).__name__ == "CompareScreen" and app.screen.data is not None, 10, "compare")
+            await wait_for(
+                pilot,
+                lambda: type(app.screen).__name__ == "CompareScreen" and app.screen.data is not None,
+                10,
+                "compare",
+            )
             scr = app.screen
             assert [r["name"] for r in scr.data["runs"]] == [B, C]
             summary = scr.query_one("#compare-summary")
             assert summary.row_count == 9 and len(summary.columns) == 3
             config = scr.query_one("#compare-config")
-            assert {str(k.value) for k in config.rows} == {"learning_rate", "lora_rank", "lora_alpha", "val_size",
-                                                           "logging_steps", "max_steps"}
+            assert {str(k.value) for k in config.rows} == {
+                "learning_rate",
+                "lora_rank",
+                "lora_alpha",
+                "val_size",
+                "logging_steps",
+                "max_steps",
+            }
             plt = scr.query_one("#compare-plot").plt
             await pilot.press("t")
             assert scr.by_tokens and "tokens seen" in str(scr.query_one("#compare-title").render())
@@ -84,3 +97,58 @@ def test_compare_screen_from_runs(tmp_path, monkeypatch):
             await wait_for(pilot, lambda: type(app.screen).__name__ == "RunsScreen", 5, "back to runs")
 
     asyncio.run(scenario())
+
+
+def grpo_run(runs_dir: Path, name: str, rewards: list[float], held_out: tuple[float, float]) -> str:
+    """A grpo run dir as its rank 0 leaves it: step events with the reward, summary.json's held-out reward."""
+    from cockpit.store.events import EventWriter
+    from cockpit.store.rundir import atomic_write_json, create_run_dir
+
+    run = create_run_dir(runs_dir, name)
+    with EventWriter(run.events_path) as writer:
+        for step, reward in enumerate(rewards, 1):
+            writer.emit(
+                "step",
+                step=step,
+                total_steps=len(rewards),
+                loss=0.01 * step,
+                reward=reward,
+                kl=0.001 * step,
+                rewards={"contains_answer": {"mean": reward, "std": 0.1}},
+            )
+    before, after = held_out
+    atomic_write_json(run.status_path, {"state": "finished", "step": len(rewards)})
+    atomic_write_json(
+        run.summary_path,
+        {
+            "state": "finished",
+            "steps": len(rewards),
+            "stage": "grpo",
+            "held_out_before": {"mean_reward": before},
+            "held_out_after": {"mean_reward": after},
+        },
+    )
+    return run.run_id
+
+
+def test_compare_shows_grpo_rewards_and_leaves_them_out_for_other_stages(tmp_path):
+    runs = tmp_path / "runs"
+    a = grpo_run(runs, "grpo-a", [0.2, 0.3, 0.5, 0.6], (0.234, 0.75))
+    b = grpo_run(runs, "grpo-b", [0.1, 0.1, 0.2, 0.25], (0.2, 0.31))
+    res = cockpit("compare", a, b, "--runs-dir", str(runs), timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    held = next(ln for ln in lines if ln.startswith("held-out reward"))
+    assert "0.234 → 0.750" in held and "0.200 → 0.310" in held, held
+    assert next(ln for ln in lines if ln.startswith("final reward")).split()[2:] == ["0.6000", "0.2500"]
+    at = lines.index("reward by step")
+    assert lines[at + 1].split() == ["step", "1", "0.2000", "0.1000"] and lines[-1].split() == [
+        "step",
+        "4",
+        "0.6000",
+        "0.2500",
+    ]
+    data = json.loads(cockpit("compare", a, b, "--runs-dir", str(runs), "--json", timeout=60).stdout)
+    assert data["runs"][0]["curves"]["reward"] == [0.2, 0.3, 0.5, 0.6] and data["runs"][1]["curves"]["kl"][-1] == 0.004
+    sft = cockpit("compare", A, B, "--runs-dir", str(FIXTURES), timeout=60).stdout
+    assert "reward" not in sft  # an SFT comparison keeps its rows

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from cockpit.compare import SUMMARY_ROWS, compare, fmt_cell, fmt_value
+from cockpit.compare import compare, fmt_cell, fmt_value, summary_rows
 from cockpit.store.rundir import RunDir
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.widgets import clip
@@ -92,7 +92,7 @@ class CompareScreen(Screen):
         summary.add_column("summary", key="label")
         for i, name in enumerate(names):
             summary.add_column(clip(name, col), key=f"r{i}")
-        for key, label in SUMMARY_ROWS:
+        for key, label in summary_rows([r["summary"] for r in runs]):
             summary.add_row(label, *(clip(fmt_cell(key, r["summary"]), col) for r in runs), key=key)
         config = self.query_one("#compare-config", DataTable)
         config.clear(columns=True)
