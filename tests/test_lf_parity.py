@@ -376,7 +376,7 @@ def test_llama_pro_refusals_name_the_key(tiny_model_dir):
 
 
 # -- GaLore / APOLLO: LLaMA-Factory's keys as HF's low-rank optimizers ------------------------------
-def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, tmp_path):
+def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, tmp_path, monkeypatch):
     from cockpit.config.parity import has_module, low_rank_optim
     from cockpit.train.arguments import training_arguments
 
@@ -390,6 +390,7 @@ def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, t
     assert "proj=svd" in apollo["optim_args"] and "scale_type=channel" in apollo["optim_args"]
     args = training_arguments({**base, "use_galore": True, "galore_rank": 8}, {"checkpoints": tmp_path}, True, 1)
     assert args.optim == "galore_adamw" and args.optim_target_modules == "all-linear" and "rank=8" in args.optim_args
+    monkeypatch.setenv("COCKPIT_LOWRANK_SITE", str(tmp_path / "empty"))  # no side folder (cockpit/side_site.py)
     if not has_module("galore_torch"):  # the config path refuses it here, naming the package
         refused(tiny_model_dir, "use_galore.*galore-torch", finetuning_type="full", use_galore=True)
     if not has_module("apollo_torch"):

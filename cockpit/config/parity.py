@@ -8,6 +8,7 @@ import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cockpit import side_site
 from cockpit.errors import Problem
 from cockpit.shape import world_size_of
 
@@ -400,6 +401,11 @@ def _optim_problems(
     optim = low_rank["optim"] if low_rank else cfg.get("optim")
     key = ("use_galore" if cfg.get("use_galore") else "use_apollo") if low_rank else "optim"
     need = optim_requirement(optim) if optim else None
+    if need and low_rank:  # off sys.path in the side folder is installed too (the ranks get it on theirs)
+        if installed(need[0]) or side_site.holds(need[0]):
+            return []
+        why = f"{optim} needs the {need[1]} package, not installed here; install it with: {side_site.install_command()}"
+        return [Problem(why, **where(key))]
     if need and not installed(need[0]):
         gpu = " and a GPU" if need[2] else ""
         return [

@@ -23,6 +23,7 @@ from typing import Any
 
 from cockpit.redact import redact_env
 from cockpit.shape import strategy_of
+from cockpit.side_site import rank_pythonpath
 from cockpit.strategy.numa import NumaPlan
 from cockpit.strategy.numa import plan as numa_plan
 
@@ -107,6 +108,9 @@ def node_launch(
                 "MASTER_PORT": str(port),
             }
         )
+    side = rank_pythonpath(cfg, os.environ if env is None else env)
+    if side:  # use_galore / use_apollo: their packages' side folder (off every other process's path)
+        env_add["PYTHONPATH"] = side
     ranks = [
         {
             "rank": node_rank * nproc + local,
