@@ -18,7 +18,23 @@ from cockpit.store.events import EventReader
 from cockpit.store.rundir import RunDir
 
 # step-event fields that are bookkeeping, not a curve worth overlaying
-_NOT_CURVES = frozenset({"v", "t", "kind", "step", "total_steps", "epoch", "tokens_seen", "mem", "samples_per_s", "lr"})
+_NOT_CURVES = frozenset(
+    {
+        "v",
+        "t",
+        "kind",
+        "step",
+        "total_steps",
+        "epoch",
+        "tokens_seen",
+        "mem",
+        "samples_per_s",
+        "lr",
+        "samples_per_s_per_device",
+        "tokens_per_s_per_device",
+        "model_tflops_per_device",
+    }
+)
 # config keys that differ between any two runs without saying anything about the training
 _NOISE_KEYS = frozenset({"master_port", "run_name", "output_dir"})
 
@@ -30,21 +46,26 @@ SUMMARY_ROWS = (  # (key, label); what decides between runs first (80x24 shows t
     ("held_out_reward", "held-out reward"),
     ("reward", "final reward"),
     ("tokens_per_s", "tokens/s"),
+    ("mfu", "MFU"),
     ("peak_mem_mb", "peak memory"),
     ("runtime_s", "runtime"),
     ("steps", "steps"),
     ("first_loss", "first loss"),
+    ("tokens_per_s_per_device", "tokens/s/device"),
+    ("samples_per_s_per_device", "samples/s/device"),
 )
 
 STAGE_ROWS = frozenset({"held_out_reward", "reward"})  # grpo's: left out when no run has them
+# MFU and per-device throughput: left out when no run has them (runs from before they existed)
+THROUGHPUT_ROWS = frozenset({"mfu", "tokens_per_s_per_device", "samples_per_s_per_device"})
 
 
 def summary_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """:data:`SUMMARY_ROWS` the runs fill: a stage's own rows only when a run has them."""
+    """:data:`SUMMARY_ROWS` the runs fill: a stage's own rows and the throughput ones only when a run has them."""
     return [
         (key, label)
         for key, label in SUMMARY_ROWS
-        if key not in STAGE_ROWS or any(fmt_cell(key, s) != "-" for s in summaries)
+        if key not in STAGE_ROWS | THROUGHPUT_ROWS or any(fmt_cell(key, s) != "-" for s in summaries)
     ]
 
 
@@ -140,6 +161,10 @@ def run_summary(run: RunDir, curves: dict[str, Any]) -> dict[str, Any]:
         "total_steps": summary.get("total_steps") or status.get("total_steps"),
         "runtime_s": summary.get("runtime_s"),
         "tokens_per_s": summary.get("tokens_per_s"),
+        "tokens_per_s_per_device": summary.get("tokens_per_s_per_device"),
+        "samples_per_s_per_device": summary.get("samples_per_s_per_device"),
+        "mfu": summary.get("mfu"),
+        "peak_tflops": summary.get("peak_tflops"),
         "tokens_seen": summary.get("tokens_seen") or _last(curves["tokens"]),
         "peak_mem_mb": curves["peak_mem_mb"],
         "first_loss": summary.get("first_loss", next((v for v in loss if v is not None), None)),
@@ -203,8 +228,14 @@ def fmt_cell(key: str, summary: dict[str, Any]) -> str:
         return f"{v}/{summary.get('total_steps') or '?'}"
     if key == "runtime_s":
         return fmt_duration(v)
-    if key == "tokens_per_s":
+    if key in ("tokens_per_s", "tokens_per_s_per_device"):
         return f"{v:,.0f}"
+    if key == "samples_per_s_per_device":
+        return f"{v:.2f}"
+    if key == "mfu":
+        from cockpit.run.follow import percent
+
+        return percent(v)
     if key == "peak_mem_mb":
         return f"{v / 1024:.2f} GiB" if v >= 1024 else f"{v:.0f} MiB"
     if isinstance(v, float):

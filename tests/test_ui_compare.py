@@ -77,7 +77,8 @@ def test_compare_screen_from_runs(tmp_path, monkeypatch):
             scr = app.screen
             assert [r["name"] for r in scr.data["runs"]] == [B, C]
             summary = scr.query_one("#compare-summary")
-            assert summary.row_count == 9 and len(summary.columns) == 3
+            assert summary.row_count == 12 and len(summary.columns) == 3  # MFU and per-device tokens/s, samples/s
+            assert [str(c) for c in summary.get_row("mfu")] == ["MFU", "8.1%", "8.7%"]
             config = scr.query_one("#compare-config")
             assert {str(k.value) for k in config.rows} == {
                 "learning_rate",

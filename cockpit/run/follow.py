@@ -53,6 +53,65 @@ def loss_words(ev: dict[str, Any]) -> str:
     return f"loss {fmt_loss(first)} -> {fmt_loss(last)}"
 
 
+def percent(value: Any) -> str:
+    """A 0..1 share as a percentage: ``41.3%`` (two decimals under 1%: a CPU run's MFU)."""
+    v = as_float(value)
+    if v is None:
+        return "?"
+    return f"{100 * v:.1f}%" if abs(v) >= 0.01 else f"{100 * v:.2f}%"
+
+
+def per_device_words(fields: dict[str, Any], flops: dict[str, Any] | None = None, sep: str = "  ") -> str:
+    """A step event's (or summary.json's) per-device throughput and utilisation: ``1,234 tok/s  3.21
+    samples/s  MFU 41.3% (HFU 52.0%)``; ``MFU: peak unknown`` when the device has no known peak
+    (``flops``: train_begin's, which says so); "" before any figure."""
+    parts = []
+    tps, sps = as_float(fields.get("tokens_per_s_per_device")), as_float(fields.get("samples_per_s_per_device"))
+    if tps is not None:
+        parts.append(f"{tps:,.0f} tok/s")
+    if sps is not None:
+        parts.append(f"{sps:.2f} samples/s")
+    mfu, hfu = fields.get("mfu"), fields.get("hfu")
+    if mfu is not None:
+        parts.append(f"MFU {percent(mfu)}" + (f" (HFU {percent(hfu)})" if hfu is not None else ""))
+    elif (flops or fields).get("peak_tflops", 0) is None:
+        parts.append("MFU: peak unknown")
+    return sep.join(parts)
+
+
+def flops_rate(tflops: Any) -> str:
+    """A FLOPs/s figure in its unit: ``989.4 TFLOPS``, a CPU's ``32.1 GFLOPS``."""
+    v = as_float(tflops)
+    if v is None:
+        return "?"
+    return f"{v:,.4g} TFLOPS" if v >= 1 else f"{1000 * v:,.3g} GFLOPS"
+
+
+def peak_short(fields: dict[str, Any]) -> str:
+    """``of 989.4 TFLOPS (H200)``, ``of 32.1 GFLOPS (CPU)``: the peak an MFU is a share of (summary.json's
+    peak_tflops / peak_device / peak_source, or train_begin's flops); "" without one."""
+    if fields.get("peak_tflops") is None:
+        return ""
+    device = "CPU" if fields.get("peak_source") in ("measured", "cached") else fields.get("peak_device")
+    return f"of {flops_rate(fields['peak_tflops'])} ({device})"
+
+
+def peak_words(flops: dict[str, Any] | None) -> str:
+    """train_begin's ``flops``: the peak MFU is measured against, or why there is none."""
+    if not flops:
+        return ""
+    if flops.get("peak_tflops") is None:
+        return f"MFU: peak unknown ({flops.get('why') or flops.get('peak_device')})"
+    if flops.get("model_flops_per_token") is None:
+        return f"no MFU: {flops.get('why')}"
+    how = {"measured": "measured here", "cached": "measured here before", "table": "data sheet"}.get(
+        str(flops.get("peak_source")), str(flops.get("peak_source"))
+    )
+    return (
+        f"peak {flops_rate(flops['peak_tflops'])} {flops.get('dtype')} per device ({flops.get('peak_device')}, {how})"
+    )
+
+
 def held_out_line(ev: dict[str, Any]) -> str:
     """``held_out``: the held-out pairs' accuracy and mean margin (grpo: the prompts' mean reward)."""
     if ev.get("mean_reward") is not None:
@@ -102,7 +161,13 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         if ev.get("grad_norm") is not None:
             parts.append(f"gnorm {as_float(ev['grad_norm']):.3f}")
         if ev.get("tokens_per_s") is not None:
-            parts.append(f"{ev['tokens_per_s']:.0f} tok/s")
+            per = as_float(ev.get("tokens_per_s_per_device"))
+            parts.append(
+                f"{ev['tokens_per_s']:.0f} tok/s"
+                + (f" ({per:,.0f}/device)" if per not in (None, ev["tokens_per_s"]) else "")
+            )
+        if ev.get("mfu") is not None:
+            parts.append(f"MFU {percent(ev['mfu'])}")
         if ev.get("reward") is not None:  # grpo
             parts.append(f"reward {as_float(ev['reward']):.3f}")
         return "  ".join(parts)
@@ -110,9 +175,10 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         return f"run {ev.get('run_id')} started: {ev.get('model')} on {ev.get('dataset')} ({ev.get('method')}, world size {ev.get('world_size')})"
     if kind == "train_begin":
         epochs = as_float(ev.get("epochs"))
+        peak = peak_words(ev.get("flops"))
         return (
             f"training: {ev.get('total_steps')} steps, {f'{epochs:.2f}' if epochs is not None else '?'} epochs, "
-            f"global batch {ev.get('global_batch')}"
+            f"global batch {ev.get('global_batch')}" + (f"; {peak}" if peak else "")
         )
     if kind == "progress":  # the start of the work; how far it is: the progress line
         return activity_words(ev).rsplit(" ", 1)[0] + f" ({ev.get('total')})" if not ev.get("done") else None
@@ -135,7 +201,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         lines += [f"  - {r}" for r in ev.get("remedies") or []]
         return "\n".join(lines)
     if kind == "run_finished":
-        return f"finished: {ev.get('steps')} steps in {fmt_duration(ev.get('runtime_s'))}, {loss_words(ev)}"
+        mfu = f", MFU {percent(ev['mfu'])}" if ev.get("mfu") is not None else ""
+        return f"finished: {ev.get('steps')} steps in {fmt_duration(ev.get('runtime_s'))}, {loss_words(ev)}{mfu}"
     if kind == "run_stopped":
         return f"stopped at step {ev.get('step')}: {ev.get('reason')}"
     if kind == "state" and ev.get("state") in ("queued", "cancelled"):  # a Slurm run waits / the scheduler ended it

@@ -1,7 +1,9 @@
 """The run's append-only event log (``events.jsonl``): schema, writer, incremental reader.
 
 Every line is one JSON object with at least ``v`` (schema version), ``t`` (unix time, seconds)
-and ``kind``. Writers append whole lines with a single ``write`` on an ``O_APPEND`` descriptor,
+and ``kind``. Fields are added without a new version (readers ignore what they do not know, and
+treat a missing field as absent: the per-device throughput and MFU fields came that way); a change
+of a field's meaning bumps ``SCHEMA_VERSION``. Writers append whole lines with a single ``write`` on an ``O_APPEND`` descriptor,
 so the supervisor and rank 0 can both append without interleaving partial lines.
 
 This module must stay importable without torch or textual: the UI, the supervisor and the
@@ -19,11 +21,18 @@ Kinds and their fields (units in the field names or stated here):
 - ``train_begin``: total_steps, epochs (the epochs these steps make: total_steps / steps_per_epoch, so
   ``max_steps`` below one epoch reads 0.7), steps_per_epoch (optimizer steps per pass over the data;
   null when the data has no length), num_train_epochs (the config's), start_step (past 0 on a
-  resume), world_size, global_batch
+  resume), world_size, global_batch, flops (rank 0, ``cockpit/train/flops_meter.py``: peak_tflops (the
+  device's dense peak in the run's dtype, null: "peak unknown"), peak_source (table|measured|cached|unknown),
+  peak_device, dtype, model_flops_per_token and hardware_flops_per_token at at_seq_len (cutoff_len),
+  matmul_params (N), trainable_share, recompute (gradient checkpointing), why (null, or why no MFU))
 - ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)
 - ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
   second, all ranks, since the previous step event with the warm-up steps left out: null while
-  ``warmup`` is true; warm-up = the first tenth of the steps, 1 to 5), warmup, samples_per_s, tokens_seen, mem (a mapping rank -> that rank's own
+  ``warmup`` is true; warm-up = the first tenth of the steps, 1 to 5), warmup, samples_per_s, tokens_seen,
+  tokens_per_s_per_device and samples_per_s_per_device (the two over the world size), model_tflops_per_device
+  (model FLOPs per token x tokens/s per device / 10**12), mfu (0..1: that over the peak; null in the warm-up
+  or with no known peak), hfu (with gradient checkpointing: the recomputation counted;
+  ``cockpit/plan/flops.py``), mem (a mapping rank -> that rank's own
   figures, gathered from every rank at each logging step: allocated_mb (``memory_allocated``),
   reserved_mb (``memory_reserved``), peak_mb (``max_memory_allocated`` since the previous logging
   step: the peak is reset after each reading), capacity_mb (the device's total memory), rss_mb
@@ -105,7 +114,7 @@ Kinds and their fields (units in the field names or stated here):
 - ``run_finished``: steps, runtime_s (wall time over every attempt of the run, the pauses between
   attempts left out: :func:`wall_time_s`), tokens_per_s, first_loss, last_loss (the run's first and
   last logged training loss, unrounded), first_loss_step, last_loss_step (the steps they were logged
-  at: the same step when only one was logged)
+  at: the same step when only one was logged), mfu (summary.json's)
 - ``run_failed``: reason, rank (optional), log_tail (list of lines)
 - ``run_stopped``: reason, step
 """

@@ -94,6 +94,8 @@ class CockpitCallback(TrainerCallback):
         self.warm_step = 0  # the last warm-up step
         self.end_mark: tuple[float, int] | None = None  # (time, tokens seen) at the last step
         self._control_group: Any = _UNSET  # the flags' process group, made at the first step (control_group)
+        self.meter: Any = None  # rank 0's FlopsMeter (MFU, per-device throughput), made at on_train_begin
+        self.global_batch = 0  # samples per optimizer step, all ranks
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -213,6 +215,21 @@ class CockpitCallback(TrainerCallback):
             return None
         return (self.end_mark[1] - self.warm_mark[1]) / (self.end_mark[0] - self.warm_mark[0])
 
+    def _start_meter(self, args, model) -> dict[str, Any]:
+        """Rank 0: the FLOPs meter of the model it trains and this device's peak (``flops_meter``);
+        ``train_begin``'s ``flops`` field."""
+        if self.writer is None or model is None:
+            return {}
+        from cockpit.train.flops_meter import FlopsMeter, device_peak_here
+
+        peak = device_peak_here(self.cfg, bool(getattr(args, "use_cpu", False)))
+        self.meter = FlopsMeter.for_model(model, self.cfg, peak, self.world_size)
+        return {"flops": self.meter.describe(float(self.cfg.get("cutoff_len") or 0))}
+
+    def throughput_fields(self, tokens_per_s: float | None, samples_per_s: float, seq_len: float) -> dict[str, Any]:
+        """The step event's per-device tokens/s, samples/s, model TFLOPS and MFU (rank 0)."""
+        return self.meter.figures(tokens_per_s, samples_per_s, seq_len) if self.meter is not None else {}
+
     # -- Trainer hooks ----------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
         self._start_tracker(model)
@@ -226,6 +243,8 @@ class CockpitCallback(TrainerCallback):
         except TypeError:  # an iterable dataset: no length
             batches = None
         per_epoch = steps_per_epoch(batches, args.gradient_accumulation_steps)
+        self.global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size
+        flops = self._start_meter(args, model)
         self.emit(
             "train_begin",
             total_steps=state.max_steps,
@@ -233,8 +252,9 @@ class CockpitCallback(TrainerCallback):
             steps_per_epoch=per_epoch,
             num_train_epochs=args.num_train_epochs,
             world_size=self.world_size,
-            global_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size,
+            global_batch=self.global_batch,
             start_step=state.global_step,
+            **flops,
         )
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -275,7 +295,9 @@ class CockpitCallback(TrainerCallback):
         dsteps = max(state.global_step - self.last_step, 1)
         warming = self.warm_mark is None or state.global_step <= self.warm_step
         tps = None if warming else self._interval_tokens_per_s(now, tokens)
-        sps = dsteps * args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size / dt
+        samples = dsteps * args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size
+        sps = samples / dt
+        seq_len = (tokens - self.last_tokens) / samples if tokens > self.last_tokens else self.cfg.get("cutoff_len", 0)
         self.last_t, self.last_step, self.last_tokens = now, state.global_step, tokens
         self.tokens_total = tokens
         if self.first_loss is None and math.isfinite(loss):
@@ -294,6 +316,7 @@ class CockpitCallback(TrainerCallback):
                 warmup=warming,
                 samples_per_s=round(sps, 3),
                 tokens_seen=tokens,
+                **self.throughput_fields(tps, sps, float(seq_len)),
                 mem=mems,
             )
             self._check_memory(args, state.global_step, mems)

@@ -166,3 +166,26 @@ def throughput(callback, train_runtime: float, tokens_total: int) -> dict[str, A
         "tokens_per_s_with_warmup": overall,
         "warmup_steps_excluded": callback.warmup_steps if steady is not None else 0,
     }
+
+
+def utilisation(
+    callback, throughput: dict[str, Any], train_runtime: float, tokens_total: int, steps: int
+) -> dict[str, Any]:
+    """The summary's per-device tokens/s and samples/s, model TFLOPS per device, MFU (and HFU under
+    gradient checkpointing) from the summary's tokens/s and the run's mean tokens per sample, and the
+    peak they are measured against; {} on the ranks without the meter (rank 0 has it)."""
+    meter = callback.meter
+    if meter is None:
+        return {}
+    samples = steps * callback.global_batch
+    seq_len = tokens_total / samples if samples and tokens_total else float(callback.cfg.get("cutoff_len") or 0)
+    samples_per_s = samples / train_runtime if train_runtime > 0 else 0.0
+    figures = meter.figures(throughput.get("tokens_per_s"), samples_per_s, seq_len)
+    return {
+        "samples_per_s": round(samples_per_s, 3),
+        **figures,
+        "peak_tflops": meter.peak.tflops,
+        "peak_device": meter.peak.device,
+        "peak_source": meter.peak.source,
+        "mfu_why_not": (meter.why or None) if figures.get("mfu") is None else None,
+    }

@@ -8,6 +8,7 @@ from rich.style import Style as RichStyle
 from rich.text import Text
 
 from cockpit.cells import clip
+from cockpit.run.follow import peak_short, per_device_words
 from cockpit.ui.palette import themed
 from cockpit.ui.state import RunState, fmt_duration, hang_alert, memory_alert
 
@@ -262,6 +263,7 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
     t.append(f"  telemetry: {backend or 'none yet'}", style="bold" if backend else "dim")
     if state.ended:  # nothing samples an ended run: no stale RSS, CPU or "not reported yet" lines
         t.append("\n (the run has ended: no live samples)", style="dim")
+        t.append_text(per_device(state, width))
         t.append("\n")
         t.append_text(comm(state))
         return t
@@ -304,9 +306,34 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
         ]
         if alloc:
             t.append("\n torch allocated: " + "  ".join(alloc), style="dim")
+    t.append_text(per_device(state, width))
     t.append("\n")
     t.append_text(comm(state))
     return t
+
+
+def per_device(state: RunState, width: int) -> Text:
+    """The latest step's tokens/s, samples/s and MFU per device (``follow.per_device_words``) on one line
+    of ``width`` (tighter, then without samples/s, when narrow), and the peak MFU is a share of when it
+    fits; before the first step only "peak unknown" (or nothing)."""
+    label = "Per device "
+    for fields, sep in ((state.per_device, "  "), (state.per_device, " "), (_without_samples(state.per_device), " ")):
+        words = per_device_words(fields, state.flops, sep)
+        if len(label) + len(words) <= width - 2:
+            break
+    if not words:
+        return Text()
+    t = Text("\n")
+    t.append(label, style="bold")
+    t.append(words)
+    peak = peak_short(state.flops or {})
+    if peak and state.per_device.get("mfu") is not None and t.cell_len + len(peak) <= width - 2:
+        t.append(f" {peak}", style="dim")
+    return t
+
+
+def _without_samples(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k != "samples_per_s_per_device"}
 
 
 def comm(state: RunState) -> Text:

@@ -57,6 +57,7 @@ STAGE_TITLES = {
 }
 
 
+PER_DEVICE_FIELDS = ("tokens_per_s_per_device", "samples_per_s_per_device", "mfu", "hfu")
 COMPLETIONS_KEPT = 8  # grpo's sampled completions kept for the Live screen's pane: the latest two logging steps
 
 
@@ -89,6 +90,10 @@ class RunState:
     end_t: float | None = None
     train_t0: float | None = None
     tokens_seen: int | None = None
+    # the latest step's per-device throughput and utilisation (tokens_per_s_per_device, samples_per_s_per_device,
+    # mfu, hfu) and train_begin's ``flops`` (the peak they are measured against)
+    per_device: dict[str, Any] = field(default_factory=dict)
+    flops: dict[str, Any] | None = None
     mem: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None  # the latest sample of node 0 (the supervisor's own node)
     nodes: dict[int, dict[str, Any]] = field(default_factory=dict)  # node_rank -> its latest telemetry
@@ -149,6 +154,8 @@ class RunState:
                     self.series[m].add(step, as_float(ev[m]))
             if isinstance(ev.get("mem"), dict):
                 self.mem = ev["mem"]
+            if "samples_per_s_per_device" in ev:
+                self.per_device = {k: ev.get(k) for k in PER_DEVICE_FIELDS}
             if self.state in ("starting",):
                 self.state = "running"
         elif kind == "run_started":
@@ -166,6 +173,7 @@ class RunState:
             self.total = ev.get("total_steps") or self.total
             self.train_t0 = t
             self.world_size = ev.get("world_size") or self.world_size
+            self.flops = ev.get("flops") if isinstance(ev.get("flops"), dict) else None
         elif kind == "telemetry":
             node = int(ev.get("node_rank") or 0)
             self.nodes[node] = ev

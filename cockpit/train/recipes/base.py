@@ -387,7 +387,7 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
     """summary.json's part every stage writes (rank 0), loss.png drawn on the way: one tokens/s
     definition (``outcome.throughput``: warm-up left out), the run's totals over its attempts."""
     from cockpit.data.probes import probe_summary
-    from cockpit.train.outcome import eval_losses, throughput
+    from cockpit.train.outcome import eval_losses, throughput, utilisation
 
     cfg, dirs, callback, state = ctx.cfg, ctx.dirs, attempt.callback, attempt.trainer.state
     events = read_all(ctx.run.events_path)  # once, for loss.png and the summary's eval losses
@@ -395,6 +395,7 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
     tokens_total = int(
         getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total
     )  # the run's (restored on resume)
+    speed = throughput(callback, attempt.train_runtime, tokens_total)
     summary = {
         "run_id": ctx.run.run_id,
         "state": "stopped" if callback.stop_reason is not None else "finished",
@@ -405,7 +406,8 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
         "runtime_s": round(wall_time_s(events, until=time.time()), 2),  # every attempt's
         "train_runtime_s": round(attempt.train_runtime, 2),
         "tokens_seen": tokens_total,
-        **throughput(callback, attempt.train_runtime, tokens_total),
+        **speed,
+        **utilisation(callback, speed, attempt.train_runtime, tokens_total, state.global_step),
         "first_loss": callback.first_loss,
         "last_loss": callback.last_loss,
         "eval_loss": eval_losses(events),
@@ -465,6 +467,7 @@ def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: i
             steps=steps,
             runtime_s=summary["runtime_s"],
             tokens_per_s=summary["tokens_per_s"],
+            mfu=summary.get("mfu"),
             first_loss=callback.first_loss,
             last_loss=callback.last_loss,
             first_loss_step=callback.first_loss_step,

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from cockpit.run.follow import peak_short, per_device_words
 from cockpit.store.rundir import RunDir
 from cockpit.ui.formatting import STATE_STYLE, STATE_SYMBOL, step_ticks
 from cockpit.ui.messages import WorkerMessage
@@ -44,6 +45,11 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     t.append(f"  runtime {fmt_duration(summary.get('runtime_s'))}")
     if summary.get("tokens_per_s") is not None:
         t.append(f"  {summary['tokens_per_s']:,.0f} tokens/s")
+    per_device = per_device_words(summary)
+    if per_device:
+        t.append("\nper device: " + per_device)
+        if summary.get("mfu") is not None:
+            t.append(f" {peak_short(summary)}", style="dim")
     fl, ll = summary.get("first_loss"), summary.get("last_loss")
     if isinstance(fl, (int, float)) and isinstance(ll, (int, float)):
         t.append(f"\nloss {fl:.4f} → {ll:.4f}")
