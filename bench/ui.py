@@ -13,6 +13,10 @@
    and keys work (target < 2 s), until the whole history is folded in, and the UI's peak
    memory (target < 200 MB)
 
+5. ``--gpus 16 512``: instead, the Live screen of a multi-node run at 160x48 (8 GPUs a node; node 0's
+   telemetry and the node collector's heartbeats / grid written every second): first frame of the
+   devices pane after Enter, follow CPU and step-to-screen delay as in 2 and 3 (``bench_nodes``)
+
 Prints a JSON summary at the end. No torch: the synthetic runs are written by this script.
 """
 
@@ -36,6 +40,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from cockpit.store.events import EventWriter  # noqa: E402
 from cockpit.store.rundir import create_run_dir  # noqa: E402
@@ -169,10 +174,13 @@ class LiveWriter(threading.Thread):
                 self.run_step(w, log)
                 if time.time() - last_tel >= 1.0:
                     last_tel = time.time()
-                    w.emit("telemetry", backend="cpu", devices=[],
-                           ranks=[{"rank": 0, "pid": os.getpid(), "alive": True, "rss_mb": 512.0, "cpu_pct": 99.0}],
-                           unavailable={"amdsmi": "not installed", "nvml": "no NVIDIA driver"})
+                    self.telemetry(w)
                 self.halt.wait(self.period)
+
+    def telemetry(self, w: EventWriter) -> None:
+        w.emit("telemetry", backend="cpu", devices=[],
+               ranks=[{"rank": 0, "pid": os.getpid(), "alive": True, "rss_mb": 512.0, "cpu_pct": 99.0}],
+               unavailable={"amdsmi": "not installed", "nvml": "no NVIDIA driver"})
 
 
 # The floor: the smallest Textual app showing the same kind of screen (a title, a DataTable, the
@@ -280,10 +288,100 @@ def bench_million(runs_dir: Path, steps: int) -> dict:
             "ui_rss_mb_peak": round(peak / 2**20, 1), "ui_rss_mb_before_attach": round(base_rss / 2**20, 1)}
 
 
+# -- many GPUs (--gpus N): a multi-node run's Live screen, the devices pane as its node x GPU map ------------
+class NodesWriter(LiveWriter):
+    """A step every ``period`` s; every second node 0's own ``telemetry`` (8 fake MI300X) and what global
+    rank 0's collector writes for all the nodes (``cockpit/telemetry/node.py`` over fake GPUs)."""
+
+    def __init__(self, run, start_step: int, gpus: int, period: float = 0.5):
+        super().__init__(run, start_step, period)
+        from cockpit.telemetry import AmdSmiBackend
+        from cockpit.telemetry.fakes import FakeAmdSmi, FakeGpu
+        from cockpit.telemetry.node import NodeCollector, NodeReporter
+
+        from ui_screenshots import DictStore  # scripts/: the rendezvous store's three calls, in a dict
+
+        self.nnodes = max(1, gpus // 8)
+        store = DictStore()
+        self.backends = [AmdSmiBackend(FakeAmdSmi([FakeGpu(vram_used_mb=int(196592 * (0.5 + 0.05 * ((n + i) % 9))),
+                                                           gfx_activity=60 + (3 * n + i) % 40) for i in range(8)]))
+                         for n in range(self.nnodes)]
+        self.reporters = [NodeReporter(store, n, f"node-{n:03d}", None if n == 0 else self.backends[n])
+                          for n in range(self.nnodes)]
+        self.collector = NodeCollector(store, self.nnodes)
+
+    def telemetry(self, w: EventWriter) -> None:
+        w.emit("telemetry", backend="amdsmi", devices=self.backends[0].devices(), ranks=[], unavailable={},
+               node_rank=0, host="node-000")
+        for r in self.reporters:
+            r.step = self.step
+            r.publish()
+        for kind, fields in self.collector.collect():
+            w.emit(kind, **fields)
+
+
+def bench_nodes(runs_dir: Path, gpus: int, seconds: float) -> dict:
+    """The Live screen of a ``gpus``-GPU run (8 a node): first frame of its devices pane after Enter,
+    the UI's CPU while following it, the step-to-screen delay (as :func:`bench_follow`)."""
+    run = synthetic_run(runs_dir, f"gpus{gpus}", steps=100)
+    with open(run.events_path, "r+") as fh:  # the run_started of a multi-node run
+        lines = fh.readlines()
+        head = json.loads(lines[0])
+        head.update(world_size=gpus, nproc_per_node=8, nnodes=max(1, gpus // 8))
+        lines[0] = json.dumps(head) + "\n"
+        fh.seek(0)
+        fh.writelines(lines)
+    writer = NodesWriter(run, 100, gpus)
+    writer.start()
+    time.sleep(2.5)  # two collector ticks: the map is in the log before the screen opens
+    term = Term(runs_dir, cols=160, rows=48)
+    assert term.wait_text(FIRST_TEXT, 20)
+    time.sleep(1.0)
+    mark, t0 = term.mark(), time.perf_counter()
+    term.key(b"\r")
+    shown = term.wait_text(f"{writer.nnodes} nodes, {writer.nnodes * 8} GPUs" if gpus > 8 else "Devices", 20, since=mark)
+    first_frame = (shown - t0) if shown else None
+    time.sleep(2.0)
+    lat = []
+    cpu0, t1 = term.ps.cpu_times(), time.perf_counter()
+    seen = writer.step
+    while time.perf_counter() < t1 + seconds:
+        if writer.step > seen:
+            seen = writer.step
+            at = term.wait_text(f"step {seen}/", 2.0, since=max(0, term.mark() - 200))
+            if at is not None:
+                lat.append(at - writer.written[seen])
+        time.sleep(0.01)
+    cpu1, t2 = term.ps.cpu_times(), time.perf_counter()
+    writer.halt.set()
+    term.close()
+    lat.sort()
+    return {"gpus": gpus, "nodes": writer.nnodes, "live_first_frame_s": round(first_frame, 3) if first_frame else None,
+            "cpu_pct_of_one_core": round(100 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (t2 - t1), 2),
+            "steps_seen": len(lat), "latency_s_median": round(lat[len(lat) // 2], 3) if lat else None,
+            "latency_s_max": round(lat[-1], 3) if lat else None,
+            "events_kb_per_s": round(run.events_path.stat().st_size / 1024 / max(1.0, t2 - t0), 1),
+            "targets": {"cpu_pct": 5, "latency_s": 0.5}, "load_avg_1m": os.getloadavg()[0]}
+
+
+def main_gpus(gpu_counts: list[int], seconds: float) -> int:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="cockpit-bench-ui-gpus-") as tmp:
+        for gpus in gpu_counts:
+            results.append(bench_nodes(Path(tmp) / f"g{gpus}", gpus, seconds))
+            print("gpus:", results[-1], flush=True)
+    print(json.dumps({"nodes": results, "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()}}, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer tries, 100k steps instead of 1M")
+    ap.add_argument("--gpus", type=int, nargs="+", metavar="N",
+                    help="only the many-GPU Live screen bench (bench_nodes), e.g. --gpus 16 512 (8 GPUs a node, 160x48)")
     args = ap.parse_args()
+    if args.gpus:
+        return main_gpus(args.gpus, 10 if args.quick else 30)
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-ui-") as tmp:
         fixture_runs = ROOT / "tests" / "fixtures" / "ui_run"

@@ -243,17 +243,110 @@ def write_grpo_run(runs: Path, steps: int = 26, total: int = 40) -> Path:
     return run
 
 
-async def _grpo_live(pilot) -> None:
+async def _open_written(pilot, write: Callable[[Path], Path], prefix: str) -> None:
+    """The Live screen of a run dir ``write`` makes under a new temporary folder, once replayed."""
     import tempfile
 
     from cockpit.store.rundir import RunDir
 
-    run = write_grpo_run(Path(tempfile.mkdtemp(prefix="cockpit-grpo-")))
+    run = write(Path(tempfile.mkdtemp(prefix=prefix)))
     pilot.app.open_live(RunDir(run))
     await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "LiveScreen"
                   and pilot.app.screen.replay_progress is None and pilot.app.screen.state.events_seen > 0)
     pilot.app.screen._drawn_version = -1
     pilot.app.screen.draw()
+    await pilot.pause(0.3)
+
+
+# -- a 64-node x 8-GPU job as global rank 0's run dir holds it: node 0's GPUs from its supervisor, the other
+# nodes' through the rendezvous store (cockpit/telemetry/node.py's reporter and collector over fake MI300X at
+# the hardware boundary), one GPU running hot (node 17) and one idling (node 41), at step 30 of 500 ---------
+NODES_RUN_ID = "20261203-151200-llama-70b-64n-7c1d"
+
+
+class DictStore:
+    """The rendezvous store's three calls the node telemetry makes (set, check, get), in a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+    def get(self, key: str) -> str:
+        return self.data[key]
+
+
+def fake_node_gpus(node: int, gpus: int = 8) -> list[Any]:
+    from cockpit.telemetry.fakes import FakeGpu
+
+    out = []
+    for i in range(gpus):
+        wobble = ((node * 7 + i * 3) % 10) / 10
+        util = 4 if (node, i) == (41, 5) else int(78 + 20 * wobble)
+        temp = 96 if (node, i) == (17, 2) else int(58 + 16 * wobble)
+        out.append(FakeGpu(bdf=f"0000:{0x0C + i:02x}:00.0", vram_used_mb=int(196592 * (0.52 + 0.44 * wobble)),
+                           gfx_activity=util, temp_hotspot_c=temp, current_socket_power=380 + int(300 * util / 100)))
+    return out
+
+
+def write_nodes_run(runs: Path, nnodes: int = 64, gpus: int = 8, steps: int = 30, total: int = 500) -> Path:
+    from cockpit.telemetry import AmdSmiBackend
+    from cockpit.telemetry.fakes import FakeAmdSmi
+    from cockpit.telemetry.node import NodeCollector, NodeReporter
+
+    run = runs / NODES_RUN_ID
+    (run / "logs").mkdir(parents=True, exist_ok=True)
+    t0 = FROZEN_NOW - 600
+    world = nnodes * gpus
+    status = {"state": "running", "run_id": NODES_RUN_ID, "attempt": 1, "step": steps, "total_steps": total, "started": t0}
+    (run / "status.json").write_text(json.dumps(status), encoding="utf-8")
+    (run / "config.yaml").write_text(f"nnodes: {nnodes}\nnproc_per_node: {gpus}\n", encoding="utf-8")
+    events: list[dict[str, Any]] = [
+        {"t": t0, "kind": "run_started", "run_id": NODES_RUN_ID, "attempt": 1, "model": "meta-llama/Llama-3.1-70B",
+         "dataset": "alpaca_en", "method": "lora", "world_size": world, "nproc_per_node": gpus, "nnodes": nnodes,
+         "output_dir": None},
+        {"t": t0, "kind": "state", "state": "running", "reason": None},
+        {"t": t0 + 120, "kind": "train_begin", "total_steps": total, "epochs": 1.0, "world_size": world,
+         "global_batch": 4 * world, "start_step": 0},
+        {"t": t0 + 120, "kind": "comm", "backend": "rccl", "version": "2.21.5", "world_size": world, "status": "ok"},
+    ]
+    for step in range(1, steps + 1):
+        events.append({"t": t0 + 120 + 15.0 * step, "kind": "step", "step": step, "total_steps": total,
+                       "epoch": round(step / total, 4), "loss": round(1.9 - 0.02 * step, 4), "lr": 2e-4, "grad_norm": 0.8,
+                       "tokens_per_s": 1_310_000.0, "samples_per_s": 160.0, "tokens_seen": step * 19_660_800})
+    store = DictStore()
+    backends = [AmdSmiBackend(FakeAmdSmi(fake_node_gpus(n, gpus))) for n in range(nnodes)]
+    reporters = [NodeReporter(store, n, f"mi300-{n:02d}", None if n == 0 else backends[n]) for n in range(nnodes)]
+    collector = NodeCollector(store, nnodes, own_node=0)
+    for r in reporters:
+        r.step = steps
+        r.publish()
+    for kind, fields in collector.collect():
+        events.append({"t": FROZEN_NOW - 1, "kind": kind, **fields})
+    node0 = backends[0].devices()
+    events.append({"t": FROZEN_NOW - 1, "kind": "telemetry", "backend": "amdsmi", "devices": node0, "ranks": [],
+                   "unavailable": {"nvml": "not tried: amdsmi is active"}, "node_rank": 0, "host": "mi300-00"})
+    with open(run / "events.jsonl", "w", encoding="utf-8") as fh:
+        for ev in events:
+            fh.write(json.dumps({"v": 1, **ev, "t": round(ev["t"], 3)}, separators=(",", ":")) + "\n")
+    return run
+
+
+async def _grpo_live(pilot) -> None:
+    await _open_written(pilot, write_grpo_run, "cockpit-grpo-")
+
+
+async def _nodes_live(pilot) -> None:
+    await _open_written(pilot, write_nodes_run, "cockpit-nodes-")
+
+
+async def _nodes_drill(pilot) -> None:
+    await _open_written(pilot, write_nodes_run, "cockpit-nodes-")
+    await pilot.press("o")  # the node of the least busy GPU, in the detailed form
     await pilot.pause(0.3)
 
 
@@ -268,6 +361,8 @@ SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] 
     "compare": ("runs", {}, _compare),
     "keys": ("runs", {}, _keys),
     "grpo-live": ("runs", {}, _grpo_live),
+    "nodes-live": ("runs", {}, _nodes_live),
+    "nodes-drill": ("runs", {}, _nodes_drill),
     "summary-nocolor": ("runs", {"colours": "no"}, _summary),
     "runs-16colour": ("runs", {"colours": "16"}, _runs),
 }

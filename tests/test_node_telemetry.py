@@ -11,6 +11,7 @@ from cockpit.store.events import encode
 from cockpit.run.supervisor import node_torch_devices, node_watchdog, observe_progress
 from cockpit.telemetry import AmdSmiBackend
 from cockpit.telemetry.fakes import FakeAmdSmi, FakeGpu, fake_from_env
+from cockpit.store.node_grid import parse_ranges, row_devices
 from cockpit.telemetry.node import NodeCollector, NodeReporter, NodeThread
 
 
@@ -40,11 +41,13 @@ def test_reports_of_two_nodes_reach_rank_0_with_node_names_and_only_new_ones():
     node1.step = 3
     node1.publish()
     got = collector.collect()
-    beats = {f["node_rank"]: f for k, f in got if k == "heartbeat"}
-    assert beats[0]["host"] == "gpu-a" and beats[0]["step"] == 4 and beats[1]["host"] == "gpu-b" and beats[1]["step"] == 3
-    tel = [f for k, f in got if k == "telemetry"]
-    assert len(tel) == 1 and tel[0]["node_rank"] == 1 and tel[0]["host"] == "gpu-b" and tel[0]["backend"] == "amdsmi"
-    assert [d["vram_used_mb"] for d in tel[0]["devices"]] == [1000.0 * (i + 1) for i in range(8)]
+    beats = [f for k, f in got if k == "heartbeats"]
+    assert len(beats) == 1 and beats[0]["steps"] == [[4, "0"], [3, "1"]] and beats[0]["hosts"] == {"0": "gpu-a", "1": "gpu-b"}
+    grid = [f for k, f in got if k == "node_telemetry"]
+    assert len(grid) == 1 and [r["node"] for r in grid[0]["nodes"]] == [1]  # node 0's GPUs: its supervisor's
+    row = grid[0]["nodes"][0]
+    assert row["host"] == "gpu-b" and row["backend"] == "amdsmi" and row["total_mb"] == 196592
+    assert [d["vram_used_mb"] for d in row_devices(row)] == [round(196592 * round(100_000 * (i + 1) / 196592) / 100) for i in range(8)]
     for kind, fields in got:
         encode(kind, **fields)
     assert collector.collect() == []  # no new report, no new heartbeat
@@ -53,10 +56,11 @@ def test_reports_of_two_nodes_reach_rank_0_with_node_names_and_only_new_ones():
     assert collector.collect() == []  # a new report at the same step, 1 s later: not yet (min_gap_s)
     node1.step = 4
     node1.publish()
-    assert [(k, f["node_rank"], f["step"]) for k, f in collector.collect() if k == "heartbeat"] == [("heartbeat", 1, 4)]  # the step moved
+    assert [(k, f["steps"]) for k, f in collector.collect() if k == "heartbeats"] == [("heartbeats", [[4, "1"]])]  # the step moved
     now[0] += 3.0
     node1.publish()
-    assert [(k, f["node_rank"]) for k, f in collector.collect()] == [("heartbeat", 1), ("telemetry", 1)]
+    got = collector.collect()
+    assert [k for k, _ in got] == ["heartbeats", "node_telemetry"] and "nodes" in got[1][1]  # the grid is small: every 3 s
 
 
 def test_a_stopped_node_thread_stops_its_heartbeats():
@@ -64,16 +68,18 @@ def test_a_stopped_node_thread_stops_its_heartbeats():
     events: list[tuple[str, dict]] = []
     t0 = NodeThread(NodeReporter(master, 0, "a"), NodeCollector(master, 2, min_gap_s=0.2), lambda kind, **f: events.append((kind, f)), 0.2).start()
     t1 = NodeThread(NodeReporter(client, 1, "b"), None, None, 0.2).start()
+    def beat_count(node: int) -> int:
+        return sum(1 for k, f in events if k == "heartbeats" for _, nodes in f["steps"] if node in parse_ranges(nodes))
+
     deadline = time.time() + 20
-    while time.time() < deadline and not {f["node_rank"] for k, f in events if k == "heartbeat"} >= {0, 1}:
+    while time.time() < deadline and not (beat_count(0) and beat_count(1)):
         time.sleep(0.1)
     t1.stop()
     time.sleep(0.5)
-    n1 = sum(1 for k, f in events if k == "heartbeat" and f["node_rank"] == 1)
-    n0 = sum(1 for k, f in events if k == "heartbeat" and f["node_rank"] == 0)
+    n1, n0 = beat_count(1), beat_count(0)
     time.sleep(1.5)
-    assert sum(1 for k, f in events if k == "heartbeat" and f["node_rank"] == 1) == n1 >= 1
-    assert sum(1 for k, f in events if k == "heartbeat" and f["node_rank"] == 0) > n0  # node 0 goes on
+    assert beat_count(1) == n1 >= 1
+    assert beat_count(0) > n0  # node 0 goes on
     t0.stop()
 
 
@@ -82,8 +88,8 @@ def test_supervisor_feeds_heartbeats_and_train_end_to_the_watchdog():
     assert dog.check(599, True) is None  # loading: the load timeout
     dog.observe_step(1, 600)
     dog.observe_step(2, 601)
-    observe_progress(dog, {"kind": "heartbeat", "t": 635, "node_rank": 0, "host": "a", "step": 2})
-    observe_progress(dog, {"kind": "heartbeat", "t": 580, "node_rank": 1, "host": "b", "step": 1})
+    observe_progress(dog, {"kind": "heartbeats", "t": 580, "steps": [[1, "0-1"]], "hosts": {"0": "a", "1": "b"}})
+    observe_progress(dog, {"kind": "heartbeats", "t": 635, "steps": [[2, "0"]]})  # node 1 silent since 580
     alert = dog.check(640, True)
     assert alert["silent_nodes"] == [1] and "node 1 (b) silent: no heartbeat for 60 s" in alert["message"]
     observe_progress(dog, {"kind": "train_end", "t": 650, "step": 2})

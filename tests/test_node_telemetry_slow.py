@@ -34,21 +34,24 @@ def assert_every_node_reported(dirs: list[Path], steps_run: int) -> None:
         assert sorted(m["node_rank"] for m in e["mem"].values()) == [0, 1]
         for m in e["mem"].values():
             assert m["host"] == host and m["source"] == "rss" and m["rss_mb"] > 50 and m["capacity_mb"] > m["rss_mb"]
-    # GPUs of both nodes: node 0's from its supervisor, the other node's relayed by rank 0
+    # GPUs of both nodes: node 0's from its supervisor, the other node's relayed by rank 0 as a grid row
+    from cockpit.store.node_grid import parse_ranges, row_devices
+
     tel = [e for e in events if e["kind"] == "telemetry"]
-    by_node = {n: [e for e in tel if e.get("node_rank") == n] for n in (0, 1)}
-    assert by_node[0] and by_node[1], {e.get("node_rank") for e in tel}
-    for n in (0, 1):
-        last = by_node[n][-1]
-        assert last["backend"] == "amdsmi" and last["host"] == host
-        assert [d["index"] for d in last["devices"]] == list(range(8))
-        assert all(d["name"] == "AMD Instinct MI300X" and d["vram_total_mb"] == 196592 for d in last["devices"])
-    assert all(e["source"] == "node_reporter" and e["ranks"] == [] for e in by_node[1])
+    assert tel and all(e.get("node_rank") == 0 for e in tel)
+    last = tel[-1]
+    assert last["backend"] == "amdsmi" and last["host"] == host
+    assert [d["index"] for d in last["devices"]] == list(range(8))
+    assert all(d["name"] == "AMD Instinct MI300X" and d["vram_total_mb"] == 196592 for d in last["devices"])
+    rows = [r for e in events if e["kind"] == "node_telemetry" for r in e.get("nodes") or []]
+    assert rows and {r["node"] for r in rows} == {1}
+    assert rows[-1]["backend"] == "amdsmi" and rows[-1]["host"] == host and rows[-1]["total_mb"] == 196592
+    assert [d["index"] for d in row_devices(rows[-1])] == list(range(8))
     # heartbeats of both nodes, with the step each node had reached
-    beats = [e for e in events if e["kind"] == "heartbeat"]
-    assert {e["node_rank"] for e in beats} == {0, 1}
+    beats = [(node, step) for e in events if e["kind"] == "heartbeats" for step, nodes in e["steps"] for node in parse_ranges(nodes)]
+    assert {n for n, _ in beats} == {0, 1}
     for n in (0, 1):
-        assert max(e["step"] or 0 for e in beats if e["node_rank"] == n) >= steps_run - 1
+        assert max(step or 0 for node, step in beats if node == n) >= steps_run - 1
     assert any(e["kind"] == "train_end" and e["step"] == steps_run for e in events)
     assert not [e for e in events if e["kind"] == "alert"]
 

@@ -103,3 +103,27 @@ def test_a_node_the_hang_alert_names_is_marked_silent():
     state.apply([{"kind": "alert", "code": "hang", "last_step": 5, "silent_nodes": [1], "message": "node 1 (h1) silent"}])
     lines = node_devices(state, 80, 15).plain.splitlines()
     assert [ln.startswith("node 1") for ln in lines if "SILENT" in ln] == [True]
+
+
+def test_64_nodes_map_drills_down_with_n_o_and_a():
+    """The 64-node scene (scripts/ui_screenshots.write_nodes_run): n shows node 0's GPUs, N from there
+    goes back to the map, o shows the least busy GPU's node, a the map again."""
+
+    async def scenario() -> list[str]:
+        app = make_app()
+        seen = []
+        async with app.run_test(size=(160, 48)) as pilot:
+            await shots._nodes_live(pilot)
+            pane = lambda: str(app.screen.query_one("#devices").render())  # noqa: E731
+            seen.append(pane())
+            for key in ("n", "N", "o", "a"):
+                await pilot.press(key)
+                await pilot.pause(0.2)
+                seen.append(pane())
+        return seen
+
+    grid, node0, back, least, again = asyncio.run(scenario())
+    assert "64 nodes, 512 GPUs" in grid and "least busy node 41 GPU 5 util 4%" in grid
+    assert "node 0 of 64" in node0 and node0.count("W ") + node0.count("W\n") >= 8  # 8 GPUs with their power
+    assert back == grid and again == grid
+    assert "node 41 of 64" in least and " 4%" in least

@@ -42,6 +42,7 @@ from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
 from cockpit.shape import shape_of
 from cockpit.store.events import EventReader, EventWriter
+from cockpit.store.node_grid import parse_ranges
 from cockpit.store.rundir import ACTIVE_STATES, CHECKPOINT_STAGING, RunDir, atomic_write_json
 
 POLL_S = 0.2
@@ -95,7 +96,7 @@ def node_watchdog(cfg: Mapping[str, Any], start_t: float) -> HangWatchdog:
 
 
 def observe_progress(watchdog: HangWatchdog, ev: dict[str, Any]) -> None:
-    """A ``heartbeat`` (one node alive, at its step), ``train_end`` (training over),
+    """A ``heartbeats`` (nodes alive, at their steps; a ``heartbeat`` of one node in older logs), ``train_end`` (training over),
     ``predict_progress`` (prediction samples generated) or ``progress`` after training (probes,
     held-out pairs) event: after training, the load timeout counts again from the last of them."""
     t = float(ev.get("t") or time.time())
@@ -104,6 +105,11 @@ def observe_progress(watchdog: HangWatchdog, ev: dict[str, Any]) -> None:
             watchdog.observe_train_end(t)
     elif ev.get("kind") in ("train_end", "predict_progress"):
         watchdog.observe_train_end(t)
+    elif ev.get("kind") == "heartbeats":  # many nodes at once (cockpit/store/node_grid.py)
+        hosts = ev.get("hosts") or {}
+        for step, nodes in ev.get("steps") or []:
+            for node in parse_ranges(nodes):
+                watchdog.observe_heartbeat(node, t, host=hosts.get(str(node)), step=step)
     else:
         watchdog.observe_heartbeat(int(ev.get("node_rank") or 0), t, host=ev.get("host"), step=ev.get("step"))
 
@@ -352,7 +358,7 @@ class Supervisor:
                 self.watchdog.observe_step(self.last_step, float(ev.get("t") or time.time()))
                 changes.update(step=self.last_step, total_steps=ev.get("total_steps"), last_loss=ev.get("loss"))
                 self.torch_devices = node_torch_devices(ev.get("mem"), self.node_rank) or self.torch_devices
-            elif kind in ("heartbeat", "train_end", "predict_progress", "progress"):
+            elif kind in ("heartbeats", "heartbeat", "train_end", "predict_progress", "progress"):
                 observe_progress(self.watchdog, ev)
             elif kind == "alert":
                 if not self.replaying:

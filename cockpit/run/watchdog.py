@@ -17,7 +17,7 @@ checkpoint) does not mask or cause an alert. One alert per stall: the next alert
 step first. ``ranks_alive=False`` never alerts (a dead rank is its own alert, not a hang).
 
 Node heartbeats (several nodes): ``observe_heartbeat(node_rank, t, host, step)`` for every
-``heartbeat`` event; ``expected_nodes`` says how many there are. An alert names each node whose
+node a ``heartbeats`` event names (a host only the first time: the last one is kept); ``expected_nodes`` says how many there are. An alert names each node whose
 last heartbeat is older than ``heartbeat_silent_s`` (or that never sent one) as silent, and each
 node whose last reported step is behind the others'; the ``nodes`` field lists them all.
 
@@ -83,6 +83,7 @@ class HangWatchdog:
         last = self.heartbeats.get(int(node_rank))
         if last is not None and t < last["t"]:
             return  # replayed
+        host = host if host is not None else (last or {}).get("host")  # heartbeats name a host once
         self.heartbeats[int(node_rank)] = {"t": float(t), "host": host, "step": step}
 
     def observe_train_end(self, t: float) -> None:

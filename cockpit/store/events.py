@@ -40,9 +40,20 @@ Kinds and their fields (units in the field names or stated here):
   allocator values null, or "live_tensors" with ``cpu_memory_tracker``: allocated/peak are live
   tensor bytes counted by ``plan/measure.py``, reserved null; capacity the host's RAM),
   node_rank, local_rank, host; MiB = 2**20 bytes)
-- ``heartbeat``: node_rank, host, step (the last training step the node's local rank 0
-  finished; null before the first), seq, train_ended; written by global rank 0 each time a
-  node's report in the rendezvous store changed (``cockpit/telemetry/node.py``)
+- ``heartbeats``: steps (a list of [step, node ranges]: the nodes whose report in the rendezvous
+  store is new since the previous heartbeats event, grouped by the last training step each one's
+  local rank 0 finished, null before the first; ranges like "0-62,64"), hosts (optional: node ->
+  host, for nodes first seen), ended (optional: ranges of the nodes whose training just ended);
+  written by global rank 0 when a node's step moved, else every few seconds
+  (``cockpit/telemetry/node.py``, ``cockpit/store/node_grid.py``). Logs before it have one
+  ``heartbeat`` per node (node_rank, host, step, seq, train_ended); readers take both
+- ``node_telemetry``: the other nodes' GPUs, relayed by global rank 0 (``cockpit/store/node_grid.py``):
+  nodes (optional: one row per node, {node, host, backend, total_mb, mem (VRAM used, integer percent
+  of total_mb), util (percent), temp (degrees C), power (W)}, lists in GPU index order, null where not
+  measured; totals_mb when the node's GPUs differ; unavailable when it has none), period_s (when the
+  next whole grid is due), outliers (the hottest, least busy and fullest GPUs as {node_rank, why,
+  index, vram_used_mb, vram_total_mb, util_pct, temp_c, power_w}); the whole grid within a byte
+  budget, the outliers alone in between
 - ``eval``: step, eval_loss, eval_accuracy (``compute_accuracy``: the share of labelled tokens predicted)
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|fp16_on_cpu|
@@ -103,8 +114,8 @@ Kinds and their fields (units in the field names or stated here):
   core since the previous sample, can exceed 100; null for the first sample of a pid and for a
   process that is gone, alive false), unavailable (optional: backend -> why it was not used),
   node_rank and host (the node sampled, numbered like every node_rank in the events by the
-  rendezvous' group rank, i.e. the order the nodes joined: the supervisor's own, or another node's GPUs relayed
-  by global rank 0 from that node's local rank 0 with source "node_reporter" and no ranks)
+  rendezvous' group rank, i.e. the order the nodes joined: the supervisor's own; logs before
+  ``node_telemetry`` also hold other nodes' GPUs relayed by global rank 0 with source "node_reporter")
 - ``comm``: backend (nccl|rccl|gloo), version (null for gloo), world_size, status (ok|probe
   failed|...), source (nccl_log for events parsed from the ranks' NCCL/RCCL INFO lines), details.
   The health probe's (rank 0, once at train start) details: probe {ok, backend, world_size,
@@ -140,6 +151,8 @@ KINDS = frozenset(
         "train_begin",
         "train_end",
         "heartbeat",
+        "heartbeats",
+        "node_telemetry",
         "step",
         "eval",
         "checkpoint_saved",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.style import Style as RichStyle
 from rich.text import Text
 
@@ -169,6 +170,20 @@ def _gpu_cell(d: dict[str, Any], bar_width: int) -> Text:
     t.append(f" {100 * (_vram_frac(d) or 0):3.0f}%" if _vram_frac(d) is not None else "    ?")
     t.append(f" u{float(d['util_pct']):3.0f}%" if d.get("util_pct") is not None else "      ")
     t.append(f" {float(d['temp_c']):3.0f}°" if d.get("temp_c") is not None else "     ")
+    t.append(f" {float(d['power_w']):4.0f}W" if d.get("power_w") is not None else "      ")
+    return t
+
+
+def _gpu_cell_short(d: dict[str, Any]) -> Text:
+    """A GPU without its bar (two to a line in a narrow pane): index, VRAM %, util, temperature, power."""
+    frac = _vram_frac(d)
+    t = Text(f"{d.get('index', '?'):>1}")
+    t.append(
+        f" {100 * frac:3.0f}%" if frac is not None else "    ?", style=fill_style(frac) if frac is not None else ""
+    )
+    t.append(f" u{float(d['util_pct']):3.0f}" if d.get("util_pct") is not None else "     ")
+    t.append(f" {float(d['temp_c']):2.0f}°" if d.get("temp_c") is not None else "    ")
+    t.append(f" {float(d['power_w']):3.0f}W" if d.get("power_w") is not None else "     ")
     return t
 
 
@@ -184,16 +199,23 @@ def _node_mem(state: RunState, node: int) -> str:
     return f"ranks {len(rows)}: peak max {_mb(peak)}{cap} (r{rank}, {m.get('source') or '?'})"
 
 
-def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
+def node_devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | None = None, hint: str = "") -> Text:
     """Several nodes: each node's GPUs under its name. As many lines as fit in ``max_lines``:
-    one per GPU (two columns when wide), else one line per node with a cell per GPU."""
+    one per GPU (two columns when wide), else one line per node with a cell per GPU. ``only``: that
+    node alone, in the detailed form (the drill-down of ``ui/device_grid.py``); ``hint``: its keys."""
     t = Text()
     t.append("Devices", style="bold underline")
-    nodes = sorted(state.nodes.items())
-    t.append(f"  {len(nodes)} nodes, {sum(len(e.get('devices') or []) for _, e in nodes)} GPUs", style="bold")
+    every = sorted(state.nodes.items())
+    nodes = [(n, e) for n, e in every if n == only] if only is not None else every
+    if only is not None:
+        t.append(f"  node {only} of {len(every)}", style="bold")
+    else:
+        t.append(f"  {len(nodes)} nodes, {sum(len(e.get('devices') or []) for _, e in nodes)} GPUs", style="bold")
+    if hint:
+        t.append(f"  {hint}", style="dim")
     per_gpu_cols = 2 if width >= 76 else 1
     detail = sum(1 + -(-len(e.get("devices") or []) // per_gpu_cols) for _, e in nodes) + len(nodes) + 1
-    detailed = detail <= max_lines
+    detailed = detail <= max_lines or only is not None
     hang = hang_alert(state)
     silent = set((hang or {}).get("silent_nodes") or [])
     for node, ev in nodes:
@@ -210,13 +232,15 @@ def node_devices(state: RunState, width: int = 60, max_lines: int = 8) -> Text:
             )
             t.append(f"  no GPUs{': ' + why if why else ''}"[: max(10, width - len(host) - 16)], style="dim")
         elif detailed:
-            t.append(_node_summary(devs), style="dim")
-            bw = 8 if per_gpu_cols == 2 else min(20, max(6, width - 30))
-            for i in range(0, len(devs), per_gpu_cols):
+            t.append(clip(_node_summary(devs), width - 1 - cell_len(t.plain.rsplit("\n", 1)[-1])), style="dim")
+            cols, bw = per_gpu_cols, 8 if per_gpu_cols == 2 else min(20, max(6, width - 30))
+            if only is not None and cols == 1 and 2 + len(devs) > max_lines:  # one node, a small pane
+                cols, bw = 2, 0
+            for i in range(0, len(devs), cols):
                 t.append("\n")
-                for j, d in enumerate(devs[i : i + per_gpu_cols]):
-                    t.append("  " if j == 0 else "   ")
-                    t.append_text(_gpu_cell(d, bw))
+                for j, d in enumerate(devs[i : i + cols]):
+                    t.append(("  " if bw else "") if j == 0 else "   ")
+                    t.append_text(_gpu_cell(d, bw) if bw else _gpu_cell_short(d))
         else:
             t.append(" VRAM ")
             for d in devs:

@@ -5,7 +5,8 @@ objects, so a reducer that mutates instead of replacing cannot freeze a pane).
 - :class:`TextPane`: a ``Static`` shown from rendered text (the header, devices, alerts): redrawn only
   when the text changed, with a layout pass only when its number of lines changed (a layout of the
   whole screen per step is most of the UI's CPU otherwise).
-- :class:`DevicesPane` / :class:`AlertsPane`: ``formatting.devices`` / ``formatting.alerts`` of the state.
+- :class:`DevicesPane` / :class:`AlertsPane`: ``device_grid.devices`` (one node's GPUs, several nodes', or a
+  node x GPU heatmap, with a drill-down to one node) / ``formatting.alerts`` of the state.
 - :class:`SparkGrid`: a grid of metric sparklines with its own throttle (Textual blends a colour per bar
   on every render: about a third of the UI's CPU while following), at most one redraw per
   ``period_s`` while the run goes on; the stage grid (dpo / kto / rm) shows a row once the run reports it.
@@ -24,7 +25,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.widgets import Sparkline, Static
 
-from cockpit.ui import formatting
+from cockpit.ui import device_grid, formatting
 from cockpit.ui.state import METRIC_TITLES, STAGE_TITLES, RunState, fmt_num
 
 SHORT = {"loss": "loss", "lr": "lr", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
@@ -46,11 +47,28 @@ class TextPane(Static):
 
 
 class DevicesPane(TextPane):
-    """Per-device memory (amdsmi / NVML / the ranks' torch figures), the CPU run's RSS, the comm line."""
+    """Per-device memory (amdsmi / NVML / the ranks' torch figures), the CPU run's RSS, the comm line;
+    many nodes as a node x GPU heatmap, ``node`` (the drill-down) one node's GPUs (``ui/device_grid.py``)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.node: int | None = None
 
     def show_state(self, state: RunState, max_lines: int) -> None:
         width = self.size.width or self.screen.size.width // 2
-        self.show(formatting.devices(state, width, max_lines))
+        self.show(device_grid.devices(state, width, max_lines, only=self.node))
+
+    def step_node(self, state: RunState, by: int) -> int | None:
+        """The drill-down moves ``by`` nodes (from the map: the first or the last); past either end, back to the map."""
+        nodes = sorted(state.nodes)
+        if not nodes:
+            return None
+        if self.node not in nodes:
+            self.node = nodes[0] if by > 0 else nodes[-1]
+        else:
+            at = nodes.index(self.node) + by
+            self.node = nodes[at] if 0 <= at < len(nodes) else None
+        return self.node
 
 
 class AlertsPane(TextPane):

@@ -27,7 +27,7 @@ from textual.widgets import Footer, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from cockpit.store.rundir import RunDir
-from cockpit.ui import formatting
+from cockpit.ui import device_grid, formatting
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
@@ -49,6 +49,10 @@ class LiveScreen(Screen):
         Binding("w", "warnings", "Warnings"),
         Binding("c", "completions", "Completions", show=False),  # grpo: the pane says it
         Binding("slash", "search", "Search"),
+        Binding("n", "node(1)", "Next node", show=False),  # several nodes: the devices pane says it
+        Binding("N", "node(-1)", "Previous node", show=False),
+        Binding("o", "least_busy_node", "Least busy node", show=False),
+        Binding("a", "all_nodes", "All nodes", show=False),
         Binding("enter", "summary", "Summary"),  # shown once the run has ended
         Binding("escape,q", "leave", "Leave"),
     ]
@@ -205,6 +209,27 @@ class LiveScreen(Screen):
         self.app.sub_title = ""
         self.app.switch_screen(SummaryScreen(self.run))
 
+    def action_node(self, by: int) -> None:
+        """The devices pane's drill-down: one node's GPUs in the detailed form, the next / previous one."""
+        with self._state_lock:
+            if len(self.state.nodes) < 2:
+                return
+            self._devices.step_node(self.state, by)
+        self._redraw_devices()
+
+    def action_least_busy_node(self) -> None:
+        with self._state_lock:
+            self._devices.node = device_grid.least_busy_node(self.state)
+        self._redraw_devices()
+
+    def action_all_nodes(self) -> None:
+        self._devices.node = None
+        self._redraw_devices()
+
+    def _redraw_devices(self) -> None:
+        self._drawn_version = -1
+        self.draw()
+
     def action_completions(self) -> None:
         """Focus the completions pane (arrows / PgUp / PgDn scroll it); again: back to the screen."""
         pane = self._completions
@@ -292,7 +317,12 @@ class LiveScreen(Screen):
             for grid in self._grids:  # each throttles itself: the header, bar and alerts show every step
                 grid.show_state(st)
             tall = self.size.height >= 40
-            self._devices.show_state(st, (16 if tall else 9) - 1)  # #live-mid's max-height, less comm
+            many = len(st.nodes) > 8  # the node x GPU map: a taller #live-mid on a tall screen (app.tcss)
+            if many != self.has_class("-many-nodes"):
+                self.set_class(many, "-many-nodes")
+            self._devices.show_state(
+                st, (22 if tall and many else 16 if tall else 9) - 1
+            )  # #live-mid's max-height, less comm
             self._alerts.show_state(st, 6 if tall else 3)
             self._completions.show_state(st)
 
