@@ -209,7 +209,8 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | No
     detail = sum(2 + -(-len(_devs(e)) // per_gpu_cols) for e in state.nodes.values()) + 1
     if detail <= max_lines or len(state.nodes) + 1 <= max_lines:
         return formatting.node_devices(state, width, max_lines)
-    t = gpu_grid(state, width, max_lines) or node_cells(state, width, max_lines)
+    t = gpu_grid(state, width, max_lines - 1) or node_cells(state, width, max_lines - 1)
+    t.append_text(formatting.per_device(state, width))  # tokens/s and MFU per device, once the steps say them
     t.append("\n")
     t.append_text(formatting.comm(state))
     return t
