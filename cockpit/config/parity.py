@@ -67,6 +67,7 @@ def parity_problems(
     out += early_stopping_problems(cfg, where)
     out += pure_bf16_problems(cfg, where)
     out += token_weighting_problems(cfg, where)
+    out += oft_problems(raw, cfg, where)
     out += predict_problems(cfg, where, installed)
     out += _model_setup_problems(cfg, where, installed)
     if cfg.get("include_num_input_tokens_seen") is False:
@@ -214,7 +215,7 @@ def _lora_variant_problems(
     out: list[Problem] = []
     method = cfg["finetuning_type"]
     for key in LORA_ONLY:
-        if key in raw and cfg.get(key) and method != "lora":
+        if key in raw and cfg.get(key) and method != "lora" and not (key == "additional_target" and method == "oft"):
             out.append(Problem(f"a LoRA variant: needs finetuning_type: lora, got {method}", **where(key)))
     if cfg.get("pissa_init") and cfg.get("adapter_name_or_path"):
         out.append(
@@ -582,6 +583,51 @@ def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, 
     return []
 
 
+OFT_KEYS = ("oft_rank", "oft_block_size", "oft_target", "module_dropout")
+
+
+def oft_problems(
+    raw: Mapping[str, Any], cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]
+) -> list[Problem]:
+    """``finetuning_type: oft`` (PEFT's OFTConfig, as LLaMA-Factory builds it): one of oft_rank /
+    oft_block_size; sft under DDP; a new adapter (LLaMA-Factory loads adapters for LoRA only). Its keys
+    without it do nothing: refused."""
+    if cfg["finetuning_type"] != "oft":
+        return [
+            Problem(f"an OFT key: needs finetuning_type: oft, got {cfg['finetuning_type']}", **where(key))
+            for key in OFT_KEYS
+            if key in raw
+        ]
+    out = []
+    if (cfg["oft_rank"] == 0) == (cfg["oft_block_size"] == 0):
+        out.append(
+            Problem(
+                f"OFT needs exactly one of oft_rank ({cfg['oft_rank']}) and oft_block_size ({cfg['oft_block_size']}) "
+                "non-zero (rank x block size = each target's inputs); set the other to 0",
+                **where("oft_rank" if "oft_rank" in raw else "oft_block_size"),
+            )
+        )
+    why_not = {
+        "adapter_name_or_path": "an existing adapter is loaded for LoRA only (as in LLaMA-Factory)",
+        "use_galore": "GaLore projects full-rank gradients, and OFT trains its blocks only",
+        "use_apollo": "APOLLO projects full-rank gradients, and OFT trains its blocks only",
+        "use_badam": "BAdam trains the base's layers block by block, and OFT trains its blocks only",
+        "deepspeed": "not built for OFT yet: DeepSpeed / FSDP2 runs are LoRA, freeze or full (OFT trains under DDP)",
+        "zero_stage": "not built for OFT yet: DeepSpeed / FSDP2 runs are LoRA, freeze or full (OFT trains under DDP)",
+        "fsdp": "not built for OFT yet: DeepSpeed / FSDP2 runs are LoRA, freeze or full (OFT trains under DDP)",
+    }
+    out += [Problem(f"finetuning_type oft: {why}", **where(key)) for key, why in why_not.items() if cfg.get(key)]
+    if cfg.get("stage", "sft") != "sft":
+        out.append(
+            Problem(
+                f"finetuning_type oft is built for sft; stage {cfg.get('stage')} trains lora, freeze or full (its "
+                "reference model and value head are LoRA's)",
+                **where("finetuning_type"),
+            )
+        )
+    return out
+
+
 def token_weighting_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """``use_dft_loss`` / ``use_eaft_loss`` weigh each token's loss inside the model's loss function
     (cockpit/train/token_weights.py): not both (LLaMA-Factory silently takes DFT), and not with Liger's
@@ -846,10 +892,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         ("use_asft_loss", "asft_alpha"),
         "not built yet: ASFT adds to DFT a KL term against a reference model's logits over the whole vocabulary at "
         "every position (a second model's forward per step); use_dft_loss is its DFT part",
-    ),
-    (
-        ("oft_*", "module_dropout"),
-        "not built yet: finetuning_type oft (PEFT's OFT); finetuning_type is lora | freeze | full",
     ),
     (("ld_alpha",), "not built yet: LD-DPO's length weighting; pref_loss is sigmoid | ipo | hinge | orpo | simpo"),
     (("pref_bco_weight",), "not built yet: DPO's BCO term; pref_ftx adds an SFT term instead"),

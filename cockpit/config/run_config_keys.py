@@ -16,8 +16,12 @@ class RunConfigKeys:
     template: str | None = None
     stage: Literal["sft", "pt", "dpo", "kto", "rm", "grpo"] = "sft"
     do_train: bool = True
-    finetuning_type: Literal["lora", "freeze", "full"] = "lora"
+    finetuning_type: Literal["lora", "oft", "freeze", "full"] = "lora"
     lora_rank: int = 8
+    oft_rank: int = 0
+    oft_block_size: int = 32
+    oft_target: str | None = None
+    module_dropout: float = 0.0
     lora_alpha: int | None = None
     lora_dropout: float = 0.0
     lora_target: str = "all"

@@ -137,12 +137,49 @@ KEYS: tuple[Key, ...] = (
         "finetuning_type",
         "choice",
         "lora",
-        "lora | freeze | full",
+        "lora | oft | freeze | full (oft: PEFT's orthogonal fine-tuning adapter, sft)",
         "method",
-        choices=("lora", "freeze", "full"),
+        choices=("lora", "oft", "freeze", "full"),
         nullable=False,
     ),
     _k("lora_rank", "int", 8, "LoRA rank r", "method", min=1, max=4096, nullable=False),
+    # OFT (LLaMA-Factory's OFTArguments; PEFT's OFTConfig): give one of oft_rank / oft_block_size, the other 0
+    _k(
+        "oft_rank",
+        "int",
+        0,
+        "finetuning_type oft: the number of OFT blocks per layer (0: from oft_block_size)",
+        "method",
+        min=0,
+        nullable=False,
+    ),
+    _k(
+        "oft_block_size",
+        "int",
+        32,
+        "finetuning_type oft: each orthogonal block's size (0: from oft_rank); it divides every target's inputs",
+        "method",
+        min=0,
+        nullable=False,
+    ),
+    _k(
+        "oft_target",
+        "str",
+        None,
+        "finetuning_type oft: 'all' linear layers or a comma list of module names (unset: lora_target's, which "
+        "LLaMA-Factory 0.9.5 reads for OFT)",
+        "method",
+    ),
+    _k(
+        "module_dropout",
+        "float",
+        0.0,
+        "finetuning_type oft: the probability of dropping a whole OFT block in training",
+        "method",
+        min=0.0,
+        max=1.0,
+        nullable=False,
+    ),
     _k("lora_alpha", "int", None, "LoRA alpha (default: 2 x rank)", "method", min=1),
     _k("lora_dropout", "float", 0.0, "LoRA dropout", "method", min=0.0, max=1.0, nullable=False),
     _k("lora_target", "str", "all", "'all' linear layers, or a comma list of module names", "method", nullable=False),
@@ -1405,6 +1442,9 @@ KEYS: tuple[Key, ...] = (
 )
 
 SCHEMA: dict[str, Key] = {k.name: k for k in KEYS}
+
+# finetuning_type values that train a PEFT adapter over a frozen base (saved as adapter/, merged by export)
+ADAPTER_METHODS = ("lora", "oft")
 
 # Other spellings LLaMA-Factory users meet in guides -> the schema key they mean (said once in the log).
 ALIASES: dict[str, str] = {"lora_target_modules": "lora_target", "new_special_tokens": "add_special_tokens"}

@@ -796,6 +796,11 @@ def planner_notes(run: RunSpec) -> list[str]:
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")
     notes += optimizer_notes(run)
+    if run.finetuning_type == "oft":
+        notes.append(
+            "finetuning_type oft: the base's weights and activations are counted; OFT's blocks (about "
+            "in_features x (oft_block_size - 1) / 2 per target) and their rotated inputs are not"
+        )
     if run.stage in ("dpo", "kto", "grpo"):
         notes.append(f"reference model: {run.reference}")  # the words the rank's log says
     if run.stage == "grpo":

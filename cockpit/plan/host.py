@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cockpit.config.schema import ADAPTER_METHODS
 from cockpit.models.weights import (
     Weights,
     adapter_init_reads_base,
@@ -56,7 +57,7 @@ def load_bytes_per_param(cfg: Mapping[str, Any], use_cpu: bool) -> int:
         return 2  # every weight in bf16
     if cfg.get("quantization_bit"):
         return 2  # read in 16 bits, quantized as it moves to the GPU
-    return 2 if (cfg.get("finetuning_type", "lora") == "lora" and half and not use_cpu) else 4
+    return 2 if (cfg.get("finetuning_type", "lora") in ADAPTER_METHODS and half and not use_cpu) else 4
 
 
 def strategy_facts(run: Any) -> dict[str, Any]:

@@ -59,9 +59,10 @@ def build_command(
         model = str(merged_dir)
         mode = "merged"
     else:
-        if not art.is_lora:
+        if not art.is_lora or art.config.get("finetuning_type") == "oft":
             raise InputError(
-                f"{art.run_id} is a {art.config.get('finetuning_type')} run (no LoRA adapter): serve its saved model with --merged"
+                f"{art.run_id} is a {art.config.get('finetuning_type')} run (no LoRA adapter; vLLM loads LoRA adapters "
+                "only): serve its saved model with --merged"
             )
         model = art.base_model_dir()
         mode = "adapter"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cockpit.config.schema import ADAPTER_METHODS
 from cockpit.errors import InputError, Problem
 from cockpit.store.rundir import RunDir
 
@@ -84,6 +85,11 @@ def build_model(
         )
     if cfg["finetuning_type"] == "lora":
         model = with_lora_adapter(model, cfg, new_token_ids, task_type="SEQ_CLS" if value_head else "CAUSAL_LM")
+        if trainable_in_fp32(cfg):
+            upcast_trainable(model)
+        return model
+    if cfg["finetuning_type"] == "oft":
+        model = with_oft_adapter(model, cfg)
         if trainable_in_fp32(cfg):
             upcast_trainable(model)
         return model
@@ -186,7 +192,7 @@ def base_load_kwargs(cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int
             else BitsAndBytesConfig(load_in_8bit=True)
         )
         kwargs["device_map"] = {"": "cpu" if use_cpu else local_rank}
-    half = cfg["finetuning_type"] == "lora" and (cfg["bf16"] or (cfg["fp16"] and not use_cpu))
+    half = cfg["finetuning_type"] in ADAPTER_METHODS and (cfg["bf16"] or (cfg["fp16"] and not use_cpu))
     # BAdam's layer mode keeps fp32 copies of the active layer itself (LLaMA-Factory loads it in bf16);
     # fp16 keeps fp32 weights: the loss scaler cannot unscale fp16 gradients
     half = half or (bool(cfg.get("use_badam")) and cfg.get("badam_mode") == "layer" and cfg["bf16"] and not use_cpu)
@@ -204,7 +210,7 @@ def trainable_in_fp32(cfg: Mapping[str, Any]) -> bool:
     gradients") on a GPU."""
     if cfg.get("pure_bf16"):  # LLaMA-Factory: "Pure bf16 detected, remaining trainable params in half precision"
         return False
-    return cfg["finetuning_type"] == "lora" and bool(cfg["bf16"] or cfg["fp16"]) and not cfg.get("use_badam")
+    return cfg["finetuning_type"] in ADAPTER_METHODS and bool(cfg["bf16"] or cfg["fp16"]) and not cfg.get("use_badam")
 
 
 def upcast_trainable(model) -> int:
@@ -253,8 +259,7 @@ def with_lora_adapter(
             old.task_type = None
         model = PeftModel.from_pretrained(model, adapter, config=old).merge_and_unload()
     set_seed(cfg["seed"])  # the adapter's init depends on the seed only, however the base was loaded
-    target = cfg["lora_target"]
-    targets: Any = "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
+    targets = _target_modules(cfg["lora_target"])
     if cfg.get("use_llama_pro"):
         targets = expanded_block_modules(model, targets, cfg["freeze_trainable_layers"])
     lora = LoraConfig(
@@ -271,6 +276,39 @@ def with_lora_adapter(
         return get_peft_model(model, lora, autocast_adapter_dtype=not cfg.get("pure_bf16"))
     except ValueError as exc:
         raise InputError(f"lora_target: {exc}") from None
+
+
+def _target_modules(target: str) -> Any:
+    """PEFT's target_modules of a lora_target / oft_target value: ``all`` = every linear layer but the head."""
+    return "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
+
+
+def with_oft_adapter(model, cfg: Mapping[str, Any]):
+    """The base with a new OFT adapter (PEFT's OFTConfig, LLaMA-Factory's keys: ``oft_rank`` blocks or
+    ``oft_block_size``, ``module_dropout``, ``additional_target`` trained fully), on ``oft_target``'s
+    modules, else ``lora_target``'s (which LLaMA-Factory 0.9.5 reads for OFT); seeded by ``seed``."""
+    from peft import OFTConfig, get_peft_model
+    from transformers import set_seed
+
+    from cockpit.train.variants import lora_config_kwargs
+
+    set_seed(cfg["seed"])
+    extra = {k: v for k, v in lora_config_kwargs(cfg).items() if k == "modules_to_save"}
+    oft = OFTConfig(
+        r=cfg["oft_rank"],
+        oft_block_size=cfg["oft_block_size"],
+        module_dropout=cfg["module_dropout"],
+        target_modules=_target_modules(cfg.get("oft_target") or cfg["lora_target"]),
+        task_type="CAUSAL_LM",
+        inference_mode=False,
+        **extra,
+    )
+    try:
+        return get_peft_model(model, oft, autocast_adapter_dtype=not cfg.get("pure_bf16"))
+    except ValueError as exc:  # a block size that does not divide a target's inputs, an unknown module
+        raise InputError(
+            f"{'oft_target' if cfg.get('oft_target') else 'lora_target'} (finetuning_type oft): {exc}"
+        ) from None
 
 
 def freeze_all_but_chosen_layers(model, cfg: Mapping[str, Any]) -> None:

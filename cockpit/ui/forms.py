@@ -23,6 +23,7 @@ METHODS = (
     ("QLoRA (LoRA + 4-bit base)", "qlora"),
     ("Freeze (last N layers)", "freeze"),
     ("Full", "full"),
+    ("OFT (orthogonal blocks)", "oft"),
 )
 STRATEGIES = (
     ("Single process", "single"),
@@ -72,7 +73,7 @@ GROUPS: dict[str, list[Field]] = {
     ],
     "Method": [
         _key("stage", "Stage"),
-        Field("method", "Method", "select", METHODS, "LoRA, QLoRA (= lora + quantization_bit 4), freeze or full"),
+        Field("method", "Method", "select", METHODS, "LoRA, QLoRA (= lora + quantization_bit 4), freeze, full or OFT"),
         _key("lora_rank", "LoRA rank"),
         _key("lora_alpha", "LoRA alpha", placeholder="2 x rank"),
         _key("lora_dropout", "LoRA dropout"),
