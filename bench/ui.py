@@ -343,7 +343,7 @@ def bench_nodes(runs_dir: Path, gpus: int, seconds: float) -> dict:
     first_frame = (shown - t0) if shown else None
     time.sleep(2.0)
     lat = []
-    cpu0, t1 = term.ps.cpu_times(), time.perf_counter()
+    cpu0, t1, size1 = term.ps.cpu_times(), time.perf_counter(), run.events_path.stat().st_size
     seen = writer.step
     while time.perf_counter() < t1 + seconds:
         if writer.step > seen:
@@ -360,7 +360,7 @@ def bench_nodes(runs_dir: Path, gpus: int, seconds: float) -> dict:
             "cpu_pct_of_one_core": round(100 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (t2 - t1), 2),
             "steps_seen": len(lat), "latency_s_median": round(lat[len(lat) // 2], 3) if lat else None,
             "latency_s_max": round(lat[-1], 3) if lat else None,
-            "events_kb_per_s": round(run.events_path.stat().st_size / 1024 / max(1.0, t2 - t0), 1),
+            "events_kb_per_s": round((run.events_path.stat().st_size - size1) / 1024 / (t2 - t1), 1),  # steps included
             "targets": {"cpu_pct": 5, "latency_s": 0.5}, "load_avg_1m": os.getloadavg()[0]}
 
 

@@ -156,3 +156,18 @@ def test_the_map_marks_the_hottest_and_least_busy_and_drills_down():
     state.apply([{"kind": "node_telemetry", "outliers": [{"node_rank": 3, "why": ["hottest"], "index": 0, "temp_c": 99,
                                                           "util_pct": 90, "vram_used_mb": 50, "vram_total_mb": 100, "power_w": 700}]}])
     assert device_grid.marks(state)["hottest"] == (3, 0, 99.0)
+
+
+def test_the_map_names_the_nodes_the_hang_alert_calls_silent():
+    from cockpit.ui import device_grid
+    from cockpit.ui.state import RunState
+
+    state = RunState()
+    rows = [grid_row(n, f"h{n}", "amdsmi", [{"index": i, "vram_used_mb": 50, "vram_total_mb": 100, "util_pct": 90,
+                                              "temp_c": 60, "power_w": 600} for i in range(8)]) for n in range(64)]
+    state.apply([{"kind": "node_telemetry", "nodes": rows}])
+    assert "SILENT" not in device_grid.devices(state, 77, 21).plain
+    state.apply([{"kind": "alert", "code": "hang", "silent_nodes": [5, 6, 9], "message": "nodes silent"}])
+    lines = device_grid.devices(state, 77, 21).plain.splitlines()
+    assert [ln for ln in lines if "SILENT" in ln] == ["SILENT (the map shows their last report): nodes 5-6,9"]
+    assert len(lines) <= 21 + 1

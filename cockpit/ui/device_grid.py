@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style as RichStyle
 from rich.text import Text
 
+from cockpit.cells import clip
+from cockpit.store.node_grid import ranges
 from cockpit.ui import formatting
 from cockpit.ui.palette import themed
-from cockpit.ui.state import RunState
+from cockpit.ui.state import RunState, hang_alert
 
 DRILL_HINT = "n/N: next/previous node, o: the least busy, a: all"
 GRID_HINT = "n: a node"
@@ -65,16 +68,34 @@ def _util_style(frac: float) -> Any:
     return themed("$warning" if frac < 0.3 else "$primary")
 
 
-def _cell(frac: float | None, util: bool, marked: bool) -> Text:
+def _cell(frac: float | None, util: bool, marked: bool) -> tuple[str, Any]:
+    """One GPU's (or node's) cell: a block of the value's height and its style (appended as a string:
+    a Text per cell made the 1024 cells of a 64-node map several times slower)."""
     if frac is None:
-        return Text("·", style="dim")
+        return "·", "dim"
     frac = max(0.0, min(1.0, frac))
-    cell = Text(
-        formatting.LEVELS[max(1, round(frac * 8))], style=_util_style(frac) if util else formatting.fill_style(frac)
-    )
+    style = _util_style(frac) if util else formatting.fill_style(frac)
     if marked:
-        cell.stylize("reverse")
-    return cell
+        style = f"{style} reverse" if isinstance(style, str) else style + RichStyle(reverse=True)
+    return formatting.LEVELS[max(1, round(frac * 8))], style
+
+
+class Runs:
+    """Pieces of text with their styles, neighbours of one style joined: one ``Text.append`` per run
+    of equal cells instead of one per cell (most of a 512-GPU map's drawing time otherwise)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[list[str], Any]] = []
+
+    def add(self, text: str, style: Any = "") -> None:
+        if self.parts and self.parts[-1][1] == style:
+            self.parts[-1][0].append(text)
+        else:
+            self.parts.append(([text], style))
+
+    def into(self, t: Text) -> None:
+        for texts, style in self.parts:
+            t.append("".join(texts), style=style)
 
 
 def _vram(d: dict[str, Any]) -> float | None:
@@ -119,7 +140,7 @@ def _marks_line(found: dict[str, tuple[int, int, float]], width: int) -> Text:
         )
     if not short and t.cell_len + len(GRID_HINT) + 3 < width:
         t.append(f"   {GRID_HINT}", style="dim")
-    return Text(formatting.clip(t.plain, width - 1)) if t.cell_len > width - 1 else t
+    return Text(clip(t.plain, width - 1)) if t.cell_len > width - 1 else t
 
 
 def _header(state: RunState, width: int) -> Text:
@@ -154,20 +175,22 @@ def gpu_grid(state: RunState, width: int, max_lines: int) -> Text | None:
     t.append("\n" + " " * label)
     t.append(f"{'VRAM, a cell per GPU':<{span}}"[:span] + "  ", style="dim")
     t.append(f"{'utilisation':<{span}}"[:span], style="dim")
+    cells = Runs()
     for r in range(rows):
         chunk = nodes[r * per_line : (r + 1) * per_line]
-        t.append(f"\n{chunk[0][0]:>{label - 2}}  ", style=themed("$text-primary"))
+        cells.add(f"\n{chunk[0][0]:>{label - 2}}  ", themed("$text-primary"))
         for util in (False, True):
             if util:
-                t.append("  " + " " * ((per_line - len(chunk)) * (gpus + 1)))
+                cells.add("  " + " " * ((per_line - len(chunk)) * (gpus + 1)))
             for k, (node, ev) in enumerate(chunk):
                 if k:
-                    t.append(" ")
+                    cells.add(" ")
                 devs = _devs(ev)
                 for d in devs:
                     value = _util(d) if util else _vram(d)
-                    t.append_text(_cell(value, util, (node, int(d.get("index") or 0)) in marked))
-                t.append(" " * (gpus - len(devs)))
+                    cells.add(*_cell(value, util, (node, int(d.get("index") or 0)) in marked))
+                cells.add(" " * (gpus - len(devs)))
+    cells.into(t)
     t.append("\n")
     t.append_text(_marks_line(found, width))
     return t
@@ -183,17 +206,33 @@ def node_cells(state: RunState, width: int, max_lines: int) -> Text:
     found = marks(state)
     marked = {n for n, _, _ in found.values()}
     t = _header(state, width)
+    cells = Runs()
     for util in (False, True):
         for start in range(0, len(nodes), per_line):
             head = ("util " if util else "VRAM ") if start == 0 else "     "
-            t.append(f"\n{head}{start:>{label - 5}} ", style="dim" if start else "")
+            cells.add(f"\n{head}{start:>{label - 5}} ", "dim" if start else "")
             for node, ev in nodes[start : start + per_line]:
                 values = [v for v in ((_util(d) if util else _vram(d)) for d in _devs(ev)) if v is not None]
                 value = (min(values) if util else max(values)) if values else None
-                t.append_text(_cell(value, util, node in marked))
+                cells.add(*_cell(value, util, node in marked))
+    cells.into(t)
     t.append("\n")
     t.append_text(_marks_line(found, width))
     return t
+
+
+_drawn: dict[str, Any] = {"key": None, "text": Text()}
+
+
+def _map(state: RunState, width: int, max_lines: int) -> Text:
+    """The map for the nodes' latest figures, drawn again only when they (``RunState.nodes_version``)
+    or the pane's size changed: a step or a log line redraws the screen, not the 512-GPU map."""
+    key = (id(state), state.nodes_version, width, max_lines)
+    if _drawn["key"] != key:
+        _drawn["text"] = gpu_grid(state, width, max_lines) or node_cells(state, width, max_lines)
+        _drawn["key"] = key
+    text: Text = _drawn["text"]
+    return text
 
 
 def devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | None = None) -> Text:
@@ -209,7 +248,13 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | No
     detail = sum(2 + -(-len(_devs(e)) // per_gpu_cols) for e in state.nodes.values()) + 1
     if detail <= max_lines or len(state.nodes) + 1 <= max_lines:
         return formatting.node_devices(state, width, max_lines)
-    t = gpu_grid(state, width, max_lines - 1) or node_cells(state, width, max_lines - 1)
+    silent = sorted((hang_alert(state) or {}).get("silent_nodes") or [])
+    t = _map(state, width, max_lines - 1 - bool(silent)).copy()
+    if silent:  # the hang alert's silent nodes: their cells are their last report's
+        t.append(
+            clip(f"\nSILENT (the map shows their last report): nodes {ranges(silent)}", width - 1),
+            style=themed("bold $text-error"),
+        )
     t.append_text(formatting.per_device(state, width))  # tokens/s and MFU per device, once the steps say them
     t.append("\n")
     t.append_text(formatting.comm(state))

@@ -98,6 +98,7 @@ class RunState:
     mem: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None  # the latest sample of node 0 (the supervisor's own node)
     nodes: dict[int, dict[str, Any]] = field(default_factory=dict)  # node_rank -> its latest telemetry
+    nodes_version: int = 0  # bumped whenever ``nodes`` changed (the devices map is redrawn only then)
     comm: dict[str, Any] | None = None
     alerts: deque = field(default_factory=lambda: deque(maxlen=100))
     checkpoints: deque = field(default_factory=lambda: deque(maxlen=20))
@@ -178,10 +179,12 @@ class RunState:
         elif kind == "telemetry":
             node = int(ev.get("node_rank") or 0)
             self.nodes[node] = ev
+            self.nodes_version += 1
             if node == 0:
                 self.telemetry = ev
         elif kind == "node_telemetry":
             self._apply_grid(ev)
+            self.nodes_version += 1
         elif kind == "comm":
             self.comm = ev
         elif kind == "alert":
