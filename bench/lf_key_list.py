@@ -9,7 +9,8 @@ classes) and ``GeneratingArguments``. Every field of those classes is written, s
 ``tests/fixtures/llamafactory/lf_keys.json`` with the class that declares it (the most-derived class of the
 MRO that has it in its own annotations), and the LLaMA-Factory and transformers versions.
 ``tests/test_lf_key_verdicts.py`` checks that Cockpit gives each name a verdict (it works, or it is
-refused by name with a reason), without this venv.
+refused by name with a reason), without this venv. The v1 trainer's keys (``USE_V1=1``) go to
+``tests/fixtures/llamafactory/lf_v1_keys.json`` (``tests/test_lf_v1.py``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,26 @@ def generate() -> dict:
     }
 
 
+V1_OUT = OUT.with_name("lf_v1_keys.json")
+
+
+def generate_v1() -> dict:
+    """The fields of the v1 trainer's argument classes (``USE_V1=1``; cockpit/config/lf_v1.py reads such files)."""
+    import llamafactory
+    from llamafactory.v1.config.data_args import DataArguments
+    from llamafactory.v1.config.model_args import ModelArguments
+    from llamafactory.v1.config.sample_args import SampleArguments
+    from llamafactory.v1.config.training_args import TrainingArguments
+
+    keys = {
+        f.name: parsed.__name__
+        for parsed in (ModelArguments, DataArguments, TrainingArguments, SampleArguments)
+        for f in dataclasses.fields(parsed)
+        if f.init and not f.name.startswith("_")
+    }
+    return {"llamafactory": llamafactory.__version__, "made_by": "bench/lf_key_list.py", "keys": keys}
+
+
 def main() -> int:
     if importlib.util.find_spec("llamafactory") is None:  # not the side venv: run this file with its python
         sys.path.insert(0, str(ROOT / "bench"))
@@ -78,6 +99,7 @@ def main() -> int:
     data = generate()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    V1_OUT.write_text(json.dumps(generate_v1(), indent=1) + "\n", encoding="utf-8")
     by_origin: dict[str, int] = {}
     for entry in data["keys"].values():
         by_origin[entry["origin"]] = by_origin.get(entry["origin"], 0) + 1

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from cockpit.config import lf_v1
 from cockpit.config.notes import logging_note
 from cockpit.config.parity import parity_problems
 from cockpit.config.run_config import RunConfig
@@ -253,6 +254,9 @@ def validate(
         return {"file": file, "line": lines.get(key), "key": key}
 
     notes: list[str] = []
+    bases = [Path.cwd()] + ([Path(base_dir).resolve()] if base_dir is not None else [])
+    if lf_v1.is_v1(raw):
+        raw, lines = _read_v1(raw, lines, file, bases, notes)
     raw = _resolve_aliases(raw, problems, where, notes)
     cfg = _typed_values(raw, problems, where, file, lines)
     if "do_train" not in raw and cfg.get("do_predict") and cfg.get("eval_dataset") and not cfg.get("dataset"):
@@ -267,9 +271,6 @@ def validate(
     problems.extend(stage_problems(cfg, where))
     problems.extend(parity_problems(raw, cfg, where, (lambda name: True) if for_plan else None))
     # paths: read as given, resolved against the working dir then the config's dir
-    bases = [Path.cwd()]
-    if base_dir is not None:
-        bases.append(Path(base_dir).resolve())
     if check_paths:
         problems.extend(_resolve_paths(cfg, bases, where))
     cfg["_base_dir"] = str(bases[-1])
@@ -280,6 +281,19 @@ def validate(
     if problems:
         raise InputError(problems)
     return RunConfig.from_mapping(cfg)
+
+
+def _read_v1(
+    raw: Mapping[str, Any], lines: Mapping[str, int], file: str | None, bases: list[Path], notes: list[str]
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """A LLaMA-Factory v1 file as v0 keys (each at its v1 key's line), with a note; InputError with the table
+    of v0 keys when a key has no exact v0 form (one problem, never the v1 keys as unknown keys)."""
+    out, origin, why_not = lf_v1.translate(raw, bases)
+    if why_not:
+        first = min((lines[k] for k in raw if k in lf_v1.V1_ONLY and lines.get(k)), default=None)
+        raise InputError(Problem(lf_v1.refusal(raw, why_not), file=file, line=first))
+    notes.append(lf_v1.note(raw, out, origin))
+    return out, {k: lines[o] for k, o in origin.items() if o and lines.get(o)}
 
 
 def _typed_values(
