@@ -43,6 +43,7 @@ def test_cockpit_with_a_yaml_opens_it_in_setup(env):
 
         app = make_app(env / "runs", start="setup", start_preset=str(cfg))
         async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 10, "the form")
             await wait_for(pilot, lambda: app.screen.query_one("#f-cutoff_len", Input).value == "96", 5, "the config")
             assert app.screen.query_one("#f-learning_rate", Input).value in ("7.0e-4", "0.0007", "7e-4")
 

@@ -44,6 +44,8 @@ def test_setup_launch_live_stop_runs(tmp_path, monkeypatch, tiny_model_dir):
         async with app.run_test(size=(100, 32)) as pilot:
             assert app.runs_dir == runs and type(app.screen).__name__ == "SetupScreen"  # no runs yet
             scr = app.screen
+            # the form is laid out after the first frame, then filled and validated
+            await wait_for(pilot, lambda: scr.checked is not None, 10, "the form")
             # on a CPU machine Setup opens with cpu-demo; clear what we type over
             await wait_for(pilot, lambda: scr.query_one("#f-dataset", Input).value.startswith("cockpit_identity"), 5, "cpu-demo")
             for key in ("template", "dataset", "probes", "cutoff_len"):

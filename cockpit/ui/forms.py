@@ -1,7 +1,9 @@
 """The Setup form as plain data: fields grouped like the schema, form <-> config mapping,
 validation (the same ``validate`` as ``cockpit check``), the fit line and the preview.
 
-No textual here: the Setup screen renders :data:`GROUPS` and keeps a :class:`FormModel`.
+No textual here: the Setup screen renders :data:`GROUPS` and keeps a :class:`FormModel`. The loader
+(``cockpit.config.load``: YAML, the run config, the stage rules) is imported where it is used: the
+field list needs only the schema, and the cockpit's first frame waits for what this module imports.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cockpit.config.load import coerce, to_yaml, validate
 from cockpit.config.schema import SCHEDULERS, SCHEMA
 from cockpit.errors import InputError
 from cockpit.ui.palette import themed
@@ -201,6 +202,12 @@ class Checked:
         return self.cfg is not None and not self.problems
 
 
+def _as_bool(spec: Any, value: Any) -> bool:
+    from cockpit.config.load import coerce  # not at import: the form's defaults need no loader
+
+    return bool(coerce(spec, value))
+
+
 class FormModel:
     """Form values by field id (strings for text, bools, select values) + keys the form has no
     field for (kept from the preset, written back unchanged)."""
@@ -220,9 +227,7 @@ class FormModel:
             spec = SCHEMA[f.id]
             v = raw.pop(f.id, None)
             if f.kind == "bool":
-                vals[f.id] = (
-                    bool(spec.default) if v is None else bool(coerce(spec, v)) if not isinstance(v, bool) else v
-                )
+                vals[f.id] = bool(spec.default) if v is None else v if isinstance(v, bool) else _as_bool(spec, v)
             elif f.kind == "select":
                 vals[f.id] = spec.default if v is None else v
             else:
@@ -323,6 +328,8 @@ class FormModel:
     def typed(self, raw: dict[str, Any] | None = None) -> dict[str, Any]:
         """The raw mapping with values coerced to their schema types where they are valid
         (a preset YAML keeps numbers as numbers, paths as given)."""
+        from cockpit.config.load import coerce
+
         out = {}
         for k, val in (raw if raw is not None else self.raw()).items():
             spec = SCHEMA.get(k)
@@ -333,6 +340,8 @@ class FormModel:
         return out
 
     def check(self, check_paths: bool = True) -> Checked:
+        from cockpit.config.load import validate
+
         raw = self.raw()
         notes = []
         if (
@@ -372,6 +381,8 @@ class FormModel:
         return 64.0, "no GPU detected here: 64 GiB assumed (an MI250 GCD; set GPU memory)", 1
 
     def yaml(self) -> str:
+        from cockpit.config.load import to_yaml
+
         return to_yaml(self.typed(), only_changed=False)
 
 

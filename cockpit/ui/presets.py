@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.config.load import read_yaml, to_yaml
 from cockpit.store.rundir import atomic_write_text
 
 REPO_PRESETS = Path(__file__).resolve().parent.parent.parent / "presets"
@@ -45,12 +44,16 @@ def list_presets(extra_dirs: list[Path] | None = None) -> list[Preset]:
 
 
 def load_preset(path: Path) -> dict[str, Any]:
+    from cockpit.config.load import read_yaml
+
     data, _lines = read_yaml(path)
     return data
 
 
 def save_preset(name: str, mapping: dict[str, Any], folder: Path | None = None) -> Path:
     import re
+
+    from cockpit.config.load import to_yaml
 
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "preset"
     folder = folder or user_presets_dir()

@@ -87,15 +87,18 @@ def machine_of(app: Any) -> Machine:
     return m
 
 
-def bearings(machine: Machine, runs_dir: Path, active: int, total: int, width: int | None = None) -> Text:
-    """The line: cockpit · host · GPUs · active runs · runs dir. In ``width`` cells the runs dir is
-    cut from the left (``…/cockpit/runs``), never the line's end mid-way."""
+def bearings(machine: Machine, runs_dir: Path, active: int | None, total: int | None, width: int | None = None) -> Text:
+    """The line: cockpit · host · GPUs · active runs · runs dir (counts None: not read yet, ``…``).
+    In ``width`` cells the runs dir is cut from the left (``…/cockpit/runs``), never the line's end mid-way."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append("cockpit", style="bold")
     t.append(f" · {machine.host} · ")
     t.append(machine.gpu_text, style="bold" if machine.gpus else "")
     t.append(" · ")
-    t.append(f"{active}/{total} runs active", style="bold" if active else "")
+    t.append(
+        f"{'…' if active is None else active}/{'…' if total is None else total} runs active",
+        style="bold" if active else "",
+    )
     home = str(Path.home())
     where = str(runs_dir)
     where = "~" + where[len(home) :] if where.startswith(home + os.sep) else where
@@ -117,11 +120,14 @@ class Bearings(Static):
         self.counted_by_screen = counted_by_screen  # Runs passes the counts it has just read
 
     def on_mount(self) -> None:
+        # the counts (each run's status read) come after the first frame: the screen's own (Runs),
+        # or this line's, every runs_refresh_s
+        self.refresh_line((None, None))
         if not self.counted_by_screen:
-            self.refresh_line()
+            self.call_after_refresh(self.refresh_line)
             self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self.refresh_line)
 
-    def refresh_line(self, counts: tuple[int, int] | None = None) -> None:
+    def refresh_line(self, counts: tuple[int | None, int | None] | None = None) -> None:
         from cockpit.store.rundir import TERMINAL_STATES, list_runs
 
         runs_dir = Path(getattr(self.app, "runs_dir", "."))

@@ -164,10 +164,20 @@ class SetupScreen(Screen):
         self._loaded_preset: str | None = None
         self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
         self.secrets: dict[str, str] = {}  # the env secrets of the config file last written (never on disk)
+        self.form_ready = False  # the form is composed once the first frame is on the screen (_build)
+        self._pending_preset: tuple[Path, bool] | None = None  # asked for before the form was there
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Bearings(id="bearings")
+        if not self.form_ready:
+            # The first frame: the bearings line, a placeholder and the keys. The form (some 300
+            # widgets, whose mounting and styling were two thirds of the cockpit's start-up) is
+            # composed right after it is drawn (_build); then the preset, validation, the fit and
+            # the doctor (_start).
+            yield Static("Setup: laying out the form …", id="setup-loading", classes="dim")
+            yield Footer()
+            return
         with Horizontal(id="setup-top"):
             yield Label("Preset", classes="field-label")
             yield Select(
@@ -232,13 +242,31 @@ class SetupScreen(Screen):
         return Input(value or "", placeholder=f.placeholder, id=_wid(f.id), compact=True, tooltip=f.help)
 
     def on_mount(self) -> None:
-        # the forms inside TabbedContent are mounted after this screen's Mount when it is the app's
-        # first screen: fill them once they are all there
+        self.call_after_refresh(self._build)
+
+    async def _build(self) -> None:
+        """(after the first frame) The form in place of the placeholder, focused as Textual focuses a
+        new screen; filled once its tabs' forms are all mounted (_start)."""
+        self.form_ready = True
+        await self.recompose()
+        if not self.query("#setup-tabs"):  # the app is closing: nothing was mounted
+            return
+        self._update_auto_focus()
+        self.refresh_bindings()
         self.call_after_refresh(self._start)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The form's keys wait for the form (shown dimmed until then); F2-F4, ? and quit do not."""
+        if not self.form_ready and action in {b.action for b in self.BINDINGS if isinstance(b, Binding)}:
+            return None
+        return True
 
     def _start(self) -> None:
         preset = getattr(self.app, "start_preset", None)
-        if preset:  # cockpit CONFIG.yaml (or a test's preset): said unless it is a preset
+        pending, self._pending_preset = self._pending_preset, None
+        if pending:  # asked for while the form was being laid out (the palette's "Preset: NAME")
+            self.load_preset(*pending)
+        elif preset:  # cockpit CONFIG.yaml (or a test's preset): said unless it is a preset
             self.load_preset(Path(preset), quiet=Path(preset).resolve().parent in preset_dirs())
         else:  # the cheap guess now; the doctor (a subprocess) may offer another one below
             guess = presets.REPO_PRESETS / "cpu-demo.yaml"
@@ -282,6 +310,9 @@ class SetupScreen(Screen):
     def load_preset(self, path: Path, quiet: bool = False) -> None:
         from cockpit.errors import InputError
 
+        if not self.form_ready:  # loaded once the form is there (_start)
+            self._pending_preset = (Path(path), quiet)
+            return
         try:
             raw = presets.load_preset(path)
         except InputError as err:
