@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "doctor": ("cockpit.commands.doctor", "check the machine: ROCm, torch, RCCL, DeepSpeed, bitsandbytes, NUMA"),
     "web": ("cockpit.commands.web", "serve the cockpit to a browser (textual-serve), on 127.0.0.1 unless --public"),
+    "metrics": (
+        "cockpit.commands.metrics",
+        "export runs' metrics and GPU telemetry for Prometheus, on 127.0.0.1 unless --public",
+    ),
 }
 
 

@@ -81,27 +81,34 @@ def port_free(host: str, port: int) -> str | None:
     return None
 
 
+def bind_allowed(prog: str, host: str, port: int, public: bool, exposed: str, reach: str) -> bool:
+    """A loopback ``host``: yes. Another one: refused (said on stderr: ``exposed`` says what anyone
+    reaching it gets) unless ``public``, and then a warning (``reach``: what they can do)."""
+    if is_loopback(host):
+        return True
+    if not public:
+        print(
+            f"{prog}: refusing to listen on {host}: it is not a loopback address, and {exposed}.\n"
+            f"  Use the default (127.0.0.1) with an SSH port forward: ssh -L {port}:127.0.0.1:{port} THIS_HOST\n"
+            "  or, on a network you trust, add --public.",
+            file=sys.stderr,
+        )
+        return False
+    print(
+        f"{prog}: WARNING: listening on {host} (--public): anyone who can reach port {port} {reach} (no login, no TLS).",
+        file=sys.stderr,
+    )
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     host = args.host
     if not 0 < args.port < 65536:
         print(f"cockpit web: --port {args.port}: not a TCP port (1-65535)", file=sys.stderr)
         return EXIT_INPUT
-    if not is_loopback(host):
-        if not args.public:
-            print(
-                f"cockpit web: refusing to listen on {host}: it is not a loopback address, and the page has no "
-                "login (whoever reaches it can start, stop and delete your runs).\n"
-                f"  Use the default (127.0.0.1) with an SSH port forward: ssh -L {args.port}:127.0.0.1:{args.port} "
-                "THIS_HOST\n"
-                "  or, on a network you trust, add --public.",
-                file=sys.stderr,
-            )
-            return EXIT_INPUT
-        print(
-            f"cockpit web: WARNING: listening on {host} (--public): anyone who can reach port {args.port} controls "
-            "your runs as this user (no login, no TLS).",
-            file=sys.stderr,
-        )
+    exposed = "the page has no login (whoever reaches it can start, stop and delete your runs)"
+    if not bind_allowed("cockpit web", host, args.port, args.public, exposed, "controls your runs as this user"):
+        return EXIT_INPUT
     try:
         from textual_serve.server import Server
     except ImportError:
