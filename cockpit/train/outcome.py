@@ -173,13 +173,19 @@ def utilisation(
 ) -> dict[str, Any]:
     """The summary's per-device tokens/s and samples/s, model TFLOPS per device, MFU (and HFU under
     gradient checkpointing) from the summary's tokens/s and the run's mean tokens per sample, and the
-    peak they are measured against; {} on the ranks without the meter (rank 0 has it)."""
+    peak they are measured against; {} on the ranks without the meter (rank 0 has it). samples/s is
+    tokens/s over the mean tokens per sample: the warm-up left out as tokens/s leaves it out (all steps
+    when tokens are not counted)."""
     meter = callback.meter
     if meter is None:
         return {}
     samples = steps * callback.global_batch
     seq_len = tokens_total / samples if samples and tokens_total else float(callback.cfg.get("cutoff_len") or 0)
-    samples_per_s = samples / train_runtime if train_runtime > 0 else 0.0
+    tokens_per_s = throughput.get("tokens_per_s")
+    if tokens_per_s and seq_len:
+        samples_per_s = tokens_per_s / seq_len
+    else:
+        samples_per_s = samples / train_runtime if train_runtime > 0 else 0.0
     figures = meter.figures(throughput.get("tokens_per_s"), samples_per_s, seq_len)
     return {
         "samples_per_s": round(samples_per_s, 3),
