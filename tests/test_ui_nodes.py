@@ -127,3 +127,33 @@ def test_64_nodes_map_drills_down_with_n_o_and_a():
     assert "node 0 of 64" in node0 and node0.count("W ") + node0.count("W\n") >= 8  # 8 GPUs with their power
     assert back == grid and again == grid
     assert "node 41 of 64" in least and " 4%" in least
+
+
+def test_the_map_follows_new_figures_at_most_every_two_seconds():
+    """While following, node figures that changed within MAP_PERIOD_S of the last map wait (the pane is
+    pending, so the 4 Hz poll's draw shows them once the period is over, with no new event: the scene does not
+    follow, so the test calls draw as the poll would); a step still redraws the header."""
+    from cockpit.store.node_grid import grid_row
+
+    async def scenario() -> tuple[str, bool, str, str]:
+        app = make_app()
+        async with app.run_test(size=(160, 48)) as pilot:
+            await shots._nodes_live(pilot)
+            live = app.screen
+            pane = live.query_one("#devices")
+            rows = [grid_row(7, "mi300-07", "amdsmi", [{"index": i, "vram_used_mb": 10, "vram_total_mb": 100, "util_pct": 1,
+                                                         "temp_c": 99, "power_w": 100} for i in range(8)])]
+            pane._map_at = __import__("time").monotonic()  # a map was just drawn
+            with live._state_lock:
+                live.state.apply([{"kind": "node_telemetry", "nodes": rows}, {"kind": "step", "step": 31, "total_steps": 500}])
+            live.draw()
+            held, pending = str(pane.render()), pane.pending
+            header = str(live.query_one("#live-title").render())
+            pane._map_at -= 3.0  # the period is over: the poll's next draw (no new event) shows the new figures
+            live.draw()
+            await pilot.pause(0.2)
+            return held, pending, header, str(pane.render())
+
+    held, pending, header, after = asyncio.run(scenario())
+    assert "hottest node 17 GPU 2 96°C" in held and pending and "step 31/500" in header
+    assert "hottest node 7 GPU 0 99°C" in after and "least busy node 7 GPU 0 util 1%" in after

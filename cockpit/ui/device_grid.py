@@ -221,23 +221,33 @@ def node_cells(state: RunState, width: int, max_lines: int) -> Text:
     return t
 
 
-_drawn: dict[str, Any] = {"key": None, "text": Text()}
+_drawn: dict[str, Any] = {"key": None, "version": None, "text": Text()}
 
 
-def _map(state: RunState, width: int, max_lines: int) -> Text:
+def _map(state: RunState, width: int, max_lines: int, hold: bool) -> Text:
     """The map for the nodes' latest figures, drawn again only when they (``RunState.nodes_version``)
-    or the pane's size changed: a step or a log line redraws the screen, not the 512-GPU map."""
-    key = (id(state), state.nodes_version, width, max_lines)
-    if _drawn["key"] != key:
-        _drawn["text"] = gpu_grid(state, width, max_lines) or node_cells(state, width, max_lines)
-        _drawn["key"] = key
+    or the pane's size changed: a step or a log line redraws the screen, not the 512-GPU map.
+    ``hold``: keep the last map even if the figures changed (the pane's throttle)."""
+    key = (id(state), width, max_lines)
+    if _drawn["key"] != key or (_drawn["version"] != state.nodes_version and not hold):
+        _drawn.update(
+            key=key,
+            version=state.nodes_version,
+            text=gpu_grid(state, width, max_lines) or node_cells(state, width, max_lines),
+        )
     text: Text = _drawn["text"]
     return text
 
 
-def devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | None = None) -> Text:
+def map_behind(state: RunState) -> bool:
+    """The last map drawn is older than the nodes' figures."""
+    return _drawn["version"] is not None and _drawn["version"] != state.nodes_version
+
+
+def devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | None = None, hold: bool = False) -> Text:
     """The devices pane: the finest form that fits ``width`` x ``max_lines`` (the comm line is
-    added below it); ``only``: one node's GPUs in the detailed form."""
+    added below it); ``only``: one node's GPUs in the detailed form; ``hold``: a many-node map
+    already drawn stays as it is (the pane redraws it at most every few seconds)."""
     if len(state.nodes) <= 1 and not any(n > 0 for n in state.nodes):
         return formatting.devices(state, width, max_lines)
     if only is not None and only in state.nodes:
@@ -249,7 +259,7 @@ def devices(state: RunState, width: int = 60, max_lines: int = 8, only: int | No
     if detail <= max_lines or len(state.nodes) + 1 <= max_lines:
         return formatting.node_devices(state, width, max_lines)
     silent = sorted((hang_alert(state) or {}).get("silent_nodes") or [])
-    t = _map(state, width, max_lines - 1 - bool(silent)).copy()
+    t = _map(state, width, max_lines - 1 - bool(silent), hold).copy()
     if silent:  # the hang alert's silent nodes: their cells are their last report's
         t.append(
             clip(f"\nSILENT (the map shows their last report): nodes {ranges(silent)}", width - 1),

@@ -50,13 +50,23 @@ class DevicesPane(TextPane):
     """Per-device memory (amdsmi / NVML / the ranks' torch figures), the CPU run's RSS, the comm line;
     many nodes as a node x GPU heatmap, ``node`` (the drill-down) one node's GPUs (``ui/device_grid.py``)."""
 
+    MAP_PERIOD_S = 2.0  # a many-node map follows the figures at most this often (node 0's come every second)
+
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.node: int | None = None
+        self.pending = False  # a newer map held back by the throttle: the next poll draws it
+        self._map_at: float | None = None  # when the map was last drawn while following live
 
     def show_state(self, state: RunState, max_lines: int) -> None:
         width = self.size.width or self.screen.size.width // 2
-        self.show(device_grid.devices(state, width, max_lines, only=self.node))
+        now = time.monotonic()
+        live = getattr(self.screen, "replay_progress", None) is None and not state.ended  # never held in a replay
+        hold = live and self._map_at is not None and now - self._map_at < self.MAP_PERIOD_S
+        self.show(device_grid.devices(state, width, max_lines, only=self.node, hold=hold))
+        self.pending = hold and device_grid.map_behind(state)
+        if live and not hold:
+            self._map_at = now
 
     def step_node(self, state: RunState, by: int) -> int | None:
         """The drill-down moves ``by`` nodes (from the map: the first or the last); past either end, back to the map."""

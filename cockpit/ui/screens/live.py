@@ -301,7 +301,7 @@ class LiveScreen(Screen):
 
     # -- drawing: the panes decide what changed (cockpit/ui/panes.py) ---------------------------------
     def _sparks_pending(self) -> bool:
-        return any(grid.pending for grid in self._grids)
+        return any(grid.pending for grid in self._grids) or self._devices.pending
 
     def draw(self) -> None:
         with self._state_lock:
