@@ -36,3 +36,26 @@ def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
     assert [(e["step"], e["warmup"], e["tokens_per_s"]) for e in steps] == [(1, True, None), (2, True, None), (4, False, 100.0), (20, False, 100.0)]
     assert callback.steady_tokens_per_s() == 100.0
     assert callback.tokens_total / 38.0 < 60  # all steps together: about half as fast
+
+
+def test_the_first_steps_samples_per_s_leaves_out_the_probes_before_training(tmp_path, monkeypatch):
+    run = RunDir(tmp_path)
+    writer = EventWriter(run.events_path)
+    callback = cb.CockpitCallback(run, {"nan_policy": "warn", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, writer)
+    callback._gather_memory = lambda: {}
+    callback._check_memory = lambda *a: None
+    clock = {"t": 1000.0}
+    monkeypatch.setattr(cb.time, "time", lambda: clock["t"])
+    args = SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=1)
+    state = SimpleNamespace(global_step=0, max_steps=10, num_input_tokens_seen=0, epoch=0.0)
+    control = SimpleNamespace(should_training_stop=False, should_save=False)
+    callback.on_train_begin(args, state, control)
+    clock["t"] += 600.0  # the probes before training (another callback's on_train_begin)
+    for step in (1, 2):
+        callback.on_step_begin(args, state, control)
+        clock["t"] += 4.0
+        state.global_step, state.num_input_tokens_seen = step, step * 800
+        callback.on_step_end(args, state, control)
+        callback.on_log(args, state, control, logs={"loss": 1.0, "epoch": 0.1})
+    steps = [e for e in read_all(run.events_path) if e["kind"] == "step"]
+    assert [e["samples_per_s"] for e in steps] == [2.0, 2.0]  # 8 samples in 4 s each (600 s before: 0.013)

@@ -28,7 +28,8 @@ Kinds and their fields (units in the field names or stated here):
 - ``train_end``: step (the trainer's loop is over; saving and the probes after training follow)
 - ``step``: step, total_steps, epoch, loss, lr, grad_norm, tokens_per_s (trained tokens per
   second, all ranks, since the previous step event with the warm-up steps left out: null while
-  ``warmup`` is true; warm-up = the first tenth of the steps, 1 to 5), warmup, samples_per_s, tokens_seen,
+  ``warmup`` is true; warm-up = the first tenth of the steps, 1 to 5), warmup, samples_per_s (since the previous step
+  event; the first from the first step's start, after the probes before training), tokens_seen,
   tokens_per_s_per_device and samples_per_s_per_device (the two over the world size), model_tflops_per_device
   (model FLOPs per token x tokens/s per device / 10**12), mfu (0..1: that over the peak; null in the warm-up
   or with no known peak), hfu (with gradient checkpointing: the recomputation counted;

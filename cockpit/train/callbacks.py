@@ -96,6 +96,7 @@ class CockpitCallback(TrainerCallback):
         self._control_group: Any = _UNSET  # the flags' process group, made at the first step (control_group)
         self.meter: Any = None  # rank 0's FlopsMeter (MFU, per-device throughput), made at on_train_begin
         self.global_batch = 0  # samples per optimizer step, all ranks
+        self._first_step_began = False  # on_step_begin restarted the clock for this attempt's first step
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -234,6 +235,7 @@ class CockpitCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
         self._start_tracker(model)
         self.last_t = time.time()
+        self._first_step_began = False
         self.last_step = self._start_step = state.global_step
         self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         self.warmup_steps = warmup_steps_for(max(state.max_steps - state.global_step, 0))
@@ -256,6 +258,14 @@ class CockpitCallback(TrainerCallback):
             start_step=state.global_step,
             **flops,
         )
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        """The first step's interval starts here, not at ``on_train_begin``: the probes and held-out
+        measures before training run between the two (minutes on a CPU), and samples/s counted them."""
+        if state.global_step == self.last_step == self._start_step and not self._first_step_began:
+            self._first_step_began = True
+            self.last_t = time.time()
+        return control
 
     def on_step_end(self, args, state, control, **kwargs):
         node_telemetry.note_step(state.global_step)
