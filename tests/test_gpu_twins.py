@@ -71,8 +71,13 @@ open(os.path.join(out, f"rank{rank}.json"), "w").write(json.dumps(result))
 def test_the_comm_probe_all_reduces_nccl_or_rccl_tensors_on_the_gpus(tmp_path):
     world = min(_gpus(), 2)
     procs = [
-        subprocess.Popen([sys.executable, "-c", _COMM_WORKER, str(r), str(world), str(tmp_path / "init"), str(tmp_path)],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _COMM_WORKER, str(r), str(world), str(tmp_path / "init"), str(tmp_path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for r in range(world)
     ]
     outs = [p.communicate(timeout=180)[0] for p in procs]
@@ -88,12 +93,29 @@ def test_tune_meets_a_real_out_of_memory_on_the_gpu(tmp_path, embedded_dir):
     the process and the tuned config keeps what fitted (gpu_check.sh's step 4, as a test)."""
     _gpus()
     cfg = yaml.safe_load((ROOT / "presets" / "cpu-demo.yaml").read_text())
-    cfg.update(model_name_or_path=str(embedded_dir), use_cpu=False, bf16=True, per_device_train_batch_size=8,
-               gradient_accumulation_steps=1, output_dir=str(tmp_path / "out"))
+    cfg.update(
+        model_name_or_path=str(embedded_dir),
+        use_cpu=False,
+        bf16=True,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        output_dir=str(tmp_path / "out"),
+    )
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = cockpit("tune", str(path), "--memory-cap", "1.0", "--candidates", "1,8", "--steps", "2", "--json",
-                  "--out", str(tmp_path / "tuned.yaml"))
+    res = cockpit(
+        "tune",
+        str(path),
+        "--memory-cap",
+        "1.0",
+        "--candidates",
+        "1,8",
+        "--steps",
+        "2",
+        "--json",
+        "--out",
+        str(tmp_path / "tuned.yaml"),
+    )
     doc = json.loads(res.stdout)
     by_m = {t["micro_batch"]: t for t in doc["trials"]}
     assert by_m[8]["oom"] is True, doc
@@ -104,8 +126,16 @@ def test_fsdp2_loads_its_shards_onto_the_gpus(tmp_path, tiny_model_dir):
     """FSDP2 on 2 GPUs: built on the meta device, filled from rank 0's stream, trained (the CPU twin
     measures the per-rank memory of the same path on 2 gloo ranks)."""
     _gpus(2)
-    cfg = tiny_config(tmp_path, tiny_model_dir, use_cpu=False, bf16=True, nproc_per_node=2, max_steps=3,
-                      fsdp="full_shard auto_wrap", probes=None)
+    cfg = tiny_config(
+        tmp_path,
+        tiny_model_dir,
+        use_cpu=False,
+        bf16=True,
+        nproc_per_node=2,
+        max_steps=3,
+        fsdp="full_shard auto_wrap",
+        probes=None,
+    )
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
     run = _run_dir(tmp_path / "runs")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
@@ -121,11 +151,24 @@ def test_a_grpo_step_samples_scores_and_steps_on_the_gpu(tmp_path, tiny_model_di
     reward, and the GPU's allocator figures in its mem."""
     _gpus()
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Say a number, {i}?", "answer": str(i)}) + "\n" for i in range(8)))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"Say a number, {i}?", "answer": str(i)}) + "\n" for i in range(8))
+    )
     cfg = tiny_config(
-        tmp_path, tiny_model_dir, use_cpu=False, bf16=True, stage="grpo", dataset=str(prompts), probes=None,
-        reward_funcs="numeric_match,length_penalty", reward_weights="1.0,0.5", num_generations=2,
-        max_completion_length=6, per_device_train_batch_size=4, max_steps=1, save_steps=100,
+        tmp_path,
+        tiny_model_dir,
+        use_cpu=False,
+        bf16=True,
+        stage="grpo",
+        dataset=str(prompts),
+        probes=None,
+        reward_funcs="numeric_match,length_penalty",
+        reward_weights="1.0,0.5",
+        num_generations=2,
+        max_completion_length=6,
+        per_device_train_batch_size=4,
+        max_steps=1,
+        save_steps=100,
     )
     res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -137,3 +180,43 @@ def test_a_grpo_step_samples_scores_and_steps_on_the_gpu(tmp_path, tiny_model_di
     samples = [s for e in events if e["kind"] == "completions" for s in e["samples"]]
     assert samples and all(s["reward"] is not None for s in samples)
 
+
+def test_offloaded_checkpoints_lower_the_allocated_peak_on_the_gpu():
+    """``use_unsloth_gc`` on the device (CPU twin: tests/test_activation_offload.py, same gradients):
+    a random 8-layer Llama, 8192 tokens, checkpointed; torch.cuda.max_memory_allocated of a forward +
+    backward drops by about the layers' saved inputs (8 x 8192 x 1024 x 2 B = 128 MiB), and the
+    gradients are the same."""
+    _gpus()
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cockpit.train.variants import offload_checkpoints
+
+    config = LlamaConfig(
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        vocab_size=4096,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to("cuda", torch.bfloat16).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    ids = torch.randint(0, 4096, (1, 8192), device="cuda")
+    peaks, grads = [], []
+    for offload in (False, True):
+        if offload:
+            assert offload_checkpoints(model) >= 8
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        model(input_ids=ids, labels=ids).loss.backward()
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated())
+        grads.append({n: p.grad.float().clone() for n, p in model.named_parameters()})
+    saved_inputs = 8 * 8192 * 1024 * 2
+    print(f"max_memory_allocated: plain {peaks[0] / 2**20:.0f} MiB, offloaded {peaks[1] / 2**20:.0f} MiB")
+    assert peaks[0] - peaks[1] > 0.6 * saved_inputs, peaks
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=0, atol=0, msg=name)

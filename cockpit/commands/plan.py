@@ -140,6 +140,10 @@ def render(d: dict[str, Any]) -> str:
         host = f"  (+{_fmt(t['host_bytes']).strip()} on CPU)" if t.get("host_bytes") else ""
         lines.append(f"  {t['name']:<{width}} {_fmt(t['bytes'])} {bar}  {t['formula']}{host}")
     lines.append(f"  {'peak per device':<{width}} {_fmt(d['peak_bytes'])}")
+    lines.append(
+        f"  {'allocated':<{width}} {_fmt(d['tensor_peak_bytes'])}  the tensors alone: what max_memory_allocated "
+        "and torchtune's tables report (the peak adds the runtime's context and fragmentation)"
+    )
     lines += [f"  {line}" for line in figure_notes(d)]
     if d.get("host_bytes_per_rank"):
         lines.append(f"  {'CPU memory per rank':<{width}} {_fmt(d['host_bytes_per_rank'])}")

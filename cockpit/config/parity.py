@@ -445,6 +445,15 @@ def _model_setup_problems(
                 **where("disable_gradient_checkpointing"),
             )
         )
+    if cfg.get("use_unsloth_gc") and (
+        cfg.get("disable_gradient_checkpointing") or not cfg.get("gradient_checkpointing")
+    ):
+        out.append(
+            Problem(
+                "offloads the gradient checkpoints, and gradient checkpointing is off here; turn it on or drop use_unsloth_gc",
+                **where("use_unsloth_gc"),
+            )
+        )
     if cfg.get("create_new_adapter") and not cfg.get("adapter_name_or_path"):
         out.append(
             Problem(
@@ -853,7 +862,7 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         ("quantization_device_map",),
         "Cockpit places a quantized (QLoRA) base on the rank's own device (the CPU, or the rank's GPU); other maps are not supported",
     ),
-    (("use_unsloth", "use_unsloth_gc"), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
+    (("use_unsloth",), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
     (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),
     (("shift_attn",), "LongLoRA shift short attention is Llama-only and patches the model; not supported"),
     (("mixture_of_depths",), "Mixture-of-Depths conversion needs the MoD package; not supported"),

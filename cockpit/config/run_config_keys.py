@@ -198,6 +198,7 @@ class RunConfigKeys:
     flash_attn: Literal["auto", "sdpa", "eager", "disabled", "fa2"] = "auto"
     disable_gradient_checkpointing: bool = False
     use_reentrant_gc: bool = False
+    use_unsloth_gc: bool = False
     freeze_trainable_modules: str = "all"
     freeze_extra_modules: str | None = None
     include_effective_tokens_per_second: bool = False

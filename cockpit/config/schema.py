@@ -1368,6 +1368,15 @@ KEYS: tuple[Key, ...] = (
         nullable=False,
     ),
     _k(
+        "use_unsloth_gc",
+        "bool",
+        False,
+        "offload the gradient checkpoints (each layer's input) to pinned host memory, copied back for the "
+        "backward (LLaMA-Factory's name; torch's save_on_cpu around each checkpointed layer)",
+        "training",
+        nullable=False,
+    ),
+    _k(
         "freeze_trainable_modules",
         "str",
         "all",
@@ -1452,7 +1461,7 @@ ALIASES: dict[str, str] = {"lora_target_modules": "lora_target", "new_special_to
 # LLaMA-Factory keys we know but do not implement yet: an error says so, never silently ignored.
 LLAMAFACTORY_UNSUPPORTED = frozenset(
     """
-    booster flash_attn shift_attn mixture_of_depths use_unsloth use_unsloth_gc
+    booster flash_attn shift_attn mixture_of_depths use_unsloth
     moe_aux_loss_coef disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
     train_from_scratch infer_backend offload_folder use_cache infer_dtype hf_hub_token ms_hub_token om_hub_token
     print_param_status use_kv_cache model_revision low_cpu_mem_usage rope_scaling resize_vocab split_special_tokens

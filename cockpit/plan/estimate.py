@@ -216,7 +216,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         moments=moments,
         tensor_peak=tensor_peak,
         peak=tensor_peak + overhead,
-        host_bytes=weights_host + states.host,
+        host_bytes=weights_host + states.host + acts.host,
         params=params,
         notes=planner_notes(run),
         components=components,
@@ -491,6 +491,7 @@ class Activations:
     logits: float  # fp32 logits / loss buffers
     autocast_copies: float  # half copies of fp32 trainable weights under torch.autocast
     dequant: float  # one dequantized weight of a quantized base model
+    host: float = 0.0  # use_unsloth_gc: the checkpointed layer inputs, in host memory
 
 
 def chunked_loss_why_not(run: RunSpec, d: Dims) -> str:
@@ -511,12 +512,16 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
     layers = counts.layers
     if ft == "freeze" and run.freeze_trainable_layers > 0 and "embed_tokens" not in run.freeze_extra_modules:
         layers = min(run.freeze_trainable_layers, counts.layers)  # (a trained embedding: backward through all)
+    host = 0.0
     if run.gradient_checkpointing:
         saved = layers * per_token["ckpt_layer"] * tokens
         formula = (
             f"{layers} layers x h={d.hidden} x {int(per_token['ckpt_layer'] // d.hidden)} B x {tokens} tokens "
             f"(checkpointing keeps layer inputs)"
         )
+        if run.offload_checkpoints:  # in host memory; the one being recomputed is back on the device
+            host, saved = saved, per_token["ckpt_layer"] * tokens
+            formula = f"1 layer's input on the device, {layers} in host memory (use_unsloth_gc): " + formula
     else:
         saved = layers * per_token["layer"] * tokens
         formula = f"{layers} layers x {per_token['layer']:.0f} B/token x {tokens} tokens"
@@ -539,6 +544,7 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
         logits=4.0 * tokens if run.stage == "rm" else per_token["logits"] * logit_positions(run, d, tokens),
         autocast_copies=autocast,
         dequant=counts.max_linear * c if run.quantization_bit else 0.0,
+        host=host,
     )
 
 

@@ -83,6 +83,7 @@ class RunSpec:
     deepspeed_path: str | None = None
     fsdp_text: str | None = None
     liger: bool = False  # enable_liger_kernel: fused linear cross-entropy, no full logits
+    offload_checkpoints: bool = False  # use_unsloth_gc: the checkpointed layer inputs in host memory
     packing: bool = False  # padding-free: one row of up to micro_batch x cutoff_len tokens per micro-batch
     stage: str = "sft"  # dpo / rm: chosen + rejected per sample; rm: a value head, no vocab logits
     reference_copy: bool = False  # dpo / kto: a frozen second copy of the base (none with LoRA)
@@ -272,6 +273,7 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         fsdp_text=cfg.fsdp or None,
         packing=cfg.stage == "sft" and padding_free(cfg),
         liger=cfg.enable_liger_kernel,
+        offload_checkpoints=cfg.use_unsloth_gc,
         stage=cfg.stage,
         reference_copy=reference_copy(cfg),
         reference=reference_words(cfg),

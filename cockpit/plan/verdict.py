@@ -42,6 +42,15 @@ def candidate_changes(cfg: Mapping[str, Any], run: Any) -> list[tuple[str, str, 
                 )
             )
         b //= 2
+    if run.gradient_checkpointing and not run.offload_checkpoints:
+        out.append(
+            (
+                "offload_ckpt",
+                "keep the gradient checkpoints (each layer's input) in host memory: a copy to the host in forward "
+                "and back in backward per layer",
+                {"use_unsloth_gc": True},
+            )
+        )
     sharded3 = (run.zero is not None and run.zero.stage == 3) or (
         run.fsdp is not None and run.fsdp.strategy in ("full_shard", "hybrid_shard")
     )

@@ -233,6 +233,14 @@ class CockpitCallback(TrainerCallback):
 
     # -- Trainer hooks ----------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        if self.cfg.get("use_unsloth_gc") and args.gradient_checkpointing and model is not None:
+            from cockpit.train.variants import offload_checkpoints
+
+            wrapped = offload_checkpoints(model)  # after the Trainer turned checkpointing on
+            if self.rank == 0:
+                print(
+                    f"use_unsloth_gc: {wrapped} checkpointed modules keep their saved inputs in host memory", flush=True
+                )
         self._start_tracker(model)
         self.last_t = time.time()
         self._first_step_began = False

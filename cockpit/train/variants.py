@@ -75,9 +75,37 @@ def lora_config_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
 def gradient_checkpointing(cfg: Mapping[str, Any]) -> tuple[bool, dict[str, bool] | None]:
     """Whether activations are recomputed in backward (``gradient_checkpointing`` unless
     ``disable_gradient_checkpointing``) and torch's checkpoint kwargs (``use_reentrant_gc``): the
-    Trainer's and QLoRA's k-bit preparation read the same pair."""
+    Trainer's and QLoRA's k-bit preparation read the same pair (``use_unsloth_gc``:
+    :func:`offload_checkpoints` once the Trainer has turned checkpointing on)."""
     gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
     return gc, ({"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None)
+
+
+def offload_checkpoints(model: Any) -> int:
+    """``use_unsloth_gc``: every checkpointed module's checkpoint function runs under torch's
+    ``save_on_cpu``. torch.utils.checkpoint saves a layer's inputs outside its own hooks, so those
+    (the hidden states each layer starts from: layers x tokens x hidden) go to host memory, pinned where
+    an accelerator is present, and come back for the backward; the recomputed insides are checkpoint's
+    as before. transformers' own ``offload`` is the same but asks a CPU-only host for pinned memory
+    (an error), so the CPU could not run the path the GPU runs. Returns the modules wrapped."""
+    import torch
+    from torch.autograd.graph import save_on_cpu
+
+    pin = torch.cuda.is_available()  # ROCm's HIP devices too
+    wrapped = 0
+    for module in model.modules():
+        checkpoint = getattr(module, "_gradient_checkpointing_func", None)
+        if checkpoint is None or getattr(checkpoint, "offloads", False):
+            continue
+
+        def offloaded(function: Any, *args: Any, _checkpoint: Any = checkpoint, **kwargs: Any) -> Any:
+            with save_on_cpu(pin_memory=pin):
+                return _checkpoint(function, *args, **kwargs)
+
+        offloaded.offloads = True  # type: ignore[attr-defined]
+        module._gradient_checkpointing_func = offloaded
+        wrapped += 1
+    return wrapped
 
 
 def training_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
