@@ -148,3 +148,24 @@ def test_the_exporter_never_imports_torch_or_textual():
          "print(sorted(m for m in ('torch', 'textual', 'transformers') if m in sys.modules))"],
         capture_output=True, text=True, timeout=60, cwd=str(ROOT))
     assert probe.stdout.strip() == "[]", probe.stderr
+
+
+def test_other_nodes_gpus_from_the_compact_node_telemetry(tmp_path):
+    """A multi-node run's other nodes come as node_telemetry rows (cockpit/store/node_grid.py): each
+    node's GPUs are gauges with its node and host, an outlier's full figures over its row's."""
+    from cockpit.run.metrics_export import RunsCollector
+    from cockpit.store.node_grid import grid_row
+
+    run = write_run(tmp_path / "runs")
+    gpus = [{"index": i, "vram_used_mb": 98296.0, "vram_total_mb": 196592.0, "util_pct": 90.0, "temp_c": 60.0,
+             "power_w": 600.0} for i in range(8)]
+    with EventWriter(run.events_path) as w:
+        w.emit("node_telemetry", nodes=[grid_row(1, "node1", "amdsmi", gpus)], period_s=3.0, outliers=[])
+        w.emit("node_telemetry", outliers=[{"node_rank": 1, "why": ["hottest"], "index": 3, "vram_used_mb": 98296.0,
+                                            "vram_total_mb": 196592.0, "util_pct": 90.0, "temp_c": 95.0, "power_w": 700.0}])
+    families = {f.name: f.samples for f in RunsCollector(lambda: [run]).collect()}
+    node1 = {s.labels["gpu"]: s.value for s in families["cockpit_gpu_temperature_celsius"] if s.labels["node"] == "1"}
+    assert node1 == {str(i): (95.0 if i == 3 else 60.0) for i in range(8)}
+    used = [s for s in families["cockpit_gpu_memory_used_bytes"] if s.labels["node"] == "1" and s.labels["gpu"] == "0"]
+    assert used[0].labels["host"] == "node1" and used[0].value == 98296 * 2**20  # 50 % of 196592 MiB
+    assert {s.labels["node"] for s in families["cockpit_gpu_power_watts"]} == {"0", "1"}

@@ -5,7 +5,7 @@ lines of every watched run's ``events.jsonl`` (an incremental :class:`EventReade
 a long log is read once) into the latest values, and reports them as gauges labelled by run id:
 the training metrics of the last ``step`` event (loss, learning rate, grad norm, tokens/s, step),
 the last ``eval`` loss, the run's state (``status.json``), and the last ``telemetry`` event's GPUs
-(per node and device: memory used and total, utilisation, power and temperature where the
+(other nodes' from ``node_telemetry`` rows: ``store/node_grid.fold``; per node and device: memory used and total, utilisation, power and temperature where the
 backend measured them) and rank processes (resident memory). A value the run never reported
 is left out, never exported as 0. No torch, no textual here: only the run dir is read.
 """
@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cockpit.store import node_grid
 from cockpit.store.events import EventReader, as_float
 from cockpit.store.rundir import RunDir
 
@@ -77,6 +78,8 @@ class RunLatest:
             elif kind == "telemetry":
                 node = ev.get("node_rank")
                 self.telemetry[node if isinstance(node, int) else 0] = ev
+            elif kind == "node_telemetry":  # the other nodes' GPUs of a multi-node run, compact
+                node_grid.fold(self.telemetry, ev)
 
 
 class RunsCollector(Collector):

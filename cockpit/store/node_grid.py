@@ -11,6 +11,8 @@ a healthy run's heartbeats are a few dozen bytes whatever the node count.
 - :func:`grid_row` / :func:`row_devices`: a node's device records <-> its row
   ``{node, host, backend, total_mb, mem, util, temp, power}`` (mem: VRAM used in percent of
   total_mb, an integer; util percent; temp degrees C; power W; null where not measured).
+- :func:`fold`: a ``node_telemetry`` event into a mapping node -> telemetry-like record
+  ({node_rank, host, backend, devices, unavailable, source}), as readers keep the latest per node.
 - :func:`outliers`: the GPUs a screen must not miss (the hottest, the least busy, the fullest),
   as full records with ``node_rank``: written at the heartbeat cadence even when the whole grid
   is written less often.
@@ -135,3 +137,28 @@ def outliers(nodes: dict[int, list[dict[str, Any]]], most: int = 2) -> list[dict
         )
         entry["why"].append(why)
     return list(chosen.values())
+
+
+def fold(nodes: dict[int, dict[str, Any]], ev: dict[str, Any]) -> None:
+    """A ``node_telemetry`` event into ``nodes`` (node -> its latest telemetry-like record): each
+    row replaces its node's record, then each outlier's full figures replace that GPU's (records
+    are replaced, never changed in place)."""
+    for row in ev.get("nodes") or []:
+        if isinstance(row, dict) and row.get("node") is not None:
+            node = int(row["node"])
+            nodes[node] = {
+                "node_rank": node,
+                "host": row.get("host"),
+                "backend": row.get("backend"),
+                "devices": row_devices(row),
+                "ranks": [],
+                "unavailable": row.get("unavailable") or {},
+                "source": "node_grid",
+            }
+    for out in ev.get("outliers") or []:
+        entry = nodes.get(int(out.get("node_rank") or 0)) if isinstance(out, dict) else None
+        if entry is None:
+            continue
+        fresh = {k: out.get(k) for k in OUTLIER_KEYS}
+        devices = [fresh if d.get("index") == fresh["index"] else d for d in entry.get("devices") or []]
+        nodes[int(out["node_rank"])] = {**entry, "devices": devices}

@@ -15,8 +15,8 @@ from typing import Any
 
 from cockpit.run.follow import fmt_duration  # noqa: F401 - re-exported for the screens
 from cockpit.run.pace import Pace
+from cockpit.store import node_grid
 from cockpit.store.events import EventReader, as_float
-from cockpit.store.node_grid import OUTLIER_KEYS, row_devices
 from cockpit.store.rundir import TERMINAL_STATES, RunDir
 from cockpit.ui.logtail import EVENT_KINDS
 from cockpit.ui.series import BucketSeries
@@ -182,8 +182,8 @@ class RunState:
             self.nodes_version += 1
             if node == 0:
                 self.telemetry = ev
-        elif kind == "node_telemetry":
-            self._apply_grid(ev)
+        elif kind == "node_telemetry":  # the other nodes' GPUs, compact (cockpit/store/node_grid.py)
+            node_grid.fold(self.nodes, ev)
             self.nodes_version += 1
         elif kind == "comm":
             self.comm = ev
@@ -213,27 +213,6 @@ class RunState:
         elif kind == "run_stopped":
             self.stopped = ev
             self.end_t = t
-
-    def _apply_grid(self, ev: dict[str, Any]) -> None:
-        """Other nodes' GPUs from their compact rows, then the outliers' full figures over them."""
-        for row in ev.get("nodes") or []:
-            if isinstance(row, dict) and row.get("node") is not None:
-                node = int(row["node"])
-                self.nodes[node] = {
-                    "node_rank": node,
-                    "host": row.get("host"),
-                    "backend": row.get("backend"),
-                    "devices": row_devices(row),
-                    "unavailable": row.get("unavailable") or {},
-                    "source": "node_grid",
-                }
-        for out in ev.get("outliers") or []:
-            entry = self.nodes.get(int(out.get("node_rank") or 0)) if isinstance(out, dict) else None
-            if entry is None:
-                continue
-            fresh = {k: out.get(k) for k in OUTLIER_KEYS}
-            devices = [fresh if d.get("index") == fresh["index"] else d for d in entry.get("devices") or []]
-            self.nodes[int(out["node_rank"])] = {**entry, "devices": devices}
 
     # -- derived --------------------------------------------------------------------------
     @property
