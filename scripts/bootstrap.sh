@@ -8,7 +8,8 @@
 #   extras (amd, nvidia) and `cockpit web`'s textual-serve (web), torch when none is importable, the embedded model. Nothing system-wide.
 # --for test (the default; scripts/test.sh, .ci/run): the demo's set, plus the dev tools and the
 #   extras the tests exercise (deepspeed, metrics, badam, prometheus), GaLore / APOLLO and bitsandbytes (QLoRA) in
-#   <venv>/lowrank-site, and, as root with apt-get, the system tools the tests use (numactl, tmux,
+#   <venv>/lowrank-site, the experiment trackers (trackers) in <venv>/trackers-site, and, as root
+#   with apt-get, the system tools the tests use (numactl, tmux,
 #   slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
 # --dry-run: print the profile's steps (what it installs on a machine that has none of it), one
 #   per line ("venv: ...", "apt: ...", "pip: ..."), and change nothing.
@@ -37,6 +38,8 @@ venv="${COCKPIT_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
 pin() { grep "^$1==" scripts/constraints.txt; }
 lowrank=("$(pin bitsandbytes)" "$(pin galore-torch)" "$(pin apollo-torch)")
+# the trackers extra and what it imports beyond the venv: the pins between constraints.txt's trackers-site marks
+mapfile -t trackers < <(sed -n '/^# trackers-site begin/,/^# trackers-site end/{/^#/d;p}' scripts/constraints.txt)
 
 # pip install ARGS, or with --dry-run the line "pip: ARGS (NOTE)"
 pip_step() {
@@ -101,5 +104,8 @@ if [ "$profile" = test ]; then
   # PYTHONPATH, the QLoRA tests put it there; bitsandbytes on sys.path makes every `import peft` seconds
   # slower (PEFT imports it when it is there; bench/lowrank_import.py), which every other process would pay.
   pip_step "GaLore / APOLLO / bitsandbytes, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
+  # The trackers extra (tensorboard, wandb, mlflow-skinny + SQLAlchemy, trackio, swanlab) for tests/test_trackers.py,
+  # in a side folder too: wandb on sys.path makes every TRL trainer import it (1.5 s per training process).
+  pip_step "experiment trackers, off sys.path" --no-deps --upgrade --target "$venv/trackers-site" "${trackers[@]}"
 fi
 [ "$dry" = 1 ] || echo "$want" > "$venv/.cockpit-installed-$profile"

@@ -47,7 +47,7 @@ def annotation(key: Any) -> str:
     elif key.type == "choice":
         base = "int" if all(isinstance(c, int) for c in key.choices) else "str"
     else:
-        base = {"str": "str", "int": "int", "float": "float", "bool": "bool"}.get(key.type, "")
+        base = {"str": "str", "names": "str", "int": "int", "float": "float", "bool": "bool"}.get(key.type, "")
         base = base or {"map": "dict[str, str]", "dict": "dict[str, Any]"}[key.type]
     return f"{base} | None" if key.nullable else base
 

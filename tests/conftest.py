@@ -120,8 +120,18 @@ def bnb_env() -> dict:
     return _side_site_env(("bitsandbytes",), "bitsandbytes")
 
 
-def _side_site_env(modules: tuple[str, ...], what: str) -> dict:
-    site = Path(os.environ.get("COCKPIT_LOWRANK_SITE") or Path(sys.prefix) / "lowrank-site")
+@pytest.fixture(scope="session")
+def trackers_env() -> dict:
+    """The environment of a subprocess that can import the experiment trackers (the ``trackers`` extra):
+    scripts/bootstrap.sh installs them in ``<venv>/trackers-site``, off the suite's sys.path (wandb there
+    makes every TRL trainer import it)."""
+    modules = ("tensorboard", "wandb", "mlflow", "trackio", "swanlab", "sqlalchemy")
+    return _side_site_env(modules, "the trackers extra", site_name="trackers")
+
+
+def _side_site_env(modules: tuple[str, ...], what: str, site_name: str = "lowrank") -> dict:
+    variable = f"COCKPIT_{site_name.upper()}_SITE"
+    site = Path(os.environ.get(variable) or Path(sys.prefix) / f"{site_name}-site")
     if not all((site / m).is_dir() for m in modules):
         prerequisite(False, f"{what} not installed in {site} (scripts/bootstrap.sh --for test puts them there)")
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)

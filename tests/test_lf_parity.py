@@ -244,7 +244,8 @@ def test_every_refused_key_has_its_own_reason():
 
 
 def test_a_refused_key_names_its_reason(tiny_model_dir):
-    refused(tiny_model_dir, "use_swanlab: a LLaMA-Factory key that Cockpit refuses: SwanLab logging", use_swanlab=True)
+    refused(tiny_model_dir, "swanlab_lark_secret: a LLaMA-Factory key that Cockpit refuses: SwanLab's Lark",
+            swanlab_lark_secret="s")
     refused(tiny_model_dir, "image_max_pixels: .*text models only", image_max_pixels=1024)
 
 

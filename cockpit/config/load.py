@@ -121,6 +121,8 @@ def coerce(key: Key, value: Any) -> Any:
             return None
         raise ValueError(f"must be {describe(key)}, not null")
     t = key.type
+    if t == "names":
+        return _names(key, value)
     if t == "bool":
         if isinstance(value, bool):
             return value
@@ -187,6 +189,24 @@ def coerce(key: Key, value: Any) -> Any:
         if key.max is not None and value > key.max:
             raise ValueError(f"must be {describe(key)}, got {value!r}")
     return value
+
+
+def _names(key: Key, value: Any) -> str:
+    """A ``names`` key (report_to): one name, a comma string or a YAML list of the key's choices ->
+    the names as a comma string in the order given (``none`` alone for none; an empty list is none)."""
+    if isinstance(value, str):  # a --set value: `wandb,mlflow` or `[wandb, mlflow]`
+        value = value.strip().removeprefix("[").removesuffix("]").split(",")
+    items = value if isinstance(value, list) else None
+    if items is None or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"must be {describe(key)}, got {value!r}")
+    names = list(dict.fromkeys(i.strip().lower() for i in items if i.strip())) or ["none"]
+    unknown = [n for n in names if n not in key.choices]
+    if unknown:
+        hint = " ('all' is not taken: name the trackers)" if "all" in unknown else ""
+        raise ValueError(f"must be {describe(key)}, got {', '.join(unknown)}{hint}")
+    if "none" in names and len(names) > 1:
+        raise ValueError(f"none with other names ({', '.join(n for n in names if n != 'none')}): keep one or the other")
+    return ",".join(names)
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
@@ -369,7 +389,7 @@ def _cross_key_problems(cfg: dict[str, Any], where: Any, needs_data: bool = True
 def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[Problem]:
     """Every relative path made absolute once, where the command runs, so the ranks (working in the
     run dir) read what ``cockpit check`` read: input files and folders (each must exist), an unset
-    ``dataset_dir`` as the ``data`` folder found, dataset files, local models; ``output_dir`` and
+    ``dataset_dir`` as the ``data`` folder found, dataset files, local models; ``output_dir``, ``swanlab_logdir`` and
     ``tokenized_path`` against the working dir."""
     problems = []
     for key in _INPUT_PATH_KEYS:
@@ -406,7 +426,7 @@ def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[P
             cfg[key] = str(local)
     if cfg.get("reward_funcs"):  # grpo: a user's path/file.py:function, made absolute; the function found (parsed)
         problems += _resolve_reward_files(cfg, bases, where)
-    for key in ("output_dir", "tokenized_path"):  # made by the run: against the working dir, as given
+    for key in ("output_dir", "tokenized_path", "swanlab_logdir"):  # made by the run: against the working dir
         if cfg[key]:
             cfg[key] = str((Path.cwd() / Path(cfg[key]).expanduser()).resolve())
     return problems

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cockpit import side_site
+from cockpit.config.trackers import tracker_problems
 from cockpit.errors import Problem
 from cockpit.shape import world_size_of
 
@@ -83,6 +84,7 @@ def parity_problems(
     out += _mix_problems(cfg, where)
     out += _low_rank_problems(cfg, where)
     out += badam_problems(cfg, where, installed)
+    out += tracker_problems(cfg, where, installed)  # report_to, swanlab_*, project
     if cfg.get("use_llama_pro") and (cfg["finetuning_type"] == "full" or cfg["freeze_trainable_layers"] <= 0):
         out.append(
             Problem(
@@ -847,8 +849,9 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("ppo_*", "reward_model*"), "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
     (
-        ("swanlab_*", "use_swanlab"),
-        "SwanLab logging; report_to is none | tensorboard, and the run dir's events.jsonl is the record",
+        ("swanlab_lark_*",),
+        "SwanLab's Lark (Feishu) notifications are not wired in; notify_command runs your own webhook script when a "
+        "run ends or alerts (docs/cockpit.md#notifications)",
     ),
     (
         ("ray_*", "resources_per_worker", "placement_strategy"),
@@ -954,8 +957,9 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "pushing to the Hugging Face Hub is not supported; `cockpit export RUN [--merge]` writes a folder to upload",
     ),
     (
-        ("trackio_*", "project"),
-        "Trackio logging is not supported; report_to is none | tensorboard, and the run dir's events.jsonl is the record",
+        ("trackio_*",),
+        "report_to: trackio logs locally (RUN_DIR/trackers/trackio, `trackio show`); deploying it to a Hugging Face "
+        "Space or bucket is not supported",
     ),
     (
         ("auto_find_batch_size",),
@@ -973,7 +977,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (
         ("logging_dir",),
-        "report_to tensorboard writes under the checkpoints folder; set TENSORBOARD_LOGGING_DIR in env: to move it",
+        "report_to: tensorboard writes under RUN_DIR/trackers/tensorboard; set TENSORBOARD_LOGGING_DIR in env: to "
+        "move it",
     ),
     (("data_seed",), "set by Cockpit: the data order is seeded by seed"),
     (("remove_unused_columns",), "set by Cockpit: its collators pick the columns (always false)"),

@@ -87,7 +87,15 @@ class RunConfigKeys:
     save_total_limit: int | None = None
     save_only_model: bool = False
     plot_loss: bool = True
-    report_to: Literal["none", "tensorboard"] = "none"
+    report_to: str = "none"
+    project: str = "huggingface"
+    use_swanlab: bool = False
+    swanlab_project: str = "llamafactory"
+    swanlab_workspace: str | None = None
+    swanlab_run_name: str | None = None
+    swanlab_mode: Literal["offline", "local", "cloud", "disabled"] | None = None
+    swanlab_api_key: str | None = None
+    swanlab_logdir: str | None = None
     run_name: str | None = None
     per_device_train_batch_size: int = 1
     gradient_accumulation_steps: int = 1

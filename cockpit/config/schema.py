@@ -73,10 +73,19 @@ OPTIMIZERS = (
 )
 
 
+# report_to: the experiment trackers HF's Trainer logs to (cockpit/config/trackers.py, cockpit/train/trackers.py)
+TRACKER_NAMES = ("tensorboard", "wandb", "mlflow", "trackio", "swanlab")
+REPORT_TO_HELP = (
+    "experiment trackers HF's Trainer logs to, one or a list: none | tensorboard | wandb | mlflow | trackio | swanlab "
+    "(their files under RUN_DIR/trackers)"
+)
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
     type: str  # str | int | float | bool | map (env: NAME -> str) | dict (any YAML mapping) | choice | int_or_auto
+    # | names (one or a YAML / comma list of the choices, stored as a comma string: report_to)
     default: Any = None
     help: str = ""
     group: str = "training"
@@ -666,7 +675,28 @@ KEYS: tuple[Key, ...] = (
         nullable=False,
     ),
     _k("plot_loss", "bool", True, "write loss.png at the end", "output", nullable=False),
-    _k("report_to", "choice", "none", "none | tensorboard", "output", choices=("none", "tensorboard"), nullable=False),
+    _k("report_to", "names", "none", REPORT_TO_HELP, "output", choices=("none", *TRACKER_NAMES), nullable=False),
+    _k("project", "str", "huggingface", "report_to trackio: the Trackio project", "output", nullable=False),
+    _k("use_swanlab", "bool", False, "log to SwanLab (as report_to: swanlab)", "output", nullable=False),
+    _k("swanlab_project", "str", "llamafactory", "SwanLab: the project", "output", nullable=False),
+    _k("swanlab_workspace", "str", None, "SwanLab: the workspace (cloud mode)", "output"),
+    _k("swanlab_run_name", "str", None, "SwanLab: the experiment name (default: the run id)", "output"),
+    _k(
+        "swanlab_mode",
+        "choice",
+        None,
+        "SwanLab: offline (the default here: SWANLAB_MODE in env: else offline) | local | cloud | disabled",
+        "output",
+        choices=("offline", "local", "cloud", "disabled"),
+    ),
+    _k(
+        "swanlab_api_key",
+        "str",
+        None,
+        "SwanLab: the cloud API key; passed to the ranks as env SWANLAB_API_KEY, redacted in the run dir",
+        "output",
+    ),
+    _k("swanlab_logdir", "str", None, "SwanLab: its log folder (default: RUN_DIR/trackers/swanlog)", "output"),
     _k("run_name", "str", None, "a name for the run dir (default: from the config file)", "output", llamafactory=False),
     # -- training ------------------------------------------------------------------------
     _k("per_device_train_batch_size", "int", 1, "micro-batch per device", "training", min=1, max=65536, nullable=False),
@@ -1525,7 +1555,9 @@ def _bound(value: float) -> str:
 
 def describe(key: Key) -> str:
     """The allowed values of a key, for error messages."""
-    if key.choices:
+    if key.choices and key.type == "names":
+        allowed = "one or a list of " + " | ".join(str(c) for c in key.choices)
+    elif key.choices:
         allowed = " | ".join(str(c) for c in key.choices)
     elif key.type in ("int", "float"):
         lo = "" if key.min is None else (f"> {_bound(key.min)}" if key.min_exclusive else f">= {_bound(key.min)}")

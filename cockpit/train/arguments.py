@@ -13,7 +13,13 @@ from cockpit.store.rundir import RunDir
 
 def artefact_dirs(run: RunDir, cfg: Mapping[str, Any]) -> dict[str, Path]:
     out = Path(cfg["output_dir"]) if cfg.get("output_dir") else run.path
-    return {"out": out, "checkpoints": out / "checkpoints", "adapter": out / "adapter", "plot": out / "loss.png"}
+    return {
+        "out": out,
+        "checkpoints": out / "checkpoints",
+        "adapter": out / "adapter",
+        "plot": out / "loss.png",
+        "trackers": run.path / "trackers",  # in the run dir whatever output_dir says: cockpit rm removes them
+    }
 
 
 def rank_precision(cfg: Mapping[str, Any], use_cpu: bool, writer, log) -> dict[str, Any]:
@@ -85,7 +91,10 @@ SAME_NAME_ARGUMENTS = (
 def training_arguments(cfg: Mapping[str, Any], dirs: dict[str, Path], use_cpu: bool, world_size: int):
     from transformers import TrainingArguments
 
+    from cockpit.train.trackers import report_to
+
     warmup = cfg["warmup_steps"] if cfg["warmup_steps"] > 0 else float(cfg["warmup_ratio"])
+    trackers_dir = dirs.get("trackers") or dirs["checkpoints"].parent / "trackers"
     kwargs: dict[str, Any] = {key: cfg[key] for key in SAME_NAME_ARGUMENTS}
     if cfg.get("pure_bf16"):  # the model is bf16 itself (cockpit.train.model.base_load_kwargs): no autocast
         kwargs["bf16"] = False
@@ -96,7 +105,9 @@ def training_arguments(cfg: Mapping[str, Any], dirs: dict[str, Path], use_cpu: b
         logging_strategy="steps",
         logging_first_step=True,
         data_seed=cfg["seed"],
-        report_to=[] if cfg["report_to"] == "none" else [cfg["report_to"]],
+        report_to=report_to(cfg, trackers_dir),  # HF's tracker callbacks; their files under RUN_DIR/trackers
+        run_name=trackers_dir.parent.name,  # the run id, the trackers' name for the run
+        project=cfg["project"],  # trackio's project
         use_cpu=use_cpu,
         remove_unused_columns=False,
         logging_nan_inf_filter=False,  # the default hides NaN/inf losses behind an average

@@ -363,9 +363,11 @@ def start_stage(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Attempt:
     callback = stage_callback(ctx, recipe)
     before = before_training(recipe, ctx, data)  # probes and held-out, on the training device
     from cockpit.train.stopping import early_stopping_callbacks
+    from cockpit.train.trackers import tracker_callbacks
 
     stopping = early_stopping_callbacks(ctx.cfg, ctx.writer, ctx.log)  # early_stopping_steps
-    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before, *stopping])
+    tracking = tracker_callbacks(ctx.cfg, ctx.dirs["trackers"], ctx.run.run_id)  # use_swanlab / report_to swanlab
+    trainer = recipe.build_trainer(ctx, model, ref_model, data, [callback, before, *stopping, *tracking])
     return Attempt(trainer, callback, before, [])
 
 

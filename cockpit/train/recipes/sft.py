@@ -155,10 +155,19 @@ class SFTRecipe(Recipe):
             log=ctx.log,
         )
         from cockpit.train.stopping import early_stopping_callbacks
+        from cockpit.train.trackers import tracker_callbacks
 
         stopping = early_stopping_callbacks(cfg, ctx.writer, ctx.log)  # early_stopping_steps
+        tracking = tracker_callbacks(cfg, ctx.dirs["trackers"], ctx.run.run_id)  # use_swanlab / report_to swanlab
         trainer = sft_trainer(
-            trainer_cls, cfg, model, args, ctx.tokenizer, data.train, data.held_out, [callback, before, *stopping]
+            trainer_cls,
+            cfg,
+            model,
+            args,
+            ctx.tokenizer,
+            data.train,
+            data.held_out,
+            [callback, before, *stopping, *tracking],
         )
         before.trainer = trainer
         return Attempt(trainer, callback, before, probes)
