@@ -83,7 +83,7 @@ class NodeCollector:
       supervisor samples its GPUs) and ``outliers`` (the hottest, least busy and fullest GPUs as
       full records): the whole grid at most every ``min_gap_s`` and no more often than
       ``budget_bytes_per_s`` allows (its size / the budget: a 4096-GPU job's grid comes every
-      ~35 s), the outliers alone every ``min_gap_s`` in between. So the event log grows by a
+      ~50 s), the outliers alone every ``min_gap_s`` in between. So the event log grows by a
       bounded number of bytes per second whatever the GPU count (``bench/telemetry_volume.py``).
     """
 
