@@ -318,8 +318,9 @@ class LiveScreen(Screen):
                 grid.show_state(st)
             tall = self.size.height >= 40
             many = len(st.nodes) > 8  # the node x GPU map: a taller #live-mid on a tall screen (app.tcss)
-            if many != self.has_class("-many-nodes"):
-                self.set_class(many, "-many-nodes")
+            mid = self._devices.parent  # the class on #live-mid restyles its two panes, not the whole screen
+            if mid is not None and many != mid.has_class("-many-nodes"):
+                mid.set_class(many, "-many-nodes")
             self._devices.show_state(
                 st, (22 if tall and many else 16 if tall else 9) - 1
             )  # #live-mid's max-height, less comm
