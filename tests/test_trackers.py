@@ -100,7 +100,8 @@ def test_swanlab_api_key_goes_to_env_and_is_redacted_in_the_resolved_config(ever
     assert "sk-swan" not in text and "wb-key" not in text
     written = yaml.safe_load(text)
     assert written["env"] == {"WANDB_API_KEY": "***redacted***", "SWANLAB_API_KEY": "***redacted***"}
-    assert checked(**{k: v for k, v in written.items() if k != "_notes"})["env"]["SWANLAB_API_KEY"] == "***redacted***"
+    again = checked(use_swanlab=True, report_to=written["report_to"], env=written["env"])  # the run dir's, re-read
+    assert again["env"]["SWANLAB_API_KEY"] == "***redacted***" and again["swanlab_api_key"] is None
     refused("swanlab_api_key: env: SWANLAB_API_KEY is set too, to another value", use_swanlab=True,
             swanlab_api_key="a", env={"SWANLAB_API_KEY": "b"})
 
@@ -243,3 +244,31 @@ def test_a_trl_stage_logs_to_the_trackers_too(tmp_path, tiny_model_dir, trackers
     assert [s for s, _ in expected] == [1, 2]
     for tracker in ("mlflow", "swanlab"):
         assert read_back(tracker, run_dir / "trackers", run_dir.name, trackers_env) == expected, tracker
+
+
+@pytest.mark.slow  # three processes importing swanlab: ~80 s on the loaded box
+def test_swanlabs_own_callback_gets_llamafactorys_keys(tmp_path, trackers_env, every_module_installed):
+    """use_swanlab's callback is SwanLab's transformers integration with the swanlab_* keys as LLaMA-Factory
+    passes them; its mode: swanlab_mode, else SWANLAB_MODE from env:, else offline (never a login prompt)."""
+    cases = [
+        ({"use_swanlab": True}, {}, {"project": "llamafactory", "experiment_name": "run-1", "mode": "offline",
+                                     "log_dir": str(tmp_path / "swanlog")}),
+        ({"report_to": "swanlab"}, {"SWANLAB_MODE": "local"}, {"mode": "local"}),
+        ({"use_swanlab": True, "swanlab_project": "p", "swanlab_workspace": "team", "swanlab_run_name": "mine",
+          "swanlab_mode": "cloud", "swanlab_logdir": str(tmp_path / "elsewhere")}, {"SWANLAB_MODE": "local"},
+         {"project": "p", "workspace": "team", "experiment_name": "mine", "mode": "cloud",
+          "log_dir": str(tmp_path / "elsewhere")}),
+    ]
+    code = (
+        "import json, sys\nfrom pathlib import Path\nfrom cockpit.train.trackers import tracker_callbacks\n"
+        "(cb,) = tracker_callbacks(json.loads(sys.argv[1]), Path(sys.argv[2]), 'run-1')\n"
+        "print(type(cb).__module__, json.dumps(cb._init_kwargs))\n"
+    )
+    for keys, env, expected in cases:
+        cfg = dict(checked(**keys))
+        res = subprocess.run([sys.executable, "-c", code, json.dumps(cfg), str(tmp_path)], capture_output=True,
+                             text=True, env={**os.environ, **trackers_env, **env}, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        module, kwargs = res.stdout.strip().splitlines()[-1].split(" ", 1)
+        assert module == "swanlab.integration.transformers"
+        assert json.loads(kwargs).items() >= expected.items(), (keys, kwargs)
