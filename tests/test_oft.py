@@ -52,6 +52,10 @@ def test_oft_refuses_what_it_is_not_built_for():
     ok = validate({"dataset": "cockpit_identity", "finetuning_type": "oft", "oft_rank": 2, "oft_block_size": 0,
                    "additional_target": "embed_tokens", "nproc_per_node": 2}, check_paths=False)
     assert ok["finetuning_type"] == "oft" and ok["oft_rank"] == 2
+    # a resolved config (config.yaml, every key at its value) validates again, OFT or not
+    assert validate(ok, check_paths=False)["oft_rank"] == 2
+    plain = validate({"dataset": "cockpit_identity"}, check_paths=False)
+    assert validate(plain, check_paths=False)["finetuning_type"] == "lora"
 
 
 @pytest.mark.parametrize(("over", "block"), [({}, lambda i: 32), ({"oft_rank": 4, "oft_block_size": 0}, lambda i: i // 4)],

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cockpit import side_site
+from cockpit.config.schema import SCHEMA
 from cockpit.config.trackers import tracker_problems
 from cockpit.errors import Problem
 from cockpit.shape import world_size_of
@@ -607,7 +608,7 @@ def oft_problems(
         return [
             Problem(f"an OFT key: needs finetuning_type: oft, got {cfg['finetuning_type']}", **where(key))
             for key in OFT_KEYS
-            if key in raw
+            if raw.get(key, SCHEMA[key].default) != SCHEMA[key].default  # a resolved config holds every key
         ]
     out = []
     if (cfg["oft_rank"] == 0) == (cfg["oft_block_size"] == 0):
