@@ -86,13 +86,13 @@ def test_no_llamafactory_key_is_an_unknown_key(key):
 
 
 def test_a_refused_key_exits_2_at_check_naming_key_file_and_line(tmp_path, tiny_model_dir):
-    path = tiny_config(tmp_path, tiny_model_dir, use_muon=True)
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("use_muon:"))
+    path = tiny_config(tmp_path, tiny_model_dir, use_kt=True)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("use_kt:"))
     res = cockpit("check", str(path))
     assert res.returncode == 2, res.stdout + res.stderr
     out = res.stdout + res.stderr
-    assert f"{path}:{line}: use_muon: {REFUSED}not built yet: the Muon / Adam-mini optimizers" in out
-    assert "optim picks one of HF's" in out and "unknown key" not in out
+    assert f"{path}:{line}: use_kt: {REFUSED}KTransformers' AMX MoE backend is not supported" in out
+    assert "Intel AMX CPUs" in out and "unknown key" not in out
 
 
 def test_the_key_table_shows_every_llamafactory_keys_verdict():

@@ -70,6 +70,7 @@ def parity_problems(
     out += pure_bf16_problems(cfg, where)
     out += token_weighting_problems(cfg, where)
     out += oft_problems(raw, cfg, where)
+    out += custom_optimizer_problems(cfg, where)
     out += predict_problems(cfg, where, installed)
     out += _model_setup_problems(cfg, where, installed)
     if cfg.get("include_num_input_tokens_seen") is False:
@@ -595,6 +596,36 @@ def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, 
     return []
 
 
+# LLaMA-Factory's optimizers built by Cockpit itself (train/variants.trainer_kwargs), one per run
+CUSTOM_OPTIMIZERS = ("use_muon",)
+_OTHER_OPTIMIZER_KEYS = ("use_galore", "use_apollo", "use_badam", "loraplus_lr_ratio", "optim")
+
+
+def custom_optimizer_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """``use_muon``: the optimizer itself, so not with another optimizer key (LLaMA-Factory would take the
+    first of its list silently); under DDP only: DeepSpeed's ZeRO flattens the parameters and FSDP2
+    shards them, and Muon orthogonalises each whole 2-D update."""
+    out = []
+    for key in CUSTOM_OPTIMIZERS:
+        if not cfg.get(key):
+            continue
+        out += [
+            Problem(f"{key} is the optimizer and {other} picks another; choose one", **where(other))
+            for other in _OTHER_OPTIMIZER_KEYS
+            if cfg.get(other)
+        ]
+        out += [
+            Problem(
+                f"{key} under {strategy}: Muon orthogonalises each whole 2-D update, and DeepSpeed's ZeRO flattens "
+                "the parameters, FSDP2 shards them; train it under DDP",
+                **where(key),
+            )
+            for strategy in ("deepspeed", "zero_stage", "fsdp")
+            if cfg.get(strategy)
+        ][:1]
+    return out
+
+
 OFT_KEYS = ("oft_rank", "oft_block_size", "oft_target", "module_dropout")
 
 
@@ -897,8 +928,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
     # issue 37: the rest of LLaMA-Factory 0.9.5's keys (tests/fixtures/llamafactory/lf_keys.json), each with a verdict
     (
-        ("use_muon", "use_adam_mini"),
-        "not built yet: the Muon / Adam-mini optimizers; optim picks one of HF's (adamw_8bit, and use_galore, "
+        ("use_adam_mini",),
+        "not built yet: the Adam-mini optimizer; optim picks one of HF's (adamw_8bit, and use_galore, "
         "use_apollo, use_badam also cut optimizer memory)",
     ),
     (

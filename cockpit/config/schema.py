@@ -1042,6 +1042,15 @@ KEYS: tuple[Key, ...] = (
         "training",
         choices=OPTIMIZERS,
     ),
+    _k(
+        "use_muon",
+        "bool",
+        False,
+        "Muon (torch.optim.Muon) for the trainable 2-D weights but embeddings and the LM head, AdamW for the "
+        "rest, as LLaMA-Factory splits them; one learning_rate and weight_decay (DDP only)",
+        "training",
+        nullable=False,
+    ),
     # token-weighted SFT losses (LLaMA-Factory's; cockpit/train/token_weights.py), with the chunked loss too
     _k(
         "use_dft_loss",

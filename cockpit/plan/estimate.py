@@ -820,7 +820,7 @@ def planner_notes(run: RunSpec) -> list[str]:
 
 
 def optimizer_notes(run: RunSpec) -> list[str]:
-    """What the optimizer-state lines of GaLore / APOLLO / BAdam assume."""
+    """What the optimizer-state lines of GaLore / APOLLO / BAdam / Muon assume."""
     sharded = run.zero is not None or (run.fsdp is not None and run.fsdp.strategy != "no_shard")
     if run.low_rank is not None and sharded:
         return [
@@ -838,4 +838,9 @@ def optimizer_notes(run: RunSpec) -> list[str]:
         ]
     if run.badam is not None:
         return ["use_badam (ratio): the per-shape update masks and one dense gradient at a time are not counted"]
+    if run.muon:
+        return [
+            "use_muon: counted as AdamW (8 B per trainable parameter); Muon's 2-D weights keep one 4 B momentum "
+            "each (an upper bound)"
+        ]
     return []

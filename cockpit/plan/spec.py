@@ -90,6 +90,7 @@ class RunSpec:
     reference: str = "none"  # what dpo / kto compare with, in words (config.stages.reference_words)
     low_rank: LowRankSpec | None = None  # use_galore / use_apollo
     badam: BadamSpec | None = None  # use_badam
+    muon: bool = False  # use_muon: Muon for the 2-D weights, AdamW for the rest (counted as AdamW)
     completion_len: int = 0  # grpo: max_completion_length (cutoff_len above is prompt + completion)
     generation_seqs: int = 0  # grpo: sequences one rank generates at once (per-device batch x steps_per_generation)
     # why training keeps the full logits for reasons of the run (not of the model: plan.estimate asks
@@ -279,6 +280,7 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         reference=reference_words(cfg),
         low_rank=parse_low_rank(cfg),
         badam=parse_badam(cfg),
+        muon=cfg.use_muon,
         chunked_loss_off=chunked_loss_off(cfg, zero, fsdp),
         completion_len=cfg.max_completion_length if cfg.stage == "grpo" else 0,
         generation_seqs=cfg.per_device_train_batch_size * (cfg.steps_per_generation or cfg.gradient_accumulation_steps)

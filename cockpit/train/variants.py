@@ -182,9 +182,13 @@ def token_accuracy(eval_preds: Any) -> dict[str, float]:
 
 def trainer_kwargs(cfg: Mapping[str, Any], model: Any, args: Any) -> dict[str, Any]:
     """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
-    arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, else nothing."""
+    arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, Muon, else nothing."""
     if cfg.get("use_badam"):
         return {"optimizers": (badam_optimizer(cfg, model, args), None)}
+    if cfg.get("use_muon"):
+        from cockpit.train.muon import muon_optimizer
+
+        return {"optimizers": (muon_optimizer(model, args), None)}
     if not cfg.get("loraplus_lr_ratio"):
         return {}
     from peft.optimizers import create_loraplus_optimizer
