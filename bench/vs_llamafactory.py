@@ -28,8 +28,8 @@ padding-free (``packing`` auto: the same samples and the same loss, no padding c
              lets samples attend to each other and takes fewer, longer steps)
 
 Per round it prints each tool's whole-command wall time, its training time, and training
-tokens/s (cockpit: its summary's non-padding tokens / train time; LLaMA-Factory: the same
-samples' tokens / its ``train_runtime``), then the ratios LLaMA-Factory / cockpit (above 1:
+tokens/s (cockpit: its summary's non-padding tokens / train time; LLaMA-Factory: its own count,
+HF's ``num_input_tokens_seen`` with ``include_num_input_tokens_seen=non_padding``, / its ``train_runtime``), then the ratios LLaMA-Factory / cockpit (above 1:
 cockpit is faster). Ratios, not absolute times, are the result: run it on a quiet machine.
 """
 
@@ -164,14 +164,16 @@ def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(HF_HUB_OFFLINE="1", DISABLE_VERSION_CHECK="1", CUDA_VISIBLE_DEVICES="", PATH=f"{cli.parent}:{env.get('PATH', '')}")
     t0 = time.perf_counter()
-    res = subprocess.run([str(cli), "train", str(cfg_path), f"output_dir={out}"], capture_output=True, text=True,
-                         env=env, cwd=str(out.parent))
+    # LLaMA-Factory counts its own tokens (HF's num_input_tokens_seen, padding left out, as Cockpit's count)
+    res = subprocess.run([str(cli), "train", str(cfg_path), f"output_dir={out}", "include_num_input_tokens_seen=non_padding"],
+                         capture_output=True, text=True, env=env, cwd=str(out.parent))
     wall = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"llamafactory-cli train failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     metrics = json.loads((out / "train_results.json").read_text())
     train = float(metrics["train_runtime"])
-    return {"wall": wall, "train": train}
+    tokens = json.loads((out / "trainer_state.json").read_text()).get("num_input_tokens_seen")
+    return {"wall": wall, "train": train, "tokens": tokens, "tokens_per_s": tokens / train if tokens else None}
 
 
 def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, steps: int | None,
@@ -193,8 +195,8 @@ def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, 
         for who in order:
             got[who] = run_cockpit(cfg_path, work) if who == "cockpit" else run_llamafactory(cli, cfg_path, work / f"lf-{shape}")
         c, lf = got["cockpit"], got["lf"]
-        # the same samples (data, seed, steps or epoch): their non-padding tokens, cockpit's count
-        lf["tokens"], lf["tokens_per_s"] = c["tokens"], c["tokens"] / lf["train"]
+        if not lf["tokens"]:
+            raise SystemExit("LLaMA-Factory's trainer_state.json has no num_input_tokens_seen: its tokens/s cannot be its own")
         results.append((c, lf))
         print(f"round {r + 1}: wall LF {lf['wall']:.1f} s  cockpit {c['wall']:.1f} s  (LF/cockpit {lf['wall'] / c['wall']:.3f}) | "
               f"train LF {lf['train']:.1f} s  cockpit {c['train']:.1f} s | tokens/s LF {lf['tokens_per_s']:.0f}  "
@@ -209,7 +211,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, help="override the step count of the lora/full shapes (a quick check)")
     ap.add_argument("--real-data", action="store_true", help=f"LLaMA-Factory's alpaca demo files from {LF_DATA}")
     ap.add_argument("--same-settings", action="store_true",
-                    help="LLaMA-Factory's defaults in the YAML (checkpointing on, padded) for both tools")
+                    help="LLaMA-Factory's defaults in the YAML (checkpointing on, padded) for both tools, "
+                         "reported beside each tool's own defaults")
     ap.add_argument("--fp32-model", action="store_true",
                     help="both tools read an fp32 copy of the model folder (CPUs without fast bf16: see fp32_copy)")
     a = ap.parse_args()
@@ -226,17 +229,20 @@ def main() -> None:
         print("data:", write_demo_data(work / "data", a.real_data))
         print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
         table = []
+        variants = (True, False) if a.same_settings else (False,)  # --same-settings: beside the defaults
         for shape in shapes:
-            res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir, a.same_settings)
-            wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
-            tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
-            table.append((shape, res, wall, tps))
+            for same in variants:
+                res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir, same)
+                wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
+                tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
+                label = f"{shape} ({'same settings' if same else 'each tool defaults'})" if a.same_settings else shape
+                table.append((label, res, wall, tps))
         print("\n| shape | LF wall (s) per round | cockpit wall (s) per round | LF/cockpit wall (median) | cockpit/LF tokens/s (median) |")
         print("|---|---|---|---|---|")
         for shape, res, wall, tps in table:
             lf_walls = ", ".join(format(lf["wall"], ".1f") for _, lf in res)
             ck_walls = ", ".join(format(c["wall"], ".1f") for c, _ in res)
-            print(f"| {shape}{' (same settings)' if a.same_settings else ''} | {lf_walls} | {ck_walls} "
+            print(f"| {shape} | {lf_walls} | {ck_walls} "
                   f"| **{wall:.2f}** | {tps:.2f} |")
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
