@@ -7,7 +7,7 @@
 # --for demo (scripts/demo.sh): what the cockpit needs to run: cockpit with the GPU telemetry
 #   extras (amd, nvidia) and `cockpit web`'s textual-serve (web), torch when none is importable, the embedded model. Nothing system-wide.
 # --for test (the default; scripts/test.sh, .ci/run): the demo's set, plus the dev tools and the
-#   extras the tests exercise (deepspeed, metrics, badam, prometheus), GaLore / APOLLO and bitsandbytes (QLoRA) in
+#   extras the tests exercise (deepspeed, metrics, badam, adam-mini, prometheus), GaLore / APOLLO and bitsandbytes (QLoRA) in
 #   <venv>/lowrank-site, the experiment trackers (trackers) in <venv>/trackers-site, and, as root
 #   with apt-get, the system tools the tests use (numactl, tmux,
 #   slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
 done
 case "$profile" in
   demo) extras="amd,nvidia,web" ;;
-  test) extras="dev,amd,nvidia,web,deepspeed,metrics,badam,prometheus" ;;
+  test) extras="dev,amd,nvidia,web,deepspeed,metrics,badam,adam-mini,prometheus" ;;
   *) echo "bootstrap.sh: --for demo or test, not '$profile'" >&2; exit 2 ;;
 esac
 venv="${COCKPIT_VENV:-$root/.venv}"

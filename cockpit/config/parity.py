@@ -70,7 +70,7 @@ def parity_problems(
     out += pure_bf16_problems(cfg, where)
     out += token_weighting_problems(cfg, where)
     out += oft_problems(raw, cfg, where)
-    out += custom_optimizer_problems(cfg, where)
+    out += custom_optimizer_problems(cfg, where, installed)
     out += predict_problems(cfg, where, installed)
     out += _model_setup_problems(cfg, where, installed)
     if cfg.get("include_num_input_tokens_seen") is False:
@@ -596,33 +596,53 @@ def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, 
     return []
 
 
-# LLaMA-Factory's optimizers built by Cockpit itself (train/variants.trainer_kwargs), one per run
-CUSTOM_OPTIMIZERS = ("use_muon",)
+# LLaMA-Factory's optimizers built by Cockpit itself (train/variants.trainer_kwargs), one per run: why each
+# needs the whole, named parameters (DDP: DeepSpeed's ZeRO flattens them, FSDP2 shards them)
+CUSTOM_OPTIMIZERS = {
+    "use_muon": "Muon orthogonalises each whole 2-D update",
+    "use_adam_mini": "Adam-mini partitions each named weight by head and neuron",
+}
 _OTHER_OPTIMIZER_KEYS = ("use_galore", "use_apollo", "use_badam", "loraplus_lr_ratio", "optim")
 
 
-def custom_optimizer_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """``use_muon``: the optimizer itself, so not with another optimizer key (LLaMA-Factory would take the
-    first of its list silently); under DDP only: DeepSpeed's ZeRO flattens the parameters and FSDP2
-    shards them, and Muon orthogonalises each whole 2-D update."""
+def custom_optimizer_problems(
+    cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]], installed: Callable[[str], bool] | None = None
+) -> list[Problem]:
+    """``use_muon`` / ``use_adam_mini``: the optimizer itself, so not with another optimizer key (LLaMA-Factory
+    would take the first of its list silently); under DDP only. Adam-mini over a whole model only: its
+    per-head blocks of q_proj / k_proj do not fit an adapter's matrices."""
     out = []
-    for key in CUSTOM_OPTIMIZERS:
-        if not cfg.get(key):
-            continue
+    chosen = [key for key in CUSTOM_OPTIMIZERS if cfg.get(key)]
+    for key in chosen:
         out += [
             Problem(f"{key} is the optimizer and {other} picks another; choose one", **where(other))
-            for other in _OTHER_OPTIMIZER_KEYS
-            if cfg.get(other)
-        ]
+            for other in (*_OTHER_OPTIMIZER_KEYS, *chosen[1:])
+            if cfg.get(other) and other != key
+        ][: 1 if key != chosen[0] else None]
         out += [
             Problem(
-                f"{key} under {strategy}: Muon orthogonalises each whole 2-D update, and DeepSpeed's ZeRO flattens "
-                "the parameters, FSDP2 shards them; train it under DDP",
+                f"{key} under {strategy}: {CUSTOM_OPTIMIZERS[key]}, and DeepSpeed's ZeRO flattens the parameters, "
+                "FSDP2 shards them; train it under DDP",
                 **where(key),
             )
             for strategy in ("deepspeed", "zero_stage", "fsdp")
             if cfg.get(strategy)
         ][:1]
+    if cfg.get("use_adam_mini") and cfg["finetuning_type"] in ("lora", "oft"):
+        out.append(
+            Problem(
+                f"use_adam_mini with finetuning_type {cfg['finetuning_type']}: Adam-mini splits q_proj / k_proj by "
+                "attention head, and an adapter's matrices are not head-shaped; use finetuning_type full or freeze",
+                **where("use_adam_mini"),
+            )
+        )
+    if cfg.get("use_adam_mini") and not (installed or has_module)("adam_mini"):
+        out.append(
+            Problem(
+                "Adam-mini needs the adam-mini package; it is not installed here: pip install 'cockpit-tune[adam-mini]'",
+                **where("use_adam_mini"),
+            )
+        )
     return out
 
 
@@ -927,11 +947,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
     # issue 37: the rest of LLaMA-Factory 0.9.5's keys (tests/fixtures/llamafactory/lf_keys.json), each with a verdict
-    (
-        ("use_adam_mini",),
-        "not built yet: the Adam-mini optimizer; optim picks one of HF's (adamw_8bit, and use_galore, "
-        "use_apollo, use_badam also cut optimizer memory)",
-    ),
     (
         ("use_asft_loss", "asft_alpha"),
         "not built yet: ASFT adds to DFT a KL term against a reference model's logits over the whole vocabulary at "

@@ -153,6 +153,7 @@ class RunConfigKeys:
     additional_target: str | None = None
     optim: str | None = None
     use_muon: bool = False
+    use_adam_mini: bool = False
     use_dft_loss: bool = False
     use_eaft_loss: bool = False
     eaft_alpha: float = 1.0

@@ -1051,6 +1051,15 @@ KEYS: tuple[Key, ...] = (
         "training",
         nullable=False,
     ),
+    _k(
+        "use_adam_mini",
+        "bool",
+        False,
+        "Adam-mini (the adam-mini package, LLaMA-Factory's adam-mini extra): one second moment per attention "
+        "head / neuron instead of per weight; full or freeze fine-tuning, DDP only",
+        "training",
+        nullable=False,
+    ),
     # token-weighted SFT losses (LLaMA-Factory's; cockpit/train/token_weights.py), with the chunked loss too
     _k(
         "use_dft_loss",

@@ -182,13 +182,15 @@ def token_accuracy(eval_preds: Any) -> dict[str, float]:
 
 def trainer_kwargs(cfg: Mapping[str, Any], model: Any, args: Any) -> dict[str, Any]:
     """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
-    arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, Muon, else nothing."""
+    arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, Muon, Adam-mini, else nothing."""
     if cfg.get("use_badam"):
         return {"optimizers": (badam_optimizer(cfg, model, args), None)}
     if cfg.get("use_muon"):
         from cockpit.train.muon import muon_optimizer
 
         return {"optimizers": (muon_optimizer(model, args), None)}
+    if cfg.get("use_adam_mini"):
+        return {"optimizers": (adam_mini_optimizer(model, args), None)}
     if not cfg.get("loraplus_lr_ratio"):
         return {}
     from peft.optimizers import create_loraplus_optimizer
@@ -206,6 +208,26 @@ def trainer_kwargs(cfg: Mapping[str, Any], model: Any, args: Any) -> dict[str, A
         **optim_kwargs,
     )
     return {"optimizers": (optimizer, None)}
+
+
+def adam_mini_optimizer(model: Any, args: Any) -> Any:
+    """Adam-mini as LLaMA-Factory builds it (trainer_utils._create_adam_mini_optimizer): the model's named
+    parameters with its hidden size and query / key-value head counts, HF's lr, betas, eps, weight decay
+    (its per-block log lines off: one per parameter)."""
+    from adam_mini import Adam_mini
+
+    config = model.config
+    return Adam_mini(
+        named_parameters=model.named_parameters(),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        weight_decay=args.weight_decay,
+        dim=getattr(config, "hidden_size", None),
+        n_heads=getattr(config, "num_attention_heads", None),
+        n_kv_heads=getattr(config, "num_key_value_heads", None),
+        verbose=False,
+    )
 
 
 def badam_optimizer(cfg: Mapping[str, Any], model: Any, args: Any) -> Any:
