@@ -167,6 +167,7 @@ def test_the_weighted_losses_are_refused_where_they_mean_nothing():
     refused("use_dft_loss: use_dft_loss weighs the loss Cockpit computes, and Liger", use_dft_loss=True,
             enable_liger_kernel=True)
     refused("use_asft_loss: .*ASFT adds to DFT a KL term against a reference model", use_asft_loss=True)
+    refused("eaft_alpha: the EAFT loss's exponent: applies with use_eaft_loss: true", eaft_alpha=2.0)
     from cockpit.config import validate
 
     for strategy in ({"zero_stage": 3, "nproc_per_node": 2}, {"fsdp": "full_shard", "nproc_per_node": 2}, {}):

@@ -702,6 +702,8 @@ def token_weighting_problems(cfg: Mapping[str, Any], where: Callable[[str], dict
                 "use_dft_loss and use_eaft_loss are two weightings of the same loss; choose one", **where(chosen[1])
             )
         ]
+    if cfg.get("eaft_alpha", 1.0) != 1.0 and not cfg.get("use_eaft_loss"):  # a resolved config holds the default
+        return [Problem("the EAFT loss's exponent: applies with use_eaft_loss: true", **where("eaft_alpha"))]
     if chosen and cfg.get("enable_liger_kernel"):
         return [
             Problem(
