@@ -1,7 +1,7 @@
 """Benchmarks of the TUI on this machine, end to end through a pseudo-terminal
 (``cockpit`` as a user starts it: TERM=xterm-256color, 100x30).
 
-    python bench/ui.py [--quick] [--first-frame]
+    python bench/ui.py [--quick] [--first-frame | --gpus N [N ...]]
 
 1. start -> first frame, as a user meets it: ``cockpit`` (the console script) and
    ``python -m cockpit`` typed into a tmux pane, to the first frame of the Setup screen (an empty

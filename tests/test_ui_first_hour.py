@@ -342,7 +342,7 @@ def test_setup_buttons_are_whole_at_80_and_120_columns(env, monkeypatch):
 
         app = make_app(env / "runs", start="setup")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 5, "the form")
+            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 30, "the form")
             await pilot.pause(0.2)
             for button in app.screen.query("#setup-buttons Button").results(Button):
                 label = str(button.label)

@@ -74,15 +74,23 @@ def fingerprint(app) -> tuple:
     return app.current_mode, stacks, tuple(sorted(app._modes)), focused, repr(form)
 
 
+def form_pending(app) -> bool:
+    """A Setup screen on top whose form is still being laid out, filled and checked (after its first frame)."""
+    return type(app.screen).__name__ == "SetupScreen" and getattr(app.screen, "checked", None) is None
+
+
 async def settle(app, pilot) -> None:
-    """Until no worker runs and the messages they posted are handled (a launch: preflight, then launch)."""
+    """Until no worker runs and the messages they posted are handled (a launch: preflight, then launch),
+    and a Setup screen just shown has its form."""
     for _ in range(20):
         await pilot.pause()
-        if not any(w.is_running for w in app.workers):
+        if not any(w.is_running for w in app.workers) and not form_pending(app):
             await pilot.pause()
-            if not any(w.is_running for w in app.workers):
+            if not any(w.is_running for w in app.workers) and not form_pending(app):
                 return
         await app.workers.wait_for_complete()
+        if form_pending(app):
+            await pilot.pause(0.05)
 
 
 async def walk_one(runs_dir: Path, keys: tuple[str, ...]) -> tuple[tuple, tuple[str, tuple[str, ...]]]:

@@ -17,8 +17,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def wait_for(pilot, cond, timeout: float, what: str) -> None:
+    """Until ``cond()``; a widget it reads that is not mounted yet (NoMatches: Setup's form comes
+    after the first frame) counts as not yet."""
+    from textual.css.query import NoMatches
+
+    def holds() -> bool:
+        try:
+            return bool(cond())
+        except NoMatches:
+            return False
+
     deadline = time.monotonic() + timeout
-    while not cond():
+    while not holds():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await pilot.pause(0.2)

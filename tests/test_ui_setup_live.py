@@ -74,8 +74,8 @@ def test_setup_opens_with_the_preset_for_this_machine(env):
         app = make_app(env / "runs", checks)
         async with app.run_test(size=(120, 40)) as pilot:
             scr = app.screen
-            await wait_for(pilot, lambda: scr.query_one("#preset", Select).value == str(ROOT / "presets" / f"{expect_preset}.yaml"), 10, expect_preset)
-            await wait_for(pilot, lambda: scr.query_one("#f-model_name_or_path", Input).value == expect_model, 5, expect_model)
+            await wait_for(pilot, lambda: scr.query_one("#preset", Select).value == str(ROOT / "presets" / f"{expect_preset}.yaml"), 30, expect_preset)
+            await wait_for(pilot, lambda: scr.query_one("#f-model_name_or_path", Input).value == expect_model, 15, expect_model)
             await pilot.pause(0.3)
             assert scr.query_one("#f-dataset", Input).value == expect_dataset
             labels = [str(label) for label, _v in scr.query_one("#preset", Select)._options if str(label)]

@@ -165,7 +165,8 @@ class SetupScreen(Screen):
         self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
         self.secrets: dict[str, str] = {}  # the env secrets of the config file last written (never on disk)
         self.form_ready = False  # the form is composed once the first frame is on the screen (_build)
-        self._pending_preset: tuple[Path, bool] | None = None  # asked for before the form was there
+        self._started = False  # the form is filled (_start): a preset asked for before waits for it
+        self._pending_preset: tuple[Path, bool] | None = None  # asked for before the form was filled
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -262,6 +263,7 @@ class SetupScreen(Screen):
         return True
 
     def _start(self) -> None:
+        self._started = True
         preset = getattr(self.app, "start_preset", None)
         pending, self._pending_preset = self._pending_preset, None
         if pending:  # asked for while the form was being laid out (the palette's "Preset: NAME")
@@ -310,7 +312,7 @@ class SetupScreen(Screen):
     def load_preset(self, path: Path, quiet: bool = False) -> None:
         from cockpit.errors import InputError
 
-        if not self.form_ready:  # loaded once the form is there (_start)
+        if not self._started:  # loaded when the form is there, instead of the start preset (_start)
             self._pending_preset = (Path(path), quiet)
             return
         try:
