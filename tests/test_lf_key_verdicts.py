@@ -47,6 +47,12 @@ def test_the_fixture_is_llamafactory_0_9_5s_keys():
         assert cls in declared, cls
     # LLaMA-Factory's four argument classes alone hold ~215 keys; with HF's training arguments, well over 300
     assert len(keys) > 300
+    # every init field of the five classes HfArgumentParser reads a training YAML into (LLaMA-Factory 0.9.5's
+    # get_train_args; ModelArguments' compute_dtype / device_map / model_max_length / block_diag_attn are
+    # set in __post_init__, never read from a YAML)
+    parsed = {cls: sum(e["parsed_by"] == cls for e in keys.values()) for cls in {e["parsed_by"] for e in keys.values()}}
+    assert parsed == {"ModelArguments": 76, "DataArguments": 28, "TrainingArguments": 135, "FinetuningArguments": 97,
+                      "GeneratingArguments": 10}
     for name in ("pure_bf16", "use_muon", "lora_rank", "vllm_maxlen", "learning_rate", "push_to_hub"):
         assert name in keys
 

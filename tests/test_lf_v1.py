@@ -100,3 +100,25 @@ def test_a_v1_config_trains_two_steps_through_cockpit_train(tmp_path):
     assert saved["finetuning_type"] == "lora" and saved["lora_rank"] == 16 and saved["lr_scheduler_type"] == "constant"
     adapter = json.loads((tmp_path / "out" / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 16 and adapter["lora_alpha"] == 32
+
+
+def test_llamafactorys_megatron_keys_are_refused_by_name_never_unknown():
+    """examples/megatron/qwen3_moe_full.yaml's "mcore speed up" block (USE_MCA=1): each key is refused with
+    the reason and the alternative, none is an unknown key; none of them is a v0 or a Cockpit key."""
+    from cockpit.config import lf_v1, validate
+    from cockpit.config.schema import SCHEMA
+    from cockpit.errors import InputError
+
+    block = yaml.safe_load(
+        "tensor_model_parallel_size: 1\nsequence_parallel: false\npipeline_model_parallel_size: 4\n"
+        "bias_activation_fusion: true\napply_rope_fusion: true\nuse_distributed_optimizer: true\n"
+        "overlap_param_gather: true\noverlap_grad_reduce: true\nmoe_grouped_gemm: true\n"
+        "moe_token_dispatcher_type: alltoall\nexpert_model_parallel_size: 2\nrecompute_granularity: full\n"
+    )
+    v0 = json.loads((LF / "lf_keys.json").read_text())["keys"]
+    assert not lf_v1.MCORE_KEYS & (set(v0) | set(SCHEMA))
+    with pytest.raises(InputError) as err:
+        validate({"dataset": "cockpit_identity", **block}, file="moe.yaml", check_paths=False)
+    messages = {p.key: p.message for p in err.value.problems}
+    assert set(messages) == set(block)
+    assert all(m.startswith("a Megatron-Core key (LLaMA-Factory's USE_MCA=1 mode") and "FSDP2" in m for m in messages.values())

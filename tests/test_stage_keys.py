@@ -19,7 +19,8 @@ from cockpit.errors import InputError
 FIXTURES = Path(__file__).parent / "fixtures" / "llamafactory"
 STAGE_KEYS = [(stage, key) for stage, keys in UNHONOURED.items() for key in keys]
 # keys a stage needs before any other rule passes (grpo: its reward functions, a batch of whole groups)
-STAGE_NEEDS = {"grpo": {"reward_funcs": "exact_match", "num_generations": 2, "per_device_train_batch_size": 2}}
+STAGE_NEEDS = {"grpo": {"reward_funcs": "exact_match", "num_generations": 2, "per_device_train_batch_size": 2},
+               "kto": {"per_device_train_batch_size": 2}}  # TRL's KTOTrainer: 2 or more samples per micro-batch
 
 
 def other_value(key: str):
@@ -261,9 +262,10 @@ def test_do_eval_false_turns_evaluation_off(stage):
     from cockpit.config.parity import evaluates
     from cockpit.train.variants import training_kwargs
 
-    on = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2}, check_paths=False)
+    on = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2, **STAGE_NEEDS.get(stage, {})}, check_paths=False)
     assert evaluates(on) and on["do_eval"] is None
-    off = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2, "do_eval": False}, check_paths=False)
+    off = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2, "do_eval": False, **STAGE_NEEDS.get(stage, {})},
+                   check_paths=False)
     assert not evaluates(off) and off["eval_strategy"] == "no"
     assert training_kwargs(off)["eval_strategy"] == "no" and not training_kwargs(off)["eval_on_start"]
     resolved = {k: v for k, v in off.items() if not k.startswith("_")}

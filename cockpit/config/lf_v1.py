@@ -2,7 +2,8 @@
 ``model:``, ``peft_config: {name: lora, r: ...}``, ``dist_config: {name: fsdp2}``, ``micro_batch_size:``,
 ``train_dataset:`` (a v1 dataset YAML). Cockpit reads v0 configs; a v1 file is recognised by its keys, and
 either translated to v0 (every key it holds has one exact v0 form; v1's own defaults, which differ from
-v0's, written out) with a note, or refused once with the table of v0 keys. Pure: no torch."""
+v0's, written out) with a note, or refused once with the table of v0 keys. Also the Megatron-Core keys of
+LLaMA-Factory's ``USE_MCA=1`` mode (``MCORE_KEYS``), refused by name. Pure: no torch."""
 
 from __future__ import annotations
 
@@ -47,6 +48,18 @@ V1_DEFAULTS: dict[str, Any] = {
     "warmup_ratio": 0.0,
     "max_new_tokens": 128,
 }
+
+# mcore_adapter's parallelism and fusion arguments that LLaMA-Factory 0.9.5's examples/megatron set (USE_MCA=1)
+MCORE_KEYS = frozenset(
+    {"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+     "context_parallel_size", "virtual_pipeline_model_parallel_size", "sequence_parallel", "bias_activation_fusion",
+     "apply_rope_fusion", "use_distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
+     "moe_grouped_gemm", "moe_token_dispatcher_type", "recompute_granularity"}
+)  # fmt: skip
+MCORE_REASON = (
+    "a Megatron-Core key (LLaMA-Factory's USE_MCA=1 mode, mcore_adapter): not supported; Cockpit shards with "
+    "DeepSpeed ZeRO (deepspeed) or FSDP2 (fsdp)"
+)
 
 Translated = dict[str, Any] | str  # the v0 keys, or why there is no exact v0 form
 

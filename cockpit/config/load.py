@@ -17,7 +17,10 @@ from typing import Any
 
 import yaml
 
-from cockpit.config import lf_v1
+from cockpit.config.lf_v1 import MCORE_KEYS, MCORE_REASON, V1_ONLY, is_v1
+from cockpit.config.lf_v1 import note as v1_note
+from cockpit.config.lf_v1 import refusal as v1_refusal
+from cockpit.config.lf_v1 import translate as v1_translate
 from cockpit.config.notes import logging_note
 from cockpit.config.parity import parity_problems
 from cockpit.config.run_config import RunConfig
@@ -233,6 +236,8 @@ def _unknown_key_problem(key: str, file: str | None, line: int | None) -> Proble
 
         why = refusal_reason(key) or "not supported yet"
         return Problem(f"a LLaMA-Factory key that Cockpit refuses: {why}; remove it", file=file, line=line, key=key)
+    if key in MCORE_KEYS:
+        return Problem(f"{MCORE_REASON}; remove it", file=file, line=line, key=key)
     close = difflib.get_close_matches(key, list(SCHEMA), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return Problem(f"unknown key{hint}", file=file, line=line, key=key)
@@ -275,7 +280,7 @@ def validate(
 
     notes: list[str] = []
     bases = [Path.cwd()] + ([Path(base_dir).resolve()] if base_dir is not None else [])
-    if lf_v1.is_v1(raw):
+    if is_v1(raw):
         raw, lines = _read_v1(raw, lines, file, bases, notes)
     raw = _resolve_aliases(raw, problems, where, notes)
     cfg = _typed_values(raw, problems, where, file, lines)
@@ -308,11 +313,11 @@ def _read_v1(
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """A LLaMA-Factory v1 file as v0 keys (each at its v1 key's line), with a note; InputError with the table
     of v0 keys when a key has no exact v0 form (one problem, never the v1 keys as unknown keys)."""
-    out, origin, why_not = lf_v1.translate(raw, bases)
+    out, origin, why_not = v1_translate(raw, bases)
     if why_not:
-        first = min((lines[k] for k in raw if k in lf_v1.V1_ONLY and lines.get(k)), default=None)
-        raise InputError(Problem(lf_v1.refusal(raw, why_not), file=file, line=first))
-    notes.append(lf_v1.note(raw, out, origin))
+        first = min((lines[k] for k in raw if k in V1_ONLY and lines.get(k)), default=None)
+        raise InputError(Problem(v1_refusal(raw, why_not), file=file, line=first))
+    notes.append(v1_note(raw, out, origin))
     return out, {k: lines[o] for k, o in origin.items() if o and lines.get(o)}
 
 
