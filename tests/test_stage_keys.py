@@ -528,7 +528,7 @@ def test_the_key_tables_stage_columns_are_the_declarations():
 def test_pissa_convert_works_in_every_stage_but_rm_whose_value_head_it_would_drop():
     base = {"dataset": "x.json", "pissa_init": True, "pissa_convert": True}
     for stage in ("sft", "pt", "dpo", "kto"):
-        assert validate({**base, "stage": stage}, check_paths=False).pissa_convert
+        assert validate({**base, "stage": stage, **STAGE_NEEDS.get(stage, {})}, check_paths=False).pissa_convert
     with pytest.raises(InputError) as err:
         validate({**base, "stage": "rm"}, check_paths=False)
     assert err.value.problems[0].key == "pissa_convert" and "stage rm" in str(err.value) and "value head" in str(err.value)
