@@ -24,14 +24,14 @@ def _jsonl(rows) -> str:
 # name -> (files {relative path: text or bytes}, argv (with {d} for the temp dir), expected substrings)
 CASES: dict[str, tuple[dict, list[str], list[str]]] = {
     "unknown_key": ({"c.yaml": "dataset: d.jsonl\nlearning_rat: 0.1\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: learning_rat: unknown key (did you mean 'learning_rate'?)"]),
-    "unsupported_lf_key": ({"c.yaml": "dataset: d.jsonl\nuse_swanlab: true\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: use_swanlab", "Cockpit refuses: SwanLab logging"]),
+    "unsupported_lf_key": ({"c.yaml": "dataset: d.jsonl\nuse_kt: true\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: use_kt", "Cockpit refuses: KTransformers"]),
     "wrong_type_int": ({"c.yaml": "dataset: d.jsonl\nlora_rank: eight\n"}, ["check", "{d}/c.yaml"], ["c.yaml:2: lora_rank: must be int"]),
     "wrong_type_bool": ({"c.yaml": "dataset: d.jsonl\nbf16: 2\n"}, ["check", "{d}/c.yaml"], [":2: bf16: must be true | false"]),
     "lr_negative": ({"c.yaml": "dataset: d.jsonl\nlearning_rate: -0.1\n"}, ["check", "{d}/c.yaml"], [":2: learning_rate: must be float > 0"]),
     "lr_zero": ({"c.yaml": "dataset: d.jsonl\nlearning_rate: 0\n"}, ["check", "{d}/c.yaml"], [":2: learning_rate"]),
     "epochs_zero": ({"c.yaml": "dataset: d.jsonl\nnum_train_epochs: 0\n"}, ["check", "{d}/c.yaml"], [":2: num_train_epochs"]),
     "bad_scheduler": ({"c.yaml": "dataset: d.jsonl\nlr_scheduler_type: cosine_annealing\n"}, ["check", "{d}/c.yaml"], [":2: lr_scheduler_type: must be one of"]),
-    "bad_finetuning_type": ({"c.yaml": "dataset: d.jsonl\nfinetuning_type: qlora\n"}, ["check", "{d}/c.yaml"], [":2: finetuning_type: must be one of lora | freeze | full"]),
+    "bad_finetuning_type": ({"c.yaml": "dataset: d.jsonl\nfinetuning_type: qlora\n"}, ["check", "{d}/c.yaml"], [":2: finetuning_type: must be one of lora | oft | freeze | full"]),
     "lora_rank_zero": ({"c.yaml": "dataset: d.jsonl\nlora_rank: 0\n"}, ["check", "{d}/c.yaml"], [":2: lora_rank: must be int >= 1"]),
     "lora_rank_huge": ({"c.yaml": "dataset: d.jsonl\nlora_rank: 100000\n"}, ["check", "{d}/c.yaml"], [":2: lora_rank: must be int >= 1 and <= 4096"]),
     "lora_dropout_range": ({"c.yaml": "dataset: d.jsonl\nlora_dropout: 1.5\n"}, ["check", "{d}/c.yaml"], [":2: lora_dropout"]),
