@@ -132,8 +132,23 @@ def _meta_model(cfg: Mapping[str, Any], layers: int | None = None):
     if layers is not None:
         kw["num_hidden_layers"] = layers
     hf_cfg = AutoConfig.for_model(mt, **kw)
-    with torch.device("meta"):
+    with torch.device("meta"), _without_zero3_init():
         return AutoModelForCausalLM.from_config(hf_cfg)
+
+
+def _without_zero3_init() -> Any:
+    """A context in which transformers builds a model as it is, not under DeepSpeed's ``zero.Init``:
+    inside a ZeRO-3 run (the training process's FLOPs meter counts the model on rank 0 alone) that
+    would partition the meta model with a broadcast no other rank joins, and hang the run.
+    transformers' own ``set_zero3_state`` says "zero.Init is handled"; a nullcontext where it is
+    missing (no ZeRO-3 then either)."""
+    import contextlib
+
+    try:
+        from transformers.modeling_utils import set_zero3_state
+    except ImportError:
+        return contextlib.nullcontext()
+    return set_zero3_state()
 
 
 @functools.lru_cache(maxsize=32)
