@@ -143,6 +143,10 @@ def test_meter_figures_per_device():
     unknown = FlopsMeter(dims, counts, 1.0, 0, True, Peak("NVIDIA A10", None, "unknown", why="x"), world_size=1)
     fig = unknown.figures(tokens_per_s=100.0, samples_per_s=1.0, seq_len=128)
     assert fig["mfu"] is None and fig["tokens_per_s_per_device"] == 100.0 and fig["model_tflops_per_device"] > 0
+    # a CPU peak measured on a busy machine, below what the run achieves: no MFU above 100 %
+    stale = FlopsMeter(dims, counts, 1.0, 0, False, Peak("Xeon", 0.02, "cached", "fp32"), world_size=1)
+    assert stale.figures(tokens_per_s=100.0, samples_per_s=1.0, seq_len=128)["mfu"] is None
+    assert 0 < stale.figures(tokens_per_s=0.1, samples_per_s=1.0, seq_len=128)["mfu"] < 1
 
 
 @pytest.mark.slow
