@@ -13,7 +13,8 @@ def test_warmup_steps_for_is_a_tenth_between_1_and_5():
     assert [cb.warmup_steps_for(n) for n in (1, 6, 20, 49, 1000)] == [1, 1, 2, 4, 5]
 
 
-def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
+def callback_on_a_clock(tmp_path, monkeypatch):
+    """Rank 0's callback writing to a run dir in ``tmp_path``, its time read from ``clock["t"]``."""
     run = RunDir(tmp_path)
     writer = EventWriter(run.events_path)
     callback = cb.CockpitCallback(run, {"nan_policy": "warn", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, writer)
@@ -21,6 +22,11 @@ def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
     callback._check_memory = lambda *a: None
     clock = {"t": 1000.0}
     monkeypatch.setattr(cb.time, "time", lambda: clock["t"])
+    return run, callback, clock
+
+
+def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
+    run, callback, clock = callback_on_a_clock(tmp_path, monkeypatch)
     args = SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
     state = SimpleNamespace(global_step=0, max_steps=20, num_input_tokens_seen=0, epoch=0.0)
     control = SimpleNamespace(should_training_stop=False, should_save=False)
@@ -39,13 +45,7 @@ def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
 
 
 def test_the_first_steps_samples_per_s_leaves_out_the_probes_before_training(tmp_path, monkeypatch):
-    run = RunDir(tmp_path)
-    writer = EventWriter(run.events_path)
-    callback = cb.CockpitCallback(run, {"nan_policy": "warn", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, writer)
-    callback._gather_memory = lambda: {}
-    callback._check_memory = lambda *a: None
-    clock = {"t": 1000.0}
-    monkeypatch.setattr(cb.time, "time", lambda: clock["t"])
+    run, callback, clock = callback_on_a_clock(tmp_path, monkeypatch)
     args = SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=1)
     state = SimpleNamespace(global_step=0, max_steps=10, num_input_tokens_seen=0, epoch=0.0)
     control = SimpleNamespace(should_training_stop=False, should_save=False)
