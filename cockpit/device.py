@@ -12,7 +12,7 @@ launch gate and the UI (pure: no torch, no I/O; callers pass the number of visib
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cockpit.errors import InputError, Problem
@@ -125,3 +125,33 @@ def describe(cfg: Mapping[str, Any]) -> str:
     if needs_gpu(cfg):
         return f"gpu, required ({why_gpu(cfg)})"
     return "gpu when one is visible, else cpu (use_cpu unset)"
+
+
+# The variables that hide GPUs from a process. ROCR_VISIBLE_DEVICES masks first (ROCm's runtime);
+# HIP_VISIBLE_DEVICES, then CUDA_VISIBLE_DEVICES, index what is left (torch on ROCm reads HIP's first).
+VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+INDEX_VARS = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")  # what a launcher sets to give a process some GPUs
+
+
+def listed(value: str) -> list[str]:
+    """'0, 1,' -> ['0', '1']: the entries of a *_VISIBLE_DEVICES value (indices or UUIDs)."""
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def visible_env(gpus: Sequence[str]) -> dict[str, str]:
+    """The environment that shows a process only ``gpus`` (indices as this host's processes see
+    them): HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES, the same list (ROCm reads the first,
+    CUDA the second; equal, they never clash)."""
+    value = ",".join(gpus)
+    return {name: value for name in INDEX_VARS}
+
+
+def visible_gpus(env: Mapping[str, str], pci_gpus: int) -> list[str]:
+    """The GPUs a process started with ``env`` may use, as the values a launcher can put in
+    HIP/CUDA_VISIBLE_DEVICES: the list HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES) gives,
+    else indices 0..n-1 over the ``pci_gpus`` on the bus, or over ROCR_VISIBLE_DEVICES' list."""
+    for name in INDEX_VARS:
+        if name in env:
+            return listed(env[name])
+    count = pci_gpus if "ROCR_VISIBLE_DEVICES" not in env else min(pci_gpus, len(listed(env["ROCR_VISIBLE_DEVICES"])))
+    return [str(i) for i in range(count)]

@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         rank_pids={},
         events_offset=offset,
         exit_code=None,
+        gpus=None,  # resumed outside the queue: not restricted to the queue's GPUs, so it holds them all
     )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)

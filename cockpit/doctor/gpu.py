@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
+from cockpit.device import VISIBLE_VARS, listed
 from cockpit.doctor.facts import parse_arch_list
 from cockpit.doctor.model import FAIL, PASS, SKIP, WARN, Check, Context, gib, read_text, version_tuple
 
 MIN_PYTHON = (3, 11)  # pyproject.toml: requires-python >= 3.11
-VISIBLE_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 GPU_BUILD_TAGS = ("gpu", "rocm", "cuda")
 
 
@@ -66,10 +66,6 @@ def check_torch(ctx: Context) -> Check:
         seen = f"torch {f.version} is a CPU-only build: training runs on the CPU only"
         fix = "for GPU training install a ROCm (or CUDA) build of torch: https://pytorch.org/get-started/locally/"
     return Check("torch", title, ctx.severity(*GPU_BUILD_TAGS), seen, fix, frozenset(GPU_BUILD_TAGS), data)
-
-
-def _listed(value: str) -> list[str]:
-    return [p for p in value.split(",") if p.strip()]
 
 
 def check_gpu_visible(ctx: Context) -> Check:
@@ -134,7 +130,7 @@ def _visible_devices_problems(build: str, vis: dict[str, str], device_count: int
     else:
         expected_var = "CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in vis else None
     if expected_var and not vis[expected_var].strip().startswith("GPU-"):
-        want = len(_listed(vis[expected_var]))
+        want = len(listed(vis[expected_var]))
         if want != device_count:
             problems.append(
                 (

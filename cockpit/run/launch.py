@@ -9,11 +9,12 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cockpit.config.load import dump_resolved
+from cockpit.device import visible_env
 from cockpit.redact import unredacted
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir, run_name
@@ -26,11 +27,14 @@ def start_run(
     runs_dir: str | os.PathLike[str] | None = None,
     held: bool = False,
     status_extra: Mapping[str, Any] | None = None,
+    gpus: Sequence[str] | None = None,
 ) -> RunDir:
     """Create the run dir and start the supervisor in its own session; returns at once.
     ``held``: the ranks wait before training until this process releases the run
     (``cockpit.run.gate``). ``status_extra``: more status.json fields from the start (the queue's
-    ``queue_entry``)."""
+    ``queue_entry``). ``gpus``: the only GPUs the run may use (the queue's assignment): its
+    supervisor and ranks get them as HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (replacing the
+    config's ``env`` ones), and status.json ``gpus`` says which the run holds."""
     if not cfg.get("master_port"):
         from cockpit.strategy.launch import free_port
 
@@ -47,6 +51,7 @@ def start_run(
         step=0,
         total_steps=None,
         events_offset=0,
+        **({"gpus": list(gpus)} if gpus is not None else {}),
         **(status_extra or {}),
     )
     EventWriter(run.events_path).close()  # the log exists from the start (0600)
@@ -54,7 +59,8 @@ def start_run(
         from cockpit.run.gate import hold
 
         hold(run)
-    record_supervisor(run, spawn_supervisor(run, cfg.get("env") or {}))
+    env = {**(cfg.get("env") or {}), **(visible_env(gpus) if gpus is not None else {})}
+    record_supervisor(run, spawn_supervisor(run, env))
     return run
 
 

@@ -17,7 +17,8 @@ Kinds and their fields (units in the field names or stated here):
   killed: ended by a kill request (``cockpit stop --kill``, the cockpit's kill key), no checkpoint at the end;
   queued and cancelled: Slurm runs (``cockpit.slurm``), the queued event also has slurm_job_id;
   by (optional): "liveness check" when a reader ended a run whose supervisor was gone
-- ``rank_started``: rank, local_rank, pid, node_rank, host
+- ``rank_started``: rank, local_rank, pid, node_rank, host, visible_devices (the rank's own
+  HIP/ROCR/CUDA_VISIBLE_DEVICES, those set)
 - ``train_begin``: total_steps, epochs (the epochs these steps make: total_steps / steps_per_epoch, so
   ``max_steps`` below one epoch reads 0.7), steps_per_epoch (optimizer steps per pass over the data;
   null when the data has no length), num_train_epochs (the config's), start_step (past 0 on a

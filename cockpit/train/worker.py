@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from cockpit.config.run_config import RunConfig
+from cockpit.device import VISIBLE_VARS
 from cockpit.errors import EXIT_FAILED, EXIT_INPUT, InputError
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import RunDir
@@ -94,6 +95,7 @@ def main(run_path: str) -> int:
         pid=os.getpid(),
         node_rank=int(os.environ.get("GROUP_RANK", 0)),
         host=socket.gethostname(),
+        visible_devices={k: os.environ[k] for k in VISIBLE_VARS if k in os.environ},
     )
     if rank != 0:
         writer.close()
