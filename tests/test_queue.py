@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, cockpit, tiny_config, wait_for
 from cockpit.run import queue as q
-from cockpit.store.rundir import TERMINAL_STATES
+from cockpit.store.rundir import TERMINAL_STATES, list_runs
 
 ENV = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions")}
 QUICK = dict(max_steps=1, save_strategy="no", probes=None, telemetry_interval_s=0, numa_bind="off")
@@ -79,6 +80,69 @@ def test_add_refuses_what_check_refuses_and_slurm_runs(tmp_path, tiny_model_dir)
     assert not q.read_queue(runs)["entries"] and not (runs / "queue" / "runner.json").exists()
 
 
+def test_assign_starts_entries_in_order_while_their_gpus_are_free():
+    """The fitting logic: free GPUs in inventory order, head of line, whole-host entries alone."""
+    two, four = ["0", "1"], ["0", "1", "2", "3"]
+    assert q.assign(two, [], [1, 1, 1]) == [["0"], ["1"]]  # the third waits
+    assert q.assign(two, [["0"]], [1, 1]) == [["1"]]  # the GPU a run holds is not handed out
+    assert q.assign(four, [["1"]], [2, 1]) == [["0", "2"], ["3"]]
+    assert q.assign(four, [["0", "1"]], [3, 1]) == []  # head of line: the 1-GPU entry does not overtake
+    assert q.assign(two, [], [q.ALL, 1]) == [two]  # a whole-host entry runs alone
+    assert q.assign(two, [["1"]], [q.ALL]) == []
+    assert q.assign(two, [], [3]) == [two]  # more than the host has: alone, with every GPU
+    assert q.assign([], [], [1, 1]) == [[]] and q.assign([], [[]], [1]) == []  # no GPUs: one at a time
+    assert q.assign(two, [two], [1]) == []  # a run without a record holds every GPU (held_gpus)
+
+
+def test_host_gpus_come_from_the_override_else_the_bus_narrowed_by_visible_devices(tmp_path):
+    sysfs = tmp_path / "sys"
+    for bdf, vendor in (("0000:03:00.0", "0x1002"), ("0000:43:00.0", "0x1002"), ("0000:05:00.0", "0x8086")):
+        dev = sysfs / "bus/pci/devices" / bdf
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text(vendor + "\n")
+        (dev / "class").write_text("0x038000\n")
+    assert q.host_gpus({}, str(sysfs)) == ["0", "1"]  # the two AMD GPUs, not the Intel one
+    assert q.host_gpus({"HIP_VISIBLE_DEVICES": "1"}, str(sysfs)) == ["1"]
+    assert q.host_gpus({"ROCR_VISIBLE_DEVICES": "GPU-aa"}, str(sysfs)) == ["0"]  # HIP indexes within ROCR's mask
+    assert q.host_gpus({"COCKPIT_QUEUE_DEVICES": "4,5"}, str(sysfs)) == ["4", "5"]
+    assert q.host_gpus({"COCKPIT_QUEUE_DEVICES": ""}, str(sysfs)) == []
+    assert q.host_gpus({}, str(tmp_path / "none")) == []  # a CPU host
+
+
+def test_active_runs_hold_their_recorded_gpus_and_a_run_without_a_record_holds_all(tmp_path):
+    """held_gpus reads every active run's status.json (a live supervisor: this process stands for it)."""
+    import socket
+
+    from cockpit.run.liveness import start_time
+    from cockpit.store.rundir import create_run_dir
+
+    runs = tmp_path / "runs"
+    alive = {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()), "supervisor_host": socket.gethostname()}
+    for name, fields in (
+        ("queued-one", {"state": "running", "gpus": ["1"], **alive}),
+        ("cockpit-train", {"state": "running", **alive}),  # started outside the queue: no record
+        ("ended", {"state": "finished", "gpus": ["0"]}),
+        ("elsewhere", {"state": "running", **alive, "supervisor_host": "another-node"}),
+    ):
+        create_run_dir(runs, name).update_status(**fields)
+    assert sorted(q.held_gpus(runs, ["0", "1"])) == [["0", "1"], ["1"]]
+    assert q.assign(["0", "1"], q.held_gpus(runs, ["0", "1"]), [1]) == []
+    from cockpit.ui.screens.runs import run_row
+
+    (one,) = [r for r in list_runs(runs) if "queued-one" in r.run_id]
+    assert str(run_row(one, time.time())[0][2]).endswith("running · GPU 1")  # the Runs screen's state cell
+
+
+def test_gpus_needed_and_shown(tmp_path, tiny_model_dir):
+    from cockpit.config import load_config
+
+    cfg = load_config(config(tmp_path, tiny_model_dir, "n", use_cpu=None))
+    assert q.gpus_needed(cfg) == 1 and q.gpus_needed({**cfg, "nproc_per_node": 4}) == 4
+    assert q.gpus_needed({**cfg, "use_cpu": True}) == q.ALL
+    assert q.gpus_text({"gpus": ["0", "1"]}) == "GPU 0,1" and q.gpus_text({"gpus_needed": 2}) == "needs 2 GPUs"
+    assert q.gpus_text({"gpus_needed": q.ALL}) == "needs all GPUs" and q.gpus_text({}) == ""
+
+
 # -- real runs ----------------------------------------------------------------------------------
 
 
@@ -129,6 +193,41 @@ def test_killing_the_runner_loses_nothing(tmp_path, tiny_model_dir):
     wait_for(lambda: queue_empty(runs), 120, "the adopted queue to empty")
     assert [(x["id"], x["state"]) for x in done(runs)] == [(first, "finished"), (second, "finished")]
     assert run_status(runs, done(runs)[1]["run_id"])["state"] == "finished"
+
+
+def rank_visible(runs: Path, run_id: str) -> dict:
+    """The *_VISIBLE_DEVICES rank 0 saw (its own environment, in its rank_started event)."""
+    events = [json.loads(line) for line in (runs / run_id / "events.jsonl").read_text().splitlines()]
+    return next(e["visible_devices"] for e in events if e["kind"] == "rank_started")
+
+
+@pytest.mark.slow
+def test_runs_share_the_gpus_two_at_a_time(tmp_path, tiny_model_dir, monkeypatch):
+    """Two GPUs declared, three 1-GPU entries: the first two run at once, each seeing only its own
+    GPU; the third starts when one has ended, on the GPU it freed."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv(q.DEVICES_ENV, "0,1")
+    cfgs = [config(tmp_path, tiny_model_dir, n, use_cpu=None, max_steps=2) for n in ("a", "b", "c")]
+    ids = [q.add_entry(runs, str(cfg), [], str(tmp_path))["id"] for cfg in cfgs]  # all queued at once
+    assert queue_cli(runs).returncode == 0  # starts the runner, which inherits COCKPIT_QUEUE_DEVICES
+    wait_for(lambda: started_run(runs, ids[1]), 60, "the second run to start")
+    shown = {line.split()[0]: line for line in queue_cli(runs).stdout.splitlines()}  # while both run (~10 s)
+    assert " GPU 0 " in shown[ids[0]] and " GPU 1 " in shown[ids[1]] and " needs 1 GPU " in shown[ids[2]]
+    wait_for(lambda: queue_empty(runs), 300, "the queue to empty")
+    ended = {x["id"]: x for x in done(runs)}
+    assert [ended[i]["state"] for i in ids] == ["finished"] * 3
+    status = {i: run_status(runs, ended[i]["run_id"]) for i in ids}
+    a, b, c = (status[i] for i in ids)
+    assert a["started"] < b["ended"] and b["started"] < a["ended"]  # a and b ran at the same time
+    assert {tuple(a["gpus"]), tuple(b["gpus"])} == {("0",), ("1",)}
+    for st in (a, b, c):
+        shown = ",".join(st["gpus"])
+        assert rank_visible(runs, st["run_id"]) == {"HIP_VISIBLE_DEVICES": shown, "CUDA_VISIBLE_DEVICES": shown}
+    assert ended[ids[2]]["added"] < min(a["ended"], b["ended"])  # c was waiting while both ran
+    freed = [st["gpus"] for st in (a, b) if st["ended"] <= c["started"]]
+    assert freed and c["gpus"] in freed  # c waited for a GPU, and took the one that was freed
+    log = (runs / "queue" / "runner.log").read_text()
+    assert "GPUs: 0,1" in log and " on GPU 0" in log and " on GPU 1" in log
 
 
 # -- the cockpit: Runs shows the queued entries above the runs; Delete takes one out, [ ] move one

@@ -2,7 +2,8 @@
 
 ``add`` checks the config as ``cockpit check`` does (a config that fails is refused, exit 2, with the
 same problems) and starts the queue runner (``cockpit.run.queue``) when none is alive; queued runs
-start one at a time, each when the previous one has ended. Every form adopts a queue whose runner
+start in order, each when the GPUs it needs are free (one at a time on a host without GPUs); the
+listing's GPUS column says which GPUs a started entry holds, or how many a queued one waits for. Every form adopts a queue whose runner
 died. Exit: 0 ok, 2 invalid input (a bad config, an unknown entry, a Slurm run).
 """
 
@@ -89,7 +90,7 @@ def move(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    from cockpit.run.queue import listing, runner_alive
+    from cockpit.run.queue import gpus_text, listing, runner_alive
 
     runs = runs_dir(args)
     rows = listing(runs)
@@ -99,9 +100,12 @@ def show(args: argparse.Namespace) -> int:
     if not rows:
         print(f"the queue of {runs} is empty")
         return EXIT_OK
-    print(f"{'ID':8} {'POS':>4} {'STATE':10} {'RUN':44} CONFIG")
+    print(f"{'ID':8} {'POS':>4} {'STATE':10} {'GPUS':14} {'RUN':44} CONFIG")
     for r in rows:
-        print(f"{r['id']:8} {r['position'] or '-':>4} {r['run_state']:10} {r['run_id'] or '-':44} {r['config']}")
+        gpus = gpus_text(r) or "-"
+        print(
+            f"{r['id']:8} {r['position'] or '-':>4} {r['run_state']:10} {gpus:14} {r['run_id'] or '-':44} {r['config']}"
+        )
     if not runner_alive(runs):
         print("(no queue runner alive: starting one)")
     return EXIT_OK

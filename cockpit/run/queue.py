@@ -1,23 +1,34 @@
-"""The run queue: configs that wait in the runs dir and start one after another.
+"""The run queue: configs that wait in the runs dir and start when the GPUs they need are free.
 
 ``python -m cockpit.run.queue RUNS_DIR`` is the queue runner, a detached process (its own session,
-like a run's supervisor) started by ``cockpit queue add`` when none is alive. It starts the first
-queued entry as a normal run (``launch.start_run``: its own supervisor), waits until that run has
-ended (finished, failed, stopped, ...: the liveness check decides, as for every reader), then starts
-the next, and exits when the queue is empty. Runs start one at a time on a machine; packing runs
-onto free GPUs is left for later.
+like a run's supervisor) started by ``cockpit queue add`` when none is alive. Each turn (every
+second) it settles the entries in flight (their runs' states: the liveness check decides, as for
+every reader), starts the queued entries that fit as normal runs (``launch.start_run``: each its
+own supervisor), and exits when the queue is empty.
 
-The runner owns nothing a run needs: killed, its run in flight goes on under its own supervisor,
+GPUs. The host's GPUs (:func:`host_gpus`: the AMD / NVIDIA GPUs on the PCI bus, read from sysfs
+without torch or a GPU library, narrowed by HIP/CUDA/ROCR_VISIBLE_DEVICES; ``$COCKPIT_QUEUE_DEVICES``
+declares them instead, a test / ops override) are read once when the runner starts. An entry needs
+``nproc_per_node`` GPUs (:func:`gpus_needed`; a ``use_cpu: true`` run needs the whole host). An
+active run holds status.json ``gpus`` (the list the queue gave it); a run without that record on
+a GPU host (``cockpit train`` outside the queue, a resumed run) counts as holding every GPU, as it
+may use them all. :func:`assign` (pure) starts the queued entries in order while each fits the free
+GPUs, head of line (the first that does not fit waits, and so do all behind it); each gets the
+first free GPUs as HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (``device.visible_env``), so
+several runs can be active at once. On a host without GPUs runs start one at a time.
+
+The runner owns nothing a run needs: killed, its runs in flight go on under their own supervisors,
 and the next ``cockpit queue ...`` command (:func:`ensure_runner`) starts a new runner, which finds
-the started entry, waits for its run and goes on. Layout::
+the started entries (status.json ``queue_entry``), waits for their runs and goes on. Layout::
 
     <runs_dir>/queue/
       entries.json   atomic (tmp + rename), changed under the flock .lock:
-                     {"entries": [{id, config, overrides, cwd, added, state, run_id}], "done": [...]}
-                     state: queued | launching (the runner is starting it) | started (run_id)
+                     {"entries": [{id, config, overrides, cwd, added, state, run_id, gpus_needed, gpus}],
+                      "done": [...]}
+                     state: queued | launching (the runner is starting it, on ``gpus``) | started (run_id)
       .runner.lock   flock held by the queue runner for its life (a second runner exits)
       runner.json    the runner's pid and start time
-      runner.log     the runner's own output
+      runner.log     the runner's own output (the GPUs it found; each start and on which GPUs)
 
 No torch, no textual.
 """
@@ -31,15 +42,18 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cockpit.device import CPU, listed, resolve_device, visible_gpus
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, list_runs
 
 POLL_S = 1.0
 DONE_KEPT = 50
+DEVICES_ENV = "COCKPIT_QUEUE_DEVICES"  # test / ops override of the host's GPUs: "0,1"; "" for none
+ALL = "all"  # an entry that runs alone, holding every GPU (a CPU run)
 SLURM_REFUSAL = "queued by Slurm, not by this queue: submit it with cockpit train --slurm"
 
 
@@ -174,6 +188,17 @@ def listing(runs_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def gpus_text(entry: dict[str, Any]) -> str:
+    """The GPUs an entry holds ("GPU 0,1") or waits for ("needs 2 GPUs"); "" when it has none to say
+    (a host without GPUs, or a need not yet worked out)."""
+    if entry.get("gpus"):
+        return f"GPU {','.join(entry['gpus'])}"
+    need = entry.get("gpus_needed")
+    if need == ALL:
+        return "needs all GPUs"
+    return f"needs {need} GPU{'s' if need != 1 else ''}" if need else ""
+
+
 # -- the runner -------------------------------------------------------------------------------
 
 
@@ -232,52 +257,151 @@ def finish(data: dict[str, Any], entry: dict[str, Any], state: str, reason: str 
     data["done"] = [*data["done"], done][-DONE_KEPT:]
 
 
-def settle(runs_dir: Path, data: dict[str, Any]) -> bool:
-    """Settle the entry in flight (under the lock): True while its run is still active."""
+def settle(runs_dir: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Settle the entries in flight (under the lock): those whose run is still active."""
+    active = []
     for entry in [e for e in data["entries"] if e["state"] != "queued"]:
         if not entry.get("run_id"):
             entry["run_id"] = find_started(runs_dir, entry["id"])
             if not entry["run_id"]:  # the runner died before the run existed: start it again
-                entry["state"] = "queued"
+                entry.update(state="queued", gpus=None)
                 continue
             entry["state"] = "started"
         state = run_state(runs_dir, entry["run_id"])
         if state in TERMINAL_STATES or state == "removed":
             finish(data, entry, state)
         else:
-            return True
-    return False
+            active.append(entry)
+    return active
 
 
-def next_entry(runs_dir: Path) -> dict[str, Any] | None:
-    """Settle the queue; the entry to start now (marked launching), ``{}`` to wait while a run is
-    active, None when nothing is left."""
+# -- GPUs: which the host has, which each run holds, which an entry gets ----------------------
+
+
+def host_gpus(env: Mapping[str, str] | None = None, sysfs: str = "/sys") -> list[str]:
+    """The GPUs the queue hands out: ``$COCKPIT_QUEUE_DEVICES`` (a test / ops override at the
+    hardware boundary: "0,1", or "" for none), else the AMD / NVIDIA GPUs on the PCI bus (sysfs, as
+    NUMA binding finds them: no torch, no GPU library), narrowed by *_VISIBLE_DEVICES."""
+    from cockpit.strategy.numa import sysfs_gpu_nodes
+
+    env = os.environ if env is None else env
+    if DEVICES_ENV in env:
+        return listed(env[DEVICES_ENV])
+    return visible_gpus(env, len(sysfs_gpu_nodes(sysfs)))
+
+
+def gpus_needed(cfg: Mapping[str, Any]) -> int | str:
+    """The GPUs a config's run takes on this host: ``nproc_per_node`` (one per local rank);
+    ``ALL`` for a CPU run (``use_cpu: true``), which runs alone, as every run does on a CPU host."""
+    if resolve_device(cfg, gpus_visible=1) == CPU:
+        return ALL
+    return max(1, int(cfg.get("nproc_per_node") or 1))
+
+
+def assign(inventory: list[str], held: list[list[str]], needs: list[int | str]) -> list[list[str]]:
+    """The GPUs of each queued entry that starts now, for the first entries of ``needs`` (queue
+    order). ``held``: the GPUs of each active run. Head of line: the first entry that does not fit
+    stops the rest (a small run never overtakes a big one, so the order the user set is the order
+    runs start, and a big run cannot starve). An entry needing ``ALL`` (or more than the host has,
+    or any entry on a host without GPUs) starts only when no run is active, alone."""
+    busy = {gpu for gpus in held for gpu in gpus}
+    out: list[list[str]] = []
+    for need in needs:
+        if need == ALL or not inventory or int(need) > len(inventory):
+            if not held and not out:
+                out.append(list(inventory))
+            break
+        free = [gpu for gpu in inventory if gpu not in busy]
+        if int(need) > len(free):
+            break
+        out.append(free[: int(need)])
+        busy.update(out[-1])
+    return out
+
+
+def held_gpus(runs_dir: Path, inventory: list[str]) -> list[list[str]]:
+    """The GPUs of every active run in the runs dir, the queue's and ``cockpit train``'s alike
+    (liveness checked): status.json ``gpus``; a run without that record (started outside the queue,
+    or resumed) holds every GPU, as it may use them all. Slurm runs hold the scheduler's GPUs, and a
+    run another host supervises (a shared runs dir) holds that host's."""
+    from cockpit.run.liveness import on_this_host, reconcile
+
+    held = []
+    for run in list_runs(runs_dir):
+        status = run.read_status()
+        if status.get("state") in TERMINAL_STATES or status.get("slurm") or not on_this_host(status):
+            continue
+        status = reconcile(run, status=status)
+        if status.get("state") not in TERMINAL_STATES:
+            gpus = status.get("gpus")
+            held.append([str(g) for g in gpus] if isinstance(gpus, list) else list(inventory))
+    return held
+
+
+def entry_config(entry: dict[str, Any]) -> Any:
+    """The entry's config, read and validated again in its cwd; raises InputError / OSError."""
+    from cockpit.config import load_config
+    from cockpit.errors import InputError
+
+    os.chdir(entry["cwd"])
+    cfg = load_config(entry["config"], entry["overrides"])
+    if slurm_keys(cfg):
+        raise InputError(SLURM_REFUSAL)
+    return cfg
+
+
+def entry_need(entry: dict[str, Any]) -> int | str:
+    """The entry's GPUs (worked out once, kept in the entry); a config that no longer loads: ALL
+    (its launch refuses it)."""
+    from cockpit.errors import InputError
+
+    if entry.get("gpus_needed") is None:
+        try:
+            entry["gpus_needed"] = gpus_needed(entry_config(entry))
+        except (InputError, OSError):
+            entry["gpus_needed"] = ALL
+    return entry["gpus_needed"]
+
+
+def next_entries(runs_dir: Path, inventory: list[str]) -> list[dict[str, Any]] | None:
+    """Settle the queue; the entries to start now (marked launching, each with its ``gpus``), ``[]``
+    to wait, None when nothing is left."""
     with changing(runs_dir) as data:
-        if settle(runs_dir, data):
-            return {}
+        active = settle(runs_dir, data)
         queued = [e for e in data["entries"] if e["state"] == "queued"]
-        if queued:
-            queued[0]["state"] = "launching"
-            return dict(queued[0])
-    return None
+        if not data["entries"]:
+            return None
+        if not inventory:  # a host without GPUs: one at a time
+            starting = [] if active or not queued else [queued[0]]
+            for entry in starting:
+                entry.update(state="launching", gpus=None)
+        else:
+            held = held_gpus(runs_dir, inventory)
+            gpus = assign(inventory, held, [entry_need(e) for e in queued]) if queued else []
+            starting = queued[: len(gpus)]
+            for entry, given in zip(starting, gpus):
+                entry.update(state="launching", gpus=given)
+        return [dict(e) for e in starting]
 
 
 def launch(runs_dir: Path, entry: dict[str, Any]) -> tuple[str | None, str | None]:
-    """Start the entry's run: (run_id, None), or (None, why it was refused). The config is read and
-    validated again (``cockpit queue add`` ran the whole check); what fails later fails the run."""
-    from cockpit.config import load_config
+    """Start the entry's run on its GPUs: (run_id, None), or (None, why it was refused). The config is
+    read and validated again (``cockpit queue add`` ran the whole check); what fails later fails the run."""
     from cockpit.errors import InputError
     from cockpit.run.launch import start_run
 
     try:
-        os.chdir(entry["cwd"])
-        cfg = load_config(entry["config"], entry["overrides"])
-        if slurm_keys(cfg):
-            raise InputError(SLURM_REFUSAL)
+        cfg = entry_config(entry)
     except (InputError, OSError) as err:
         return None, f"invalid input: {err}"
     try:
-        run = start_run(cfg, config_path=entry["config"], runs_dir=runs_dir, status_extra={"queue_entry": entry["id"]})
+        run = start_run(
+            cfg,
+            config_path=entry["config"],
+            runs_dir=runs_dir,
+            status_extra={"queue_entry": entry["id"]},
+            gpus=entry.get("gpus"),
+        )
     except Exception as err:  # noqa: BLE001 (a launch that cannot start must not stop the queue)
         return None, f"could not start: {err}"
     return run.run_id, None
@@ -294,15 +418,16 @@ def record_launch(runs_dir: Path, entry_id: str, run_id: str | None, refused: st
             finish(data, entry, "refused", refused)
 
 
-def step(runs_dir: Path) -> bool:
+def step(runs_dir: Path, inventory: list[str]) -> bool:
     """One turn of the runner: False when the queue is empty."""
-    entry = next_entry(runs_dir)
-    if entry is None:
+    entries = next_entries(runs_dir, inventory)
+    if entries is None:
         return False
-    if entry:
+    for entry in entries:
         run_id, refused = launch(runs_dir, entry)
+        on = f" on GPU {','.join(entry['gpus'])}" if entry.get("gpus") else ""
         print(
-            f"{time.strftime('%H:%M:%S')} entry {entry['id']}: " + (f"run {run_id}" if run_id else str(refused)),
+            f"{time.strftime('%H:%M:%S')} entry {entry['id']}: " + (f"run {run_id}{on}" if run_id else str(refused)),
             flush=True,
         )
         record_launch(runs_dir, entry["id"], run_id, refused)
@@ -326,7 +451,9 @@ def own_queue(runs_dir: Path) -> bool:
         if not got:
             return False
         atomic_write_json(queue_dir(runs_dir) / "runner.json", {"pid": os.getpid(), "start": identity(os.getpid())[1]})
-        while step(runs_dir):
+        inventory = host_gpus()
+        print(f"{time.strftime('%H:%M:%S')} GPUs: {','.join(inventory) or 'none (one run at a time)'}", flush=True)
+        while step(runs_dir, inventory):
             time.sleep(POLL_S)
     return True
 

@@ -1,7 +1,8 @@
 """The Runs screen: every run in the runs dir (a DataTable, refreshed periodically); the selected
 finished run can be merged, exported, served or chatted with (``screens/run_actions.py``); space
 marks runs and d compares the marked ones (``screens/compare.py``). Queued runs (``cockpit queue``,
-``cockpit/run/queue.py``) are listed above the runs with their position; Delete takes one out, [ and ]
+``cockpit/run/queue.py``) are listed above the runs with their position and the GPUs they wait for
+(an active run the queue started shows the GPUs it holds); Delete takes one out, [ and ]
 move it, and a
 queue whose runner died is adopted (a new runner started) at each refresh.
 
@@ -42,12 +43,13 @@ QUEUED = "queue:"  # a queued entry's row key: QUEUED + its id
 
 def queue_rows(runs_dir) -> dict[str, tuple]:
     """The queued entries (not yet a run), in queue order: row key -> cells."""
-    from cockpit.run.queue import listing
+    from cockpit.run.queue import gpus_text, listing
 
     rows = {}
     for e in listing(runs_dir):
         if e["state"] in ("queued", "launching"):
             state = f"queued #{e['position']}" if e["position"] else "starting"
+            state = f"{state} · {gpus_text(e)}" if gpus_text(e) else state
             when = time.strftime("%m-%d %H:%M", time.localtime(e["added"]))
             rows[QUEUED + e["id"]] = (" ", Path(e["config"]).stem, state_text("queued", state), "-", "-", "-", when)
     return rows
@@ -63,6 +65,8 @@ def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None =
     shown = (
         f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state
     )  # Slurm: the scheduler's state (reason)
+    if st.get("gpus") and state not in TERMINAL_STATES:
+        shown = f"{shown} · GPU {','.join(map(str, st['gpus']))}"  # the GPUs the queue gave it
     dur = ((ended or now) - started) if started else None
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
