@@ -371,16 +371,13 @@ def next_entries(runs_dir: Path, inventory: list[str]) -> list[dict[str, Any]] |
         queued = [e for e in data["entries"] if e["state"] == "queued"]
         if not data["entries"]:
             return None
-        if not inventory:  # a host without GPUs: one at a time
-            starting = [] if active or not queued else [queued[0]]
-            for entry in starting:
-                entry.update(state="launching", gpus=None)
-        else:
-            held = held_gpus(runs_dir, inventory)
-            gpus = assign(inventory, held, [entry_need(e) for e in queued]) if queued else []
-            starting = queued[: len(gpus)]
-            for entry, given in zip(starting, gpus):
-                entry.update(state="launching", gpus=given)
+        # a host without GPUs: each entry needs the whole host and the queue's own runs hold it
+        held = held_gpus(runs_dir, inventory) if inventory else [[] for _ in active]
+        needs: list[int | str] = [entry_need(e) if inventory else ALL for e in queued]
+        given = assign(inventory, held, needs)
+        starting = queued[: len(given)]
+        for entry, gpus in zip(starting, given):
+            entry.update(state="launching", gpus=gpus or None)
         return [dict(e) for e in starting]
 
 
