@@ -237,3 +237,32 @@ def test_cockpit_trainer_with_the_chunked_loss_trains_like_the_stock_trainer(tin
     assert losses == pytest.approx(stock_losses, rel=REL) and len(losses) == 3
     for (name, a), (_, b) in zip(stock.named_parameters(), ours.named_parameters()):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_frozen_head_costs_two_matmuls_per_chunk_as_the_full_logits_do():
+    """LoRA's case (the head's weight frozen): the gradient of the hidden states is made in forward,
+    from the logits already there, so forward + backward do the head's matmul twice, as the full
+    logits' path does, not three times (recomputing the logits in backward); the gradient is the same."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(3)
+    n, hidden, vocab = 40, 16, 300
+    h = torch.randn(n, hidden, requires_grad=True)
+    w = torch.randn(vocab, hidden)
+    t = torch.randint(0, vocab, (n,))
+    t[::3] = -100
+    one_matmul = 2 * n * hidden * vocab
+    with FlopCounterMode(display=False) as frozen:
+        (gh,) = torch.autograd.grad(chunked_cross_entropy_sum(h, w, None, t, 8) * 0.5, (h,))
+    assert frozen.get_total_flops() == 2 * one_matmul
+    (rh,) = torch.autograd.grad(torch.nn.functional.cross_entropy(h @ w.t(), t, reduction="sum") * 0.5, (h,))
+    assert (gh - rh).abs().max().item() <= REL * rh.abs().max().item()
+    trained = w.clone().requires_grad_(True)  # full fine-tuning: the logits recomputed in backward
+    with FlopCounterMode(display=False) as full:
+        torch.autograd.grad(chunked_cross_entropy_sum(h, trained, None, t, 8), (h, trained))
+    # the logits, their recompute and the hidden states' gradient (the weight's, an in-place addmm_,
+    # is not counted by FlopCounterMode)
+    assert full.get_total_flops() == 3 * one_matmul
+    with torch.no_grad(), FlopCounterMode(display=False) as evaluating:  # no backward: no gradient made
+        chunked_cross_entropy_sum(h, w, None, t, 8)
+    assert evaluating.get_total_flops() == one_matmul

@@ -4,10 +4,18 @@ A causal LM's loss needs, at every kept position, the logits over the whole voca
 128k vocabulary and 4096 positions that is 2 GiB in fp32, then the loss's log-softmax and the
 gradient of both, all alive at once. Here the LM head and the cross-entropy run together, a chunk
 of :data:`CHUNK` positions at a time: the chunk's logits (fp32), its log-sum-exp and summed loss,
-then the chunk is dropped. Backward recomputes each chunk's logits from the saved hidden states and
-head weight, turns them into ``softmax - one_hot`` and multiplies out the gradients of the hidden
-states, the head weight and its bias, chunk by chunk. Peak memory for the head is one chunk's
-logits instead of every position's; the price is the head's matmul once more in backward.
+then the chunk is dropped. Peak memory for the head is one chunk's logits instead of every
+position's. The gradients come one of two ways:
+
+- the head's weight frozen (LoRA, freeze, QLoRA: the usual case): the forward already holds each
+  chunk's logits, so it turns them into ``softmax - one_hot`` there and keeps only the gradient of
+  the hidden states ([N, H], in place of the hidden states themselves); backward scales it by the
+  incoming gradient, a scalar. Two head matmuls per chunk, as with the full logits (Liger's fused
+  linear cross-entropy does the same);
+- the head's weight trains (full fine-tuning, a trained tied embedding): backward recomputes each
+  chunk's logits from the saved hidden states, then multiplies out the gradients of the hidden
+  states, the weight and the bias chunk by chunk. The price is the head's matmul once more, and no
+  ``[V, H]`` gradient is held from forward to backward.
 
 The same numbers as the model's own loss (HF's ``ForCausalLMLoss``): labels shifted by one
 (``shift_labels`` when given), ``-100`` ignored, the sum over ``num_items_in_batch`` when given
@@ -90,22 +98,40 @@ def _chunk_logits(hidden: Any, weight: Any, bias: Any) -> Any:
     return logits.float()
 
 
+def _softmax_minus_one_hot_(logits: Any, lse: Any, targets: Any, scale: Any, weights: Any) -> Any:
+    """The gradient of ``lse - logits[target]`` with respect to a chunk's fp32 logits, made in place of
+    them: ``(softmax - one_hot(target)) x scale`` per row (``scale``: 0 on ignored rows), times each
+    row's weight when given (the weights are constants: d(w x loss) = w x d(loss))."""
+    grad = logits.sub_(lse.unsqueeze(1)).exp_()
+    grad.scatter_add_(1, targets.clamp(min=0).unsqueeze(1), torch.full_like(grad[:, :1], -1.0))
+    if weights is not None:
+        scale = scale * weights
+    return grad.mul_(scale.unsqueeze(1))
+
+
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """``sum(cross_entropy(hidden @ weight.T + bias, targets))`` over the rows whose target is not
     -100, without the ``[rows, vocab]`` logits: ``hidden`` [N, H], ``weight`` [V, H], ``bias`` [V] or
     None, ``targets`` [N]. Returns the fp32 sum (a scalar). With ``weighting`` (a
     :data:`cockpit.train.token_weights.TokenWeighting`: a chunk's fp32 logits and its rows' losses in,
-    each row's weight out, taken as a constant) the sum is of ``weight x cross_entropy``."""
+    each row's weight out, taken as a constant) the sum is of ``weight x cross_entropy``. With
+    ``grad_now`` (the weight frozen, a backward to follow) the gradients are made in forward (see the
+    module doc)."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int, weighting: Any) -> Any:
+    def forward(
+        ctx: Any, hidden: Any, weight: Any, bias: Any, targets: Any, chunk: int, weighting: Any, grad_now: bool
+    ) -> Any:
         dtype = _compute_dtype(hidden, weight)
+        need_b = grad_now and bias is not None and ctx.needs_input_grad[2]
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             b = None if bias is None else bias.to(dtype)
             total = torch.zeros((), dtype=torch.float32, device=hidden.device)
             lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
             row_weights = None if weighting is None else torch.empty_like(lse)
+            grad_h = torch.empty_like(hidden) if grad_now else None
+            grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
             for start in range(0, hidden.shape[0], chunk):
                 logits = _chunk_logits(h[start : start + chunk], w, b)
                 t = targets[start : start + chunk]
@@ -113,17 +139,33 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 lse[start : start + chunk] = row_lse = torch.logsumexp(logits, dim=-1)
                 picked = logits.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
                 row_loss = row_lse - picked
+                weights = None
                 if row_weights is not None:
                     row_weights[start : start + chunk] = weights = weighting(logits, row_loss)
                     row_loss = row_loss * weights
                 total += torch.where(keep, row_loss, 0.0).sum()
+                if grad_now:  # the logits become their own gradient, for an incoming gradient of 1
+                    grad = _softmax_minus_one_hot_(logits, row_lse, t, torch.where(keep, 1.0, 0.0), weights)
+                    if grad_b is not None:
+                        grad_b += grad.sum(0)
+                    grad_h[start : start + chunk] = grad.to(dtype) @ w
+                    del grad
                 del logits
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, row_weights)
-        ctx.chunk, ctx.dtype = chunk, dtype
+        if grad_now:
+            ctx.save_for_backward(grad_h, grad_b)
+        else:
+            ctx.save_for_backward(hidden, weight, bias, targets, lse, row_weights)
+        ctx.chunk, ctx.dtype, ctx.grad_now = chunk, dtype, grad_now
+        ctx.bias_dtype = None if bias is None else bias.dtype
         return total
 
     @staticmethod
     def backward(ctx: Any, grad_total: Any) -> Any:
+        if ctx.grad_now:  # the loss is linear in what comes back: scale the gradients made in forward
+            grad_h, grad_b = ctx.saved_tensors
+            grad_h = (grad_h.float() * grad_total).to(grad_h.dtype)
+            grad_b = None if grad_b is None else (grad_b * grad_total).to(ctx.bias_dtype)
+            return grad_h, None, grad_b, None, None, None, None
         hidden, weight, bias, targets, lse, row_weights = ctx.saved_tensors
         dtype, chunk = ctx.dtype, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
@@ -141,13 +183,9 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 stop = start + chunk
                 t = targets[start:stop]
                 keep = t != IGNORE
-                # d(lse - logit[t]) / d logits = softmax - one_hot(t), on the labelled rows only
-                grad = _chunk_logits(h[start:stop], w, b).sub_(lse[start:stop].unsqueeze(1)).exp_()
-                grad.scatter_add_(1, t.clamp(min=0).unsqueeze(1), torch.full_like(grad[:, :1], -1.0))
-                scale = torch.where(keep, grad_total, 0.0)
-                if row_weights is not None:  # the weights are constants: d(w x loss) = w x d(loss)
-                    scale = scale * row_weights[start:stop]
-                grad.mul_(scale.unsqueeze(1))
+                logits = _chunk_logits(h[start:stop], w, b)
+                weights = None if row_weights is None else row_weights[start:stop]
+                grad = _softmax_minus_one_hot_(logits, lse[start:stop], t, torch.where(keep, grad_total, 0.0), weights)
                 if need_b:
                     grad_b += grad.sum(0)
                 g = grad.to(dtype)
@@ -161,7 +199,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None
 
 
 def chunked_cross_entropy_sum(
@@ -172,7 +210,9 @@ def chunked_cross_entropy_sum(
     when given (see :class:`ChunkedLinearCrossEntropy`)."""
     flat = hidden.reshape(-1, hidden.shape[-1])
     targets = targets.reshape(-1).to(flat.device)
-    return ChunkedLinearCrossEntropy.apply(flat, weight, bias, targets, int(chunk), weighting)
+    # the gradients in forward when the head's weight is frozen and a backward will follow
+    grad_now = torch.is_grad_enabled() and flat.requires_grad and not weight.requires_grad
+    return ChunkedLinearCrossEntropy.apply(flat, weight, bias, targets, int(chunk), weighting, grad_now)
 
 
 def summed_lm_loss(summed: Callable[[Any, Any, int], Any]) -> Callable[..., Any]:
