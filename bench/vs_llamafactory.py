@@ -17,7 +17,9 @@ Shapes (issue 16). The YAML sets neither gradient checkpointing nor packing, so 
 its own defaults: LLaMA-Factory checkpoints (reentrant) and pads; Cockpit does not checkpoint
 (its planner asks for ``gradient_checkpointing: true`` when a run would not fit) and trains
 padding-free (``packing`` auto: the same samples and the same loss, no padding computed).
-``--same-settings`` writes LLaMA-Factory's defaults into the YAML for both instead.
+``--same-settings`` also writes LLaMA-Factory's defaults into the YAML for both (checkpointing,
+padded), and runs the user's YAML with LLaMA-Factory's checkpointing written in and packing unset
+(LLaMA-Factory pads, Cockpit trains padding-free), each beside the defaults rows.
   lora       LoRA r8 on all linear layers, bf16, cutoff 256, batch 4, 20 steps, en + zh rows
              (100 each)
   lora-fp32  the lora job in fp32 (CPUs without fast bf16)
@@ -73,27 +75,73 @@ COMMON = {
     "seed": 42,
 }
 SHAPES = {
-    "lora": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
-             "lora_rank": 8, "lora_target": "all", "bf16": True, "max_steps": 20},
+    "lora": {
+        "dataset": "bench_en,bench_zh",
+        "max_samples": 100,
+        "cutoff_len": 256,
+        "finetuning_type": "lora",
+        "lora_rank": 8,
+        "lora_target": "all",
+        "bf16": True,
+        "max_steps": 20,
+    },
     # the lora job in fp32: for CPUs without AVX512-BF16 / AMX, where bf16 autocast is emulated
     # (~190 s a step against ~7 s in fp32 on such a 2-core box): ratios of the bf16 shape mean nothing there
-    "lora-fp32": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "lora",
-                  "lora_rank": 8, "lora_target": "all", "bf16": False, "max_steps": 20},
-    "full": {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "finetuning_type": "full",
-             "bf16": False, "max_steps": 20},
+    "lora-fp32": {
+        "dataset": "bench_en,bench_zh",
+        "max_samples": 100,
+        "cutoff_len": 256,
+        "finetuning_type": "lora",
+        "lora_rank": 8,
+        "lora_target": "all",
+        "bf16": False,
+        "max_steps": 20,
+    },
+    "full": {
+        "dataset": "bench_en,bench_zh",
+        "max_samples": 100,
+        "cutoff_len": 256,
+        "finetuning_type": "full",
+        "bf16": False,
+        "max_steps": 20,
+    },
     # short varied samples: alpaca_en only, cutoff 1024
-    "short": {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024, "finetuning_type": "lora",
-              "lora_rank": 8, "lora_target": "all", "bf16": False, "max_steps": 20},
-    "packing": {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024, "finetuning_type": "lora",
-                "lora_rank": 8, "lora_target": "all", "bf16": False, "num_train_epochs": 1.0, "packing": True},
+    "short": {
+        "dataset": "bench_en",
+        "max_samples": 200,
+        "cutoff_len": 1024,
+        "finetuning_type": "lora",
+        "lora_rank": 8,
+        "lora_target": "all",
+        "bf16": False,
+        "max_steps": 20,
+    },
+    "packing": {
+        "dataset": "bench_en",
+        "max_samples": 200,
+        "cutoff_len": 1024,
+        "finetuning_type": "lora",
+        "lora_rank": 8,
+        "lora_target": "all",
+        "bf16": False,
+        "num_train_epochs": 1.0,
+        "packing": True,
+    },
 }
 # --same-settings: LLaMA-Factory's defaults written into the YAML, so Cockpit runs them too
 # (gradient checkpointing on, reentrant; padded batches) instead of its own (off; padding-free)
 SAME_SETTINGS = {"gradient_checkpointing": True, "use_reentrant_gc": True, "packing": False}
+# --same-settings also runs the YAML a LLaMA-Factory user has (its examples set neither key) with
+# LLaMA-Factory's checkpointing written in, packing left unset: LLaMA-Factory pads (its default for
+# sft), Cockpit trains padding-free (its default: the same samples per step and the same loss). It
+# is the same LLaMA-Factory run as SAME_SETTINGS, so each round runs it once for both rows.
+USER_SETTINGS = {"gradient_checkpointing": True, "use_reentrant_gc": True}
 
 
-_EN = ("the model reads a short note about rivers and mountains and answers in plain words while "
-       "the team checks every step of the training run for errors and slow parts before lunch").split()
+_EN = (
+    "the model reads a short note about rivers and mountains and answers in plain words while "
+    "the team checks every step of the training run for errors and slow parts before lunch"
+).split()
 _ZH = list("模型读取一段关于河流和山脉的短文并用简单的话回答团队在午饭前检查训练的每一步")
 
 
@@ -108,16 +156,23 @@ def write_demo_data(folder: Path, real: bool) -> str:
         names = {"bench_en": "alpaca_en_demo.json", "bench_zh": "alpaca_zh_demo.json"}
         missing = [n for n in names.values() if not (LF_DATA / n).exists()]
         if missing:
-            raise SystemExit(f"--real-data: {', '.join(missing)} missing in {LF_DATA}; run without --real-data to use the bench's own data")
+            raise SystemExit(
+                f"--real-data: {', '.join(missing)} missing in {LF_DATA}; run without --real-data to use the bench's own data"
+            )
         for name, file in names.items():
             shutil.copy(LF_DATA / file, folder / f"{name}.json")
         source = f"LLaMA-Factory's alpaca_en_demo / alpaca_zh_demo from {LF_DATA}"
     else:
         rng = random.Random(16)
         for name, words, sep in (("bench_en", _EN, " "), ("bench_zh", _ZH, "")):
-            rows = [{"instruction": _text(rng, words, rng.randint(4, 30), sep),
-                     "input": _text(rng, words, rng.randint(0, 40), sep) if rng.random() < 0.4 else "",
-                     "output": _text(rng, words, rng.randint(10, 200), sep)} for _ in range(300)]
+            rows = [
+                {
+                    "instruction": _text(rng, words, rng.randint(4, 30), sep),
+                    "input": _text(rng, words, rng.randint(0, 40), sep) if rng.random() < 0.4 else "",
+                    "output": _text(rng, words, rng.randint(10, 200), sep),
+                }
+                for _ in range(300)
+            ]
             (folder / f"{name}.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
         source = "the bench's own synthetic alpaca-format rows (300 en, 300 zh; varied lengths)"
     info = {n: {"file_name": f"{n}.json"} for n in ("bench_en", "bench_zh")}
@@ -148,25 +203,45 @@ def run_cockpit(cfg_path: Path, work: Path) -> dict[str, float]:
     runs = work / "cockpit-runs"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "cockpit.cli", "train", str(cfg_path), "--runs-dir", str(runs)],
-                         capture_output=True, text=True, env=env, cwd=str(work))
+    res = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "train", str(cfg_path), "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(work),
+    )
     wall = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"cockpit train failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     run = max((d for d in runs.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
     s = json.loads((run / "summary.json").read_text())
-    return {"wall": wall, "train": s["train_runtime_s"], "tokens": s["tokens_seen"], "steps": s["steps"],
-            "tokens_per_s": s["tokens_seen"] / s["train_runtime_s"]}
+    return {
+        "wall": wall,
+        "train": s["train_runtime_s"],
+        "tokens": s["tokens_seen"],
+        "steps": s["steps"],
+        "tokens_per_s": s["tokens_seen"] / s["train_runtime_s"],
+    }
 
 
 def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
     shutil.rmtree(out, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(HF_HUB_OFFLINE="1", DISABLE_VERSION_CHECK="1", CUDA_VISIBLE_DEVICES="", PATH=f"{cli.parent}:{env.get('PATH', '')}")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        DISABLE_VERSION_CHECK="1",
+        CUDA_VISIBLE_DEVICES="",
+        PATH=f"{cli.parent}:{env.get('PATH', '')}",
+    )
     t0 = time.perf_counter()
     # LLaMA-Factory counts its own tokens (HF's num_input_tokens_seen, padding left out, as Cockpit's count)
-    res = subprocess.run([str(cli), "train", str(cfg_path), f"output_dir={out}", "include_num_input_tokens_seen=non_padding"],
-                         capture_output=True, text=True, env=env, cwd=str(out.parent))
+    res = subprocess.run(
+        [str(cli), "train", str(cfg_path), f"output_dir={out}", "include_num_input_tokens_seen=non_padding"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(out.parent),
+    )
     wall = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"llamafactory-cli train failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
@@ -176,31 +251,70 @@ def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
     return {"wall": wall, "train": train, "tokens": tokens, "tokens_per_s": tokens / train if tokens else None}
 
 
-def bench_shape(shape: str, rounds: int, cli: Path, work: Path, data_dir: Path, steps: int | None,
-                model_dir: Path = MODEL_DIR, same_settings: bool = False) -> list[tuple[dict, dict]]:
+def shape_config(shape: str, data_dir: Path, steps: int | None, model_dir: Path, settings: dict) -> dict:
     cfg = {**COMMON, **SHAPES[shape], "model_name_or_path": str(model_dir), "dataset_dir": str(data_dir)}
-    if same_settings:
-        cfg.update({k: v for k, v in SAME_SETTINGS.items() if k not in SHAPES[shape]})
+    cfg.update({k: v for k, v in settings.items() if k not in SHAPES[shape]})
     if steps and "max_steps" in cfg:
         cfg["max_steps"] = steps
-    cfg_path = work / f"{shape}.yaml"
+    return cfg
+
+
+def write_config(cfg: dict, path: Path, title: str) -> Path:
     import yaml
 
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    print(f"\n## {shape}: {cfg_path}\n" + "\n".join(f"    {k}: {v}" for k, v in cfg.items()), flush=True)
-    results = []
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    print(f"\n## {title}: {path}\n" + "\n".join(f"    {k}: {v}" for k, v in cfg.items()), flush=True)
+    return path
+
+
+def bench_shape(
+    shape: str,
+    rounds: int,
+    cli: Path,
+    work: Path,
+    data_dir: Path,
+    steps: int | None,
+    model_dir: Path = MODEL_DIR,
+    settings: dict | None = None,
+    cockpit_only: dict[str, dict] | None = None,
+) -> dict[str, list[tuple[dict, dict]]]:
+    """Alternated rounds of LLaMA-Factory and Cockpit on ``settings`` written into the shape's YAML;
+    ``cockpit_only``: more Cockpit configs (label: settings) each compared with the same LF run."""
+    label = f"{shape}"
+    cfg_path = write_config(
+        shape_config(shape, data_dir, steps, model_dir, settings or {}), work / f"{shape}.yaml", label
+    )
+    variants = {label: cfg_path}
+    for extra, extra_settings in (cockpit_only or {}).items():
+        variants[extra] = write_config(
+            shape_config(shape, data_dir, steps, model_dir, extra_settings),
+            work / f"{shape}-{len(variants)}.yaml",
+            f"{extra} (cockpit; LF's run as above)",
+        )
+    results: dict[str, list[tuple[dict, dict]]] = {v: [] for v in variants}
     for r in range(rounds):
-        order = ("cockpit", "lf") if r % 2 == 0 else ("lf", "cockpit")  # alternate who goes first
+        order = [*variants, "lf"] if r % 2 == 0 else ["lf", *variants]  # alternate who goes first
         got: dict[str, dict] = {}
         for who in order:
-            got[who] = run_cockpit(cfg_path, work) if who == "cockpit" else run_llamafactory(cli, cfg_path, work / f"lf-{shape}")
-        c, lf = got["cockpit"], got["lf"]
+            got[who] = (
+                run_llamafactory(cli, cfg_path, work / f"lf-{shape}")
+                if who == "lf"
+                else run_cockpit(variants[who], work)
+            )
+        lf = got["lf"]
         if not lf["tokens"]:
-            raise SystemExit("LLaMA-Factory's trainer_state.json has no num_input_tokens_seen: its tokens/s cannot be its own")
-        results.append((c, lf))
-        print(f"round {r + 1}: wall LF {lf['wall']:.1f} s  cockpit {c['wall']:.1f} s  (LF/cockpit {lf['wall'] / c['wall']:.3f}) | "
-              f"train LF {lf['train']:.1f} s  cockpit {c['train']:.1f} s | tokens/s LF {lf['tokens_per_s']:.0f}  "
-              f"cockpit {c['tokens_per_s']:.0f}  (cockpit/LF {c['tokens_per_s'] / lf['tokens_per_s']:.3f})", flush=True)
+            raise SystemExit(
+                "LLaMA-Factory's trainer_state.json has no num_input_tokens_seen: its tokens/s cannot be its own"
+            )
+        for v in variants:
+            c = got[v]
+            results[v].append((c, lf))
+            print(
+                f"round {r + 1} {v}: wall LF {lf['wall']:.1f} s  cockpit {c['wall']:.1f} s  (LF/cockpit {lf['wall'] / c['wall']:.3f}) | "
+                f"train LF {lf['train']:.1f} s  cockpit {c['train']:.1f} s | tokens/s LF {lf['tokens_per_s']:.0f}  "
+                f"cockpit {c['tokens_per_s']:.0f}  (cockpit/LF {c['tokens_per_s'] / lf['tokens_per_s']:.3f})",
+                flush=True,
+            )
     return results
 
 
@@ -210,14 +324,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, help="override the step count of the lora/full shapes (a quick check)")
     ap.add_argument("--real-data", action="store_true", help=f"LLaMA-Factory's alpaca demo files from {LF_DATA}")
-    ap.add_argument("--same-settings", action="store_true",
-                    help="LLaMA-Factory's defaults in the YAML (checkpointing on, padded) for both tools, "
-                         "reported beside each tool's own defaults")
-    ap.add_argument("--fp32-model", action="store_true",
-                    help="both tools read an fp32 copy of the model folder (CPUs without fast bf16: see fp32_copy)")
+    ap.add_argument(
+        "--same-settings",
+        action="store_true",
+        help="LLaMA-Factory's defaults in the YAML (checkpointing on, padded) for both tools, "
+        "reported beside each tool's own defaults",
+    )
+    ap.add_argument(
+        "--fp32-model",
+        action="store_true",
+        help="both tools read an fp32 copy of the model folder (CPUs without fast bf16: see fp32_copy)",
+    )
     a = ap.parse_args()
     if not (MODEL_DIR / "config.json").exists():
-        raise SystemExit(f"{MODEL_DIR} missing: run `cockpit doctor` or any cockpit train on smollm2-135m-instruct once to convert it")
+        raise SystemExit(
+            f"{MODEL_DIR} missing: run `cockpit doctor` or any cockpit train on smollm2-135m-instruct once to convert it"
+        )
     cli = lf_venv.ensure()
     model_dir = fp32_copy(MODEL_DIR) if a.fp32_model else MODEL_DIR
     print("model:", model_dir)
@@ -229,21 +351,41 @@ def main() -> None:
         print("data:", write_demo_data(work / "data", a.real_data))
         print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
         table = []
-        variants = (True, False) if a.same_settings else (False,)  # --same-settings: beside the defaults
         for shape in shapes:
-            for same in variants:
-                res = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir, same)
-                wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
-                tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
-                label = f"{shape} ({'same settings' if same else 'each tool defaults'})" if a.same_settings else shape
-                table.append((label, res, wall, tps))
-        print("\n| shape | LF wall (s) per round | cockpit wall (s) per round | LF/cockpit wall (median) | cockpit/LF tokens/s (median) |")
+            runs = []
+            if a.same_settings:  # beside the defaults: LF's written into the YAML, then the user's YAML
+                user = f"{shape} (checkpointing as LF's default, packing unset: LF pads, Cockpit padding-free)"
+                runs.append(
+                    bench_shape(
+                        shape,
+                        a.rounds,
+                        cli,
+                        work,
+                        work / "data",
+                        a.steps,
+                        model_dir,
+                        SAME_SETTINGS,
+                        cockpit_only={user: USER_SETTINGS},
+                    )
+                )
+                runs[-1][f"{shape} (same settings: checkpointing, padded)"] = runs[-1].pop(shape)
+            defaults = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir)
+            if a.same_settings:
+                defaults[f"{shape} (each tool's defaults)"] = defaults.pop(shape)
+            runs.append(defaults)
+            for by_label in runs:
+                for label, res in by_label.items():
+                    wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
+                    tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
+                    table.append((label, res, wall, tps))
+        print(
+            "\n| shape | LF wall (s) per round | cockpit wall (s) per round | LF/cockpit wall (median) | cockpit/LF tokens/s (median) |"
+        )
         print("|---|---|---|---|---|")
         for shape, res, wall, tps in table:
             lf_walls = ", ".join(format(lf["wall"], ".1f") for _, lf in res)
             ck_walls = ", ".join(format(c["wall"], ".1f") for c, _ in res)
-            print(f"| {shape} | {lf_walls} | {ck_walls} "
-                  f"| **{wall:.2f}** | {tps:.2f} |")
+            print(f"| {shape} | {lf_walls} | {ck_walls} | **{wall:.2f}** | {tps:.2f} |")
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
