@@ -67,7 +67,7 @@ def test_move_and_rm_change_the_order(tmp_path):
     assert not q.runner_alive(runs)
 
 
-def test_add_refuses_what_check_refuses_and_slurm_runs(tmp_path, tiny_model_dir):
+def test_add_refuses_what_check_refuses_slurm_and_multi_node_runs(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
     bad = config(tmp_path, tiny_model_dir, "bad", learning_rate="fast")
     checked = cockpit("check", str(bad), env=ENV, timeout=300)
@@ -76,6 +76,8 @@ def test_add_refuses_what_check_refuses_and_slurm_runs(tmp_path, tiny_model_dir)
     assert "learning_rate" in res.stderr and res.stderr == checked.stderr
     slurm = queue_cli(runs, "add", str(config(tmp_path, tiny_model_dir, "s", slurm_gres="gpu:mi300x")))
     assert slurm.returncode == 2 and "queued by Slurm, not by this queue" in slurm.stderr
+    nodes = queue_cli(runs, "add", str(config(tmp_path, tiny_model_dir, "n", nnodes=2, master_addr="10.0.0.1", master_port=29500)))
+    assert nodes.returncode == 2 and "nnodes: 2: a run on several nodes starts on every node" in nodes.stderr
     assert queue_cli(runs, "rm", "nope").returncode == 2
     assert not q.read_queue(runs)["entries"] and not (runs / "queue" / "runner.json").exists()
 

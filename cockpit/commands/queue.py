@@ -54,13 +54,13 @@ def run(args: argparse.Namespace) -> int:
 def add(args: argparse.Namespace) -> int:
     from cockpit.commands.common import config_from_args
     from cockpit.preflight.checks import check_run
-    from cockpit.run.queue import SLURM_REFUSAL, add_entry, slurm_keys
+    from cockpit.run.queue import SLURM_REFUSAL, add_entry, queue_refusal
 
     if args.slurm:
         raise InputError(SLURM_REFUSAL)
     cfg = config_from_args(args)
-    if slurm_keys(cfg):
-        raise InputError(f"{SLURM_REFUSAL} ({', '.join(slurm_keys(cfg))} set)")
+    if why := queue_refusal(cfg):
+        raise InputError(why)
     check_run(cfg, log=lambda *_: None)
     entry = add_entry(runs_dir(args), args.config, list(args.overrides), os.getcwd())
     if args.json:

@@ -106,6 +106,20 @@ def slurm_keys(cfg: Any) -> list[str]:
     return [k for k, v in cfg.items() if k.startswith("slurm") and v not in (None, "", False)]
 
 
+def queue_refusal(cfg: Any) -> str | None:
+    """Why this queue does not take the config, or None: a Slurm run (Slurm queues it) or a run on
+    several nodes (its ranks start on every node; started here alone it would wait for the others)."""
+    if keys := slurm_keys(cfg):
+        return f"{SLURM_REFUSAL} ({', '.join(keys)} set)"
+    nodes = int(cfg.get("nnodes") or 1)
+    if nodes > 1:
+        return (
+            f"nnodes: {nodes}: a run on several nodes starts on every node, not from this host's queue; "
+            "launch it with cockpit train on each node, or with --slurm"
+        )
+    return None
+
+
 def new_entry(config: str, overrides: list[str], cwd: str) -> dict[str, Any]:
     return {
         "id": secrets.token_hex(3),
@@ -345,8 +359,8 @@ def entry_config(entry: dict[str, Any]) -> Any:
 
     os.chdir(entry["cwd"])
     cfg = load_config(entry["config"], entry["overrides"])
-    if slurm_keys(cfg):
-        raise InputError(SLURM_REFUSAL)
+    if why := queue_refusal(cfg):
+        raise InputError(why)
     return cfg
 
 
