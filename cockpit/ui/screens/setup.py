@@ -634,7 +634,7 @@ class SetupScreen(Screen):
             Content.styled(f"launch failed (exit {res.rc}):\n{res.error_text}", "$text-error")
         )
 
-    # -- the run queue: cockpit queue add (runs start one at a time, each when the previous ends) ------
+    # -- the run queue: cockpit queue add (runs start in order as the GPUs they need come free) ------
     def action_queue_run(self) -> None:
         if self._launching:
             return
