@@ -10,6 +10,10 @@ objects, so a reducer that mutates instead of replacing cannot freeze a pane).
 - :class:`SparkGrid`: a grid of metric sparklines with its own throttle (Textual blends a colour per bar
   on every render: about a third of the UI's CPU while following), at most one redraw per
   ``period_s`` while the run goes on; the stage grid (dpo / kto / rm) shows a row once the run reports it.
+  A throttled pane is ``pending``, and ``due()`` once its period is over: only then does the Live
+  screen's 4 Hz poll draw without a new event.
+- :class:`StepBar`: Textual's ProgressBar without the repaint its (unshown) ETA estimate caused at
+  every update.
 - :class:`CompletionsPane`: grpo's latest sampled completions and their rewards (``formatting.completions``),
   scrollable; hidden until the run reports completions (only grpo does).
 
@@ -23,7 +27,8 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, VerticalScroll
-from textual.widgets import Sparkline, Static
+from textual.reactive import var
+from textual.widgets import ProgressBar, Sparkline, Static
 
 from cockpit.ui import device_grid, formatting
 from cockpit.ui.state import METRIC_TITLES, STAGE_TITLES, RunState, fmt_num
@@ -44,6 +49,14 @@ class TextPane(Static):
         lines = content.plain.count("\n") if hasattr(content, "plain") else str(content).count("\n")
         self.update(content, layout=lines != self._lines)
         self._lines = lines
+
+
+class StepBar(ProgressBar):
+    """The Live screen's progress bar. Textual's ProgressBar repaints itself whenever its ETA estimate
+    moves, at every update and every second, though this bar does not show it (the header says the
+    ETA): here the estimate is kept without a repaint, so the bar repaints only when it changes."""
+
+    _display_eta: var[int | None] = var(None)
 
 
 class DevicesPane(TextPane):
@@ -67,6 +80,10 @@ class DevicesPane(TextPane):
         self.pending = hold and device_grid.map_behind(state)
         if live and not hold:
             self._map_at = now
+
+    def due(self) -> bool:
+        """A map held back by the throttle whose period is over: the next draw shows it."""
+        return self.pending and (self._map_at is None or time.monotonic() - self._map_at >= self.MAP_PERIOD_S)
 
     def step_node(self, state: RunState, by: int) -> int | None:
         """The drill-down moves ``by`` nodes (from the map: the first or the last); past either end, back to the map."""
@@ -177,6 +194,10 @@ class SparkGrid(Grid):
             spark.styles.width = len(spark.data) if len(spark.data) < self.full_width_at else "1fr"
             label = f"{SHORT.get(m) or self.titles[m]:<9} {fmt_num(s.last, m):>10}"
             self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
+
+    def due(self) -> bool:
+        """A redraw held back by the throttle whose period is over: the next draw shows it."""
+        return self.pending and time.monotonic() - self._at >= self.period_s
 
 
 def metric_grid() -> SparkGrid:

@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, ProgressBar, Static
+from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from cockpit.store.rundir import RunDir
@@ -31,7 +31,16 @@ from cockpit.ui import device_grid, formatting
 from cockpit.ui.logtail import LogTail, ReadableLog
 from cockpit.ui.messages import WorkerMessage, post_or_run
 from cockpit.ui.palette import themed
-from cockpit.ui.panes import AlertsPane, CompletionsPane, DevicesPane, SparkGrid, TextPane, metric_grid, stage_grid
+from cockpit.ui.panes import (
+    AlertsPane,
+    CompletionsPane,
+    DevicesPane,
+    SparkGrid,
+    StepBar,
+    TextPane,
+    metric_grid,
+    stage_grid,
+)
 from cockpit.ui.screens import on_top
 from cockpit.ui.state import RunFollower, RunState
 
@@ -98,7 +107,7 @@ class LiveScreen(Screen):
     def compose(self) -> ComposeResult:
         with Vertical(id="live-top"):
             yield TextPane(id="live-title")
-            yield ProgressBar(total=None, show_eta=False, id="live-progress")
+            yield StepBar(total=None, show_eta=False, id="live-progress")
         yield metric_grid()
         yield stage_grid()  # dpo / kto / rm: shown once the run reports them
         with Horizontal(id="live-mid"):
@@ -123,7 +132,7 @@ class LiveScreen(Screen):
         self._grids = list(self.query(SparkGrid))
         self._devices, self._alerts = self.query_one(DevicesPane), self.query_one(AlertsPane)
         self._completions = self.query_one(CompletionsPane)
-        self._bar = self.query_one("#live-progress", ProgressBar)
+        self._bar = self.query_one("#live-progress", StepBar)
         try:
             big = os.path.getsize(self.run.events_path) > (4 << 20)
         except OSError:
@@ -181,7 +190,7 @@ class LiveScreen(Screen):
     def _poll(self) -> None:
         with self._state_lock:
             changed = self.follower.poll(max_chunks=4)
-        if changed or self._sparks_pending():
+        if changed or self._held_back_due():
             self.draw()
         if time.monotonic() - self._logs_at >= self.LOG_PERIOD_S:
             self._read_logs()
@@ -300,13 +309,14 @@ class LiveScreen(Screen):
             self._redraw_title()
 
     # -- drawing: the panes decide what changed (cockpit/ui/panes.py) ---------------------------------
-    def _sparks_pending(self) -> bool:
-        return any(grid.pending for grid in self._grids) or self._devices.pending
+    def _held_back_due(self) -> bool:
+        """A pane whose throttle held back a redraw, and whose period is now over."""
+        return any(grid.due() for grid in self._grids) or self._devices.due()
 
     def draw(self) -> None:
         with self._state_lock:
             st = self.state
-            if st.version == self._drawn_version and self.replay_progress is None and not self._sparks_pending():
+            if st.version == self._drawn_version and self.replay_progress is None and not self._held_back_due():
                 return
             self._drawn_version = st.version
             hs = self._header_state()
