@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 RANK = """
@@ -259,3 +260,28 @@ def test_on_the_runs_own_live_screen_no_toast_covers_the_log(tmp_path, monkeypat
             assert not app._notifications
 
     asyncio.run(scenario())
+
+
+def test_a_note_that_arrives_while_the_cockpit_closes_is_dropped(tmp_path, monkeypatch):
+    """The watch worker's notes can reach the app after its screens are gone (the app closing: a
+    Pilot test ending, Ctrl+Q): they are dropped, not an exception ("No screens on stack")."""
+    from textual.app import ScreenStackError
+
+    from cockpit.ui.app import CockpitApp
+    from cockpit.ui.notifications import RunNotes
+    from tests.test_ui_setup_live import DOCTOR
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    make_run(tmp_path / "runs")
+    app = CockpitApp(tmp_path / "runs", start="runs", doctor_checks=DOCTOR, notify_poll_s=0)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+
+    asyncio.run(scenario())
+    with pytest.raises(ScreenStackError):
+        app.screen  # noqa: B018 - the stack is gone, as while the app closes
+    note = {"run_id": "r", "level": "error", "title": "r failed", "message": "run r failed"}
+    app.on_run_notes(RunNotes([note]))
+    assert not app._notifications

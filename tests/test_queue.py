@@ -240,6 +240,8 @@ def test_runs_screen_shows_the_queue_above_the_runs_delete_removes_and_brackets_
     import fcntl
     import shutil
 
+    from test_ui_pilot import runs_listed, wait_for
+
     from cockpit.ui.app import CockpitApp
 
     runs = tmp_path / "runs"
@@ -251,7 +253,7 @@ def test_runs_screen_shows_the_queue_above_the_runs_delete_removes_and_brackets_
     async def scenario() -> None:
         app = CockpitApp(str(runs), start="runs", follow=False)
         async with app.run_test(size=(100, 24)) as pilot:
-            await pilot.pause(0.5)
+            await wait_for(pilot, lambda: runs_listed(app), 10, "the runs")
             table = app.screen.query_one("#runs-table")
             rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
             assert [r[1:3] for r in rows[:3]] == [["sweep-a", "◷ queued #1"], ["sweep-b", "◷ queued #2"], ["sweep-c", "◷ queued #3"]]

@@ -219,7 +219,7 @@ def test_doctor_names_the_runs_dirs_filesystem(tmp_path):
 # -- Setup: the button only where sbatch is ---------------------------------------------------------
 @pytest.mark.parametrize("with_sbatch", [True, False])
 def test_setup_offers_launch_on_slurm_only_with_sbatch_on_path(tmp_path, monkeypatch, with_sbatch):
-    from test_ui_pilot import wait_for
+    from test_ui_pilot import wait_for_form
     from test_ui_setup_live import DOCTOR
 
     from cockpit.ui.app import CockpitApp
@@ -236,7 +236,7 @@ def test_setup_offers_launch_on_slurm_only_with_sbatch_on_path(tmp_path, monkeyp
     async def scenario() -> None:
         app = CockpitApp(tmp_path / "runs", start="setup", doctor_checks=DOCTOR)
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: bool(app.screen.query("#b-launch")), 10, "the buttons")
+            await wait_for_form(pilot)  # not only the buttons: the test ends while the form is being filled otherwise
             assert bool(app.screen.query("#b-slurm")) is with_sbatch
 
     asyncio.run(scenario())

@@ -150,7 +150,7 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
     screen shows it queued (held with --hold, so nothing trains); k (kill) cancels the job."""
     import asyncio
 
-    from test_ui_pilot import text_of
+    from test_ui_pilot import text_of, wait_for_form
     from test_ui_pilot import wait_for as await_for
     from test_ui_setup_live import DOCTOR
     from textual.widgets import Button, DataTable, Input
@@ -165,7 +165,8 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
         app = CockpitApp(tmp_path / "runs", start="setup", doctor_checks=DOCTOR, poll_s=0.25)
         async with app.run_test(size=(120, 40)) as pilot:
             scr = app.screen
-            await await_for(pilot, lambda: bool(scr.query("#b-slurm")), 10, "the Launch on Slurm button")
+            await wait_for_form(pilot)
+            assert scr.query("#b-slurm"), "the Launch on Slurm button"
             scr.load_preset(cfg, quiet=True)
             await await_for(pilot, lambda: "config valid" in text_of(app, "#problems"), 30, "a valid config")
             scr.query_one("#b-slurm", Button).press()

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_ui_pilot import runs_listed
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_RUN = ROOT / "tests" / "fixtures" / "ui_run" / "20261130-094516-cpu-demo-tiny-de8f"
 PROMPT = "Tell me about the sea."
@@ -56,7 +58,7 @@ async def _main_path(runs: Path, expected: dict) -> dict:
     timings: dict[str, float] = {}
     app = CockpitApp(runs, start="runs", follow=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: screen_name(app) == "RunsScreen", 10, "the runs screen")
+        await wait_for(pilot, lambda: runs_listed(app), 10, "the runs screen and its runs")
         await pilot.press("enter")  # the only run: finished -> its summary
         await wait_for(pilot, lambda: screen_name(app) == "SummaryScreen", 10, "the summary")
         t0 = time.monotonic()
@@ -173,7 +175,7 @@ def test_runs_actions_refused_on_a_running_run(tmp_path):
     async def scenario() -> None:
         app = CockpitApp(tmp_path / "runs", start="runs", follow=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: screen_name(app) == "RunsScreen", 10, "the runs screen")
+            await wait_for(pilot, lambda: runs_listed(app), 10, "the runs screen and its runs")
             await pilot.pause(0.2)
             for key in ("c", "s", "m", "e"):
                 await pilot.press(key)
@@ -197,7 +199,7 @@ def test_chat_shows_the_worker_error_and_leaves_no_process(tmp_path):
     async def scenario() -> None:
         app = CockpitApp(runs, start="runs", follow=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: screen_name(app) == "RunsScreen", 10, "the runs screen")
+            await wait_for(pilot, lambda: runs_listed(app), 10, "the runs screen and its runs")
             await pilot.pause(0.2)
             await pilot.press("c")  # from the Runs screen, on the selected finished run
             await wait_for(pilot, lambda: screen_name(app) == "ChatScreen", 10, "the chat screen")
@@ -243,7 +245,7 @@ def test_summary_serve_shows_the_vllm_command(tmp_path, monkeypatch):
     async def scenario() -> None:
         app = CockpitApp(runs, start="runs", follow=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: screen_name(app) == "RunsScreen", 10, "the runs screen")
+            await wait_for(pilot, lambda: runs_listed(app), 10, "the runs screen and its runs")
             await pilot.press("enter")
             await wait_for(pilot, lambda: screen_name(app) == "SummaryScreen", 10, "the summary")
             await pilot.press("s")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import cockpit
-from tests.test_ui_pilot import wait_for
+from tests.test_ui_pilot import runs_listed, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "ui_run"
@@ -60,7 +60,7 @@ def test_compare_screen_from_runs(tmp_path, monkeypatch):
 
         app = CockpitApp(FIXTURES, start="runs", follow=False, runs_refresh_s=3600)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: runs_listed(app), 10, "the runs")
             await pilot.press("d")  # nothing marked: says how
             await pilot.pause(0.1)
             assert type(app.screen).__name__ == "RunsScreen"

@@ -17,7 +17,7 @@ from conftest import cockpit, has_step, start_detached, tiny_config
 from conftest import wait_for as wait_until
 from test_ui_rough_edges import RUN_ID, copy_run, env, make_app, set_status  # noqa: F401 - env: a fixture
 
-from tests.test_ui_pilot import wait_for
+from tests.test_ui_pilot import wait_for, wait_for_form
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_cockpit_with_a_yaml_opens_it_in_setup(env):
 
         app = make_app(env / "runs", start="setup", start_preset=str(cfg))
         async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 10, "the form")
+            await wait_for_form(pilot)
             await wait_for(pilot, lambda: app.screen.query_one("#f-cutoff_len", Input).value == "96", 5, "the config")
             assert app.screen.query_one("#f-learning_rate", Input).value in ("7.0e-4", "0.0007", "7e-4")
 
@@ -60,7 +60,7 @@ def test_ctrl_o_opens_a_yaml_from_a_path(env):
 
         app = make_app(env / "runs", start="setup")
         async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 5, "the form")
+            await wait_for_form(pilot)
             await pilot.press("ctrl+o")
             await wait_for(pilot, lambda: top(app) == "OpenConfig", 5, "the open dialog")
             box = app.screen.query_one("#open-path", Input)
@@ -82,7 +82,7 @@ def test_ctrl_arrows_switch_tabs_while_a_field_has_focus(env):
 
         app = make_app(env / "runs", start="setup")
         async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 5, "the form")
+            await wait_for_form(pilot)
             tabs = app.screen.query_one(TabbedContent)
             first = tabs.active
             app.screen.query_one("#f-model_name_or_path", Input).focus()
@@ -322,7 +322,7 @@ def test_checkbox_reads_the_same_without_colour(env):
 
         app = make_app(env / "runs", start="setup")
         async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 5, "the form")
+            await wait_for_form(pilot)
             boxes = list(app.screen.query(TickBox))
             assert boxes
             box = boxes[0]
@@ -342,7 +342,7 @@ def test_setup_buttons_are_whole_at_80_and_120_columns(env, monkeypatch):
 
         app = make_app(env / "runs", start="setup")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "checked", None) is not None, 30, "the form")
+            await wait_for_form(pilot)
             await pilot.pause(0.2)
             for button in app.screen.query("#setup-buttons Button").results(Button):
                 label = str(button.label)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_ui_pilot import form_filled, wait_for_form
+
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "ui_run"
 KEYS = ("f2", "f3", "f4", "f8", "question_mark", "escape", "n", "ctrl+p")
 BASE = {"setup": "SetupScreen", "runs": "RunsScreen", "doctor": "DoctorScreen"}
@@ -76,7 +78,7 @@ def fingerprint(app) -> tuple:
 
 def form_pending(app) -> bool:
     """A Setup screen on top whose form is still being laid out, filled and checked (after its first frame)."""
-    return type(app.screen).__name__ == "SetupScreen" and getattr(app.screen, "checked", None) is None
+    return type(app.screen).__name__ == "SetupScreen" and not form_filled(app)
 
 
 async def settle(app, pilot) -> None:
@@ -100,10 +102,7 @@ async def walk_one(runs_dir: Path, keys: tuple[str, ...]) -> tuple[tuple, tuple[
     app = CockpitApp(runs_dir, follow=False, doctor_checks=[], machine=Machine("testhost", 0, "", None, 24.0))
     async with app.run_test(size=(120, 36)) as pilot:
         if app.start == "setup":  # the form is filled and checked after the first frame
-            for _ in range(100):
-                await pilot.pause(0.02)
-                if getattr(app.screen, "checked", None) is not None:
-                    break
+            await wait_for_form(pilot)
         await settle(app, pilot)
         for key in keys:
             await pilot.press(key)

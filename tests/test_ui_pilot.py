@@ -34,6 +34,24 @@ async def wait_for(pilot, cond, timeout: float, what: str) -> None:
         await pilot.pause(0.2)
 
 
+def form_filled(app) -> bool:
+    """Setup (on top) has its form laid out, filled and checked. The form comes after Setup's first
+    frame (SetupScreen._build, then _start); a test that reads the form, or ends while Setup is
+    still filling it (the app's teardown then removes the form's widgets under the filling), waits
+    for this, not for one of its widgets to exist."""
+    return type(app.screen).__name__ == "SetupScreen" and getattr(app.screen, "checked", None) is not None
+
+
+async def wait_for_form(pilot, timeout: float = 30) -> None:
+    await wait_for(pilot, lambda: form_filled(pilot.app), timeout, "Setup's form (laid out, filled and checked)")
+
+
+def runs_listed(app) -> bool:
+    """The Runs screen (on top) has its rows: its first listing comes from a worker after its first
+    frame (RunsScreen.listed), so a test that acts on a run in the table waits for this."""
+    return type(app.screen).__name__ == "RunsScreen" and getattr(app.screen, "listed", False)
+
+
 def text_of(app, selector: str) -> str:
     return str(app.screen.query_one(selector).render())
 
@@ -55,7 +73,7 @@ def test_setup_launch_live_stop_runs(tmp_path, monkeypatch, tiny_model_dir):
             assert app.runs_dir == runs and type(app.screen).__name__ == "SetupScreen"  # no runs yet
             scr = app.screen
             # the form is laid out after the first frame, then filled and validated
-            await wait_for(pilot, lambda: scr.checked is not None, 10, "the form")
+            await wait_for_form(pilot)
             # on a CPU machine Setup opens with cpu-demo; clear what we type over
             await wait_for(pilot, lambda: scr.query_one("#f-dataset", Input).value.startswith("cockpit_identity"), 5, "cpu-demo")
             for key in ("template", "dataset", "probes", "cutoff_len"):

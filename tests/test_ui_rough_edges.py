@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_ui_pilot import text_of, wait_for
+from tests.test_ui_pilot import runs_listed, text_of, wait_for, wait_for_form
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "ui_run"
@@ -70,6 +70,42 @@ def set_status(run_dir: Path, **fields) -> None:
     st = json.loads((run_dir / "status.json").read_text())
     st.update(fields)
     (run_dir / "status.json").write_text(json.dumps(st))
+
+
+def test_runs_screen_is_drawn_first_and_its_runs_are_read_after_by_a_worker(env, monkeypatch):
+    """The Runs screen's first frame waits for no run: the listing (every status read, its liveness
+    checked) is read by a worker, off the UI thread, and the table fills when it arrives."""
+    import threading
+
+    from cockpit.ui.screens import runs as runs_screen
+
+    runs = env / "runs"
+    copy_run(runs)
+    gate, readers = threading.Event(), []
+    read = runs_screen.read_listing
+
+    def held_read(*args, **kw):
+        readers.append(threading.current_thread() is threading.main_thread())
+        gate.wait(10)  # a slow filesystem: the screen is up meanwhile
+        return read(*args, **kw)
+
+    monkeypatch.setattr(runs_screen, "read_listing", held_read)
+
+    async def scenario():
+        app = make_app(runs)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: readers, 5, "the listing to start")
+            await pilot.pause(0.1)
+            table = app.screen.query_one("#runs-table")
+            before = (type(app.screen).__name__, table.row_count, app.screen.listed, "runs active" in screen_text(app))
+            gate.set()
+            await wait_for(pilot, lambda: runs_listed(app), 10, "the runs")
+            return before, table.row_count, screen_text(app)
+
+    before, rows, text = asyncio.run(scenario())
+    assert readers == [False]  # read by a worker thread
+    assert before == ("RunsScreen", 0, False, True)  # the screen drawn (the bearings line), no run yet
+    assert rows == 1 and "cpu-demo-tiny-de8f" in text
 
 
 # -- 2. Runs columns grow and shrink with their values; short names; the bearings line (6, 8) ------
@@ -230,7 +266,7 @@ def test_setup_tab_keys_are_in_the_footer_and_tab_reaches_the_tab_bar(env):
     async def scenario():
         app = make_app(env / "runs", start="setup", start_preset=Path("presets") / "cpu-demo.yaml")
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.screen.query("FooterKey"), 5, "the footer")
+            await wait_for_form(pilot)  # the footer is there from the first frame, the tabs with the form
             await pilot.pause(0.2)
             keys = {k.key: k for k in app.screen.query("FooterKey")}
             for key in ("ctrl+left", "ctrl+right"):  # in the footer, on screen at 80 columns

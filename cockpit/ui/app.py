@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
@@ -187,7 +187,11 @@ class CockpitApp(App):
         from cockpit.ui.notifications import SEVERITY, osc_sequences
         from cockpit.ui.screens.live import LiveScreen
 
-        watched = self.screen.run.run_id if isinstance(self.screen, LiveScreen) else None
+        try:
+            shown = self.screen
+        except ScreenStackError:  # the app is closing (its screens are gone): no one to tell
+            return
+        watched = shown.run.run_id if isinstance(shown, LiveScreen) else None
         told = False
         for note in message.notes:
             self.write_terminal(osc_sequences(f"cockpit: {note['title']}", note["message"], os.environ))

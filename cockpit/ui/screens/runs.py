@@ -8,15 +8,20 @@ queue whose runner died is adopted (a new runner started) at each refresh.
 
 Columns fit their values (``update_cell(update_width=True)`` grows and shrinks them); the run
 column shows the run id without its timestamp (``started`` has the time; ``cockpit attach``
-takes the short name too)."""
+takes the short name too).
+
+The first listing (each run's status read and its liveness checked) comes after the first frame,
+from a thread worker (``Listed``); until then the table is empty and ``listed`` is False. Later
+refreshes (the timer, ``r``, after an action) read on the UI thread, as before."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -26,6 +31,7 @@ from cockpit.compare import short_name
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs
 from cockpit.ui.formatting import state_text
+from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.screens import on_top
 from cockpit.ui.screens.run_actions import ACTION_BINDINGS, RunActionsMixin
 from cockpit.ui.state import fmt_duration
@@ -41,25 +47,54 @@ MARK = "●"
 QUEUED = "queue:"  # a queued entry's row key: QUEUED + its id
 
 
-def queue_rows(runs_dir) -> dict[str, tuple]:
+@dataclass(frozen=True)
+class Listing:
+    """One read of the runs dir, as data (the cells' Rich text is made on the UI thread, where the
+    app's theme is known: ``palette.themed``): each run with its status (liveness checked), the
+    queued entries in queue order, the Slurm runs whose scheduler must be asked, and why the
+    queue's runner could not start."""
+
+    runs: list[tuple[RunDir, dict]]
+    queued: list[dict]
+    asking: list[RunDir]
+    queue_error: str | None
+
+
+def read_listing(runs_dir: Path) -> Listing:
+    """Every run's status, its liveness checked (a dead supervisor's run is adopted or ended:
+    lost / finished); a queue whose runner died gets a new one (as every ``cockpit queue`` command
+    does). No widgets: a thread worker may call it."""
+    from cockpit.run.liveness import reconcile
+    from cockpit.run.queue import ensure_runner, listing
+
+    runs = list_runs(runs_dir)
+    statuses = effective_statuses(runs, cached_only=True)  # Slurm runs: queued with squeue's reason, or ended
+    asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
+    checked = [(r, reconcile(r, status=statuses[r.run_id])) for r in runs]
+    try:
+        ensure_runner(runs_dir)
+        queue_error = None
+    except OSError as exc:
+        queue_error = str(exc)
+    queued = [e for e in listing(runs_dir) if e["state"] in ("queued", "launching")]
+    return Listing(checked, queued, asking, queue_error)
+
+
+def queue_rows(queued: list[dict]) -> dict[str, tuple]:
     """The queued entries (not yet a run), in queue order: row key -> cells."""
-    from cockpit.run.queue import gpus_text, listing
+    from cockpit.run.queue import gpus_text
 
     rows = {}
-    for e in listing(runs_dir):
-        if e["state"] in ("queued", "launching"):
-            state = f"queued #{e['position']}" if e["position"] else "starting"
-            state = f"{state} · {gpus_text(e)}" if gpus_text(e) else state
-            when = time.strftime("%m-%d %H:%M", time.localtime(e["added"]))
-            rows[QUEUED + e["id"]] = (" ", Path(e["config"]).stem, state_text("queued", state), "-", "-", "-", when)
+    for e in queued:
+        state = f"queued #{e['position']}" if e["position"] else "starting"
+        state = f"{state} · {gpus_text(e)}" if gpus_text(e) else state
+        when = time.strftime("%m-%d %H:%M", time.localtime(e["added"]))
+        rows[QUEUED + e["id"]] = (" ", Path(e["config"]).stem, state_text("queued", state), "-", "-", "-", when)
     return rows
 
 
-def run_row(run: RunDir, now: float, marked: bool = False, status: dict | None = None) -> tuple:
-    from cockpit.run.liveness import reconcile
-
-    st = status if status is not None else run.read_status()
-    st = reconcile(run, status=st)  # liveness checked: a dead supervisor's run is adopted or ended (lost/finished)
+def run_row(run: RunDir, st: dict, now: float, marked: bool = False) -> tuple:
+    """A run's cells and its state, from its status (liveness checked: ``read_listing``)."""
     started, ended = st.get("started"), st.get("ended")
     state = st.get("state") or "?"
     shown = (
@@ -98,37 +133,50 @@ class RunsScreen(RunActionsMixin, Screen):
         yield Static(id="runs-hint", classes="dim")
         yield Footer()
 
+    class Listed(WorkerMessage):
+        """The first listing (a :class:`Listing`), read by a worker after the first frame."""
+
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         for col in COLUMNS:
             table.add_column(" " if col == "mark" else col, key=col)
         self.states: dict[str, str] = {}
         self.marked: set[str] = set()
-        self.refresh_runs()
+        self.listed = False  # the table has the runs (the first listing arrives after the first frame)
+        self._first_listing()
         self.set_interval(getattr(self.app, "runs_refresh_s", 2.0), self._tick)
         table.focus()
 
+    @work(thread=True, exclusive=True, group="runs-listing")
+    def _first_listing(self) -> None:
+        self.post_message(self.Listed(read_listing(self.app.runs_dir)))
+
+    @on(Listed)
+    def _first_listed(self, message: Listed) -> None:
+        if (
+            not self.listed and self.is_attached
+        ):  # not when a refresh came first (its rows are as new), nor while closing
+            self._show(message.result)
+
     def _tick(self) -> None:
-        if on_top(self):  # not while a Live / Summary screen covers it
+        if on_top(self) and self.listed:  # not while a Live / Summary screen covers it, nor before the first listing
             self.refresh_runs()
 
     def refresh_runs(self) -> None:
-        runs_dir = self.app.runs_dir
-        table = self.query_one(DataTable)
+        self._show(read_listing(self.app.runs_dir))
+
+    def _show(self, listing: Listing) -> None:
+        if listing.asking:
+            self._ask_scheduler(listing.asking)
+        if listing.queue_error:
+            self.notify(f"the run queue's runner could not start: {listing.queue_error}", severity="error")
         now = self.app.clock()
-        runs = list_runs(runs_dir)
-        statuses = effective_statuses(
-            runs, cached_only=True
-        )  # Slurm runs: queued with squeue's reason, or ended by the scheduler
-        asking = [r for r in runs if waiting_on_scheduler(statuses[r.run_id])]
-        if asking:
-            self._ask_scheduler(asking)
-        self.marked &= {r.run_id for r in runs}
-        rows = {r.run_id: run_row(r, now, r.run_id in self.marked, statuses[r.run_id]) for r in runs}
+        self.marked &= {r.run_id for r, _st in listing.runs}
+        rows = {r.run_id: run_row(r, st, now, r.run_id in self.marked) for r, st in listing.runs}
         self.states = {run_id: state for run_id, (_cells, state) in rows.items()}
-        self._adopt_queue(runs_dir)
-        cells = {**queue_rows(runs_dir), **{run_id: c for run_id, (c, _state) in sorted(rows.items(), reverse=True)}}
-        self._fill(table, cells)
+        cells = {run_id: c for run_id, (c, _state) in sorted(rows.items(), reverse=True)}
+        self._fill(self.query_one(DataTable), {**queue_rows(listing.queued), **cells})
+        self.listed = True
         live = sum(1 for s in self.states.values() if s not in TERMINAL_STATES)
         self.query_one(Bearings).refresh_line((live, len(rows)))
         self.query_one("#runs-hint", Static).update(
@@ -151,15 +199,6 @@ class RunsScreen(RunActionsMixin, Screen):
             for col, value in zip(COLUMNS, values):
                 if table.get_cell(row_key, col) != value:  # a column grows (or shrinks) to its values
                     table.update_cell(row_key, col, value, update_width=True)
-
-    def _adopt_queue(self, runs_dir) -> None:
-        """A queue whose runner died: start a new one (as every ``cockpit queue`` command does)."""
-        from cockpit.run.queue import ensure_runner
-
-        try:
-            ensure_runner(runs_dir)
-        except OSError as exc:
-            self.notify(f"the run queue's runner could not start: {exc}", severity="error")
 
     @work(thread=True, exclusive=True, group="slurm-queue")
     def _ask_scheduler(self, runs: list[RunDir]) -> None:

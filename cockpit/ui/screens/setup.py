@@ -263,6 +263,8 @@ class SetupScreen(Screen):
         return True
 
     def _start(self) -> None:
+        if not self.is_attached:  # the app is closing (Ctrl+Q at once): its teardown removes the form's widgets
+            return
         self._started = True
         preset = getattr(self.app, "start_preset", None)
         pending, self._pending_preset = self._pending_preset, None
@@ -287,6 +289,8 @@ class SetupScreen(Screen):
 
     @on(Detected)
     def _offer(self, message: Detected) -> None:
+        if not self.is_attached:  # the app is closing
+            return
         checks: list[dict] = message.result
         offered, why = presets.offered_presets(checks)
         self._offered = offered
