@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 async def wait_for(pilot, cond, timeout: float, what: str) -> None:
     """Until ``cond()``; a widget it reads that is not mounted yet (NoMatches: Setup's form comes
-    after the first frame) counts as not yet."""
+    after the first frame) counts as not yet; an app that stopped meanwhile (its screens gone) fails
+    with the app's own error, not "No screens on stack"."""
+    from textual.app import ScreenStackError
     from textual.css.query import NoMatches
 
     def holds() -> bool:
@@ -26,6 +28,8 @@ async def wait_for(pilot, cond, timeout: float, what: str) -> None:
             return bool(cond())
         except NoMatches:
             return False
+        except ScreenStackError as exc:
+            raise AssertionError(f"the app stopped while waiting for {what}: {pilot.app._exception!r}") from exc
 
     deadline = time.monotonic() + timeout
     while not holds():
