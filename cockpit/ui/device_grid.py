@@ -23,7 +23,7 @@ from rich.text import Text
 from cockpit.cells import clip
 from cockpit.store.node_grid import ranges
 from cockpit.ui import formatting
-from cockpit.ui.palette import themed
+from cockpit.ui.palette import theme_name, themed
 from cockpit.ui.state import RunState, hang_alert
 
 DRILL_HINT = "n/N: next/previous node, o: the least busy, a: all"
@@ -96,6 +96,27 @@ class Runs:
     def into(self, t: Text) -> None:
         for texts, style in self.parts:
             t.append("".join(texts), style=style)
+
+
+_node_pieces: dict[tuple[int, bool], tuple[dict[str, Any], frozenset[int], str, list[tuple[str, Any]]]] = {}
+
+
+def _node_cells(node: int, ev: dict[str, Any], util: bool, marked: frozenset[int]) -> list[tuple[str, Any]]:
+    """One node's cells in the map (a block per GPU, neighbours of one style joined), VRAM or
+    utilisation: made again only when the node's record is another one (records are replaced, never
+    changed in place: ``node_grid.fold``, ``RunState.apply``), its marked GPUs or the theme changed.
+    Between two full grids only the outliers' nodes change: most of a 512-GPU map is kept."""
+    theme = theme_name()
+    kept = _node_pieces.get((node, util))
+    if kept is not None and kept[0] is ev and kept[1] == marked and kept[2] == theme:
+        return kept[3]
+    cells = Runs()
+    for d in _devs(ev):
+        index = int(d.get("index") or 0)
+        cells.add(*_cell(_util(d) if util else _vram(d), util, index in marked))
+    pieces = [("".join(texts), style) for texts, style in cells.parts]
+    _node_pieces[(node, util)] = (ev, marked, theme, pieces)
+    return pieces
 
 
 def _vram(d: dict[str, Any]) -> float | None:
@@ -185,11 +206,9 @@ def gpu_grid(state: RunState, width: int, max_lines: int) -> Text | None:
             for k, (node, ev) in enumerate(chunk):
                 if k:
                     cells.add(" ")
-                devs = _devs(ev)
-                for d in devs:
-                    value = _util(d) if util else _vram(d)
-                    cells.add(*_cell(value, util, (node, int(d.get("index") or 0)) in marked))
-                cells.add(" " * (gpus - len(devs)))
+                for text, style in _node_cells(node, ev, util, frozenset(i for n, i in marked if n == node)):
+                    cells.add(text, style)
+                cells.add(" " * (gpus - len(_devs(ev))))
     cells.into(t)
     t.append("\n")
     t.append_text(_marks_line(found, width))

@@ -33,15 +33,20 @@ def _default_variables() -> dict[str, str]:
     return {**theme.to_color_system().generate(), **theme.variables}
 
 
+def theme_name() -> str:
+    """The theme :func:`themed` resolves in now: the running app's once its CSS is read, else the default."""
+    app = active_app.get(None)
+    return str(app.theme) if app is not None and getattr(app, "theme_variables", None) else DEFAULT_THEME
+
+
 def themed(spec: str) -> RichStyle | str:
     """The Rich style for a Textual style string (``"bold $text-error"``) in the current theme; a
     string without a variable (``"bold"``, ``"dim"``, ``""``) is returned as it is."""
     if "$" not in spec:
         return spec
-    app = active_app.get(None)
-    variables: dict[str, str] | None = getattr(app, "theme_variables", None)  # filled once its CSS is read
-    key = (str(app.theme) if app is not None and variables else DEFAULT_THEME, spec)
+    key = (theme_name(), spec)
     found = _cache.get(key)
     if found is None:
+        variables: dict[str, str] | None = getattr(active_app.get(None), "theme_variables", None)
         found = _cache[key] = parse_style(spec, variables or _default_variables()).rich_style
     return found
