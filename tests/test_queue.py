@@ -132,7 +132,7 @@ def test_active_runs_hold_their_recorded_gpus_and_a_run_without_a_record_holds_a
     from cockpit.ui.screens.runs import run_row
 
     (one,) = [r for r in list_runs(runs) if "queued-one" in r.run_id]
-    assert str(run_row(one, time.time())[0][2]).endswith("running · GPU 1")  # the Runs screen's state cell
+    assert str(run_row(one, one.read_status(), time.time())[0][2]).endswith("running · GPU 1")  # the Runs screen's state cell
 
 
 def test_gpus_needed_and_shown(tmp_path, tiny_model_dir):
