@@ -74,7 +74,7 @@ def test_qlora_70b_weights_about_half_a_byte_per_param():
     P = analytic_counts(dims_of(CATALOGUE[L70])).total
     e = est({"model_name_or_path": L70, "finetuning_type": "lora", "quantization_bit": 4, "bf16": True})
     bpp = e.components["weights"] / P
-    assert 0.6 < bpp < 0.65   # NF4 + double quant on linears, embeddings/lm_head/norms in fp32 (k-bit preparation)
+    assert 0.55 < bpp < 0.57  # NF4 + double quant on linears, embeddings/lm_head/norms kept in bf16 (as LLaMA-Factory)
     no_dq = est({"model_name_or_path": L70, "finetuning_type": "lora", "quantization_bit": 4, "bf16": True,
                  "double_quantization": False})
     # double quantization saves 0.5 - 0.127 bits per quantized param (QLoRA sec. 3)

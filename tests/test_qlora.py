@@ -69,6 +69,8 @@ print(json.dumps({
     "plain_linears": plain,
     "trainable": sorted({n.split(".")[-2] for n, p in model.named_parameters() if p.requires_grad}),
     "device": sorted({str(p.device) for p in model.parameters()}),
+    "unquantized_dtypes": sorted({str(p.dtype) for n, p in model.named_parameters()
+                                  if "lora_" not in n and p.dtype not in (torch.uint8, torch.int8)}),
     "checkpointing_reentrant": sorted({getattr(getattr(m, "_gradient_checkpointing_func", None), "keywords", {})
                                        .get("use_reentrant") for m in model.modules()
                                        if getattr(m, "gradient_checkpointing", False)}, key=str),
@@ -120,6 +122,9 @@ def test_qlora_4bit_trains_only_the_adapter_over_nf4_weights(tmp_path, embedded_
     assert seen["quantized"] == LINEARS and seen["plain_linears"] == [], seen
     assert seen["weight_dtypes"] == ["torch.uint8"] and seen["packed"] and seen["quant_state"], seen
     assert seen["trainable"] == ["default"] and seen["device"] == ["cpu"], seen  # lora_A.default.weight ...
+    # embeddings, lm_head and norms keep the run's bf16, as LLaMA-Factory keeps them (PEFT's
+    # prepare_model_for_kbit_training made them fp32: 2 bytes a parameter more)
+    assert seen["unquantized_dtypes"] == ["torch.bfloat16"], seen
 
     base_sha = sha(embedded_dir / "model.safetensors")
     run = train(tmp_path, cfg, bnb_env)
@@ -179,8 +184,8 @@ def test_qlora_8bit_trains_only_the_adapter_over_int8_weights(tmp_path, embedded
 @pytest.mark.parametrize(("over", "reentrant"), [({"gradient_checkpointing": True, "use_reentrant_gc": True}, [True]),
                                                  ({"gradient_checkpointing": True}, [False]), ({}, [])])
 def test_kbit_preparation_honours_the_checkpointing_keys(tmp_path, embedded_dir, bnb_env, over, reentrant):
-    """PEFT's prepare_model_for_kbit_training switches checkpointing on by default: the rank passes
-    it what the Trainer gets (gradient_checkpointing unless disable_gradient_checkpointing, and
+    """The 4-bit base's preparation (``prepare_quantized_base``) switches checkpointing on as the
+    Trainer gets it (gradient_checkpointing unless disable_gradient_checkpointing, and
     use_reentrant_gc), so a 4-bit base checkpoints exactly when asked, the way asked."""
     seen = loaded(qlora_config(tmp_path, embedded_dir, 4, **over), bnb_env)
     assert seen["checkpointing_reentrant"] == reentrant, seen
@@ -206,14 +211,23 @@ def test_qlora_ddp_on_two_cpu_ranks_matches_one_rank(tmp_path, embedded_dir, bnb
 @pytest.mark.slow
 def test_planner_qlora_estimate_within_15_percent_of_a_measured_cpu_run(tmp_path, embedded_dir, bnb_env):
     """test_plan_measure's tolerance for QLoRA: the planner's tensor peak (NF4 + double-quant
-    linears, fp32 embeddings/norms after k-bit preparation, LoRA, AdamW, activations, logits,
+    linears, embeddings/norms in the run's bf16, LoRA, AdamW, activations, logits,
     dequantize buffer) against the live-tensor tracker's peak of a real 2-step 4-bit run of the
-    embedded model (cpu_memory_tracker). 2026-12-03: predicted 336 MiB, measured 314 MiB (1.07)."""
+    embedded model (cpu_memory_tracker), on rows longer than cutoff_len and with the prompt labelled
+    too (train_on_prompt): every micro-batch full and every position in the loss, as the plan
+    assumes. 2026-12-03, embeddings and norms in bf16: predicted 282 MiB, measured 256 MiB (1.10).
+    (With PEFT's fp32 upcast and the short identity rows it had been 336 / 314 MiB: the short rows'
+    smaller activations hid the fp32 residual stream the planner did not count.)"""
     import yaml
 
     from cockpit.plan import estimate_config
 
-    cfg = qlora_config(tmp_path, embedded_dir, 4, "mem", max_steps=2, save_strategy="no", cpu_memory_tracker=True)
+    words = "the river runs past the old mill and the team writes down every number they see".split()
+    rows = [{"instruction": " ".join(words[i % 5 :]), "input": "", "output": " ".join(words * 6)} for i in range(16)]
+    (tmp_path / "long.json").write_text(json.dumps(rows), encoding="utf-8")
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"long": {"file_name": "long.json"}}), encoding="utf-8")
+    cfg = qlora_config(tmp_path, embedded_dir, 4, "mem", max_steps=2, save_strategy="no", cpu_memory_tracker=True,
+                       dataset="long", dataset_dir=str(tmp_path), train_on_prompt=True)
     run = train(tmp_path, cfg, bnb_env)
     mems = [m for e in read_events(run) if e["kind"] == "step" for m in e["mem"].values()]
     assert mems and all(m["source"] == "live_tensors" for m in mems), mems

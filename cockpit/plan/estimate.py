@@ -243,18 +243,14 @@ def shard_group(run: RunSpec) -> int:
     return run.nproc_per_node if fsdp is not None and fsdp.strategy.startswith("hybrid") else run.world
 
 
-# PEFT's prepare_model_for_kbit_training (cockpit.train.model) casts every parameter it does not
-# quantize (embeddings, lm_head, norms) from bf16/fp16 to fp32, on a GPU and on the CPU alike
-KBIT_UNQUANTIZED_BYTES = 4
-
-
 def quantized_base_weights(run: RunSpec, d: Dims, counts: ParamCounts) -> tuple[float | None, str, str]:
-    """(bytes, formula, source) of a 4-/8-bit quantized base model; (None, "", "") when not quantized."""
+    """(bytes, formula, source) of a 4-/8-bit quantized base model; (None, "", "") when not quantized.
+    What bitsandbytes does not quantize (embeddings, lm_head, norms) keeps the run's dtype
+    (``cockpit.train.model.prepare_quantized_base``, LLaMA-Factory's way)."""
     total = counts.total
     linear = counts.layers * counts.layer_linear
-    rest = (
-        f" + {(total - linear) / 1e9:.3f}B embeddings/norms x {KBIT_UNQUANTIZED_BYTES} B (fp32 after k-bit preparation)"
-    )
+    kept = run.compute_bytes
+    rest = f" + {(total - linear) / 1e9:.3f}B embeddings/norms x {kept} B (not quantized, the run's dtype)"
     if run.quantization_bit == 4:
         per_param = nf4_bytes_per_param(run.double_quantization)
         formula = (
@@ -262,17 +258,17 @@ def quantized_base_weights(run: RunSpec, d: Dims, counts: ParamCounts) -> tuple[
             + rest
         )
         return (
-            linear * per_param + (total - linear) * KBIT_UNQUANTIZED_BYTES,
+            linear * per_param + (total - linear) * kept,
             formula,
-            "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256); PEFT's prepare_model_for_kbit_training",
+            "QLoRA paper sec. 3 (4-bit NF4, blocksize 64, double quant 256)",
         )
     if run.quantization_bit == 8:
         per_param = 1 + 4 / d.hidden  # int8 weight + one fp32 scale per output row (LLM.int8)
         formula = f"{linear / 1e9:.3f}B linear params x ~1 B (int8 + per-row scale)" + rest
         return (
-            linear * per_param + (total - linear) * KBIT_UNQUANTIZED_BYTES,
+            linear * per_param + (total - linear) * kept,
             formula,
-            "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row; PEFT's prepare_model_for_kbit_training",
+            "LLM.int8 (Dettmers et al. 2022): int8 weights, fp32 scale per row",
         )
     return None, "", ""
 
