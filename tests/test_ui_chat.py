@@ -152,7 +152,9 @@ def test_chat_main_path_real_worker(tmp_path, tiny_model_dir):
     (tmp_path / "expected.json").write_text(json.dumps(expected))
     child = subprocess.run(
         [sys.executable, __file__, str(run.parent), str(tmp_path / "expected.json")],
-        capture_output=True, text=True, cwd=ROOT, timeout=600, env=dict(os.environ, **env),
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        # a script's sys.path starts at tests/: the repository root too, for ``tests.test_ui_pilot``
+        env=dict(os.environ, **env, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))),
     )
     assert child.returncode == 0 and child.stdout.startswith("ok"), child.stdout[-3000:] + child.stderr[-5000:]
     print(child.stdout)
