@@ -74,59 +74,17 @@ COMMON = {
     "use_cpu": True,
     "seed": 42,
 }
+_LORA = {"finetuning_type": "lora", "lora_rank": 8, "lora_target": "all"}
+_EN_ZH = {"dataset": "bench_en,bench_zh", "max_samples": 100, "cutoff_len": 256, "max_steps": 20}  # the issue-16 job
+_EN_LONG = {"dataset": "bench_en", "max_samples": 200, "cutoff_len": 1024}  # short varied samples, cutoff 1024
 SHAPES = {
-    "lora": {
-        "dataset": "bench_en,bench_zh",
-        "max_samples": 100,
-        "cutoff_len": 256,
-        "finetuning_type": "lora",
-        "lora_rank": 8,
-        "lora_target": "all",
-        "bf16": True,
-        "max_steps": 20,
-    },
+    "lora": {**_EN_ZH, **_LORA, "bf16": True},
     # the lora job in fp32: for CPUs without AVX512-BF16 / AMX, where bf16 autocast is emulated
     # (~190 s a step against ~7 s in fp32 on such a 2-core box): ratios of the bf16 shape mean nothing there
-    "lora-fp32": {
-        "dataset": "bench_en,bench_zh",
-        "max_samples": 100,
-        "cutoff_len": 256,
-        "finetuning_type": "lora",
-        "lora_rank": 8,
-        "lora_target": "all",
-        "bf16": False,
-        "max_steps": 20,
-    },
-    "full": {
-        "dataset": "bench_en,bench_zh",
-        "max_samples": 100,
-        "cutoff_len": 256,
-        "finetuning_type": "full",
-        "bf16": False,
-        "max_steps": 20,
-    },
-    # short varied samples: alpaca_en only, cutoff 1024
-    "short": {
-        "dataset": "bench_en",
-        "max_samples": 200,
-        "cutoff_len": 1024,
-        "finetuning_type": "lora",
-        "lora_rank": 8,
-        "lora_target": "all",
-        "bf16": False,
-        "max_steps": 20,
-    },
-    "packing": {
-        "dataset": "bench_en",
-        "max_samples": 200,
-        "cutoff_len": 1024,
-        "finetuning_type": "lora",
-        "lora_rank": 8,
-        "lora_target": "all",
-        "bf16": False,
-        "num_train_epochs": 1.0,
-        "packing": True,
-    },
+    "lora-fp32": {**_EN_ZH, **_LORA, "bf16": False},
+    "full": {**_EN_ZH, "finetuning_type": "full", "bf16": False},
+    "short": {**_EN_LONG, **_LORA, "bf16": False, "max_steps": 20},
+    "packing": {**_EN_LONG, **_LORA, "bf16": False, "num_train_epochs": 1.0, "packing": True},
 }
 # --same-settings: LLaMA-Factory's defaults written into the YAML, so Cockpit runs them too
 # (gradient checkpointing on, reentrant; padded batches) instead of its own (off; padding-free)

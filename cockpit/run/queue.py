@@ -385,6 +385,8 @@ def next_entries(runs_dir: Path, inventory: list[str]) -> list[dict[str, Any]] |
         queued = [e for e in data["entries"] if e["state"] == "queued"]
         if not data["entries"]:
             return None
+        if not queued:  # only runs in flight: nothing to fit, no run dirs to read
+            return []
         # a host without GPUs: each entry needs the whole host and the queue's own runs hold it
         held = held_gpus(runs_dir, inventory) if inventory else [[] for _ in active]
         needs: list[int | str] = [entry_need(e) if inventory else ALL for e in queued]
