@@ -1,8 +1,10 @@
 """Validate the memory planner against real training steps on this CPU.
 
 For each point of a grid (tiny random Llama and the SmolLM2-135M size; LoRA / full; gradient
-checkpointing off / on; micro-batch 1 / 4; cutoff 128 / 512) this runs the real HF Trainer
-(forward with labels, backward, fused AdamW step, grad clipping; fp32 on CPU) and measures
+checkpointing off / on; micro-batch 1 / 4; cutoff 128 / 512) this runs the training rank's
+``CockpitTrainer`` (its chunked loss on labelled positions) over the rank's model (per-sample SDPA
+for padding-free rows, its LoRA adapter) and HF's training loop (forward with labels, backward,
+fused AdamW step, grad clipping; fp32 on CPU), and measures
 the peak of live tensor bytes with ``cockpit.plan.measure.live_tensor_bytes``: a
 TorchDispatchMode that sees every op below autograd (forward, the backward the engine runs,
 the optimizer) and counts each output's storage once, freed when a weakref on the storage
@@ -52,6 +54,15 @@ def model_sources(tmp: str) -> dict[str, str]:
     return {"tiny": tiny_dir, "smollm2": smol}
 
 
+def rank_prepare(run_cfg: dict, skip_cast: bool = True):
+    """The training rank's model over a base (``cockpit.train.model.over_base``); ``skip_cast``
+    False: PEFT's fp32 copy of each adapted input is kept (as PEFT and LLaMA-Factory run)."""
+    from cockpit.config.schema import default_config
+    from cockpit.train.model import over_base
+
+    return over_base({**default_config(), **run_cfg}, peft_input_cast=not skip_cast)
+
+
 def grid(quick: bool) -> list[tuple[str, str, bool, int, int]]:
     pts = []
     for model in ("tiny", "smollm2"):
@@ -75,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cockpit.plan import plan
     from cockpit.plan.measure import measure_training_peak
+    from cockpit.train.trainer import CockpitTrainer
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     rows = []
@@ -86,9 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         print("-" * len(hdr))
         for model, ft, ck, mb, s in grid(args.quick):
             cfg = {"model_name_or_path": srcs[model], "finetuning_type": ft, "gradient_checkpointing": ck,
-                   "per_device_train_batch_size": mb, "cutoff_len": s, "lora_rank": 8, "lora_target": "all"}
+                   "per_device_train_batch_size": mb, "cutoff_len": s, "lora_rank": 8, "lora_alpha": 16,
+                   "lora_target": "all"}
             t0 = time.time()
-            meas = measure_training_peak(srcs[model], cfg, steps=2)["peak_bytes"]
+            meas = measure_training_peak(
+                srcs[model], cfg, steps=2, prepare=rank_prepare(cfg), trainer_class=CockpitTrainer
+            )["peak_bytes"]
             est = plan(cfg).estimate
             pred = est.tensor_peak
             err = 100.0 * (pred / meas - 1.0)

@@ -245,7 +245,10 @@ def test_the_logits_term_is_one_chunk_where_training_chunks_the_loss():
         return est.components["logits"], est
 
     chunked, est = logits()
-    assert chunked == 12 * 128256 * CHUNK  # 3 x 4 B x vocab x one chunk
+    # a frozen head: one chunk's fp32 logits, made their own gradient in place, and a bf16 copy
+    assert chunked == (4 + 2) * 128256 * CHUNK
+    # a trained head (full fine-tuning) also makes the head's gradient: 3 x 4 B x vocab x one chunk
+    assert logits(finetuning_type="full")[0] == 12 * 128256 * CHUNK
     assert est.peak < 20 * GiB
     full, _ = logits(enable_liger_kernel=False, fsdp="full_shard auto_wrap", nproc_per_node=2)
     assert full == 12 * 128256 * 4096  # FSDP2 shards the head: HF's loss on every position

@@ -35,6 +35,13 @@ def test_real_training_peak_within_15_percent(tmp_path, ft):
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     cfg = {"model_name_or_path": str(tmp_path), "finetuning_type": ft, "cutoff_len": 64,
            "per_device_train_batch_size": 2}
-    measured = measure_training_peak(str(tmp_path), cfg, steps=2)["peak_bytes"]
+    from cockpit.config.schema import default_config
+    from cockpit.train.model import over_base
+    from cockpit.train.trainer import CockpitTrainer
+
+    # the rank's model and trainer (its chunked loss, per-sample attention), which the planner counts
+    measured = measure_training_peak(
+        str(tmp_path), cfg, steps=2, prepare=over_base({**default_config(), **cfg}), trainer_class=CockpitTrainer
+    )["peak_bytes"]
     predicted = estimate_config(cfg)[1].tensor_peak
     assert abs(predicted / measured - 1) < 0.15, (predicted, measured)

@@ -105,10 +105,13 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     """Activation bytes *per token* (Korthikanti-style accounting adapted to HF Llama)."""
     c = run.compute_bytes
     h, i, qd, kvd, a = d.hidden, d.intermediate, d.q_dim, d.kv_dim, d.heads
-    # packing: one row of up to micro_batch x cutoff_len tokens; SDPA/eager attend over the whole
-    # row through transformers' block-diagonal bool mask (T x T, one for all layers), fa2 is varlen
+    # packing: one row of up to micro_batch x cutoff_len tokens; transformers builds its block-diagonal
+    # bool mask (T x T, one for all layers) unless fa2 (varlen). SDPA runs once per sample
+    # (cockpit.train.packed_attention: causal, no mask, k/v not repeated, the outputs concatenated);
+    # eager attends over the whole row through the mask.
     s = run.micro_batch * run.cutoff_len if run.packing else run.cutoff_len
     packed_mask = run.packing and run.attn != "fa2"
+    per_sample = run.packing and run.attn == "sdpa"
     plain = run.zero is None and run.fsdp is None
     full = run.finetuning_type == "full"
     # With torch.autocast and fp32 trainable weights (full FT outside DeepSpeed/FSDP), the embedding
@@ -124,6 +127,8 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     if run.attn == "eager":
         kv_eff = qd  # repeat_kv to all heads
         attn = c * (qd + 2 * kv_eff + qd) + 4 * a * s + (c * a * s if c != 4 else 0) + c * qd
+    elif per_sample:  # q, k, v, each sample's output and their concatenation (o_proj's input), logsumexp
+        attn = c * (qd + 2 * kvd + qd + qd) + 4 * a
     else:
         kv_eff = qd if (run.attn == "sdpa" and mask) else kvd  # enable_gqa only without a mask
         attn = c * (qd + 2 * kv_eff + qd) + 4 * a  # q, k, v, output (= o_proj input), logsumexp
@@ -134,19 +139,25 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
     layer = 2 * per_norm + autocast_copies + attn + mlp + lora + 2 * 4  # + two rsqrt values
     ckpt_layer = nb * h  # checkpointing keeps each layer's input only
     lm_head_trains = full
-    nonlayer = 4 * h + ((nb * h + nb * h) if lm_head_trains else 0) + 2 * d.head_dim * 4 + 16
-    nonlayer += s if packed_mask else 0  # the packed row's T x T bool mask: T bytes per token
+    # once the head and the final norm have run backward (the recompute of the last layer on), only
+    # RoPE's cos/sin, the packed row's T x T bool mask (T bytes per token) and a few scalars are left
+    nonlayer_in_backward = 2 * d.head_dim * 4 + 16 + (s if packed_mask else 0)
+    nonlayer = 4 * h + ((nb * h + nb * h) if lm_head_trains else 0) + nonlayer_in_backward
     # logits: at the start of backward the fp32 log_softmax (saved), its gradient and the gradient of
     # the logits are alive together: 3 x 4 B x vocab (the forward's logits + fp32 copy are fewer).
     logits = 12 * d.vocab
     if run.liger:  # Liger's fused linear cross-entropy: chunks of tokens, the fp32 logits never exist whole
         logits = 0
-    # backward of one layer: gradient of the hidden state in and out, MLP-sized gradient buffers
-    bwd_transient = c * (2 * h + 3 * i) + (4 * a * s if run.attn == "eager" else 0)
+    # backward of one layer: gradient of the hidden state in and out, and at the MLP's peak three
+    # MLP-sized gradients (down_proj's input gradient, or with LoRA its base and adapter parts and
+    # their sum; then those of silu(gate) and up) while down_proj's input, already used, is freed:
+    # 3 new minus 1 saved (bench/lora_layer_memory.py at Llama-3.1-8B's width)
+    bwd_transient = c * (2 * h + 2 * i) + (4 * a * s if run.attn == "eager" else 0)
     return {
         "layer": layer,
         "ckpt_layer": ckpt_layer,
         "nonlayer": nonlayer,
+        "nonlayer_in_backward": nonlayer_in_backward,
         "logits": logits,
         "bwd_transient": bwd_transient,
     }
@@ -484,6 +495,7 @@ class Activations:
     saved_layers: float  # saved activations of those layers (bytes)
     formula: str  # how ``saved_layers`` is computed
     outside_layers: float  # embeddings, final norm, rotary tables
+    outside_in_backward: float  # what of those is left once the head and final norm ran backward
     logits: float  # fp32 logits / loss buffers
     autocast_copies: float  # half copies of fp32 trainable weights under torch.autocast
     dequant: float  # one dequantized weight of a quantized base model
@@ -493,6 +505,18 @@ class Activations:
 def chunked_loss_why_not(run: RunSpec, d: Dims) -> str:
     """Why training builds the full logits of a micro-batch ("" when the chunked loss applies)."""
     return run.chunked_loss_off or model_why_not(d.model_type, d.logits_scaled_by)
+
+
+def chunk_logit_bytes(run: RunSpec) -> int:
+    """Bytes per vocabulary entry and position of the chunked loss's one chunk. A frozen head (the
+    gradient made in forward): its fp32 logits, exp'd and made their own gradient in place, and beside
+    them the head's half-precision matmul output (before the fp32 copy) or the gradient's half copy
+    (before its matmul) under bf16/fp16. A trained head (full fine-tuning): 3 x 4 B, which also covers
+    the head's weight gradient made when backward starts (bench/memory_fit.py: within 4 %)."""
+    if run.finetuning_type == "full" and run.badam is None:
+        return 12
+    c = run.compute_bytes
+    return 4 + (c if c != 4 else 0)
 
 
 def logit_positions(run: RunSpec, d: Dims, tokens: int) -> int:
@@ -537,7 +561,13 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
         saved_layers=saved,
         formula=formula,
         outside_layers=per_token["nonlayer"] * tokens,
-        logits=4.0 * tokens if run.stage == "rm" else per_token["logits"] * logit_positions(run, d, tokens),
+        outside_in_backward=per_token["nonlayer_in_backward"] * tokens,
+        logits=4.0 * tokens
+        if run.stage == "rm"
+        else (
+            (chunk_logit_bytes(run) * d.vocab if not chunked_loss_why_not(run, d) else per_token["logits"])
+            * logit_positions(run, d, tokens)
+        ),
         autocast_copies=autocast,
         dequant=counts.max_linear * c if run.quantization_bit else 0.0,
         host=host,
@@ -596,7 +626,7 @@ def step_moments(run: RunSpec, d: Dims, counts: ParamCounts, acts: Activations, 
         moments["recompute (first layer of backward)"] = (
             step.resident
             + a.saved_layers
-            + a.outside_layers
+            + a.outside_in_backward
             + step.one_layer
             + max(step.kept_grads, head_grads)
             + a.autocast_copies
@@ -663,16 +693,20 @@ def backward_start_terms(run: RunSpec, d: Dims, acts: Activations, step: _StepMe
         Term(
             "logits / loss",
             a.logits,
-            f"3 x 4 B x vocab {d.vocab} x {CHUNK} positions: the chunked loss's one chunk (fp32 logits, their "
-            f"softmax and gradient, recomputed in backward), not {tokens} tokens",
+            f"{chunk_logit_bytes(run)} B x vocab {d.vocab} x {CHUNK} positions: the chunked loss's one chunk "
+            f"(fp32 logits made their own gradient in place, a half-precision copy), not {tokens} tokens",
             "cockpit.train.chunked_loss (torchtune's CEWithChunkedOutputLoss, TRL's chunked_nll)",
         )
         if run.stage != "rm" and not chunked_loss_why_not(run, d) and tokens > CHUNK
         else Term(
             "logits / loss",
             a.logits,
-            f"3 x 4 B x vocab {d.vocab} x {min(tokens, CHUNK) if not chunked_loss_why_not(run, d) else tokens} "
-            "tokens (fp32 log_softmax, its grad, grad of logits)",
+            (
+                f"{chunk_logit_bytes(run)} B x vocab {d.vocab} x {tokens} tokens (the chunked loss: fp32 logits "
+                "made their own gradient in place, a half-precision copy)"
+                if not chunked_loss_why_not(run, d)
+                else f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)"
+            ),
             "HF ForCausalLMLoss upcasts logits to fp32",
         )
         if run.stage != "rm"
@@ -699,7 +733,7 @@ def recompute_terms(total: float, run: RunSpec, acts: Activations, step: _StepMe
     """Peak terms while the last layer is recomputed (gradient checkpointing); ``total`` is the moment's bytes."""
     c, a = run.compute_bytes, acts
     grads_so_far = total - (
-        step.resident + a.saved_layers + a.outside_layers + step.one_layer + a.autocast_copies + a.dequant
+        step.resident + a.saved_layers + a.outside_in_backward + step.one_layer + a.autocast_copies + a.dequant
     )
     out = [
         Term(
@@ -711,7 +745,7 @@ def recompute_terms(total: float, run: RunSpec, acts: Activations, step: _StepMe
         ),
         Term(
             "activations",
-            a.saved_layers + a.outside_layers + step.one_layer,
+            a.saved_layers + a.outside_in_backward + step.one_layer,
             a.formula + f" + the layer being recomputed and its backward buffers, {a.tokens} tokens",
             ACTIVATION_SOURCE.format(attn=run.attn),
         ),
@@ -788,12 +822,22 @@ def planner_notes(run: RunSpec) -> list[str]:
             + (
                 "fa2 attends per sample (varlen)"
                 if run.attn == "fa2"
-                else f"{run.attn} attends through a {tokens}x{tokens} block-diagonal mask"
+                else (
+                    "sdpa runs once per sample (causal, k/v not repeated); transformers still builds the "
+                    f"row's {tokens}x{tokens} bool mask"
+                    if run.attn == "sdpa"
+                    else f"{run.attn} attends through a {tokens}x{tokens} block-diagonal mask"
+                )
             )
         )
     elif run.micro_batch > 1 and run.attn == "sdpa":
         notes.append(
             "micro-batch > 1: padded batches carry a mask, so SDPA repeats k/v to all heads and keeps a float mask per layer"
+        )
+    if run.offload_checkpoints and run.gradient_checkpointing:
+        notes.append(
+            "use_unsloth_gc: each checkpointed layer's input waits in host memory (CPU memory per rank), "
+            "one at a time back on the device for its recompute"
         )
     if run.cutoff_len > 8192 and run.attn == "eager":
         notes.append("eager attention at long cutoff: the a*s^2 softmax dominates; use sdpa or fa2")

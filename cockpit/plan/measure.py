@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cockpit.data.padding import padding_free
@@ -101,9 +101,18 @@ def live_tensor_bytes(cap: int | None = None):
 
 
 def measure_training_peak(
-    model_dir_or_cfg: Any, config: Mapping[str, Any], *, steps: int = 2, seed: int = 0, warmup_len: int | None = 16
+    model_dir_or_cfg: Any,
+    config: Mapping[str, Any],
+    *,
+    steps: int = 2,
+    seed: int = 0,
+    warmup_len: int | None = 16,
+    prepare: Callable[[Any], Any] | None = None,
+    trainer_class: Any = None,
 ) -> dict[str, Any]:
-    """Peak live tensor bytes over ``steps`` optimizer steps of the real HF Trainer on CPU (fp32).
+    """Peak live tensor bytes over ``steps`` optimizer steps of the real HF Trainer on CPU (fp32;
+    with ``bf16: true`` in ``config``, the training rank's mixed precision: bf16 weights, fp32
+    adapters, torch.autocast).
 
     ``model_dir_or_cfg``: a folder with config.json (+ weights, loaded if present) or a config dict
     (random init). ``config``: the run keys the planner reads (finetuning_type, lora_rank,
@@ -115,6 +124,11 @@ def measure_training_peak(
     ``warmup_len``: the first optimizer step runs on sequences this short (its job is only to
     create the AdamW states, which the later full-length steps then carry); the batches are
     fed in order. None: every step at cutoff_len.
+
+    ``prepare``: builds the trained model from the base instead of the plain LoRA wrap (a bench
+    passes the training rank's own adapter and attention setup; this layer cannot import it).
+    ``trainer_class``: the Trainer subclass to run (a bench passes the rank's ``CockpitTrainer``,
+    whose chunked loss the planner counts); HF's ``Trainer`` when None.
     """
     import contextlib
     import gc
@@ -125,7 +139,11 @@ def measure_training_peak(
 
     torch.manual_seed(seed)
     model = _fp32_model(model_dir_or_cfg, str(config.get("flash_attn", "auto")))
-    if config.get("finetuning_type", "lora") == "lora":
+    if config.get("bf16"):  # the frozen base in bf16; PEFT keeps the adapters fp32 (autocast_adapter_dtype)
+        model = model.to(torch.bfloat16)
+    if prepare is not None:
+        model = prepare(model)
+    elif config.get("finetuning_type", "lora") == "lora":
         model = _with_lora(model, config)
     # SFT's packing (auto or asked): one padding-free row per micro-batch, as the training rank's
     packed = str(config.get("stage") or "sft") == "sft" and padding_free({"cutoff_len": 1024, **config})
@@ -133,7 +151,9 @@ def measure_training_peak(
         model.config.vocab_size, config, steps=steps, seed=seed, warmup_len=warmup_len, padded=not packed
     )
     with tempfile.TemporaryDirectory() as out:
-        trainer = _in_order_trainer(model, rows, config, steps=steps, seed=seed, output_dir=out, packed=packed)
+        trainer = _in_order_trainer(
+            model, rows, config, steps=steps, seed=seed, output_dir=out, packed=packed, base=trainer_class
+        )
         gc.collect()
         mode = live_tensor_bytes()
         with mode:
@@ -232,6 +252,7 @@ def _in_order_trainer(
     seed: int,
     output_dir: str,
     packed: bool = False,
+    base: Any = None,
 ) -> Any:
     """An HF Trainer over ``rows`` in their order (no shuffling), CPU, no saving or logging;
     ``packed``: each micro-batch one padding-free row (the training rank's collator)."""
@@ -245,7 +266,9 @@ def _in_order_trainer(
         def __getitem__(self, i: int) -> dict:
             return rows[i]
 
-    class _InOrder(Trainer):
+    trainer_base: type[Any] = base or Trainer
+
+    class _InOrder(trainer_base):  # type: ignore[misc,valid-type]  # the rank's Trainer subclass, or HF's
         def _get_train_sampler(self, *a: Any, **k: Any) -> Any:
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
@@ -268,6 +291,7 @@ def _in_order_trainer(
         disable_tqdm=True,
         dataloader_num_workers=0,
         gradient_checkpointing=bool(config.get("gradient_checkpointing", False)),
+        bf16=bool(config.get("bf16", False)),
         seed=seed,
         **optimizer,
     )
@@ -275,5 +299,9 @@ def _in_order_trainer(
     if packed:
         from transformers import DataCollatorWithFlattening
 
-        collator = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+        from cockpit.data.packing import reads_sample_bounds
+
+        collator = DataCollatorWithFlattening(  # the rank's (cockpit.data.packing.build_collator)
+            return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=reads_sample_bounds(model)
+        )
     return _InOrder(model=model, args=args, train_dataset=_Rows(), data_collator=collator)

@@ -98,11 +98,24 @@ def _chunk_logits(hidden: Any, weight: Any, bias: Any) -> Any:
     return logits.float()
 
 
+def _lse_exp_(logits: Any) -> tuple[Any, Any]:
+    """Each row's logsumexp of a chunk's fp32 logits, which are overwritten by ``exp(logits - row max)``
+    (returned second: their row sums are the softmax's denominators). One fp32 buffer per chunk:
+    ``torch.logsumexp`` allocates a second one for ``logits - max``."""
+    top = logits.amax(dim=1, keepdim=True)
+    sums = logits.sub_(top).exp_().sum(dim=1)
+    return sums.log().add_(top.squeeze(1)), sums
+
+
 def _softmax_minus_one_hot_(logits: Any, lse: Any, targets: Any, scale: Any, weights: Any) -> Any:
     """The gradient of ``lse - logits[target]`` with respect to a chunk's fp32 logits, made in place of
     them: ``(softmax - one_hot(target)) x scale`` per row (``scale``: 0 on ignored rows), times each
     row's weight when given (the weights are constants: d(w x loss) = w x d(loss))."""
-    grad = logits.sub_(lse.unsqueeze(1)).exp_()
+    return _minus_one_hot_(logits.sub_(lse.unsqueeze(1)).exp_(), targets, scale, weights)
+
+
+def _minus_one_hot_(grad: Any, targets: Any, scale: Any, weights: Any) -> Any:
+    """``(softmax - one_hot(target)) x scale (x weights)`` made in place of the chunk's softmax ``grad``."""
     grad.scatter_add_(1, targets.clamp(min=0).unsqueeze(1), torch.full_like(grad[:, :1], -1.0))
     if weights is not None:
         scale = scale * weights
@@ -136,8 +149,12 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 logits = _chunk_logits(h[start : start + chunk], w, b)
                 t = targets[start : start + chunk]
                 keep = t != IGNORE
-                lse[start : start + chunk] = row_lse = torch.logsumexp(logits, dim=-1)
                 picked = logits.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
+                if row_weights is None:  # the logits are not read again: exp'd in place
+                    row_lse, sums = _lse_exp_(logits)
+                else:  # the weighting reads the chunk's logits
+                    row_lse, sums = torch.logsumexp(logits, dim=-1), None
+                lse[start : start + chunk] = row_lse
                 row_loss = row_lse - picked
                 weights = None
                 if row_weights is not None:
@@ -145,7 +162,12 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                     row_loss = row_loss * weights
                 total += torch.where(keep, row_loss, 0.0).sum()
                 if grad_now:  # the logits become their own gradient, for an incoming gradient of 1
-                    grad = _softmax_minus_one_hot_(logits, row_lse, t, torch.where(keep, 1.0, 0.0), weights)
+                    scale = torch.where(keep, 1.0, 0.0)
+                    grad = (
+                        _minus_one_hot_(logits.div_(sums.unsqueeze(1)), t, scale, weights)
+                        if sums is not None
+                        else _softmax_minus_one_hot_(logits, row_lse, t, scale, weights)
+                    )
                     if grad_b is not None:
                         grad_b += grad.sum(0)
                     grad_h[start : start + chunk] = grad.to(dtype) @ w

@@ -78,10 +78,7 @@ def build_model(
     if cfg["quantization_bit"]:
         prepare_quantized_base(model, cfg)
     if cfg["finetuning_type"] == "lora":
-        model = with_lora_adapter(model, cfg, new_token_ids, task_type="SEQ_CLS" if value_head else "CAUSAL_LM")
-        if trainable_in_fp32(cfg):
-            upcast_trainable(model)
-        return model
+        return lora_model(model, cfg, new_token_ids, task_type="SEQ_CLS" if value_head else "CAUSAL_LM")
     if cfg["finetuning_type"] == "oft":
         model = with_oft_adapter(model, cfg)
         if trainable_in_fp32(cfg):
@@ -94,6 +91,45 @@ def build_model(
 
             train_embedding_rows(model)
     return model
+
+
+def lora_model(
+    model,
+    cfg: Mapping[str, Any],
+    new_token_ids: list[int] | None = None,
+    task_type: str = "CAUSAL_LM",
+    peft_input_cast: bool = False,
+):
+    """The base with its LoRA adapter as training runs it: the adapter (:func:`with_lora_adapter`), its
+    trainable parameters in fp32 where training keeps them so, and no fp32 copy of each adapted input
+    under autocast (:mod:`cockpit.train.adapter_input_cast`; ``peft_input_cast``: PEFT's copies kept,
+    as PEFT and LLaMA-Factory run, for a benchmark)."""
+    from cockpit.train.adapter_input_cast import skip_cast_under_autocast
+
+    model = with_lora_adapter(model, cfg, new_token_ids, task_type=task_type)
+    if trainable_in_fp32(cfg):
+        upcast_trainable(model)
+    if not peft_input_cast:
+        skip_cast_under_autocast(model)
+    return model
+
+
+def over_base(cfg: Mapping[str, Any], peft_input_cast: bool = False) -> Any:
+    """``base -> the model training steps``, for a base built elsewhere (a random one, to measure its
+    memory: ``cockpit.plan.measure``'s ``prepare``): per-sample SDPA for padding-free SFT rows and,
+    for LoRA, :func:`lora_model`. ``cfg``: a full config (defaults filled in)."""
+    from cockpit.data.padding import padding_free
+    from cockpit.train.packed_attention import use_for_padding_free
+
+    if cfg.get("lora_alpha") is None:  # the loader's default (cockpit.config.load): twice the rank
+        cfg = {**cfg, "lora_alpha": 2 * cfg["lora_rank"]}
+
+    def prepare(model: Any) -> Any:
+        if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
+            use_for_padding_free(model)
+        return lora_model(model, cfg, peft_input_cast=peft_input_cast) if cfg["finetuning_type"] == "lora" else model
+
+    return prepare
 
 
 def prepare_quantized_base(model: Any, cfg: Mapping[str, Any]) -> None:
