@@ -41,7 +41,11 @@ def test_real_training_peak_within_15_percent(tmp_path, ft):
 
     # the rank's model and trainer (its chunked loss, per-sample attention), which the planner counts
     measured = measure_training_peak(
-        str(tmp_path), cfg, steps=2, prepare=over_base({**default_config(), **cfg}), trainer_class=CockpitTrainer
+        str(tmp_path),
+        cfg,
+        steps=2,
+        prepare=over_base({**default_config(), **cfg, "lora_alpha": 16}),
+        trainer_class=CockpitTrainer,
     )["peak_bytes"]
     predicted = estimate_config(cfg)[1].tensor_peak
     assert abs(predicted / measured - 1) < 0.15, (predicted, measured)

@@ -519,6 +519,15 @@ def chunk_logit_bytes(run: RunSpec) -> int:
     return 4 + (c if c != 4 else 0)
 
 
+def chunk_logit_words(run: RunSpec) -> str:
+    """What :func:`chunk_logit_bytes` counts, in words."""
+    if chunk_logit_bytes(run) == 12:
+        return "fp32 logits made their own gradient in place, the head's weight gradient"
+    return "fp32 logits made their own gradient in place" + (
+        ", a half-precision copy" if run.compute_bytes != 4 else ""
+    )
+
+
 def logit_positions(run: RunSpec, d: Dims, tokens: int) -> int:
     """Positions whose fp32 logits are alive at once: one chunk under the chunked loss, else every one."""
     return min(tokens, CHUNK) if not chunked_loss_why_not(run, d) else tokens
@@ -694,7 +703,7 @@ def backward_start_terms(run: RunSpec, d: Dims, acts: Activations, step: _StepMe
             "logits / loss",
             a.logits,
             f"{chunk_logit_bytes(run)} B x vocab {d.vocab} x {CHUNK} positions: the chunked loss's one chunk "
-            f"(fp32 logits made their own gradient in place, a half-precision copy), not {tokens} tokens",
+            f"({chunk_logit_words(run)}), not {tokens} tokens",
             "cockpit.train.chunked_loss (torchtune's CEWithChunkedOutputLoss, TRL's chunked_nll)",
         )
         if run.stage != "rm" and not chunked_loss_why_not(run, d) and tokens > CHUNK
@@ -702,8 +711,8 @@ def backward_start_terms(run: RunSpec, d: Dims, acts: Activations, step: _StepMe
             "logits / loss",
             a.logits,
             (
-                f"{chunk_logit_bytes(run)} B x vocab {d.vocab} x {tokens} tokens (the chunked loss: fp32 logits "
-                "made their own gradient in place, a half-precision copy)"
+                f"{chunk_logit_bytes(run)} B x vocab {d.vocab} x {tokens} tokens (the chunked loss: "
+                f"{chunk_logit_words(run)})"
                 if not chunked_loss_why_not(run, d)
                 else f"3 x 4 B x vocab {d.vocab} x {tokens} tokens (fp32 log_softmax, its grad, grad of logits)"
             ),
@@ -819,16 +828,11 @@ def planner_notes(run: RunSpec) -> list[str]:
         tokens = run.micro_batch * run.cutoff_len
         notes.append(
             f"packing: each micro-batch is one row of up to {tokens} tokens (the samples' own lengths, no padding); "
-            + (
-                "fa2 attends per sample (varlen)"
-                if run.attn == "fa2"
-                else (
-                    "sdpa runs once per sample (causal, k/v not repeated); transformers still builds the "
-                    f"row's {tokens}x{tokens} bool mask"
-                    if run.attn == "sdpa"
-                    else f"{run.attn} attends through a {tokens}x{tokens} block-diagonal mask"
-                )
-            )
+            + {
+                "fa2": "fa2 attends per sample (varlen)",
+                "sdpa": "sdpa runs once per sample (causal, k/v not repeated); transformers still builds the "
+                f"row's {tokens}x{tokens} bool mask",
+            }.get(run.attn, f"{run.attn} attends through a {tokens}x{tokens} block-diagonal mask")
         )
     elif run.micro_batch > 1 and run.attn == "sdpa":
         notes.append(

@@ -28,24 +28,21 @@ from typing import Any
 
 def skip_cast_under_autocast(model: Any) -> int:
     """Hook every plain, dropout-free LoRA layer of ``model``; returns how many were hooked."""
+    plain = [module for module in model.modules() if _plain_lora(module)]
+    for module in plain:
+        module.register_forward_pre_hook(_cast_only_outside_autocast)
+    return len(plain)
+
+
+def _plain_lora(module: Any) -> bool:
     import torch
 
-    hooked = 0
-    for module in model.modules():
-        if not _plain_lora(module, torch.nn.Identity):
-            continue
-        module.register_forward_pre_hook(_cast_only_outside_autocast)
-        hooked += 1
-    return hooked
-
-
-def _plain_lora(module: Any, identity: type) -> bool:
     dropouts = getattr(module, "lora_dropout", None)
-    if not hasattr(module, "cast_input_dtype_enabled") or not hasattr(module, "lora_A") or dropouts is None:
+    if not hasattr(module, "cast_input_dtype_enabled") or not hasattr(module, "lora_A") or not dropouts:
         return False
     if getattr(module, "lora_variant", None):  # DoRA and the other variants use x beyond lora_A
         return False
-    return len(dropouts) > 0 and all(isinstance(d, identity) for d in dropouts.values())
+    return all(isinstance(d, torch.nn.Identity) for d in dropouts.values())
 
 
 def _cast_only_outside_autocast(module: Any, args: tuple[Any, ...]) -> None:

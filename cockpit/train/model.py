@@ -32,8 +32,6 @@ def build_model(
     :mod:`cockpit.train.sharded_load`."""
     from transformers import AutoModelForCausalLM, set_seed
 
-    from cockpit.data.padding import padding_free
-    from cockpit.train.packed_attention import use_for_padding_free
     from cockpit.train.variants import model_load_kwargs, upcast
 
     # before the base is built: the tokenizer loaded for it is freed (and its heap returned) while
@@ -70,8 +68,7 @@ def build_model(
 
     trace(f"build_model: base ({load})")
     model.config.use_cache = False
-    if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
-        use_for_padding_free(model)  # SDPA once per packed sample (cockpit.train.packed_attention)
+    attend_per_sample(model, cfg)
     new_token_ids = grown_vocabulary(model, cfg, tokenizer, load)  # add_tokens / add_special_tokens / resize_vocab
     del tokenizer
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
@@ -117,19 +114,22 @@ def lora_model(
 def over_base(cfg: Mapping[str, Any], peft_input_cast: bool = False) -> Any:
     """``base -> the model training steps``, for a base built elsewhere (a random one, to measure its
     memory: ``cockpit.plan.measure``'s ``prepare``): per-sample SDPA for padding-free SFT rows and,
-    for LoRA, :func:`lora_model`. ``cfg``: a full config (defaults filled in)."""
-    from cockpit.data.padding import padding_free
-    from cockpit.train.packed_attention import use_for_padding_free
-
-    if cfg.get("lora_alpha") is None:  # the loader's default (cockpit.config.load): twice the rank
-        cfg = {**cfg, "lora_alpha": 2 * cfg["lora_rank"]}
+    for LoRA, :func:`lora_model`. ``cfg``: a full config (defaults filled in, lora_alpha set)."""
 
     def prepare(model: Any) -> Any:
-        if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
-            use_for_padding_free(model)
+        attend_per_sample(model, cfg)
         return lora_model(model, cfg, peft_input_cast=peft_input_cast) if cfg["finetuning_type"] == "lora" else model
 
     return prepare
+
+
+def attend_per_sample(model: Any, cfg: Mapping[str, Any]) -> None:
+    """SDPA once per packed sample (cockpit.train.packed_attention) for padding-free SFT rows."""
+    from cockpit.data.padding import padding_free
+    from cockpit.train.packed_attention import use_for_padding_free
+
+    if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
+        use_for_padding_free(model)
 
 
 def prepare_quantized_base(model: Any, cfg: Mapping[str, Any]) -> None:
