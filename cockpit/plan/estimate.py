@@ -326,15 +326,27 @@ def weights(
             formula = f"{frozen / 1e9:.3f}B frozen x {c} B + {trainable / 1e9:.3f}B trainable x 4 B"
         source = "trainable params upcast to fp32 (LLaMA-Factory), frozen in the load dtype"
     shards = weight_shards(run)
+    host_table = embedding_in_host_memory(run, d, counts)
+    if host_table:
+        size -= host_table
+        formula += f", of which the input embedding ({counts.embedding / 1e6:.1f}M params) in host memory"
     per_device = size / shards
-    host = 0.0
+    host = host_table
     if (zero is not None and zero.offload_param) or (fsdp is not None and fsdp.offload):
         host += per_device
         terms = [
             Term("weights", 0.0, formula + f", /{shards} sharded, offloaded to CPU", source, host_bytes=per_device)
         ]
     else:
-        terms = [Term("weights", per_device, formula + (f", / {shards} (sharded)" if shards > 1 else ""), source)]
+        terms = [
+            Term(
+                "weights",
+                per_device,
+                formula + (f", / {shards} (sharded)" if shards > 1 else ""),
+                source,
+                host_bytes=host_table,
+            )
+        ]
     if ft == "lora":
         # LoRA adapter weights (fp32, upcast by LLaMA-Factory; bf16 inside a DeepSpeed module)
         adapter_bytes = c if (zero is not None and run.mixed) else 4
@@ -356,6 +368,12 @@ def weights(
             )
         )
     return terms, host, shards
+
+
+def embedding_in_host_memory(run: RunSpec, d: Dims, counts: ParamCounts) -> float:
+    """Bytes of the input embedding a LoRA run keeps in host memory (cockpit.train.host_embedding;
+    the rule: cockpit.models.embedding_place), 0 when it stays on the device (tied to the LM head)."""
+    return counts.embedding * run.compute_bytes if (run.embedding_on_host and not d.tied) else 0.0
 
 
 @dataclass

@@ -96,13 +96,19 @@ def lora_model(
     new_token_ids: list[int] | None = None,
     task_type: str = "CAUSAL_LM",
     peft_input_cast: bool = False,
+    host_embedding: bool = True,
 ):
-    """The base with its LoRA adapter as training runs it: the adapter (:func:`with_lora_adapter`), its
+    """The base with its LoRA adapter as training runs it: the input embedding in host memory
+    (:mod:`cockpit.train.host_embedding`), the adapter (:func:`with_lora_adapter`), its
     trainable parameters in fp32 where training keeps them so, and no fp32 copy of each adapted input
     under autocast (:mod:`cockpit.train.adapter_input_cast`; ``peft_input_cast``: PEFT's copies kept,
-    as PEFT and LLaMA-Factory run, for a benchmark)."""
+    as PEFT and LLaMA-Factory run, for a benchmark; ``host_embedding=False``: the table on the device,
+    to compare)."""
     from cockpit.train.adapter_input_cast import skip_cast_under_autocast
+    from cockpit.train.host_embedding import keep_on_host
 
+    if host_embedding:  # where nothing trains it (placed_model logs it)
+        keep_on_host(model, cfg)
     model = with_lora_adapter(model, cfg, new_token_ids, task_type=task_type)
     if trainable_in_fp32(cfg):
         upcast_trainable(model)
@@ -498,6 +504,7 @@ def placed_model(
     wanted_shards = strategy_shards_load(**sharded_load.strategy_facts(cfg, sharded, world_size))
     whole_why = f": {weights.why_whole}" if (mode == "full" and wanted_shards and weights.why_whole) else ""
     log(f"model loaded ({LOAD_WORDS.get(mode, mode)}{whole_why})")
+    log_embedding_place(model, log)
     if not cfg.get("fsdp"):
         return model, CockpitTrainer
     from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
@@ -536,3 +543,17 @@ def placed_model(
     return model, sharded_load.fsdp2_full_resume(
         trainer_class(CockpitTrainer)
     )  # saves gather the sharded state dict first
+
+
+def log_embedding_place(model: Any, log) -> None:
+    """One line when the input embedding is in host memory (cockpit.train.host_embedding)."""
+    from cockpit.train.host_embedding import HostEmbedding
+
+    table = model.get_input_embeddings()
+    if isinstance(table, HostEmbedding):
+        weight = table.host_weight
+        size = weight.numel() * weight.element_size()
+        log(
+            f"input embedding in host memory ({size / 2**30:.2f} GiB off the device): "
+            "each forward copies only the rows it reads"
+        )
