@@ -4,7 +4,7 @@
 #   2. a bf16 LoRA run of the embedded model on the GPU; its probes must have run on cuda:N
 #   3. the planner's estimate beside the measured max_memory_allocated / max_memory_reserved
 #      (cockpit tune's real trial steps, micro-batches 1..8), as ratios; JSON in $OUT/memory.json
-#   4. cockpit tune meeting a real out-of-memory under a memory cap
+#   4. cockpit tune meeting a real out-of-memory under a memory cap (0.6 GiB)
 #   5. NVML (or amdsmi) telemetry events in the run's event log
 #   6. merge + export of the run
 # Prints a table; exits 1 when a step fails. Where no GPU is visible it prints one line and exits 0.
@@ -86,14 +86,16 @@ PY
 else row "planner vs measured memory" FAIL "see $OUT/tune.err"; fi
 
 # 4. cockpit tune meets a real out-of-memory under a cap
-cockpit tune "$TUNE" --memory-cap 1.0 --candidates 1,8 --steps 2 --json --out "$OUT/tuned-cap.yaml" > "$OUT/tune-cap.json" 2> "$OUT/tune-cap.err"
+# 0.6 GiB: measured on an H200 (2026-12-04), micro-batch 1 peaks at 0.43 GiB allocated and 8 at 0.75
+cockpit tune "$TUNE" --memory-cap 0.6 --candidates 1,8 --steps 2 --json --out "$OUT/tuned-cap.yaml" > "$OUT/tune-cap.json" 2> "$OUT/tune-cap.err"
 if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if any(t.get("oom") for t in d.get("trials", [])) else 1)' "$OUT/tune-cap.json" 2>/dev/null; then
-  row "tune meets a real OOM (1 GiB cap)" ok "caught, larger micro-batches not tried"
-else row "tune meets a real OOM (1 GiB cap)" FAIL "no out-of-memory recorded: see $OUT/tune-cap.json"; fi
+  row "tune meets a real OOM (0.6 GiB cap)" ok "caught, larger micro-batches not tried"
+else row "tune meets a real OOM (0.6 GiB cap)" FAIL "no out-of-memory recorded: see $OUT/tune-cap.json"; fi
 
 # 5. the GPU twins of the CPU tests (pytest -m gpu: fp16 LoRA through the GradScaler, QLoRA 4-bit steps
-#    with the doctor's Linear4bit smoke on the GPU, ...)
-if "$PY" -m pytest -q -p no:cacheprovider -m gpu tests > "$OUT/gpu_tests.txt" 2>&1; then
+#    with the doctor's Linear4bit smoke on the GPU, ...); GPU_CHECK_PYTEST=0 leaves them to the caller
+if [ "${GPU_CHECK_PYTEST:-1}" = "0" ]; then row "pytest -m gpu (GPU twins)" ok "left to the caller (GPU_CHECK_PYTEST=0)"
+elif "$PY" -m pytest -q -p no:cacheprovider -m gpu tests > "$OUT/gpu_tests.txt" 2>&1; then
   row "pytest -m gpu (GPU twins)" ok "$(tail -n 1 "$OUT/gpu_tests.txt")"
 else row "pytest -m gpu (GPU twins)" FAIL "see $OUT/gpu_tests.txt"; fi
 

@@ -91,7 +91,8 @@ def test_the_comm_probe_all_reduces_nccl_or_rccl_tensors_on_the_gpus(tmp_path):
 
 
 def test_tune_meets_a_real_out_of_memory_on_the_gpu(tmp_path, embedded_dir):
-    """A 1 GiB cap on the GPU: micro-batch 8 of the embedded model cannot fit, the OOM is caught in
+    """A 0.6 GiB cap on the GPU: micro-batch 8 of the embedded model cannot fit (an H200 measured 0.75 GiB
+    allocated for it, 0.43 for micro-batch 1; with a 1 GiB cap, since the chunked loss, it fit), the OOM is caught in
     the process and the tuned config keeps what fitted (gpu_check.sh's step 4, as a test)."""
     _gpus()
     cfg = yaml.safe_load((ROOT / "presets" / "cpu-demo.yaml").read_text())
@@ -109,7 +110,7 @@ def test_tune_meets_a_real_out_of_memory_on_the_gpu(tmp_path, embedded_dir):
         "tune",
         str(path),
         "--memory-cap",
-        "1.0",
+        "0.6",
         "--candidates",
         "1,8",
         "--steps",
@@ -121,7 +122,7 @@ def test_tune_meets_a_real_out_of_memory_on_the_gpu(tmp_path, embedded_dir):
     doc = json.loads(res.stdout)
     by_m = {t["micro_batch"]: t for t in doc["trials"]}
     assert by_m[8]["oom"] is True, doc
-    assert by_m[1]["oom"] is False and by_m[1]["peak_gb"] < 1.0, doc
+    assert by_m[1]["oom"] is False and by_m[1]["peak_gb"] < 0.6, doc
 
 
 def test_fsdp2_loads_its_shards_onto_the_gpus(tmp_path, tiny_model_dir):
@@ -186,8 +187,9 @@ def test_a_grpo_step_samples_scores_and_steps_on_the_gpu(tmp_path, tiny_model_di
 def test_offloaded_checkpoints_lower_the_allocated_peak_on_the_gpu():
     """``use_unsloth_gc`` on the device (CPU twin: tests/test_activation_offload.py, same gradients):
     a random 8-layer Llama, 8192 tokens, checkpointed; torch.cuda.max_memory_allocated of a forward +
-    backward drops by about the layers' saved inputs (8 x 8192 x 1024 x 2 B = 128 MiB), and the
-    gradients are the same."""
+    backward drops by about the layers' saved inputs (8 x 8192 x 1024 x 2 B = 128 MiB). The gradients
+    differ from the plain step's by no more than a second plain step's do: on a GPU the embedding's
+    backward adds repeated token rows with atomics, so two plain steps need not agree bit for bit."""
     _gpus()
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -207,7 +209,7 @@ def test_offloaded_checkpoints_lower_the_allocated_peak_on_the_gpu():
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     ids = torch.randint(0, 4096, (1, 8192), device="cuda")
     peaks, grads = [], []
-    for offload in (False, True):
+    for offload in (False, False, True):
         if offload:
             assert offload_checkpoints(model) >= 8
         model.zero_grad(set_to_none=True)
@@ -218,10 +220,12 @@ def test_offloaded_checkpoints_lower_the_allocated_peak_on_the_gpu():
         peaks.append(torch.cuda.max_memory_allocated())
         grads.append({n: p.grad.float().clone() for n, p in model.named_parameters()})
     saved_inputs = 8 * 8192 * 1024 * 2
-    print(f"max_memory_allocated: plain {peaks[0] / 2**20:.0f} MiB, offloaded {peaks[1] / 2**20:.0f} MiB")
-    assert peaks[0] - peaks[1] > 0.6 * saved_inputs, peaks
+    print(f"max_memory_allocated: plain {peaks[0] / 2**20:.0f} MiB, offloaded {peaks[2] / 2**20:.0f} MiB")
+    assert peaks[0] - peaks[2] > 0.6 * saved_inputs, peaks
     for name in grads[0]:
-        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=0, atol=0, msg=name)
+        noise = (grads[1][name] - grads[0][name]).abs().max().item()
+        moved = (grads[2][name] - grads[0][name]).abs().max().item()
+        assert moved <= 2 * noise, (name, moved, noise)  # 0 when the plain steps agree bit for bit
 
 
 def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu():
@@ -239,8 +243,15 @@ def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu
     from cockpit.config.schema import default_config
     from cockpit.train.model import lora_model
 
-    config = LlamaConfig(hidden_size=1024, intermediate_size=3584, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=2, vocab_size=128256, tie_word_embeddings=False)
+    config = LlamaConfig(
+        hidden_size=1024,
+        intermediate_size=3584,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=128256,
+        tie_word_embeddings=False,
+    )
     cfg = {**default_config(), "lora_rank": 8, "lora_alpha": 16, "lora_target": "all", "bf16": True}
     ids = torch.randint(0, 128256, (2, 2048), device="cuda")
     peaks, grads, seconds = [], [], []
