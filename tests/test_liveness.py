@@ -163,8 +163,8 @@ def test_supervisor_killed_mid_run_is_adopted_and_the_run_finishes(tmp_path, tin
 @pytest.mark.slow
 def test_supervisor_and_ranks_killed_is_lost_then_resumes_to_finished(tmp_path, tiny_model_dir):
     # enough steps that the kill after the first checkpoint lands mid-run: with 10, the tiny run could
-    # finish all its steps first, and a resume from a checkpoint at max_steps trains one step more
-    # (HF's loop checks max_steps after a step; a known gap, see the issue note of 2026-12-04)
+    # finish all its steps first (a resume from a checkpoint at max_steps then trains none:
+    # tests/test_nan_resume.py)
     steps = 30
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=steps, save_steps=3, probes=None, telemetry_interval_s=0)
     run = start_detached(tmp_path, cfg)

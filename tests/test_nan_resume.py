@@ -107,3 +107,29 @@ def test_live_header_of_a_finished_run_is_at_its_last_step():
     from cockpit.ui.formatting import header
 
     assert "step 27/27" in header(state, 4.0).plain
+
+
+@pytest.mark.slow
+def test_resume_from_a_checkpoint_at_max_steps_trains_no_more_steps(tmp_path, tiny_model_dir):
+    """A checkpoint saved at max_steps has nothing left to train (a run lost after its last save, then
+    resumed): HF's loop checks max_steps only after a step, so it trained one step more (step 5 of 4).
+    Now the resumed run trains none, finishes at 4/4, and its adapter is the checkpoint's."""
+    from safetensors.torch import load_file
+
+    first = tiny_config(tmp_path, tiny_model_dir, name="first", max_steps=4, save_steps=2, probes=None, telemetry_interval_s=0)
+    res = cockpit("train", str(first), "--runs-dir", str(tmp_path / "runs1"), timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:]
+    checkpoint = next((tmp_path / "runs1").iterdir()) / "checkpoints" / "checkpoint-4"
+    assert checkpoint.is_dir()
+    again = tiny_config(tmp_path, tiny_model_dir, name="again", max_steps=4, save_steps=2, probes=None,
+                        telemetry_interval_s=0, resume_from_checkpoint=str(checkpoint))
+    res = cockpit("train", str(again), "--runs-dir", str(tmp_path / "runs2"), timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:]
+    run = next((tmp_path / "runs2").iterdir())
+    events = read_events(run)
+    assert [e["step"] for e in events if e["kind"] == "step"] == [], [e for e in events if e["kind"] == "step"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == status["total_steps"] == 4, status
+    saved = load_file(str(checkpoint / "adapter_model.safetensors"))
+    final = load_file(str(run / "adapter" / "adapter_model.safetensors"))
+    assert saved.keys() == final.keys() and all((saved[k] == final[k]).all() for k in saved)

@@ -169,6 +169,14 @@ class CockpitTrainer(Trainer):
 
             self.accelerator.clip_grad_norm_ = MethodType(clip_grad_norm_old_version, self.accelerator)
 
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        # resumed from a checkpoint at max_steps: nothing is left to train. HF's epoch loop checks
+        # max_steps only after a step, so it would train one step past it (tests/test_nan_resume.py)
+        if 0 < self.state.max_steps <= self.state.global_step:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]  # transformers 5's epoch loop
+
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         # compute_accuracy averages per row: its evaluation batches keep one sample per row
         if self.eval_data_collator is None:
