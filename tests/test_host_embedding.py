@@ -80,6 +80,22 @@ def test_the_table_stays_in_host_memory_and_out_of_the_adapter():
     assert lines and "input embedding in host memory" in lines[0], lines
 
 
+def test_a_cast_of_the_model_casts_the_table_and_a_move_leaves_it_on_the_host():
+    """``model.half()`` / ``.to(dtype)`` (DeepSpeed's engine casts the module so) reach the table, in host
+    memory; ``.to(device)`` does not move it; the rows looked up are the cast table's."""
+    model = adapted(True)
+    table = model.get_input_embeddings()
+    reference = table.host_weight.clone()
+    model.half()
+    assert table.host_weight.dtype == torch.float16 and table.host_weight.device.type == "cpu"
+    model.to(torch.float32)
+    assert table.host_weight.dtype == torch.float32 and torch.equal(table.host_weight, reference.half().float())
+    model.to("meta")
+    assert table.host_weight.device.type == "cpu" and table.host_weight.dtype == torch.float32
+    ids = torch.tensor([[3, 5, 3]])
+    assert torch.equal(table(ids), reference.half().float()[ids])
+
+
 def test_a_tied_head_or_a_config_that_trains_the_table_keeps_it():
     assert type(adapted(True, tied=True).get_input_embeddings()) is torch.nn.Embedding
     tied = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, "tie_word_embeddings": True}))

@@ -39,6 +39,14 @@ class HostEmbedding(torch.nn.Module):
         """The table itself (shape, dtype; its device is the host), for code that reads it."""
         return self.host_weight
 
+    def _apply(self, fn: Any, recurse: bool = True) -> HostEmbedding:
+        # a cast of the model (half / bfloat16 / to(dtype), DeepSpeed's engine) casts the table too, in
+        # host memory; a move (to(device) / cuda) leaves it there: fn tried on an empty tensor says which
+        target = fn(torch.empty(0, dtype=self.host_weight.dtype)).dtype
+        if target != self.host_weight.dtype:
+            self.host_weight = self.host_weight.to(target)
+        return super()._apply(fn, recurse)
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = F.embedding(input_ids.to(self.host_weight.device), self.host_weight, self.padding_idx)
         return rows.to(input_ids.device)
