@@ -150,6 +150,78 @@ def test_fp16_lora_step_on_a_gpu(tmp_path, tiny_model_dir):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def _scaled_optimizer():
+    """A real accelerate optimizer wrapper over torch's GradScaler (what HF's Trainer steps under fp16;
+    torch's CPU scaler here) and its parameter."""
+    torch = pytest.importorskip("torch")
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    Accelerator(cpu=True)
+    param = torch.nn.Parameter(torch.ones(2))
+    scaler = torch.amp.GradScaler("cpu")
+    return AcceleratedOptimizer(torch.optim.SGD([param], lr=0.1), device_placement=False, scaler=scaler), param, scaler
+
+
+def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
+    """fp16's loss scaler skips an update whose gradients overflow and halves its scale: the weights are
+    unchanged, so the run goes on (one info alert), the checkpoint record stays finite; 20 skipped
+    logging steps in a row are a NaN by the NaN rule. A real accelerate optimizer over a real
+    GradScaler says which step it skipped (found on the first GPU run: every fp16 run's first overflow
+    stopped it as a NaN)."""
+    from types import SimpleNamespace
+
+    from cockpit.store.events import EventWriter, read_all
+    from cockpit.store.rundir import RunDir
+    from cockpit.train import callbacks as cb
+    from cockpit.train.trainer import finite_step
+
+    optimizer, param, scaler = _scaled_optimizer()
+    scaler.scale(param.sum()).backward()
+    optimizer.step()
+    assert not cb.scaler_skipped(optimizer)
+    optimizer.zero_grad()
+    scaler.scale(param.sum()).backward()
+    param.grad[0] = float("inf")
+    before = param.detach().clone()
+    optimizer.step()
+    assert cb.scaler_skipped(optimizer) and (param.detach() == before).all() and scaler.get_scale() == 32768.0
+    assert not cb.scaler_skipped(None) and not cb.scaler_skipped(SimpleNamespace())
+
+    run = RunDir(tmp_path)
+    callback = cb.CockpitCallback(
+        run, {"nan_policy": "stop", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, EventWriter(run.events_path)
+    )
+    callback._gather_memory = lambda: {}
+    callback._check_memory = lambda *a: None
+    callback.update_skipped = lambda: cb.scaler_skipped(optimizer)  # as recipes.base.train sets it
+    args = SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
+    state = SimpleNamespace(global_step=0, max_steps=40, num_input_tokens_seen=0, epoch=0.0)
+    control = SimpleNamespace(should_training_stop=False, should_save=False)
+    callback.on_train_begin(args, state, control)
+    for step in range(1, 4):
+        state.global_step = step
+        callback.on_log(args, state, control, logs={"loss": 2.0, "grad_norm": float("inf")})
+    alerts = [e for e in read_all(run.events_path) if e["kind"] == "alert"]
+    assert [a["code"] for a in alerts] == ["loss_scale_overflow"] and not control.should_training_stop, alerts
+    assert not callback.nan_seen
+    for step in range(4, 4 + cb.SKIPPED_STEPS_LIMIT):
+        state.global_step = step
+        callback.on_log(args, state, control, logs={"loss": 2.0, "grad_norm": float("inf")})
+    assert callback.nan_seen and control.should_training_stop  # no scale gave finite gradients
+    plain = cb.CockpitCallback(run, {"nan_policy": "stop", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, None)
+    plain._gather_memory = lambda: {}
+    plain._check_memory = lambda *a: None
+    stop = SimpleNamespace(should_training_stop=False, should_save=False)
+    plain.on_train_begin(args, state, stop)
+    plain.on_log(args, state, stop, logs={"loss": 2.0, "grad_norm": float("inf")})
+    assert plain.nan_seen and stop.should_training_stop  # no scaler skipped it: a NaN, as before
+
+    # the checkpoint record (CockpitTrainer.loss_finite): a skipped update left finite weights
+    assert finite_step(2.0, float("inf"), optimizer) and not finite_step(float("nan"), 1.0, optimizer)
+    assert not finite_step(2.0, float("inf"), SimpleNamespace())
+
+
 def test_a_missing_prerequisite_fails_under_ci_and_skips_elsewhere(monkeypatch):
     """Issue 34: the chaos, disk-full, Slurm, tmux and numactl tests skip without their prerequisite
     on a developer's machine; in CI (CI=true), which installs them all, they fail instead."""

@@ -58,7 +58,7 @@ Kinds and their fields (units in the field names or stated here):
   budget, the outliers alone in between
 - ``eval``: step, eval_loss, eval_accuracy (``compute_accuracy``: the share of labelled tokens predicted)
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
-- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|hang|oom|rank_died|fp16_on_cpu|
+- ``alert``: level (info|warn|error), code (nan_loss|loss_spike|loss_scale_overflow (info: the fp16 loss scaler skipped an update; 20 logging steps in a row skipped are a nan_loss)|hang|oom|rank_died|fp16_on_cpu|
   memory_pressure|no_checkpoint|...), message, remedies (list of strings), rank (optional). hang: phase
   (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and
   silent_nodes with several nodes. memory_pressure: trigger (near_capacity|swing), figures

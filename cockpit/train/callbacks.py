@@ -13,7 +13,7 @@ import socket
 import statistics
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from transformers import TrainerCallback
@@ -38,6 +38,9 @@ def planned_epochs(total_steps: int, per_epoch: int | None, configured: float) -
 
 
 _UNSET = object()
+# fp16's loss scaler skips a step whose gradients overflow and lowers the scale: the weights are unchanged,
+# so a skipped step is no NaN. This many skipped logging steps in a row are: no scale gives finite gradients
+SKIPPED_STEPS_LIMIT = 20
 
 
 def distributed():
@@ -83,6 +86,10 @@ class CockpitCallback(TrainerCallback):
         self.stop_reason: str | None = None
         self.nan_seen = False
         self.nan_step: int | None = None
+        self.skipped_in_a_row = 0  # logging steps whose update the loss scaler skipped, in a row
+        # whether the loss scaler skipped the last update: set by recipes.base.train from the trainer's
+        # optimizer (HF hands callbacks the optimizer it was built with, not the one it steps)
+        self.update_skipped: Callable[[], bool] = lambda: False
         self.node_rank = int(os.environ.get("GROUP_RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
@@ -140,6 +147,24 @@ class CockpitCallback(TrainerCallback):
             save=False,
         )
         self.on_train_end(trainer.args, trainer.state, trainer.control)
+
+    def _skipped_step(self, control, step: int, gnorm: float) -> bool:
+        """The loss scaler skipped this step's update (fp16 gradients overflowed; the scale is lowered
+        and the weights are unchanged): an info alert the first time; True (a NaN, by the NaN rule) once
+        SKIPPED_STEPS_LIMIT logging steps in a row were skipped."""
+        self.skipped_in_a_row += 1
+        if self.skipped_in_a_row == 1 and not getattr(self, "_told_skipped", False):
+            self._told_skipped = True
+            self.emit(
+                "alert",
+                level="info",
+                code="loss_scale_overflow",
+                message=f"gradient norm {gnorm} at step {step}: the fp16 loss scaler skipped the update and "
+                "lowered its scale (the weights are unchanged; usual in the first steps)",
+                remedies=["nothing, if it stops after a few steps", "bf16 (no loss scaling) where the GPU has it"],
+                policy="warn",
+            )
+        return self.skipped_in_a_row >= SKIPPED_STEPS_LIMIT
 
     def _flags(self) -> tuple[bool, bool]:
         """(stop, save) requested, agreed across ranks. Rank 0 reads the run dir's requests (two
@@ -341,6 +366,10 @@ class CockpitCallback(TrainerCallback):
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
         bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)
+        if bad_gnorm and math.isfinite(loss) and self.update_skipped():
+            bad_gnorm = self._skipped_step(control, state.global_step, gnorm)
+        else:
+            self.skipped_in_a_row = 0
         if not math.isfinite(loss) or bad_gnorm:
             self.nan_seen = True
             what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {gnorm}"
@@ -389,3 +418,9 @@ class CockpitCallback(TrainerCallback):
             loss_finite=checkpoint_record(path).get("loss_finite", True),
         )
         return control
+
+
+def scaler_skipped(optimizer: Any) -> bool:
+    """Whether the loss scaler skipped the last update (accelerate's optimizer wrappers: torch's
+    GradScaler, DeepSpeed's fp16 scaler; False without one, or where the flag's state is missing)."""
+    return bool(getattr(optimizer, "step_was_skipped", False))

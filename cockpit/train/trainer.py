@@ -28,6 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from cockpit.store.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
+from cockpit.train.callbacks import scaler_skipped
 from cockpit.train.chunked_loss import base_model, lm_loss_without_logits, plain_lm_head
 from cockpit.train.labelled_logits import (
     POSITIONS,
@@ -144,6 +145,12 @@ def retire_old_checkpoints(output_dir: str, limit: int | None, best: str | None)
         os.rmdir(os.path.join(output_dir, CHECKPOINT_STAGING))  # leave no empty .staging behind
     except OSError:
         pass
+
+
+def finite_step(loss: Any, grad_norm: Any, optimizer: Any) -> bool:
+    """Whether the weights after this step are finite: a finite loss, and a finite gradient norm or an
+    update the fp16 loss scaler skipped for it (the weights then unchanged)."""
+    return _finite(loss) and (_finite(grad_norm) or scaler_skipped(optimizer))
 
 
 class CockpitTrainer(Trainer):
@@ -263,7 +270,7 @@ class CockpitTrainer(Trainer):
         # tr_loss sums the loss since the last log (a NaN in it stays until then): looking at
         # logging and saving steps sees every step, without a device sync on the others
         if self.loss_finite and (self.control.should_log or self.control.should_save):
-            self.loss_finite = _finite(tr_loss) and _finite(grad_norm)
+            self.loss_finite = finite_step(tr_loss, grad_norm, self.optimizer)
         return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
 
     def _write_record(self, folder: str) -> None:

@@ -507,12 +507,15 @@ class PoisonedWeights(Exception):
 def train(ctx: RecipeContext, attempt: Attempt) -> None:
     """From the resume point (if any) to the end; the run's first loss and training time count
     over its attempts (saved with each checkpoint: ``trainer.run_totals``)."""
+    from cockpit.train.callbacks import scaler_skipped
+
     trainer, callback = attempt.trainer, attempt.callback
     resume, before = resume_point(ctx.cfg, ctx.dirs, ctx.writer, ctx.log)
     callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
     callback.first_loss_step = before.get("first_loss_step")
     wait_for_check(ctx)
     train_t0 = time.time()
+    callback.update_skipped = lambda: scaler_skipped(trainer.optimizer)
     trainer.run_totals = lambda: {
         "first_loss": callback.first_loss,
         "first_loss_step": callback.first_loss_step,
