@@ -167,6 +167,7 @@ def test_a_grpo_step_samples_scores_and_steps_on_the_gpu(tmp_path, tiny_model_di
         probes=None,
         reward_funcs="numeric_match,length_penalty",
         reward_weights="1.0,0.5",
+        reward_target_words=2,  # length_penalty's target (without it: exit 2, as the H200 run of 2026-12-04 met)
         num_generations=2,
         max_completion_length=6,
         per_device_train_batch_size=4,
