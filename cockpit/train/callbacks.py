@@ -87,6 +87,7 @@ class CockpitCallback(TrainerCallback):
         self.nan_seen = False
         self.nan_step: int | None = None
         self.skipped_in_a_row = 0  # logging steps whose update the loss scaler skipped, in a row
+        self.told_skipped = False  # the first skipped update's alert is out
         # whether the loss scaler skipped the last update: set by recipes.base.train from the trainer's
         # optimizer (HF hands callbacks the optimizer it was built with, not the one it steps)
         self.update_skipped: Callable[[], bool] = lambda: False
@@ -148,13 +149,13 @@ class CockpitCallback(TrainerCallback):
         )
         self.on_train_end(trainer.args, trainer.state, trainer.control)
 
-    def _skipped_step(self, control, step: int, gnorm: float) -> bool:
+    def _skipped_step(self, step: int, gnorm: float) -> bool:
         """The loss scaler skipped this step's update (fp16 gradients overflowed; the scale is lowered
         and the weights are unchanged): an info alert the first time; True (a NaN, by the NaN rule) once
         SKIPPED_STEPS_LIMIT logging steps in a row were skipped."""
         self.skipped_in_a_row += 1
-        if self.skipped_in_a_row == 1 and not getattr(self, "_told_skipped", False):
-            self._told_skipped = True
+        if not self.told_skipped:
+            self.told_skipped = True
             self.emit(
                 "alert",
                 level="info",
@@ -367,7 +368,7 @@ class CockpitCallback(TrainerCallback):
         gnorm = logs.get("grad_norm")
         bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)
         if bad_gnorm and math.isfinite(loss) and self.update_skipped():
-            bad_gnorm = self._skipped_step(control, state.global_step, gnorm)
+            bad_gnorm = self._skipped_step(state.global_step, gnorm)
         else:
             self.skipped_in_a_row = 0
         if not math.isfinite(loss) or bad_gnorm:
