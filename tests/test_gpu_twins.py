@@ -219,7 +219,7 @@ def test_offloaded_checkpoints_lower_the_allocated_peak_on_the_gpu():
         model(input_ids=ids, labels=ids).loss.backward()
         torch.cuda.synchronize()
         peaks.append(torch.cuda.max_memory_allocated())
-        grads.append({n: p.grad.float().clone() for n, p in model.named_parameters()})
+        grads.append({n: p.grad.float().cpu() for n, p in model.named_parameters()})  # off the measured device
     saved_inputs = 8 * 8192 * 1024 * 2
     print(f"max_memory_allocated: plain {peaks[0] / 2**20:.0f} MiB, offloaded {peaks[2] / 2**20:.0f} MiB")
     assert peaks[0] - peaks[2] > 0.6 * saved_inputs, peaks
@@ -234,7 +234,9 @@ def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu
     gradients bit for bit): a random 4-layer Llama with Llama 3's vocabulary (128,256 x 1024 x 2 B =
     250.5 MiB), 2 x 2048 tokens, checkpointed, LoRA on all linear layers as the rank builds it;
     torch.cuda.max_memory_allocated of a step drops by about the table, and the time of a step with
-    the table on each side is printed (the host round trip's cost, not asserted)."""
+    the table on each side is printed (the host round trip's cost, not asserted). The gradients differ
+    from the device table's by no more than a second run with the device table does (an H200 run of
+    2026-12-04 found two such runs not bit for bit equal)."""
     _gpus()
     import time
 
@@ -256,7 +258,7 @@ def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu
     cfg = {**default_config(), "lora_rank": 8, "lora_alpha": 16, "lora_target": "all", "bf16": True}
     ids = torch.randint(0, 128256, (2, 2048), device="cuda")
     peaks, grads, seconds = [], [], []
-    for host in (False, True):
+    for host in (False, False, True):
         torch.manual_seed(0)
         base = LlamaForCausalLM(config).to(torch.bfloat16)
         base.config.use_cache = False
@@ -278,14 +280,16 @@ def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu
             times.append(time.perf_counter() - start)
         peaks.append(torch.cuda.max_memory_allocated())
         seconds.append(min(times[1:]))
-        grads.append({n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad})
+        grads.append({n: p.grad.float().cpu() for n, p in model.named_parameters() if p.requires_grad})
         del model, base
         torch.cuda.empty_cache()
     table = 128256 * 1024 * 2
     print(
-        f"max_memory_allocated: table on the device {peaks[0] / 2**20:.0f} MiB, in host memory {peaks[1] / 2**20:.0f} MiB; "
-        f"step {seconds[0] * 1e3:.1f} ms vs {seconds[1] * 1e3:.1f} ms"
+        f"max_memory_allocated: table on the device {peaks[0] / 2**20:.0f} MiB, in host memory {peaks[2] / 2**20:.0f} MiB; "
+        f"step {seconds[0] * 1e3:.1f} ms vs {seconds[2] * 1e3:.1f} ms"
     )
-    assert peaks[0] - peaks[1] > 0.9 * table, peaks
+    assert peaks[0] - peaks[2] > 0.9 * table, peaks
     for name in grads[0]:
-        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=0, atol=0, msg=name)
+        noise = (grads[1][name] - grads[0][name]).abs().max().item()
+        moved = (grads[2][name] - grads[0][name]).abs().max().item()
+        assert moved <= 2 * noise, (name, moved, noise)  # 0 when the device runs agree bit for bit
