@@ -150,6 +150,49 @@ def test_fp16_lora_step_on_a_gpu(tmp_path, tiny_model_dir):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_a_half_base_with_fp32_copies_generates_as_it_trained(tmp_path, tiny_model_dir):
+    """A bf16 base whose trainable copies were upcast for training (an ``additional_target`` norm in
+    fp32) generates under bf16 autocast: outside it the norm's fp32 output met a bf16 linear (found on
+    the first GPU run, the probes after training). One-dtype models generate without autocast."""
+    import torch
+    from conftest import tiny_config
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cockpit.config.load import load_config
+    from cockpit.train.generation import generate_new_tokens, mixed_half_dtype
+    from cockpit.train.model import upcast_trainable, with_lora_adapter
+
+    cfg = load_config(str(tiny_config(tmp_path, tiny_model_dir)), ["additional_target=norm", "bf16=true"])
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16)
+    assert mixed_half_dtype(base) is None
+    model = with_lora_adapter(base, cfg)
+    upcast_trainable(model)
+    assert mixed_half_dtype(model) is torch.bfloat16
+    with pytest.raises(RuntimeError, match="dtype"):  # the defect: generating outside autocast
+        with torch.no_grad():
+            model(input_ids=torch.tensor([[1, 2, 3]]))
+    answers = generate_new_tokens(model, tok, [[1, 2, 3], [4, 5]], max_new_tokens=3, do_sample=False)
+    assert [len(a) for a in answers] == [3, 3]
+    assert model.training  # the training mode comes back after generating in eval
+    fp32 = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    assert mixed_half_dtype(with_lora_adapter(fp32, load_config(str(tiny_config(tmp_path, tiny_model_dir))))) is None
+
+
+@pytest.mark.slow
+def test_a_bf16_run_with_additional_target_answers_its_probes_after_training(tmp_path, tiny_model_dir):
+    """The whole path on the CPU: a bf16 LoRA run with ``additional_target: norm`` trains, then asks
+    its probes (it failed there on the first GPU run, fp16 and bf16 alike)."""
+    from conftest import cockpit, read_events, tiny_config
+
+    cfg = tiny_config(tmp_path, tiny_model_dir, bf16=True, max_steps=2, save_steps=2, additional_target="norm")
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    events = read_events(next((tmp_path / "runs").iterdir()))
+    after = [e for e in events if e["kind"] == "probe_results" and e.get("phase") == "after"]
+    assert after and after[-1]["results"] and all(r["answer"] is not None for r in after[-1]["results"]), after
+
+
 def _scaled_optimizer():
     """A real accelerate optimizer wrapper over torch's GradScaler (what HF's Trainer steps under fp16;
     torch's CPU scaler here) and its parameter."""

@@ -1,6 +1,9 @@
 """Batched generation from token-id prompts (left-padded, the model in eval mode, the KV cache on):
-the probes' greedy answers (``train/probes.py``) and the predictions of ``do_predict``
-(``train/predict.py``)."""
+the probes' greedy answers (``train/probes.py``), the predictions of ``do_predict``
+(``train/predict.py``) and GRPO's samples. A model whose parameters mix a half dtype with fp32 (a
+bf16/fp16 base with its trainable copies upcast for training: adapters, ``additional_target``'s
+modules) generates under autocast to the half dtype, as it trained; outside autocast an fp32 norm's
+output would meet a half linear ("expected mat1 and mat2 to have the same dtype", first seen on a GPU)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ def generate_new_tokens(
     for row, prompt_ids in enumerate(prompts):
         ids[row, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
         mask[row, width - len(prompt_ids) :] = 1
+    half = mixed_half_dtype(model)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device.type, dtype=half, enabled=half is not None):
             out = model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
@@ -38,3 +42,15 @@ def generate_new_tokens(
         if was_training:
             model.train()
     return [out[row, width:].tolist() for row in range(len(prompts))]
+
+
+def mixed_half_dtype(model: Any) -> Any:
+    """The half dtype (bf16 or fp16) the model's floating parameters mix with fp32, else None (one dtype
+    throughout, or a quantized base's integer weights beside a single float dtype)."""
+    import torch
+
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    halves = dtypes & {torch.bfloat16, torch.float16}
+    if torch.float32 in dtypes and len(halves) == 1:
+        return halves.pop()
+    return None
