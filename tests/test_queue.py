@@ -96,13 +96,19 @@ def test_assign_starts_entries_in_order_while_their_gpus_are_free():
     assert q.assign(two, [two], [1]) == []  # a run without a record holds every GPU (held_gpus)
 
 
-def test_host_gpus_come_from_the_override_else_the_bus_narrowed_by_visible_devices(tmp_path):
+def two_amd_gpus(tmp_path: Path) -> Path:
+    """A sysfs tree with two AMD GPUs and an Intel display controller on the PCI bus."""
     sysfs = tmp_path / "sys"
     for bdf, vendor in (("0000:03:00.0", "0x1002"), ("0000:43:00.0", "0x1002"), ("0000:05:00.0", "0x8086")):
         dev = sysfs / "bus/pci/devices" / bdf
         dev.mkdir(parents=True)
         (dev / "vendor").write_text(vendor + "\n")
         (dev / "class").write_text("0x038000\n")
+    return sysfs
+
+
+def test_host_gpus_come_from_the_override_else_the_bus_narrowed_by_visible_devices(tmp_path):
+    sysfs = two_amd_gpus(tmp_path)
     assert q.host_gpus({}, str(sysfs)) == ["0", "1"]  # the two AMD GPUs, not the Intel one
     assert q.host_gpus({"HIP_VISIBLE_DEVICES": "1"}, str(sysfs)) == ["1"]
     assert q.host_gpus({"ROCR_VISIBLE_DEVICES": "GPU-aa"}, str(sysfs)) == ["0"]  # HIP indexes within ROCR's mask
@@ -133,6 +139,46 @@ def test_active_runs_hold_their_recorded_gpus_and_a_run_without_a_record_holds_a
 
     (one,) = [r for r in list_runs(runs) if "queued-one" in r.run_id]
     assert str(run_row(one, one.read_status(), time.time())[0][2]).endswith("running · GPU 1")  # the Runs screen's state cell
+
+
+def test_a_run_started_outside_the_queue_holds_the_gpus_its_ranks_take(tmp_path, tiny_model_dir):
+    """``cockpit train`` (and a resume) outside the queue records the GPUs its ranks take: the first
+    ``nproc_per_node`` its environment shows, a hand-pinned HIP/CUDA_VISIBLE_DEVICES included, so the
+    queue hands out the others; where they cannot be named the run holds every GPU, as before."""
+    import yaml
+
+    from cockpit.config.load import load_config
+    from cockpit.run.launch import start_run
+
+    sysfs = str(two_amd_gpus(tmp_path))
+    gpu = load_config(str(config(tmp_path, tiny_model_dir, "gpu", use_cpu=None)))
+    two = {**gpu, "nproc_per_node": 2}
+    assert q.taken_gpus(gpu, {}, sysfs) == ["0"] and q.taken_gpus(two, {}, sysfs) == ["0", "1"]
+    assert q.taken_gpus(gpu, {"HIP_VISIBLE_DEVICES": "1"}, sysfs) == ["1"]  # pinned by hand
+    assert q.taken_gpus(two, {"CUDA_VISIBLE_DEVICES": "3,1,2"}, sysfs) == ["3", "1"]
+    assert q.taken_gpus(gpu, {"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "1"}, sysfs) == ["1"]
+    for unnamed in (
+        {"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "0"},  # which one wins depends on the runtime
+        {"ROCR_VISIBLE_DEVICES": "1"},  # HIP's indices count within ROCR's list
+        {"CUDA_VISIBLE_DEVICES": "GPU-5e1c"},  # a UUID the queue's indices cannot match
+        {"HIP_VISIBLE_DEVICES": ""},  # nothing shown
+    ):
+        assert q.taken_gpus(gpu, unnamed, sysfs) is None, unnamed
+    assert q.taken_gpus({**gpu, "nproc_per_node": 3}, {}, sysfs) is None  # more than the host shows
+    assert q.taken_gpus({**gpu, "use_cpu": True}, {}, sysfs) is None  # a CPU run takes the whole host
+
+    # a real start: the config's env pins GPU 1; status.json says so before the supervisor runs
+    runs = tmp_path / "runs"
+    pinned = {**gpu, "env": {"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "1"}}
+    run = start_run(pinned, config_path=str(tmp_path / "gpu.yaml"), runs_dir=runs)
+    try:
+        held = run.read_status()["gpus"]
+        assert held == ["1"], held
+        assert q.assign(["0", "1"], [held], [1, 1]) == [["0"]]  # the queue hands out GPU 0 alone
+        assert yaml.safe_load(run.config_path.read_text())["env"]["HIP_VISIBLE_DEVICES"] == "1"
+    finally:  # on this CPU host the run cannot find its GPU: it ends by itself; stop it anyway
+        cockpit("stop", run.run_id, "--runs-dir", str(runs), "--kill", "--wait", "60", env=ENV)
+        wait_for(lambda: run.read_status().get("state") in TERMINAL_STATES, 60, "the run to end")
 
 
 def test_gpus_needed_and_shown(tmp_path, tiny_model_dir):

@@ -118,7 +118,7 @@ def stop_first(run_dir: RunDir, wait_s: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.run.launch import record_supervisor, spawn_supervisor
+    from cockpit.run.launch import outside_queue_gpus, record_supervisor, spawn_supervisor
     from cockpit.run.liveness import reconcile
     from cockpit.train.arguments import artefact_dirs
     from cockpit.train.outcome import last_checkpoint
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         rank_pids={},
         events_offset=offset,
         exit_code=None,
-        gpus=None,  # resumed outside the queue: not restricted to the queue's GPUs, so it holds them all
+        gpus=outside_queue_gpus(new_cfg),  # resumed outside the queue: the GPUs it takes (None: all)
     )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)

@@ -34,7 +34,9 @@ def start_run(
     (``cockpit.run.gate``). ``status_extra``: more status.json fields from the start (the queue's
     ``queue_entry``). ``gpus``: the only GPUs the run may use (the queue's assignment): its
     supervisor and ranks get them as HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (replacing the
-    config's ``env`` ones), and status.json ``gpus`` says which the run holds."""
+    config's ``env`` ones), and status.json ``gpus`` says which the run holds; without it, ``gpus``
+    records those the run takes as the environment stands (``queue.taken_gpus``), so the queue
+    leaves them alone and hands out the others."""
     if not cfg.get("master_port"):
         from cockpit.strategy.launch import free_port
 
@@ -51,7 +53,7 @@ def start_run(
         step=0,
         total_steps=None,
         events_offset=0,
-        **({"gpus": list(gpus)} if gpus is not None else {}),
+        gpus=list(gpus) if gpus is not None else outside_queue_gpus(cfg),
         **(status_extra or {}),
     )
     EventWriter(run.events_path).close()  # the log exists from the start (0600)
@@ -62,6 +64,14 @@ def start_run(
     env = {**(cfg.get("env") or {}), **(visible_env(gpus) if gpus is not None else {})}
     record_supervisor(run, spawn_supervisor(run, env))
     return run
+
+
+def outside_queue_gpus(cfg: Mapping[str, Any]) -> list[str] | None:
+    """The GPUs a run started here outside the queue takes: this process's environment with the
+    config's ``env`` on top (what the supervisor and its ranks get)."""
+    from cockpit.run.queue import taken_gpus
+
+    return taken_gpus(cfg, {**os.environ, **{k: str(v) for k, v in (cfg.get("env") or {}).items()}})
 
 
 def record_supervisor(run: RunDir, proc: subprocess.Popen) -> None:

@@ -10,9 +10,10 @@ GPUs. The host's GPUs (:func:`host_gpus`: the AMD / NVIDIA GPUs on the PCI bus, 
 without torch or a GPU library, narrowed by HIP/CUDA/ROCR_VISIBLE_DEVICES; ``$COCKPIT_QUEUE_DEVICES``
 declares them instead, a test / ops override) are read once when the runner starts. An entry needs
 ``nproc_per_node`` GPUs (:func:`gpus_needed`; a ``use_cpu: true`` run needs the whole host). An
-active run holds status.json ``gpus`` (the list the queue gave it); a run without that record on
-a GPU host (``cockpit train`` outside the queue, a resumed run) counts as holding every GPU, as it
-may use them all. :func:`assign` (pure) starts the queued entries in order while each fits the free
+active run holds status.json ``gpus``: the list the queue gave it, or for a run started outside the
+queue (``cockpit train``, a resume) the GPUs its ranks take (:func:`taken_gpus`: the first
+``nproc_per_node`` its environment shows, a hand-pinned ``HIP_VISIBLE_DEVICES=3`` included); a run
+without that record (where they cannot be named) counts as holding every GPU. :func:`assign` (pure) starts the queued entries in order while each fits the free
 GPUs, head of line (the first that does not fit waits, and so do all behind it); each gets the
 first free GPUs as HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (``device.visible_env``), so
 several runs can be active at once. On a host without GPUs runs start one at a time.
@@ -47,7 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cockpit.device import CPU, listed, resolve_device, visible_gpus
+from cockpit.device import CPU, INDEX_VARS, listed, resolve_device, visible_gpus
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, list_runs
 
 POLL_S = 1.0
@@ -312,6 +313,28 @@ def gpus_needed(cfg: Mapping[str, Any]) -> int | str:
     return max(1, int(cfg.get("nproc_per_node") or 1))
 
 
+def taken_gpus(cfg: Mapping[str, Any], env: Mapping[str, str] | None = None, sysfs: str = "/sys") -> list[str] | None:
+    """The GPUs a run started outside the queue (``cockpit train``, ``cockpit resume``) takes on this
+    host, as the queue names them: its ranks use the first ``nproc_per_node`` GPUs its environment
+    shows (``env``: this process's, with the config's ``env`` on top), so those of a hand-pinned
+    ``HIP_VISIBLE_DEVICES=3`` / ``CUDA_VISIBLE_DEVICES=3``, else of the host (:func:`host_gpus`).
+    None where the queue cannot name them, and the run then holds every GPU (:func:`held_gpus`): a
+    CPU run, ``ROCR_VISIBLE_DEVICES`` (HIP's indices then count within its list), HIP and CUDA lists
+    that differ, UUIDs, or fewer GPUs shown than the run needs."""
+    env = os.environ if env is None else env
+    need = gpus_needed(cfg)
+    if need == ALL or "ROCR_VISIBLE_DEVICES" in env:
+        return None
+    pinned = {tuple(listed(env[name])) for name in INDEX_VARS if name in env}
+    if len(pinned) > 1:
+        return None
+    shown = list(pinned.pop()) if pinned else host_gpus(env, sysfs)
+    taken = shown[: int(need)]
+    if len(taken) < int(need) or not all(gpu.isdigit() for gpu in taken):
+        return None
+    return taken
+
+
 def assign(inventory: list[str], held: list[list[str]], needs: list[int | str]) -> list[list[str]]:
     """The GPUs of each queued entry that starts now, for the first entries of ``needs`` (queue
     order). ``held``: the GPUs of each active run. Head of line: the first entry that does not fit
@@ -335,8 +358,8 @@ def assign(inventory: list[str], held: list[list[str]], needs: list[int | str]) 
 
 def held_gpus(runs_dir: Path, inventory: list[str]) -> list[list[str]]:
     """The GPUs of every active run in the runs dir, the queue's and ``cockpit train``'s alike
-    (liveness checked): status.json ``gpus``; a run without that record (started outside the queue,
-    or resumed) holds every GPU, as it may use them all. Slurm runs hold the scheduler's GPUs, and a
+    (liveness checked): status.json ``gpus``; a run without that record (one whose GPUs
+    :func:`taken_gpus` could not name) holds every GPU, as it may use them all. Slurm runs hold the scheduler's GPUs, and a
     run another host supervises (a shared runs dir) holds that host's."""
     from cockpit.run.liveness import on_this_host, reconcile
 
