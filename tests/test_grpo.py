@@ -322,6 +322,22 @@ def test_a_reward_function_that_raises_fails_the_run_naming_it(tmp_path, tiny_mo
 
 
 @pytest.mark.slow
+def test_a_bf16_grpo_run_with_additional_target_samples_in_its_mixed_precision(tmp_path, tiny_model_dir):
+    """TRL's sampling over a bf16 base with an fp32 ``norm`` copy (``additional_target``) runs under
+    bf16 autocast, as training does: outside it the norm's fp32 output met a bf16 linear and the run
+    failed at its first sampling (found on the CPU after the probes' same defect on a GPU)."""
+    cfg = grpo_config(
+        tmp_path, tiny_model_dir, bf16=True, additional_target="norm", reward_funcs="contains_answer",
+        max_completion_length=4, per_device_train_batch_size=2, max_steps=2,
+    )
+    res, run = train(tmp_path, cfg)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    events = read_events(run)
+    assert len([e for e in events if e["kind"] == "step"]) == 2
+    assert events[-1]["kind"] in ("state", "run_finished") and any(e["kind"] == "run_finished" for e in events)
+
+
+@pytest.mark.slow
 def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir):
     runs = tmp_path / "runs"
     res = cockpit(

@@ -27,9 +27,8 @@ def generate_new_tokens(
     for row, prompt_ids in enumerate(prompts):
         ids[row, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
         mask[row, width - len(prompt_ids) :] = 1
-    half = mixed_half_dtype(model)
     try:
-        with torch.no_grad(), torch.autocast(device.type, dtype=half, enabled=half is not None):
+        with torch.no_grad(), generation_autocast(model):
             out = model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
@@ -54,3 +53,13 @@ def mixed_half_dtype(model: Any) -> Any:
     if torch.float32 in dtypes and len(halves) == 1:
         return halves.pop()
     return None
+
+
+def generation_autocast(model: Any) -> Any:
+    """Autocast to the model's half dtype where its parameters mix it with fp32 (:func:`mixed_half_dtype`),
+    on the device of its parameters; a context that does nothing otherwise."""
+    import torch
+
+    half = mixed_half_dtype(model)
+    device = next(model.parameters()).device
+    return torch.autocast(device.type, dtype=half, enabled=half is not None)

@@ -226,10 +226,14 @@ def cockpit_grpo_trainer() -> type:
         def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
             """TRL's sampling; when it meets non-finite probabilities on any rank (the last update
             poisoned the weights: the advantage-weighted loss, near 0 by construction, never shows
-            it), every rank raises :class:`PoisonedWeights` for that update."""
+            it), every rank raises :class:`PoisonedWeights` for that update. Sampling runs in the
+            training's mixed precision (``generation_autocast``: a half base with fp32 trainable copies)."""
+            from cockpit.train.generation import generation_autocast
+
             failure = None
             try:
-                out = super()._generate_single_turn(*args, **kwargs)
+                with generation_autocast(self.model):
+                    out = super()._generate_single_turn(*args, **kwargs)
             except RuntimeError as exc:
                 if NON_FINITE_SAMPLING not in str(exc):
                     raise
