@@ -70,6 +70,8 @@ def test_the_8b_job_bench_runs_its_flow_on_the_cpu(tmp_path):
             "lora",
             "--json",
             str(out),
+            "--run-timeout",
+            "600",
         ],
         capture_output=True,
         text=True,
