@@ -13,7 +13,7 @@ Variants (``--variants``, comma-separated):
   qlora       the same over a 4-bit NF4 base (``quantization_bit: 4``; needs bitsandbytes)
 
     python bench/gpu_8b_job.py --out /tmp/job8b --json job8b.json        # on a GPU, ~1 min a variant
-    python bench/gpu_8b_job.py --out /tmp/jt --shape tiny --cpu           # the same flow on the CPU
+    python bench/gpu_8b_job.py --out /tmp/jt --shape tiny --cpu           # the same flow on the CPU (fp32)
 """
 
 from __future__ import annotations
