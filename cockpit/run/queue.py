@@ -13,8 +13,8 @@ declares them instead, a test / ops override) are read once when the runner star
 active run holds status.json ``gpus``: the list the queue gave it, or for a run started outside the
 queue (``cockpit train``, a resume) the GPUs its ranks take (:func:`taken_gpus`: the first
 ``nproc_per_node`` its environment shows, a hand-pinned ``HIP_VISIBLE_DEVICES=3`` included); a run
-without that record (where they cannot be named) counts as holding every GPU. :func:`assign` (pure) starts the queued entries in order while each fits the free
-GPUs, head of line (the first that does not fit waits, and so do all behind it); each gets the
+without that record (where they cannot be named) counts as holding every GPU. :func:`assign`
+(pure) starts the queued entries in order while each fits the free GPUs, head of line (the first that does not fit waits, and so do all behind it); each gets the
 first free GPUs as HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (``device.visible_env``), so
 several runs can be active at once. On a host without GPUs runs start one at a time.
 
@@ -359,8 +359,8 @@ def assign(inventory: list[str], held: list[list[str]], needs: list[int | str]) 
 def held_gpus(runs_dir: Path, inventory: list[str]) -> list[list[str]]:
     """The GPUs of every active run in the runs dir, the queue's and ``cockpit train``'s alike
     (liveness checked): status.json ``gpus``; a run without that record (one whose GPUs
-    :func:`taken_gpus` could not name) holds every GPU, as it may use them all. Slurm runs hold the scheduler's GPUs, and a
-    run another host supervises (a shared runs dir) holds that host's."""
+    :func:`taken_gpus` could not name) holds every GPU, as it may use them all. Slurm runs hold the
+    scheduler's GPUs, and a run another host supervises (a shared runs dir) holds that host's."""
     from cockpit.run.liveness import on_this_host, reconcile
 
     held = []

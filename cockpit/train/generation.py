@@ -1,9 +1,10 @@
 """Batched generation from token-id prompts (left-padded, the model in eval mode, the KV cache on):
 the probes' greedy answers (``train/probes.py``), the predictions of ``do_predict``
-(``train/predict.py``) and GRPO's held-out completions. A model whose parameters mix a half dtype with fp32 (a
-bf16/fp16 base with its trainable copies upcast for training: adapters, ``additional_target``'s
-modules) generates under autocast to the half dtype, as it trained; outside autocast an fp32 norm's
-output would meet a half linear ("expected mat1 and mat2 to have the same dtype", first seen on a GPU)."""
+(``train/predict.py``) and GRPO's held-out completions. A model whose parameters mix a half dtype
+with fp32 (a bf16/fp16 base with its trainable copies upcast for training: adapters,
+``additional_target``'s modules) generates under autocast to the half dtype, as it trained; outside
+autocast an fp32 norm's output would meet a half linear ("expected mat1 and mat2 to have the same
+dtype", first seen on a GPU)."""
 
 from __future__ import annotations
 
