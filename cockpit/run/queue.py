@@ -14,9 +14,10 @@ active run holds status.json ``gpus``: the list the queue gave it, or for a run 
 queue (``cockpit train``, a resume) the GPUs its ranks take (:func:`taken_gpus`: the first
 ``nproc_per_node`` its environment shows, a hand-pinned ``HIP_VISIBLE_DEVICES=3`` included); a run
 without that record (where they cannot be named) counts as holding every GPU. :func:`assign`
-(pure) starts the queued entries in order while each fits the free GPUs, head of line (the first that does not fit waits, and so do all behind it); each gets the
-first free GPUs as HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (``device.visible_env``), so
-several runs can be active at once. On a host without GPUs runs start one at a time.
+(pure) starts the queued entries in order while each fits the free GPUs, head of line (the first
+that does not fit waits, and so do all behind it); each gets the first free GPUs as
+HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (``device.visible_env``), so several runs can be
+active at once. On a host without GPUs runs start one at a time.
 
 The runner owns nothing a run needs: killed, its runs in flight go on under their own supervisors,
 and the next ``cockpit queue ...`` command (:func:`ensure_runner`) starts a new runner, which finds
