@@ -66,17 +66,22 @@ if [ "$#" -gt 0 ]; then
   exit "$rc"
 fi
 workers="${COCKPIT_TEST_WORKERS:-2}"
+# each part's test times as JUnit XML: the five slowest are printed at the end (scripts/durations.py)
+times="$root/.cache/test-times"
+mkdir -p "$times"
+rm -f "$times"/*.xml
 t0=$SECONDS
 rc=0
 # one OpenMP thread per test process: two workers' training runs at torch's default (one thread per
 # core each) oversubscribe the cores: the demo preset trained at 10.5 tokens/s beside the DPO demo (2026-12-01)
-run_pytest env OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "${pytest_q[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial and not quarantine" || rc=$?
+run_pytest env OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "${pytest_q[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial and not quarantine" --junitxml="$times/parallel.xml" || rc=$?
 echo "[test] parallel part ($workers workers): exit $rc, $((SECONDS - t0)) s"
 t1=$SECONDS
 rs=0
-run_pytest "${pytest_q[@]}" -m "serial and not quarantine" || rs=$?
+run_pytest "${pytest_q[@]}" -m "serial and not quarantine" --junitxml="$times/serial.xml" || rs=$?
 [ "$rs" = 5 ] && rs=0  # none marked serial
 echo "[test] serial part: exit $rs, $((SECONDS - t1)) s; the suite: $((SECONDS - t0)) s"
+python "$root/scripts/durations.py" --top 5 --wall "$((SECONDS - t0))" "$times"/*.xml || true
 sweep
 [ "$rc" = 0 ] && rc=$rs
 exit "$rc"
