@@ -128,6 +128,51 @@ def test_rm_never_deletes_an_output_dir_that_holds_the_runs_dir(tmp_path, capsys
     assert out["runs"][0]["output_dir_deleted"] is False and "holds the runs dir" in out["runs"][0]["output_dir_note"]
 
 
+def test_rm_never_offers_a_users_file_named_as_output_dir_and_counts_true(tmp_path, capsys, no_terminal):
+    """Issue 50 item 3: output_dir naming the user's file: the dry run said "deleted too", the real one
+    failed on it ("Not a directory") and said "deleted 0 run(s)" after deleting the run dir."""
+    runs = tmp_path / "runs"
+    users_file = tmp_path / "notes.txt"
+    users_file.write_text("mine\n")
+    run = make_run(runs, "filed", "finished", output_dir=users_file)
+    argv = ["rm", run.run_id, "--runs-dir", str(runs), "--with-output-dir"]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert "deleted too" not in said and "not a folder" in said and "would delete 1 run(s)" in said
+    assert cli.main([*argv, "--yes"]) == 0
+    captured = capsys.readouterr()
+    assert "deleted 1 run(s)" in captured.out and "could not delete" not in captured.err
+    assert not run.path.exists() and users_file.read_text() == "mine\n"
+    again = make_run(runs, "filed2", "finished", output_dir=users_file)
+    code, out = main_json(capsys, *argv[:1], again.run_id, *argv[2:], "--yes", "--json")
+    assert code == 0 and out["deleted"] is True and users_file.is_file()
+    assert out["runs"][0]["output_dir_deleted"] is False and out["freed_bytes"] == out["runs"][0]["bytes"]
+
+
+def test_rm_counts_a_deleted_run_whose_output_dir_could_not_go(tmp_path, capsys, no_terminal, monkeypatch):
+    """The run dir went, the output_dir's deletion failed: the run is counted as deleted, the
+    output_dir's failure said as such (exit 1), the freed bytes only the run dir's."""
+    import shutil
+
+    from cockpit.run import remove
+
+    runs, out_dir = tmp_path / "runs", tmp_path / "user_out"
+    fill(out_dir, 1)
+    run = make_run(runs, "stuck", "finished", output_dir=out_dir)
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *a, **kw):
+        if Path(path) == out_dir.resolve():
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_rmtree(path, *a, **kw)
+
+    monkeypatch.setattr(remove.shutil, "rmtree", rmtree)
+    assert cli.main(["rm", run.run_id, "--runs-dir", str(runs), "--with-output-dir", "--yes"]) == 1
+    captured = capsys.readouterr()
+    assert "deleted 1 run(s)" in captured.out and not run.path.exists() and out_dir.is_dir()
+    assert f"deleted {run.run_id}, not its output_dir: Permission denied" in captured.err
+
+
 def test_rm_asks_on_a_terminal_and_needs_yes_without_one(tmp_path, capsys, monkeypatch):
     run = make_run(tmp_path, "ask", "failed")
     monkeypatch.setattr("sys.stdin", io.StringIO(""))

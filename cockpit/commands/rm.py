@@ -5,7 +5,8 @@ stopped, lost, cancelled); an active or queued run is refused, and then nothing 
 stop it first (``cockpit stop RUN --wait 60``). The run dir goes whole, merged / export folders
 under it included. An ``output_dir`` outside the run dir is kept and said so, unless
 ``--with-output-dir`` (never one that holds the working dir, the runs dir or the home folder, or
-that a remaining run writes to). On a terminal it asks first; ``--yes`` does not ask; without a
+that a remaining run writes to, and never a file: only a folder). The counts say what went: a run
+whose run dir went is deleted even when its output_dir could not be (``output_dir_error``, exit 1). On a terminal it asks first; ``--yes`` does not ask; without a
 terminal (a script, the UI) ``--yes`` or ``--dry-run`` is required.
 
 ``--json`` prints one object (the UI's Runs screen calls ``cockpit rm RUN --yes --json``)::
@@ -18,6 +19,7 @@ terminal (a script, the UI) ``--yes`` or ``--dry-run`` is required.
                "output_dir": str | null,        # only an output_dir outside the run dir
                "output_dir_bytes": int | null, "output_dir_deleted": bool,
                "output_dir_note": str | null,   # why it is kept
+               "output_dir_error": str | null,  # why deleting it failed (the run dir went)
                "refused": str | null,           # why this run is not deleted (active: stop it first)
                "deleted": bool, "error": str | null}]}
 
@@ -108,7 +110,7 @@ def carry_out(
         return finish(args, items, answer[1], answer[0])
     for item in todo:
         delete(item)
-    failed = [i for i in todo if not i.deleted]
+    failed = [i for i in todo if not i.deleted or i.output_error]
     return finish(args, items, None, EXIT_FAILED if failed else EXIT_OK)
 
 
@@ -155,6 +157,8 @@ def finish(args: argparse.Namespace, items: list, error: str | None, code: int) 
     for i in items:
         if i.error:
             print(f"cockpit: could not delete {i.run.run_id}: {i.error}", file=sys.stderr)
+        if i.output_error:
+            print(f"cockpit: deleted {i.run.run_id}, not its output_dir: {i.output_error}", file=sys.stderr)
     if error:
         print(f"cockpit: {error}", file=sys.stderr)
     elif args.dry_run:

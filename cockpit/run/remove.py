@@ -34,15 +34,18 @@ class Removal:
     delete_output: bool = False
     output_note: str | None = None  # why the outside output_dir is kept
     refused: str | None = None  # why the run is not deleted
-    deleted: bool = False
-    error: str | None = None
+    deleted: bool = False  # the run dir is gone
+    output_deleted: bool = False  # the outside output_dir is gone
+    error: str | None = None  # why the run dir could not be deleted
+    output_error: str | None = None  # why the outside output_dir could not be deleted (the run dir went)
 
     def frees(self) -> int:
         """Bytes deleting it frees: the run dir, and the outside output_dir when that goes too."""
         return self.bytes + ((self.output_bytes or 0) if self.delete_output else 0)
 
     def freed(self) -> int:
-        return self.frees() if self.deleted else 0
+        """Bytes the deletion did free: the run dir when it went, the output_dir when it went."""
+        return (self.bytes if self.deleted else 0) + ((self.output_bytes or 0) if self.output_deleted else 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,8 +56,9 @@ class Removal:
             "parts": self.parts,
             "output_dir": str(self.output_dir) if self.output_dir else None,
             "output_dir_bytes": self.output_bytes,
-            "output_dir_deleted": self.deleted and self.delete_output,
+            "output_dir_deleted": self.output_deleted,
             "output_dir_note": self.output_note,
+            "output_dir_error": self.output_error,
             "refused": self.refused,
             "deleted": self.deleted,
             "error": self.error,
@@ -148,6 +152,10 @@ def plan(
         item.output_dir = outside_output_dir(run, status)
         if item.output_dir is not None and item.output_dir.exists():
             item.output_bytes = disk_usage(item.output_dir)
+            if not item.output_dir.is_dir():  # a file of the user's: never offered, never deleted
+                item.output_note = "not a folder (not the run's output); never deleted here"
+                out.append(item)
+                continue
             guard = output_dir_guard(item.output_dir, runs_dir, kept_outputs)
             item.delete_output = with_output_dir and guard is None
             if not item.delete_output:
@@ -165,12 +173,22 @@ def delete(item: Removal) -> None:
     try:
         item.run.status_path.unlink(missing_ok=True)  # a half-deleted folder is no longer listed as a run
         shutil.rmtree(item.run.path)
-        if item.delete_output and item.output_dir is not None:
-            shutil.rmtree(item.output_dir)
     except OSError as exc:
         item.error = f"{exc.strerror or exc}: {exc.filename or item.run.path}"
         return
     item.deleted = True
+    out = item.output_dir
+    if not item.delete_output or out is None:
+        return
+    if out.is_symlink() or not out.is_dir():  # it changed since the plan: never a user's file
+        item.output_error = f"not a folder now: {out}; kept"
+        return
+    try:
+        shutil.rmtree(out)
+    except OSError as exc:
+        item.output_error = f"{exc.strerror or exc}: {exc.filename or out}"
+        return
+    item.output_deleted = True
 
 
 def age_days(status: dict[str, Any], run: RunDir, now: float | None = None) -> float:
