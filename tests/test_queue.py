@@ -141,6 +141,26 @@ def test_active_runs_hold_their_recorded_gpus_and_a_run_without_a_record_holds_a
     assert str(run_row(one, one.read_status(), time.time())[0][2]).endswith("running · GPU 1")  # the Runs screen's state cell
 
 
+def test_a_host_without_gpus_waits_for_a_run_started_outside_the_queue(tmp_path):
+    """Issue 50 item 4: with no GPUs the queue counted only its own runs as busy, so a queued entry
+    started beside a `cockpit train` (or F8) run. Every active run of the runs dir holds the host."""
+    import socket
+
+    from cockpit.run.liveness import start_time
+    from cockpit.store.rundir import create_run_dir
+
+    runs = tmp_path / "runs"
+    alive = {"supervisor_pid": os.getpid(), "supervisor_start": start_time(os.getpid()), "supervisor_host": socket.gethostname()}
+    by_hand = create_run_dir(runs, "cockpit-train")
+    by_hand.update_status(state="running", **alive)
+    entry = q.add_entry(runs, "later.yaml", [], str(tmp_path))
+    assert q.next_entries(runs, []) == []  # waits: the hand-started run holds the host
+    assert q.read_queue(runs)["entries"][0]["state"] == "queued"
+    by_hand.update_status(state="finished", ended=time.time())
+    (starting,) = q.next_entries(runs, []) or []
+    assert starting["id"] == entry["id"] and starting["state"] == "launching"
+
+
 def test_a_run_started_outside_the_queue_holds_the_gpus_its_ranks_take(tmp_path, tiny_model_dir):
     """``cockpit train`` (and a resume) outside the queue records the GPUs its ranks take: the first
     ``nproc_per_node`` its environment shows, a hand-pinned HIP/CUDA_VISIBLE_DEVICES included, so the

@@ -17,7 +17,8 @@ without that record (where they cannot be named) counts as holding every GPU. :f
 (pure) starts the queued entries in order while each fits the free GPUs, head of line (the first
 that does not fit waits, and so do all behind it); each gets the first free GPUs as
 HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES (``device.visible_env``), so several runs can be
-active at once. On a host without GPUs runs start one at a time.
+active at once. On a host without GPUs runs start one at a time: any active run of the runs dir
+(the queue's, or one started by hand) holds the host.
 
 The runner owns nothing a run needs: killed, its runs in flight go on under their own supervisors,
 and the next ``cockpit queue ...`` command (:func:`ensure_runner`) starts a new runner, which finds
@@ -411,8 +412,11 @@ def next_entries(runs_dir: Path, inventory: list[str]) -> list[dict[str, Any]] |
             return None
         if not queued:  # only runs in flight: nothing to fit, no run dirs to read
             return []
-        # a host without GPUs: each entry needs the whole host and the queue's own runs hold it
-        held = held_gpus(runs_dir, inventory) if inventory else [[] for _ in active]
+        # every active run of the runs dir holds its GPUs (a `cockpit train` or F8 run too); on a host
+        # without GPUs each entry needs the whole host, so any active run holds it
+        held = held_gpus(runs_dir, inventory)
+        if active and not held:  # the queue's own runs, even before their status.json says so
+            held = [[] for _ in active]
         needs: list[int | str] = [entry_need(e) if inventory else ALL for e in queued]
         given = assign(inventory, held, needs)
         starting = queued[: len(given)]
