@@ -180,6 +180,23 @@ def global_runs_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``cockpit`` command. Output piped into a reader that stops early (``cockpit compare A B |
+    head``) ends quietly, as Python's docs on SIGPIPE recommend: stdout goes to devnull (so the flush
+    at exit does not fail again) and the exit code is 1."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a file descriptor (captured)
+            pass
+        return 1
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_libraries()
     args = parse_args(argv)
