@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_torch_compile_becomes_the_trainer_switch_or_a_refusal(monkeypatch, tmp_
         from cockpit.train.arguments import training_arguments
 
         assert training_arguments(cfg, {"checkpoints": tmp_path}, True, 1).torch_compile is True
-    monkeypatch.setattr(kernels.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(InputError, match="torch_compile.*C\\+\\+ compiler"):
         kernels.kernel_arguments(cfg, use_cpu=True)
     assert kernels.kernel_arguments(cfg, use_cpu=False) == {"torch_compile": True}  # GPUs compile with Triton

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
             static_checks(cfg)
         elif getattr(args, "slurm", False) or int(cfg.get("nnodes") or 1) > 1:
-            report_check(check_full(cfg, quiet), quiet)
+            report_check(check_full(cfg, quiet, gpus=job_gpus(args, cfg)), quiet)
         else:  # the tokenizer part of the check overlaps the ranks' start-up (cockpit.run.gate)
             from cockpit.preflight.checks import check_rows
 
@@ -91,10 +91,20 @@ def run(args: argparse.Namespace) -> int:
     return follow_interactively(run)
 
 
-def check_full(cfg: Mapping[str, Any], quiet: bool, loaded=None):
+def check_full(cfg: Mapping[str, Any], quiet: bool, loaded=None, gpus: int | None = None):
     from cockpit.preflight.checks import check_run
 
-    return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded)
+    return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded, gpus=gpus)
+
+
+def job_gpus(args: argparse.Namespace, cfg: Mapping[str, Any]) -> int | None:
+    """A Slurm job's GPUs as the gate counts them (its nodes, not this login node): 1 when its
+    script asks for GPUs, else 0; None (this machine's) for a run started here."""
+    if not getattr(args, "slurm", False):
+        return None
+    from cockpit.slurm.script import cluster_has_gpus, needs_gpus
+
+    return 1 if needs_gpus(cfg, cluster_has_gpus()) else 0
 
 
 def report_check(result, quiet: bool) -> None:

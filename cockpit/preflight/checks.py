@@ -47,8 +47,12 @@ def has_checkpoints(folder: Path) -> bool:
     )
 
 
-def static_checks(cfg: Mapping[str, Any]) -> list[str]:
-    """Checks that need no model (cheap): raises InputError; returns warnings."""
+def static_checks(cfg: Mapping[str, Any], gpus: int | None = None) -> list[str]:
+    """Checks that need no model (cheap): raises InputError; returns warnings. They include the
+    gate (:func:`cockpit.preflight.environment.gate_problems`: what the ranks would refuse on a
+    machine with ``gpus`` GPUs; None: this machine's, counted with torch only when a kernel key asks)."""
+    from cockpit.preflight.environment import gate_problems
+
     warnings: list[str] = []
     problems: list[Problem] = []
     if float(cfg.get("learning_rate") or 0) > 1.0:
@@ -71,6 +75,7 @@ def static_checks(cfg: Mapping[str, Any]) -> list[str]:
             )
         )
     problems += adapter_problems(cfg)
+    problems += gate_problems(cfg, gpus)
     if cfg.get("probes"):
         from cockpit.data.probes import load_probes
 
@@ -151,11 +156,11 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     return warnings
 
 
-def check_rows(cfg: Mapping[str, Any]) -> Any:
+def check_rows(cfg: Mapping[str, Any], gpus: int | None = None) -> Any:
     """The part of the check that needs no tokenizer: static checks and, for SFT, every bad row of
     the datasets (the loaded samples, for ``check_run``'s ``loaded``); None for the other stages,
     whose check reads their data itself."""
-    static_checks(cfg)
+    static_checks(cfg, gpus)
     if cfg.get("stage", "sft") != "sft":
         return None
     from cockpit.data.collect import collect_samples
@@ -167,21 +172,24 @@ def check_rows(cfg: Mapping[str, Any]) -> Any:
     return loaded
 
 
-def check_run(cfg: Mapping[str, Any], log=print, with_devices: bool = True, loaded: Any = None) -> CheckResult:
+def check_run(
+    cfg: Mapping[str, Any], log=print, with_devices: bool = True, loaded: Any = None, gpus: int | None = None
+) -> CheckResult:
     """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation.
-    ``loaded``: ``check_rows``'s answer, when the caller already has it."""
+    ``loaded``: ``check_rows``'s answer, when the caller already has it; ``gpus``: the GPUs where
+    the run trains when that is not this machine (a Slurm job), for the gate."""
     if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: the stage's own data
         from cockpit.preflight.stage import check_stage
 
-        return check_stage(cfg, log, with_devices)
+        return check_stage(cfg, log, with_devices, gpus=gpus)
     from cockpit.data.prepare import prepare_dataset, render_options
     from cockpit.data.render import template_description, trainable_spans
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
 
-    warnings = static_checks(cfg)
+    warnings = static_checks(cfg, gpus)
     data_cfg = prediction_data_config(cfg)
     if loaded is None:
-        loaded = check_rows(cfg)  # every bad row, before any model is loaded
+        loaded = check_rows(cfg, gpus)  # every bad row, before any model is loaded
     if with_devices:
         warnings += device_checks(cfg)
     ref = config_model(cfg, log=log)

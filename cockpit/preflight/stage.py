@@ -50,12 +50,12 @@ def grpo_checks(cfg: Mapping[str, Any]) -> None:
     build_reward_funcs(cfg)
 
 
-def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True):
+def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True, gpus: int | None = None):
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
     from cockpit.preflight.checks import CheckResult, device_checks, static_checks
 
-    warnings = static_checks(cfg)
+    warnings = static_checks(cfg, gpus)
     loaded = collect_stage_samples(cfg)  # every bad row, before any model is loaded
     if with_devices:
         warnings += device_checks(cfg)

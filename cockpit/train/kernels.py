@@ -5,32 +5,19 @@ SwiGLU, RoPE and fused linear cross-entropy patched into the model; ``torch_comp
 ``torch.compile`` of the model), or an :class:`InputError` saying what is missing, before any
 model is loaded. Liger's kernels are Triton: they need a GPU (CUDA or ROCm) and the
 ``liger-kernel`` package. ``torch.compile`` on the CPU needs a C++ compiler for inductor.
+The refusals are the gate's (``cockpit.preflight.environment``), asked before any run dir exists;
+the rank asks them again.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError, Problem
+from cockpit.preflight.environment import compile_refusal, liger_refusal
 
-
-def liger_refusal(use_cpu: bool) -> str | None:
-    if use_cpu:
-        return "Liger's kernels are Triton kernels and need a GPU (CUDA or ROCm); this run trains on the CPU"
-    if importlib.util.find_spec("liger_kernel") is None:
-        return "needs the liger-kernel package (pip install liger-kernel), which is not installed"
-    if importlib.util.find_spec("triton") is None:
-        return "needs Triton (pytorch-triton-rocm on ROCm, triton on CUDA), which is not installed"
-    return None
-
-
-def compile_refusal(use_cpu: bool) -> str | None:
-    if use_cpu and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-        return "torch.compile on the CPU needs a C++ compiler (g++ or clang++) for inductor; none is on PATH"
-    return None
+__all__ = ["compile_refusal", "kernel_arguments", "liger_refusal"]
 
 
 def kernel_arguments(cfg: Mapping[str, Any], use_cpu: bool) -> dict[str, Any]:

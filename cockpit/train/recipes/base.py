@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from cockpit.config.parity import evaluates
 from cockpit.config.stages import STAGES, StageCapabilities, reference_words, unhonoured_problems
-from cockpit.errors import EXIT_FAILED, EXIT_OK, InputError
+from cockpit.errors import EXIT_FAILED, EXIT_OK, InputError, Problem
 from cockpit.store.events import EventWriter, read_all, wall_time_s
 from cockpit.store.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
@@ -594,6 +594,7 @@ def make_context(
     import torch
 
     from cockpit.models.resolve import config_model, load_tokenizer
+    from cockpit.preflight.environment import output_dir_refusal
     from cockpit.train.arguments import rank_precision, trains_on_cpu
     from cockpit.train.kernels import kernel_arguments
 
@@ -606,6 +607,8 @@ def make_context(
     if not use_cpu and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     dirs = artefact_dirs(run, cfg)
+    if reason := output_dir_refusal(cfg):  # the gate's refusal, asked again here
+        raise InputError(Problem(reason, key="output_dir"))
     dirs["out"].mkdir(parents=True, exist_ok=True)
     ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)

@@ -1,0 +1,89 @@
+"""One gate: what a rank would refuse a config for, ``cockpit check`` and ``cockpit train`` refuse
+first (exit 2, the key, the reason), and no run dir is made (issue 49).
+
+The CLI runs in-process (``cockpit.cli.main``); the refusals come before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY_CONFIG, write_yaml
+
+from cockpit.cli import main
+from cockpit.errors import InputError
+from cockpit.preflight import environment
+from cockpit.preflight.checks import static_checks
+
+
+def _config(tmp_path: Path, **over) -> Path:
+    cfg = {**TINY_CONFIG, "probes": None, "max_steps": 1, **over}
+    return write_yaml(tmp_path / "c.yaml", cfg)
+
+
+def _both_refuse(tmp_path: Path, cfg: Path, capsys, *expected: str) -> None:
+    """exit 2 naming ``expected`` at ``check`` and at ``train``, and no run dir."""
+    runs = tmp_path / "runs"
+    assert main(["check", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert all(e in err for e in expected), err
+    assert main(["train", str(cfg), "--runs-dir", str(runs), "--detach"]) == 2
+    err = capsys.readouterr().err
+    assert all(e in err for e in expected), err
+    assert not runs.exists() or not [p for p in runs.iterdir() if p.name != "queue"], list(runs.iterdir())
+
+
+def test_liger_on_the_cpu_is_refused_before_a_run_dir(tmp_path, capsys):
+    _both_refuse(tmp_path, _config(tmp_path, enable_liger_kernel=True), capsys, "enable_liger_kernel", "need a GPU")
+
+
+def test_torch_compile_without_a_compiler_is_refused_before_a_run_dir(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # no g++ / clang++ there
+    _both_refuse(tmp_path, _config(tmp_path, torch_compile=True), capsys, "torch_compile", "C++ compiler")
+
+
+def test_output_dir_naming_a_file_is_refused_before_a_run_dir(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file\n")
+    cfg = _config(tmp_path, output_dir=str(tmp_path / "taken"))
+    _both_refuse(tmp_path, cfg, capsys, "output_dir", "is a file, not a folder")
+    cfg = _config(tmp_path, output_dir=str(tmp_path / "taken" / "out"))  # under a file: cannot be created
+    _both_refuse(tmp_path, cfg, capsys, "output_dir", "cannot create")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_output_dir_that_cannot_be_written_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        with pytest.raises(InputError, match="output_dir.*not writable"):
+            static_checks({"output_dir": str(locked / "out")})
+    finally:
+        locked.chmod(0o700)
+    assert environment.output_dir_refusal({"output_dir": str(tmp_path / "new" / "deeper")}) is None
+
+
+def test_images_in_a_text_sft_row_is_a_bad_row_with_file_and_line(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    rows = [
+        {"instruction": "hi", "output": "hello"},
+        {"instruction": "what is in <image>?", "output": "a cat", "images": ["cat.png"]},
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _config(tmp_path, dataset=str(data), template=None)
+    _both_refuse(tmp_path, cfg, capsys, f"{data}:2", "images", "text-only")
+
+
+def test_the_gate_decides_the_device_as_the_ranks_do():
+    """use_cpu unset: the CPU where no GPU is visible (refused), a GPU where one is (not for that reason)."""
+    cfg = {"enable_liger_kernel": True}
+    assert any("need a GPU" in p.message for p in environment.gate_problems(cfg, gpus=0))
+    assert not any("need a GPU" in p.message for p in environment.gate_problems(cfg, gpus=1))
+    # a config that needs GPUs where none is visible: the device's own refusal, not a kernel's
+    problems = environment.gate_problems({**cfg, "use_cpu": False}, gpus=0)
+    assert problems and problems[0].key == "use_cpu"
+    # nothing device-dependent asked for: torch's GPU count is never asked (no torch import)
+    assert environment.gate_problems({"learning_rate": 1e-4}, gpus=None) == []
