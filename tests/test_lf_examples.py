@@ -21,7 +21,6 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamafactory"
 def test_a_llamafactory_example_trains_two_steps_on_the_cpu(name, stage, tmp_path):
     over = ["max_steps=2", "cutoff_len=128", "gradient_accumulation_steps=1", "dataloader_num_workers=0",
             "preprocessing_num_workers=1", "use_cpu=true", "bf16=false", "save_steps=2", "logging_steps=1", "probes=null"]
-    over += ["per_device_train_batch_size=2"] if stage == "kto" else []  # TRL's KTO: 2 or more (the check says so)
     res = cockpit("train", str(FIXTURES / f"qwen3_lora_{name}.yaml"), "--runs-dir", str(tmp_path / "runs"),
                   *[a for o in over for a in ("--set", o)], cwd=str(tmp_path), timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -19,8 +19,7 @@ from cockpit.errors import InputError
 FIXTURES = Path(__file__).parent / "fixtures" / "llamafactory"
 STAGE_KEYS = [(stage, key) for stage, keys in UNHONOURED.items() for key in keys]
 # keys a stage needs before any other rule passes (grpo: its reward functions, a batch of whole groups)
-STAGE_NEEDS = {"grpo": {"reward_funcs": "exact_match", "num_generations": 2, "per_device_train_batch_size": 2},
-               "kto": {"per_device_train_batch_size": 2}}  # TRL's KTOTrainer: 2 or more samples per micro-batch
+STAGE_NEEDS = {"grpo": {"reward_funcs": "exact_match", "num_generations": 2, "per_device_train_batch_size": 2}}
 
 
 def other_value(key: str):

@@ -53,6 +53,38 @@ def test_kto_runs_a_few_steps_with_tagged_answers(tmp_path, tiny_model_dir):
     assert [e["step"] for e in steps] == [1, 2, 3] and all("kl" in e for e in steps)
 
 
+@pytest.mark.slow
+def test_kto_trains_one_sample_per_micro_batch_with_a_real_kl_term(tmp_path, tiny_model_dir):
+    """LLaMA-Factory's per_device_train_batch_size 1 (TRL's KTOTrainer refuses it): the KL pairs are
+    built over the dataset (each prompt with another row's answer), so the KL term is not the row's
+    own reward, and it moves off 0 once the policy leaves the reference (step 1: LoRA's zero B, kl 0).
+    Mostly desirable answers of one shape: training raises them under any prompt, so the KL estimate
+    (TRL clamps it at 0) is positive."""
+    rows = []
+    for i in range(12):
+        good = i % 4 != 3
+        answer = f"A helpful answer {i}." if good else "Go away."
+        rows.append({"messages": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": answer}], "label": good})
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "kto.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "dataset_info.json").write_text(json.dumps({"kto_demo": {"file_name": "kto.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "kto_tag": "label"}, "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}))
+    cfg = tiny_config(tmp_path, tiny_model_dir, "kto1", stage="kto", dataset="kto_demo", dataset_dir=str(data), per_device_train_batch_size=1,
+                      max_steps=6, probes=None, save_steps=10)
+    res = cockpit("check", str(cfg))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in (tmp_path / "runs").iterdir() if d.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["steps"] == 6
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
+    kls = [e["kl"] for e in steps]
+    print(json.dumps({"kl": kls, "loss": [e["loss"] for e in steps]}))
+    assert all(math.isfinite(k) and k >= 0 for k in kls) and max(kls) > 0, kls
+
+
 @pytest.mark.parametrize("loss,extra", [("orpo", {"pref_beta": 0.1}), ("simpo", {"pref_beta": 2.0, "simpo_gamma": 0.5, "pref_ftx": 0.1})])
 def test_orpo_and_simpo_train_end_to_end_without_a_reference(tmp_path, tiny_model_dir, loss, extra):
     """pref_loss orpo (TRL's ORPOTrainer) and simpo (CPOTrainer, loss_type simpo) through the real

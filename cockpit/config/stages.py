@@ -206,17 +206,6 @@ def stage_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]
                 **where("dpo_label_smoothing"),
             )
         )
-    if stage == "kto" and int(cfg.get("per_device_train_batch_size") or 1) < 2:
-        # TRL's KTOTrainer raises at the start of training (its KL term pairs each sample with another one of
-        # its micro-batch); LLaMA-Factory's own kto example sets 1
-        out.append(
-            Problem(
-                "stage kto needs 2 or more samples per micro-batch: TRL's KTOTrainer estimates the KL term from "
-                "the other samples of each micro-batch; set it to 2 or more (and lower gradient_accumulation_steps "
-                "to keep the batch)",
-                **where("per_device_train_batch_size"),
-            )
-        )
     if stage == "rm" and cfg.get("finetuning_type") == "freeze":
         out.append(
             Problem("stage rm trains a new value head: use finetuning_type lora or full", **where("finetuning_type"))

@@ -39,6 +39,12 @@ def collect_stage_samples(cfg: Mapping[str, Any]) -> LoadResult:
         raise InputError(total.problems or "no usable samples in the dataset(s)")
     if stage == "kto" and not any(s["label"] for s in total.samples):
         raise InputError(Problem("stage kto: no row is tagged true (desirable); KTO needs both kinds", key="dataset"))
+    if stage == "kto" and len(total.samples) < 2:  # its KL term pairs each prompt with another row's answer
+        raise InputError(
+            Problem(
+                "stage kto needs 2 or more rows: its KL term pairs each prompt with another row's answer", key="dataset"
+            )
+        )
     return total
 
 

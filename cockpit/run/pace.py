@@ -21,12 +21,15 @@ from typing import Any
 from cockpit.store.events import as_float
 
 TASK_WORDS = {"probes": "asking probes", "held_out": "scoring held-out pairs"}
+STAGE_TASK_WORDS = {("held_out", "grpo"): "scoring held-out prompts' rewards"}  # grpo scores prompts, not pairs
 
 
 def activity_words(ev: dict[str, Any]) -> str:
     """A ``progress`` event in words: ``asking probes before training 8/20``."""
     task = str(ev.get("task") or "")
-    what = TASK_WORDS.get(task, task.replace("_", " ") or "working")
+    what = STAGE_TASK_WORDS.get((task, str(ev.get("stage")))) or TASK_WORDS.get(
+        task, task.replace("_", " ") or "working"
+    )
     return f"{what} {ev.get('phase') or ''} training {ev.get('done', '?')}/{ev.get('total', '?')}".replace("  ", " ")
 
 

@@ -97,7 +97,8 @@ Kinds and their fields (units in the field names or stated here):
   mean_logp_margin (dpo) or mean_reward_margin (rm); grpo: prompts, mean_reward (the weighted total
   reward of greedy completions of the held-out prompts, max_completion_length tokens), rewards (function
   name -> mean), samples (up to 3 of {prompt, completion, reward})
-- ``progress``: task (probes|held_out), phase (before|after: training), done, total (rank 0, while
+- ``progress``: task (probes|held_out), phase (before|after: training), done, total, stage (held_out:
+  the run's stage; grpo's held-out work is prompts to reward, not pairs) (rank 0, while
   the ranks work outside training steps: the probes' answers (a batch at a time) and DPO / RM's
   held-out scoring (a pair at a time, at most every few seconds); ``done`` 0 when the task begins
   and ``total`` when it ends). Readers show it ("asking probes before training 8/20") and time the

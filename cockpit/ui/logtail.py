@@ -73,6 +73,9 @@ class LogTail:
 # -- the Live pane's readable log ------------------------------------------------------------------
 _TAG = re.compile(r"^\[[\w.-]+\] ?")
 _WARNING = re.compile(r"Warning\b|warnings\.warn|\[WARNING\]|\bWARNING\b|^W\d{4} |\bwarn\(", re.IGNORECASE)
+# transformers' (and TRL's) logger lines, through its own handler: "[transformers] Tried to track the number
+# of tokens seen..." (no level in the line; the ranks print it at warning level, often after every step)
+_LIBRARY_LOG = re.compile(r"^(\[[\w.-]+\] )?\[transformers\] ")
 _NOISE = re.compile(
     r"^\{'(loss|eval_loss|train_runtime|grad_norm|learning_rate|epoch)'"  # HF Trainer's metric dicts: the step lines say them
     r"|\d+%\|[^|]*\|"  # tqdm progress bars
@@ -104,7 +107,7 @@ def classify(line: str, previous: str = "") -> str:
     body = _TAG.sub("", line, count=1)
     if previous == "warning" and body[:1].isspace() and body.strip():
         return "warning"
-    if _WARNING.search(body):
+    if _WARNING.search(body) or _LIBRARY_LOG.match(line):
         return "warning"
     if _NOISE.search(body):
         return "noise"

@@ -103,7 +103,7 @@ class RunState:
     alerts: deque = field(default_factory=lambda: deque(maxlen=100))
     checkpoints: deque = field(default_factory=lambda: deque(maxlen=20))
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    held_out: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> held_out event (dpo / rm)
+    held_out: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> held_out event (dpo / rm / grpo)
     evals: BucketSeries | None = None
     finished: dict[str, Any] | None = None
     failed: dict[str, Any] | None = None

@@ -347,7 +347,8 @@ def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, p
     none with ``do_eval: false``."""
     if ctx.rank != 0 or not data.held_out or not evaluates(ctx.cfg):
         return None
-    result = recipe.held_out(ctx, model, data, reporter(ctx.writer, task="held_out", phase=phase))
+    on_progress = reporter(ctx.writer, task="held_out", phase=phase, stage=ctx.cfg["stage"])  # grpo: prompts, not pairs
+    result = recipe.held_out(ctx, model, data, on_progress)
     if result is not None and ctx.writer is not None:
         ctx.log(
             f"held-out {phase}: " + ", ".join(f"{k} {v}" for k, v in result.items() if not isinstance(v, (list, dict)))

@@ -1,5 +1,6 @@
 """Preference stages through TRL: ``dpo`` (pref_loss sigmoid / ipo / hinge with DPOTrainer,
-orpo with ORPOTrainer, simpo with CPOTrainer) and ``kto`` (KTOTrainer).
+orpo with ORPOTrainer, simpo with CPOTrainer) and ``kto`` (KTOTrainer, with LLaMA-Factory's KL pairs:
+``cockpit/train/kto_pairs.py``).
 
 The reference model: none for ORPO / SimPO; with LoRA and no ``ref_model``, the base with the
 adapter disabled (TRL does this itself when ``ref_model`` is None and the policy is a PEFT
@@ -152,7 +153,9 @@ class KTORecipe(DPORecipe):
     def build_trainer(
         self, ctx: RecipeContext, model: Any, ref_model: Any, data: StageData, callbacks: list[Any]
     ) -> Any:
-        from trl import KTOConfig, KTOTrainer
+        from trl import KTOConfig
+
+        from cockpit.train.kto_pairs import DatasetKLTrainer
 
         cfg = ctx.cfg
         args = stage_arguments(
@@ -164,10 +167,11 @@ class KTORecipe(DPORecipe):
             undesirable_weight=cfg["kto_rejected_weight"],
             max_length=cfg["cutoff_len"],
             disable_dropout=True,
-            train_sampling_strategy="sequential",  # TRL's KL estimate pairs neighbours in a fixed order; the rows are shuffled here
+            train_sampling_strategy="sequential",  # TRL asks it of its KL term; the rows are shuffled here
         )
         random.Random(cfg["seed"]).shuffle(data.train)
-        return cockpit_trainer(KTOTrainer)(
+        # each prompt's KL answer is another row's, paired over the dataset as LLaMA-Factory does (any batch size)
+        return cockpit_trainer(DatasetKLTrainer)(
             model=model,
             ref_model=ref_model,
             args=args,

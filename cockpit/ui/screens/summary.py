@@ -66,6 +66,7 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
             t.append(*line)
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
+    t.append_text(held_out_reward_lines(before or {}, after or {}))  # grpo
     if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
         what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
         t.append(
@@ -87,6 +88,48 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     if not summary:
         t.append("\n(no summary.json yet)", style="dim")
     return t
+
+
+def held_out_reward_lines(before: dict, after: dict) -> Text:
+    """grpo: the held-out prompts' mean reward (greedy completions scored by the run's reward
+    functions, weighted) before -> after training, and each function's mean; one side when the
+    other is missing (a stopped run has no after)."""
+    t = Text()
+    b, a = before.get("mean_reward"), after.get("mean_reward")
+    if not isinstance(b, (int, float)) and not isinstance(a, (int, float)):
+        return t
+    prompts = after.get("prompts") or before.get("prompts")
+
+    def side(v: Any) -> str:
+        return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
+
+    t.append(f"\nheld-out prompts ({prompts}): mean reward {side(b)} → {side(a)}")
+    if isinstance(b, (int, float)) and isinstance(a, (int, float)):
+        t.append(f" ({a - b:+.3f})", style=themed("$text-success" if a > b else "$text-warning"))
+    names = list(dict.fromkeys([*(before.get("rewards") or {}), *(after.get("rewards") or {})]))
+    if names:
+        each = ", ".join(
+            f"{n} {side((before.get('rewards') or {}).get(n))} → {side((after.get('rewards') or {}).get(n))}"
+            for n in names
+        )
+        t.append(f"\nrewards: {each}", style="dim")
+    return t
+
+
+def held_out_sample_rows(held: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+    """grpo's held-out samples (the first prompts' greedy completions and their reward) before and
+    after training, as the probe table's rows: what a run without probes shows there."""
+
+    def row(s: dict) -> dict:
+        said = str(s.get("completion") or "").strip() or "(empty)"
+        reward = s.get("reward")
+        return {"prompt": s.get("prompt") or "", "expect": "", "answer": f"{said}  → {reward:.2f}"}
+
+    def rows(ev: dict | None) -> list[dict]:
+        samples = (ev or {}).get("samples") or []
+        return [row(s) for s in samples if isinstance(s, dict) and isinstance(s.get("reward"), (int, float))]
+
+    return rows(held.get("before")), rows(held.get("after"))
 
 
 def predict_lines(summary: dict) -> Text:
@@ -234,6 +277,9 @@ class SummaryScreen(RunActionsMixin, Screen):
         table.clear()
         before = (st.probes.get("before") or {}).get("results") or []
         after = (st.probes.get("after") or {}).get("results") or []
+        samples = not (before or after)  # no probes: grpo's held-out samples, when the run has them
+        if samples:
+            before, after = held_out_sample_rows(st.held_out)
         n = max(len(before), len(after))
 
         def longest(rows: list[dict], key: str, extra: int = 0) -> int:
@@ -260,12 +306,17 @@ class SummaryScreen(RunActionsMixin, Screen):
             if not r:
                 return Text("-", style="dim")
             ans = (r.get("answer") or "").replace("\n", " ") or "(empty)"
+            if "ok" not in r:  # a held-out sample: its reward, no verdict
+                return Text(clip(ans, width))
             return Text(
                 clip(("✓ " if r.get("ok") else "✗ ") + ans, width),
                 style=themed("$text-success" if r.get("ok") else "$text-error"),
             )
 
         group = None
+        if samples and n:
+            title = "— held-out prompts: greedy completions → reward —"
+            table.add_row(Text(clip(title, widths["prompt"]), style="bold"), "", "", "", key="held-out")
         for i in range(n):
             b = before[i] if i < len(before) else None
             a = after[i] if i < len(after) else None
@@ -282,7 +333,7 @@ class SummaryScreen(RunActionsMixin, Screen):
                 clip(exp_s, widths["expected"]),
                 cell(b, widths["before"]),
                 cell(a, widths["after"]),
-                key=str(i),
+                key=f"sample-{i}" if samples else str(i),
             )
         if not n:
             table.add_row("(no probes in this run)", "", "", "")
@@ -302,7 +353,7 @@ class SummaryScreen(RunActionsMixin, Screen):
             self.app.push_screen(TextView(f"probe {i + 1}", probe_detail(found)))
 
     def on_resize(self) -> None:
-        if self.follower.state.probes:
+        if self.follower.state.probes or self.follower.state.held_out:
             self.call_after_refresh(self._fill_probes)
 
     # merge / export / serve / chat: cockpit.ui.screens.run_actions.RunActionsMixin
