@@ -102,6 +102,14 @@ def changed_config(cfg: Mapping[str, Any], overrides: list[str]) -> tuple[dict[s
     return new.keys_only(), changes
 
 
+def paused_s(status: dict) -> float | None:
+    """The seconds the run has sat ended between its attempts, this pause (since ``ended``) included."""
+    before = float(status.get("paused_s") or 0.0)
+    if not status.get("ended"):
+        return before or None
+    return round(before + max(0.0, time.time() - float(status["ended"])), 3)
+
+
 def stop_first(run_dir: RunDir, wait_s: float) -> None:
     """Ask a running run to save and stop; wait until it has (InputError when it does not)."""
     from cockpit.run.liveness import reconcile
@@ -164,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         reason=None,
         attempt=attempt,
         resumed_from=ckpt,
+        paused_s=paused_s(status),  # the time it sat ended counts in no TIME (store.rundir.running_s)
         ended=None,
         log_tail=[],
         config_changes=changes or None,

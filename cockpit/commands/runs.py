@@ -7,7 +7,7 @@ import json
 import time
 
 from cockpit.commands.common import EXIT_OK, add_runs_dir, runs_dir
-from cockpit.store.rundir import list_runs
+from cockpit.store.rundir import list_runs, running_s
 
 
 def run_row(run, status: dict | None = None) -> dict:
@@ -16,8 +16,7 @@ def run_row(run, status: dict | None = None) -> dict:
     st = status if status is not None else run.read_status()
     st = reconcile(run, status=st)  # liveness checked, not assumed: a dead supervisor's run is adopted or ended
     started = st.get("started")
-    ended = st.get("ended")
-    dur = (ended or time.time()) - started if started else None
+    dur = running_s(st, time.time())  # the pauses between attempts left out
     return {
         "run_id": run.run_id,
         "state": st.get("state"),

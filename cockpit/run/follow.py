@@ -16,6 +16,9 @@ from cockpit.run.pace import Pace, activity_words
 from cockpit.store.events import EventReader, as_float
 from cockpit.store.rundir import TERMINAL_STATES, RunDir
 
+PLAIN_EVERY_S = 5.0  # a pipe or a log: a progress line at most this often when what the ranks do changes,
+PLAIN_QUIET_S = 30.0  # and this often when nothing else was printed
+
 
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds < 0:
@@ -181,7 +184,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
             f"global batch {ev.get('global_batch')}" + (f"; {peak}" if peak else "")
         )
     if kind == "progress":  # the start of the work; how far it is: the progress line
-        return activity_words(ev).rsplit(" ", 1)[0] + f" ({ev.get('total')})" if not ev.get("done") else None
+        starts = not ev.get("done") and ev.get("tokens") is None
+        return activity_words(ev).rsplit(" ", 1)[0] + f" ({ev.get('total')})" if starts else None
     if kind == "held_out":
         return held_out_line(ev)
     if kind == "completions":
@@ -203,6 +207,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     if kind == "run_finished":
         mfu = f", MFU {percent(ev['mfu'])}" if ev.get("mfu") is not None else ""
         return f"finished: {ev.get('steps')} steps in {fmt_duration(ev.get('runtime_s'))}, {loss_words(ev)}{mfu}"
+    if kind == "stop_requested":
+        return f"stop requested ({ev.get('by') or 'control/stop'}): the run saves a checkpoint at the end of this step and ends"
     if kind == "run_stopped":
         return f"stopped at step {ev.get('step')}: {ev.get('reason')}"
     if kind == "state" and ev.get("state") in ("queued", "cancelled"):  # a Slurm run waits / the scheduler ended it
@@ -224,6 +230,8 @@ class Follower:
         self.reader = EventReader(run.events_path)
         self.out = out
         self.tty = out.isatty() if show_progress is None else show_progress
+        self.plain = show_progress is None and not self.tty  # a pipe or a log: plain progress lines, no \r
+        self._plain_said: tuple[str | None, float] = (None, float("-inf"))  # (what, when) the last one said
         self.start_t: float | None = None
         self.pace = Pace()
         self.steps_seen: list[int] = []
@@ -247,10 +255,23 @@ class Follower:
         pace = self.pace
         elapsed = now - self.start_t if self.start_t is not None else None
         line = f"{pace.step}/{pace.total or '?'}  elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(pace.eta(now))}"
-        doing = pace.activity_text()  # in the bar's place: the line stays within 80 columns
+        doing = pace.activity_text(now)  # in the bar's place: the line stays within 80 columns
         return f"{line}  {doing}" if doing else f"{progress_bar(pace.step, pace.total)} {line}"
 
+    def _plain_progress(self, now: float) -> None:
+        """Stdout is no terminal: a plain ``progress:`` line when what the ranks do changes (at most
+        every PLAIN_EVERY_S), and every PLAIN_QUIET_S while nothing else is printed."""
+        if self.total is None and self.pace.activity is None and not self.pace.stopping:
+            return
+        doing, said_t = self.pace.activity_text(), self._plain_said[1]
+        if (doing != self._plain_said[0] and now - said_t >= PLAIN_EVERY_S) or now - said_t >= PLAIN_QUIET_S:
+            self.out.write(f"progress: {self.progress_line(now)}\n")
+            self._plain_said = (doing, now)
+
     def _progress(self) -> None:
+        if self.plain:
+            self._plain_progress(time.time())
+            return
         if not self.tty or (self.total is None and self.pace.activity is None):
             return
         self.out.write(f"\r\033[K{self.progress_line(time.time())}")
@@ -270,6 +291,7 @@ class Follower:
             if line:
                 self._clear_progress()
                 self.out.write(line + "\n")
+                self._plain_said = (self._plain_said[0], time.time())  # a line was printed: no heartbeat due
         self._progress()
         self.out.flush()
         return events

@@ -10,7 +10,8 @@ header (``cockpit.ui.state.RunState``), so both say the same ETA:
   with the time the same work took before training (the "before" phase's duration), then, once it
   runs, from its own ``progress`` events;
 - ``activity``: what the ranks are doing outside training steps ("asking probes before
-  training 8/20"), while they do it.
+  training 8/20", "loading the model", "first step running 12 s"), while they do it; "stopping: ..."
+  once a stop was asked.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ STAGE_TASK_WORDS = {("held_out", "grpo"): "scoring held-out prompts' rewards"}  
 
 
 def activity_words(ev: dict[str, Any]) -> str:
-    """A ``progress`` event in words: ``asking probes before training 8/20``."""
+    """A ``progress`` event in words: ``asking probes before training 8/20`` (with the batch's tokens while
+    a batch generates: ``8/20, token 12/40``); an ``activity`` event's own text."""
+    if ev.get("kind") == "activity":
+        return str(ev.get("text") or "working")
+    if ev.get("tokens") is not None and ev.get("max_tokens"):
+        return f"{activity_words({**ev, 'tokens': None})}, token {ev['tokens']}/{ev['max_tokens']}"
     task = str(ev.get("task") or "")
     what = STAGE_TASK_WORDS.get((task, str(ev.get("stage")))) or TASK_WORDS.get(
         task, task.replace("_", " ") or "working"
@@ -48,13 +54,18 @@ class Pace:
     end_t: float | None = None  # train_end: the steps are over, the wrap-up runs
     activity: dict[str, Any] | None = None  # the latest progress event while its work goes on
     task_t0: float | None = None  # when the activity's task began (its done=0 event)
+    stopping: bool = False  # a stop was asked: the run saves a checkpoint and ends (a "stopping" state event)
 
     def observe(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")
         t = as_float(ev.get("t"))
         if kind == "run_started":  # a new attempt: what ran before the steps is measured again
             self.before_t0 = self.before_t1 = self.end_t = self.begin_t = None
-            self.activity, self.stepped = None, False
+            self.activity, self.stepped, self.stopping = None, False, False
+        elif kind == "state":
+            self.stopping = ev.get("state") == "stopping"
+        elif kind == "activity":
+            self.activity = ev
         elif kind == "train_begin":
             self.total = ev.get("total_steps") or self.total
             self.begin_t, self.step0, self.stepped, self.end_t = t, int(ev.get("start_step") or 0), False, None
@@ -65,6 +76,8 @@ class Pace:
             self.last_step_t, self.stepped, self.activity = t, True, None
         elif kind == "train_end":
             self.end_t = t
+        if kind in ("checkpoint_saved", "train_end") and (self.activity or {}).get("kind") == "activity":
+            self.activity = None  # the save (or the step) it spoke of is over
         elif kind == "progress":
             self._progress(ev, t)
         elif kind in ("probe_results", "held_out") and ev.get("phase") == "before" and not self.stepped:
@@ -73,7 +86,7 @@ class Pace:
             self.activity = None
 
     def _progress(self, ev: dict[str, Any], t: float | None) -> None:
-        if not ev.get("done"):
+        if not ev.get("done") and ev.get("tokens") is None:  # the task's start, not a first batch's tokens
             self.task_t0 = t
         if ev.get("phase") == "before" and not self.stepped:
             self._before(t)
@@ -130,5 +143,14 @@ class Pace:
             return per_item * (float(ev["total"]) - float(ev["done"])) - (now - t)
         return self.wrapup_allowance_s - (now - float(self.end_t or now))
 
-    def activity_text(self) -> str | None:
-        return activity_words(self.activity) if self.activity is not None else None
+    def activity_text(self, now: float | None = None) -> str | None:
+        """What the ranks do now, ``stopping: `` first once a stop was asked; an ``activity`` that has
+        gone on for a while counts its seconds (``first step running 12 s``), so the line moves."""
+        ev = self.activity
+        text = activity_words(ev) if ev is not None else None
+        t = as_float(ev.get("t")) if ev is not None else None
+        if text and ev is not None and ev.get("kind") == "activity" and now is not None and t is not None:
+            text += f" {int(now - t)} s" if now - t >= 1 else ""
+        if self.stopping:
+            return f"stopping: {text}" if text else "stopping: saving a checkpoint at the end of the step"
+        return text

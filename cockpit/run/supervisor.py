@@ -146,6 +146,7 @@ class Supervisor:
         self.kill_requested = False  # control/kill (a user's act): the run ends "killed", not "failed"
         self.worker_failure: dict[str, Any] | None = None
         self.stopped_event: dict[str, Any] | None = None
+        self.stop_said = False  # the run is "stopping" (a stop was asked): said once
         self.finished_event: dict[str, Any] | None = None
         self.last_step = 0
         self.status_changes: dict[str, Any] = {}
@@ -242,6 +243,9 @@ class Supervisor:
             events_offset=self.events_offset,
         )
         self.emit("state", state="running", reason=None)
+        self.emit("activity", text="starting the ranks (importing torch and transformers)")  # until they speak
+        if self.run.pending("stop"):  # asked before this attempt's log began (its event is not read)
+            self.stopping({"by": self._request_detail("stop")}, self.status_changes)
         self._init_telemetry()
 
     def adopt(self) -> bool:
@@ -363,6 +367,8 @@ class Supervisor:
             elif kind == "alert":
                 if not self.replaying:
                     self.notify(ev)
+            elif kind == "stop_requested":
+                self.stopping(ev, changes)
             elif kind == "run_failed":
                 self.worker_failure = ev
             elif kind == "run_stopped":
@@ -374,6 +380,25 @@ class Supervisor:
                     self.last_step, int(ev.get("steps") or 0)
                 )  # the last step need not be a logging step
                 changes.update(step=self.last_step)
+
+    def _request_detail(self, what: str) -> str | None:
+        """Who made a pending control request (its file's ``detail``), or None."""
+        try:
+            return json.loads((self.run.control_dir / what).read_text(encoding="utf-8")).get("detail") or None
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def stopping(self, ev: dict[str, Any], changes: dict[str, Any]) -> None:
+        """A stop was asked (``stop_requested``): the run is "stopping" at once (status.json, a ``state``
+        event), while the ranks finish their step, save a checkpoint and end."""
+        if self.stop_said or self.killing or self.stopped_event or self.finished_event or self.worker_failure:
+            return
+        self.stop_said = True
+        by = f" ({ev['by']})" if ev.get("by") else ""
+        reason = f"stop requested{by}: saving a checkpoint at the end of step {self.last_step + 1}, then ending"
+        changes.update(state="stopping", reason=reason)
+        if not self.replaying:
+            self.emit("state", state="stopping", reason=reason)
 
     def notify(self, ev: dict[str, Any]) -> None:
         """The user's notify_command for an event that makes a notification (node 0's supervisor

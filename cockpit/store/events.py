@@ -68,7 +68,8 @@ Kinds and their fields (units in the field names or stated here):
 - ``probe_results``: phase (before|after), passed, total, rate (0..1), results (list of
   {prompt, expected, answer, ok, set}), sets (optional: set name -> {passed, total, rate}, when
   the probes name sets, e.g. the demo's identity and control probes; also in summary.json), device (before: where the answers were generated, e.g.
-  ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event)
+  ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event), reused (true: a resumed
+  attempt's copy of an earlier attempt's "before" answers, not asked again; ``held_out`` before likewise)
 - ``rank_memory``: written by every rank (not only rank 0): rank, local_rank, node_rank, phase
   (loaded: the model is built, sharded and on its device; trained: training is over, before the
   final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
@@ -101,7 +102,8 @@ Kinds and their fields (units in the field names or stated here):
   the run's stage; grpo's held-out work is prompts to reward, not pairs) (rank 0, while
   the ranks work outside training steps: the probes' answers (a batch at a time) and DPO / RM's
   held-out scoring (a pair at a time, at most every few seconds); ``done`` 0 when the task begins
-  and ``total`` when it ends). Readers show it ("asking probes before training 8/20") and time the
+  and ``total`` when it ends; while a batch of probes generates, every ~2 s, also tokens and max_tokens:
+  the batch's tokens so far). Readers show it ("asking probes before training 8/20") and time the
   steps from the end of the "before" tasks (``cockpit.run.pace``); the watchdog counts the "after"
   ones as progress, like ``predict_progress``
 - ``predict_progress``: done, total (prediction samples generated so far; rank 0, at most every
@@ -131,6 +133,14 @@ Kinds and their fields (units in the field names or stated here):
   at: the same step when only one was logged), mfu (summary.json's)
 - ``run_failed``: reason, rank (optional), log_tail (list of lines)
 - ``run_stopped``: reason, step
+- ``stop_requested``: by (who asked: "cockpit stop", "cockpit UI", "Ctrl-C in cockpit train", ...); written by
+  the one asking, when the stop request is made. The supervisor answers with a ``state`` event "stopping"
+  (status.json too); the ranks save a checkpoint at the end of the step and end, without the probes after
+  training (``cockpit chat RUN --probes`` asks them later)
+- ``activity``: text (what the ranks do outside a logged step: "preparing the data", "loading the model",
+  "first step running (1/36)", "step 3/36 trained (no loss logged yet)", "saving checkpoint-6", "saving the
+  model"; rank 0). Readers show it until the next ``step``, ``progress`` or ``activity`` event, a checkpoint
+  saved or the training's end (``cockpit.run.pace``)
 """
 
 from __future__ import annotations
@@ -172,6 +182,8 @@ KINDS = frozenset(
         "run_finished",
         "run_failed",
         "run_stopped",
+        "stop_requested",
+        "activity",
     }
 )
 

@@ -47,6 +47,16 @@ _held: dict[str, list[int]] = {}
 _held_guard = threading.RLock()
 
 
+def running_s(status: dict[str, Any], now: float) -> float | None:
+    """How long the run has run (the TIME of ``cockpit runs`` and the Runs screen): from ``started`` to
+    ``ended`` (now while it runs), the pauses between its attempts (``paused_s``, added by ``cockpit
+    resume``) left out; None before it started."""
+    started = status.get("started")
+    if not started:
+        return None
+    return max(0.0, (status.get("ended") or now) - started - float(status.get("paused_s") or 0.0))
+
+
 def default_runs_dir() -> Path:
     env = os.environ.get("COCKPIT_RUNS_DIR")
     if env:
@@ -186,7 +196,21 @@ class RunDir:
         self.control_dir.mkdir(mode=0o700, exist_ok=True)
         target = self.control_dir / what
         atomic_write_text(target, json.dumps({"t": time.time(), "detail": detail}) + "\n", mode=0o600)
+        if what == "stop":  # said at once in the event log (attach, Live); the supervisor shows it as "stopping"
+            self.note_stop_requested(detail)
         return target
+
+    def note_stop_requested(self, detail: str) -> None:
+        """The ``stop_requested`` event: who asked (``by``); not written into a run dir without an event log."""
+        from cockpit.store.events import EventWriter
+
+        if not self.events_path.exists():
+            return
+        try:
+            with EventWriter(self.events_path) as writer:
+                writer.emit("stop_requested", by=detail or None)
+        except OSError:
+            pass  # a full disk: the control file still stops the run
 
     def pending(self, what: str) -> bool:
         return (self.control_dir / what).exists()

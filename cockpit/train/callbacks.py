@@ -84,6 +84,7 @@ class CockpitCallback(TrainerCallback):
         self.start_t = time.time()
         self.tokens_total = 0
         self.stop_reason: str | None = None
+        self.stop_requested = False  # a stop request (cockpit stop, the cockpit's x) ended the training
         self.nan_seen = False
         self.nan_step: int | None = None
         self.skipped_in_a_row = 0  # logging steps whose update the loss scaler skipped, in a row
@@ -299,6 +300,7 @@ class CockpitCallback(TrainerCallback):
         if state.global_step == self.last_step == self._start_step and not self._first_step_began:
             self._first_step_began = True
             self.last_t = time.time()
+            self.emit("activity", text=f"first step running ({state.global_step + 1}/{state.max_steps})")
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -320,9 +322,22 @@ class CockpitCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_log = True  # the last step's loss, as at the end
             self.stop_reason = self.stop_reason or "stop requested"
+            self.stop_requested = True
             if self.rank == 0:
                 self.run.consume("stop")
+        self._say_between_logs(state, control)
         return control
+
+    def _say_between_logs(self, state, control) -> None:
+        """Rank 0: an ``activity`` event for a step that logs nothing: its checkpoint's save, or the step
+        itself while no loss is logged yet in this attempt (``logging_steps`` above 1: the readers' step
+        count would sit at the start for minutes). A logged step says it in ``on_log``."""
+        if control.should_log:
+            return
+        if control.should_save:
+            self.emit("activity", text=f"saving checkpoint-{state.global_step}")
+        elif self.last_step == self._start_step:
+            self.emit("activity", text=f"step {state.global_step}/{state.max_steps} trained (no loss logged yet)")
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -398,6 +413,8 @@ class CockpitCallback(TrainerCallback):
             )
         if math.isfinite(loss):
             self.recent.append(loss)
+        if control.should_save:  # HF saves right after this log
+            self.emit("activity", text=f"saving checkpoint-{state.global_step}")
         return control
 
     def on_train_end(self, args, state, control, **kwargs):

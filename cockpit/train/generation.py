@@ -8,14 +8,20 @@ dtype", first seen on a GPU)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
 def generate_new_tokens(
-    model: Any, tokenizer: Any, prompts: list[list[int]], **generate_kwargs: Any
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    on_token: Callable[[int], None] | None = None,
+    **generate_kwargs: Any,
 ) -> list[list[int]]:
     """Each prompt's generated token ids (the prompt left out), in one left-padded batch.
-    ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...)."""
+    ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...); ``on_token(n)``: called
+    after each generated position with the tokens generated so far (a batch's progress; stops nothing)."""
     import torch
 
     was_training = model.training
@@ -28,6 +34,8 @@ def generate_new_tokens(
     for row, prompt_ids in enumerate(prompts):
         ids[row, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
         mask[row, width - len(prompt_ids) :] = 1
+    if on_token is not None:
+        generate_kwargs["stopping_criteria"] = token_ticks(on_token, width)
     try:
         with torch.no_grad(), generation_autocast(model):
             out = model.generate(
@@ -42,6 +50,20 @@ def generate_new_tokens(
         if was_training:
             model.train()
     return [out[row, width:].tolist() for row in range(len(prompts))]
+
+
+def token_ticks(on_token: Callable[[int], None], prompt_width: int) -> Any:
+    """A ``StoppingCriteriaList`` that never stops: it tells ``on_token`` how many tokens the batch has
+    generated, once per position (HF's one hook inside ``generate``'s loop)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Ticks(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            on_token(int(input_ids.shape[1]) - prompt_width)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Ticks()])
 
 
 def mixed_half_dtype(model: Any) -> Any:

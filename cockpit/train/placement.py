@@ -35,12 +35,20 @@ class ProbesBeforeTraining(TrainerCallback):
         self.writer, self.rank, self.fsdp, self.log = writer, rank, fsdp, log
         self.trainer: Any = None  # set once the Trainer exists: its .model is the placed, wrapped-for-strategy module
         self.result: dict[str, Any] | None = None
+        self.resumed_run: Any = None  # a resumed attempt's RunDir: an earlier attempt's answers stand
         self._done = False
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self._done or not self.probes:
             return
         self._done = True
+        earlier = earlier_before(self.resumed_run, self.rank, "probe_results", self.probes)
+        if earlier is not None:
+            self.result = earlier or None  # {} on the other ranks: they only learn that rank 0 has them
+            self.log("probes before training: an earlier attempt's answers stand (not asked again)")
+            if self.rank == 0 and self.writer is not None and earlier:
+                self.writer.emit("probe_results", phase="before", reused=True, **earlier)
+            return
         model = self.trainer.model if self.trainer is not None else kwargs["model"]
         on_progress = probes_reporter(self.writer if self.rank == 0 else None, "before")
         self.result = ask_before(
@@ -74,3 +82,30 @@ def ask_before(
     with gathered_root(model) if fsdp else nullcontext(), adapter_off:
         result = run_probes(model, tokenizer, probes, max_new_tokens, on_progress=on_progress)
     return {**result, "device": str(device)}
+
+
+def earlier_before(run: Any, rank: int, kind: str, probes: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """A resumed attempt (``run``: its RunDir; None: not a resume): the last ``kind`` event (``probe_results``
+    or ``held_out``) of phase "before" an earlier attempt wrote, as its result fields, when it answered
+    these ``probes`` (the same prompts and expectations); None when there is none (ask again). Rank 0
+    reads the event log; the other ranks learn from it whether there is one (``{}``), so every rank
+    skips or asks together (a sharded model generates collectively)."""
+    found: dict[str, Any] | None = None
+    if rank == 0 and run is not None:
+        from cockpit.store.events import read_all
+
+        for ev in read_all(run.events_path):
+            if ev.get("kind") == kind and ev.get("phase") == "before":
+                found = {k: v for k, v in ev.items() if k not in ("v", "t", "kind", "phase", "stage", "reused")}
+        if found is not None and probes is not None:
+            asked = [(r.get("prompt"), r.get("expect")) for r in found.get("results") or []]
+            if asked != [(p["prompt"], p["expect"]) for p in probes]:
+                found = None  # the probes changed (resume --set probes=...): ask the new ones
+    from cockpit.train.callbacks import distributed
+
+    dist = distributed()
+    if dist is not None and dist.get_world_size() > 1:
+        flag = [found is not None]
+        dist.broadcast_object_list(flag, src=0)
+        return found if rank == 0 else ({} if flag[0] else None)
+    return found

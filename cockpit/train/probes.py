@@ -9,6 +9,7 @@ results and ``summary.json`` then also count each set.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from cockpit.data.probes import load_probes, passes, probe_summary, score
@@ -25,6 +26,9 @@ __all__ = [
 ]  # reading and scoring: cockpit.data.probes (torch-free, for the UI)
 
 
+TOKENS_EVERY_S = 2.0
+
+
 def run_probes(
     model: Any,
     tokenizer: Any,
@@ -34,13 +38,24 @@ def run_probes(
     on_progress: OnProgress = silent,
 ) -> dict[str, Any]:
     """Greedy answers for every probe (batched, left-padded); returns the probe_results fields.
-    ``on_progress(done, total)``: called before the first batch and after each (progress events)."""
+    ``on_progress(done, total)``: called before the first batch and after each (progress events), and
+    while a batch generates, every TOKENS_EVERY_S, with its ``tokens`` and ``max_tokens`` (a CPU's batch
+    of 8 takes a minute: the line moves)."""
     results: list[dict[str, Any]] = []
     on_progress(0, len(probes))
+    said = [time.monotonic()]
+
+    def on_token(n: int) -> None:
+        if time.monotonic() - said[0] >= TOKENS_EVERY_S and n < max_new_tokens:
+            said[0] = time.monotonic()
+            on_progress(len(results), len(probes), tokens=n, max_tokens=max_new_tokens)
+
     for i in range(0, len(probes), batch_size):
         chunk = probes[i : i + batch_size]
         prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
-        answers = generate_new_tokens(model, tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=False)
+        answers = generate_new_tokens(
+            model, tokenizer, prompts, on_token=on_token, max_new_tokens=max_new_tokens, do_sample=False
+        )
         for probe, answer_ids in zip(chunk, answers):
             answer = tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
             results.append(
@@ -53,4 +68,5 @@ def run_probes(
                 }
             )
         on_progress(len(results), len(probes))
+        said[0] = time.monotonic()
     return {**score(results), "results": results}

@@ -14,20 +14,20 @@ from typing import Any
 
 PROGRESS_EVERY_S = 2.0
 
-OnProgress = Callable[[int, int], None]
+OnProgress = Callable[..., None]  # (done, total, **extra fields of the event)
 
 
 def reporter(writer: Any, kind: str = "progress", every_s: float = PROGRESS_EVERY_S, **fields: Any) -> OnProgress:
     """``fields``: the event's fixed fields (task, phase). ``writer`` None: a callback that does nothing."""
     last = [float("-inf")]
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int, **extra: Any) -> None:
         if writer is None:
             return
         now = time.monotonic()
-        if done in (0, total) or now - last[0] >= every_s:
+        if (done in (0, total) and not extra) or now - last[0] >= every_s:
             last[0] = now
-            writer.emit(kind, **fields, done=done, total=total)
+            writer.emit(kind, **fields, done=done, total=total, **extra)
 
     return report
 
@@ -37,5 +37,5 @@ def probes_reporter(writer: Any, phase: str) -> OnProgress:
     return reporter(writer, task="probes", phase=phase, every_s=0.0)
 
 
-def silent(done: int, total: int) -> None:
+def silent(done: int, total: int, **extra: Any) -> None:
     """The callback of a caller that reports nothing."""

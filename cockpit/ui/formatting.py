@@ -75,7 +75,7 @@ def header(state: RunState, now: float, replaying: float | None = None, width: i
         if width is None or first.cell_len <= width:
             break
     t = first
-    doing = state.activity()
+    doing = state.activity(now)
     notes = []
     if doing:
         notes.append((doing, themed("italic $text-primary")))

@@ -97,6 +97,7 @@ EVENT_KINDS = frozenset(
         "run_finished",
         "run_stopped",
         "run_failed",
+        "stop_requested",
     }
 )
 

@@ -231,9 +231,10 @@ class RunState:
             return 0.0 if self.state == "finished" else None
         return self.pace.eta(now)
 
-    def activity(self) -> str | None:
-        """What the ranks do between steps, while they do it: ``asking probes before training 8/20``."""
-        return None if self.ended else self.pace.activity_text()
+    def activity(self, now: float | None = None) -> str | None:
+        """What the ranks do between steps, while they do it: ``asking probes before training 8/20``,
+        ``first step running 12 s`` (``now``: the seconds counted), ``stopping: saving checkpoint-3``."""
+        return None if self.ended else self.pace.activity_text(now)
 
     def last(self, metric: str) -> float | None:
         return self.series[metric].last

@@ -93,12 +93,15 @@ class Recipe:
 
         if not ctx.cfg.get("do_train", True):
             return self.predict_only(ctx)
+        say_activity(ctx, "preparing the data")
         data = self.build_data(ctx)
         ctx.log("data: " + " | ".join(data.report.lines()))
         ctx = self.prepare(ctx, data)
+        say_activity(ctx, "loading the model")
         attempt = self.start(ctx, data)
         train(ctx, attempt)
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
+        say_activity(ctx, "saving the model")
         save_final_model(ctx, attempt)
         after = self.measure_after(ctx, attempt, data)
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "finished")
@@ -126,6 +129,8 @@ class Recipe:
     def measure_after(self, ctx: RecipeContext, attempt: Attempt, data: StageData) -> dict[str, Any]:
         """After training: the trainer's own evaluation of the held-out rows, the probes, the stage's
         held-out measure (every rank calls it; rank 0 reports)."""
+        if skipped_after_stop(ctx, attempt):
+            return {"held_out_after": None}
         trainer, stopped = attempt.trainer, attempt.callback.stop_reason is not None
         final_eval = (
             trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not (stopped or attempt.poisoned) else None
@@ -187,6 +192,24 @@ class Recipe:
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         """The stage's own fields of summary.json."""
         return {}
+
+
+def say_activity(ctx: RecipeContext, text: str) -> None:
+    """Rank 0: what the ranks do now, as an ``activity`` event (readers show it until the next step)."""
+    if ctx.writer is not None:
+        ctx.writer.emit("activity", text=text)
+
+
+def skipped_after_stop(ctx: RecipeContext, attempt: Attempt) -> bool:
+    """A stop request ended the training: the run ends after its checkpoint, without the work after
+    training (probes, held-out scoring, prediction), which a user who stopped does not wait for."""
+    if not attempt.callback.stop_requested:
+        return False
+    ctx.log(
+        "stopped on request: no probes or held-out measure after training "
+        f"(ask the probes later: cockpit chat {ctx.run.run_id} --probes, or F5 in the cockpit's chat)"
+    )
+    return True
 
 
 def _num(value: Any) -> Any:
@@ -328,7 +351,16 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
             if self._done or model is None:
                 return
             self._done = True
-            if probes:
+            from cockpit.train.placement import earlier_before
+
+            resumed = ctx.run if ctx.cfg.get("resume_from_checkpoint") else None
+            earlier = earlier_before(resumed, ctx.rank, "probe_results", probes) if probes else None
+            if earlier is not None:  # a resume: the first attempt's answers stand
+                ctx.log("probes before training: an earlier attempt's answers stand (not asked again)")
+                if ctx.rank == 0 and earlier:
+                    self.probes = earlier
+                    ctx.writer.emit("probe_results", phase="before", reused=True, **earlier)
+            elif probes:
                 ctx.log(f"probes before training ({len(probes)})")
                 reported = probes_reporter(ctx.writer if ctx.rank == 0 else None, "before")
                 result = ask_before(
@@ -337,7 +369,13 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
                 if ctx.rank == 0:
                     self.probes = result
                     ctx.writer.emit("probe_results", phase="before", **result)
-            self.held = _held_out(recipe, ctx, model, data, "before")
+            held = earlier_before(resumed, ctx.rank, "held_out") if data.held_out and evaluates(ctx.cfg) else None
+            if held is not None:
+                if ctx.rank == 0 and held:
+                    self.held = held
+                    ctx.writer.emit("held_out", phase="before", stage=ctx.cfg["stage"], reused=True, **held)
+            else:
+                self.held = _held_out(recipe, ctx, model, data, "before")
 
     return BeforeTraining()
 

@@ -30,6 +30,7 @@ from cockpit.train.recipes.base import (
     StageData,
     run_summary,
     save_pissa_initial,
+    skipped_after_stop,
     split_held_out,
 )
 
@@ -114,6 +115,8 @@ class SFTRecipe(Recipe):
         return dataclasses.replace(ctx, cfg=cfg, sharded=sharded)
 
     def measure_after(self, ctx: RecipeContext, attempt: Attempt, data: StageData) -> dict[str, Any]:
+        if skipped_after_stop(ctx, attempt):
+            return {}
         probes_after(ctx, attempt, ctx.sharded)  # evaluation: the Trainer's, during training
         return {}
 
@@ -121,7 +124,7 @@ class SFTRecipe(Recipe):
         self, ctx: RecipeContext, attempt: Attempt, data: StageData, after: dict[str, Any]
     ) -> dict[str, Any]:
         summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
-        if ctx.cfg.get("do_predict"):  # rank 0 alone, after the other ranks are done
+        if ctx.cfg.get("do_predict") and not attempt.callback.stop_requested:  # rank 0 alone, after the other ranks
             from cockpit.train.predict import predict_after_training
 
             summary["predict"] = predict_after_training(ctx, attempt, ctx.sharded)
@@ -170,6 +173,7 @@ class SFTRecipe(Recipe):
             [callback, before, *stopping, *tracking],
         )
         before.trainer = trainer
+        before.resumed_run = ctx.run if cfg.get("resume_from_checkpoint") else None
         return Attempt(trainer, callback, before, probes)
 
 

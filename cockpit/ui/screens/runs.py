@@ -29,7 +29,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from cockpit.compare import short_name
 from cockpit.slurm.queue import effective_statuses, waiting_on_scheduler
-from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs, running_s
 from cockpit.ui.formatting import state_text
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.screens import on_top
@@ -95,14 +95,14 @@ def queue_rows(queued: list[dict]) -> dict[str, tuple]:
 
 def run_row(run: RunDir, st: dict, now: float, marked: bool = False) -> tuple:
     """A run's cells and its state, from its status (liveness checked: ``read_listing``)."""
-    started, ended = st.get("started"), st.get("ended")
+    started = st.get("started")
     state = st.get("state") or "?"
     shown = (
         f"{state} · {st['reason']}" if state == "queued" and st.get("reason") else state
     )  # Slurm: the scheduler's state (reason)
     if st.get("gpus") and state not in TERMINAL_STATES:
         shown = f"{shown} · GPU {','.join(map(str, st['gpus']))}"  # the GPUs the queue gave it
-    dur = ((ended or now) - started) if started else None
+    dur = running_s(st, now)  # the pauses between attempts left out
     step = f"{st.get('step') or 0}/{st.get('total_steps') or '?'}"
     loss = st.get("last_loss")
     loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
