@@ -89,7 +89,9 @@ def build_machine(tmp_path: Path) -> dict:
     script(bindir, "numactl", 'echo "available: 2 nodes (0-1)"\necho "node 0 cpus: 0 1"')
     script(bindir, "gcc", 'echo "12.2.0"')
     roots = Roots(rocm=rocm, sys=sys_, proc=proc, dev=dev, runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache", ld_cache=False)
-    env = {"PATH": str(bindir), "ROCM_PATH": str(rocm)}
+    # no side folders of the README's install (cockpit/side_site.py) on the fake box
+    sides = {"COCKPIT_LOWRANK_SITE": str(tmp_path / "lowrank-site"), "COCKPIT_TRACKERS_SITE": str(tmp_path / "trackers-site")}
+    env = {"PATH": str(bindir), "ROCM_PATH": str(rocm), **sides}
     return {"tmp": tmp_path, "roots": roots, "env": env, "bin": bindir, "rocm": rocm, "sys": sys_, "proc": proc}
 
 

@@ -107,11 +107,9 @@ def test_apollo_keeps_rank_r_moments_for_the_targeted_weights(tmp_path, tiny_mod
 def test_without_the_packages_the_keys_are_refused_naming_the_install_command(tmp_path, tiny_model_dir):
     """The suite's own interpreter has neither package on its path and the side folder is empty: the same
     configs stop at check, naming the key, the package and the one command that installs them."""
-    from cockpit.config.parity import has_module
-
-    if has_module("galore_torch") or has_module("apollo_torch"):
-        pytest.skip("galore-torch / apollo-torch are on this interpreter's path")
     empty = {"COCKPIT_LOWRANK_SITE": str(tmp_path / "lowrank-site")}
+    if side_site.available("galore_torch", empty) or side_site.available("apollo_torch", empty):
+        pytest.skip("galore-torch / apollo-torch are on this interpreter's path")
     command = side_site.install_command(empty)
     assert command.endswith(f"--target {tmp_path / 'lowrank-site'} galore-torch==1.0 apollo-torch==1.0.3 bitsandbytes==0.50.2")
     for key, package in (("use_galore", "galore-torch"), ("use_apollo", "apollo-torch")):

@@ -64,7 +64,8 @@ def test_a_tracker_that_is_not_installed_is_named_with_the_extra(monkeypatch):
     import cockpit.config.parity as parity
 
     monkeypatch.setattr(parity, "has_module", lambda name: name != "mlflow")
-    refused(r"report_to: mlflow is not installed here: pip install 'cockpit-tune\[trackers\]'", report_to="wandb,mlflow")
+    refused(r"report_to: mlflow is not installed here \(neither on sys.path nor in .*trackers-site\): "
+            r"pip install 'cockpit-tune\[trackers\]'", report_to="wandb,mlflow")
     monkeypatch.setattr(parity, "has_module", lambda name: name != "swanlab")
     refused("use_swanlab: swanlab is not installed here", use_swanlab=True)
 

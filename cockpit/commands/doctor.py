@@ -72,7 +72,8 @@ def render(checks: list, color: bool = False) -> str:
         mark = f"{MARKS[c.status]:<4}"
         if color:
             mark = f"\033[{COLORS[c.status]}m{mark}\033[0m"
-        lines.append(f"  {mark}  {c.title:<{width}}  {c.seen}")
+        seen = c.seen.replace("\n", "\n" + " " * (10 + width))  # a check of several rows (extras)
+        lines.append(f"  {mark}  {c.title:<{width}}  {seen}")
         if c.fix and c.status in ("warn", "fail"):
             for i, fix_line in enumerate(c.fix.splitlines()):
                 lines.append(f"  {'':4}  {'':<{width}}  {'fix: ' if i == 0 else '     '}{fix_line}")

@@ -1,10 +1,9 @@
 """Cross-key rules of the LLaMA-Factory parity keys (LoRA variants, optimizer, evaluation, model
 options), and the reason each LLaMA-Factory key Cockpit refuses is refused. Pure: no torch; a
-package's presence is looked up with importlib.util.find_spec."""
+package's presence is side_site.available (sys.path or its side folder)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,12 +27,7 @@ _OPTIM_PACKAGES: tuple[tuple[str, str, str, bool], ...] = (
     ("stable_adamw", "optimi", "torch-optimi", False),
     ("adamw_torch_xla", "torch_xla", "torch-xla (TPU)", True),
     ("adamw_torch_npu_fused", "torch_npu", "torch-npu (Ascend NPU)", True),
-    ("paged_", "bitsandbytes", "bitsandbytes", True),
-    ("lion_", "bitsandbytes", "bitsandbytes", True),
-    ("rmsprop_bnb", "bitsandbytes", "bitsandbytes", True),
-    ("ademamix", "bitsandbytes", "bitsandbytes", True),
-    ("adamw_bnb_8bit", "bitsandbytes", "bitsandbytes", True),
-    ("adamw_8bit", "bitsandbytes", "bitsandbytes", True),
+    *((prefix, "bitsandbytes", "bitsandbytes", True) for prefix in side_site.BNB_OPTIMS),
 )
 LORA_ONLY = ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio", "additional_target", "create_new_adapter")
 
@@ -47,10 +41,9 @@ def optim_requirement(name: str) -> tuple[str, str, bool] | None:
 
 
 def has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether a run can import ``name``: on sys.path, or in the side folder the README's install puts it in
+    (``<venv>/lowrank-site``, ``<venv>/trackers-site``), which the ranks of a run that needs it get."""
+    return side_site.available(name)
 
 
 def parity_problems(
@@ -406,8 +399,8 @@ def _optim_problems(
     optim = low_rank["optim"] if low_rank else cfg.get("optim")
     key = ("use_galore" if cfg.get("use_galore") else "use_apollo") if low_rank else "optim"
     need = optim_requirement(optim) if optim else None
-    if need and low_rank:  # off sys.path in the side folder is installed too (the ranks get it on theirs)
-        if installed(need[0]) or side_site.holds(need[0]):
+    if need and low_rank:  # has_module: off sys.path in the side folder is installed too (the ranks get it)
+        if installed(need[0]):
             return []
         why = f"{optim} needs the {need[1]} package, not installed here; install it with: {side_site.install_command()}"
         return [Problem(why, **where(key))]
@@ -430,6 +423,15 @@ def _model_setup_problems(
     """Attention kernel, gradient checkpointing and create_new_adapter keys that cannot hold together."""
     installed = installed or has_module  # looked up at the call (tests replace has_module)
     out: list[Problem] = []
+    for key in ("quantization_bit", "ref_model_quantization_bit"):
+        if cfg.get(key) and not installed("bitsandbytes"):
+            out.append(
+                Problem(
+                    f"{cfg[key]}-bit weights need bitsandbytes, installed neither on sys.path nor in "
+                    f"{side_site.folder()}: pip install 'cockpit-tune[qlora]', or {side_site.install_command()}",
+                    **where(key),
+                )
+            )
     if cfg.get("flash_attn") == "fa2":
         if cfg.get("use_cpu"):
             out.append(

@@ -10,36 +10,24 @@ from typing import Any
 
 from cockpit.errors import Problem
 from cockpit.redact import REDACTED
+from cockpit.side_site import TRACKER_MODULES, folder, trackers
 
-# report_to name -> the module the tracker's HF callback imports (one pip extra installs them: trackers)
-TRACKER_MODULES = {
-    "tensorboard": "tensorboard",
-    "wandb": "wandb",
-    "mlflow": "mlflow",
-    "trackio": "trackio",
-    "swanlab": "swanlab",
-}
+__all__ = ["SWANLAB_KEYS", "TRACKER_MODULES", "tracker_problems", "trackers"]
+
 SWANLAB_KEYS = ("swanlab_project", "swanlab_workspace", "swanlab_run_name", "swanlab_mode", "swanlab_logdir")
-
-
-def trackers(cfg: Mapping[str, Any]) -> list[str]:
-    """The trackers a config logs to, in ``report_to``'s order (``use_swanlab`` adds swanlab, as in
-    LLaMA-Factory, once)."""
-    names = [n for n in str(cfg.get("report_to") or "none").split(",") if n and n != "none"]
-    if cfg.get("use_swanlab") and "swanlab" not in names:
-        names.append("swanlab")
-    return names
 
 
 def tracker_problems(
     cfg: dict[str, Any], where: Callable[[str], dict[str, Any]], installed: Callable[[str], bool]
 ) -> list[Problem]:
-    """Each tracker installed; a tracker's own keys set only when it is on (they would change nothing);
+    """Each tracker installed (``installed``: on sys.path or in ``<venv>/trackers-site``, whose folder the
+    ranks then get); a tracker's own keys set only when it is on (they would change nothing);
     ``swanlab_api_key`` moved into ``env`` as ``SWANLAB_API_KEY``."""
     on = trackers(cfg)
     out = [
         Problem(
-            f"{name} is not installed here: pip install 'cockpit-tune[trackers]' (or pip install {name})",
+            f"{name} is not installed here (neither on sys.path nor in {folder(site='trackers')}): "
+            f"pip install 'cockpit-tune[trackers]' (or pip install {name}), or bash scripts/bootstrap.sh",
             **where("report_to" if name in str(cfg["report_to"]).split(",") else "use_swanlab"),
         )
         for name in on

@@ -79,6 +79,7 @@ CHECKS: tuple[tuple[str, CheckFn], ...] = (
     ("comm_env", comm.check_comm_env),
     ("deepspeed", packages.check_deepspeed),
     ("bitsandbytes", packages.check_bitsandbytes),
+    ("extras", packages.check_extras),
     ("telemetry", packages.check_telemetry),
     ("numactl", host.check_numactl),
     ("numa_balancing", host.check_numa_balancing),

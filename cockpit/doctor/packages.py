@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cockpit import side_site
 from cockpit.doctor.facts import probe_amdsmi, probe_nvml
 from cockpit.doctor.model import FAIL, PASS, SKIP, WARN, Check, Context, version_at_least
 
@@ -135,20 +136,21 @@ def check_bitsandbytes(ctx: Context) -> Check:
     title = "bitsandbytes (QLoRA)"
     tags = frozenset({"qlora"})
     f = ctx.facts
-    spec = importlib.util.find_spec("bitsandbytes")
-    if spec is None:
+    found = side_site.find("bitsandbytes", ctx.env)  # sys.path, else <venv>/lowrank-site (the ranks get it)
+    if found is None:
         return Check(
             "bitsandbytes",
             title,
             ctx.severity("qlora", otherwise=SKIP),
-            "not installed",
-            "pip install 'cockpit-tune[qlora]'",
+            f"not installed (neither on sys.path nor in {side_site.folder(ctx.env)})",
+            f"pip install 'cockpit-tune[qlora]', or {side_site.install_command(ctx.env)}",
             tags,
         )
-    version = dist_version("bitsandbytes")
+    spec = found[0]
+    version, folder = side_site.installed_at("bitsandbytes", ctx.env) or ("?", "?")
     libs = bnb_libraries(spec)
-    data: dict[str, Any] = {"version": version, "libraries": libs}
-    seen = f"bitsandbytes {version} ({', '.join(libs) or 'no native library'})"
+    data: dict[str, Any] = {"version": version, "libraries": libs, "folder": folder}
+    seen = f"bitsandbytes {version} in {folder} ({', '.join(libs) or 'no native library'})"
 
     def failed(why: str, fix: str) -> Check:
         return Check("bitsandbytes", title, FAIL, f"{seen}: {why}", fix, tags, data)
@@ -224,6 +226,44 @@ def bnb_kernel_smoke(ctx: Context, spec: importlib.machinery.ModuleSpec, device:
     if last.startswith("BAD "):
         return False, f"wrong results (relative errors {last[4:]})"
     return False, last[-300:]
+
+
+# (what uses them, the config keys, the modules) for the extras row: the side folders' packages by key
+EXTRAS = (
+    ("QLoRA", "quantization_bit, ref_model_quantization_bit, optim: adamw_8bit / paged_* / lion_*", ("bitsandbytes",)),
+    ("GaLore", "use_galore", ("galore_torch",)),
+    ("APOLLO", "use_apollo", ("apollo_torch",)),
+    ("trackers", "report_to, use_swanlab", tuple(side_site.TRACKER_MODULES.values())),
+)
+
+
+def check_extras(ctx: Context) -> Check:
+    """Which optional packages the keys that need them find, and where: on sys.path (a pip install into the
+    venv) or in the side folder of the README's install (``<venv>/lowrank-site``, ``<venv>/trackers-site``),
+    which the ranks of a run with those keys get on their PYTHONPATH (:mod:`cockpit.side_site`). A missing
+    one is a skip (optional) with the command that installs it; ``cockpit check`` refuses a config that
+    needs it."""
+    rows: list[str] = []
+    fixes: list[str] = []
+    data: dict[str, Any] = {}
+    for what, keys, modules in EXTRAS:
+        found = {m: side_site.installed_at(m, ctx.env) for m in modules}
+        data[what] = {m: ({"version": v[0], "folder": v[1]} if v else None) for m, v in found.items()}
+        have = [f"{side_site.DISTRIBUTIONS.get(m, m)} {v[0]} in {v[1]}" for m, v in found.items() if v]
+        missing = [m for m, v in found.items() if not v]
+        row = f"{what} ({keys}): " + "; ".join(have)
+        if missing:
+            extra = {"QLoRA": "qlora", "trackers": "trackers"}.get(what, "lowrank")
+            fix = (
+                f"pip install 'cockpit-tune[{extra}]'"
+                + (f", or {side_site.install_command(ctx.env)}" if extra != "trackers" else "")
+                + ", or bash scripts/bootstrap.sh (the side folders)"
+            )
+            row += ("; " if have else "") + f"{', '.join(missing)} not installed: {fix}"
+            fixes.append(f"{what}: {fix}")
+        rows.append(row)
+    status = PASS if not fixes else SKIP
+    return Check("extras", "Optional packages by key", status, "\n".join(rows), "\n".join(fixes), data=data)
 
 
 def check_telemetry(ctx: Context) -> Check:

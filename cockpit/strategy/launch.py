@@ -109,7 +109,7 @@ def node_launch(
             }
         )
     side = rank_pythonpath(cfg, os.environ if env is None else env)
-    if side:  # use_galore / use_apollo: their packages' side folder (off every other process's path)
+    if side:  # GaLore / APOLLO, QLoRA, trackers: their packages' side folders (off every other process's path)
         env_add["PYTHONPATH"] = side
     ranks = [
         {
