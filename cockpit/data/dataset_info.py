@@ -114,12 +114,21 @@ def _registries(cfg: Mapping[str, Any], where: dict[str, Any]) -> list[_Registry
 
 
 def _unknown_name_problem(name: str, registries: list[_Registry], where: dict[str, Any]) -> Problem:
-    """A dataset name no registry has, with the names they do have."""
+    """A dataset name no registry has: the closest names they have (a did-you-mean), else all of
+    them when they are few, else how many and where."""
+    import difflib
+
     known = sorted({n for _, _, data, _ in registries for n in data})
-    return Problem(
-        f"dataset {name!r} is not in {', '.join(str(r[1]) for r in registries)} (known: {', '.join(known[:12])}{'...' if len(known) > 12 else ''})",
-        **where,
-    )
+    files = ", ".join(str(r[1]) for r in registries)
+    by_lower = {n.lower(): n for n in known}
+    close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.7)]
+    if close:
+        hint = "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    elif len(known) <= 12:
+        hint = "known: " + ", ".join(known)
+    else:
+        hint = f"none of its {len(known)} names is close; they are the keys of those files"
+    return Problem(f"dataset {name!r} is not in {files} ({hint})", **where)
 
 
 def _entry_spec(name: str, hit: _Registry, cfg: Mapping[str, Any]) -> DatasetSpec | Problem:

@@ -78,7 +78,7 @@ def weights_of(ref: Any, *, fetch: bool) -> Weights:
         return Weights(None, f"{ref.gguf_file} is a GGUF file: every rank dequantises it whole as it loads")
     folder = ref.path
     if ref.hub:
-        snap = hub_snapshot(ref.path, ref.revision, fetch=fetch)
+        snap = hub_snapshot(ref.path, ref.revision, fetch=fetch and not getattr(ref, "local_only", False))
         if snap is None and not fetch:
             return Weights(None, pending=True)
         if snap is None:
