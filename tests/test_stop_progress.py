@@ -141,6 +141,31 @@ def test_probes_report_a_batchs_tokens_while_it_generates(tiny_model_dir, monkey
     assert (0, 3, {}) == calls[0] and (3, 3, {}) == calls[-1]
 
 
+def test_a_stop_request_ends_the_probes_before_training(tiny_model_dir):
+    """One process: a stop asked while the probes before training are answered ends them (between batches,
+    or inside the batch that generates: it is left out) instead of after every probe."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cockpit.train.probes import run_probes
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    probes = [{"prompt": f"Question {i}?", "expect": "x"} for i in range(5)]
+    done: list[int] = []
+    after_first = run_probes(
+        model, tok, probes, 4, batch_size=2, on_progress=lambda d, t, **x: done.append(d), should_stop=lambda: 2 in done
+    )
+    assert after_first["stopped"] is True and after_first["total"] == 2 and len(after_first["results"]) == 2
+    asked: list[int] = []  # False before the first batch, true from its first generated token on
+    mid_batch = run_probes(
+        model, tok, probes, 40, batch_size=2, should_stop=lambda: bool(asked.append(1)) or len(asked) > 1
+    )
+    assert mid_batch["stopped"] is True and mid_batch["results"] == []
+    assert len(asked) == 2, "the batch generated on after the stop"  # ended at its first token, not its 40th
+    whole = run_probes(model, tok, probes, 4, batch_size=2, should_stop=lambda: False)
+    assert "stopped" not in whole and whole["total"] == 5
+
+
 def probe_events(events: list[dict], phase: str) -> list[dict]:
     return [e for e in events if e["kind"] in ("probe_results", "progress") and e.get("phase") == phase]
 

@@ -69,7 +69,8 @@ Kinds and their fields (units in the field names or stated here):
   {prompt, expected, answer, ok, set}), sets (optional: set name -> {passed, total, rate}, when
   the probes name sets, e.g. the demo's identity and control probes; also in summary.json), device (before: where the answers were generated, e.g.
   ``cuda:0`` or ``cpu``; every rank asks them there, rank 0 writes the event), reused (true: a resumed
-  attempt's copy of an earlier attempt's "before" answers, not asked again; ``held_out`` before likewise)
+  attempt's copy of an earlier attempt's "before" answers, not asked again; ``held_out`` before likewise),
+  stopped (true: a stop request ended the answers early, one-process runs; total counts those answered)
 - ``rank_memory``: written by every rank (not only rank 0): rank, local_rank, node_rank, phase
   (loaded: the model is built, sharded and on its device; trained: training is over, before the
   final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from

@@ -16,12 +16,13 @@ def generate_new_tokens(
     model: Any,
     tokenizer: Any,
     prompts: list[list[int]],
-    on_token: Callable[[int], None] | None = None,
+    on_token: Callable[[int], bool | None] | None = None,
     **generate_kwargs: Any,
 ) -> list[list[int]]:
     """Each prompt's generated token ids (the prompt left out), in one left-padded batch.
     ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...); ``on_token(n)``: called
-    after each generated position with the tokens generated so far (a batch's progress; stops nothing)."""
+    after each generated position with the tokens generated so far (a batch's progress); true: the batch
+    ends there (a stop request)."""
     import torch
 
     was_training = model.training
@@ -52,16 +53,16 @@ def generate_new_tokens(
     return [out[row, width:].tolist() for row in range(len(prompts))]
 
 
-def token_ticks(on_token: Callable[[int], None], prompt_width: int) -> Any:
-    """A ``StoppingCriteriaList`` that never stops: it tells ``on_token`` how many tokens the batch has
-    generated, once per position (HF's one hook inside ``generate``'s loop)."""
+def token_ticks(on_token: Callable[[int], bool | None], prompt_width: int) -> Any:
+    """A ``StoppingCriteriaList`` that tells ``on_token`` how many tokens the batch has generated, once per
+    position (HF's one hook inside ``generate``'s loop), and ends the batch when it answers true."""
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     class Ticks(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-            on_token(int(input_ids.shape[1]) - prompt_width)
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+            end = bool(on_token(int(input_ids.shape[1]) - prompt_width))
+            return torch.full((input_ids.shape[0],), end, dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([Ticks()])
 

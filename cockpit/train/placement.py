@@ -36,6 +36,7 @@ class ProbesBeforeTraining(TrainerCallback):
         self.trainer: Any = None  # set once the Trainer exists: its .model is the placed, wrapped-for-strategy module
         self.result: dict[str, Any] | None = None
         self.resumed_run: Any = None  # a resumed attempt's RunDir: an earlier attempt's answers stand
+        self.should_stop: Any = None  # one process: a stop request ends the answers (stop_pending)
         self._done = False
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -52,7 +53,13 @@ class ProbesBeforeTraining(TrainerCallback):
         model = self.trainer.model if self.trainer is not None else kwargs["model"]
         on_progress = probes_reporter(self.writer if self.rank == 0 else None, "before")
         self.result = ask_before(
-            model, self.tokenizer, self.probes, self.max_new_tokens, fsdp=self.fsdp, on_progress=on_progress
+            model,
+            self.tokenizer,
+            self.probes,
+            self.max_new_tokens,
+            fsdp=self.fsdp,
+            on_progress=on_progress,
+            should_stop=self.should_stop,
         )
         self.log(f"probes before training on {self.result['device']}: {self.result['passed']}/{self.result['total']}")
         if self.rank == 0 and self.writer is not None:
@@ -67,8 +74,10 @@ def ask_before(
     *,
     fsdp: bool,
     on_progress: OnProgress = silent,
+    should_stop: Any = None,
 ) -> dict[str, Any]:
-    """The base model's answers (adapter disabled), on the device its parameters are on."""
+    """The base model's answers (adapter disabled), on the device its parameters are on; ``should_stop``:
+    ``run_probes``'."""
     import torch
 
     from cockpit.strategy.fsdp import gathered_root
@@ -80,7 +89,7 @@ def ask_before(
             model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
     adapter_off = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
     with gathered_root(model) if fsdp else nullcontext(), adapter_off:
-        result = run_probes(model, tokenizer, probes, max_new_tokens, on_progress=on_progress)
+        result = run_probes(model, tokenizer, probes, max_new_tokens, on_progress=on_progress, should_stop=should_stop)
     return {**result, "device": str(device)}
 
 
@@ -109,3 +118,9 @@ def earlier_before(run: Any, rank: int, kind: str, probes: list[dict[str, Any]] 
         dist.broadcast_object_list(flag, src=0)
         return found if rank == 0 else ({} if flag[0] else None)
     return found
+
+
+def stop_pending(run: Any, world_size: int) -> Any:
+    """What ends the probes before training early: a pending stop request, in a one-process run only
+    (with several ranks every rank must answer as many batches: a sharded model generates collectively)."""
+    return (lambda: run.pending("stop")) if world_size == 1 else None

@@ -351,7 +351,7 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
             if self._done or model is None:
                 return
             self._done = True
-            from cockpit.train.placement import earlier_before
+            from cockpit.train.placement import earlier_before, stop_pending
 
             resumed = ctx.run if ctx.cfg.get("resume_from_checkpoint") else None
             earlier = earlier_before(resumed, ctx.rank, "probe_results", probes) if probes else None
@@ -364,7 +364,13 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
                 ctx.log(f"probes before training ({len(probes)})")
                 reported = probes_reporter(ctx.writer if ctx.rank == 0 else None, "before")
                 result = ask_before(
-                    model, ctx.tokenizer, probes, ctx.cfg["probe_max_new_tokens"], fsdp=False, on_progress=reported
+                    model,
+                    ctx.tokenizer,
+                    probes,
+                    ctx.cfg["probe_max_new_tokens"],
+                    fsdp=False,
+                    on_progress=reported,
+                    should_stop=stop_pending(ctx.run, ctx.world_size),
                 )
                 if ctx.rank == 0:
                     self.probes = result

@@ -134,7 +134,7 @@ class SFTRecipe(Recipe):
         """Training arguments (the process group with them), the comm probe, the placed model and
         its trainer with Cockpit's callbacks."""
         from cockpit.train.callbacks import CockpitCallback
-        from cockpit.train.placement import ProbesBeforeTraining
+        from cockpit.train.placement import ProbesBeforeTraining, stop_pending
         from cockpit.train.probes import load_probes
 
         cfg = ctx.cfg
@@ -174,6 +174,7 @@ class SFTRecipe(Recipe):
         )
         before.trainer = trainer
         before.resumed_run = ctx.run if cfg.get("resume_from_checkpoint") else None
+        before.should_stop = stop_pending(ctx.run, ctx.world_size)
         return Attempt(trainer, callback, before, probes)
 
 
