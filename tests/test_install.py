@@ -54,16 +54,19 @@ def planned_extras(plan: list[str]) -> set[str]:
 
 
 def test_demo_profile_installs_only_what_the_cockpit_needs():
-    """scripts/demo.sh's bootstrap: no apt (Slurm, munge), no dev/test extras, no bitsandbytes side folder;
-    the test profile (scripts/test.sh, .ci/run) adds them."""
+    """scripts/demo.sh's bootstrap: no apt (Slurm, munge), no dev/test extras, no trackers side folder; the
+    test profile (scripts/test.sh, .ci/run) adds them. Both fill <venv>/lowrank-site (QLoRA, GaLore, APOLLO:
+    the README advertises them; off sys.path they cost nothing but disk)."""
     import tomllib
 
     demo, test = bootstrap_plan("--for", "demo"), bootstrap_plan("--for", "test")
     assert bootstrap_plan() == test  # the default stays the full set (CONTRIBUTING, an explicit bootstrap)
     assert not [l for l in demo if l.startswith("apt:")]
-    assert not [l for l in demo if any(w in l for w in ("slurm", "munge", "lowrank-site", "bitsandbytes", "galore"))]
+    assert not [l for l in demo if any(w in l for w in ("slurm", "munge", "trackers-site", "wandb"))]
     assert any("slurm-wlm" in l and "munge" in l for l in test if l.startswith("apt:"))
+    assert any("lowrank-site" in l and "bitsandbytes==" in l and "galore-torch==" in l for l in demo)
     assert any("lowrank-site" in l and "bitsandbytes==" in l for l in test)
+    assert any("trackers-site" in l and "wandb==" in l for l in test)
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     demo_extras, test_extras = planned_extras(demo), planned_extras(test)
     assert demo_extras <= set(extras) and test_extras <= set(extras)
