@@ -43,7 +43,8 @@ def test_train_through_cli_writes_the_run_dir_contract(tmp_path, tiny_model_dir)
     assert [p["phase"] for p in probes] == ["before", "after"] and probes[0]["total"] == 10
     # while the probes run, the ranks say how far they are (10 probes: a batch of 8, then 2), and the
     # steps are timed from after the probes before training
-    progress = [(e["phase"], e["done"], e["total"]) for e in events if e["kind"] == "progress"]
+    # (a batch's tokens while it generates, every ~2 s, left out: how many depends on the box's speed)
+    progress = [(e["phase"], e["done"], e["total"]) for e in events if e["kind"] == "progress" and "tokens" not in e]
     assert progress == [("before", 0, 10), ("before", 8, 10), ("before", 10, 10), ("after", 0, 10), ("after", 8, 10), ("after", 10, 10)]
     order = [e["kind"] for e in events if e["kind"] in ("train_begin", "progress", "probe_results", "step")]
     assert order[:6] == ["train_begin", "progress", "progress", "progress", "probe_results", "step"]

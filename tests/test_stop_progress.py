@@ -39,6 +39,10 @@ def test_pace_says_each_phase_and_counts_its_seconds():
     assert pace.activity_text(171.0) == "first step running (1/36) 10 s"
     pace.observe(ev("step", 190.0, step=1, total_steps=36, loss=2.0))
     assert pace.activity_text(191.0) is None
+    pace.observe(ev("activity", 190.5, text="evaluating at step 1"))
+    assert pace.activity_text(191.0) == "evaluating at step 1"
+    pace.observe(ev("eval", 191.0, step=1, eval_loss=2.0))
+    assert pace.activity_text(191.5) is None
     pace.observe(ev("state", 192.0, state="stopping", reason="stop requested"))
     assert pace.activity_text(192.5) == "stopping: saving a checkpoint at the end of the step"
     pace.observe(ev("activity", 195.0, text="saving checkpoint-2"))
@@ -197,6 +201,14 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
     assert saved and saved[-1]["step"] == stopped["step"] < 30
     assert Path(saved[-1]["path"]).is_dir()
     assert probe_events(events, "before") and not probe_events(events, "after")  # no probes after a stop
+    said = [e["text"] for e in events if e["kind"] == "activity"]
+    assert said[:4] == [
+        "starting the ranks (importing torch and transformers)",
+        "preparing the data",
+        "loading the model",
+        "first step running (1/30)",
+    ], said
+    assert f"saving checkpoint-{stopped['step']}" in said and said[-1] == "saving the model", said
     last_step_t = max(e["t"] for e in events if e["kind"] == "step")
     end_t = next(e["t"] for e in events if e["kind"] == "state" and e.get("state") == "stopped")
     assert end_t - last_step_t < 30, "the stop ends within a step and a checkpoint"
@@ -210,7 +222,9 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
     assert res.returncode == 0, res.stdout + res.stderr
     wait_for(lambda: run.read_status().get("state") == "finished", 240, "the resumed run's end")
     events = read_events(run_path)
-    asked_before = [e for e in probe_events(events, "before") if e["kind"] == "progress" and e["done"] == 0]
+    asked_before = [
+        e for e in probe_events(events, "before") if e["kind"] == "progress" and e["done"] == 0 and "tokens" not in e
+    ]
     assert len(asked_before) == 1, "the resume asked the probes before training again"
     before = [e for e in events if e["kind"] == "probe_results" and e["phase"] == "before"]
     assert len(before) == 2 and before[1].get("reused") is True

@@ -76,14 +76,14 @@ class Pace:
             self.last_step_t, self.stepped, self.activity = t, True, None
         elif kind == "train_end":
             self.end_t = t
-        if kind in ("checkpoint_saved", "train_end") and (self.activity or {}).get("kind") == "activity":
-            self.activity = None  # the save (or the step) it spoke of is over
         elif kind == "progress":
             self._progress(ev, t)
         elif kind in ("probe_results", "held_out") and ev.get("phase") == "before" and not self.stepped:
             self._before(t)
         if kind in ("run_finished", "run_stopped", "run_failed"):
             self.activity = None
+        elif kind in ("checkpoint_saved", "train_end", "eval") and (self.activity or {}).get("kind") == "activity":
+            self.activity = None  # the save, evaluation or step it spoke of is over
 
     def _progress(self, ev: dict[str, Any], t: float | None) -> None:
         if not ev.get("done") and ev.get("tokens") is None:  # the task's start, not a first batch's tokens

@@ -139,9 +139,10 @@ Kinds and their fields (units in the field names or stated here):
   (status.json too); the ranks save a checkpoint at the end of the step and end, without the probes after
   training (``cockpit chat RUN --probes`` asks them later)
 - ``activity``: text (what the ranks do outside a logged step: "preparing the data", "loading the model",
-  "first step running (1/36)", "step 3/36 trained (no loss logged yet)", "saving checkpoint-6", "saving the
-  model"; rank 0). Readers show it until the next ``step``, ``progress`` or ``activity`` event, a checkpoint
-  saved or the training's end (``cockpit.run.pace``)
+  "first step running (1/36)", "step 3/36 trained (no loss logged yet)", "evaluating at step 6", "saving
+  checkpoint-6", "saving the model"; the supervisor's "starting the ranks (importing torch and
+  transformers)"; rank 0). Readers show it until the next ``step``, ``progress`` or ``activity`` event, an
+  ``eval``, a checkpoint saved or the training's end (``cockpit.run.pace``)
 """
 
 from __future__ import annotations

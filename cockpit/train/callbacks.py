@@ -334,8 +334,8 @@ class CockpitCallback(TrainerCallback):
         count would sit at the start for minutes). A logged step says it in ``on_log``."""
         if control.should_log:
             return
-        if control.should_save:
-            self.emit("activity", text=f"saving checkpoint-{state.global_step}")
+        if control.should_evaluate or control.should_save:
+            self._say_after_log(state, control)
         elif self.last_step == self._start_step:
             self.emit("activity", text=f"step {state.global_step}/{state.max_steps} trained (no loss logged yet)")
 
@@ -413,9 +413,15 @@ class CockpitCallback(TrainerCallback):
             )
         if math.isfinite(loss):
             self.recent.append(loss)
-        if control.should_save:  # HF saves right after this log
-            self.emit("activity", text=f"saving checkpoint-{state.global_step}")
+        self._say_after_log(state, control)
         return control
+
+    def _say_after_log(self, state, control) -> None:
+        """Rank 0: what HF does right after this step's log: evaluate, then save."""
+        if control.should_evaluate:
+            self.emit("activity", text=f"evaluating at step {state.global_step}")
+        elif control.should_save:
+            self.emit("activity", text=f"saving checkpoint-{state.global_step}")
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.tracker is not None:
