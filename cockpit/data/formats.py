@@ -243,6 +243,24 @@ def sharegpt_to_messages(
     return messages, None
 
 
+MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns (both formats)
+
+
+def media_problem(rec: Any, columns: Mapping[str, str]) -> str | None:
+    """A row that names images / videos / audios: Cockpit trains text models only, and such a row
+    would train without what it names, so it is a bad row (file:line), not silently trained."""
+    if not isinstance(rec, dict):
+        return None
+    for kind in MEDIA_COLUMNS:
+        col = columns.get(kind, kind)
+        if rec.get(col) not in (None, "", [], {}):
+            return (
+                f"the row names {kind} (column {col!r}), but Cockpit trains text-only models: it would train "
+                f"without them; drop the {col!r} field (or set allow_bad_rows: true to skip such rows)"
+            )
+    return None
+
+
 def load_dataset_file(spec: DatasetSpec, max_samples: int | None = None) -> LoadResult:
     records, problems = read_records(spec.path)
     fmt = spec.formatting
@@ -258,6 +276,7 @@ def load_dataset_file(spec: DatasetSpec, max_samples: int | None = None) -> Load
                 tools, err = parse_tools(rec.get({**SHAREGPT_COLUMNS, **spec.columns}["tools"]))
         else:
             messages, err = alpaca_to_messages(rec, spec.columns)
+        err = err or media_problem(rec, spec.columns)
         if err:
             problems.append(Problem(err, file=name, line=line))
             continue
