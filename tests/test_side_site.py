@@ -5,12 +5,14 @@ its side folder as installed (the same answer as on sys.path), and ``cockpit doc
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import cockpit, prerequisite
+from conftest import ROOT, cockpit, prerequisite, read_events
 
 from cockpit import side_site
 
@@ -160,8 +162,55 @@ def test_doctor_cli_shows_the_real_side_folders():
     """``cockpit doctor`` after the README's install: the row names bitsandbytes' version and its folder."""
     prerequisite(side_site.holds("bitsandbytes"), "the side folders of scripts/bootstrap.sh --for test")
     res = cockpit("doctor", "--json", timeout=300)
-    import json
-
     (extras,) = [c for c in json.loads(res.stdout) if c["id"] == "extras"]
     assert f"bitsandbytes 0.50.2 in {side_site.folder()}" in extras["seen"], extras
     assert sys.prefix in extras["seen"]
+
+
+_LOAD_WITHOUT_BNB = """
+import importlib.util, json, sys
+assert importlib.util.find_spec("bitsandbytes") is None, "bitsandbytes is importable here"
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+ids = tok.apply_chat_template([{"role": "user", "content": "Who are you?"}], add_generation_prompt=True,
+                              return_tensors="pt", return_dict=True)["input_ids"]
+with torch.no_grad():
+    out = model.generate(ids, max_new_tokens=4, do_sample=False)[0, ids.shape[1]:]
+print(json.dumps({"quantization_config": getattr(model.config, "quantization_config", None),
+                  "dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+                  "bnb_loaded": "bitsandbytes" in sys.modules, "answer": tok.decode(out, skip_special_tokens=True)}))
+"""
+
+
+@pytest.mark.slow  # ~3 min on the loaded 2-core box (3 steps of the demo in 4-bit)
+def test_readme_install_trains_qlora_through_the_plain_cli_and_exports_without_bitsandbytes(tmp_path):
+    """Issue 49's first 'done when': after the README's install (bitsandbytes only in <venv>/lowrank-site,
+    off this process's path) the demo preset with ``quantization_bit=4`` trains 3 steps through the plain
+    ``cockpit train`` (no test-only PYTHONPATH: the launch gives the rank the side folder), and
+    ``cockpit export --merge`` writes a model that loads and answers in a process that cannot import
+    bitsandbytes."""
+    prerequisite(side_site.holds("bitsandbytes"), "the side folders of scripts/bootstrap.sh --for test")
+    assert side_site._on_path("bitsandbytes") is None  # the premise: only the side folder has it
+    runs = tmp_path / "runs"
+    res = cockpit("train", str(ROOT / "presets" / "cpu-demo.yaml"), "--set", "quantization_bit=4", "--set", "max_steps=3",
+                  "--set", "use_cpu=true", "--set", "probes=null", "--runs-dir", str(runs), timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (run,) = runs.iterdir()
+    assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == [1, 2, 3]
+    assert "quantization_bit: 4" in (run / "config.yaml").read_text()
+    (rank,) = json.loads((run / "launch.json").read_text())["ranks"]
+    assert rank["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(side_site.folder())
+
+    out = tmp_path / "merged"
+    res = cockpit("export", run.name, "--runs-dir", str(runs), "--merge", "--out", str(out), "--json", timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert any("QLoRA run" in n for n in json.loads(res.stdout)["notes"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    loaded = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_BNB, str(out)], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    seen = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert seen["quantization_config"] is None and not seen["bnb_loaded"] and seen["answer"].strip(), seen
+    assert seen["dtypes"] == ["torch.float32"], seen

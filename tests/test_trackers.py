@@ -1,8 +1,10 @@
 """Experiment trackers (``report_to``: tensorboard, wandb, mlflow, trackio, swanlab; LLaMA-Factory's
 ``use_swanlab`` / ``swanlab_*``; HF's ``project``): the config's rules and refusals, secrets kept out of
 the run dir, and a real training run whose losses each tracker logged, read back through the tracker's
-own reader, equal the run's events.jsonl losses. The trackers live off the suite's sys.path
-(``<venv>/trackers-site``, the ``trackers_env`` fixture): the readers run in subprocesses."""
+own reader, equal the run's events.jsonl losses. The trackers live off the suite's sys.path, in
+``<venv>/trackers-site`` (the README's install): the runs are the plain ``cockpit train``, whose launch puts
+that folder on the ranks' PYTHONPATH because report_to names a tracker (cockpit/side_site.py); only the
+readers, in subprocesses, take the ``trackers_env`` fixture."""
 
 from __future__ import annotations
 
@@ -195,10 +197,20 @@ def tracked_run(tmp_path_factory, tiny_model_dir, trackers_env):
                       use_swanlab=True, swanlab_project="cockpit-test", swanlab_api_key=SECRETS["swanlab_api_key"],
                       env={"WANDB_API_KEY": SECRETS["WANDB_API_KEY"]})
     began = time.monotonic()
-    res = cockpit("train", str(cfg), "--runs-dir", str(tmp / "runs"), env=trackers_env, timeout=900)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp / "runs"), timeout=900)  # no test-only path
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = (tmp / "runs").iterdir()
+    assert_trackers_site_on_the_ranks_path(run_dir)
     return run_dir, time.monotonic() - began
+
+
+def assert_trackers_site_on_the_ranks_path(run_dir: Path) -> None:
+    """The launch gave the rank <venv>/trackers-site (the suite's own process has no tracker on its path)."""
+    from cockpit import side_site
+
+    assert not side_site._on_path("wandb")
+    (rank,) = json.loads((run_dir / "launch.json").read_text())["ranks"]
+    assert rank["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(side_site.folder(site="trackers"))
 
 
 def event_losses(run_dir: Path) -> list[tuple[int, float]]:
@@ -238,9 +250,10 @@ def test_a_trl_stage_logs_to_the_trackers_too(tmp_path, tiny_model_dir, trackers
     and swanlab (report_to's name this time, no use_swanlab) log the run's DPO losses."""
     cfg = tiny_config(tmp_path, tiny_model_dir, "dpo", stage="dpo", dataset="cockpit_identity_pairs", max_steps=2,
                       probes=None, save_steps=100, report_to="mlflow,swanlab", swanlab_project="cockpit-test")
-    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env=trackers_env, timeout=900)
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
+    assert_trackers_site_on_the_ranks_path(run_dir)
     expected = event_losses(run_dir)
     assert [s for s, _ in expected] == [1, 2]
     for tracker in ("mlflow", "swanlab"):
