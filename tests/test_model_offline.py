@@ -114,3 +114,27 @@ def test_a_typod_dataset_gets_a_did_you_mean_not_a_cut_off_list(tmp_path):
         resolve_datasets({"dataset": "alpaca_en_dem", "dataset_dir": str(tmp_path)})
     said = problem(err)
     assert "did you mean 'alpaca_en_demo'" in said and "set_00" not in said and "..." not in said
+
+
+def test_a_cached_hub_model_loads_its_weights_offline_without_retries(tmp_path, tiny_model_dir):
+    """The ranks' and chat's model load (ModelRef.model_kwargs): transformers' auto classes look for an
+    adapter_config.json on the hub even under local_files_only unless told again (5 retries, ~25 s)."""
+    import os
+    import subprocess
+    import sys
+
+    hub = tmp_path / "hub"
+    put_in_hub_cache(hub, "org/tiny-llama", tiny_model_dir)
+    code = (
+        "from transformers import AutoModelForCausalLM\n"
+        "from cockpit.models.resolve import hub_ready, resolve_model\n"
+        "ref = hub_ready(resolve_model('org/tiny-llama'))\n"
+        "assert ref.local_only, ref\n"
+        "AutoModelForCausalLM.from_pretrained(ref.path, **ref.model_kwargs())\n"
+        "print('loaded')\n"
+    )
+    env = {**os.environ, "HF_ENDPOINT": UNREACHABLE, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "0"}
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0 and "loaded" in res.stdout, res.stderr[-2000:]
+    assert "Retry" not in res.stderr and time.monotonic() - t0 < 30, res.stderr[-2000:]

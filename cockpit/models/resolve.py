@@ -41,6 +41,14 @@ class ModelRef:
             out["local_files_only"] = True
         return out
 
+    def model_kwargs(self) -> dict[str, Any]:
+        """:meth:`kwargs` for a model's from_pretrained: offline, its look for an adapter_config.json
+        too (transformers 5's auto classes do not pass local_files_only on to it: 5 retries, ~25 s)."""
+        out = self.kwargs()
+        if self.local_only:
+            out["adapter_kwargs"] = {"local_files_only": True}
+        return out
+
 
 def resolve_model(name: str, log=print, revision: str | None = None) -> ModelRef:
     """``name`` as a ModelRef; ``revision`` (``model_revision``) pins a hub id's branch, tag or

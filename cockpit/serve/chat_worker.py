@@ -77,7 +77,7 @@ class Generator:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from cockpit.data.render import apply_template_choice
-        from cockpit.models.resolve import load_tokenizer, resolve_model
+        from cockpit.models.resolve import hub_ready, load_tokenizer, resolve_model
 
         self.torch = torch
         self.art = art
@@ -93,8 +93,8 @@ class Generator:
         else:
             tdtype = getattr(torch, dtype)
         self.dtype = str(tdtype).replace("torch.", "")
-        ref = resolve_model(art.base_model, log=log, revision=cfg.get("model_revision"))
-        kw = {"trust_remote_code": bool(cfg.get("trust_remote_code")), **ref.kwargs()}
+        ref = hub_ready(resolve_model(art.base_model, log=log, revision=cfg.get("model_revision")))
+        kw = {"trust_remote_code": bool(cfg.get("trust_remote_code")), **ref.model_kwargs()}
         if (art.adapter_dir / "tokenizer_config.json").exists():
             self.tok = AutoTokenizer.from_pretrained(str(art.adapter_dir))
         else:

@@ -32,8 +32,10 @@ def build_model(
     :mod:`cockpit.train.sharded_load`."""
     from transformers import AutoModelForCausalLM, set_seed
 
+    from cockpit.models.resolve import hub_ready
     from cockpit.train.variants import model_load_kwargs, upcast
 
+    ref = hub_ready(ref)  # a hub id with the hub unreachable: from the HF cache only, no retries
     # before the base is built: the tokenizer loaded for it is freed (and its heap returned) while
     # this rank holds no weights yet, unless the embeddings must grow for it
     tokenizer = tokenizer_needing_rows(cfg, ref)
@@ -228,7 +230,7 @@ def base_load_kwargs(cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int
     QLoRA (bitsandbytes; its wheels carry CPU kernels too), placed at load on the training device."""
     import torch
 
-    kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.kwargs()}
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.model_kwargs()}
     if cfg["quantization_bit"]:
         from transformers import BitsAndBytesConfig
 
