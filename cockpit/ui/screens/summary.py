@@ -314,9 +314,14 @@ class SummaryScreen(RunActionsMixin, Screen):
             )
 
         group = None
-        if samples and n:
-            title = "— held-out prompts: greedy completions → reward —"
-            table.add_row(Text(clip(title, widths["prompt"]), style="bold"), "", "", "", key="held-out")
+        if samples and n:  # the held-out prompts' greedy answers, each with its reward
+            table.add_row(
+                Text(clip("— held-out —", widths["prompt"]), style="bold"),
+                "",
+                Text(clip("answer → reward", widths["before"]), style="dim"),
+                Text(clip("answer → reward", widths["after"]), style="dim"),
+                key="held-out",
+            )
         for i in range(n):
             b = before[i] if i < len(before) else None
             a = after[i] if i < len(after) else None
