@@ -43,7 +43,10 @@ def test_pace_says_each_phase_and_counts_its_seconds():
     assert pace.activity_text(191.0) == "evaluating at step 1"
     pace.observe(ev("eval", 191.0, step=1, eval_loss=2.0))
     assert pace.activity_text(191.5) is None
+    pace.observe(ev("step", 191.9, step=2, total_steps=36, loss=2.0))
+    assert pace.eta(192.0) is not None
     pace.observe(ev("state", 192.0, state="stopping", reason="stop requested"))
+    assert pace.eta(192.5) is None  # no ETA of the 36 steps: it ends after this step
     assert pace.activity_text(192.5) == "stopping: saving a checkpoint at the end of the step"
     pace.observe(ev("activity", 195.0, text="saving checkpoint-2"))
     assert pace.activity_text(195.5) == "stopping: saving checkpoint-2"

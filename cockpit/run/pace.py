@@ -125,7 +125,10 @@ class Pace:
         """Seconds left, or None when unknown: before a step was timed, and once the estimate is
         used up while the run goes on (it takes longer than its pace said). Before the last step:
         the steps left at the attempt's rate plus the wrap-up allowance; in the wrap-up (after
-        ``train_end``): the running task's own rate, else what is left of the allowance."""
+        ``train_end``): the running task's own rate, else what is left of the allowance. None once a stop
+        was asked: the run ends after this step's checkpoint, not at its last step."""
+        if self.stopping:
+            return None
         if self.end_t is not None:
             left = self._wrapup_left(now)
         else:
