@@ -238,3 +238,32 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
     assert running_s(status, time.time()) <= status["ended"] - status["started"] - 3
     listed = json.loads(cockpit("runs", "--json", "--runs-dir", str(runs)).stdout)
     assert listed[0]["duration_s"] <= status["ended"] - status["started"] - 3
+
+
+def test_live_and_runs_say_stopping_once_a_stop_is_asked(tmp_path):
+    """The Live header and the Runs screen's row of a run whose stop was asked: "stopping", what it does,
+    no ETA; the row's TIME without the pause before its resume."""
+    from cockpit.ui.formatting import header
+    from cockpit.ui.screens.runs import run_row
+    from cockpit.ui.state import RunState
+
+    state = RunState(run_id="20261204-120000-demo-abcd")
+    state.apply(
+        [
+            ev("run_started", 100.0, run_id=state.run_id),
+            ev("state", 100.1, state="running"),
+            ev("train_begin", 101.0, total_steps=36, start_step=0),
+            ev("step", 110.0, step=1, total_steps=36, loss=2.0),
+            ev("step", 120.0, step=2, total_steps=36, loss=1.9),
+            ev("stop_requested", 121.0, by="cockpit UI"),
+            ev("state", 121.2, state="stopping", reason="stop requested (cockpit UI): saving a checkpoint"),
+        ]
+    )
+    text = header(state, 122.0, width=160).plain
+    assert "… stopping" in text and "running" not in text and "ETA --:--" in text
+    assert "stopping: saving a checkpoint at the end of the step" in text
+    run = create_run_dir(tmp_path / "runs", "demo")
+    now = time.time()
+    cells, shown = run_row(run, {"state": "stopping", "started": now - 100, "paused_s": 60.0}, now)
+    assert shown == "stopping" and str(cells[2]) == "… stopping"
+    assert cells[5] == "00:40"  # 100 s since it started, 60 of them stopped
