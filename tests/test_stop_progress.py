@@ -267,3 +267,33 @@ def test_live_and_runs_say_stopping_once_a_stop_is_asked(tmp_path):
     cells, shown = run_row(run, {"state": "stopping", "started": now - 100, "paused_s": 60.0}, now)
     assert shown == "stopping" and str(cells[2]) == "… stopping"
     assert cells[5] == "00:40"  # 100 s since it started, 60 of them stopped
+
+
+@pytest.mark.slow
+def test_a_preference_stage_stopped_and_resumed_keeps_its_measures_before(tmp_path, tiny_model_dir):
+    """The flow every non-SFT stage shares: a stop ends an ORPO run without the held-out scoring and the
+    probes after training; its resume keeps the first attempt's held-out "before" measure and probes
+    (reused, not asked again), and measures both after it finishes."""
+    runs = tmp_path / "runs"
+    cfg = tiny_config(tmp_path, tiny_model_dir, "orpo", stage="dpo", pref_loss="orpo", pref_beta=0.1,
+                      dataset="cockpit_identity_pairs", val_size=4, max_steps=12, logging_steps=1, save_steps=1000)
+    run_path = start_detached(tmp_path, cfg)
+    run = RunDir(run_path)
+    wait_for(lambda: has_step(run_path, 2), 240, "step 2")
+    run.request("stop", "cockpit stop")
+    wait_for(lambda: run.read_status().get("state") == "stopped", 120, "the stopped state")
+    events = read_events(run_path)
+    assert [e["phase"] for e in events if e["kind"] in ("held_out", "probe_results")] == ["before", "before"]
+    assert not [e for e in events if e["kind"] == "progress" and e["phase"] == "after"]
+    res = cockpit("resume", run_path.name, "--runs-dir", str(runs), "--detach")
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(lambda: run.read_status().get("state") == "finished", 300, "the resumed run's end")
+    events = read_events(run_path)
+    for kind in ("held_out", "probe_results"):
+        before = [e for e in events if e["kind"] == kind and e["phase"] == "before"]
+        assert len(before) == 2 and before[1].get("reused") is True, (kind, before)
+        assert [e for e in events if e["kind"] == kind and e["phase"] == "after"], kind
+    started = [e for e in events if e["kind"] == "progress" and e["phase"] == "before" and e["done"] == 0 and "tokens" not in e]
+    assert len(started) == 2, started  # the probes and the held-out pairs, in the first attempt only
+    summary = json.loads((run_path / "summary.json").read_text())
+    assert summary["held_out_before"]["pairs"] == 4 and summary["probes_before"]["total"] == 10
