@@ -13,9 +13,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from textual import events, work
 from textual.app import App, ScreenStackError
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
+from textual.css.query import NoMatches
 
 from cockpit.store.rundir import RunDir, default_runs_dir, list_runs
 
@@ -73,6 +76,55 @@ class CockpitCommands(Provider):
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), cb, help=help_text)
+
+
+class CockpitPalette(CommandPalette):
+    """Textual's command palette, safe to close from outside while it is still working.
+
+    F2 / F3 / F4 close an open palette and switch mode in the same key (:meth:`CockpitApp.action_go`).
+    The palette runs in its own task: an Enter, a search or a selection typed just before the F-key
+    can still be in its queue, and Textual's palette then dismissed itself a second time, popping the
+    screen of the mode just switched to (``ScreenStackError``), or its search ran on a palette being
+    taken apart (``NoMatches``). Closed here, it cancels its search as Esc does, and a later dismiss
+    is a no-op. Each palette has its own id: a palette closed a moment ago is removed from the app
+    only after the app's next message, which can be the next Ctrl+P (``DuplicateIds`` on
+    ``--command-palette``: issue 50)."""
+
+    _serial = 0
+
+    def __init__(self) -> None:
+        CockpitPalette._serial += 1
+        super().__init__(id=f"--command-palette-{CockpitPalette._serial}")
+        self.closed = False
+
+    @work(exclusive=True, group=CommandPalette._GATHER_COMMANDS_GROUP)
+    async def _gather_commands(self, search_value: str) -> None:
+        """Textual's search; none once the palette is closed (a search queued before the close ran on a
+        palette whose widgets were gone: ``NoMatches`` on ``CommandList``, a crash)."""
+        if self.closed:
+            return
+        try:
+            await CommandPalette._gather_commands.__wrapped__(self, search_value)  # type: ignore[attr-defined]
+        except NoMatches:
+            if not self.closed:
+                raise
+
+    def close_palette(self) -> None:
+        """Close the palette as Esc does (its search cancelled, ``Closed`` posted); once."""
+        if not self.closed:
+            self._cancel_gather_commands()
+            self.app.post_message(CommandPalette.Closed(option_selected=False))
+            self.dismiss(None)
+
+    def dismiss(self, result: Any = None) -> AwaitComplete:
+        if self.closed or not self.is_active:  # closed already: the queued second dismiss pops nothing
+            return AwaitComplete(_nothing())
+        self.closed = True
+        return super().dismiss(result)
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _lazy_screen(module: str, name: str) -> Callable[[], Any]:
@@ -214,6 +266,18 @@ class CockpitApp(App):
         if data and not self.is_headless and self._driver is not None:
             self._driver.write(data)
 
+    async def on_event(self, event: events.Event) -> None:
+        """Keys typed after the app began to close (the palette's Quit, then more keys at once) reach no
+        screen: Textual's key handler then raised ``ScreenStackError`` and the exit code was 1."""
+        if isinstance(event, events.Key) and not self._screen_stacks.get(self._current_mode):
+            return
+        await super().on_event(event)
+
+    def action_command_palette(self) -> None:
+        """Ctrl+P: the palette (:class:`CockpitPalette`), unless the shown screen is one."""
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            self.push_screen(CockpitPalette())
+
     def action_toggle_keys(self) -> None:
         """``?``: the current screen's keys and what they do (a modal; ? or Esc closes it)."""
         from cockpit.ui.screens.modals import KeysView
@@ -231,7 +295,13 @@ class CockpitApp(App):
         the runs mode; leaving a mode keeps them until then)."""
         if mode != self.current_mode:
             while self.screen.is_modal:
-                self.screen.dismiss(None)
+                shown = self.screen
+                if isinstance(shown, CockpitPalette):
+                    CockpitPalette.close_palette(shown)
+                else:
+                    shown.dismiss(None)
+                if self.screen is shown:  # (not popped: never loop)
+                    break
             self.switch_mode(mode)
         while len(self.screen_stack) > 1:
             self.screen.dismiss(None)

@@ -233,6 +233,8 @@ class SummaryScreen(RunActionsMixin, Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        if not self.query("#probes"):  # closed before its first frame (Enter then F3 at once: issue 50)
+            return
         self.app.sub_title = self.run.run_id
         self.query_one("#summary-text", Static).update(
             summary_text(self.run, self.run.read_summary(), self.run.read_status())
