@@ -87,3 +87,39 @@ def test_the_gate_decides_the_device_as_the_ranks_do():
     assert problems and problems[0].key == "use_cpu"
     # nothing device-dependent asked for: torch's GPU count is never asked (no torch import)
     assert environment.gate_problems({"learning_rate": 1e-4}, gpus=None) == []
+
+
+# -- what the key sweep (tests/test_key_sweep.py) found ------------------------------------------
+def test_new_tokens_with_lora_in_a_trl_stage_are_refused_at_check():
+    """kto + LoRA + add_special_tokens passed check and failed in the rank (TRL's fused LM head reads
+    lm_head.bias off PEFT's TrainableTokensWrapper); sft, and full fine-tuning, keep them."""
+    from cockpit.config.load import validate
+
+    for stage in ("dpo", "kto", "grpo"):
+        extra = {"reward_funcs": "exact_match", "num_generations": 2} if stage == "grpo" else {}
+        with pytest.raises(InputError, match="add_special_tokens.*fused LM head"):
+            validate({"dataset": "x.json", "stage": stage, "add_special_tokens": "<x>", **extra}, check_paths=False)
+    validate({"dataset": "x.json", "stage": "kto", "finetuning_type": "full", "add_special_tokens": "<x>"}, check_paths=False)
+    validate({"dataset": "x.json", "add_special_tokens": "<x>"}, check_paths=False)
+
+
+def test_early_stopping_says_why_without_a_best_metric():
+    """metric_for_best_model eval_accuracy, no best metric recorded yet: the stop's words crashed the
+    rank (format of None), found by the key sweep's eval run."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from cockpit.train.stopping import early_stopping_callbacks
+
+    said: list[str] = []
+    cb = early_stopping_callbacks({"early_stopping_steps": 1}, None, said.append)[0]
+    args = SimpleNamespace(metric_for_best_model="accuracy", greater_is_better=True, load_best_model_at_end=True,
+                           eval_strategy="steps", save_strategy="steps")
+    state = SimpleNamespace(global_step=2, best_metric=None, best_model_checkpoint=None)
+    control = TrainerControl()
+    cb.early_stopping_patience_counter = 1  # the patience is spent at this evaluation
+    cb.check_metric_value = lambda *a: None  # no improvement
+    cb.on_evaluate(args, state, control, {"eval_accuracy": 0.1})
+    assert control.should_training_stop and said and "eval_accuracy has not improved" in said[0]
+    assert "best" not in said[0]

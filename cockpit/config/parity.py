@@ -164,6 +164,15 @@ def _vocab_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any
                 "stage rm builds its value-head model without resizing the embeddings; not supported yet", **where(key)
             )
         )
+    if cfg.get("stage") in ("dpo", "kto", "grpo") and cfg.get("finetuning_type", "lora") == "lora" and adds_tokens(cfg):
+        out.append(
+            Problem(
+                f"stage {cfg['stage']} with LoRA: TRL's fused LM head reads the head's weight directly, past PEFT's "
+                "trainable rows of the new tokens (the run fails); use finetuning_type full or freeze, or add the "
+                "tokens in an sft run first",
+                **where(key),
+            )
+        )
     return out
 
 

@@ -27,7 +27,8 @@ def early_stopping_callbacks(cfg: Mapping[str, Any], writer: Any, log: Callable[
                 self.stopped = (
                     f"early stopping at step {state.global_step}: {metric} has not improved for "
                     f"{self.early_stopping_patience_counter} evaluation(s) (early_stopping_steps "
-                    f"{self.early_stopping_patience}; best {state.best_metric:.6g}"
+                    f"{self.early_stopping_patience}"
+                    + (f"; best {state.best_metric:.6g}" if state.best_metric is not None else "")
                     + (f" at {Path(state.best_model_checkpoint).name}" if state.best_model_checkpoint else "")
                     + ")"
                 )
