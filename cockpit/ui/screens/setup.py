@@ -162,6 +162,7 @@ class SetupScreen(Screen):
         self._data_for: str | None = None
         self._offered: list[presets.Preset] = []  # the presets this machine calls for (doctor)
         self._loaded_preset: str | None = None
+        self._previewed: Path | None = None  # the form as a file, for the preview
         self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
         self.secrets: dict[str, str] = {}  # the env secrets of the config file last written (never on disk)
         self.form_ready = False  # the form is composed once the first frame is on the screen (_build)
@@ -459,11 +460,44 @@ class SetupScreen(Screen):
         return path
 
     def _run_name(self) -> str:
+        """The form's run_name, else the loaded config file's name (a preset or a YAML of yours, as the
+        Output tab says), else "ui"."""
         name = (self.model.values.get("run_name") or "").strip()
         if not name:
             preset = self.query_one("#preset", Select).value
-            name = Path(preset).stem if isinstance(preset, str) else "ui"  # Select.NULL: no preset picked
+            source = preset if isinstance(preset, str) else self._loaded_preset  # an opened YAML: not in the picker
+            name = Path(source).stem if source else "ui"
         return name
+
+    def _shell_command(self, written: Path | None) -> list[str]:
+        """``cockpit train`` as it runs from the folder the cockpit started in: the loaded file (a real
+        path) with ``--set`` for what the form changed in it (``run_name`` as the launch sets it), or,
+        with no file loaded, ``written`` (the form as a file)."""
+        source = Path(self._loaded_preset) if self._loaded_preset else None
+        sets: list[str] = []
+        if source is not None and source.is_file():
+            from cockpit.errors import InputError
+
+            try:
+                base = FormModel()
+                base.fill(presets.load_preset(source))
+                was = base.typed()
+            except InputError:
+                was = None
+            if was is not None:
+                now = {**self.model.typed(), "run_name": self._run_name()}
+                for key in sorted(set(now) | set(was)):
+                    if key == "run_name" and key not in was and now[key] == source.stem:
+                        continue  # cockpit train names the run by the file already
+                    if now.get(key) != was.get(key):
+                        sets += ["--set", f"{key}={_set_value(key, now.get(key))}"]
+                written = source
+        shown = written if written is not None else Path(f"{self._run_name()}.yaml")
+        try:
+            shown = shown.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            shown = shown.resolve()
+        return cli_calls.cockpit_argv("train", str(shown), *sets, "--detach", "--runs-dir", str(self.app.runs_dir))
 
     # -- actions ----------------------------------------------------------------------------------
     def action_check_data(self) -> None:
@@ -487,10 +521,8 @@ class SetupScreen(Screen):
     def _show_data_report(self, message: DataChecked) -> None:
         self.query_one("#data-report", Static).update(forms.data_report(message.result))
 
-    def _preview_body(self, ranks: Text) -> Text:
-        argv = cli_calls.cockpit_argv(
-            "train", f"{self._run_name()}.yaml", "--detach", "--runs-dir", str(self.app.runs_dir)
-        )
+    def _preview_body(self, ranks: Text, written: Path | None = None) -> Text:
+        argv = self._shell_command(written)
         body = Text()
         body.append("# the same run from a shell:\n", style="dim")
         body.append(cli_calls.shell_line(argv) + "\n\n", style="bold")
@@ -512,10 +544,11 @@ class SetupScreen(Screen):
             "computing … (cockpit preview in a subprocess)\n" if ok else "(fix the config problems first)\n",
             style="italic",
         )
-        view = TextView("Preview: command, every rank's launch, YAML", self._preview_body(ranks))
+        path = self._config_file(Path(tempfile.mkdtemp(prefix="cockpit-ui-")), self._run_name())
+        self._previewed = path
+        view = TextView("Preview: command, every rank's launch, YAML", self._preview_body(ranks, path))
         self.app.push_screen(view)
         if ok:
-            path = self._config_file(Path(tempfile.mkdtemp(prefix="cockpit-ui-")), self._run_name())
             self._preview_ranks(path, view)
 
     @work(thread=True, exclusive=True, group="preview")
@@ -528,7 +561,7 @@ class SetupScreen(Screen):
     def _show_preview(self, message: Previewed) -> None:
         from cockpit.ui import formatting
 
-        message.view.set_body(self._preview_body(formatting.launch_ranks(message.result)))
+        message.view.set_body(self._preview_body(formatting.launch_ranks(message.result), self._previewed))
 
     def action_open_config(self) -> None:
         """Ctrl+O: a YAML config of yours into the form (keys the form has no field for are kept)."""
@@ -813,3 +846,20 @@ class SetupScreen(Screen):
 
     def action_prev_tab(self) -> None:
         self.action_next_tab(-1)
+
+
+def _set_value(key: str, value: Any) -> str:
+    """A form value as ``--set key=VALUE`` reads it back (YAML scalars; lists as comma lists; env redacted)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if key == "env" and isinstance(value, Mapping):
+        import json
+
+        from cockpit.redact import redact_env
+
+        return json.dumps(redact_env(value))
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
