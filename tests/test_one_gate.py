@@ -35,6 +35,14 @@ def _both_refuse(tmp_path: Path, cfg: Path, capsys, *expected: str) -> None:
     err = capsys.readouterr().err
     assert all(e in err for e in expected), err
     assert not runs.exists() or not [p for p in runs.iterdir() if p.name != "queue"], list(runs.iterdir())
+    assert main(["check", str(cfg), "--json", "--no-devices"]) == 2  # the cockpit's Setup (ui/cli_calls.py)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert not out["ok"] and all(any(e in p for p in out["problems"]) for e in expected), out
+    assert main(["queue", "--runs-dir", str(runs), "add", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert all(e in err for e in expected), err
+    entries = runs / "queue" / "entries.json"
+    assert not entries.exists() or not json.loads(entries.read_text()).get("entries"), entries.read_text()
 
 
 def test_liger_on_the_cpu_is_refused_before_a_run_dir(tmp_path, capsys):
