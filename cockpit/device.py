@@ -66,6 +66,16 @@ def resolve_device(cfg: Mapping[str, Any], gpus_visible: int, reasons: list[str]
     return GPU if gpus_visible > 0 else CPU
 
 
+def trains_on_cpu(cfg: Mapping[str, Any], gpus_visible: int) -> bool:
+    """Whether ``cfg`` trains on the CPU on a host with ``gpus_visible`` GPUs: the rule of
+    :func:`resolve_device` (a config that needs GPUs and has none is not a CPU run: it is refused).
+    ``cockpit plan`` and Setup's fit line compare the planned peak with the host's RAM by it."""
+    try:
+        return resolve_device(cfg, gpus_visible) == CPU
+    except NoGPU:
+        return False
+
+
 FP16_ON_CPU = (
     "fp16 mixed precision needs a GPU: on the CPU this run trains in fp32 "
     "(fp16 applies where a GPU trains it; bf16 is the CPU's mixed precision)"

@@ -2,7 +2,7 @@
 
 Estimates the per-device peak memory of a run before launch, term by term, and, given the
 device memory, says whether it fits and the cheapest change that makes it fit.
-A CPU run (``use_cpu: true``) is compared with the host's RAM without --gpu-memory.
+A CPU run (``use_cpu: true``, or unset on a host without GPUs: ``cockpit.device.trains_on_cpu``) is compared with the host's RAM without --gpu-memory.
 Exit 0 when it fits (or there is no verdict: a GPU run without --gpu-memory), 1 when it is tight or does not fit,
 2 on bad input (the message names the key).
 """

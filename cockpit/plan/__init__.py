@@ -97,6 +97,17 @@ def estimate_config(
     return run, est, src
 
 
+def host_gpu_count() -> int:
+    """This host's GPUs as a process started here sees them (the PCI bus from sysfs, narrowed by
+    *_VISIBLE_DEVICES): no torch, no GPU library."""
+    import os
+
+    from cockpit.device import visible_gpus
+    from cockpit.strategy.numa import sysfs_gpu_nodes
+
+    return len(visible_gpus(os.environ, len(sysfs_gpu_nodes())))
+
+
 def plan(
     config: Mapping[str, Any],
     *,
@@ -106,6 +117,7 @@ def plan(
     use_meta: bool = True,
     suggest: bool = True,
     host_memory_gb: float | None = None,
+    gpus_visible: int | None = None,
 ) -> PlanResult:
     """Estimate per-device peak memory for ``config`` (flat LLaMA-Factory keys).
 
@@ -114,17 +126,20 @@ def plan(
     machine's RAM).
     ``gpu_memory_gb``: device memory in GiB (64 for an MI250 GCD, 192 for an MI300X); with it the
     result carries a verdict and, if it does not fit or is tight, the cheapest change that fits.
-    A CPU run (``use_cpu: true``) without it: the verdict compares with the host's RAM (``host_memory_gb``,
-    else this machine's) shared by its ranks, as the cockpit's Setup does.
+    A CPU run without it (``use_cpu: true``, or unset on a host without GPUs: ``cockpit.device.trains_on_cpu``
+    with ``gpus_visible``, default this host's GPUs from sysfs): the verdict compares with the host's RAM
+    (``host_memory_gb``, else this machine's) shared by its ranks, as the cockpit's Setup does.
     Raises ``cockpit.errors.InputError`` (naming the key) on bad input.
     """
     cfg = _apply_overrides(planning_config(config, base_dir), gpus)
     run, est, src = estimate_config(cfg, base_dir=base_dir, use_meta=use_meta)
     res = PlanResult(model=run.model_name_or_path, model_source=src, run=run, estimate=est)
-    from cockpit.device import describe, needs_gpu
+    from cockpit.device import describe, trains_on_cpu
     from cockpit.plan.host import host_load, machine_ram_gib
 
-    use_cpu = not needs_gpu(cfg) and str(cfg.get("use_cpu")).lower() in ("true", "1", "yes")
+    if gpus_visible is None:
+        gpus_visible = host_gpu_count()
+    use_cpu = trains_on_cpu(cfg, gpus_visible)
     ram = host_memory_gb if host_memory_gb else machine_ram_gib()
     res.extra["device"] = describe(cfg)
     res.extra["host"] = host_load(cfg, run, int(est.params["total"]), use_cpu=use_cpu, host_memory_gib=ram)

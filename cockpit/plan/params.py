@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -237,7 +238,11 @@ def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
     cfg = json.loads(key)
     layers = int(cfg["num_hidden_layers"])
     model = _meta_model(cfg, layers=1)
-    pm = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets), lora_dropout=0.0))
+    with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias (a FutureWarning in every plan)
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        pm = get_peft_model(
+            model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets), lora_dropout=0.0)
+        )
     per_layer = sum(p.numel() for n, p in pm.named_parameters() if "lora_" in n)
     return per_layer * layers
 

@@ -367,8 +367,9 @@ class FormModel:
         """What the fit line compares the planner's peak with: (GiB, where that number came
         from, how many ranks share it). A CPU run: the host's RAM, shared by its ranks; a GPU
         run: the GPU memory field, else the detected GPUs' memory, else 64 GiB (an MI250 GCD)."""
-        cpu = bool(cfg.get("use_cpu")) or (cfg.get("use_cpu") is None and not machine.gpus)
-        if cpu:
+        from cockpit.device import trains_on_cpu
+
+        if trains_on_cpu(cfg, machine.gpus):  # the rule cockpit plan and cockpit train go by
             ranks = int(cfg.get("nproc_per_node") or 1)
             if machine.ram_gb:
                 return machine.ram_gb, "host RAM (a CPU run)", ranks
