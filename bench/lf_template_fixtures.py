@@ -113,6 +113,31 @@ CASES: dict[str, tuple[str, dict, dict]] = {
     "truncate_both": ("alpaca", {"instruction": LONG, "input": "", "output": LONG}, {"cutoff_len": 50}),
     "truncate_multi": ("sharegpt", _MULTI, {"cutoff_len": 30}),
 }
+# Edges of the tools / system columns (issue 49): LLaMA-Factory writes the system slot when the row's system
+# (or default_system) is non-empty or its tools string is (``if system or tools``): a ``"[]"`` column (the rows
+# without tools of its glaive_toolcall data) gives an empty system slot, ``""`` or no column gives none.
+_PLAIN = [{"from": "human", "value": "Hi there"}, {"from": "gpt", "value": "Hello!"}]
+_ALPACA = {"instruction": "Name a colour.", "input": "", "output": "Blue."}
+CASES.update(
+    {
+        "tools_empty_list": ("sharegpt", {"tools": "[]", "conversations": _PLAIN}, {}),
+        "tools_empty_list_multi": ("sharegpt", {"tools": "[]", "conversations": _MULTI["conversations"]}, {}),
+        "tools_empty_list_system": ("sharegpt", {"system": "You are terse.", "tools": "[]", "conversations": _PLAIN}, {}),
+        "tools_empty_list_default_system": (
+            "sharegpt",
+            {"tools": "[]", "conversations": _PLAIN},
+            {"default_system": "You are a test bot."},
+        ),
+        "tools_empty_list_tool_format": ("sharegpt", {"tools": "[]", "conversations": _PLAIN}, {"tool_format": "qwen"}),
+        "tools_empty_string": ("sharegpt", {"tools": "", "conversations": _PLAIN}, {}),
+        "system_empty": ("sharegpt", {"system": "", "conversations": _PLAIN}, {}),
+        "system_empty_tools_empty_list": ("sharegpt", {"system": "", "tools": "[]", "conversations": _PLAIN}, {}),
+        "system_turn_empty": ("sharegpt", {"conversations": [{"from": "system", "value": ""}, *_PLAIN]}, {}),
+        "alpaca_system_empty": ("alpaca", {**_ALPACA, "system": ""}, {}),
+        "alpaca_tools": ("alpaca", {**_ALPACA, "tools": json.dumps(TOOLS)}, {}),
+        "alpaca_tools_empty_list": ("alpaca", {**_ALPACA, "tools": "[]"}, {}),
+    }
+)
 THINKING_CASES: dict[str, tuple[str, dict, dict]] = {
     "thinking_on": ("sharegpt", _MULTI, {"enable_thinking": True}),
     "thinking_off": ("sharegpt", _MULTI, {"enable_thinking": False}),

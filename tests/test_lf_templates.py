@@ -43,16 +43,12 @@ KNOWN_DIFFERENT: dict[str, str] = {}
 
 
 def _messages(formatting: str, row: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
-    from cockpit.data import formats, tools
+    """The row as training reads it (``formats.load_dataset_file``'s own function): messages and tools."""
+    from cockpit.data import formats
 
-    if formatting == "alpaca":
-        messages, error = formats.alpaca_to_messages(row, {})
-    else:
-        messages, error = formats.sharegpt_to_messages(row, {}, {})
-    assert error is None, error
-    parsed, error = tools.parse_tools(row.get("tools"))
-    assert error is None, error
-    return messages, parsed
+    messages, tools, error = formats.record_to_conversation(row, formatting, {}, {})
+    assert error is None and messages is not None, error
+    return messages, tools
 
 
 @cache
@@ -440,3 +436,73 @@ def test_a_tokenized_cache_of_an_older_rendering_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"\(rendering differ\).*overwrite_cache: true"):
         tokenized.load(tmp_path, want)
     assert "parse_template" in tokenized.RENDERING
+
+
+# Edges of the tools / system columns (issue 49), in every golden file's cases (bench/lf_template_fixtures.py):
+# LLaMA-Factory writes the system slot when the system (or default_system) or the tools string is non-empty
+# (``Template._encode``: ``if system or tools``), so a ``"[]"`` tools column (16 of the first 40 rows of its
+# glaive_toolcall_en_demo) gives an empty system slot; ``""``, no column or an empty system give none.
+EDGE_CASES = (
+    "tools_empty_list",
+    "tools_empty_list_multi",
+    "tools_empty_list_system",
+    "tools_empty_list_default_system",
+    "tools_empty_list_tool_format",
+    "tools_empty_string",
+    "system_empty",
+    "system_empty_tools_empty_list",
+    "system_turn_empty",
+    "alpaca_system_empty",
+    "alpaca_tools",
+    "alpaca_tools_empty_list",
+)
+EMPTY_SLOT = "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi there"
+
+
+def test_golden_files_hold_the_tool_and_system_edges():
+    """LLaMA-Factory's own output for the edges, as the golden files hold it: chatml writes the empty system
+    slot for a ``"[]"`` row only; phi4_mini (a string tools slot) writes ``<|tool|>[]<|/tool|>`` there."""
+    for data in (DATA, MISTRAL, QWEN, OWN):
+        assert set(EDGE_CASES) <= set(data["cases"])
+    tok = _tokenizer()
+    chatml = DATA["templates"]["chatml"]["cases"]
+
+    def text(case: str) -> str:
+        return tok.decode(chatml[case]["input_ids"])
+
+    assert text("tools_empty_list").startswith(EMPTY_SLOT)
+    assert text("system_empty_tools_empty_list") == text("tools_empty_list")
+    for case in ("tools_empty_string", "system_empty", "system_turn_empty"):
+        assert text(case).startswith("<|im_start|>user\nHi there"), case
+    assert text("tools_empty_list_system").startswith("<|im_start|>system\nYou are terse.<|im_end|>\n")
+    assert "<|tool|>[]<|/tool|>" in tok.decode(DATA["templates"]["phi4_mini"]["cases"]["tools_empty_list"]["input_ids"])
+
+
+def test_an_empty_tool_list_renders_alike_in_training_check_and_predictions(tmp_path):
+    """A ``"[]"`` tools column read from a file (``load_dataset_file``: tools ``[]``, where ``""``, none and a
+    JSON ``[]`` give None) renders LLaMA-Factory's tokens in training (``prepare``'s render_sample), in
+    ``cockpit check``'s preview (trainable_spans) and in a prediction's prompt: the empty system slot."""
+    from cockpit.data.formats import DatasetSpec, load_dataset_file
+    from cockpit.data.prepare import render_options
+    from cockpit.data.render import apply_template_choice, render_sample, trainable_spans
+    from cockpit.train.predict import prediction_prompt
+
+    plain = [{"from": "human", "value": "Hi there"}, {"from": "gpt", "value": "Hello!"}]
+    rows = [{"tools": "[]", "conversations": plain}, {"tools": "", "conversations": plain}]
+    rows += [{"conversations": plain}, {"tools": [], "conversations": plain}]
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    loaded = load_dataset_file(DatasetSpec("edge", path, "sharegpt"))
+    assert not loaded.problems and [s.get("tools") for s in loaded.samples] == [[], None, None, None]
+    cfg = {"template": "chatml", "cutoff_len": 1024}
+    tok = _tokenizer()
+    apply_template_choice(tok, "chatml")
+    gold = DATA["templates"]["chatml"]["cases"]
+    for sample, slot in zip(loaded.samples, (True, False, False, False)):
+        tools = sample.get("tools")
+        r = render_sample(tok, sample["messages"], 1024, tools=tools, **render_options(cfg))
+        assert r.input_ids == gold["tools_empty_list" if slot else "tools_empty_string"]["input_ids"]
+        text, _spans = trainable_spans(tok, sample["messages"], tools=tools, **render_options(cfg))
+        assert text == tok.decode(r.input_ids) and text.startswith(EMPTY_SLOT) == slot
+        prompt, _label = prediction_prompt(tok, sample, cfg)
+        assert tok.decode(prompt).startswith(EMPTY_SLOT) == slot

@@ -27,6 +27,7 @@ ALPACA_COLUMNS = {
     "response": "output",
     "system": "system",
     "history": "history",
+    "tools": "tools",
 }
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": "system", "tools": "tools"}
 SHAREGPT_TAGS = {
@@ -243,6 +244,24 @@ def sharegpt_to_messages(
     return messages, None
 
 
+def record_to_conversation(
+    rec: Any, fmt: str, columns: Mapping[str, str], tags: Mapping[str, str]
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None, str | None]:
+    """One row of format ``fmt`` -> (messages, tools, error): the sample training, ``check`` and the golden
+    template tests render. The ``tools`` column is read in both formats, as LLaMA-Factory's alpaca and
+    sharegpt converters read it (:func:`cockpit.data.tools.parse_tools`: ``[]`` for a ``"[]"`` string)."""
+    if fmt == "sharegpt":
+        messages, err = sharegpt_to_messages(rec, columns, tags)
+        key = {**SHAREGPT_COLUMNS, **columns}["tools"]
+    else:
+        messages, err = alpaca_to_messages(rec, columns)
+        key = {**ALPACA_COLUMNS, **columns}["tools"]
+    if err or not isinstance(rec, dict):
+        return None, None, err
+    tools, err = parse_tools(rec.get(key))
+    return (None, None, err) if err else (messages, tools, None)
+
+
 MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns (both formats)
 
 
@@ -269,19 +288,13 @@ def load_dataset_file(spec: DatasetSpec, max_samples: int | None = None) -> Load
     samples: list[dict[str, Any]] = []
     name = str(spec.path)
     for line, rec in records:
-        tools = None
-        if fmt == "sharegpt":
-            messages, err = sharegpt_to_messages(rec, spec.columns, spec.tags)
-            if not err and isinstance(rec, dict):
-                tools, err = parse_tools(rec.get({**SHAREGPT_COLUMNS, **spec.columns}["tools"]))
-        else:
-            messages, err = alpaca_to_messages(rec, spec.columns)
+        messages, tools, err = record_to_conversation(rec, fmt, spec.columns, spec.tags)
         err = err or media_problem(rec, spec.columns)
         if err:
             problems.append(Problem(err, file=name, line=line))
             continue
         sample = {"messages": messages, "source": f"{name}:{line}", "dataset": spec.name}
-        if tools:
+        if tools is not None:  # [] too: tools given, none listed (LLaMA-Factory writes the empty system slot)
             sample["tools"] = tools
         samples.append(sample)
     if max_samples is not None:

@@ -250,12 +250,14 @@ def function_text(template: LfTemplate, message: Mapping[str, Any]) -> str:
 
 
 def _tools_text(template: LfTemplate, tools: Sequence[Mapping[str, Any]] | None) -> str:
-    if not tools:
+    """The tool list's text in the system slot (LLaMA-Factory's ``format_tools``): none without tools; an
+    empty list (a ``"[]"`` column) gives a ToolFormatter's ``""`` but a string slot's text around ``[]``."""
+    if tools is None:
         return ""
     if template.tools_slots is not None:  # a string slot: the tools' JSON as given
         filled = _fill(template.tools_slots, content=json.dumps(list(tools), ensure_ascii=False))
         return str(filled[0])
-    return lf_tools.tool_prompt(template.tool_format, tools)
+    return lf_tools.tool_prompt(template.tool_format, tools) if tools else ""
 
 
 def split_system(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[Mapping[str, Any]]]:
@@ -271,7 +273,9 @@ def encode_messages(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[list[int]]:
-    """Each message's token ids (LLaMA-Factory's ``Template._encode``); ``messages`` may start with a system one."""
+    """Each message's token ids (LLaMA-Factory's ``Template._encode``); ``messages`` may start with a system one.
+    ``tools``: None (no tools column, or an empty one) or a list, ``[]`` included: as LLaMA-Factory's
+    ``if system or tools`` on the column's string, a ``"[]"`` writes the system slot even when it is empty."""
     system, turns = split_system(messages)
     system = system or template.default_system
     encoded = []
@@ -280,7 +284,7 @@ def encode_messages(
         system_text = ""
         if i == 0:
             elements += template.prefix
-            if system or tools:
+            if system or tools is not None:
                 system_elems = _fill(template.system, content=system + _tools_text(template, tools))
                 if template.kind == "llama2":
                     system_text = str(system_elems[0])

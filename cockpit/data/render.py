@@ -224,8 +224,6 @@ def with_tools(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(turns, tools for the template): a conversation with tools or tool turns either as given with
     its tools (the template writes them) or written as text in ``tool_format`` (cockpit.data.tools)."""
-    if not tools and not tools_mod.has_tool_turns(messages):
-        return list(messages), None
     lf = template_in_use(tokenizer)
     if lf is not None:  # calls written as the template's function slot writes them; tools and observations as they are
         lf = lf_render.with_tool_format(lf, tool_format)
@@ -233,7 +231,9 @@ def with_tools(
             {"role": "assistant", "content": lf_render.function_text(lf, m)} if m.get("tool_calls") else dict(m)
             for m in messages
         ]
-        return turns, list(tools or []) or None
+        return turns, None if tools is None else list(tools)  # [] kept: LLaMA-Factory's empty system slot
+    if not tools and not tools_mod.has_tool_turns(messages):
+        return list(messages), None
     key = (str(getattr(tokenizer, "chat_template", "")), tool_format)
     if key not in _TOOL_FORMAT_OF:
         _TOOL_FORMAT_OF[key] = tools_mod.choose_tool_format(tokenizer, tool_format)

@@ -46,7 +46,7 @@ RENDER_KEYS = (
 
 # how Cockpit renders (a cache written by an older rendering is refused, not reused): LLaMA-Factory 0.9.5's
 # templates, and its parse of the tokenizer's own Jinja when the template is unset (issue 31)
-RENDERING = "LLaMA-Factory 0.9.5; template unset: its parse_template"
+RENDERING = 'LLaMA-Factory 0.9.5; template unset: its parse_template; tools "[]": empty system slot'
 
 
 def fingerprint(cfg: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:

@@ -40,7 +40,11 @@ QWEN_TOOL_PROMPT = (
 
 
 def parse_tools(value: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """A sample's ``tools`` (a JSON string or a list of function schemas): (tools or None, error)."""
+    """A sample's ``tools`` (a JSON string or a list of function schemas): (tools, error). As LLaMA-Factory
+    reads the column: absent, null, ``""`` or an empty JSON list -> None (no tools: no system slot unless
+    there is a system prompt); the string of an empty list (``"[]"``, as the rows without tools of its
+    glaive_toolcall data have) -> ``[]``: tools given, none listed (its template then writes
+    the system slot, empty, and no tool text; ``Template._encode``'s ``if system or tools``)."""
     if value in (None, "", []):
         return None, None
     if isinstance(value, str):
@@ -48,6 +52,8 @@ def parse_tools(value: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             return None, f"tools: invalid JSON ({exc.msg})"
+        if value == []:
+            return [], None
     tools = [value] if isinstance(value, dict) else value
     if not isinstance(tools, list) or not all(isinstance(t, dict) and function_of(t).get("name") for t in tools):
         return None, "tools: expected a list of function schemas, each with a 'name'"
