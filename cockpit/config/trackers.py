@@ -5,7 +5,7 @@ here; the ranks set them up in :mod:`cockpit.train.trackers`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from cockpit.errors import Problem
