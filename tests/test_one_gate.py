@@ -131,3 +131,20 @@ def test_early_stopping_says_why_without_a_best_metric():
     cb.on_evaluate(args, state, control, {"eval_accuracy": 0.1})
     assert control.should_training_stop and said and "eval_accuracy has not improved" in said[0]
     assert "best" not in said[0]
+
+
+def test_a_schedule_missing_its_required_kwargs_is_refused_at_check():
+    """lr_scheduler_type warmup_stable_decay without num_decay_steps passed check and failed in the rank
+    (get_wsd_schedule() missing 'num_decay_steps'); cosine_with_min_lr without min_lr(_rate) the same."""
+    from cockpit.config.load import validate
+
+    base = {"dataset": "x.json"}
+    with pytest.raises(InputError, match="lr_scheduler_type: lr_scheduler_type warmup_stable_decay needs num_decay_steps"):
+        validate({**base, "lr_scheduler_type": "warmup_stable_decay"}, check_paths=False)
+    with pytest.raises(InputError, match="needs min_lr or min_lr_rate"):
+        validate({**base, "lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"num_cycles": 0.5}}, check_paths=False)
+    with pytest.raises(InputError, match="lr_scheduler_kwargs: .*set only one of min_lr or min_lr_rate"):
+        validate({**base, "lr_scheduler_type": "cosine_warmup_with_min_lr",
+                  "lr_scheduler_kwargs": {"min_lr": 1e-6, "min_lr_rate": 0.1}}, check_paths=False)
+    validate({**base, "lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"num_decay_steps": 1}}, check_paths=False)
+    validate({**base, "lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": 0.1}}, check_paths=False)

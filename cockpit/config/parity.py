@@ -76,6 +76,7 @@ def parity_problems(
     out += _freeze_modules_problems(raw, cfg, where)
     out += _tool_format_problems(cfg, where)
     out += _vocab_problems(cfg, where)
+    out += schedule_problems(cfg, where)
     out += _mix_problems(cfg, where)
     out += _low_rank_problems(cfg, where)
     out += badam_problems(cfg, where, installed)
@@ -130,6 +131,35 @@ def token_list(text: Any) -> list[str]:
 def adds_tokens(cfg: Mapping[str, Any]) -> bool:
     """Whether the config adds tokens to the tokenizer (and so resizes the embeddings)."""
     return bool(token_list(cfg.get("add_tokens")) or token_list(cfg.get("add_special_tokens")))
+
+
+# lr_scheduler_type -> the lr_scheduler_kwargs its transformers function cannot do without (one of them)
+SCHEDULE_KWARGS: dict[str, tuple[str, ...]] = {
+    "warmup_stable_decay": ("num_decay_steps",),  # get_wsd_schedule's required argument
+    "cosine_with_min_lr": ("min_lr", "min_lr_rate"),  # exactly one (HF raises otherwise)
+    "cosine_warmup_with_min_lr": ("min_lr", "min_lr_rate"),
+}
+
+
+def schedule_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """A schedule whose transformers function needs an lr_scheduler_kwargs entry the config lacks: the
+    rank failed building it (a TypeError / ValueError after the run dir was made)."""
+    kind = cfg.get("lr_scheduler_type")
+    need = SCHEDULE_KWARGS.get(str(kind))
+    if not need:
+        return []
+    given = [k for k in need if k in (cfg.get("lr_scheduler_kwargs") or {})]
+    if len(given) == 1:
+        return []
+    which = " or ".join(need)
+    example = {"num_decay_steps": "{num_decay_steps: 100}", "min_lr": "{min_lr_rate: 0.1}"}.get(need[0], "")
+    why = "set only one of" if given else "needs"
+    return [
+        Problem(
+            f"lr_scheduler_type {kind} {why} {which} in lr_scheduler_kwargs (e.g. lr_scheduler_kwargs: {example})",
+            **where("lr_scheduler_kwargs" if given else "lr_scheduler_type"),
+        )
+    ]
 
 
 def _vocab_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
