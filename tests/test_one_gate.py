@@ -148,3 +148,19 @@ def test_a_schedule_missing_its_required_kwargs_is_refused_at_check():
                   "lr_scheduler_kwargs": {"min_lr": 1e-6, "min_lr_rate": 0.1}}, check_paths=False)
     validate({**base, "lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"num_decay_steps": 1}}, check_paths=False)
     validate({**base, "lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": 0.1}}, check_paths=False)
+
+
+def test_a_slurm_job_is_gated_on_its_nodes_not_the_login_node(monkeypatch):
+    """``cockpit train --slurm``: the gate counts the job's GPUs (the script asks for GPUs on a GPU
+    cluster), so Liger is not refused for "the CPU" on a login node without GPUs."""
+    import argparse
+
+    from cockpit.commands.train import job_gpus
+    from cockpit.slurm import script
+
+    monkeypatch.setattr(script, "cluster_has_gpus", lambda *a, **k: True)
+    cfg = {"enable_liger_kernel": True}
+    assert job_gpus(argparse.Namespace(slurm=True), cfg) == 1
+    assert job_gpus(argparse.Namespace(slurm=True), {**cfg, "use_cpu": True}) == 0
+    assert job_gpus(argparse.Namespace(slurm=False), cfg) is None  # a run here: this machine's count
+    assert not any("need a GPU" in p.message for p in environment.gate_problems(cfg, gpus=1))
