@@ -148,6 +148,12 @@ def test_a_schedule_missing_its_required_kwargs_is_refused_at_check():
                   "lr_scheduler_kwargs": {"min_lr": 1e-6, "min_lr_rate": 0.1}}, check_paths=False)
     validate({**base, "lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"num_decay_steps": 1}}, check_paths=False)
     validate({**base, "lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": 0.1}}, check_paths=False)
+    for kind in ("reduce_lr_on_plateau", "greedy"):  # "requires an eval strategy" in the rank
+        with pytest.raises(InputError, match=f"lr_scheduler_type: lr_scheduler_type {kind} steps on the evaluation loss"):
+            validate({**base, "lr_scheduler_type": kind}, check_paths=False)
+        with pytest.raises(InputError, match="evaluation loss"):
+            validate({**base, "lr_scheduler_type": kind, "val_size": 2, "eval_strategy": "no"}, check_paths=False)
+        validate({**base, "lr_scheduler_type": kind, "val_size": 2}, check_paths=False)
 
 
 def test_a_slurm_job_is_gated_on_its_nodes_not_the_login_node(monkeypatch):

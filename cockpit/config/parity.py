@@ -142,9 +142,17 @@ SCHEDULE_KWARGS: dict[str, tuple[str, ...]] = {
 
 
 def schedule_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """A schedule whose transformers function needs an lr_scheduler_kwargs entry the config lacks: the
-    rank failed building it (a TypeError / ValueError after the run dir was made)."""
+    """A schedule whose transformers function needs an lr_scheduler_kwargs entry the config lacks, or
+    evaluation the run does not do: the rank failed building it (after the run dir was made)."""
     kind = cfg.get("lr_scheduler_type")
+    if kind in ("reduce_lr_on_plateau", "greedy") and (not evaluates(cfg) or cfg.get("eval_strategy") == "no"):
+        return [  # HF's TrainingArguments refuse it in the rank: the schedule steps on the evaluation loss
+            Problem(
+                f"lr_scheduler_type {kind} steps on the evaluation loss: it needs evaluation during training "
+                "(set val_size or eval_dataset)",
+                **where("lr_scheduler_type"),
+            )
+        ]
     need = SCHEDULE_KWARGS.get(str(kind))
     if not need:
         return []
