@@ -27,6 +27,8 @@ from typing import Any
 PACKAGES = ("galore-torch==1.0", "apollo-torch==1.0.3", "bitsandbytes==0.50.2")
 # config key -> the module its optimizer imports
 MODULES = {"use_galore": "galore_torch", "use_apollo": "apollo_torch"}
+# optim name prefix -> the module HF's optimizer of that name imports (in the side folder too)
+OPTIM_PREFIXES = {"galore_": "galore_torch", "apollo_": "apollo_torch"}
 # report_to name -> the module the tracker's HF callback imports (one pip extra installs them: trackers)
 TRACKER_MODULES = {
     "tensorboard": "tensorboard",
@@ -128,6 +130,8 @@ def needed_modules(cfg: Mapping[str, Any]) -> list[str]:
     trackers of ``report_to`` / ``use_swanlab``."""
     out = [module for key, module in MODULES.items() if cfg.get(key)]
     optim = str(cfg.get("optim") or "")
+    # HF's own optimizer names for them (optim: galore_adamw, apollo_adamw_layerwise, ...) import them too
+    out += [module for prefix, module in OPTIM_PREFIXES.items() if optim.startswith(prefix) and module not in out]
     if cfg.get("quantization_bit") or cfg.get("ref_model_quantization_bit") or optim.startswith(BNB_OPTIMS):
         out.append("bitsandbytes")
     out += [TRACKER_MODULES[n] for n in trackers(cfg) if n in TRACKER_MODULES]

@@ -75,12 +75,12 @@ def test_pure_bf16_loads_in_bf16_and_counts_two_bytes_a_weight_in_the_plan():
     import torch
 
     from cockpit.config import validate
+    from cockpit.models.resolve import ModelRef
     from cockpit.plan.host import load_bytes_per_param
     from cockpit.train.model import base_load_kwargs, trainable_in_fp32
 
-    class Ref:
-        def kwargs(self):
-            return {}
+    def Ref():  # a local folder: no hub arguments
+        return ModelRef(path="model")
 
     for ft in ("full", "freeze", "lora"):
         cfg = validate({"dataset": "cockpit_identity", "finetuning_type": ft, "pure_bf16": True}, check_paths=False)

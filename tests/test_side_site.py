@@ -61,6 +61,11 @@ RULES = [
     ({"use_swanlab": True}, ["trackers"]),
     ({"quantization_bit": 4, "report_to": "wandb"}, ["lowrank", "trackers"]),
     ({"report_to": "trackio", "use_galore": True}, ["lowrank", "trackers"]),
+    # HF's own optimizer names for GaLore / APOLLO import the same packages (the key sweep found them missing)
+    ({"optim": "galore_adamw"}, ["lowrank"]),
+    ({"optim": "galore_adamw_8bit_layerwise"}, ["lowrank"]),
+    ({"optim": "apollo_adamw"}, ["lowrank"]),
+    ({"optim": "adamw_torch"}, []),
 ]
 
 
