@@ -29,7 +29,7 @@ from tests.test_ui_pilot import form_filled, wait_for_form
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "ui_run"
 KEYS = ("f2", "f3", "f4", "f8", "question_mark", "escape", "n", "ctrl+p")
 BASE = {"setup": "SetupScreen", "runs": "RunsScreen", "doctor": "DoctorScreen"}
-OVERLAYS = ("KeysView", "CommandPalette")
+OVERLAYS = ("KeysView", "CockpitPalette")
 
 
 def expected_stack(start: str, keys: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -49,7 +49,7 @@ def expected_stack(start: str, keys: tuple[str, ...]) -> tuple[str, tuple[str, .
         top = stacks[mode][-1]
         if key in ("f2", "f3", "f4"):
             go({"f2": "setup", "f3": "runs", "f4": "doctor"}[key])
-        elif top == "CommandPalette":  # the palette's search box takes the other keys as text, Esc closes it
+        elif top == "CockpitPalette":  # the palette's search box takes the other keys as text, Esc closes it
             if key == "escape":
                 stacks[mode].pop()
         elif key == "f8" and top == "SetupScreen":
@@ -62,7 +62,7 @@ def expected_stack(start: str, keys: tuple[str, ...]) -> tuple[str, tuple[str, .
         elif key == "n" and top == "RunsScreen":
             go("setup")
         elif key == "ctrl+p":
-            stacks[mode].append("CommandPalette")
+            stacks[mode].append("CockpitPalette")
     return mode, tuple(stacks[mode])
 
 
