@@ -214,6 +214,8 @@ def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
     stopped it as a NaN)."""
     from types import SimpleNamespace
 
+    from transformers import TrainerControl
+
     from cockpit.store.events import EventWriter, read_all
     from cockpit.store.rundir import RunDir
     from cockpit.train import callbacks as cb
@@ -240,7 +242,7 @@ def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
     callback.update_skipped = lambda: cb.scaler_skipped(optimizer)  # as recipes.base.train sets it
     args = SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
     state = SimpleNamespace(global_step=0, max_steps=40, num_input_tokens_seen=0, epoch=0.0)
-    control = SimpleNamespace(should_training_stop=False, should_save=False)
+    control = TrainerControl()  # HF's own: every flag a callback reads
     callback.on_train_begin(args, state, control)
     for step in range(1, 4):
         state.global_step = step
@@ -255,7 +257,7 @@ def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
     plain = cb.CockpitCallback(run, {"nan_policy": "stop", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, None)
     plain._gather_memory = lambda: {}
     plain._check_memory = lambda *a: None
-    stop = SimpleNamespace(should_training_stop=False, should_save=False)
+    stop = TrainerControl()  # HF's own: every flag a callback reads
     plain.on_train_begin(args, state, stop)
     plain.on_log(args, state, stop, logs={"loss": 2.0, "grad_norm": float("inf")})
     assert plain.nan_seen and stop.should_training_stop  # no scaler skipped it: a NaN, as before

@@ -116,7 +116,10 @@ def test_optim_and_adam_keys_reach_the_optimizer(tiny_model_dir, tmp_path):
     assert cls is torch.optim.SGD
 
 
-def test_optim_that_needs_a_missing_package_is_refused_naming_it(tiny_model_dir):
+def test_optim_that_needs_a_missing_package_is_refused_naming_it(tiny_model_dir, tmp_path, monkeypatch):
+    # installed nowhere: not on sys.path, and an empty side folder (bootstrap's <venv>/lowrank-site holds
+    # galore-torch and bitsandbytes, which counts as installed: tests/test_side_site.py)
+    monkeypatch.setenv("COCKPIT_LOWRANK_SITE", str(tmp_path / "empty-site"))
     refused(tiny_model_dir, "galore_adamw needs the galore-torch package", optim="galore_adamw")
     refused(tiny_model_dir, "paged_adamw_8bit needs the bitsandbytes package and a GPU", optim="paged_adamw_8bit")
 

@@ -172,7 +172,7 @@ def test_model_revision_loads_that_commit_of_a_hub_model(two_revision_hub, tiny_
     assert ref.hub and "revision" not in ref.kwargs()
     assert len(main.model.layers) == 2 and config.num_hidden_layers == 2 and tok.pad_token is not None
     ref, pinned, tok, config = loaded(model_revision=COMMIT_B)
-    assert ref.kwargs() == {"revision": COMMIT_B}
+    assert ref.kwargs() == {"revision": COMMIT_B, "local_files_only": True}  # offline: from the cache only
     assert len(pinned.model.layers) == 1 and config.num_hidden_layers == 1 and tok.pad_token is not None
     assert float(pinned.model.norm.weight.detach().min()) == 2.0  # commit B's weights, not A's with a layer cut
     _, main_by_name, _, _ = loaded(model_revision="main")  # a branch name reads refs/
@@ -186,8 +186,10 @@ def test_model_revision_of_a_local_folder_or_a_missing_commit_is_refused(two_rev
     with pytest.raises(InputError, match="model_revision: pins a hub revision; .* is a local model"):
         config_model(cfg_for(tiny_model_dir, model_revision=COMMIT_B), log=quiet)
     cfg = cfg_for(Path(two_revision_hub), model_revision="c" * 40)
-    with pytest.raises(InputError, match=f"cannot load 'org/tiny' at revision '{'c' * 40}' from the hub"):
+    # offline (the fixture's HF_HUB_OFFLINE): refused at once, no did-you-mean naming the same model
+    with pytest.raises(InputError, match=f"cannot load 'org/tiny' at revision '{'c' * 40}': it is not in the local") as err:
         load_tokenizer(cfg, config_model(cfg, log=quiet), log=quiet)
+    assert "did you mean" not in str(err.value)
 
 
 # -- pissa_convert ----------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from transformers import TrainerControl
+
 from cockpit.store.events import EventWriter, read_all
 from cockpit.store.rundir import RunDir
 from cockpit.train import callbacks as cb
@@ -29,7 +31,7 @@ def test_slow_first_steps_are_left_out_of_tokens_per_s(tmp_path, monkeypatch):
     run, callback, clock = callback_on_a_clock(tmp_path, monkeypatch)
     args = SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
     state = SimpleNamespace(global_step=0, max_steps=20, num_input_tokens_seen=0, epoch=0.0)
-    control = SimpleNamespace(should_training_stop=False, should_save=False)
+    control = TrainerControl()  # HF's own: every flag a callback reads
     callback.on_train_begin(args, state, control)
     # steps 1-2 (the warm-up of 20 steps) take 10 s each, then 1 s each for 100 tokens
     for step in range(1, 21):
@@ -48,7 +50,7 @@ def test_the_first_steps_samples_per_s_leaves_out_the_probes_before_training(tmp
     run, callback, clock = callback_on_a_clock(tmp_path, monkeypatch)
     args = SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=1)
     state = SimpleNamespace(global_step=0, max_steps=10, num_input_tokens_seen=0, epoch=0.0)
-    control = SimpleNamespace(should_training_stop=False, should_save=False)
+    control = TrainerControl()  # HF's own: every flag a callback reads
     callback.on_train_begin(args, state, control)
     clock["t"] += 600.0  # the probes before training (another callback's on_train_begin)
     for step in (1, 2):

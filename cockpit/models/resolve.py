@@ -124,7 +124,7 @@ def did_you_mean(name: str) -> str:
     parent = p.parent if str(p.parent) not in ("", ".") else Path.cwd()
     beside = [str(parent / n) if str(p.parent) not in ("", ".") else n for n in _model_folders(parent)]
     candidates = list(dict.fromkeys([*sorted(EMBEDDED_NAMES), HUB_ID, *beside, *cached_hub_models()]))
-    by_lower = {c.lower(): c for c in candidates}
+    by_lower = {c.lower(): c for c in candidates if c.lower() != name.lower()}  # the name itself is no hint
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
     if not close:
         return ""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cockpit.errors import InputError
+
 TIGHT_HEADROOM = 0.10
 
 # LLaMA-Factory's example DeepSpeed files (the planner also reads the stage from these names)
@@ -99,7 +101,10 @@ def find_fix(
     fallback: dict[str, Any] | None = None
 
     def attempt(why: str, changes: dict[str, Any]) -> dict[str, Any]:
-        peak = replan({**cfg, **changes})
+        try:
+            peak = replan({**cfg, **changes})
+        except InputError:  # a change the config refuses (e.g. ZeRO for a stage that runs under DDP): no fix
+            return {"why": why, "changes": changes, "status": "refused"}
         res = {"why": why, "changes": changes, "peak_bytes": int(peak), **verdict(peak, capacity)}
         tried.append(res)
         return res
@@ -130,7 +135,7 @@ def find_fix(
                 return {**res, "tried": tried[:-1]}
             if res["status"] == "tight" and fallback is None:
                 fallback = res
-            if last:
+            if last and res["status"] != "refused":
                 acc = {**acc, **c}
                 whys.append(w)
     if fallback is not None:
