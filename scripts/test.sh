@@ -66,10 +66,12 @@ if [ "$#" -gt 0 ]; then
   exit "$rc"
 fi
 workers="${COCKPIT_TEST_WORKERS:-2}"
-# each part's test times as JUnit XML: the five slowest are printed at the end (scripts/durations.py)
-times="$root/.cache/test-times"
+# each part's test times as JUnit XML, in a folder of this suite's own (a suite that a test runs, as
+# tests/test_interrupt.py does, must not overwrite its parent's): the five slowest are printed at the end
+# (scripts/durations.py --table makes docs/test-durations.md from them)
+times="$root/.cache/test-times/$COCKPIT_TEST_SESSION"
 mkdir -p "$times"
-rm -f "$times"/*.xml
+find "$root/.cache/test-times" -mindepth 1 -maxdepth 1 -type d -mtime +2 -exec rm -rf {} + 2>/dev/null || true
 t0=$SECONDS
 rc=0
 # one OpenMP thread per test process: two workers' training runs at torch's default (one thread per
@@ -81,7 +83,8 @@ rs=0
 run_pytest "${pytest_q[@]}" -m "serial and not quarantine" --junitxml="$times/serial.xml" || rs=$?
 [ "$rs" = 5 ] && rs=0  # none marked serial
 echo "[test] serial part: exit $rs, $((SECONDS - t1)) s; the suite: $((SECONDS - t0)) s"
-python "$root/scripts/durations.py" --top 5 --wall "$((SECONDS - t0))" "$times"/*.xml || true
+python "$root/scripts/durations.py" --top 5 "$times"/*.xml || true
+echo "[test] test times: $times"
 sweep
 [ "$rc" = 0 ] && rc=$rs
 exit "$rc"
