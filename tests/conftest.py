@@ -72,7 +72,7 @@ def pytest_sessionfinish(session, exitstatus):
 # collection order (--dist loadfile --no-loadscope-reorder; xdist's default order, most tests first,
 # started the one-test demo files last, one worker then idle while the other finished the DPO demo).
 LONGEST_FIRST = ("test_stages_slow.py", "test_demo_slow.py", "test_ui_navigation.py", "test_ui_navigation_runs.py",
-                 "test_sharded_load.py", "test_strategy_runs.py",
+                 "test_key_sweep.py", "test_sharded_load.py", "test_strategy_runs.py", "test_side_site.py",
                  "test_config_flags.py", "test_predict.py", "test_ui_setup_live.py", "test_ui_chat.py")
 
 
