@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cockpit, has_step, read_events, start_detached, tiny_config, wait_for
 
 from cockpit.run.follow import Follower
@@ -184,7 +183,9 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
     of the step it stopped at, without asking the probes after training. Resumed, the first attempt's
     probes-before stand (not asked again), and the run's TIME leaves out the time it sat stopped."""
     runs = tmp_path / "runs"
-    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=30, save_steps=1000, logging_steps=1)
+    # a run that does not end on its own (the tiny model trains 30 steps in under a second on a quiet box:
+    # one CI run's stop came after its last step); the resume below gives it an end
+    cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=100_000, save_steps=100_000, logging_steps=1)
     run_path = start_detached(tmp_path, cfg)
     run = RunDir(run_path)
     wait_for(lambda: has_step(run_path, 2), 180, "step 2")
@@ -203,7 +204,7 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
     stopped = next(e for e in events if e["kind"] == "run_stopped")
     assert kinds.index("state", kinds.index("stop_requested")) < kinds.index("run_stopped")
     saved = [e for e in events if e["kind"] == "checkpoint_saved"]
-    assert saved and saved[-1]["step"] == stopped["step"] < 30
+    assert saved and saved[-1]["step"] == stopped["step"] < 100_000
     assert Path(saved[-1]["path"]).is_dir()
     assert probe_events(events, "before") and not probe_events(events, "after")  # no probes after a stop
     said = [e["text"] for e in events if e["kind"] == "activity"]
@@ -211,7 +212,7 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
         "starting the ranks (importing torch and transformers)",
         "preparing the data",
         "loading the model",
-        "first step running (1/30)",
+        "first step running (1/100000)",
     ], said
     assert f"saving checkpoint-{stopped['step']}" in said and said[-1] == "saving the model", said
     last_step_t = max(e["t"] for e in events if e["kind"] == "step")
@@ -223,7 +224,8 @@ def test_a_stop_says_so_at_once_and_ends_after_its_checkpoint_without_probes_aft
     assert "stop requested (cockpit stop)" in attach.stdout, attach.stdout
 
     time.sleep(3)  # sits stopped
-    res = cockpit("resume", run_path.name, "--runs-dir", str(runs), "--detach")
+    end = stopped["step"] + 3  # the resumed attempt trains 3 more steps, then finishes
+    res = cockpit("resume", run_path.name, "--runs-dir", str(runs), "--detach", "--set", f"max_steps={end}")
     assert res.returncode == 0, res.stdout + res.stderr
     wait_for(lambda: run.read_status().get("state") == "finished", 240, "the resumed run's end")
     events = read_events(run_path)
@@ -278,7 +280,8 @@ def test_a_preference_stage_stopped_and_resumed_keeps_its_measures_before(tmp_pa
     (reused, not asked again), and measures both after it finishes."""
     runs = tmp_path / "runs"
     cfg = tiny_config(tmp_path, tiny_model_dir, "orpo", stage="dpo", pref_loss="orpo", pref_beta=0.1,
-                      dataset="cockpit_identity_pairs", val_size=4, max_steps=12, logging_steps=1, save_steps=1000)
+                      dataset="cockpit_identity_pairs", val_size=4, max_steps=100_000, logging_steps=1,
+                      save_steps=100_000)  # no end of its own before the stop; the resume gives it one
     run_path = start_detached(tmp_path, cfg)
     run = RunDir(run_path)
     wait_for(lambda: has_step(run_path, 2), 240, "step 2")
@@ -287,7 +290,9 @@ def test_a_preference_stage_stopped_and_resumed_keeps_its_measures_before(tmp_pa
     events = read_events(run_path)
     assert [e["phase"] for e in events if e["kind"] in ("held_out", "probe_results")] == ["before", "before"]
     assert not [e for e in events if e["kind"] == "progress" and e["phase"] == "after"]
-    res = cockpit("resume", run_path.name, "--runs-dir", str(runs), "--detach")
+    stopped = next(e for e in events if e["kind"] == "run_stopped")
+    end = stopped["step"] + 3  # the resumed attempt trains 3 more steps, then finishes
+    res = cockpit("resume", run_path.name, "--runs-dir", str(runs), "--detach", "--set", f"max_steps={end}")
     assert res.returncode == 0, res.stdout + res.stderr
     wait_for(lambda: run.read_status().get("state") == "finished", 300, "the resumed run's end")
     events = read_events(run_path)
