@@ -304,3 +304,14 @@ def test_a_preference_stage_stopped_and_resumed_keeps_its_measures_before(tmp_pa
     assert len(started) == 2, started  # the probes and the held-out pairs, in the first attempt only
     summary = json.loads((run_path / "summary.json").read_text())
     assert summary["held_out_before"]["pairs"] == 4 and summary["probes_before"]["total"] == 10
+
+
+def test_probes_cut_short_by_a_stop_say_so_in_the_log_lines():
+    """A stop during the probes before training: the line says they were stopped and how many were answered,
+    not "0/0 pass (0%)" (seen in the cockpit's log pane after x during the probes)."""
+    from cockpit.run.follow import format_event
+
+    cut = {"kind": "probe_results", "phase": "before", "passed": 0, "total": 0, "rate": 0.0, "stopped": True, "t": 1.0}
+    assert format_event(cut, 0.0) == "probes before: stopped after 0 answered (0 pass)"
+    whole = {**cut, "passed": 3, "total": 4, "rate": 0.75, "stopped": None}
+    assert format_event(whole, 0.0) == "probes before: 3/4 pass (75%)"

@@ -191,9 +191,12 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
     if kind == "completions":
         return completion_line(ev)
     if kind == "probe_results":
-        return (
+        line = (
             f"probes {ev.get('phase')}: {ev.get('passed')}/{ev.get('total')} pass ({100 * (ev.get('rate') or 0):.0f}%)"
         )
+        if ev.get("stopped"):  # a stop ended the answers early: the count is of the probes answered
+            line = f"probes {ev.get('phase')}: stopped after {ev.get('total')} answered ({ev.get('passed')} pass)"
+        return line
     if kind == "checkpoint_saved":
         return f"checkpoint saved at step {ev.get('step')}: {ev.get('path')}"
     if kind == "eval":
