@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from budget import apply_budgets, report_over_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 # One cache for the converted embedded model across test sessions (CI sets it to the clone).
@@ -79,6 +80,11 @@ LONGEST_FIRST = ("test_stages_slow.py", "test_demo_slow.py", "test_ui_navigation
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    apply_budgets(items)  # each test's time budget, enforced (tests/budget.py)
+
+
+def pytest_terminal_summary(terminalreporter):
+    report_over_budget(terminalreporter)
 
 
 def prerequisite(ok: bool, why: str) -> None:

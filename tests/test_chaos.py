@@ -203,6 +203,7 @@ def overlapping_steps_match(run: Path) -> int:
     return compared
 
 
+@pytest.mark.budget(150, reason="twenty faults, each a real supervisor and rank killed, stalled or starved, and resumed")
 def test_chaos_twenty_randomised_faults(tmp_path, tiny_model_dir, tmpfs):
     seed = int(os.environ.get("COCKPIT_CHAOS_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"chaos seed {seed} (COCKPIT_CHAOS_SEED={seed} replays it)")
