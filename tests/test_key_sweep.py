@@ -400,6 +400,7 @@ def _train(path: Path, runs: Path) -> tuple[int, str]:
     return res.returncode, (res.stdout[-2500:] + res.stderr[-2500:])
 
 
+@pytest.mark.budget(300, reason="213 rows: every accepted key checked and trained")
 def test_check_says_yes_and_the_run_trains_or_check_says_no(tmp_path, tiny_model_dir):
     where = _fixtures(tmp_path, tiny_model_dir)
     findings: list[str] = []

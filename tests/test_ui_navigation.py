@@ -165,6 +165,7 @@ def walk_and_check(nav_env: dict, start: str) -> None:
     print(f"{start}: {len(seen)} sequences, {fresh} fresh apps")  # 2026-12-02: 585 sequences; see the docstring
 
 
+@pytest.mark.budget(600, reason="every sequence of up to three of 8 keys from a fresh app with no runs (issue 51: a state-graph walk will shrink it)")
 @pytest.mark.slow
 def test_every_key_sequence_up_to_three_without_runs(nav_env):
     walk_and_check(nav_env, "setup")
