@@ -357,11 +357,13 @@ def test_an_exported_tokenizer_prompts_as_training_rendered(name, tmp_path):
 
 def test_the_readme_lists_the_templates_and_states_the_rule():
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    config = readme[readme.index("## Config") :]
+    assert "73 text chat templates rendered\ntoken for token" in readme and "](docs/configuration.md)" in readme
+    guide = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text(encoding="utf-8")
+    config = guide[guide.index("## Config") :]
     for name in TEMPLATES:
         assert f"`{name}`" in config, name
     assert "LLaMA-Factory's rendering, token for token" in config
-    assert "template omitted = the tokenizer's own" in config
+    assert "Template omitted: the tokenizer's own" in config
 
 
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
