@@ -15,11 +15,12 @@ from cockpit.config.load import load_config, read_yaml
 from cockpit.plan import plan
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
-FAMILIES = {"mi300x": ("gfx942", 192), "mi250": ("gfx90a", 64), "mi210": ("gfx90a", 64)}
+FAMILIES = {"mi300x": ("gfx942", 192), "mi325x": ("gfx942", 256), "mi355x": ("gfx950", 288), "mi250": ("gfx90a", 64),
+            "mi210": ("gfx90a", 64)}  # fmt: skip
 EXPECTED = {
     "mi300x-lora-8b", "mi300x-qlora-70b", "mi300x-full-8b-fsdp8", "mi300x-lora-70b-zero3-8",
     "mi250-lora-8b", "mi250-qlora-70b", "mi250-full-8b-fsdp8", "mi250-lora-70b-zero3-8",
-    "mi210-lora-8b",
+    "mi210-lora-8b", "mi325x-lora-8b", "mi355x-lora-8b",
 }
 GPU_PRESETS = sorted(p for p in PRESETS.glob("*.yaml") if p.name.split("-")[0] in FAMILIES)
 

@@ -69,6 +69,11 @@ def test_setup_opens_with_the_preset_for_this_machine(env):
     assert mi250[0] == "mi250-lora-8b" and "mi210-lora-8b" in mi250 and not any(n.startswith("mi300x") for n in mi250)
     assert offered_presets(gpu_machine("AMD Instinct MI210", "gfx90a", 64, 1))[0][0].name == "mi210-lora-8b"
     assert [p.name for p in offered_presets(DOCTOR)[0]] == ["cpu-demo"]
+    # gfx942 with 256 GiB is an MI325X (its preset first, the MI300X's beside it); gfx950 an MI350X / MI355X
+    mi325 = [p.name for p in offered_presets(gpu_machine("AMD Instinct MI325X", "gfx942", 256))[0]]
+    assert mi325[0] == "mi325x-lora-8b" and "mi300x-lora-8b" in mi325
+    assert "mi325x-lora-8b" not in [p.name for p in offered_presets(gpu_machine("AMD Instinct MI300X", "gfx942", 192))[0]]
+    assert offered_presets(gpu_machine("AMD Instinct MI355X", "gfx950", 288))[0][0].name == "mi355x-lora-8b"
 
     async def scenario(checks, expect_model, expect_preset, expect_dataset) -> None:
         app = make_app(env / "runs", checks)

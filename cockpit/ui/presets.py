@@ -66,8 +66,10 @@ def save_preset(name: str, mapping: dict[str, Any], folder: Path | None = None) 
 
 # -- the presets this machine calls for -------------------------------------------------------
 # gfx target -> preset name prefixes, the first the one to load (doctor.facts: MI300X/MI325X are
-# gfx942; MI250/MI250X/MI210 gfx90a, 64 GiB per device: an MI250 GCD or an MI210)
-FAMILIES = {"gfx942": ("mi300x-",), "gfx90a": ("mi250-", "mi210-")}
+# gfx942, told apart by memory, 192 vs 256 GB; MI350X/MI355X gfx950; MI250/MI250X/MI210 gfx90a, 64 GiB
+# per device: an MI250 GCD or an MI210)
+FAMILIES = {"gfx942": ("mi300x-",), "gfx950": ("mi355x-",), "gfx90a": ("mi250-", "mi210-")}
+MI325X_MIN_GIB = 224  # an MI300X shows 192 GiB, an MI325X 256
 FIRST_CHOICE = "lora-8b"  # one device, LoRA: runs on any machine of the family
 
 
@@ -90,6 +92,8 @@ def machine_family(checks: list[dict] | None) -> tuple[tuple[str, ...], str]:
     gib = float(d.get("total_memory") or 0) / 2**30
     why = f"{len(devices)} x {d.get('name') or 'GPU'} ({target or '?'}, {gib:.0f} GiB)"
     prefixes = FAMILIES.get(target, ())
+    if target == "gfx942" and gib >= MI325X_MIN_GIB:
+        prefixes = ("mi325x-", "mi300x-")
     if target == "gfx90a":
         if gib and gib < 48:
             return (), why  # not a 64 GiB part: the gfx90a presets would not fit
