@@ -25,6 +25,7 @@ def test_liger_without_the_package_is_refused_on_a_gpu_too():
 
 def test_torch_compile_becomes_the_trainer_switch_or_a_refusal(monkeypatch, tmp_path):
     cfg = validate({"dataset": "x", "torch_compile": True, "use_cpu": True})
+    monkeypatch.delenv(kernels.REGIONAL, raising=False)  # kernel_arguments asks accelerate for regional compilation
     if kernels.compile_refusal(True) is None:
         from cockpit.train.arguments import training_arguments
 

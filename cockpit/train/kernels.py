@@ -2,8 +2,10 @@
 
 Each becomes the HF Trainer's own switch (``use_liger_kernel``: Liger's Triton RMSNorm,
 SwiGLU, RoPE and fused linear cross-entropy patched into the model; ``torch_compile``:
-``torch.compile`` of the model), or an :class:`InputError` saying what is missing, before any
-model is loaded. Liger's kernels are Triton: they need a GPU (CUDA or ROCm) and the
+``torch.compile`` through accelerate, regionally: each decoder layer compiled on its own, the layers
+sharing one compiled graph, as torchtune and torchtitan compile them, so the warm-up compiles one layer
+instead of the whole model; ``ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION``, which a run's ``env:`` can
+set to false), or an :class:`InputError` saying what is missing, before any model is loaded. Liger's kernels are Triton: they need a GPU (CUDA or ROCm) and the
 ``liger-kernel`` package. ``torch.compile`` on the CPU needs a C++ compiler for inductor.
 The refusals are the gate's (``cockpit.preflight.environment``), asked before any run dir exists;
 the rank asks them again.
@@ -11,13 +13,14 @@ the rank asks them again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError, Problem
 from cockpit.preflight.environment import compile_refusal, liger_refusal
 
-__all__ = ["compile_refusal", "kernel_arguments", "liger_refusal"]
+__all__ = ["REGIONAL", "compile_refusal", "kernel_arguments", "liger_refusal"]
 
 
 def kernel_arguments(cfg: Mapping[str, Any], use_cpu: bool) -> dict[str, Any]:
@@ -33,4 +36,8 @@ def kernel_arguments(cfg: Mapping[str, Any], use_cpu: bool) -> dict[str, Any]:
         if reason:
             raise InputError(Problem(reason, key="torch_compile"))
         kwargs["torch_compile"] = True
+        os.environ.setdefault(REGIONAL, "true")  # read by accelerate's TorchDynamoPlugin, which the Trainer makes
     return kwargs
+
+
+REGIONAL = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
