@@ -30,6 +30,13 @@ def sample_bounds(cu_seq_lens: Any) -> list[int]:
     return _bounds_cache[1]
 
 
+def prime_bounds(cu_seq_lens: Any, bounds: list[int]) -> None:
+    """The bounds of the forward about to run, found on the host by the collator
+    (:mod:`cockpit.train.host_facts`): :func:`sample_bounds` then reads no device tensor."""
+    if cu_seq_lens is not None:
+        _bounds_cache[0], _bounds_cache[1] = cu_seq_lens, list(bounds)
+
+
 def _per_sample_applies(module: Any, query: Any, kwargs: dict[str, Any]) -> bool:
     if kwargs.get("cu_seq_lens_q") is None or query.shape[0] != 1:
         return False

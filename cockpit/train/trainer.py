@@ -30,12 +30,14 @@ from cockpit.store.rundir import CHECKPOINT_STAGING
 from cockpit.train.badam_state import restore_block, save_block
 from cockpit.train.callbacks import scaler_skipped
 from cockpit.train.chunked_loss import base_model, lm_loss_without_logits, plain_lm_head
+from cockpit.train.host_facts import BOUNDS, TOKENS, WithHostFacts
 from cockpit.train.labelled_logits import (
     POSITIONS,
     WithLabelledPositions,
     accepts_logits_to_keep,
     labelled_positions_only,
 )
+from cockpit.train.packed_attention import prime_bounds
 from cockpit.train.token_weights import weighted_causal_lm_loss, weighted_model_loss
 
 RECORD = "cockpit_checkpoint.json"
@@ -158,6 +160,8 @@ class CockpitTrainer(Trainer):
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
     run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
     _labelled_logits: bool | None = None  # decided at the first training step
+    _host_tokens: int | None = None  # the last training batch's tokens, counted on the host (host_facts)
+    _host_bounds: list[int] | None = None  # its packed samples' bounds (host_facts)
     chunked_loss = True  # training's LM loss chunk by chunk, never the full logits (False: the model's own)
     _chunked_head: Any = None  # the lm_head the chunked loss reads, decided at the first training step
     chunked_loss_why_not = ""  # why the chunked loss does not apply (empty: it does, or not decided yet)
@@ -196,20 +200,46 @@ class CockpitTrainer(Trainer):
             trainer.data_collator = train_collator
 
     def get_train_dataloader(self) -> Any:
-        # the training batches carry their labelled positions, found on the host by the collator
-        if not self._labelled_logits_only():
-            return super().get_train_dataloader()
+        # the training batches carry what the step needs as host numbers (tokens, sample bounds) and their
+        # labelled positions, found on the host by the collator
         trainer: Any = self
-        plain, trainer.data_collator = trainer.data_collator, WithLabelledPositions(trainer.data_collator)
+        how = self.args.include_num_input_tokens_seen
+        collate: Any = WithHostFacts(
+            trainer.data_collator,
+            "all" if how is True else str(how),
+            getattr(self.processing_class, "pad_token_id", None),
+        )
+        if self._labelled_logits_only():
+            collate = WithLabelledPositions(collate)
+        plain, trainer.data_collator = trainer.data_collator, collate
         try:
             return super().get_train_dataloader()
         finally:
             trainer.data_collator = plain
 
+    def training_step(self, model, inputs, *args: Any, **kwargs: Any):
+        # the batch's facts the collator found on the host (cockpit.train.host_facts): out of the batch before
+        # the model sees it; the tokens kept for _track_num_input_tokens (HF calls it after the step with this
+        # same dict), the sample bounds for compute_loss, where the batch is on its device
+        self._host_tokens = inputs.pop(TOKENS, None)
+        self._host_bounds = inputs.pop(BOUNDS, None)
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    def _track_num_input_tokens(self, inputs):
+        # one rank: the collator's host count, no device read; several: HF's gather of every rank's count
+        tokens, self._host_tokens = self._host_tokens, None
+        if tokens is None or self.args.world_size > 1:
+            return super()._track_num_input_tokens(inputs)
+        self.state.num_input_tokens_seen += tokens
+        return None
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # training: the LM head only where a label is (cockpit.train.labelled_logits); evaluation
         # and prediction keep every logit (accuracy, generated predictions read them)
         positions = inputs.pop(POSITIONS, None)
+        bounds, self._host_bounds = self._host_bounds, None
+        if bounds is not None:  # the per-sample attention reads them from the host, not the device tensor
+            prime_bounds(inputs.get("cu_seq_lens_q"), bounds)
         if not return_outputs and model.training and self._labelled_logits_only():
             inputs = labelled_positions_only(inputs, positions)
             head, unwrapped = self._chunked_loss_head(), self.accelerator.unwrap_model(model)
