@@ -11,8 +11,16 @@ Variants (``--variants``, comma-separated):
   lora        the job with Cockpit's defaults (chunked loss, input embedding in host memory)
   unsloth_gc  the same with ``use_unsloth_gc: true`` (checkpoints offloaded to host memory)
   qlora       the same over a 4-bit NF4 base (``quantization_bit: 4``; needs bitsandbytes)
+Levers, each alone on top of the defaults (issue 53: the defaults are chosen by this table, measured):
+  liger       ``enable_liger_kernel: true`` (Liger's RMSNorm, SwiGLU, RoPE, fused linear cross-entropy; needs
+              liger-kernel and Triton on a GPU)
+  compile     ``torch_compile: true`` (each decoder layer compiled alone; the warm-up steps' time is left out of
+              tokens/s as every run's first steps are)
+  fused_adamw ``optim: adamw_torch_fused``
+  no_gc       ``gradient_checkpointing: false`` (no recompute: more memory, fewer FLOPs)
 
     python bench/gpu_8b_job.py --out /tmp/job8b --json job8b.json        # on a GPU, ~1 min a variant
+    python bench/gpu_8b_job.py --out /tmp/job8b --variants lora,levers   # the defaults and each lever alone
     python bench/gpu_8b_job.py --out /tmp/jt --shape tiny --cpu           # the same flow on the CPU (fp32)
 """
 
@@ -42,7 +50,12 @@ VARIANTS = {
     "lora": {},
     "unsloth_gc": {"use_unsloth_gc": True},
     "qlora": {"quantization_bit": 4},
+    "liger": {"enable_liger_kernel": True},
+    "compile": {"torch_compile": True},
+    "fused_adamw": {"optim": "adamw_torch_fused"},
+    "no_gc": {"gradient_checkpointing": False},
 }
+LEVERS = "liger,compile,fused_adamw,no_gc"
 
 
 def model_config(shape: str) -> dict:
@@ -221,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows = []
-    for name in args.variants.split(","):
+    for name in args.variants.replace("levers", LEVERS).split(","):
         cfg = job_yaml(
             out / f"{name}.yaml", out / f"model-{args.shape}", out / "data", args.steps, device == "cpu", VARIANTS[name]
         )

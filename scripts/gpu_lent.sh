@@ -26,7 +26,7 @@ if [ "${1:-}" = "--prepare" ]; then
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 -d .whl "$(pin transformers)" "$(pin peft)" "$(pin trl)" "$(pin datasets)" \
     "$(pin dill)" "$(pin multiprocess)" "$(pin textual)" "$(pin textual-plotext)" "$(pin plotext)" "$(pin gguf)" \
-    mdit-py-plugins platformdirs linkify-it-py uc-micro-py || exit 1
+    mdit-py-plugins platformdirs linkify-it-py uc-micro-py liger-kernel==0.8.5 || exit 1
   site="$("$PY" -c 'import sys; print(sys.prefix)')/lowrank-site"
   (cd "$site" && tar cf - --exclude='*.so' --exclude=__pycache__ bitsandbytes bitsandbytes-*.dist-info) | (cd .devcarry/site && tar xf -)
   cp "$site"/bitsandbytes/libbitsandbytes_cpu.so "$site"/bitsandbytes/libbitsandbytes_cuda130.so .devcarry/site/bitsandbytes/
@@ -53,7 +53,9 @@ print("embedded stand-in (random weights) in", folder, "| torch", torch.__versio
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 
-PARTS="${2:-job8b twins check}"   # which parts: job8b (the 8B job), twins (pytest -m gpu), check (gpu_check.sh)
+PARTS="${2:-job8b twins check}"   # which parts: job8b (the 8B job), twins (pytest -m gpu), check (gpu_check.sh), levers
+# (the 8B job's defaults again, then each speed lever alone: liger, compile, fused_adamw, no_gc; about 6 min, so a
+# call of its own: bash scripts/gpu_lent.sh "$OUT" levers)
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 
 # 1. the 8B job with Cockpit's defaults, alone on the machine (its tokens/s and MFU are clean)
@@ -61,6 +63,13 @@ if has job8b; then
   timeout 230 python3 bench/gpu_8b_job.py --out /tmp/job8b --variants lora --json "$OUT/job8b_lora.json" \
     > "$OUT/job8b_lora.log" 2>&1
   echo "8b lora: rc=$?"; tail -n 4 "$OUT/job8b_lora.log"
+fi
+
+# 1b. the speed levers, each alone on the machine after the defaults (issue 53's table)
+if has levers; then
+  timeout 560 python3 bench/gpu_8b_job.py --out /tmp/job8b --variants lora,levers --steps 10 --json "$OUT/job8b_levers.json" \
+    > "$OUT/job8b_levers.log" 2>&1
+  echo "8b levers: rc=$?"; tail -n 8 "$OUT/job8b_levers.log"
 fi
 
 # 2. beside each other (memory is per process; speed is not clean here): the GPU twins, each test's
