@@ -88,3 +88,12 @@ def test_the_host_facts_are_what_the_device_tensors_say(tiny_model_dir):
         DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100), "non_padding", tok.pad_token_id
     )(rows)
     assert padded[TOKENS] == int(padded["attention_mask"].sum()) < padded["input_ids"].numel() and BOUNDS not in padded
+
+
+def test_a_collator_that_hands_rows_on_as_a_list_is_left_as_it_is():
+    """GRPO's collator returns the rows themselves (the trainer tokenizes them while it samples): no facts to
+    add, and the list reaches the trainer unchanged (a ``.get`` on it failed every GRPO run)."""
+    from cockpit.train.host_facts import WithHostFacts
+
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "a"}]
+    assert WithHostFacts(lambda features: features, "all", 0)(rows) is rows

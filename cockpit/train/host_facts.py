@@ -46,6 +46,8 @@ class WithHostFacts:
 
     def __call__(self, features: Any) -> Any:
         batch = self.collate(features)
+        if isinstance(batch, list):  # GRPO's collator hands the rows on as a list: the trainer tokenizes them
+            return batch
         tokens = batch_tokens(batch, self.count_tokens, self.pad_token_id)
         if tokens is not None:
             batch[TOKENS] = tokens
