@@ -28,7 +28,11 @@ BUILTIN_REWARDS = {
     "(within 1e-6), else 0",
     "regex": "1 when reward_regex matches the completion (re.search; anchor it with ^ / $ for a format), else 0",
     "length_penalty": "1 up to reward_target_words words, then reward_target_words / words (0-1, shorter is better)",
+    "concise_answer": "length_penalty's score when the completion contains the answer (contains_answer), else 0: "
+    "brevity counts only with the right answer (a gated reward: a short wrong answer earns nothing)",
 }
+# the built-ins that read reward_target_words
+LENGTH_REWARDS = ("length_penalty", "concise_answer")
 # keys only stage grpo reads (TRL GRPOConfig's names where TRL has them)
 GRPO_KEYS = (
     "reward_funcs",
@@ -162,12 +166,14 @@ def grpo_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]
         out.append(
             Problem("reward_regex is read by the regex reward: add regex to reward_funcs", **where("reward_regex"))
         )
-    if "length_penalty" in names and not cfg.get("reward_target_words"):
-        out.append(Problem("the length_penalty reward needs reward_target_words", **where("reward_target_words")))
-    elif cfg.get("reward_target_words") and "length_penalty" not in names:
+    length = [n for n in names if n in LENGTH_REWARDS]
+    if length and not cfg.get("reward_target_words"):
+        out.append(Problem(f"the {length[0]} reward needs reward_target_words", **where("reward_target_words")))
+    elif cfg.get("reward_target_words") and not length:
         out.append(
             Problem(
-                "reward_target_words is read by the length_penalty reward: add length_penalty to reward_funcs",
+                "reward_target_words is read by the length_penalty and concise_answer rewards: add length_penalty "
+                "to reward_funcs",
                 **where("reward_target_words"),
             )
         )

@@ -141,6 +141,12 @@ class RunConfigKeys:
     load_timeout_s: float = 1800.0
     memory_alert_headroom: float = 0.08
     memory_alert_swing: float = 0.25
+    reward_hack_window: int = 6
+    reward_hack_drop: float = 0.15
+    reward_hack_min_length: float = 1.5
+    reward_hack_truncation_jump: float = 0.5
+    reward_hack_kl: float = 0.5
+    reward_hack_flat: float = 0.05
     cpu_memory_tracker: bool = False
     use_dora: bool = False
     use_rslora: bool = False

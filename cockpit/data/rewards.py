@@ -7,7 +7,7 @@ message. Every function here is wrapped by :func:`checked`: one that raises, or 
 shape, fails the run with its name and the sample instead of a bare traceback.
 
 Built-ins (``cockpit.config.grpo.BUILTIN_REWARDS`` says what each scores): ``exact_match``,
-``contains_answer``, ``numeric_match``, ``regex``, ``length_penalty``. A user function is ``path/file.py:function``,
+``contains_answer``, ``numeric_match``, ``regex``, ``length_penalty``, ``concise_answer``. A user function is ``path/file.py:function``,
 loaded with importlib from the file (never from the config's text). No torch imports.
 """
 
@@ -119,6 +119,18 @@ def length_penalty(target_words: int) -> RewardFunc:
     return length_penalty
 
 
+def concise_answer(column: str, target_words: int) -> RewardFunc:
+    """``length_penalty`` gated by ``contains_answer``: brevity earns only with the right answer in it."""
+    right, short = contains_answer(column), length_penalty(target_words)
+
+    def concise_answer(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        hits = right(prompts=prompts, completions=completions, **kwargs)
+        lengths = short(prompts=prompts, completions=completions, **kwargs)
+        return [(h or 0.0) * (n or 0.0) for h, n in zip(hits, lengths)]
+
+    return concise_answer
+
+
 def load_user_function(spec: str) -> RewardFunc:
     """``path/file.py:function`` imported from the file (its folder first on sys.path while it loads)."""
     parsed = user_reward(spec)
@@ -213,6 +225,8 @@ def build_reward_funcs(cfg: Mapping[str, Any]) -> list[RewardFunc]:
             fn, name = regex(str(cfg["reward_regex"])), spec
         elif spec == "length_penalty":
             fn, name = length_penalty(int(cfg["reward_target_words"])), spec
+        elif spec == "concise_answer":
+            fn, name = concise_answer(column, int(cfg["reward_target_words"])), spec
         elif spec in BUILTIN_REWARDS:  # pragma: no cover - a built-in named in config/grpo.py and not here
             raise InputError(Problem(f"built-in reward {spec} has no implementation", key="reward_funcs"))
         else:

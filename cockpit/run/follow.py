@@ -131,6 +131,22 @@ def held_out_line(ev: dict[str, Any]) -> str:
     return f"held-out {ev.get('phase')}: " + ", ".join(parts)
 
 
+def grpo_step_words(ev: dict[str, Any]) -> str:
+    """A grpo step's rewards: ``reward 0.412 (contains_answer 0.50±0.29, concise_answer 0.33±0.40) kl 0.0120
+    len 5.2``: the total, each function's mean ± spread, KL and the mean completion length."""
+    per = []
+    for name, v in (ev.get("rewards") or {}).items():
+        mean, std = as_float((v or {}).get("mean")), as_float((v or {}).get("std"))
+        if mean is not None:
+            per.append(f"{name} {mean:.2f}" + (f"±{std:.2f}" if std is not None else ""))
+    words = f"reward {as_float(ev['reward']):.3f}" + (f" ({', '.join(per)})" if per else "")
+    if as_float(ev.get("kl")) is not None:
+        words += f" kl {as_float(ev['kl']):.4f}"
+    if as_float(ev.get("completion_len_mean")) is not None:
+        words += f" len {as_float(ev['completion_len_mean']):.1f}"
+    return words
+
+
 def completion_line(ev: dict[str, Any], prompt_chars: int = 40, completion_chars: int = 60) -> str | None:
     """``completions`` (grpo): the latest sample in a line, ``sample at step 4: 'prompt' -> 'completion'
     reward 0.42 (contains_answer 1.00, length_penalty 0.17)``, its texts on one line and shortened."""
@@ -172,7 +188,7 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         if ev.get("mfu") is not None:
             parts.append(f"MFU {percent(ev['mfu'])}")
         if ev.get("reward") is not None:  # grpo
-            parts.append(f"reward {as_float(ev['reward']):.3f}")
+            parts.append(grpo_step_words(ev))
         return "  ".join(parts)
     if kind == "run_started":
         return f"run {ev.get('run_id')} started: {ev.get('model')} on {ev.get('dataset')} ({ev.get('method')}, world size {ev.get('world_size')})"

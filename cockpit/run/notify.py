@@ -41,7 +41,8 @@ ENV_TIMEOUT = "COCKPIT_NOTIFY_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 30.0
 NOTIFY_FILE = "notify.json"
 END_STATES = ("finished", "failed")
-ALERT_CODES = ("hang", "memory_pressure")
+ALERT_CODES = ("hang", "memory_pressure", "reward_hacking")
+ALERT_TITLES = {"hang": "hang", "memory_pressure": "memory pressure", "reward_hacking": "reward hacking"}
 
 
 def notification(ev: Mapping[str, Any], run_id: str, run_dir: str | os.PathLike[str] | None = None) -> dict | None:
@@ -60,7 +61,7 @@ def notification(ev: Mapping[str, Any], run_id: str, run_dir: str | os.PathLike[
         state = "running"
         reason = ev.get("message")
         level = str(ev.get("level") or "warn")
-        title = f"{run_id}: {'hang' if event == 'hang' else 'memory pressure'}"
+        title = f"{run_id}: {ALERT_TITLES[event]}"
         message = f"run {run_id}: {reason or event}"
     else:
         return None

@@ -59,7 +59,9 @@ Kinds and their fields (units in the field names or stated here):
 - ``eval``: step, eval_loss, eval_accuracy (``compute_accuracy``: the share of labelled tokens predicted)
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|loss_scale_overflow (info: the fp16 loss scaler skipped an update; 20 logging steps in a row skipped are a nan_loss)|hang|oom|rank_died|fp16_on_cpu|
-  memory_pressure|no_checkpoint|...), message, remedies (list of strings), rank (optional). hang: phase
+  memory_pressure|no_checkpoint|reward_hacking|...), message, remedies (list of strings), rank (optional).
+  reward_hacking (grpo, ``train/reward_watch.py``): step, sign (fall|length|truncation|kl), and for a
+  fall the reward (the falling function's name), before and after (its window means). hang: phase
   (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and
   silent_nodes with several nodes. memory_pressure: trigger (near_capacity|swing), figures
   {peak_mb, reserved_mb, capacity_mb, previous_peak_mb?}, remedy_set (config keys -> values:
@@ -88,7 +90,7 @@ Kinds and their fields (units in the field names or stated here):
   reward function name -> {mean, std}), reward_zero_std_frac (0..1: groups whose completions all scored
   the same: no learning signal), kl (to the reference; only with beta > 0), entropy (mean per-token, nats),
   clip_ratio / clip_ratio_low / clip_ratio_high (0..1: tokens whose policy ratio was clipped, both sides /
-  below / above), completion_len_mean, completion_len_max (tokens), completion_truncated (0..1: the share
+  below / above), completion_len_mean, completion_len_min, completion_len_max (tokens), completion_truncated (0..1: the share
   cut at max_completion_length)
 - ``completions`` (grpo, rank 0, each logging step): step, samples (a list of at most 4 of the latest
   sampled completions: prompt (the last user turn, at most 300 characters), completion (at most 600),

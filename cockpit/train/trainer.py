@@ -221,8 +221,9 @@ class CockpitTrainer(Trainer):
         # the batch's facts the collator found on the host (cockpit.train.host_facts): out of the batch before
         # the model sees it; the tokens kept for _track_num_input_tokens (HF calls it after the step with this
         # same dict), the sample bounds for compute_loss, where the batch is on its device
-        self._host_tokens = inputs.pop(TOKENS, None)
-        self._host_bounds = inputs.pop(BOUNDS, None)
+        if not isinstance(inputs, list):  # GRPO's batch is its rows, a list: no facts in it
+            self._host_tokens = inputs.pop(TOKENS, None)
+            self._host_bounds = inputs.pop(BOUNDS, None)
         return super().training_step(model, inputs, *args, **kwargs)
 
     def _track_num_input_tokens(self, inputs):

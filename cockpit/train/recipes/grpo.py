@@ -41,6 +41,7 @@ GRPO_FIELDS = {
     "clip_ratio/low_mean": "clip_ratio_low",
     "clip_ratio/high_mean": "clip_ratio_high",
     "completions/mean_length": "completion_len_mean",
+    "completions/min_length": "completion_len_min",
     "completions/max_length": "completion_len_max",
     "completions/clipped_ratio": "completion_truncated",
 }
@@ -195,6 +196,13 @@ class GRPORecipe(Recipe):
     ) -> dict[str, Any] | None:
         return held_out_reward(ctx, model, data.held_out, on_progress)
 
+    def final_summary(self, ctx: RecipeContext, attempt: Any, data: StageData, after: dict[str, Any]) -> dict[str, Any]:
+        """The shared summary, and ``held_out_fell``: the rewards whose held-out mean fell (reward_watch)."""
+        from cockpit.train.reward_watch import fell_rewards
+
+        out = super().final_summary(ctx, attempt, data, after)
+        return {**out, "held_out_fell": fell_rewards(out.get("held_out_before"), out.get("held_out_after"))}
+
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         from cockpit.config.grpo import reward_names, reward_weights
 
@@ -260,15 +268,21 @@ def cockpit_grpo_trainer() -> type:
 
 
 def completions_callback(ctx: RecipeContext) -> Any:
-    """A ``completions`` event at each logging step (rank 0): the latest sampled completions."""
+    """A ``completions`` event at each logging step (rank 0): the latest sampled completions; and the
+    reward-hacking watch's alerts (:mod:`cockpit.train.reward_watch`), after the step's event."""
     from transformers import TrainerCallback
+
+    from cockpit.train.reward_watch import RewardWatch
 
     class CompletionsSample(TrainerCallback):
         trainer: Any = None
+        watch = RewardWatch(ctx.cfg)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if ctx.writer is None or self.trainer is None or not logs or "loss" not in logs:
                 return
+            for alert in self.watch.observe(state.global_step, GRPORecipe().step_metrics(logs)):
+                ctx.writer.emit("alert", step=state.global_step, **alert)
             samples = sampled_completions(
                 getattr(self.trainer, "_logs", {}), weights=trainer_reward_weights(self.trainer)
             )

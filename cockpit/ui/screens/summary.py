@@ -66,7 +66,7 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
             t.append(*line)
     t.append_text(probe_lines(summary.get("probes_before") or {}, summary.get("probes_after") or {}))
     before, after = summary.get("held_out_before"), summary.get("held_out_after")
-    t.append_text(held_out_reward_lines(before or {}, after or {}))  # grpo
+    t.append_text(held_out_reward_lines(before or {}, after or {}, summary.get("held_out_fell")))  # grpo
     if before and after and before.get("accuracy") is not None and after.get("accuracy") is not None:  # dpo / rm
         what = "value head scores chosen higher" if summary.get("stage") == "rm" else "policy prefers the chosen answer"
         t.append(
@@ -90,10 +90,10 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     return t
 
 
-def held_out_reward_lines(before: dict, after: dict) -> Text:
+def held_out_reward_lines(before: dict, after: dict, fell: list | None = None) -> Text:
     """grpo: the held-out prompts' mean reward (greedy completions scored by the run's reward
-    functions, weighted) before -> after training, and each function's mean; one side when the
-    other is missing (a stopped run has no after)."""
+    functions, weighted) before -> after training, and each function's mean, a reward that fell
+    (summary.json ``held_out_fell``) marked; one side when the other is missing (a stopped run has no after)."""
     t = Text()
     b, a = before.get("mean_reward"), after.get("mean_reward")
     if not isinstance(b, (int, float)) and not isinstance(a, (int, float)):
@@ -107,12 +107,22 @@ def held_out_reward_lines(before: dict, after: dict) -> Text:
     if isinstance(b, (int, float)) and isinstance(a, (int, float)):
         t.append(f" ({a - b:+.3f})", style=themed("$text-success" if a > b else "$text-warning"))
     names = list(dict.fromkeys([*(before.get("rewards") or {}), *(after.get("rewards") or {})]))
+    fallen = {str(f.get("reward")): f for f in fell or [] if isinstance(f, dict)}
     if names:
-        each = ", ".join(
-            f"{n} {side((before.get('rewards') or {}).get(n))} → {side((after.get('rewards') or {}).get(n))}"
-            for n in names
+        t.append("\nrewards: ", style="dim")
+        for i, n in enumerate(names):
+            each = f"{n} {side((before.get('rewards') or {}).get(n))} → {side((after.get('rewards') or {}).get(n))}"
+            t.append(", " if i else "", style="dim")
+            t.append(
+                f"{each} ▼ FELL" if n in fallen else each, style=themed("bold $text-error") if n in fallen else "dim"
+            )
+    if fallen:
+        t.append(
+            f"\n⚠ {', '.join(fallen)} fell on the held-out prompts while the total "
+            f"{'rose' if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b else 'moved'}: "
+            "reward hacking? (reweight, or gate the other rewards on it)",
+            style=themed("bold $text-warning"),
         )
-        t.append(f"\nrewards: {each}", style="dim")
     return t
 
 

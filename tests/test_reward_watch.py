@@ -1,0 +1,88 @@
+"""Issue 52: the reward-hacking watch (cockpit/train/reward_watch.py) on both sides, and the held-out fall marks.
+Step fields as the grpo recipe's step events carry them (recipes/grpo.GRPO_FIELDS)."""
+
+from __future__ import annotations
+
+from cockpit.run.notify import notification
+from cockpit.train.reward_watch import DEFAULTS, RewardWatch, fell_rewards
+
+
+def step(total, per, kl=0.01, length=8.0, truncated=0.2):
+    return {
+        "reward": total,
+        "rewards": {n: {"mean": m, "std": 0.3} for n, m in per.items()},
+        "kl": kl,
+        "completion_len_mean": length,
+        "completion_truncated": truncated,
+    }
+
+
+def run(watch, points):
+    out = []
+    for i, p in enumerate(points, 1):
+        out += [(i, a) for a in watch.observe(i, p)]
+    return out
+
+
+def hacking_points(n=8):
+    # today's cpu-grpo-demo weights (0.3 contains_answer, 0.7 length_penalty): brevity rises, correctness falls
+    points = []
+    for i in range(n):
+        contains, length = 0.45 - 0.05 * i, 0.15 + 0.12 * i
+        points.append(step(0.3 * contains + 0.7 * length, {"contains_answer": contains, "length_penalty": length}))
+    return points
+
+
+def test_a_reward_that_falls_while_the_total_rises_is_named_with_its_numbers_once():
+    alerts = run(RewardWatch({}), hacking_points())
+    assert len(alerts) == 1, alerts
+    at, alert = alerts[0]
+    assert at == DEFAULTS["reward_hack_window"]  # as soon as a window is full: before the run ends
+    assert alert["code"] == "reward_hacking" and alert["sign"] == "fall" and alert["reward"] == "contains_answer"
+    assert alert["level"] == "warn" and alert["policy"] == "warn"
+    assert "contains_answer fell 0.400 -> 0.250" in alert["message"], alert["message"]
+    assert "reward_hack_drop 0.15" in alert["message"] and "steps 1-3 to 4-6" in alert["message"]
+    assert any("concise_answer" in r for r in alert["remedies"]) and any("beta" in r for r in alert["remedies"])
+
+
+def test_a_healthy_run_raises_nothing():
+    points = []  # both rewards rise (the gated demo), with noise; KL grows with the reward
+    for i in range(12):
+        wobble = 0.08 if i % 2 else -0.08
+        contains, concise = 0.4 + 0.02 * i + wobble, 0.05 + 0.05 * i
+        points.append(
+            step(0.3 * contains + 0.7 * concise, {"contains_answer": contains, "concise_answer": concise}, kl=0.05 * i)
+        )
+    assert run(RewardWatch({}), points) == []
+
+
+def test_the_thresholds_are_the_config_keys():
+    assert run(RewardWatch({"reward_hack_drop": 0.3}), hacking_points()) == []  # a fall of 0.15 is under 0.3
+    alerts = run(RewardWatch({"reward_hack_window": 4, "reward_hack_drop": 0.08}), hacking_points())
+    assert alerts[0][0] == 4 and "steps 1-2 to 3-4" in alerts[0][1]["message"]
+
+
+def test_length_collapse_truncation_jump_and_kl_drift():
+    collapse = [step(0.5 + 0.01 * i, {"r": 0.5}, length=8.0 - 2.5 * i) for i in range(4)]
+    ((at, alert),) = run(RewardWatch({}), collapse)
+    assert at == 4 and alert["sign"] == "length" and "collapsed to 0.50 tokens at step 4 (from 8.00" in alert["message"]
+    jump = [step(0.5, {"r": 0.5}, truncated=0.1 if i < 3 else 0.9) for i in range(6)]
+    ((_, alert),) = run(RewardWatch({}), jump)
+    assert alert["sign"] == "truncation" and "jumped 0.10 -> 0.90" in alert["message"]
+    drift = [step(0.5 + 0.005 * (i % 2), {"r": 0.5}, kl=0.2 * i) for i in range(6)]
+    ((at, alert),) = run(RewardWatch({}), drift)
+    assert at == 6 and alert["sign"] == "kl" and "KL 1.000 at step 6 is past reward_hack_kl 0.5" in alert["message"]
+    rising = [step(0.2 + 0.1 * i, {"r": 0.2 + 0.1 * i}, kl=0.2 * i) for i in range(6)]
+    assert run(RewardWatch({}), rising) == []  # KL spent on a rising reward is learning
+
+
+def test_the_alert_is_a_notification_and_held_out_falls_are_marked():
+    (_, alert), *_ = run(RewardWatch({}), hacking_points())
+    note = notification({"kind": "alert", "t": 1.0, **alert}, "run-1")
+    assert note is not None and note["event"] == "reward_hacking" and note["title"] == "run-1: reward hacking"
+    fell = fell_rewards(
+        {"rewards": {"contains_answer": 0.4583, "length_penalty": 0.1378}},
+        {"rewards": {"contains_answer": 0.1667, "length_penalty": 1.0}},
+    )
+    assert fell == [{"reward": "contains_answer", "before": 0.4583, "after": 0.1667, "fell_by": 0.2916}]
+    assert fell_rewards({"rewards": {"a": 0.5}}, {"rewards": {"a": 0.46}}) == []  # within one prompt of 24
