@@ -155,7 +155,9 @@ class Walker:
         dist = {self.start: 0}
         frontier = [self.start]
         for d in range(1, depth + 1):
-            frontier = [n for s in frontier for k in KEYS if (n := self.edges.get((s, k))) is not None and n not in dist]
+            frontier = [
+                n for s in frontier for k in KEYS if (n := self.edges.get((s, k))) is not None and n not in dist
+            ]
             for n in frontier:
                 dist[n] = d
         return dist
@@ -221,15 +223,23 @@ def walk_and_check(nav_env: dict, start: str) -> None:
     asyncio.run(walker.explore(nav_env[start]))
     seen = {keys: walker.after(keys) for depth in (0, 1, 2, 3) for keys in itertools.product(KEYS, repeat=depth)}
     assert len(seen) == 1 + 8 + 64 + 512
-    wrong = {" ".join(k) or "(start)": (got, expected_stack(start, k)) for k, got in seen.items()
-             if got != expected_stack(start, k)}
+    wrong = {
+        " ".join(k) or "(start)": (got, expected_stack(start, k))
+        for k, got in seen.items()
+        if got != expected_stack(start, k)
+    }
     assert not wrong, f"{len(wrong)} sequences end elsewhere (got, expected): {dict(list(wrong.items())[:12])}"
     assert nav_env["launches"], "F8 on Setup launched nothing"
-    print(f"{start}: {len(seen)} sequences, {len(walker.shown)} states, {len(walker.edges)} edges driven, "
-          f"{walker.pressed} keys pressed in {walker.fresh} app(s)")
+    print(
+        f"{start}: {len(seen)} sequences, {len(walker.shown)} states, {len(walker.edges)} edges driven, "
+        f"{walker.pressed} keys pressed in {walker.fresh} app(s)"
+    )
 
 
-@pytest.mark.budget(240, reason="every edge of the app's state graph within two keys of Setup (37 states, 152 edges, 31 apps each filling Setup's form: 201 s quiet, 2026-12-05)")
+@pytest.mark.budget(
+    240,
+    reason="every edge of the app's state graph within two keys of Setup (37 states, 152 edges, 31 apps each filling Setup's form: 201 s quiet, 2026-12-05)",
+)
 @pytest.mark.slow
 def test_every_key_sequence_up_to_three_without_runs(nav_env):
     walk_and_check(nav_env, "setup")

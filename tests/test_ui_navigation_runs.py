@@ -7,7 +7,10 @@ import pytest
 from test_ui_navigation import nav_env, walk_and_check  # noqa: F401 - nav_env is a fixture
 
 
-@pytest.mark.budget(150, reason="every edge of the app's state graph within two keys of Runs (31 states, 120 edges, 25 apps: 101 s quiet, 2026-12-05)")
+@pytest.mark.budget(
+    150,
+    reason="every edge of the app's state graph within two keys of Runs (31 states, 120 edges, 25 apps: 101 s quiet, 2026-12-05)",
+)
 @pytest.mark.slow
 def test_every_key_sequence_up_to_three_with_runs(nav_env):  # noqa: F811
     walk_and_check(nav_env, "runs")
