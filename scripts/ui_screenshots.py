@@ -148,7 +148,8 @@ async def _keys(pilot) -> None:
 
 
 # -- a grpo run, written as its ranks and supervisor write it (cockpit/train/recipes/grpo.py's step fields
-# and completions events; the values are those of a cpu-grpo-demo run), stopped at step 26 of 40 --------
+# and completions events; the values are those of a cpu-grpo-demo run with today's cpu-grpo-hack weights: brevity
+# rises, correctness falls, and the reward-hacking alert fires), stopped at step 26 of 40 ---------------------
 GRPO_RUN_ID = "20261203-132741-cpu-grpo-demo-2b4b"
 GRPO_GROUPS = [  # (prompt, [(completion, contains_answer, length_penalty, advantage)] x 4): a group per step
     ("What is the capital city of the United States? Answer in one word.", [
@@ -181,6 +182,9 @@ def write_grpo_run(runs: Path, steps: int = 26, total: int = 40) -> Path:
     running: what the Live screen follows. Deterministic (times from FROZEN_NOW)."""
     import math
 
+    from cockpit.train.reward_watch import RewardWatch
+
+    watch = RewardWatch({})
     run = runs / GRPO_RUN_ID
     (run / "logs").mkdir(parents=True, exist_ok=True)
     t0 = FROZEN_NOW - 60 - 12.0 * steps
@@ -219,9 +223,11 @@ def write_grpo_run(runs: Path, steps: int = 26, total: int = 40) -> Path:
             "clip_ratio": 0.0, "clip_ratio_low": 0.0, "clip_ratio_high": 0.0,
             "completion_len_mean": round(11.1 - 8 * x, 3), "completion_len_max": 12.0,
             "completion_truncated": round(max(0.0, 0.75 - 1.2 * x), 4),
-            "rewards": {"contains_answer": {"mean": round(0.4 - 0.1 * x, 4), "std": 0.35},
+            "rewards": {"contains_answer": {"mean": round(0.46 - 0.45 * x + wobble / 2, 4), "std": 0.35},
                         "length_penalty": {"mean": min(1.0, length), "std": 0.3}},
         })
+        for alert in watch.observe(step, events[-1]):  # the reward-hacking watch the ranks run, on these steps
+            events.append({"t": t, "kind": "alert", "step": step, **alert})
         prompt, group = GRPO_GROUPS[step % len(GRPO_GROUPS)]
         samples = [{"prompt": prompt, "completion": c,
                     "reward": round(GRPO_WEIGHTS["contains_answer"] * a + GRPO_WEIGHTS["length_penalty"] * lp, 4),

@@ -69,10 +69,13 @@ def test_length_collapse_truncation_jump_and_kl_drift():
     jump = [step(0.5, {"r": 0.5}, truncated=0.1 if i < 3 else 0.9) for i in range(6)]
     ((_, alert),) = run(RewardWatch({}), jump)
     assert alert["sign"] == "truncation" and "jumped 0.10 -> 0.90" in alert["message"]
-    drift = [step(0.5 + 0.005 * (i % 2), {"r": 0.5}, kl=0.2 * i) for i in range(6)]
+    drift = [step(0.5 + 0.005 * (i % 2), {"r": 0.5}, kl=0.4 * i) for i in range(6)]
     ((at, alert),) = run(RewardWatch({}), drift)
-    assert at == 6 and alert["sign"] == "kl" and "KL 1.000 at step 6 is past reward_hack_kl 0.5" in alert["message"]
-    rising = [step(0.2 + 0.1 * i, {"r": 0.2 + 0.1 * i}, kl=0.2 * i) for i in range(6)]
+    assert at == 6 and alert["sign"] == "kl", alert
+    assert "KL 1.600 (median of steps 4-6) is past reward_hack_kl 1" in alert["message"], alert["message"]
+    spike = [step(0.5, {"r": 0.5}, kl=3.0 if i == 5 else 0.3) for i in range(6)]
+    assert run(RewardWatch({}), spike) == []  # one step's KL spike (the gated demo had one of 3.0) is no drift
+    rising = [step(0.2 + 0.1 * i, {"r": 0.2 + 0.1 * i}, kl=0.4 * i) for i in range(6)]
     assert run(RewardWatch({}), rising) == []  # KL spent on a rising reward is learning
 
 
@@ -86,3 +89,25 @@ def test_the_alert_is_a_notification_and_held_out_falls_are_marked():
     )
     assert fell == [{"reward": "contains_answer", "before": 0.4583, "after": 0.1667, "fell_by": 0.2916}]
     assert fell_rewards({"rewards": {"a": 0.5}}, {"rewards": {"a": 0.46}}) == []  # within one prompt of 24
+
+
+def test_a_slow_slide_is_caught_against_the_run_start():
+    """0.01 a logged step: never 0.15 within one window, more than 0.15 below the run's start by step 19."""
+    points = [
+        step(0.3 + 0.01 * i, {"contains_answer": 0.5 - 0.01 * i, "length_penalty": 0.2 + 0.03 * i}) for i in range(30)
+    ]
+    alerts = run(RewardWatch({}), points)
+    assert [(at, a["reward"]) for at, a in alerts] == [(19, "contains_answer")], alerts
+    assert "steps 1-3 to 17-19" in alerts[0][1]["message"]
+
+
+def test_the_live_state_keeps_a_series_per_reward_function():
+    from cockpit.ui.state import REWARD_SLOTS, STAGE_METRICS, RunState
+
+    state = RunState()
+    state.apply([{"kind": "step", "step": s, "loss": 0.1, **p} for s, p in enumerate(hacking_points(3), 1)])
+    assert state.reward_names == ["contains_answer", "length_penalty"] and set(REWARD_SLOTS) <= set(STAGE_METRICS)
+    assert state.series["reward_fn1"].means() == [0.45, 0.4, 0.35]
+    assert state.series["reward_fn2"].means() == [0.15, 0.27, 0.39]
+    assert state.metric_label("reward_fn1") == ("contains_answer", "0.350±0.30")
+    assert state.metric_label("reward_fn3") is None and state.metric_label("kl") is None

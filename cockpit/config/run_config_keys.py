@@ -145,7 +145,7 @@ class RunConfigKeys:
     reward_hack_drop: float = 0.15
     reward_hack_min_length: float = 1.5
     reward_hack_truncation_jump: float = 0.5
-    reward_hack_kl: float = 0.5
+    reward_hack_kl: float = 1.0
     reward_hack_flat: float = 0.05
     cpu_memory_tracker: bool = False
     use_dora: bool = False

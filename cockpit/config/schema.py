@@ -1008,8 +1008,8 @@ KEYS: tuple[Key, ...] = (
     _k(
         "reward_hack_kl",
         "float",
-        0.5,
-        "grpo reward-hacking alert: KL past this bound while the total reward moved less than reward_hack_flat",
+        1.0,
+        "grpo reward-hacking alert: KL (median of the window's later half) past this bound while the total reward moved less than reward_hack_flat",
         "watch",
         min=0.0,
         nullable=False,

@@ -4,12 +4,12 @@ Pure (no torch): :class:`RewardWatch` reads each logged step's fields (the ``ste
 ``rewards`` {name: {mean, std}}, ``kl``, ``completion_len_mean``, ``completion_truncated``) and returns the
 alerts they raise, each once per run (per reward function for the first):
 
-- ``reward_hacking`` (a reward falls): over the last ``reward_hack_window`` logged steps the total reward
-  rose while one reward function's mean fell by ``reward_hack_drop`` or more (the window's later half
-  against its earlier half);
+- ``reward_hacking`` (a reward falls): the total reward rose while one reward function's mean fell by
+  ``reward_hack_drop`` or more: the later half of the last ``reward_hack_window`` logged steps against
+  their earlier half, or against the run's first half-window (a slow slide);
 - ``reward_hacking`` (length collapse): the mean completion length is down to ``reward_hack_min_length``
   tokens (an empty answer and its end token), or the truncated share rose by ``reward_hack_truncation_jump``;
-- ``reward_hacking`` (KL drift): KL passed ``reward_hack_kl`` while the total moved less than
+- ``reward_hacking`` (KL drift): KL (the window's later half's median) passed ``reward_hack_kl`` while the total moved less than
   ``reward_hack_flat`` over the window.
 
 Each alert names the numbers that tripped it and what to try.
@@ -17,6 +17,7 @@ Each alert names the numbers that tripped it and what to try.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,7 @@ DEFAULTS = {
     "reward_hack_drop": 0.15,
     "reward_hack_min_length": 1.5,
     "reward_hack_truncation_jump": 0.5,
-    "reward_hack_kl": 0.5,
+    "reward_hack_kl": 1.0,
     "reward_hack_flat": 0.05,
 }
 REMEDIES_FALL = (
@@ -86,6 +87,7 @@ class RewardWatch:
         self.flat = float(key("reward_hack_flat"))
         self.points: deque[dict[str, Any]] = deque(maxlen=self.window)
         self.raised: set[str] = set()
+        self.start: list[dict[str, Any]] = []  # the run's first half-window of logged steps
 
     def observe(self, step: int, fields: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The alerts this logged step raises (``alert`` event fields), none raised twice."""
@@ -99,6 +101,8 @@ class RewardWatch:
             "truncated": _num(fields.get("completion_truncated")),
         }
         self.points.append(point)
+        if len(self.start) < self.window // 2:
+            self.start.append(point)
         out: list[dict[str, Any]] = []
         out += self._length(point)
         if len(self.points) < self.window:
@@ -107,30 +111,15 @@ class RewardWatch:
         early, late = list(self.points)[:half], list(self.points)[-half:]
         span = f"steps {early[0]['step']}-{early[-1]['step']} to {late[0]['step']}-{late[-1]['step']}"
 
-        def moved(get: Any) -> tuple[float, float] | None:
-            a = [v for p in early if (v := get(p)) is not None]
+        def moved(get: Any, before: list[dict[str, Any]] = early) -> tuple[float, float] | None:
+            a = [v for p in before if (v := get(p)) is not None]
             b = [v for p in late if (v := get(p)) is not None]
             return (_mean(a), _mean(b)) if a and b else None
 
         total = moved(lambda p: p["total"])
-        if total is not None and total[1] > total[0]:
-            for name in point["per"]:
-                was = moved(lambda p, n=name: p["per"].get(n))
-                if was is None or was[0] - was[1] < self.drop or f"fall:{name}" in self.raised:
-                    continue
-                self.raised.add(f"fall:{name}")
-                out.append(
-                    self._alert(
-                        "fall",
-                        f"reward hacking? the total reward rose {total[0]:.3f} -> {total[1]:.3f} while {name} fell "
-                        f"{was[0]:.3f} -> {was[1]:.3f} (by {was[0] - was[1]:.3f} >= reward_hack_drop {self.drop:g}; "
-                        f"{span}): the policy gains the other rewards at {name}'s cost",
-                        REMEDIES_FALL,
-                        reward=name,
-                        before=round(was[0], 4),
-                        after=round(was[1], 4),
-                    )
-                )
+        # a fall within the window, or since the run's first half-window (a slow, steady slide)
+        for before in (early, self.start) if self.start[-1] is not early[-1] else (early,):
+            out += self._falls(point, before, late, moved)
         truncated = moved(lambda p: p["truncated"])
         if truncated is not None and truncated[1] - truncated[0] >= self.truncation_jump and "trunc" not in self.raised:
             self.raised.add("trunc")
@@ -142,7 +131,8 @@ class RewardWatch:
                     REMEDIES_LENGTH,
                 )
             )
-        kl = point["kl"]
+        kls = [p["kl"] for p in late if p["kl"] is not None]
+        kl = statistics.median(kls) if kls else None  # the later half's median: one step's spike is no drift
         if (
             total is not None
             and kl is not None
@@ -154,10 +144,36 @@ class RewardWatch:
             out.append(
                 self._alert(
                     "kl",
-                    f"reward hacking? KL {kl:.3f} at step {step} is past reward_hack_kl {self.kl_bound:g} while the "
+                    f"reward hacking? KL {kl:.3f} (median of steps {late[0]['step']}-{step}) is past reward_hack_kl {self.kl_bound:g} while the "
                     f"total reward barely moved ({total[0]:.3f} -> {total[1]:.3f}, under reward_hack_flat "
                     f"{self.flat:g}; {span}): the policy drifts from the reference for no gain",
                     REMEDIES_KL,
+                )
+            )
+        return out
+
+    def _falls(self, point: dict[str, Any], before: list[Any], late: list[Any], moved: Any) -> list[dict[str, Any]]:
+        """The reward functions that fell by reward_hack_drop from ``before`` to ``late`` while the total rose."""
+        total = moved(lambda p: p["total"], before)
+        if total is None or total[1] <= total[0]:
+            return []
+        span = f"steps {before[0]['step']}-{before[-1]['step']} to {late[0]['step']}-{late[-1]['step']}"
+        out = []
+        for name in point["per"]:
+            was = moved(lambda p, n=name: p["per"].get(n), before)
+            if was is None or was[0] - was[1] < self.drop or f"fall:{name}" in self.raised:
+                continue
+            self.raised.add(f"fall:{name}")
+            out.append(
+                self._alert(
+                    "fall",
+                    f"reward hacking? the total reward rose {total[0]:.3f} -> {total[1]:.3f} while {name} fell "
+                    f"{was[0]:.3f} -> {was[1]:.3f} (by {was[0] - was[1]:.3f} >= reward_hack_drop {self.drop:g}; "
+                    f"{span}): the policy gains the other rewards at {name}'s cost",
+                    REMEDIES_FALL,
+                    reward=name,
+                    before=round(was[0], 4),
+                    after=round(was[1], 4),
                 )
             )
         return out

@@ -192,7 +192,11 @@ class SparkGrid(Grid):
             # a bar per point while the points are few (3 points drawn over the whole row read as one
             # block); the whole row from full_width_at points on
             spark.styles.width = len(spark.data) if len(spark.data) < self.full_width_at else "1fr"
-            label = f"{SHORT.get(m) or self.titles[m]:<9} {fmt_num(s.last, m):>10}"
+            named = state.metric_label(m)  # grpo's reward functions: the function's name, its mean±std
+            if named is not None:
+                label = f"{named[0][:9]:<9} {named[1]:>10}"
+            else:
+                label = f"{SHORT.get(m) or self.titles[m]:<9} {fmt_num(s.last, m):>10}"
             self.query_one(f"#lbl-{m}", Static).update(label, layout=False)
 
     def due(self) -> bool:

@@ -26,6 +26,9 @@ METRIC_TITLES = {"loss": "loss", "lr": "learning rate", "grad_norm": "grad norm"
 # A training stage's own step fields (cockpit/store/events.py: dpo / kto rewards, rm pairwise accuracy,
 # grpo's reward, KL, clipping, entropy, completion length);
 # the Live screen shows the rows of those a run reports.
+# grpo: each reward function's mean, a row per function in the order the run reports them (the label its
+# name, the value mean±std), beside the total, KL and completion length; four at most
+REWARD_SLOTS = ("reward_fn1", "reward_fn2", "reward_fn3", "reward_fn4")
 STAGE_METRICS = (
     "reward_margin",
     "reward_accuracy",
@@ -34,12 +37,16 @@ STAGE_METRICS = (
     "pairwise_accuracy",
     "mean_reward",
     "reward",
-    "reward_std",
+    "reward_fn1",
+    "reward_fn2",
     "kl",
+    "completion_len_mean",
+    "reward_fn3",
+    "reward_fn4",
+    "reward_std",
+    "completion_truncated",
     "clip_ratio",
     "entropy",
-    "completion_len_mean",
-    "completion_truncated",
 )
 STAGE_TITLES = {
     "reward_margin": "margin",
@@ -50,6 +57,7 @@ STAGE_TITLES = {
     "mean_reward": "mean rwd",
     "reward": "reward",
     "reward_std": "rwd std",
+    **{slot: f"reward {i}" for i, slot in enumerate(REWARD_SLOTS, 1)},
     "kl": "kl",
     "clip_ratio": "clipped",
     "entropy": "entropy",
@@ -116,6 +124,9 @@ class RunState:
     version: int = 0  # bumped by every apply() that changed something
     series: dict[str, BucketSeries] = field(default_factory=dict)
     pace: Pace = field(default_factory=Pace)  # ETA and what the ranks do between steps (cockpit.run.pace)
+    # grpo: the reward functions in the order the run reported them (REWARD_SLOTS' series), each one's last spread
+    reward_names: list[str] = field(default_factory=list)
+    reward_std: dict[str, float | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.series:
@@ -131,6 +142,25 @@ class RunState:
             self.events_seen += len(events)
             self.version += 1
         return bool(events)
+
+    def _add_rewards(self, step: int, rewards: dict[str, Any]) -> None:
+        for name, figures in rewards.items():
+            if name not in self.reward_names and len(self.reward_names) < len(REWARD_SLOTS):
+                self.reward_names.append(name)
+            if name in self.reward_names and isinstance(figures, dict):
+                self.series[REWARD_SLOTS[self.reward_names.index(name)]].add(step, as_float(figures.get("mean")))
+                self.reward_std[name] = as_float(figures.get("std"))
+
+    def metric_label(self, metric: str) -> tuple[str, str] | None:
+        """A reward slot's (name, "mean±std") for its sparkline's label; None for any other metric."""
+        if metric not in REWARD_SLOTS:
+            return None
+        i = REWARD_SLOTS.index(metric)
+        if i >= len(self.reward_names):
+            return None
+        name, last, std = self.reward_names[i], self.series[metric].last, self.reward_std.get(self.reward_names[i])
+        value = "-" if last is None else f"{last:.3f}" + (f"±{std:.2f}" if std is not None else "")
+        return name, value
 
     def _apply_one(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")
@@ -154,6 +184,8 @@ class RunState:
             for m in STAGE_METRICS:
                 if m in ev:
                     self.series[m].add(step, as_float(ev[m]))
+            if isinstance(ev.get("rewards"), dict):  # grpo: each reward function's mean and spread
+                self._add_rewards(step, ev["rewards"])
             if isinstance(ev.get("mem"), dict):
                 self.mem = ev["mem"]
             if "samples_per_s_per_device" in ev:
