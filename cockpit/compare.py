@@ -61,12 +61,17 @@ THROUGHPUT_ROWS = frozenset({"mfu", "tokens_per_s_per_device", "samples_per_s_pe
 
 
 def summary_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """:data:`SUMMARY_ROWS` the runs fill: a stage's own rows and the throughput ones only when a run has them."""
-    return [
-        (key, label)
-        for key, label in SUMMARY_ROWS
-        if key not in STAGE_ROWS | THROUGHPUT_ROWS or any(fmt_cell(key, s) != "-" for s in summaries)
-    ]
+    """:data:`SUMMARY_ROWS` the runs fill: a stage's own rows and the throughput ones only when a run has them;
+    grpo's held-out reward followed by a row per reward function (``held_out_reward:<name>``)."""
+    rows = []
+    for key, label in SUMMARY_ROWS:
+        if key in STAGE_ROWS | THROUGHPUT_ROWS and all(fmt_cell(key, s) == "-" for s in summaries):
+            continue
+        rows.append((key, label))
+        if key == "held_out_reward":
+            names = dict.fromkeys(n for s in summaries for n in ((s.get(key) or {}).get("by_function") or {}))
+            rows += [(f"{key}:{n}", f"  {n}") for n in names]
+    return rows
 
 
 _STAMP = re.compile(r"^\d{8}-\d{6}-")
@@ -101,6 +106,10 @@ def read_curves(run: RunDir) -> dict[str, Any]:
             if kind not in ("step", "eval") or not isinstance(step, int):
                 continue
             row = by_step.setdefault(step, {})
+            for name, figures in (ev.get("rewards") or {}).items() if kind == "step" else ():  # grpo
+                f = _finite((figures or {}).get("mean")) if isinstance(figures, dict) else None
+                if f is not None:
+                    row[f"reward/{name}"] = f
             for key, value in ev.items():
                 f = _finite(value)
                 if f is None or key in _NOT_CURVES:
@@ -177,12 +186,27 @@ def run_summary(run: RunDir, curves: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def held_out_rewards(summary: dict[str, Any]) -> dict[str, float | None] | None:
-    """grpo's held-out mean reward before and after training (summary.json), or None."""
+def held_out_rewards(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """grpo's held-out mean reward before and after training (summary.json), each function's (``by_function``:
+    name -> before, after, fell: summary.json ``held_out_fell`` names it), or None."""
     before, after = summary.get("held_out_before") or {}, summary.get("held_out_after") or {}
     if "mean_reward" not in before and "mean_reward" not in after:
         return None
-    return {"before": _finite(before.get("mean_reward")), "after": _finite(after.get("mean_reward"))}
+    fell = {f.get("reward") for f in summary.get("held_out_fell") or [] if isinstance(f, dict)}
+    names = dict.fromkeys([*(before.get("rewards") or {}), *(after.get("rewards") or {})])
+    by_function = {
+        n: {
+            "before": _finite((before.get("rewards") or {}).get(n)),
+            "after": _finite((after.get("rewards") or {}).get(n)),
+            "fell": n in fell,
+        }
+        for n in names
+    }
+    return {
+        "before": _finite(before.get("mean_reward")),
+        "after": _finite(after.get("mean_reward")),
+        "by_function": by_function,
+    }
 
 
 def compare(runs: list[RunDir]) -> dict[str, Any]:
@@ -209,6 +233,12 @@ def fmt_cell(key: str, summary: dict[str, Any]) -> str:
     from cockpit.run.follow import fmt_duration
 
     v = summary.get(key)
+    if key.startswith("held_out_reward:"):  # one reward function's held-out mean, a fall marked
+        each = ((summary.get("held_out_reward") or {}).get("by_function") or {}).get(key.partition(":")[2])
+        if not each:
+            return "-"
+        cell = " → ".join("-" if each[k] is None else f"{each[k]:.3f}" for k in ("before", "after"))
+        return cell + (" ▼ fell" if each.get("fell") else "")
     if key == "probes":
         b, a = summary.get("probes_before"), summary.get("probes_after")
         if not (a or b):
@@ -270,7 +300,8 @@ def text_report(data: dict[str, Any], width: int = 100) -> str:
     out.append(f"config: {len(diff)} key(s) differ" + ("" if diff else " (the same config)"))
     for key, values in diff.items():
         out.append(row(f"  {key}", [fmt_value(v) for v in values]))
-    for name in ("loss", "reward"):  # reward: grpo's
+    per_reward = sorted({n for r in runs for n in r["curves"] if n.startswith("reward/")})
+    for name in ("loss", "reward", *per_reward):  # reward, reward/<function>: grpo's
         out.extend(by_step_rows(name, [dict(zip(r["steps"], r["curves"].get(name, []))) for r in runs], row))
     return "\n".join(out)
 

@@ -48,8 +48,10 @@ def test_the_summary_table_shows_the_held_out_samples_of_a_run_without_probes(tm
             app.open_summary(RunDir(GRPO_RUN))
             await wait_for(
                 pilot,
-                lambda: type(app.screen).__name__ == "SummaryScreen"
-                and any(t.row_count > 1 for t in app.screen.query("#probes")),
+                lambda: (
+                    type(app.screen).__name__ == "SummaryScreen"
+                    and any(t.row_count > 1 for t in app.screen.query("#probes"))
+                ),
                 10,
                 "the held-out samples",
             )
@@ -96,3 +98,23 @@ def test_transformers_per_step_warning_is_folded_into_the_warnings_count():
     log2 = ReadableLog()
     log2.add(["[rank1] [transformers] Tried to track the number of tokens seen, however ..."], 0)
     assert log2.warning_count == 1
+
+
+def test_the_summary_marks_a_reward_that_fell_on_the_held_out_prompts():
+    """Issue 52: today's cpu-grpo-demo weights' held-out result: the total rose, contains_answer fell."""
+    from cockpit.train.reward_watch import fell_rewards
+    from cockpit.ui.screens.summary import summary_text
+
+    run = RunDir(GRPO_RUN)
+    before = {"prompts": 24, "mean_reward": 0.234, "rewards": {"contains_answer": 0.4583, "length_penalty": 0.1378}}
+    after = {"prompts": 24, "mean_reward": 0.75, "rewards": {"contains_answer": 0.1667, "length_penalty": 1.0}}
+    hacked = {
+        **run.read_summary(),
+        "held_out_before": before,
+        "held_out_after": after,
+        "held_out_fell": fell_rewards(before, after),
+    }
+    text = summary_text(run, hacked, {}).plain
+    assert "contains_answer 0.458 → 0.167 ▼ FELL, length_penalty 0.138 → 1.000" in text, text
+    assert "⚠ contains_answer fell on the held-out prompts while the total rose" in text
+    assert "FELL" not in summary_text(run, run.read_summary(), {}).plain  # the fixture's rewards held

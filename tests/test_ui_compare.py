@@ -153,3 +153,39 @@ def test_compare_shows_grpo_rewards_and_leaves_them_out_for_other_stages(tmp_pat
     assert data["runs"][0]["curves"]["reward"] == [0.2, 0.3, 0.5, 0.6] and data["runs"][1]["curves"]["kl"][-1] == 0.004
     sft = cockpit("compare", A, B, "--runs-dir", str(FIXTURES), timeout=60).stdout
     assert "reward" not in sft  # an SFT comparison keeps its rows
+
+
+def test_compare_shows_each_reward_functions_held_out_change_and_curve(tmp_path):
+    """Issue 52: a row per reward function under the held-out reward (a fall marked), its curve by step."""
+    from cockpit.compare import compare, text_report
+    from cockpit.store.rundir import RunDir, atomic_write_json
+
+    runs = tmp_path / "runs"
+    ids = [grpo_run(runs, "hack", [0.2, 0.4, 0.6, 0.7], (0.234, 0.75)), grpo_run(runs, "fair", [0.2] * 4, (0.2, 0.5))]
+    held = {
+        "hack": (
+            {"contains_answer": 0.458, "length_penalty": 0.138},
+            {"contains_answer": 0.167, "length_penalty": 1.0},
+        ),
+        "fair": (
+            {"contains_answer": 0.458, "concise_answer": 0.072},
+            {"contains_answer": 0.625, "concise_answer": 0.5},
+        ),
+    }
+    dirs = [RunDir(runs / i) for i in ids]
+    for run, (name, (before, after)) in zip(dirs, held.items()):
+        summary = run.read_summary()
+        summary["held_out_before"]["rewards"], summary["held_out_after"]["rewards"] = before, after
+        if name == "hack":
+            summary["held_out_fell"] = [
+                {"reward": "contains_answer", "before": 0.458, "after": 0.167, "fell_by": 0.291}
+            ]
+        atomic_write_json(run.summary_path, summary)
+    lines = text_report(compare(dirs), width=120).splitlines()
+    row = next(ln for ln in lines if ln.strip().startswith("contains_answer"))
+    assert "0.458 → 0.167 ▼ fell" in row and "0.458 → 0.625" in row and row.count("fell") == 1, row
+    assert "1.000" in next(ln for ln in lines if ln.strip().startswith("length_penalty"))
+    concise = next(ln for ln in lines if ln.strip().startswith("concise_answer"))
+    assert concise.split()[1] == "-" and "0.072 → 0.500" in concise, concise  # the hack run has no such function
+    at = lines.index("reward/contains_answer by step")
+    assert lines[at + 1].split() == ["step", "1", "0.2000", "0.2000"]
