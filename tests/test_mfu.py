@@ -183,6 +183,11 @@ def test_a_cpu_run_reports_mfu_and_consistent_tokens_per_s(tmp_path, tiny_model_
     assert 0 < summary["mfu"] <= 1
     assert summary["tokens_per_s_per_device"] == pytest.approx(summary["tokens_per_s"], rel=1e-3)
     assert summary["peak_tflops"] == flops["peak_tflops"]
+    # what the MFU counts, said where it is shown (issue 53): the Summary's line
+    from cockpit.run.follow import peak_short
+
+    assert summary["trainable_share"] == pytest.approx(flops["trainable_share"]) and summary["peak_dtype"] == "fp32"
+    assert peak_short(summary).startswith("· model FLOPs, frozen base; CPU ") and peak_short(summary).endswith(" fp32")
     mean_len = summary["tokens_seen"] / (summary["steps"] * 2)  # micro-batch 2, one rank
     assert summary["samples_per_s_per_device"] == pytest.approx(summary["tokens_per_s"] / mean_len, rel=1e-2)
 
@@ -194,6 +199,7 @@ def test_attach_lines_show_the_peak_and_mfu():
              "flops": {"peak_tflops": 989.4, "peak_source": "table", "peak_device": "H200", "dtype": "bf16",
                        "model_flops_per_token": 5.8e10, "why": None}}
     assert "peak 989.4 TFLOPS bf16 per device (H200, data sheet)" in format_event(begin, None)
+    assert "MFU counts model FLOPs, HFU adds the recompute" in format_event(begin, None)  # full fine-tuning
     unknown = {**begin, "flops": {"peak_tflops": None, "peak_device": "NVIDIA A10", "why": "NVIDIA A10 (72 CUs) is not in the peak table"}}
     assert "MFU: peak unknown (NVIDIA A10 (72 CUs) is not in the peak table)" in format_event(unknown, None)
     step = {"kind": "step", "step": 6, "total_steps": 8, "epoch": 0.5, "loss": 1.0, "tokens_per_s": 16000.0,
@@ -209,12 +215,15 @@ def test_live_state_and_devices_pane_show_per_device_figures():
     st = RunState()
     st.apply([
         {"kind": "train_begin", "t": 1.0, "total_steps": 8, "world_size": 8,
-         "flops": {"peak_tflops": 1307.4, "peak_source": "table", "peak_device": "MI300X"}},
+         "flops": {"peak_tflops": 1307.4, "peak_source": "table", "peak_device": "MI300X", "dtype": "bf16",
+                   "trainable_share": 0.0052}},
         {"kind": "step", "t": 2.0, "step": 5, "loss": 1.0, "tokens_per_s": 8000.0, "tokens_per_s_per_device": 1000.0,
          "samples_per_s_per_device": 0.5, "mfu": 0.3, "hfu": 0.4},
     ])
     wide = devices(st, width=120).plain
-    assert "Per device 1,000 tok/s  0.50 samples/s  MFU 30.0% (HFU 40.0%) of 1,307 TFLOPS (MI300X)" in wide
+    assert "Per device 1,000 tok/s  0.50 samples/s  MFU 30.0% (HFU 40.0%)" in wide
+    # what the MFU counts and its peak, beside it (issue 53): LoRA's frozen base, the device, its bf16 peak
+    assert "MFU 30.0% (HFU 40.0%) · model FLOPs, frozen base; MI300X 1,307 TFLOPS bf16" in wide
     narrow = devices(st, width=40).plain
     assert "Per device 1,000 tok/s MFU 30.0% (HFU 40.0%)" in narrow  # samples/s gives way first
     st.apply([{"kind": "train_begin", "t": 3.0, "flops": {"peak_tflops": None, "peak_device": "NVIDIA A10"}},

@@ -90,13 +90,22 @@ def flops_rate(tflops: Any) -> str:
     return f"{v:,.4g} TFLOPS" if v >= 1 else f"{1000 * v:,.3g} GFLOPS"
 
 
+def mfu_convention(fields: dict[str, Any]) -> str:
+    """What an MFU counts: ``model FLOPs`` (6 N a token plus attention, cockpit.plan.flops), ``frozen base``
+    when only some weights train (LoRA, freeze: the frozen weights' gradient GEMMs are not counted)."""
+    share = as_float(fields.get("trainable_share"))
+    return "model FLOPs" + (", frozen base" if share is not None and share < 1 else "")
+
+
 def peak_short(fields: dict[str, Any]) -> str:
-    """``of 989.4 TFLOPS (H200)``, ``of 32.1 GFLOPS (CPU)``: the peak an MFU is a share of (summary.json's
-    peak_tflops / peak_device / peak_source, or train_begin's flops); "" without one."""
+    """``· model FLOPs, frozen base; H200 989.4 TFLOPS bf16``, ``· model FLOPs; CPU 32.1 GFLOPS fp32``: what an
+    MFU counts and the peak it is a share of (summary.json's peak_* and trainable_share, or train_begin's
+    flops); "" without a peak."""
     if fields.get("peak_tflops") is None:
         return ""
     device = "CPU" if fields.get("peak_source") in ("measured", "cached") else fields.get("peak_device")
-    return f"of {flops_rate(fields['peak_tflops'])} ({device})"
+    dtype = fields.get("dtype") or fields.get("peak_dtype") or ""
+    return f"· {mfu_convention(fields)}; {device} {flops_rate(fields['peak_tflops'])} {dtype}".rstrip()
 
 
 def peak_words(flops: dict[str, Any] | None) -> str:
@@ -111,7 +120,8 @@ def peak_words(flops: dict[str, Any] | None) -> str:
         str(flops.get("peak_source")), str(flops.get("peak_source"))
     )
     return (
-        f"peak {flops_rate(flops['peak_tflops'])} {flops.get('dtype')} per device ({flops.get('peak_device')}, {how})"
+        f"peak {flops_rate(flops['peak_tflops'])} {flops.get('dtype')} per device ({flops.get('peak_device')}, {how});"
+        f" MFU counts {mfu_convention(flops)}, HFU adds the recompute"
     )
 
 

@@ -193,5 +193,7 @@ def utilisation(
         "peak_tflops": meter.peak.tflops,
         "peak_device": meter.peak.device,
         "peak_source": meter.peak.source,
+        "peak_dtype": meter.peak.dtype,
+        "trainable_share": round(meter.trainable_share, 6),  # what the MFU counts: frozen base or not
         "mfu_why_not": (meter.why or None) if figures.get("mfu") is None else None,
     }
