@@ -361,6 +361,35 @@ def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir)
     assert max(rewards[-3:]) > rewards[0]
 
 
+@pytest.mark.budget(150, reason="the hacking preset on the embedded 135M model: the alert needs the model to hack")
+@pytest.mark.slow
+def test_the_hacking_preset_raises_the_reward_hacking_alert_naming_the_falling_reward(tmp_path, embedded_dir):
+    """Issue 52: cpu-grpo-hack (a free length reward outweighs correctness) hacks; the watch in the ranks raises
+    ``reward_hacking`` naming contains_answer, with its numbers, before the run ends; train's output (attach's
+    words) shows it."""
+    runs = tmp_path / "runs"
+    res = cockpit(
+        "train",
+        str(ROOT / "presets" / "cpu-grpo-hack.yaml"),
+        "--runs-dir",
+        str(runs),
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = next(d for d in runs.iterdir() if d.is_dir())
+    events = read_events(run)
+    alerts = [e for e in events if e["kind"] == "alert" and e["code"] == "reward_hacking"]
+    steps = [e["step"] for e in events if e["kind"] == "step"]
+    print(json.dumps({"alerts": alerts, "last_step": steps[-1]}))
+    falls = [a for a in alerts if a["sign"] == "fall"]
+    assert falls and falls[0]["reward"] == "contains_answer", alerts
+    assert falls[0]["step"] < steps[-1] == 10  # raised while the run trained
+    assert falls[0]["before"] - falls[0]["after"] >= 0.15
+    assert "contains_answer fell" in falls[0]["message"] and falls[0]["remedies"]
+    assert "ALERT [warn] reward_hacking: reward hacking? the total reward rose" in res.stdout
+
+
 @pytest.mark.slow
 def test_grpo_on_two_gloo_ranks_groups_completions_across_ranks(tmp_path, tiny_model_dir):
     """DDP on 2 CPU ranks: the generation batch (2 per device x 2 ranks = 4) holds 2 prompts' groups of 2;
