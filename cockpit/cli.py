@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cockpit.commands.queue",
         "queue runs (add CONFIG, rm ID, move ID N): each starts when the previous ends",
     ),
+    "sweep": (
+        "cockpit.commands.sweep",
+        "search a config's keys with Optuna: trials as runs, weak ones pruned, the best as a preset",
+    ),
     "compare": (
         "cockpit.commands.compare",
         "two or more runs side by side: loss curves, config keys that differ, summaries",

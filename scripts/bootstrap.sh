@@ -5,7 +5,7 @@
 #   bash scripts/bootstrap.sh [--for demo|test] [--dry-run]
 #
 # --for demo (scripts/demo.sh): what the cockpit needs to run: cockpit with the GPU telemetry
-#   extras (amd, nvidia) and `cockpit web`'s textual-serve (web), torch when none is importable, the embedded model,
+#   extras (amd, nvidia), `cockpit web`'s textual-serve (web) and `cockpit sweep`'s Optuna (sweep), torch when none is importable, the embedded model,
 #   GaLore / APOLLO and bitsandbytes (QLoRA) in <venv>/lowrank-site. Nothing system-wide.
 # --for test (the default; scripts/test.sh, .ci/run): the demo's set, plus the dev tools and the
 #   extras the tests exercise (deepspeed, metrics, badam, adam-mini, prometheus), the experiment trackers
@@ -31,8 +31,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$profile" in
-  demo) extras="amd,nvidia,web" ;;
-  test) extras="dev,amd,nvidia,web,deepspeed,metrics,badam,adam-mini,prometheus" ;;
+  demo) extras="amd,nvidia,web,sweep" ;;
+  test) extras="dev,amd,nvidia,web,sweep,deepspeed,metrics,badam,adam-mini,prometheus" ;;
   *) echo "bootstrap.sh: --for demo or test, not '$profile'" >&2; exit 2 ;;
 esac
 venv="${COCKPIT_VENV:-$root/.venv}"
