@@ -1,0 +1,172 @@
+"""Sweeps (``cockpit sweep``, ``cockpit/sweep/``): the spec, the check of the space before any trial,
+and a real sweep of the tiny Llama through the real CLI: an Optuna study in SQLite, trials as detached
+runs two at a time on two declared GPUs, pruning through the stop request, the driver killed and
+resumed, the best trial saved as a preset that trains. No mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, cockpit, read_events, tiny_config, wait_for, write_yaml
+from cockpit.errors import InputError
+from cockpit.run import queue as q
+from cockpit.store.rundir import TERMINAL_STATES, list_runs
+from cockpit.sweep.driver import objective_points, open_study, read_sweep_spec, suggest
+from cockpit.sweep.spec import parse_spec
+
+ENV = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions")}
+# eight steps, evaluated every two on four held-out samples: four reports a trial for the pruner
+QUICK = dict(
+    max_steps=8, val_size=4, eval_strategy="steps", eval_steps=2, save_steps=4, probes=None, numa_bind="off",
+    telemetry_interval_s=0,
+)
+SPACE = {
+    "learning_rate": {"type": "float", "low": 1e-5, "high": 5e-2, "log": True},
+    "lora_rank": {"type": "choice", "choices": [2, 4, 8]},
+}
+
+
+def spec_file(tmp_path: Path, base: Path, name: str, **over) -> Path:
+    spec = {"name": name, "base": base.name, "space": SPACE, "trials": 6, "parallel": 2, **over}
+    return write_yaml(tmp_path / f"{name}.sweep.yaml", spec)
+
+
+# -- the spec (no runs) --
+
+
+def test_spec_reads_the_space_and_checks_its_corners(tmp_path):
+    spec = parse_spec({"base": {"learning_rate": 1e-3}, "space": {**SPACE, "warmup_steps": {"type": "int", "low": 0, "high": 4, "step": 2}}}, tmp_path, "s")
+    assert (spec.name, spec.objective, spec.direction, spec.sampler, spec.pruner) == ("s", "eval_loss", "minimize", "tpe", "median")
+    corners = spec.corner_params()
+    assert {c["learning_rate"] for c in corners} == {1e-5, 5e-2}
+    assert {c["lora_rank"] for c in corners} == {2, 4, 8} and {c["warmup_steps"] for c in corners} == {0, 4}
+    assert len(corners) == 2 * 3 * 2  # every combination of the bounds, once
+    assert [p.grid() for p in spec.space[1:]] == [[2, 4, 8], [0, 2, 4]]
+    for raw, key, words in [
+        ({"space": {"learning_rate": {"low": 1e-2, "high": 1e-3}}}, "space.learning_rate", "below high"),
+        ({"space": {"learning_rate": {"low": 0, "high": 1e-3, "log": True}}}, "space.learning_rate", "low > 0"),
+        ({"space": {"lora_rnk": [1, 2]}}, "space.lora_rnk", "not a config key"),
+        ({"space": SPACE, "pruner": "asha"}, "pruner", "median, hyperband, none"),
+        ({"space": SPACE, "trial": 3}, "trial", "unknown sweep key"),
+        ({"space": SPACE, "sampler": "grid"}, "space.learning_rate", "needs step"),
+    ]:
+        with pytest.raises(InputError) as err:
+            parse_spec({"base": {}, **raw}, tmp_path, "s")
+        assert err.value.problems[0].key == key and words in str(err.value), str(err.value)
+
+
+def test_the_objective_is_read_from_the_events_at_each_step():
+    events = [
+        {"kind": "step", "step": 1, "loss": 3.0},
+        {"kind": "eval", "step": 2, "eval_loss": 2.5},
+        {"kind": "checkpoint", "step": 2},
+        {"kind": "eval", "step": 4, "eval_loss": 2.25, "eval_accuracy": 0.5},
+    ]
+    assert objective_points(events, "eval_loss") == [(2, 2.5), (4, 2.25)]
+    assert objective_points(events, "loss") == [(1, 3.0)]
+    assert objective_points(events, "eval_accuracy") == [(4, 0.5)]
+
+
+def test_a_space_that_gives_an_invalid_config_is_refused_with_the_value(tmp_path, tiny_model_dir):
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **QUICK)
+    runs = tmp_path / "runs"
+    bad = spec_file(tmp_path, base, "bad", space={**SPACE, "lora_dropout": {"type": "float", "low": 0.0, "high": 1.5}})
+    res = cockpit("sweep", str(bad), "--runs-dir", str(runs), env=ENV)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "space.lora_dropout" in res.stderr and "lora_dropout=1.5" in res.stderr
+    # a value only the model check refuses (rank above the tiny model's hidden size 64): the largest corner's full check
+    big = spec_file(tmp_path, base, "big", space={"lora_rank": {"type": "choice", "choices": [4, 128]}})
+    res = cockpit("sweep", str(big), "--runs-dir", str(runs), env=ENV)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "space.lora_rank" in res.stderr and "lora_rank=128" in res.stderr and "hidden size 64" in res.stderr
+    assert not list_runs(runs) and not (runs / "sweeps" / "bad" / "optuna.db").exists()  # nothing started
+
+
+# -- a real sweep --
+
+
+def sweep_runs(runs: Path, name: str) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for run in list_runs(runs):
+        st = run.read_status()
+        if st.get("sweep") == name:
+            out.setdefault(st["sweep_trial"], []).append(st)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.budget(240, "six trials of the tiny Llama, two at a time, the driver started twice, then the best preset trained")
+def test_a_sweep_prunes_survives_its_driver_killed_and_saves_the_best_as_a_preset(tmp_path, tiny_model_dir):
+    """Six trials over learning_rate (log) and lora_rank (choices), two at a time on two declared
+    GPUs, median pruner: the driver is killed once two trials run, a trial is asked and left unstarted
+    (what a driver killed between asking and starting leaves), and ``--resume`` finishes the sweep
+    with every trial run exactly once, at least one pruned with its checkpoint, a best trial, and
+    the best saved as a preset that passes check and trains."""
+    runs = tmp_path / "runs"
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **{**QUICK, "use_cpu": None})
+    spec = spec_file(tmp_path, base, "lr", sampler="random", seed=0, pruner_startup_trials=2)
+    env = {**os.environ, **ENV, q.DEVICES_ENV: "0,1"}
+    argv = [sys.executable, "-m", "cockpit.cli", "sweep", "--runs-dir", str(runs), "--poll", "0.2"]
+    first = subprocess.Popen([*argv, str(spec)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(sweep_runs(runs, "lr")) >= 2 or first.poll() is not None, 180, "two trials to start")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        out = first.communicate()[0]
+    assert len(sweep_runs(runs, "lr")) == 2, out
+    spec_obj = read_sweep_spec(runs, "lr")
+    study = open_study(runs, spec_obj)
+    orphan = study.ask()  # asked, never started
+    orphan_params = suggest(orphan, spec_obj)
+    assert orphan.number == 2
+    res = subprocess.run([*argv, "--resume", "lr"], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, out + res.stdout + res.stderr
+    assert "resumed (3 of 6 trials asked)" in res.stdout
+
+    by_trial = sweep_runs(runs, "lr")
+    assert sorted(by_trial) == list(range(6)) and all(len(v) == 1 for v in by_trial.values())  # none lost, none twice
+    status = {n: v[0] for n, v in by_trial.items()}
+    assert all(st["state"] in ("finished", "stopped") for st in status.values()), status
+    assert all(st["run_id"].split("-", 2)[2].startswith(f"lr-t{n}-") for n, st in status.items())
+    # two at a time, each on its own GPU
+    assert {tuple(status[0]["gpus"]), tuple(status[1]["gpus"])} == {("0",), ("1",)}
+    assert status[0]["started"] < status[1]["ended"] and status[1]["started"] < status[0]["ended"]
+    for st in status.values():  # every trial's run dir complete
+        rd = runs / st["run_id"]
+        assert (rd / "summary.json").is_file() and (rd / "config.yaml").is_file()
+        kinds = {e["kind"] for e in read_events(rd)}
+        assert {"train_begin", "eval"} <= kinds, (st["run_id"], kinds)
+
+    table = json.loads(cockpit("sweep", "status", "lr", "--json", "--runs-dir", str(runs), env=ENV).stdout)
+    rows = {t["number"]: t for t in table["trials"]}
+    assert rows[2]["params"] == orphan_params and rows[2]["run_id"] == status[2]["run_id"]
+    pruned = [n for n, t in rows.items() if t["state"] == "pruned"]
+    complete = [n for n, t in rows.items() if t["state"] == "complete"]
+    assert pruned and len(pruned) + len(complete) == 6, rows
+    for n in pruned:  # stopped cleanly at the stop request, its checkpoint kept
+        assert status[n]["state"] == "stopped" and status[n]["step"] < 8
+        assert any((runs / status[n]["run_id"] / "checkpoints").glob("checkpoint-*"))
+    for n in complete:
+        assert status[n]["state"] == "finished" and rows[n]["steps"] == 8
+        final = [e for e in read_events(runs / status[n]["run_id"]) if e["kind"] == "eval"][-1]
+        assert rows[n]["objective"] == pytest.approx(final["eval_loss"])
+    best = table["best"]
+    assert best["number"] in complete and best["value"] == min(rows[n]["objective"] for n in complete)
+
+    preset = tmp_path / "best.yaml"
+    res = cockpit("sweep", "best", "lr", "--save-preset", str(preset), "--runs-dir", str(runs), env=ENV)
+    assert res.returncode == 0 and f"trial {best['number']}" in res.stdout, res.stdout + res.stderr
+    saved = yaml.safe_load(preset.read_text())
+    assert saved["learning_rate"] == pytest.approx(best["params"]["learning_rate"])
+    assert saved.get("lora_rank", 8) == best["params"]["lora_rank"] and "run_name" not in saved
+    assert cockpit("check", str(preset), env=ENV).returncode == 0
+    trained = cockpit("train", str(preset), "--runs-dir", str(tmp_path / "again"), env=ENV)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
