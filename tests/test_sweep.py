@@ -87,7 +87,13 @@ def test_a_space_that_gives_an_invalid_config_is_refused_with_the_value(tmp_path
     res = cockpit("sweep", str(big), "--runs-dir", str(runs), env=ENV)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "space.lora_rank" in res.stderr and "lora_rank=128" in res.stderr and "hidden size 64" in res.stderr
-    assert not list_runs(runs) and not (runs / "sweeps" / "bad" / "optuna.db").exists()  # nothing started
+    # the planner: the largest trial (highest rank and micro-batch) over the device's memory, named with its values
+    gpu_base = tiny_config(tmp_path, tiny_model_dir, "gpu", **{**QUICK, "use_cpu": None})
+    space = {"lora_rank": [2, 16], "per_device_train_batch_size": {"type": "int", "low": 1, "high": 8}}
+    res = cockpit("sweep", str(spec_file(tmp_path, gpu_base, "huge", space=space, gpu_memory=0.05)), "--runs-dir", str(runs), env=ENV)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "the largest trial (lora_rank=16, per_device_train_batch_size=8) does not fit" in res.stderr
+    assert not list_runs(runs) and not (runs / "sweeps").exists()  # nothing started, no study made
 
 
 # -- a real sweep --

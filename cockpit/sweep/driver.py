@@ -206,7 +206,7 @@ def plan_largest(spec: SweepSpec, configs: list[tuple[dict[str, Any], Any]], log
         raise InputError(
             Problem(
                 f"the largest trial ({values}) does not fit: planned peak {peak / 2**30:.2f} GiB per device "
-                f"over {v['capacity_bytes'] / 2**30:.1f} GiB; narrow the space",
+                f"over {v['capacity_bytes'] / 2**30:.3g} GiB; narrow the space",
                 key="space",
             )
         )
