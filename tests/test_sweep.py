@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,31 @@ def test_the_objective_is_read_from_the_events_at_each_step():
     assert objective_points(events, "eval_loss") == [(2, 2.5), (4, 2.25)]
     assert objective_points(events, "loss") == [(1, 3.0)]
     assert objective_points(events, "eval_accuracy") == [(4, 0.5)]
+
+
+def test_the_study_lives_in_sqlite_and_a_resumed_seeded_sampler_draws_new_values(tmp_path):
+    """The study is Optuna's RDB storage in the runs dir: a trial asked by one driver is there, RUNNING,
+    for the next; the resumed sampler's seed moves on by the trials asked (the same seed again drew the
+    first trial's values for the next trial, two runs of one config)."""
+    import optuna
+
+    from cockpit.sweep.driver import Driver, pruner_of, sampler_of, sweep_dir
+
+    spec = parse_spec({"base": {"learning_rate": 1e-3}, "space": SPACE, "sampler": "random", "seed": 0}, tmp_path, "s")
+    study = Driver(tmp_path / "runs", spec).create()
+    first = suggest(study.ask(), spec)
+    assert (sweep_dir(tmp_path / "runs", "s") / "optuna.db").is_file()
+    again = open_study(tmp_path / "runs", read_sweep_spec(tmp_path / "runs", "s"))
+    (ft,) = again.get_trials()
+    assert ft.state == optuna.trial.TrialState.RUNNING and ft.params == first
+    assert suggest(again.ask(), spec) != first
+    made = {
+        (name, type(sampler_of(replace(spec, sampler=name))).__name__) for name in ("tpe", "random")
+    } | {(name, type(pruner_of(replace(spec, pruner=name))).__name__) for name in ("median", "hyperband", "none")}
+    assert made == {
+        ("tpe", "TPESampler"), ("random", "RandomSampler"),
+        ("median", "MedianPruner"), ("hyperband", "HyperbandPruner"), ("none", "NopPruner"),
+    }
 
 
 def test_a_space_that_gives_an_invalid_config_is_refused_with_the_value(tmp_path, tiny_model_dir):
