@@ -66,14 +66,19 @@ def test_spec_reads_the_space_and_checks_its_corners(tmp_path):
 
 def test_the_objective_is_read_from_the_events_at_each_step():
     events = [
+        {"kind": "probe_results", "phase": "before", "rate": 0.0},
         {"kind": "step", "step": 1, "loss": 3.0},
         {"kind": "eval", "step": 2, "eval_loss": 2.5},
-        {"kind": "checkpoint", "step": 2},
+        {"kind": "checkpoint", "step": 2, "loss": 9.0},
         {"kind": "eval", "step": 4, "eval_loss": 2.25, "eval_accuracy": 0.5},
+        {"kind": "probe_results", "phase": "after", "rate": 0.75, "passed": 3},
     ]
-    assert objective_points(events, "eval_loss") == [(2, 2.5), (4, 2.25)]
-    assert objective_points(events, "loss") == [(1, 3.0)]
-    assert objective_points(events, "eval_accuracy") == [(4, 0.5)]
+    assert objective_points(events, "eval_loss") == ([(2, 2.5), (4, 2.25)], 4)
+    assert objective_points(events, "loss") == ([(1, 3.0)], 4)
+    assert objective_points(events, "eval_accuracy") == ([(4, 0.5)], 4)
+    # a field of one kind of event: the probes after training (not before), after the last step seen
+    assert objective_points(events, "probe_results.rate") == ([(5, 0.75)], 4)
+    assert objective_points(events[-1:], "probe_results.rate", last_step=8) == ([(9, 0.75)], 8)
 
 
 def test_the_study_lives_in_sqlite_and_a_resumed_seeded_sampler_draws_new_values(tmp_path):

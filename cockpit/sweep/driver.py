@@ -47,7 +47,7 @@ from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, ato
 from cockpit.sweep.spec import SweepSpec, parse_spec, with_value
 
 POLL_S = 1.0
-STEP_KINDS = ("eval", "step", "probe", "probes")
+STEP_KINDS = ("step", "eval")  # a bare objective (eval_loss, loss, reward) is a field of these
 
 
 def sweeps_dir(runs_dir: Path) -> Path:
@@ -239,6 +239,7 @@ class Driver:
         self.poll_s = poll_s
         self.path = sweep_dir(self.runs_dir, spec.name)
         self.readers: dict[int, EventReader] = {}
+        self.last_step: dict[int, int] = {}
         self.inventory: list[str] | None = None
 
     # ---- setup
@@ -373,15 +374,32 @@ class Driver:
     def objective_values(self, number: int, run: RunDir) -> list[tuple[int, float]]:
         """The objective's new (step, value) pairs in the run's events."""
         reader = self.readers.setdefault(number, EventReader(run.events_path))
-        return objective_points(reader.read_new(), self.spec.objective)
+        points, self.last_step[number] = objective_points(
+            reader.read_new(), self.spec.objective, self.last_step.get(number, 0)
+        )
+        return points
 
 
-def objective_points(events: list[dict[str, Any]], metric: str) -> list[tuple[int, float]]:
+def objective_points(
+    events: list[dict[str, Any]], metric: str, last_step: int = 0
+) -> tuple[list[tuple[int, float]], int]:
+    """The objective's (step, value) pairs in ``events``, and the last step seen. ``metric``: a field
+    of the step / eval events (``eval_loss``, ``loss``, ``reward``), or ``kind.field``, a field of one
+    event kind (``probe_results.rate``, ``held_out.accuracy``): such an event of phase ``before`` (asked
+    before training) is no value of the trial, and one without a step counts after the last step seen."""
+    kind, _, field = metric.rpartition(".")
     out = []
     for ev in events:
-        if ev.get("kind") in STEP_KINDS and isinstance(ev.get(metric), int | float) and ev.get("step") is not None:
-            out.append((int(ev["step"]), float(ev[metric])))
-    return out
+        step = ev.get("step")
+        if isinstance(step, int):
+            last_step = max(last_step, step)
+        if (ev.get("kind") != kind if kind else ev.get("kind") not in STEP_KINDS) or ev.get("phase") == "before":
+            continue
+        value = ev.get(field)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        out.append((step if isinstance(step, int) else last_step + 1, float(value)))
+    return out, last_step
 
 
 def _short(v: Any) -> str:
