@@ -1,6 +1,7 @@
-"""Cross-key rules of the LLaMA-Factory parity keys (LoRA variants, optimizer, evaluation, model
-options), and the reason each LLaMA-Factory key Cockpit refuses is refused. Pure: no torch; a
-package's presence is side_site.available (sys.path or its side folder)."""
+"""Cross-key rules of the LLaMA-Factory parity keys (LoRA variants, optimizer, model options; the
+evaluation and prediction rules are in cockpit/config/evaluation.py, and the reason each LLaMA-Factory
+key Cockpit refuses is refused in cockpit/config/keys/refused.py, both re-exported here). Pure: no
+torch; a package's presence is side_site.available (sys.path or its side folder)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cockpit import side_site
+from cockpit.config.evaluation import early_stopping_problems as early_stopping_problems
+from cockpit.config.evaluation import eval_problems, predict_only_problems
+from cockpit.config.evaluation import eval_schedule as eval_schedule
+from cockpit.config.evaluation import evaluates as evaluates
+from cockpit.config.evaluation import predict_data_key as predict_data_key
+from cockpit.config.keys.refused import REFUSAL_REASONS as REFUSAL_REASONS
+from cockpit.config.keys.refused import refusal_reason as refusal_reason
 from cockpit.config.schema import SCHEMA
 from cockpit.config.trackers import tracker_problems
 from cockpit.errors import Problem
@@ -58,7 +66,7 @@ def parity_problems(
     out: list[Problem] = []
     out += _lora_variant_problems(raw, cfg, where)
     out += _optim_problems(cfg, where, installed)
-    out += _eval_problems(raw, cfg, where)
+    out += eval_problems(raw, cfg, where)
     out += early_stopping_problems(cfg, where)
     out += pure_bf16_problems(cfg, where)
     out += token_weighting_problems(cfg, where)
@@ -557,74 +565,6 @@ def _freeze_modules_problems(
     return out
 
 
-def _eval_problems(
-    raw: Mapping[str, Any], cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]
-) -> list[Problem]:
-    if cfg.get("val_size") and cfg.get("eval_dataset"):
-        return [
-            Problem("val_size holds out a split and eval_dataset names other data; choose one", **where("eval_dataset"))
-        ]
-    if cfg.get("compute_accuracy") and cfg.get("stage", "sft") != "sft":
-        return [
-            Problem(
-                f"token accuracy is measured in SFT's evaluation; stage {cfg.get('stage')} reports its own metrics",
-                **where("compute_accuracy"),
-            )
-        ]
-    if cfg.get("do_eval") is False and (cfg.get("val_size") or cfg.get("eval_dataset")):
-        return _no_eval_problems(cfg, where)
-    if cfg.get("val_size") or cfg.get("eval_dataset"):
-        return _best_model_problems(cfg, where)
-    why = "needs evaluation data: set val_size or eval_dataset"
-    out = []
-    for key in ("do_eval", "eval_on_start", "load_best_model_at_end", "compute_accuracy"):
-        if cfg.get(key):
-            out.append(Problem(f"{key} {why}", **where(key)))
-    for key in (
-        "eval_strategy",
-        "eval_steps",
-        "per_device_eval_batch_size",
-        "metric_for_best_model",
-        "greater_is_better",
-    ):
-        if (
-            key in raw
-            and cfg.get(key) not in (None, "no")
-            and not (key == "per_device_eval_batch_size" and (cfg[key] == 1 or cfg.get("do_predict")))
-        ):
-            out.append(Problem(f"{key} {why}", **where(key)))
-    return out
-
-
-def early_stopping_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """``early_stopping_steps`` (LLaMA-Factory adds HF's ``EarlyStoppingCallback(early_stopping_patience=N)``):
-    what that callback asserts at the start of training, refused here naming the key: an evaluation
-    during training (evaluation data, do_eval not false, an eval_strategy other than no; the stages
-    other than SFT evaluate during training only when an eval key asks) and a metric to watch
-    (``metric_for_best_model``, which ``load_best_model_at_end`` defaults to loss)."""
-    if cfg.get("early_stopping_steps") is None:
-        return []
-    if not (cfg.get("val_size") or cfg.get("eval_dataset")):
-        why = "needs evaluation data to watch: set val_size or eval_dataset"
-    elif cfg.get("do_eval") is False or cfg.get("eval_strategy") == "no":
-        why = "stops on the evaluations during training, and this config has none (do_eval false / eval_strategy no)"
-    elif cfg.get("stage", "sft") != "sft" and not (
-        cfg.get("eval_strategy") or cfg.get("eval_steps") or cfg.get("load_best_model_at_end")
-    ):
-        why = (
-            f"stage {cfg.get('stage')} evaluates during training only when asked: set eval_strategy (steps or "
-            "epoch) or load_best_model_at_end: true"
-        )
-    elif not (cfg.get("metric_for_best_model") or cfg.get("load_best_model_at_end")):
-        why = (
-            "needs a metric to watch: set metric_for_best_model (e.g. loss) or load_best_model_at_end: true (which "
-            "watches eval loss and ends with the best checkpoint); HF's EarlyStoppingCallback requires one"
-        )
-    else:
-        return []
-    return [Problem(why, **where("early_stopping_steps"))]
-
-
 def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
     """``pure_bf16``: bf16 weights, gradients and optimizer states without autocast. Not with fp16 (another
     precision), nor under DeepSpeed (LLaMA-Factory refuses ZeRO-3; DeepSpeed's bf16 mode keeps fp32 master
@@ -783,7 +723,7 @@ def predict_problems(
             )
         )
     if not cfg.get("do_train", True):
-        out += _predict_only_problems(cfg, where)
+        out += predict_only_problems(cfg, where)
     if not cfg.get("do_predict"):
         return out
     if not cfg.get("predict_with_generate"):
@@ -820,341 +760,3 @@ def predict_problems(
             )
         )
     return out
-
-
-def _predict_only_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """do_train: false is a prediction-only run: one rank, a LoRA adapter, data to predict on."""
-    out = []
-    if not cfg.get("do_predict"):
-        out.append(
-            Problem(
-                "only a prediction run skips training: set do_predict: true and predict_with_generate: true, "
-                "or do_train: true",
-                **where("do_train"),
-            )
-        )
-        return out
-    if not cfg.get("adapter_name_or_path"):
-        out.append(
-            Problem(
-                "a prediction-only run (do_train: false) predicts with a trained LoRA adapter: set "
-                "adapter_name_or_path (a finished run's adapter/ folder)",
-                **where("adapter_name_or_path"),
-            )
-        )
-    elif cfg["finetuning_type"] != "lora":
-        out.append(
-            Problem(
-                f"a prediction-only run loads adapter_name_or_path as a LoRA adapter: finetuning_type lora, got "
-                f"{cfg['finetuning_type']}",
-                **where("finetuning_type"),
-            )
-        )
-    if not (cfg.get("eval_dataset") or cfg.get("dataset")):
-        out.append(Problem("a prediction-only run needs data to predict on: set eval_dataset", **where("eval_dataset")))
-    if world_size_of(cfg) > 1:
-        out.append(
-            Problem(
-                "a prediction-only run generates in one process: nproc_per_node 1 and nnodes 1",
-                **where("nproc_per_node"),
-            )
-        )
-    return out
-
-
-def predict_data_key(cfg: Mapping[str, Any]) -> str:
-    """Where a run's prediction samples come from: ``eval_dataset``, ``val_size`` (the held-out
-    split of ``dataset``) or, in a run that does not train, all of ``dataset``."""
-    if cfg.get("eval_dataset"):
-        return "eval_dataset"
-    return "val_size" if cfg.get("val_size") else "dataset"
-
-
-def eval_schedule(cfg: Mapping[str, Any]) -> tuple[str, int | None]:
-    """(eval strategy, eval steps) of a run with evaluation data: steps every logging_steps unless set."""
-    strategy = cfg.get("eval_strategy") or "steps"
-    steps = (cfg.get("eval_steps") or max(int(cfg.get("logging_steps") or 1), 1)) if strategy == "steps" else None
-    return strategy, steps
-
-
-def evaluates(cfg: Mapping[str, Any]) -> bool:
-    """Does the run evaluate (during training for SFT; held-out measures and a final evaluation for the
-    other stages)? With evaluation data, unless ``do_eval: false``."""
-    return bool(cfg.get("val_size") or cfg.get("eval_dataset")) and cfg.get("do_eval") is not False
-
-
-def _no_eval_problems(cfg: dict[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    """``do_eval: false`` with evaluation data: LLaMA-Factory holds the split out and evaluates nothing
-    (eval_strategy unset). Here eval_strategy becomes no; the keys that ask for an evaluation contradict it
-    (HF's TrainingArguments would turn do_eval back on for an eval_strategy other than no)."""
-    out = [
-        Problem(f"{key} asks for an evaluation and do_eval is false; choose one", **where(key))
-        for key in ("eval_on_start", "eval_steps", "load_best_model_at_end", "compute_accuracy")
-        if cfg.get(key)
-    ]
-    if cfg.get("eval_strategy") not in (None, "no"):
-        out.append(
-            Problem(
-                f"eval_strategy {cfg['eval_strategy']} evaluates and do_eval is false (HF's TrainingArguments turns "
-                "do_eval on for it); choose one",
-                **where("eval_strategy"),
-            )
-        )
-    cfg["eval_strategy"] = "no"
-    return out
-
-
-def _best_model_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
-    strategy, steps = eval_schedule(cfg)
-    if cfg.get("eval_strategy") == "no" and (cfg.get("do_eval") or cfg.get("load_best_model_at_end")):
-        return [Problem("evaluation is asked for but eval_strategy is no", **where("eval_strategy"))]
-    if not cfg.get("load_best_model_at_end"):
-        return []
-    if cfg["save_strategy"] != strategy:
-        return [
-            Problem(
-                f"load_best_model_at_end needs save_strategy = eval strategy ({strategy}), got {cfg['save_strategy']}",
-                **where("load_best_model_at_end"),
-            )
-        ]
-    if strategy == "steps" and steps and cfg["save_steps"] % steps:
-        return [
-            Problem(
-                f"load_best_model_at_end needs save_steps ({cfg['save_steps']}) to be a multiple of eval_steps ({steps})",
-                **where("save_steps"),
-            )
-        ]
-    return []
-
-
-# Why each LLaMA-Factory key Cockpit does not implement is refused: (fnmatch patterns, reason).
-# The first match wins; tests/test_lf_parity.py checks that every refused key has one.
-REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (
-        (
-            "image_*",
-            "video_*",
-            "audio_*",
-            "crop_to_patches",
-            "use_audio_in_video",
-            "media_dir",
-            "freeze_vision_tower",
-            "freeze_multi_modal_projector",
-            "freeze_language_model",
-            "train_mm_proj_only",
-        ),
-        "multimodal (image/video/audio) training; Cockpit trains text models only",
-    ),
-    (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
-    (
-        ("vllm_*", "sglang_*", "infer_backend", "infer_dtype", "use_kv_cache"),
-        "inference settings of llamafactory-cli chat/api; use `cockpit serve` / `cockpit chat`",
-    ),
-    (("ppo_*", "reward_model*"), "a PPO (RLHF) stage key; Cockpit trains the sft, pt, dpo, kto and rm stages"),
-    (
-        ("swanlab_lark_*",),
-        "SwanLab's Lark (Feishu) notifications are not wired in; notify_command runs your own webhook script when a "
-        "run ends or alerts (docs/cockpit.md#notifications)",
-    ),
-    (
-        ("ray_*", "resources_per_worker", "placement_strategy"),
-        "Ray launching; Cockpit launches with torchrun (nproc_per_node / nnodes) or Slurm",
-    ),
-    (
-        ("hf_hub_token", "ms_hub_token", "om_hub_token"),
-        "a hub token in a config file; set HF_TOKEN in the environment instead (never stored in the run dir)",
-    ),
-    (
-        ("quantization_device_map",),
-        "Cockpit places a quantized (QLoRA) base on the rank's own device (the CPU, or the rank's GPU); other maps are not supported",
-    ),
-    (("use_unsloth",), "Unsloth's kernels are CUDA-only; not available on ROCm or the CPU"),
-    (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),
-    (("shift_attn",), "LongLoRA shift short attention is Llama-only and patches the model; not supported"),
-    (("mixture_of_depths",), "Mixture-of-Depths conversion needs the MoD package; not supported"),
-    (("moe_aux_loss_coef",), "MoE router auxiliary loss: not wired in yet"),
-    (
-        ("train_from_scratch",),
-        "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)",
-    ),
-    (
-        ("offload_folder", "use_cache", "print_param_status"),
-        "a model-loading option not wired in yet",
-    ),
-    (
-        ("split_special_tokens",),
-        "splitting special tokens into their pieces changes how every prompt tokenizes and what the chat template's "
-        "markers are; not supported (add_tokens / add_special_tokens add tokens, each kept whole)",
-    ),
-    (
-        ("streaming", "buffer_size"),
-        "streaming datasets are not supported yet (the data are read whole; tokenized_path keeps the tokens for later runs)",
-    ),
-    (("data_shared_file_system", "disable_shuffling"), "a data-loading option not supported yet"),
-    (
-        ("num_beams", "length_penalty", "max_length", "skip_special_tokens", "generation_*", "eval_num_beams"),
-        "a decoding option not wired into prediction yet (do_sample, temperature, top_p, top_k, max_new_tokens "
-        "and repetition_penalty are; special tokens are always left out of the predictions)",
-    ),
-    (("tf32",), "TF32 is an NVIDIA Ampere+ matmul mode; not supported"),
-    # issue 37: the rest of LLaMA-Factory 0.9.5's keys (tests/fixtures/llamafactory/lf_keys.json), each with a verdict
-    (
-        ("use_asft_loss", "asft_alpha"),
-        "not built yet: ASFT adds to DFT a KL term against a reference model's logits over the whole vocabulary at "
-        "every position (a second model's forward per step); use_dft_loss is its DFT part",
-    ),
-    (("ld_alpha",), "not built yet: LD-DPO's length weighting; pref_loss is sigmoid | ipo | hinge | orpo | simpo"),
-    (("pref_bco_weight",), "not built yet: DPO's BCO term; pref_ftx adds an SFT term instead"),
-    (
-        ("init_special_tokens", "new_special_tokens_config"),
-        "not built yet: initialising new tokens from descriptions; add_special_tokens' new rows start from the old "
-        "rows' mean",
-    ),
-    (
-        ("adapter_folder",),
-        "a subfolder of adapter_name_or_path: give the subfolder's path as adapter_name_or_path",
-    ),
-    (
-        ("cache_dir",),
-        "hub downloads go to Hugging Face's cache: set HF_HUB_CACHE (or HF_HOME) in the environment instead",
-    ),
-    (
-        ("use_fast_tokenizer",),
-        "not settable: the tokenizer is the one AutoTokenizer loads (the fast one where the model has it)",
-    ),
-    (
-        ("preserve_thinking",),
-        "not built yet: keeping earlier turns' thoughts with mask_history (they are dropped, LLaMA-Factory's default)",
-    ),
-    (
-        ("preprocessing_batch_size",),
-        "Cockpit tokenises sample by sample; preprocessing_num_workers sets the processes",
-    ),
-    (("eval_on_each_dataset",), "not built yet: one evaluation over all of eval_dataset"),
-    (
-        ("use_kt", "kt_*"),
-        "KTransformers' AMX MoE backend is not supported (Intel AMX CPUs and its own kernels)",
-    ),
-    (
-        ("use_hyper_parallel", "hyper_parallel_args", "use_mca", "parallelism_config"),
-        "tensor / Megatron parallel backends are not supported; shard with fsdp or zero_stage",
-    ),
-    (
-        ("use_v1_kernels",),
-        "LLaMA-Factory's v1 kernels are not supported; flash_attn and enable_liger_kernel pick Cockpit's kernels",
-    ),
-    (("use_liger_kernel",), "HF's name for enable_liger_kernel: write enable_liger_kernel: true"),
-    (("liger_kernel_config",), "not settable: enable_liger_kernel applies Liger's default kernels"),
-    (("fp8", "fp8_*"), "FP8 training is not supported; bf16: true for mixed precision"),
-    (
-        ("enable_torch_profiler", "profiler_*", "profile_modules"),
-        "not built yet: torch profiler traces (the step events carry each rank's step memory)",
-    ),
-    (
-        ("push_to_hub", "hub_*"),
-        "pushing to the Hugging Face Hub is not supported; `cockpit export RUN [--merge]` writes a folder to upload",
-    ),
-    (
-        ("trackio_*",),
-        "report_to: trackio logs locally (RUN_DIR/trackers/trackio, `trackio show`); deploying it to a Hugging Face "
-        "Space or bucket is not supported",
-    ),
-    (
-        ("auto_find_batch_size",),
-        "use `cockpit tune CONFIG`: it finds the micro-batch that fits and runs fastest",
-    ),
-    (
-        ("logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica"),
-        "set by Cockpit: it logs every logging_steps from the first step, NaN/inf losses unfiltered (nan_policy acts "
-        "on them)",
-    ),
-    (
-        ("log_on_each_node", "disable_tqdm", "skip_memory_metrics", "debug"),
-        "set by Cockpit: every rank logs to RUN_DIR/logs/rank<N>.log, the step events carry each rank's memory, "
-        "nan_policy / spike_policy watch the loss",
-    ),
-    (
-        ("logging_dir",),
-        "report_to: tensorboard writes under RUN_DIR/trackers/tensorboard; set TENSORBOARD_LOGGING_DIR in env: to "
-        "move it",
-    ),
-    (("data_seed",), "set by Cockpit: the data order is seeded by seed"),
-    (("remove_unused_columns",), "set by Cockpit: its collators pick the columns (always false)"),
-    (
-        ("gradient_checkpointing_kwargs",),
-        "set by Cockpit from gradient_checkpointing and use_reentrant_gc",
-    ),
-    (
-        ("optim_args", "optim_target_modules"),
-        "set by Cockpit from use_galore / use_apollo and their keys (galore_rank, galore_target, ...); not settable "
-        "for other optimizers",
-    ),
-    (
-        ("torch_compile_backend", "torch_compile_mode"),
-        "not settable yet: torch_compile: true compiles with torch's default backend and mode",
-    ),
-    (
-        ("train_sampling_strategy", "sortish_sampler", "length_column_name"),
-        "the sampler is random, or length-grouped with group_by_length: true (sequential: not supported)",
-    ),
-    (
-        (
-            "dataloader_drop_last",
-            "dataloader_pin_memory",
-            "dataloader_persistent_workers",
-            "dataloader_prefetch_factor",
-        ),
-        "a DataLoader option left at HF's default (dataloader_num_workers is settable)",
-    ),
-    (
-        ("ddp_backend",),
-        "set by Cockpit: the GPUs' collective backend (NCCL / RCCL), gloo on the CPU",
-    ),
-    (
-        ("ddp_broadcast_buffers", "ddp_bucket_cap_mb", "ddp_find_unused_parameters", "ddp_static_graph"),
-        "a DDP option left at HF's default; not settable yet",
-    ),
-    (("local_rank",), "set by the launcher (torchrun) for each rank, never in a config"),
-    (
-        ("fsdp_config", "accelerator_config"),
-        "set by Cockpit from the strategy keys: fsdp's options (full_shard, shard_grad_op, hybrid_shard, offload, "
-        "auto_wrap), zero_stage, deepspeed",
-    ),
-    (
-        ("save_on_each_node", "ignore_data_skip", "restore_callback_states_from_checkpoint"),
-        "a checkpoint / resume option left at HF's default (resuming skips the batches already seen); not settable yet",
-    ),
-    (
-        (
-            "eval_accumulation_steps",
-            "eval_delay",
-            "eval_do_concat_batches",
-            "eval_use_gather_object",
-            "batch_eval_metrics",
-            "include_for_metrics",
-            "prediction_loss_only",
-            "bf16_full_eval",
-            "fp16_full_eval",
-            "label_names",
-        ),
-        "an evaluation-loop option left at HF's default (evaluation runs in the training precision); not settable yet",
-    ),
-    (("average_tokens_across_devices",), "left at HF's default: the loss averages over every rank's tokens"),
-    (("label_smoothing_factor",), "not built yet for sft / pt (dpo_label_smoothing is DPO's)"),
-    (("neftune_noise_alpha",), "not built yet: NEFTune's noise on the embeddings"),
-    (("full_determinism",), "not supported: seed seeds every rank, deterministic kernels are not forced"),
-    (("torch_empty_cache_steps",), "not settable: Cockpit never empties the allocator's cache during training"),
-    (
-        ("enable_jit_checkpoint",),
-        "not built yet: a checkpoint on SIGTERM; `cockpit stop RUN` saves and stops a run",
-    ),
-)
-
-
-def refusal_reason(key: str) -> str | None:
-    import fnmatch
-
-    for patterns, reason in REFUSAL_REASONS:
-        if any(fnmatch.fnmatchcase(key, p) for p in patterns):
-            return reason
-    return None
