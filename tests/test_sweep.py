@@ -130,6 +130,14 @@ def test_a_space_that_gives_an_invalid_config_is_refused_with_the_value(tmp_path
 # -- a real sweep --
 
 
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie counts: it holds no lock)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def sweep_runs(runs: Path, name: str) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
     for run in list_runs(runs):
@@ -143,7 +151,7 @@ def sweep_runs(runs: Path, name: str) -> dict[int, list[dict]]:
 @pytest.mark.budget(240, "six trials of the tiny Llama, two at a time, the driver started twice, then the best preset trained")
 def test_a_sweep_prunes_survives_its_driver_killed_and_saves_the_best_as_a_preset(tmp_path, tiny_model_dir):
     """Six trials over learning_rate (log) and lora_rank (choices), two at a time on two declared
-    GPUs, median pruner: the driver is killed once two trials run, a trial is asked and left unstarted
+    GPUs, median pruner: the detached driver is killed once two trials run, a trial is asked and left unstarted
     (what a driver killed between asking and starting leaves), and ``--resume`` finishes the sweep
     with every trial run exactly once, at least one pruned with its checkpoint, a best trial, and
     the best saved as a preset that passes check and trains."""
@@ -152,12 +160,16 @@ def test_a_sweep_prunes_survives_its_driver_killed_and_saves_the_best_as_a_prese
     spec = spec_file(tmp_path, base, "lr", sampler="random", seed=0, pruner_startup_trials=2)
     env = {**os.environ, **ENV, q.DEVICES_ENV: "0,1"}
     argv = [sys.executable, "-m", "cockpit.cli", "sweep", "--runs-dir", str(runs), "--poll", "0.2"]
-    first = subprocess.Popen([*argv, str(spec)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = subprocess.run([*argv, str(spec), "--detach"], env=env, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0 and "detached" in started.stdout, started.stdout + started.stderr
+    driver = int(started.stdout.split("driver ", 1)[1].split()[0])  # its own session: this test's to end
+    log = runs / "sweeps" / "lr" / "driver.log"
     try:
-        wait_for(lambda: len(sweep_runs(runs, "lr")) >= 2 or first.poll() is not None, 180, "two trials to start")
+        wait_for(lambda: len(sweep_runs(runs, "lr")) >= 2 or gone(driver), 180, "two trials to start")
     finally:
-        first.send_signal(signal.SIGKILL)
-        out = first.communicate()[0]
+        os.kill(driver, signal.SIGKILL)
+    wait_for(lambda: gone(driver), 30, "the driver to end")
+    out = log.read_text()
     assert len(sweep_runs(runs, "lr")) == 2, out
     spec_obj = read_sweep_spec(runs, "lr")
     study = open_study(runs, spec_obj)

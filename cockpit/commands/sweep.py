@@ -1,4 +1,4 @@
-"""``cockpit sweep SPEC.yaml | --resume NAME | status NAME [--json] | best NAME [--save-preset PATH]``.
+"""``cockpit sweep SPEC.yaml [--detach] | --resume NAME | status NAME [--json] | best NAME [--save-preset PATH]``.
 
 A sweep: trials of one base config over a search space, run as ordinary detached runs named
 ``<name>-t<N>``, ``parallel`` at once, weak ones pruned at an evaluation (``cockpit.sweep``). Before
@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="NAME", default=None, help="go on with the sweep NAME after its driver ended")
     p.add_argument("--json", action="store_true", help="status / best: as JSON")
     p.add_argument("--save-preset", metavar="PATH", default=None, help="best: write the best trial's config here")
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="check, create the sweep, then run its driver in its own session (log: <runs>/sweeps/NAME/driver.log)",
+    )
     p.add_argument("--skip-check", action="store_true", help="start without checking the space's corner configs")
     p.add_argument("--poll", type=float, default=None, help=argparse.SUPPRESS)  # tests: the driver's turn
     add_runs_dir(p)
@@ -82,12 +87,37 @@ def drive(args: argparse.Namespace, spec_path: str | None, resume: str | None) -
         main_log(
             f"sweep {spec.name}: {spec.trials} trials, {spec.parallel} at once, {spec.sampler} / {spec.pruner}; {sweep_dir(runs, spec.name)}"
         )
+        if args.detach:
+            pid = detach(runs, spec.name, args.poll)
+            log = sweep_dir(runs, spec.name) / "driver.log"
+            print(f"driver {pid} detached; log: {log}\nfollow it: cockpit sweep status {spec.name}")
+            return EXIT_OK
     driver.run(study)
     from cockpit.sweep.driver import status
 
     st = status(runs, spec.name)
     print_table(st)
     return EXIT_OK if st["best"] else EXIT_FAILED
+
+
+def detach(runs, name: str, poll: float | None) -> int:
+    """The driver as ``cockpit sweep --resume NAME`` in its own session (setsid: no SIGHUP when the
+    terminal drops), its output in the sweep dir's driver.log; its pid."""
+    import subprocess
+
+    from cockpit.sweep.driver import sweep_dir
+
+    argv = [sys.executable, "-m", "cockpit.cli", "sweep", "--resume", name, "--runs-dir", str(runs)]
+    with open(sweep_dir(runs, name) / "driver.log", "ab", buffering=0) as log:
+        proc = subprocess.Popen(
+            [*argv, *(["--poll", str(poll)] if poll else [])],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return proc.pid
 
 
 def show_status(args: argparse.Namespace, name: str) -> int:
