@@ -5,8 +5,8 @@ the prompts' data, a short real run's events and summary, and the demo preset's 
 from __future__ import annotations
 
 import json
-import time
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from conftest import ROOT, cockpit, read_events, tiny_config
 from cockpit.config.load import validate
 from cockpit.data.rewards import build_reward_funcs, checked, completion_text, total_rewards
 from cockpit.errors import InputError
+from cockpit.train.reward_watch import fell_rewards
 
 BASE = {"dataset": "x.jsonl", "stage": "grpo", "reward_funcs": "exact_match", "per_device_train_batch_size": 8}
 
@@ -298,6 +299,7 @@ def test_a_short_grpo_run_logs_rewards_completions_and_the_held_out_reward(tmp_p
     assert summary["state"] == "finished" and summary["trainer"] == "GRPOTrainer"
     assert summary["held_out_before"]["mean_reward"] == held["before"]["mean_reward"]
     assert summary["held_out_after"]["mean_reward"] == held["after"]["mean_reward"]
+    assert summary["held_out_fell"] == fell_rewards(held["before"], held["after"])  # the rewards that fell, if any
     assert summary["reward_funcs"] == ["numeric_match", f"{rewards}:short"] and summary["reward_weights"] == [1.0, 0.5]
     assert (run / "adapter" / "adapter_config.json").exists()
     assert "reward" in res.stdout and "held-out after: 3 prompts, mean reward" in res.stdout
