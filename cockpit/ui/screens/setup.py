@@ -1,5 +1,6 @@
 """The Setup screen: forms grouped like the schema, presets, validation as you type (the same
-``validate`` and messages as ``cockpit check``), the fit line, the data check, preview, launch.
+``validate`` and messages as ``cockpit check``), the fit line, the data check, preview; its launches
+(launch, queue, Slurm, tune) are in :mod:`cockpit.ui.screens.setup_launch`.
 
 Opening it with no preset loads ``cpu-demo`` at once, then ``cockpit doctor --json`` (a worker,
 a subprocess) tells which presets this machine calls for: they go first in the picker, and the
@@ -10,11 +11,8 @@ that matter for the config (:mod:`cockpit.doctor.relevance`); the doctor runs on
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import tempfile
-import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +23,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
@@ -33,6 +30,7 @@ from cockpit.ui import cli_calls, forms, presets
 from cockpit.ui.forms import FIELDS, GROUPS, FormModel
 from cockpit.ui.messages import WorkerMessage
 from cockpit.ui.palette import themed
+from cockpit.ui.screens.setup_launch import SetupLaunch, _wid, doctor_checks
 from cockpit.ui.widgets import Bearings, TickBox, machine_of
 
 if TYPE_CHECKING:
@@ -47,19 +45,6 @@ def slurm_submit_available() -> bool:
     return forced == "1" if forced in ("0", "1") else shutil.which("sbatch") is not None
 
 
-def sbatch_options_modal():
-    from cockpit.ui.screens.modals import Prompt
-
-    class SbatchOptions(Prompt):
-        """Enter with nothing typed: the cluster's defaults (''); Esc: None."""
-
-        def on_input_submitted(self, event) -> None:
-            event.prevent_default()  # not Prompt's handler too (it would dismiss a second time)
-            self.dismiss(event.value.strip())
-
-    return SbatchOptions
-
-
 TABS = Binding.Group("Tab")  # Ctrl+← and Ctrl+→: one footer entry
 
 
@@ -72,34 +57,7 @@ def _home_short(path: Path) -> str:
     return "~" + str(path)[len(home) :] if str(path).startswith(home + os.sep) else str(path)
 
 
-def _wid(field_id: str) -> str:
-    return f"f-{field_id}"
-
-
-_doctor_lock = threading.Lock()
-
-
-def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
-    """``cockpit doctor --json [--needs TAGS]`` for this session: the app's injected checks, else
-    run once per set of needs (a subprocess: the doctor imports torch) and kept on the app.
-    Blocking: call it from a thread worker. Returns (checks or None, error text)."""
-    injected = getattr(app, "doctor_checks", None)
-    if injected is not None:
-        return injected, ""
-    key = ",".join(sorted(needs))
-    with _doctor_lock:
-        cache = getattr(app, "_doctor_cache", None)
-        if cache is None:
-            cache = app._doctor_cache = {}
-        if key not in cache:
-            res = cli_calls.run_cli("doctor", "--json", *(["--needs", key] if key else []), timeout=300)
-            if not isinstance(res.data, list):
-                return None, res.error_text
-            cache[key] = res.data
-        return cache[key], ""
-
-
-class SetupScreen(Screen):
+class SetupScreen(SetupLaunch):
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
 
@@ -132,25 +90,6 @@ class SetupScreen(Screen):
         def __init__(self, result: dict, view: Any) -> None:
             super().__init__(result)
             self.view = view
-
-    class Preflighted(WorkerMessage):
-        """The doctor's checks that block this config (``result``), or why the doctor did not run."""
-
-        def __init__(self, result: list, error: str) -> None:
-            super().__init__(result)
-            self.error = error
-
-    class Launched(WorkerMessage):
-        """``cockpit train --detach`` answered (a ``cli_calls.CliResult``)."""
-
-    class SlurmSubmitted(WorkerMessage):
-        """``cockpit train --slurm`` answered (a ``cli_calls.CliResult``)."""
-
-    class Tuned(WorkerMessage):
-        """``cockpit tune --json`` answered (a ``cli_calls.CliResult``)."""
-
-    class Queued(WorkerMessage):
-        """``cockpit queue add --json`` answered (a ``cli_calls.CliResult``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -585,129 +524,6 @@ class SetupScreen(Screen):
 
         self.app.push_screen(Prompt(f"Save as preset (in {presets.user_presets_dir()}): name", self._run_name()), done)
 
-    def _set_launching(self, on: bool, message: str = "") -> None:
-        self._launching = on
-        self.query_one("#b-launch", Button).disabled = on
-        if message:
-            self.query_one("#problems", Static).update(Content.styled(message, "bold $text-warning"))
-
-    def action_launch(self) -> None:
-        if self._launching:
-            return
-        if not (self.checked and self.checked.ok):
-            self.notify("fix the config problems first", severity="error")
-            return
-        self._set_launching(True, "checking this machine for this config (cockpit doctor --json) …")
-        self._preflight(dict(self.checked.cfg))
-
-    @work(thread=True, exclusive=True, group="preflight")
-    def _preflight(self, cfg: Mapping[str, Any]) -> None:
-        from cockpit.doctor.relevance import blocking_for_config, config_tags
-
-        checks, err = doctor_checks(self.app, config_tags(cfg))
-        self.post_message(self.Preflighted(blocking_for_config(checks or [], cfg), err))
-
-    @on(Preflighted)
-    def _after_doctor(self, message: Preflighted) -> None:
-        from cockpit.ui import formatting
-        from cockpit.ui.screens.modals import Decide
-
-        blocking, err = message.result, message.error
-
-        if err:
-            self.notify(f"cockpit doctor did not run, launching without it: {err[-300:]}", severity="warning")
-        if not blocking:
-            self._start_launch()
-            return
-
-        def done(anyway: bool | None) -> None:
-            if anyway:
-                self._start_launch()
-            else:
-                self._set_launching(False)
-                self.validate_now()
-                self.notify(
-                    "launch cancelled: fix the doctor's findings (F4 Doctor) or launch anyway", severity="warning"
-                )
-
-        self.app.push_screen(
-            Decide(
-                f"Doctor: {len(blocking)} problem(s) for this config",
-                formatting.blocking_checks(blocking),
-                "Launch anyway",
-                "Cancel",
-            ),
-            done,
-        )
-
-    def _start_launch(self) -> None:
-        runs_dir = Path(self.app.runs_dir)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        # the run is named by the preset (or the user's run_name): the run id adds the one timestamp
-        name = self._run_name()
-        path = self._config_file(runs_dir / ".ui-configs", f"{name}-{stamp}", {"run_name": name})
-        self._set_launching(
-            True, f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)"
-        )
-        self._launch(path, runs_dir)
-
-    @work(thread=True, exclusive=True, group="launch")
-    def _launch(self, path: Path, runs_dir: Path) -> None:
-        self.post_message(self.Launched(cli_calls.train_detached(path, runs_dir, secrets=self.secrets)))
-
-    @on(Launched)
-    def _on_launched(self, message: Launched) -> None:
-        self._launched(message.result)
-
-    def _launched(self, res: cli_calls.CliResult) -> None:
-        from cockpit.store.rundir import RunDir
-
-        self._set_launching(False)
-        if res.rc == 0 and isinstance(res.data, dict) and res.data.get("run_dir"):
-            self.validate_now()
-            self.app.open_live(RunDir(Path(res.data["run_dir"])))
-            return
-        self.query_one("#problems", Static).update(
-            Content.styled(f"launch failed (exit {res.rc}):\n{res.error_text}", "$text-error")
-        )
-
-    # -- the run queue: cockpit queue add (runs start in order as the GPUs they need come free) ------
-    def action_queue_run(self) -> None:
-        if self._launching:
-            return
-        if not (self.checked and self.checked.ok):
-            self.notify("fix the config problems first", severity="error")
-            return
-        runs_dir = Path(self.app.runs_dir)
-        name = self._run_name()
-        path = self._config_file(
-            runs_dir / ".ui-configs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", {"run_name": name}
-        )
-        if self.secrets:  # they reach a run through the launching command's environment, not the queue's
-            self.notify(
-                "this config holds secrets (tokens): launch it (F8); a queued run would start without them",
-                severity="error",
-            )
-            return
-        self._set_launching(True, f"queueing: cockpit queue add {path.name} … (checks the data)")
-        self._queue(path, runs_dir)
-
-    @work(thread=True, exclusive=True, group="launch")
-    def _queue(self, path: Path, runs_dir: Path) -> None:
-        self.post_message(self.Queued(cli_calls.queue_add(path, runs_dir)))
-
-    @on(Queued)
-    def _on_queued(self, message: Queued) -> None:
-        res = message.result
-        self._set_launching(False)
-        if res.rc == 0 and isinstance(res.data, dict) and res.data.get("id"):
-            where = f"position {res.data['position']}" if res.data.get("position") else "next: starting now"
-            self.notify(f"queued {res.data['id']} ({where}); F3 Runs shows the queue")
-            return
-        self.query_one("#problems", Static).update(
-            Content.styled(f"queueing failed (exit {res.rc}):\n{res.error_text}", "$text-error")
-        )
-
     def on_button_pressed(self, event: Button.Pressed) -> None:
         action = {
             "b-check": self.action_check_data,
@@ -720,124 +536,6 @@ class SetupScreen(Screen):
         }.get(event.button.id or "")
         if action:
             action()
-
-    # -- Slurm: cockpit train --slurm (the button is there when sbatch is on PATH) ------------------
-    def action_launch_slurm(self) -> None:
-        if self._launching:
-            return
-        if not (self.checked and self.checked.ok):
-            self.notify("fix the config problems first", severity="error")
-            return
-
-        def submit(options: str | None) -> None:
-            if options is None:  # Esc
-                return
-            try:
-                sbatch_args = shlex.split(options or "")
-            except ValueError as exc:
-                self.notify(f"sbatch options: {exc}", severity="error")
-                return
-            runs_dir = Path(self.app.runs_dir)
-            path = self._config_file(runs_dir / ".ui-configs", f"{self._run_name()}-{time.strftime('%Y%m%d-%H%M%S')}")
-            self._set_launching(True, f"submitting: cockpit train {path.name} --slurm {' '.join(sbatch_args)} …")
-            self._submit_slurm(path, runs_dir, sbatch_args)
-
-        self.app.push_screen(
-            sbatch_options_modal()(
-                "sbatch options (e.g. --partition=mi300x --time=4:00:00 --account=proj; empty: the cluster's defaults)"
-            ),
-            submit,
-        )
-
-    @work(thread=True, exclusive=True, group="launch")
-    def _submit_slurm(self, path: Path, runs_dir: Path, sbatch_args: list[str]) -> None:
-        res = cli_calls.run_cli(
-            "train",
-            str(path),
-            "--slurm",
-            "--json",
-            "--runs-dir",
-            str(runs_dir),
-            *(f"--sbatch-arg={a}" for a in sbatch_args),
-            env=self.secrets,  # sbatch passes its environment to the job
-        )
-        self.post_message(self.SlurmSubmitted(res))
-
-    @on(SlurmSubmitted)
-    def _submitted(self, message: SlurmSubmitted) -> None:
-        res: cli_calls.CliResult = message.result
-        if res.rc == 0 and isinstance(res.data, dict) and res.data.get("job_id"):
-            self.notify(f"queued as Slurm job {res.data['job_id']}: the Live screen follows it once the job starts")
-        self._launched(res)
-
-    # -- tune: cockpit tune measures micro-batch x accumulation on this machine -------------------
-    def action_tune(self) -> None:
-        if self._tuning:
-            self.notify("cockpit tune is already running", severity="warning")
-            return
-        if not (self.checked and self.checked.ok):
-            self.notify("fix the config problems first", severity="error")
-            return
-        folder = Path(tempfile.mkdtemp(prefix="cockpit-tune-"))
-        path = self._config_file(folder, self._run_name())
-        self._tuning = True
-        self.query_one("#b-tune", Button).disabled = True
-        self.notify("cockpit tune: trying micro-batch sizes on this machine (a subprocess; minutes) …")
-        self._tune(path, folder / f"{self._run_name()}.tuned.yaml")
-
-    @work(thread=True, exclusive=True, group="tune")
-    def _tune(self, path: Path, out: Path) -> None:
-        self.post_message(
-            self.Tuned(
-                cli_calls.run_cli("tune", str(path), "--json", "--out", str(out), timeout=3600, env=self.secrets)
-            )
-        )
-
-    @on(Tuned)
-    def _tuned(self, message: Tuned) -> None:
-        from cockpit.ui import formatting
-        from cockpit.ui.screens.modals import Decide, TextView
-
-        res: cli_calls.CliResult = message.result
-
-        self._tuning = False
-        self.query_one("#b-tune", Button).disabled = False
-        data = res.data if isinstance(res.data, dict) else None
-        if data is None:
-            missing = "invalid choice: 'tune'" in (res.stderr or "")
-            why = (
-                "this cockpit has no `cockpit tune` command yet (issue #8): set micro-batch and accumulation by hand"
-                if missing
-                else f"cockpit tune failed (exit {res.rc}): {res.error_text[-600:]}"
-            )
-            self.notify(why, severity="error", timeout=15)
-            return
-        chosen = data.get("chosen") or {}
-        mb, acc = chosen.get("per_device_train_batch_size"), chosen.get("gradient_accumulation_steps")
-        if not (data.get("ok") and mb):
-            self.app.push_screen(TextView("cockpit tune: nothing to use", formatting.tune_table(data)))
-            return
-
-        def done(use: bool | None) -> None:
-            if not use:
-                return
-            for fid, value in (("per_device_train_batch_size", mb), ("gradient_accumulation_steps", acc)):
-                if value is not None:
-                    self.model.values[fid] = str(value)
-                    self.query_one(f"#{_wid(fid)}", Input).value = str(value)
-            self.validate_now()
-            self.notify(f"micro-batch {mb}, accumulation {acc} (from cockpit tune)")
-
-        self.app.push_screen(
-            Decide(
-                "cockpit tune: the trials",
-                formatting.tune_table(data),
-                f"Use micro-batch {mb}, accumulation {acc}",
-                "Keep mine",
-                danger=False,
-            ),
-            done,
-        )
 
     def action_next_tab(self, step: int = 1) -> None:
         tabs = self.query_one(TabbedContent)
