@@ -53,7 +53,7 @@ from typing import Any
 from cockpit.device import CPU, INDEX_VARS, listed, resolve_device, visible_gpus
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, list_runs
 
-POLL_S = 1.0
+POLL_S = 0.25  # a finished run frees its slot within a quarter second; each poll reads one small JSON
 DONE_KEPT = 50
 DEVICES_ENV = "COCKPIT_QUEUE_DEVICES"  # test / ops override of the host's GPUs: "0,1"; "" for none
 ALL = "all"  # an entry that runs alone, holding every GPU (a CPU run)
