@@ -23,6 +23,7 @@ xfail, so fixing one fails the suite until it moves out of the set. ``test_templ
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 from functools import cache
@@ -86,21 +87,54 @@ _DIRS = {
 _PER_TEMPLATE: dict[tuple[str, str], Any] = {}
 
 
-def _tokenizer(which: str = "smollm2", template: str | None = None) -> Any:
-    """The embedded tokenizer with its own chat template (``which``: or a real one): loaded once (0.4 s a
-    load) and loaded again only after a template changed its vocabulary or special tokens. A real
-    tokenizer (slow to load: Qwen's has 248k tokens) is loaded once per ``template`` instead: setting the
-    same template again changes nothing."""
+@cache
+def _as_loaded(which: str) -> tuple[Any, str]:
+    """The tokenizer ``which`` as ``from_pretrained`` loads it (loaded from its folder once; never handed out)
+    and its Rust tokenizer's whole state, serialised."""
     from transformers import AutoTokenizer
 
+    tok = AutoTokenizer.from_pretrained(_DIRS[which]())
+    return tok, tok.backend_tokenizer.to_str()
+
+
+def _fresh_tokenizer(which: str) -> Any:
+    """A new copy of the tokenizer as loaded: its Rust tokenizer rebuilt around the loaded one's model (the
+    vocabulary and merges, which adding tokens never changes: shared, not parsed again) with the loaded one's
+    normalizer, pre-tokenizer, post-processor, decoder and added tokens, and equal to it in every serialised
+    field (asserted); the Python side deep-copied. A load from the folder took 0.4 s here, most of it parsing
+    the 49k-token vocabulary, and most of the template tests' time was those loads, one per case of a template
+    that adds tokens."""
+    from tokenizers import Tokenizer
+
+    loaded, state = _as_loaded(which)
+    old = loaded.backend_tokenizer
+    new = Tokenizer(old.model)
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        if getattr(old, part) is not None:
+            setattr(new, part, getattr(old, part))
+    for _, token in sorted(old.get_added_tokens_decoder().items()):  # in id order: the same ids
+        (new.add_special_tokens if token.special else new.add_tokens)([token])
+    if old.padding:
+        new.enable_padding(**old.padding)
+    if old.truncation:
+        new.enable_truncation(**old.truncation)
+    assert new.to_str() == state, f"the copy of {which}'s tokenizer differs from the loaded one"
+    return copy.deepcopy(loaded, {id(old): new})
+
+
+def _tokenizer(which: str = "smollm2", template: str | None = None) -> Any:
+    """The embedded tokenizer with its own chat template (``which``: or a real one): a fresh copy as loaded,
+    made again only after a template changed its vocabulary or special tokens. A real tokenizer (slow to
+    load: Qwen's has 248k tokens) is copied once per ``template`` instead: setting the same template again
+    changes nothing."""
     if which != "smollm2" and template is not None:
         if (which, template) not in _PER_TEMPLATE:
-            _PER_TEMPLATE[which, template] = AutoTokenizer.from_pretrained(_DIRS[which]())
+            _PER_TEMPLATE[which, template] = _fresh_tokenizer(which)
         return _PER_TEMPLATE[which, template]
     shared = _SHARED[which]
     tok = shared.get("tok")
     if tok is None or len(tok) != shared["len"] or tok.all_special_tokens != shared["special"]:
-        tok = AutoTokenizer.from_pretrained(_DIRS[which]())
+        tok = _fresh_tokenizer(which)
         shared.update(tok=tok, len=len(tok), special=list(tok.all_special_tokens), template=tok.chat_template)
     tok.chat_template = shared["template"]
     return tok
