@@ -144,8 +144,13 @@ class Recipe:
     def final_summary(
         self, ctx: RecipeContext, attempt: Attempt, data: StageData, after: dict[str, Any]
     ) -> dict[str, Any]:
-        """summary.json (rank 0): :func:`run_summary`, the stage's fields, what ``measure_after`` found."""
+        """summary.json (rank 0): :func:`run_summary`, the stage's fields, what ``measure_after`` found; a
+        held-out check by reward (grpo) adds ``held_out_fell``, the rewards whose held-out mean fell."""
+        from cockpit.train.reward_watch import fell_rewards
+
         before = attempt.probes_before
+        by_reward = (before.held or {}).get("rewards") is not None
+        fell = {"held_out_fell": fell_rewards(before.held, after.get("held_out_after"))} if by_reward else {}
         return {
             **run_summary(ctx, attempt),
             "stage": ctx.cfg["stage"],
@@ -157,6 +162,7 @@ class Recipe:
             "samples": len(data.train),
             "data": data.report.as_dict(),
             **self.summary(ctx, attempt.trainer, data),
+            **fell,
         }
 
     # -- what a stage fills in ----------------------------------------------------------------------

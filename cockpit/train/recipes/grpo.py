@@ -196,13 +196,6 @@ class GRPORecipe(Recipe):
     ) -> dict[str, Any] | None:
         return held_out_reward(ctx, model, data.held_out, on_progress)
 
-    def final_summary(self, ctx: RecipeContext, attempt: Any, data: StageData, after: dict[str, Any]) -> dict[str, Any]:
-        """The shared summary, and ``held_out_fell``: the rewards whose held-out mean fell (reward_watch)."""
-        from cockpit.train.reward_watch import fell_rewards
-
-        out = super().final_summary(ctx, attempt, data, after)
-        return {**out, "held_out_fell": fell_rewards(out.get("held_out_before"), out.get("held_out_after"))}
-
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         from cockpit.config.grpo import reward_names, reward_weights
 
