@@ -55,7 +55,8 @@ def test_the_summary_table_shows_the_held_out_samples_of_a_run_without_probes(tm
                 10,
                 "the held-out samples",
             )
-            await pilot.pause(0.3)
+            # the table's rows drawn (under load the first frames after the rows came showed the header only)
+            await wait_for(pilot, lambda: "Say a number, 7?" in screen_text(app), 20, "the held-out sample on screen")
             text = screen_text(app)
             assert "(no probes in this run)" not in text
             assert "held-out prompts (3): mean reward" in text

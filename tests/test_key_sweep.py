@@ -155,6 +155,12 @@ ROWS: list[Row] = [
     Row("loss_type", "grpo", "grpo", "GRPO's own aggregation (default dapo)"),
     Row("scale_rewards", "batch", "grpo", "advantages scaled by the batch's spread"),
     Row("mask_truncated_completions", True, "grpo", "cut completions out of the loss"),
+    Row("reward_hack_window", 4, "grpo", "the reward-hacking watch over 4 logged steps"),
+    Row("reward_hack_drop", 0.1, "grpo", "a smaller fall counts as hacking"),
+    Row("reward_hack_min_length", 2.0, "grpo", "completions of 2 tokens or fewer count as collapsed"),
+    Row("reward_hack_truncation_jump", 0.3, "grpo", "a larger truncated share needed"),
+    Row("reward_hack_kl", 0.5, "grpo", "a lower KL bound"),
+    Row("reward_hack_flat", 0.02, "grpo", "a stricter flat total"),
     Row("use_vllm", True, "grpo", "vLLM generates on a GPU: refused on the CPU", REFUSED),
     Row("vllm_mode", "server", "grpo", "without use_vllm: refused or unused", EITHER),
     # -- dataset ----------------------------------------------------------------------------------
@@ -199,7 +205,13 @@ ROWS: list[Row] = [
     Row("swanlab_logdir", T + "/swanlog", "lora2", "SwanLab's folder", EITHER),
     Row("run_name", "sweep-sft", "sft", "the run dir's name"),
     Row("include_effective_tokens_per_second", True, "sft", "effective tokens/s in summary.json"),
-    Row("include_num_input_tokens_seen", False, "sft", "always on here (the tokens/s figures): false is refused", REFUSED),
+    Row(
+        "include_num_input_tokens_seen",
+        False,
+        "sft",
+        "always on here (the tokens/s figures): false is refused",
+        REFUSED,
+    ),
     # -- training ---------------------------------------------------------------------------------
     Row("per_device_train_batch_size", 2, "sft", "micro-batches of 2"),
     Row("gradient_accumulation_steps", 2, "sft", "two micro-batches a step"),
@@ -217,8 +229,14 @@ ROWS: list[Row] = [
     Row("pure_bf16", True, "full", "weights and optimizer in bf16"),
     Row("gradient_checkpointing", True, "sft", "recompute activations"),
     Row("enable_liger_kernel", True, "sft", "Liger's Triton kernels: a GPU (refused on the CPU)", REFUSED),
-    Row("torch_compile", True, None, "inductor on the CPU (a C++ compiler; refused without one: tests/test_one_gate.py); "
-        "its first step compiles for ~110 s here, measured: too long for the sweep", CHECK),
+    Row(
+        "torch_compile",
+        True,
+        None,
+        "inductor on the CPU (a C++ compiler; refused without one: tests/test_one_gate.py); "
+        "its first step compiles for ~110 s here, measured: too long for the sweep",
+        CHECK,
+    ),
     Row("seed", 7, "sft", "another seed"),
     Row("resume_from_checkpoint", "last", "eval", "'last' with no checkpoint yet"),
     Row("ddp_timeout", 600, "fsdp", "a shorter collective timeout"),
@@ -343,22 +361,57 @@ def _fixtures(tmp: Path, tiny: Path) -> dict[str, str]:
     data.mkdir()
     kto = []
     for i in range(4):
-        kto.append({"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}], "label": True})
-        kto.append({"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": "No."}], "label": False})
+        kto.append(
+            {
+                "messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}],
+                "label": True,
+            }
+        )
+        kto.append(
+            {
+                "messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": "No."}],
+                "label": False,
+            }
+        )
     (data / "kto.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kto))
     tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}
-    info = {"kto_demo": {"file_name": "kto.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "kto_tag": "label"}, "tags": tags}}
+    info = {
+        "kto_demo": {
+            "file_name": "kto.jsonl",
+            "formatting": "sharegpt",
+            "columns": {"messages": "messages", "kto_tag": "label"},
+            "tags": tags,
+        }
+    }
     (data / "dataset_info.json").write_text(json.dumps(info))
-    (data / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}?", "gold": str(i)}) + "\n" for i in range(4)))
+    (data / "prompts.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"Say {i}?", "gold": str(i)}) + "\n" for i in range(4))
+    )
     adapter = tmp / "adapter"
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny)), LoraConfig(r=4, target_modules="all-linear"))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(tiny)), LoraConfig(r=4, target_modules="all-linear")
+    )
     model.save_pretrained(adapter)
     ds = tmp / "ds.json"
-    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto",
-                              "gradient_accumulation_steps": "auto", "train_batch_size": "auto"}))
-    return {"tmp": str(tmp), "tiny": str(tiny), "adapter": str(adapter), "data": str(data),
-            "demo": str(ROOT / "cockpit" / "demo_data"), "ds_json": str(ds)}
+    ds.write_text(
+        json.dumps(
+            {
+                "zero_optimization": {"stage": 2},
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "train_batch_size": "auto",
+            }
+        )
+    )
+    return {
+        "tmp": str(tmp),
+        "tiny": str(tiny),
+        "adapter": str(adapter),
+        "data": str(data),
+        "demo": str(ROOT / "cockpit" / "demo_data"),
+        "ds_json": str(ds),
+    }
 
 
 def _fill(value: Any, where: dict[str, str]) -> Any:
@@ -395,8 +448,13 @@ def _names(err: InputError, key: str) -> bool:
 
 
 def _train(path: Path, runs: Path) -> tuple[int, str]:
-    res = subprocess.run([sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)],
-                         capture_output=True, text=True, timeout=600, cwd=str(path.parent))
+    res = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(path.parent),
+    )
     return res.returncode, (res.stdout[-2500:] + res.stderr[-2500:])
 
 
@@ -410,7 +468,9 @@ def test_check_says_yes_and_the_run_trains_or_check_says_no(tmp_path, tiny_model
         for r in (r for r in ROWS if r.group == group and r.expect == REFUSED):  # with the group's other rows
             err = _check(_config(group, [*others, r], where, tmp_path))
             if err is None or not _names(err, r.key):
-                findings.append(f"{r.key}={r.value!r}: the table says check refuses it ({r.why}); check says {err or 'OK'}")
+                findings.append(
+                    f"{r.key}={r.value!r}: the table says check refuses it ({r.why}); check says {err or 'OK'}"
+                )
         accepted = others
         while accepted and (err := _check(_config(group, accepted, where, tmp_path))) is not None:
             refused = [r for r in accepted if _names(err, r.key)]  # the rows the refusal names go
@@ -427,8 +487,12 @@ def test_check_says_yes_and_the_run_trains_or_check_says_no(tmp_path, tiny_model
         runs += 1
         print(f"key sweep: {group}: {len(accepted)} keys, exit {code} in {time.monotonic() - t0:.0f} s", flush=True)
         if code != 0:
-            findings.append(f"group {group} ({', '.join(r.key for r in accepted)}): check accepts it, the run exits {code}:\n{out}")
-    only = [r for r in ROWS if r.expect == CHECK]  # check-only rows, together (offload needs zero_stage): accepted, no run
+            findings.append(
+                f"group {group} ({', '.join(r.key for r in accepted)}): check accepts it, the run exits {code}:\n{out}"
+            )
+    only = [
+        r for r in ROWS if r.expect == CHECK
+    ]  # check-only rows, together (offload needs zero_stage): accepted, no run
     if (err := _check(_config("sft", only, where, tmp_path, {"master_port": 29731}))) is not None:
         findings.append(f"check-only rows ({', '.join(r.key for r in only)}): check refuses them: {err}")
     print(f"key sweep: {len(ROWS)} rows, {runs} runs")
