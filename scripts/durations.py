@@ -37,12 +37,28 @@ def table(rows: list[tuple[float, str, str]], wall: str) -> str:
         "",
         f"{len(rows)} tests, {total:.0f} s of test time in all{wall}. Made by `python scripts/durations.py --table`",
         "from the JUnit XML that `scripts/test.sh` writes; slowest first.",
-        "",
-        "| s | share | outcome | test |",
-        "|---:|---:|---|---|",
     ]
-    lines += [f"| {t:.1f} | {t / total:.1%} | {o} | `{n}` |" for t, n, o in rows if total]
-    return "\n".join(lines) + "\n"
+    tests = ["| s | share | outcome | test |", "|---:|---:|---|---|"]
+    tests += [f"| {t:.1f} | {t / total:.1%} | {o} | `{n}` |" for t, n, o in rows if total]
+    return "\n".join(lines) + "\n" + file_table(rows) + "\n".join(tests) + "\n"
+
+
+def by_file(rows: list[tuple[float, str, str]]) -> list[tuple[float, int, str]]:
+    """(seconds, tests, module) per test module, slowest first: where a file's many small tests add up."""
+    spent: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for t, name, _ in rows:
+        module = name.split("::", 1)[0]
+        spent[module] = spent.get(module, 0.0) + t
+        count[module] = count.get(module, 0) + 1
+    return sorted(((spent[m], count[m], m) for m in spent), reverse=True)
+
+
+def file_table(rows: list[tuple[float, str, str]], top: int = 30) -> str:
+    total = sum(t for t, _, _ in rows) or 1.0
+    lines = ["", f"## The {top} slowest test modules", "", "| s | share | tests | module |", "|---:|---:|---:|---|"]
+    lines += [f"| {t:.1f} | {t / total:.1%} | {n} | `{m}` |" for t, n, m in by_file(rows)[:top]]
+    return "\n".join(lines) + "\n\n## Every test\n\n"
 
 
 def main(argv: list[str] | None = None) -> int:
