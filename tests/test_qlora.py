@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cockpit, read_events, start_detached, wait_for, write_yaml
 
-# the embedded model's linear layers: 7 per decoder layer (q k v o gate up down), 30 layers
-LINEARS = 7 * 30
+def linears(model_dir: Path) -> int:
+    """The model's linear layers below the head: 7 per decoder layer (q k v o gate up down); the embedded
+    model has 30 layers (210), the tiny Llama 2 (14)."""
+    return 7 * json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
 
 
 def qlora_config(tmp_path: Path, model_dir: Path, bits: int, name: str = "", **over) -> Path:
@@ -106,7 +108,7 @@ def assert_only_lora_trained(run: Path, model_dir: Path, base_sha: str, steps: i
     adapter = load_file(str(run / "adapter" / "adapter_model.safetensors"))
     assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter), sorted(adapter)[:5]
     b = [t for k, t in adapter.items() if ".lora_B." in k]
-    assert len(b) == LINEARS and all(t.abs().max() > 0 for t in b)
+    assert len(b) == linears(model_dir) and all(t.abs().max() > 0 for t in b)
     losses = [e["loss"] for e in read_events(run) if e["kind"] == "step"]
     assert len(losses) == steps, losses
     return losses
@@ -119,7 +121,7 @@ def test_qlora_4bit_trains_only_the_adapter_over_nf4_weights(tmp_path, embedded_
     LoRA matrices train, and four steps bring the loss down."""
     cfg = qlora_config(tmp_path, embedded_dir, 4)
     seen = loaded(cfg, bnb_env)
-    assert seen["quantized"] == LINEARS and seen["plain_linears"] == [], seen
+    assert seen["quantized"] == linears(embedded_dir) and seen["plain_linears"] == [], seen
     assert seen["weight_dtypes"] == ["torch.uint8"] and seen["packed"] and seen["quant_state"], seen
     assert seen["trainable"] == ["default"] and seen["device"] == ["cpu"], seen  # lora_A.default.weight ...
     # embeddings, lm_head and norms keep the run's bf16, as LLaMA-Factory keeps them (PEFT's
@@ -166,39 +168,39 @@ def assert_merged_into_unquantized_base(tmp_path: Path, run: Path, model_dir: Pa
 
 
 @pytest.mark.slow
-def test_qlora_8bit_trains_only_the_adapter_over_int8_weights(tmp_path, embedded_dir, bnb_env):
+def test_qlora_8bit_trains_only_the_adapter_over_int8_weights(tmp_path, tiny_model_dir, bnb_env):
     """``quantization_bit: 8`` (LLM.int8) on the CPU: ``Linear8bitLt`` layers with int8 weights,
-    the adapter trains, the loss falls."""
-    cfg = qlora_config(tmp_path, embedded_dir, 8, max_steps=3, save_steps=3)
+    the adapter trains, the loss falls (the tiny Llama: the same layers, what is asserted holds for any base)."""
+    cfg = qlora_config(tmp_path, tiny_model_dir, 8, max_steps=3, save_steps=3)
     seen = loaded(cfg, bnb_env)
-    assert seen["quantized"] == LINEARS and seen["plain_linears"] == [], seen
+    assert seen["quantized"] == linears(tiny_model_dir) and seen["plain_linears"] == [], seen
     assert seen["weight_dtypes"] == ["torch.int8"] and seen["packed"], seen
 
-    base_sha = sha(embedded_dir / "model.safetensors")
+    base_sha = sha(tiny_model_dir / "model.safetensors")
     run = train(tmp_path, cfg, bnb_env)
-    losses = assert_only_lora_trained(run, embedded_dir, base_sha, 3)
+    losses = assert_only_lora_trained(run, tiny_model_dir, base_sha, 3)
     assert losses[-1] < losses[0], losses
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("over", "reentrant"), [({"gradient_checkpointing": True, "use_reentrant_gc": True}, [True]),
                                                  ({"gradient_checkpointing": True}, [False]), ({}, [])])
-def test_kbit_preparation_honours_the_checkpointing_keys(tmp_path, embedded_dir, bnb_env, over, reentrant):
+def test_kbit_preparation_honours_the_checkpointing_keys(tmp_path, tiny_model_dir, bnb_env, over, reentrant):
     """The 4-bit base's preparation (``prepare_quantized_base``) switches checkpointing on as the
     Trainer gets it (gradient_checkpointing unless disable_gradient_checkpointing, and
     use_reentrant_gc), so a 4-bit base checkpoints exactly when asked, the way asked."""
-    seen = loaded(qlora_config(tmp_path, embedded_dir, 4, **over), bnb_env)
+    seen = loaded(qlora_config(tmp_path, tiny_model_dir, 4, **over), bnb_env)
     assert seen["checkpointing_reentrant"] == reentrant, seen
 
 
 @pytest.mark.slow
-def test_qlora_ddp_on_two_cpu_ranks_matches_one_rank(tmp_path, embedded_dir, bnb_env):
+def test_qlora_ddp_on_two_cpu_ranks_matches_one_rank(tmp_path, tiny_model_dir, bnb_env):
     """QLoRA under DDP (gloo, 2 CPU ranks, each holding its own 4-bit base): the same losses as one
     rank with the same global batch, bf16's rounding of other batch shapes apart (measured
     2026-12-03 with a cosine schedule: 4.0248 / 2.7795 / 2.0855 against 4.0248 / 2.7873 / 2.0829)."""
     common = dict(max_steps=3, save_strategy="no", lr_scheduler_type="constant", numa_bind="off", seed=7)
-    ddp = train(tmp_path, qlora_config(tmp_path, embedded_dir, 4, "ddp", nproc_per_node=2, **common), bnb_env)
-    one = train(tmp_path, qlora_config(tmp_path, embedded_dir, 4, "one", per_device_train_batch_size=4, **common),
+    ddp = train(tmp_path, qlora_config(tmp_path, tiny_model_dir, 4, "ddp", nproc_per_node=2, **common), bnb_env)
+    one = train(tmp_path, qlora_config(tmp_path, tiny_model_dir, 4, "one", per_device_train_batch_size=4, **common),
                 bnb_env)
     launch = json.loads((ddp / "launch.json").read_text())
     assert launch["strategy"] == "DDP" and len(launch["ranks"]) == 2
@@ -275,7 +277,7 @@ def test_qlora_4bit_steps_on_a_gpu(tmp_path, embedded_dir, bnb_env):
         pytest.skip("no GPU here")
     cfg = qlora_config(tmp_path, embedded_dir, 4, "gpu", use_cpu=False, max_steps=2, save_strategy="no")
     seen = loaded(cfg, bnb_env)
-    assert seen["quantized"] == LINEARS and seen["device"] == ["cuda:0"], seen
+    assert seen["quantized"] == linears(embedded_dir) and seen["device"] == ["cuda:0"], seen
     run = train(tmp_path, cfg, bnb_env)
     assert len([e for e in read_events(run) if e["kind"] == "step"]) == 2
     res = subprocess.run([sys.executable, "-c", _DOCTOR.replace('facts=TorchFacts(importable=True, version="cpu")', "")],
