@@ -139,6 +139,10 @@ def test_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_model_dir
     full = step_losses(next((a / "runs").iterdir()))
     run = start_detached(b, tiny_config(b, tiny_model_dir, **common))
     rank_pid = int(wait_for(lambda: (status(run).get("rank_pids") or {}).get("0"), 120, "the rank's pid"))
+    # The rank at the lowest priority, this poller at its own: on a loaded box (a neighbour's tests on both
+    # cores) the poller is scheduled before the rank, which ran all 48 steps before the poller read its
+    # first event once (a run "finished", not killed). The run's numbers do not depend on its priority.
+    os.setpriority(os.PRIO_PROCESS, rank_pid, 19)
     # A crash after checkpoint-8: poll tightly (new bytes only) and kill at once. Steps take
     # ~0.05 s on an idle box, so the kill may land a checkpoint or two later: k is the last one
     # saved before it, and the run must not have reached its end.
