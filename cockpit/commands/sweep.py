@@ -153,6 +153,9 @@ def print_table(st: dict) -> None:
         )
     else:
         print("best: none yet (no trial completed)")
+    imp = st.get("importance")
+    if imp:
+        print("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp["params"].items()))
 
 
 def _cell(v) -> str:

@@ -455,8 +455,35 @@ def status(runs_dir: Path, name: str) -> dict[str, Any]:
             "params": dict(best.params),
             "run_id": best.user_attrs.get("run_id"),
         },
+        "importance": importance(study),
         "driver_alive": _alive(driver.get("pid")),
     }
+
+
+IMPORTANCE_MIN_TRIALS = 4  # completed trials before the parameters' importance is worth showing
+
+
+def importance(study: Any) -> dict[str, Any] | None:
+    """Each parameter's share of the objective's variation over the completed trials
+    (``optuna.importance.get_param_importances``, values summing to 1, the largest first), or None
+    below :data:`IMPORTANCE_MIN_TRIALS`. PED-ANOVA: Optuna's evaluator that needs no scikit-learn
+    (its default, fANOVA, does; the ``sweep`` extra installs Optuna alone)."""
+    import warnings
+
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(done) < IMPORTANCE_MIN_TRIALS:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PED-ANOVA is experimental in Optuna 4
+        try:
+            found = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            )
+        except (ValueError, RuntimeError):  # e.g. every completed trial has the same values
+            return None
+    return {"evaluator": "ped-anova", "trials": len(done), "params": {k: float(v) for k, v in found.items()}}
 
 
 def _alive(pid: Any) -> bool:

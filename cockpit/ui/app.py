@@ -41,6 +41,8 @@ class CockpitCommands(Provider):
         from cockpit.ui.screens.run_actions import RESUMABLE
 
         cmds += self._screen_commands()
+        for name in sweep_names(app.runs_dir):
+            cmds.append((f"Sweep: {name}", partial(app.open_sweep, name), "its trials, the best, importance"))
         for r in reversed(list_runs(app.runs_dir)[-50:]):
             cmds.append((f"Run: {r.run_id}", partial(app.open_run, r), "open its live view or summary"))
             state = r.read_status().get("state")
@@ -76,6 +78,12 @@ class CockpitCommands(Provider):
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), cb, help=help_text)
+
+
+def sweep_names(runs_dir: Path) -> list[str]:
+    """The sweeps of the runs dir (``<runs>/sweeps/<name>/spec.yaml``), newest first; no Optuna."""
+    found = [p for p in (runs_dir / "sweeps").glob("*/spec.yaml")] if (runs_dir / "sweeps").is_dir() else []
+    return [p.parent.name for p in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)]
 
 
 class CockpitPalette(CommandPalette):
@@ -320,10 +328,20 @@ class CockpitApp(App):
         else:
             self.show_on_runs(LiveScreen(run))
 
-    def open_summary(self, run: RunDir) -> None:
+    def open_summary(self, run: RunDir, on_top: bool = False) -> None:
+        """``run``'s Summary on Runs, or ``on_top`` of the current screen (the Sweep screen's trial)."""
         from cockpit.ui.screens.summary import SummaryScreen
 
-        self.show_on_runs(SummaryScreen(run))
+        if on_top:
+            self.push_screen(SummaryScreen(run))
+        else:
+            self.show_on_runs(SummaryScreen(run))
+
+    def open_sweep(self, name: str, runs_dir: Path | None = None) -> None:
+        """The Sweep screen of the sweep ``name`` (``<runs>/sweeps/<name>``) on Runs."""
+        from cockpit.ui.screens.sweep import SweepScreen
+
+        self.show_on_runs(SweepScreen(name, runs_dir))
 
     def open_run(self, run: RunDir) -> None:
         from cockpit.store.rundir import TERMINAL_STATES

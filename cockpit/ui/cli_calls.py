@@ -122,6 +122,19 @@ def export_run(run_dir: Path, merge: bool, timeout: float = 3600) -> CliResult:
     return run_cli(*args, timeout=timeout)
 
 
+def sweep_status(name: str, runs_dir: Path, timeout: float = 120) -> CliResult:
+    """``cockpit sweep status NAME --json``: the trials, the best, the parameters' importance (Optuna
+    stays in that process)."""
+    return run_cli("sweep", "status", name, "--json", "--runs-dir", str(runs_dir), timeout=timeout)
+
+
+def sweep_save_best(name: str, runs_dir: Path, path: Path, timeout: float = 120) -> CliResult:
+    """``cockpit sweep best NAME --save-preset PATH --json``: the best trial's config as a preset."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    args = ("sweep", "best", name, "--save-preset", str(path), "--json", "--runs-dir", str(runs_dir))
+    return run_cli(*args, timeout=timeout)
+
+
 def doctor(timeout: float = 300) -> CliResult:
     return run_cli("doctor", "--json", timeout=timeout)
 

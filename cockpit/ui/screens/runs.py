@@ -121,6 +121,7 @@ class RunsScreen(RunActionsMixin, Screen):
         *ACTION_BINDINGS,
         Binding("space", "mark", "Mark"),
         Binding("d", "compare", "Compare marked"),
+        Binding("S", "sweep", "Sweep of the run"),
         Binding("n", "new", "New run"),
         Binding("r", "refresh_runs", "Refresh"),
         Binding("left_square_bracket", "queue_move(-1)", "Queued run earlier", show=False, key_display="["),
@@ -296,6 +297,17 @@ class RunsScreen(RunActionsMixin, Screen):
         run = self._selected()
         if run is not None:
             self.app.open_live(run)
+
+    def action_sweep(self) -> None:
+        """S: the Sweep screen of the selected run's sweep (a trial's run is ``<sweep>-t<N>``)."""
+        from cockpit.ui.screens.sweep import sweep_of
+
+        run = self._selected()
+        name = sweep_of(run) if run is not None else None
+        if name is None:
+            self.notify("S opens a sweep: select one of its trials' runs (<sweep>-t<N>)", severity="warning")
+            return
+        self.app.open_sweep(name)
 
     def action_new(self) -> None:
         self.app.action_go("setup")
