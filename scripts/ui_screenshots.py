@@ -357,6 +357,86 @@ async def _nodes_drill(pilot) -> None:
 
 
 # name -> (start mode, extra app options, run_before)
+# -- a sweep (cockpit sweep, docs/sweeps.md) as its driver leaves it: Optuna's SQLite study made through
+# cockpit/sweep's own code, seven trials asked of it (four complete, one pruned at step 20, two running), each
+# with the run dir a trial's run has (status.json `sweep` / `sweep_trial`, its config, step and eval events) --
+SWEEP_NAME = "lr-rank"
+SWEEP_TRIALS = [  # (learning_rate, lora_rank, state, eval_loss at steps 10, 20, 30, 40 as far as it went)
+    (3e-4, 8, "complete", [2.31, 1.84, 1.55, 1.412]),
+    (2e-3, 16, "complete", [2.02, 1.51, 1.29, 1.187]),
+    (1e-5, 4, "pruned", [2.69, 2.61]),
+    (5e-3, 16, "complete", [1.93, 1.38, 1.17, 1.093]),
+    (8e-5, 4, "complete", [2.52, 2.21, 1.99, 1.874]),
+    (1e-3, 8, "running", [2.11, 1.62]),
+    (4e-3, 16, "running", [1.97]),
+]
+
+
+def write_sweep(runs: Path, name: str = SWEEP_NAME, trials: list | None = None) -> Path:
+    """The sweep ``name`` under ``runs`` (its spec over the cpu-demo preset, its study in optuna.db) and
+    its trials' run dirs; the sweep dir. Deterministic: the values are enqueued, the times from FROZEN_NOW."""
+    import optuna
+    import yaml
+
+    from cockpit.config.load import to_yaml
+    from cockpit.sweep.driver import Driver, suggest
+    from cockpit.sweep.spec import parse_spec
+
+    base = yaml.safe_load((ROOT / "presets" / "cpu-demo.yaml").read_text(encoding="utf-8"))
+    raw = {"name": name, "base": base, "trials": 8, "parallel": 2, "seed": 0,
+           "space": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
+                     "lora_rank": {"type": "choice", "choices": [4, 8, 16]}}}
+    spec = parse_spec(raw, ROOT, default_name=name)
+    study = Driver(runs, spec, log=lambda _m: None).create()
+    for number, (lr, rank, state, losses) in enumerate(trials or SWEEP_TRIALS):
+        study.enqueue_trial({"learning_rate": lr, "lora_rank": rank})
+        trial = study.ask()
+        params = suggest(trial, spec)
+        run_id = f"20261204-{10 + number:02d}0000-{name}-t{number}-{number:x}a5e"
+        run = runs / run_id
+        (run / "logs").mkdir(parents=True, exist_ok=True)
+        study._storage.set_trial_user_attr(trial._trial_id, "run_name", f"{name}-t{number}")
+        study._storage.set_trial_user_attr(trial._trial_id, "run_id", run_id)
+        steps = 10 * len(losses)
+        t0 = FROZEN_NOW - 3600 * (8 - number)
+        run_state = {"complete": "finished", "pruned": "stopped"}.get(state, "running")
+        status = {"state": run_state, "run_id": run_id, "attempt": 1, "step": steps, "total_steps": 40,
+                  "started": t0, "sweep": name, "sweep_trial": number}
+        (run / "status.json").write_text(json.dumps(status), encoding="utf-8")
+        (run / "config.yaml").write_text(to_yaml(spec.raw_config(params, f"{name}-t{number}"), only_changed=False),
+                                         encoding="utf-8")
+        events: list[dict[str, Any]] = [{"t": t0, "kind": "state", "state": "running", "reason": None},
+                                        {"t": t0 + 20, "kind": "train_begin", "total_steps": 40, "start_step": 0}]
+        for i, loss in enumerate(losses, start=1):
+            trial.report(loss, 10 * i)
+            events += [{"t": t0 + 60 * i, "kind": "step", "step": 10 * i, "total_steps": 40, "loss": round(loss + 0.2, 3),
+                        "tokens_seen": 2600 * i},
+                       {"t": t0 + 60 * i + 5, "kind": "eval", "step": 10 * i, "eval_loss": loss}]
+        if state == "complete":
+            study.tell(trial, losses[-1])
+        elif state == "pruned":
+            study._storage.set_trial_user_attr(trial._trial_id, "prune_requested", steps)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        if run_state != "running":
+            events.append({"t": t0 + 60 * len(losses) + 10, "kind": "state", "state": run_state, "reason": None})
+        with open(run / "events.jsonl", "w", encoding="utf-8") as fh:
+            for ev in events:
+                fh.write(json.dumps({"v": 1, **ev}, separators=(",", ":")) + "\n")
+    return runs / "sweeps" / name
+
+
+async def _sweep(pilot) -> None:
+    import tempfile
+
+    runs = Path(tempfile.mkdtemp(prefix="cockpit-sweep-"))
+    write_sweep(runs)
+    pilot.app.open_sweep(SWEEP_NAME, runs_dir=runs)
+    await _settle(pilot, lambda: type(pilot.app.screen).__name__ == "SweepScreen" and pilot.app.screen.reads > 0,
+                  timeout=60)
+    await _settle(pilot, lambda: tables_sized(pilot, "SweepScreen", "#sweep-trials"))
+    await pilot.pause(0.3)
+
+
 SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] = {
     "runs": ("runs", {}, _runs),
     "live": ("runs", {}, _live),
@@ -371,6 +451,7 @@ SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] 
     "nodes-drill": ("runs", {}, _nodes_drill),
     "summary-nocolor": ("runs", {"colours": "no"}, _summary),
     "runs-16colour": ("runs", {"colours": "16"}, _runs),
+    "sweep": ("runs", {}, _sweep),
 }
 
 
