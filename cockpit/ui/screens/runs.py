@@ -121,7 +121,7 @@ class RunsScreen(RunActionsMixin, Screen):
         *ACTION_BINDINGS,
         Binding("space", "mark", "Mark"),
         Binding("d", "compare", "Compare marked"),
-        Binding("S", "sweep", "Sweep of the run"),
+        Binding("S", "sweep", "Sweep"),
         Binding("n", "new", "New run"),
         Binding("r", "refresh_runs", "Refresh"),
         Binding("left_square_bracket", "queue_move(-1)", "Queued run earlier", show=False, key_display="["),
