@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, cockpit, read_events, tiny_config
 
 
-@pytest.mark.budget(300, reason="the DPO demo preset on the embedded 135M model: learning is what it asserts")
+@pytest.mark.budget(240, reason="the DPO demo preset on the embedded 135M model: learning is what it asserts")
 @pytest.mark.slow
 def test_cpu_dpo_demo_prefers_the_chosen_identity(tmp_path, embedded_dir):
     runs = tmp_path / "runs"
