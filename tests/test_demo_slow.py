@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, cockpit, read_events
 
 
-@pytest.mark.budget(200, reason="the SFT demo preset on the embedded 135M model: learning is what it asserts")
+@pytest.mark.budget(150, reason="the SFT demo preset on the embedded 135M model: learning is what it asserts")
 @pytest.mark.slow
 def test_cpu_demo_preset_learns_identity(tmp_path, embedded_dir):
     runs = tmp_path / "runs"
