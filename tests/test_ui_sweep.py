@@ -100,6 +100,10 @@ def test_sweep_screen_from_runs_and_palette(tmp_path, monkeypatch):
             assert [r.run_id[-4:] for r in app.screen.runs] == ["0a5e", "1a5e"]
             await pilot.press("escape")
             await wait_for(pilot, lambda: app.screen is scr, 10, "back on the sweep")
+            reads = scr.reads
+            await pilot.press("r")  # read again: the same trials, updated in place, the marks and cursor kept
+            await wait_for(pilot, lambda: scr.reads > reads, 60, "the sweep read again")
+            assert [str(table.get_row(k)[0]) for k in table.rows][:3] == ["●", "●", " "] and table.cursor_row == 1
 
             # b: the best trial's config as a preset, through cockpit sweep best --save-preset
             await pilot.press("b")
@@ -124,3 +128,13 @@ def test_sweep_screen_from_runs_and_palette(tmp_path, monkeypatch):
     check = cockpit("check", str(preset), "--no-devices", "--json", timeout=300)
     assert check.returncode == 0, check.stdout + check.stderr
     assert json.loads(check.stdout)["ok"] is True
+
+
+def test_a_sweep_that_can_no_longer_change_is_not_read_again():
+    from cockpit.ui.screens.sweep import changing
+
+    done = {"state": "complete", "run_state": "finished"}
+    assert changing(None)  # nothing read yet (or the read failed)
+    assert not changing({"driver_alive": False, "trials": [done, {"state": "running", "run_state": "lost"}]})
+    assert changing({"driver_alive": True, "trials": [done]})
+    assert changing({"driver_alive": False, "trials": [done, {"state": "running", "run_state": "running"}]})

@@ -6,10 +6,11 @@ the best trial so far, the objective by trial number (a sparkline) and each para
 once enough trials completed. Its data is ``cockpit sweep status NAME --json`` in a subprocess
 (``cli_calls.sweep_status``: Optuna and its SQLite storage stay out of the UI process, and the
 importance is computed there), read by a thread worker at the mount and then periodically while
-the screen is on top; the UI thread never waits on it.
+the screen is on top and the sweep can still change (a live driver, a trial's run not ended); the UI
+thread never waits on it.
 
-Keys: Enter opens the selected trial's run (Live while it runs, else Summary: ``app.open_run``, on
-top of this screen); space marks trials and d compares the marked ones (the selected one and the
+Keys: Enter opens the selected trial's run (Live while it runs, else Summary, as Runs decides, but
+on top of this screen: ``app.open_live`` / ``open_summary`` with ``on_top``); space marks trials and d compares the marked ones (the selected one and the
 best without marks: ``screens/compare.py``); b saves the best trial's config as a preset in your
 presets folder (``cockpit sweep best NAME --save-preset PATH``, ``cli_calls.sweep_save_best``)."""
 
@@ -115,6 +116,16 @@ def objective_points(st: dict[str, Any]) -> list[tuple[int, float]]:
     return [(t["number"], float(t["objective"])) for t in st.get("trials", []) if t.get("objective") is not None]
 
 
+def changing(st: dict[str, Any] | None) -> bool:
+    """Whether another read may show something new: none yet (or it failed), a live driver, or a trial
+    whose run has not ended. A sweep whose driver is gone and whose runs all ended stays as it is (r reads it)."""
+    if not st:
+        return True
+    return bool(st.get("driver_alive")) or any(
+        t["state"] in ACTIVE and t.get("run_state") not in TERMINAL_STATES for t in st.get("trials", [])
+    )
+
+
 class SweepScreen(Screen):
     if TYPE_CHECKING:
         app = getters.app(CockpitApp)
@@ -166,7 +177,7 @@ class SweepScreen(Screen):
         self.query_one(DataTable).focus()
 
     def _tick(self) -> None:
-        if on_top(self):
+        if on_top(self) and changing(self.data):
             self._read()
 
     @work(thread=True, exclusive=True, group="sweep-status")
@@ -237,6 +248,12 @@ class SweepScreen(Screen):
                 *(cell(t["params"].get(k)) for k in keys),
                 short_name(t["run_id"]) if t.get("run_id") else "-",
             )
+        if [str(k.value) for k in table.rows] == list(rows):  # the same trials: their cells, in place
+            for row_key, values in rows.items():
+                for col, value in zip(columns, values):
+                    if table.get_cell(row_key, col) != value:
+                        table.update_cell(row_key, col, value, update_width=True)
+            return
         key = self._selected_key()
         table.clear()
         for row_key, values in rows.items():
