@@ -2,7 +2,9 @@
 app opens on Setup; runs present: on Runs), in a fresh app each, with Textual's Pilot: no exception,
 and the screen a person expects (the model below says which).
 
-The keys: F2 Setup, F3 Runs, F4 Doctor, F8 launch, ? keys view, Esc, n (new run), Ctrl+P palette.
+The keys: F2 Setup, F3 Runs, F4 Doctor, F8 launch, ? keys view, Esc, n (new run), Ctrl+P palette, S (Runs:
+the selected run's sweep; with runs present the newest run is a trial of the sweep ``ui_screenshots.write_sweep``
+writes, so S opens its Sweep screen).
 A launch goes through ``cli_calls.train_detached`` (``cockpit train --detach`` in a subprocess): here it
 answers with a recorded run dir, so a walk of a thousand launches trains nothing;
 ``test_launch_with_runs_present_reaches_live`` launches for real.
@@ -27,11 +29,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from ui_screenshots import write_sweep
 
 from tests.test_ui_pilot import form_filled, wait_for_form
 
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "ui_run"
-KEYS = ("f2", "f3", "f4", "f8", "question_mark", "escape", "n", "ctrl+p")
+KEYS = ("f2", "f3", "f4", "f8", "question_mark", "escape", "n", "ctrl+p", "S")
 BASE = {"setup": "SetupScreen", "runs": "RunsScreen", "doctor": "DoctorScreen"}
 OVERLAYS = ("KeysView", "CockpitPalette")
 
@@ -61,8 +64,10 @@ def expected_stack(start: str, keys: tuple[str, ...]) -> tuple[str, tuple[str, .
             stacks["runs"].append("LiveScreen")
         elif key == "question_mark":
             stacks[mode].pop() if top == "KeysView" else stacks[mode].append("KeysView")
-        elif key == "escape" and top in ("KeysView", "LiveScreen", "SummaryScreen"):
+        elif key == "escape" and top in ("KeysView", "LiveScreen", "SummaryScreen", "SweepScreen"):
             stacks[mode].pop()
+        elif key == "S" and top == "RunsScreen" and start == "runs":  # the selected (newest) run is a sweep's trial
+            stacks[mode].append("SweepScreen")
         elif key == "n" and top == "RunsScreen":
             go("setup")
         elif key == "ctrl+p":
@@ -215,6 +220,7 @@ def nav_env(tmp_path, monkeypatch):
     empty.mkdir()
     full = tmp_path / "runs"
     shutil.copytree(FIXTURE_RUNS, full)
+    write_sweep(full)  # its trials' runs are the newest: S on Runs opens the Sweep screen
     return {"setup": empty, "runs": full, "launches": launches}
 
 
@@ -222,7 +228,7 @@ def walk_and_check(nav_env: dict, start: str) -> None:
     walker = Walker()
     asyncio.run(walker.explore(nav_env[start]))
     seen = {keys: walker.after(keys) for depth in (0, 1, 2, 3) for keys in itertools.product(KEYS, repeat=depth)}
-    assert len(seen) == 1 + 8 + 64 + 512
+    assert len(seen) == sum(len(KEYS) ** depth for depth in (0, 1, 2, 3))
     wrong = {
         " ".join(k) or "(start)": (got, expected_stack(start, k))
         for k, got in seen.items()
@@ -238,7 +244,7 @@ def walk_and_check(nav_env: dict, start: str) -> None:
 
 @pytest.mark.budget(
     240,
-    reason="every edge of the app's state graph within two keys of Setup (37 states, 152 edges, 31 apps each filling Setup's form: 201 s quiet, 2026-12-05)",
+    reason="every edge of the app's state graph within two keys of Setup (37 states, 171 edges with S, 32 apps each filling Setup's form: 137 s, 2026-12-05)",
 )
 @pytest.mark.slow
 def test_every_key_sequence_up_to_three_without_runs(nav_env):
