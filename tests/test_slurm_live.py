@@ -204,3 +204,48 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
             assert str(app.screen.query_one(DataTable).get_row_at(0)[2]) == "■ cancelled"
 
     asyncio.run(scenario())
+
+
+@pytest.mark.budget(90, "a sweep of three tiny-Llama trials as Slurm jobs, two at a time, on the live test Slurm (37 s quiet)")
+def test_a_sweep_on_slurm_runs_each_trial_as_a_job(slurm, tmp_path, tiny_model_dir):
+    """``launcher: slurm``: each trial is one Slurm job submitted as ``cockpit train --slurm`` does
+    (its run dir queued at submission with the job id, then running, finished), ``parallel: 2``
+    of them in flight; every trial's run dir complete with the sweep's extras; the study has a best."""
+    from test_sweep import ENV, QUICK, SPACE, sweep_runs
+
+    from cockpit.sweep.driver import best_trial, open_study, read_sweep_spec
+
+    runs = tmp_path / "runs"
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **{**QUICK, "max_steps": 4, "save_steps": 100})
+    spec = {
+        "name": "sl", "base": base.name, "space": SPACE, "trials": 3, "parallel": 2, "sampler": "random", "seed": 0,
+        "pruner": "none", "launcher": "slurm", "slurm": {"exclusive": False, "time": "10:00"},
+    }
+    path = tmp_path / "sl.sweep.yaml"
+    path.write_text(json.dumps(spec))
+    res = cockpit("sweep", str(path), "--skip-check", "--poll", "0.5", "--runs-dir", str(runs), env=ENV, timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("as Slurm job") == 3, res.stdout
+    by_trial = sweep_runs(runs, "sl")
+    assert sorted(by_trial) == [0, 1, 2] and all(len(v) == 1 for v in by_trial.values()), by_trial
+    jobs = []
+    for n, (st,) in by_trial.items():
+        run = runs / st["run_id"]
+        assert st["sweep"] == "sl" and st["sweep_trial"] == n and st["run_id"].split("-", 2)[2].startswith(f"sl-t{n}-")
+        logs = "".join(f.read_text()[-2000:] for f in (run / "logs").glob("slurm-*.out"))
+        assert effective(run)["state"] == "finished", (st, logs)
+        assert states_of(run)[:2] == ["queued", "running"] and states_of(run)[-1] == "finished"
+        assert (run / "summary.json").is_file() and (run / "slurm" / "job.sh").is_file()
+        assert "#SBATCH --time=10:00" in (run / "slurm" / "job.sh").read_text()
+        assert "gpus" not in st  # Slurm places the trial: no host GPU assigned
+        jobs.append(st["slurm"]["job_id"])
+    assert len(set(jobs)) == 3
+    t0, t1, t2 = (by_trial[n][0] for n in range(3))
+    assert t1["submitted"] < t0["ended"] and t0["submitted"] < t1["ended"]  # two in flight at once
+    assert t2["submitted"] >= min(t0["ended"], t1["ended"])  # never three
+    states = slurm.client("squeue", "-h", "-t", "all", "-j", ",".join(jobs), "-o", "%T").stdout.split()
+    assert states == ["COMPLETED"] * 3, states
+    spec_obj = read_sweep_spec(runs, "sl")
+    assert spec_obj.launcher == "slurm"
+    best = best_trial(open_study(runs, spec_obj))
+    assert best is not None and best.user_attrs["run_id"] in {st[0]["run_id"] for st in by_trial.values()}

@@ -64,6 +64,32 @@ def test_spec_reads_the_space_and_checks_its_corners(tmp_path):
         assert err.value.problems[0].key == key and words in str(err.value), str(err.value)
 
 
+def test_a_bad_launcher_or_sbatch_option_is_refused_before_any_study(tmp_path, tiny_model_dir, monkeypatch):
+    """``launcher`` and its ``slurm:`` options are checked when the spec is read (no Slurm needed):
+    a bad value is refused with the field's name, exit 2, and no sweep dir or run exists."""
+    for raw, key, words in [
+        ({"launcher": "k8s"}, "launcher", "one of local, slurm, not 'k8s'"),
+        ({"slurm": {"partition": "gpu"}}, "slurm", "need launcher: slurm"),
+        ({"launcher": "slurm", "slurm": {"partiton": "gpu"}}, "slurm.partiton", "unknown sbatch option"),
+        ({"launcher": "slurm", "slurm": {"cpus_per_task": 0}}, "slurm.cpus_per_task", "whole number >= 1"),
+        ({"launcher": "slurm", "slurm": {"time": "1:00\nrm -rf /"}}, "slurm.time", "cannot go on an #SBATCH line"),
+        ({"launcher": "slurm", "slurm": {"sbatch_args": "--hold"}}, "slurm.sbatch_args", "a list of sbatch options"),
+    ]:
+        with pytest.raises(InputError) as err:
+            parse_spec({"base": {}, "space": SPACE, **raw}, tmp_path, "s")
+        assert err.value.problems[0].key == key and words in str(err.value), str(err.value)
+    spec = parse_spec({"base": {}, "space": SPACE, "launcher": "slurm", "slurm": {"time": 30, "exclusive": False}}, tmp_path, "s")
+    assert (spec.slurm_options().time, spec.slurm_options().exclusive) == ("30", False)
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **QUICK)
+    runs = tmp_path / "runs"
+    res = cockpit("sweep", str(spec_file(tmp_path, base, "bad", launcher="k8s")), "--runs-dir", str(runs), env=ENV)
+    assert res.returncode == 2 and "launcher: one of local, slurm, not 'k8s'" in res.stderr, res.stdout + res.stderr
+    # launcher slurm where there is no sbatch: refused with the reason
+    res = cockpit("sweep", str(spec_file(tmp_path, base, "nosb", launcher="slurm")), "--runs-dir", str(runs), env={**ENV, "PATH": str(Path(sys.executable).parent)})
+    assert res.returncode == 2 and "launcher: launcher slurm: sbatch is not on PATH" in res.stderr, res.stdout + res.stderr
+    assert not list_runs(runs) and not (runs / "sweeps").exists()
+
+
 def test_the_objective_is_read_from_the_events_at_each_step():
     events = [
         {"kind": "probe_results", "phase": "before", "rate": 0.0},

@@ -68,6 +68,9 @@ def drive(args: argparse.Namespace, spec_path: str | None, resume: str | None) -
     runs = runs_dir(args)
     if resume:
         spec = read_sweep_spec(runs, resume)
+        from cockpit.sweep.spec import require_launcher
+
+        require_launcher(spec)  # a Slurm sweep resumed where there is no sbatch
         driver = Driver(runs, spec, log=main_log, poll_s=args.poll or POLL_S)
         study = open_study(runs, spec)
         main_log(f"sweep {spec.name}: resumed ({len(study.trials)} of {spec.trials} trials asked)")

@@ -50,9 +50,11 @@ def submit(
     config_path: str | None = None,
     runs_dir: Path | None = None,
     python: str = sys.executable,
+    status_extra: Mapping[str, Any] | None = None,
 ) -> tuple[RunDir, str]:
     """Create the run dir (state ``queued``), write ``slurm/job.sh``, submit it. Returns (run, job id).
-    Raises :class:`SubmitRefused` with sbatch's message (the run dir then says ``failed``)."""
+    Raises :class:`SubmitRefused` with sbatch's message (the run dir then says ``failed``).
+    ``status_extra``: more status.json fields from the start (a sweep trial's ``sweep``, ``sweep_trial``)."""
     runs = Path(runs_dir or default_runs_dir()).expanduser().absolute()
     check_runs_dir(cfg, runs)
     sbatch = shutil.which("sbatch")
@@ -74,6 +76,7 @@ def submit(
         "step": 0,
         "total_steps": None,
         "submitted": time.time(),
+        **(status_extra or {}),
     }
     run.update_status(state="submitting", **base)
     try:

@@ -14,7 +14,11 @@ run through ``launch.start_run``, the path of ``cockpit train --detach``: its ow
 events and summary; status.json ``sweep`` / ``sweep_trial`` name it, and the trial's user attributes
 ``run_id``. ``parallel`` trials run at once; on a host with GPUs (the queue's inventory,
 ``$COCKPIT_QUEUE_DEVICES`` included) each gets the free GPUs it needs (``queue.assign``, the GPUs
-every active run of the runs dir holds counted), so two trials never share one.
+every active run of the runs dir holds counted), so two trials never share one. With ``launcher:
+slurm`` a trial is one Slurm job instead, submitted through ``run.slurm_submit.submit`` (the path of
+``cockpit train --slurm``: its run dir created at submission, ``queued`` → ``running`` →
+``finished``) with the spec's sbatch options; Slurm places it, the driver assigns no GPU, and
+``parallel`` bounds the trials queued or running.
 
 Each turn the driver reads every running trial's new events: each value of the objective (an
 ``eval`` event's ``eval_loss``, or any field a step / eval / probe event carries) at its step goes to
@@ -276,8 +280,8 @@ class Driver:
         """The GPUs the next trial gets (None: the environment's, a CPU run), or False to wait."""
         from cockpit.run.queue import ALL, assign, gpus_needed, held_gpus
 
-        if not self.inventory:
-            return None
+        if not self.inventory or self.spec.launcher == "slurm":
+            return None  # no GPU here, or Slurm's to give
         need = gpus_needed(self.spec.trial_config({p.key: p.corners()[0] for p in self.spec.space}))
         if need == ALL:
             return None  # CPU trials: `parallel` of them share the host
@@ -293,15 +297,27 @@ class Driver:
         (self.path / "trials").mkdir(exist_ok=True, mode=0o700)
         atomic_write_text(self.path / "trials" / f"t{number}.yaml", dump_resolved(cfg))  # paths resolved
         study._storage.set_trial_user_attr(trial_id, "run_name", name)
-        run = start_run(
-            cfg,
-            config_path=str(self.path / "trials" / f"t{number}.yaml"),
-            runs_dir=self.runs_dir,
-            status_extra={"sweep": self.spec.name, "sweep_trial": number},
-            gpus=gpus,
-        )
+        config_path = str(self.path / "trials" / f"t{number}.yaml")
+        extra = {"sweep": self.spec.name, "sweep_trial": number}
+        if self.spec.launcher == "slurm":
+            from cockpit.run.slurm_submit import SubmitRefused, submit
+
+            if int(cfg["nnodes"]) > 1 and not cfg.get("master_port"):  # as --slurm fixes it: every node's rendezvous
+                import random
+
+                cfg = {**cfg, "master_port": random.randint(20000, 39999)}
+            try:
+                run, job = submit(
+                    cfg, self.spec.slurm_options(), config_path=config_path, runs_dir=self.runs_dir, status_extra=extra
+                )
+            except SubmitRefused as exc:  # its run dir says failed (found by sweep_trial): the trial fails
+                self.log(f"trial {number}: sbatch refused the job: {exc}")
+                return
+            on = f" as Slurm job {job}"
+        else:
+            run = start_run(cfg, config_path=config_path, runs_dir=self.runs_dir, status_extra=extra, gpus=gpus)
+            on = f" on GPU {','.join(gpus)}" if gpus else ""
         study._storage.set_trial_user_attr(trial_id, "run_id", run.run_id)
-        on = f" on GPU {','.join(gpus)}" if gpus else ""
         shown = ", ".join(f"{k}={_short(v)}" for k, v in params.items())
         self.log(f"trial {number}: run {run.run_id}{on} ({shown})")
 
@@ -339,8 +355,9 @@ class Driver:
         import optuna
 
         from cockpit.run.liveness import reconcile
+        from cockpit.slurm.queue import effective_status
 
-        status = reconcile(run)
+        status = reconcile(run, status=effective_status(run))  # the scheduler's word (a Slurm trial), then liveness
         trial = optuna.trial.Trial(study, ft._trial_id)
         reported = dict(ft.intermediate_values)
         for step, value in self.objective_values(ft.number, run):
@@ -353,11 +370,11 @@ class Driver:
             if not pruning and reported and trial.should_prune():
                 step = max(reported)
                 study._storage.set_trial_user_attr(ft._trial_id, "prune_requested", step)
-                run.request("stop", f"sweep {self.spec.name}: pruned at step {step}")
+                stop_trial(run, status, f"sweep {self.spec.name}: pruned at step {step}")
                 self.log(f"trial {ft.number}: pruned at step {step} ({self.spec.objective} {reported[step]:.4g})")
             return True
         last = reported[max(reported)] if reported else None
-        if pruning and state in ("stopped", "finished"):
+        if pruning and state in ("stopped", "finished", "cancelled"):
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             self.log(f"trial {ft.number}: {state} (pruned), its checkpoint kept")
         elif state == "finished" and last is not None:
@@ -378,6 +395,18 @@ class Driver:
             reader.read_new(), self.spec.objective, self.last_step.get(number, 0)
         )
         return points
+
+
+def stop_trial(run: RunDir, status: dict[str, Any], why: str) -> None:
+    """Stop a trial's run as ``cockpit stop`` does: a Slurm job still in the queue is cancelled
+    (scancel), a running run asked to save a checkpoint and stop (its control file)."""
+    from cockpit.slurm.queue import cancel, job_id
+
+    job = job_id(status)
+    if job and status.get("state") in ("queued", "submitting"):
+        cancel(run, job, why)
+    else:
+        run.request("stop", why)
 
 
 def objective_points(

@@ -18,6 +18,15 @@
     pruner_warmup_steps: 0         # median: steps of a trial before it may be pruned
     seed: 0
     gpu_memory: 64                 # GiB of one device for the planner (default: none; a CPU run: the host's RAM)
+    launcher: slurm                # local (default): detached runs on this host | slurm: one sbatch job a trial
+    slurm:                         # launcher slurm: the sbatch options of ``cockpit train --slurm``
+      partition: gpu
+      time: "1:00:00"
+      account: proj
+      qos: normal
+      cpus_per_task: 8
+      exclusive: false             # default true (sbatch --exclusive)
+      sbatch_args: [--constraint=mi300x]
 
 No torch, no textual.
 """
@@ -36,6 +45,18 @@ from cockpit.errors import InputError, Problem
 
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")
+LAUNCHERS = ("local", "slurm")
+# the ``slurm:`` mapping: cockpit train's --partition --time --account --qos --cpus-per-task
+# --no-exclusive --sbatch-arg, by their SlurmOptions names (the type each must have)
+SLURM_KEYS: dict[str, type] = {
+    "partition": str,
+    "time": str,
+    "account": str,
+    "qos": str,
+    "cpus_per_task": int,
+    "exclusive": bool,
+    "sbatch_args": list,
+}
 TYPES = ("float", "int", "choice")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 TOP_KEYS = {
@@ -52,6 +73,8 @@ TOP_KEYS = {
     "pruner_warmup_steps",
     "seed",
     "gpu_memory",
+    "launcher",
+    "slurm",
 }
 
 
@@ -112,6 +135,23 @@ class SweepSpec:
     pruner_warmup_steps: int = 0
     seed: int | None = None
     gpu_memory: float | None = None
+    launcher: str = "local"
+    slurm: dict[str, Any] = field(default_factory=dict)  # the sbatch options (SLURM_KEYS), launcher slurm
+
+    def slurm_options(self) -> Any:
+        """The trials' sbatch options, as ``cockpit train --slurm`` builds them from its flags."""
+        from cockpit.slurm.script import SlurmOptions
+
+        s = self.slurm
+        return SlurmOptions(
+            partition=s.get("partition"),
+            time=s.get("time"),
+            account=s.get("account"),
+            qos=s.get("qos"),
+            cpus_per_task=s.get("cpus_per_task"),
+            exclusive=s.get("exclusive", True),
+            extra=tuple(s.get("sbatch_args") or ()),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The spec as the sweep dir keeps it (spec.yaml): the base inline, so a resume needs no other file."""
@@ -130,6 +170,8 @@ class SweepSpec:
             "pruner_warmup_steps": self.pruner_warmup_steps,
             "seed": self.seed,
             "gpu_memory": self.gpu_memory,
+            "launcher": self.launcher,
+            "slurm": dict(self.slurm),
         }
 
     def raw_config(self, params: Mapping[str, Any], run_name: str | None = None) -> dict[str, Any]:
@@ -240,7 +282,9 @@ def read_spec(path: str | Path, name: str | None = None) -> SweepSpec:
     path = Path(path)
     raw, _ = read_yaml(path)
     try:
-        return parse_spec(raw, path.resolve().parent, default_name=name or path.stem)
+        spec = parse_spec(raw, path.resolve().parent, default_name=name or path.stem)
+        require_launcher(spec)
+        return spec
     except InputError as err:
         for p in err.problems:
             p.file = p.file or str(path)
@@ -300,11 +344,70 @@ def parse_spec(raw: Mapping[str, Any], spec_dir: Path, default_name: str = "swee
         pruner_warmup_steps=_positive(raw, "pruner_warmup_steps", 0, zero=True),
         seed=None if raw.get("seed") is None else int(raw["seed"]),
         gpu_memory=None if raw.get("gpu_memory") is None else float(_number(raw["gpu_memory"], "gpu_memory")),
+        launcher=_one_of(raw, "launcher", LAUNCHERS),
     )
+    spec.slurm = parse_slurm(raw.get("slurm"), spec)
     if spec.sampler == "grid":
         for p in spec.space:
             p.grid()  # refuses a float range without step
     return spec
+
+
+def parse_slurm(raw: Any, spec: SweepSpec) -> dict[str, Any]:
+    """The ``slurm:`` mapping, checked as ``cockpit train --slurm`` checks its flags (types, and
+    every value that reaches an ``#SBATCH`` line); only with ``launcher: slurm``."""
+    from cockpit.slurm.script import refuse_unsafe_values
+
+    if raw is None or raw == {}:
+        return {}
+    if spec.launcher != "slurm":
+        raise InputError(Problem("sbatch options need launcher: slurm", key="slurm"))
+    if not isinstance(raw, Mapping):
+        raise InputError(Problem(f"a mapping of sbatch options ({', '.join(SLURM_KEYS)})", key="slurm"))
+    problems = [
+        Problem(f"unknown sbatch option (known: {', '.join(SLURM_KEYS)})", key=f"slurm.{k}")
+        for k in raw
+        if k not in SLURM_KEYS
+    ]
+    for k, want in SLURM_KEYS.items():
+        v = raw.get(k)
+        if v is None:
+            continue
+        ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
+        if want is str and isinstance(v, int | float) and not isinstance(v, bool):
+            ok = True  # a bare YAML number: partition 1, time 60
+        if want is int and ok and v < 1:
+            ok = False
+        if want is list and ok:
+            ok = all(isinstance(x, str) and x.startswith("-") for x in v)
+        if not ok:
+            what = {str: "a string", int: "a whole number >= 1", bool: "true or false"}.get(
+                want, "a list of sbatch options (--constraint=mi300x)"
+            )
+            problems.append(Problem(f"must be {what}, not {v!r}", key=f"slurm.{k}"))
+    if problems:
+        raise InputError(problems)
+    out = {k: (str(v) if SLURM_KEYS[k] is str else v) for k, v in raw.items() if v is not None}
+    spec.slurm = out
+    try:
+        refuse_unsafe_values({}, spec.slurm_options(), job_name=spec.name)
+    except InputError as err:  # named as the spec names them: --partition is slurm.partition
+        flags = [(p.key or "").lstrip("-").replace("-", "_") for p in err.problems]
+        raise InputError(
+            [
+                Problem(p.message, key="slurm.sbatch_args" if flag == "sbatch_arg" else f"slurm.{flag}")
+                for p, flag in zip(err.problems, flags)
+            ]
+        ) from None
+    return out
+
+
+def require_launcher(spec: SweepSpec) -> None:
+    """A Slurm sweep needs ``sbatch`` here: refused before any study or trial exists."""
+    import shutil
+
+    if spec.launcher == "slurm" and not shutil.which("sbatch"):
+        raise InputError(Problem("launcher slurm: sbatch is not on PATH (is this a Slurm login node?)", key="launcher"))
 
 
 def _positive(raw: Mapping[str, Any], key: str, default: int, zero: bool = False) -> int:
