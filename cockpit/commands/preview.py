@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from cockpit.commands.common import EXIT_OK, add_config_args, config_from_args, print_input_error
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
 from cockpit.shape import shape_of
 
@@ -31,27 +30,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hostfile", default=None, metavar="FILE", help="write a DeepSpeed hostfile for this run")
 
 
-def build(args: argparse.Namespace, cfg: Mapping[str, Any]) -> dict:
+def build(args: argparse.Namespace, cfg: RunConfig) -> dict:
     from cockpit.strategy import deepspeed as ds
     from cockpit.strategy.launch import node_launch
     from cockpit.strategy.multinode import hostfile, node_commands, sbatch_script
 
-    shown = dict(cfg)
-    if not shown.get("master_port"):
-        shown["master_port"] = 0
+    shown = cfg if cfg.master_port else cfg.replace(master_port=0)
     launch = node_launch(RUN_DIR, "<RUN_ID>", shown)
     out = launch.as_dict()
     out["world_size"] = shape_of(cfg).world_size
-    out["node_rank"] = int(cfg["node_rank"])
+    out["node_rank"] = int(cfg.node_rank)
     out["command_shell"] = shlex.join(launch.command)
-    if not cfg.get("master_port") and out["world_size"] > 1:
+    if not cfg.master_port and out["world_size"] > 1:
         out["notes"].append(
             "master_port 0: a free port is picked at launch (the command shows torchrun's default 29500)"
         )
     source, name = ds.source(cfg)
     out["deepspeed_config"] = source
     out["deepspeed_config_source"] = name
-    if int(cfg["nnodes"]) > 1:
+    if int(cfg.nnodes) > 1:
         out["nodes"] = node_commands(args.config, args.overrides, cfg)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
     if args.sbatch:
@@ -84,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, ensure_ascii=False, default=str))
         return EXIT_OK
-    print(f"strategy: {out['strategy']}  (world size {out['world_size']}, node {out['node_rank']} of {cfg['nnodes']})")
+    print(f"strategy: {out['strategy']}  (world size {out['world_size']}, node {out['node_rank']} of {cfg.nnodes})")
     print("command (this node):")
     print(f"  {out['command_shell']}")
     numa = out["numa"] or {}

@@ -49,7 +49,7 @@ POLL_S = 0.2
 KILL_GRACE_S = 10.0
 
 
-def rank_command(run: RunDir, cfg: Mapping[str, Any], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+def rank_command(run: RunDir, cfg: RunConfig, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
     """The command that starts this node's ranks, and the env additions.
 
     Built by :func:`cockpit.strategy.launch.node_launch` (torchrun + c10d, NUMA wrapping), which

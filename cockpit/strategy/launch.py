@@ -19,13 +19,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.redact import redact_env
 from cockpit.shape import strategy_of
 from cockpit.side_site import rank_pythonpath
 from cockpit.strategy.numa import NumaPlan
 from cockpit.strategy.numa import plan as numa_plan
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 # set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
 SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -41,10 +44,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 strategy_name = strategy_of  # cockpit.shape's
 
 
-def rdzv_id(cfg: Mapping[str, Any], run_id: str) -> str:
-    if int(cfg["nnodes"]) > 1:
-        addr = str(cfg["master_addr"]).replace(":", "_")
-        return f"cockpit-{addr}-{int(cfg['master_port'])}"
+def rdzv_id(cfg: RunConfig, run_id: str) -> str:
+    if int(cfg.nnodes) > 1:
+        addr = str(cfg.master_addr).replace(":", "_")
+        return f"cockpit-{addr}-{int(cfg.master_port)}"
     return run_id
 
 
@@ -71,7 +74,7 @@ class LaunchPlan:
 def node_launch(
     run_path: str | os.PathLike[str],
     run_id: str,
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     *,
     python: str = sys.executable,
     node_rank: int | None = None,
@@ -80,23 +83,21 @@ def node_launch(
     numa: NumaPlan | None = None,
 ) -> LaunchPlan:
     """The command for one node (``node_rank``, default the config's) and its ranks' environment."""
-    nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
-    node_rank = int(cfg["node_rank"]) if node_rank is None else node_rank
+    nproc, nnodes = int(cfg.nproc_per_node), int(cfg.nnodes)
+    node_rank = int(cfg.node_rank) if node_rank is None else node_rank
     numa = (
         numa
         if numa is not None
-        else numa_plan(
-            cfg.get("numa_bind"), nproc, sysfs=sysfs, env=env, memory=str(cfg.get("numa_memory") or "preferred")
-        )
+        else numa_plan(cfg.numa_bind, nproc, sysfs=sysfs, env=env, memory=str(cfg.numa_memory or "preferred"))
     )
     worker = [python, "-m", "cockpit.train.worker", str(run_path)]
     notes = list(numa.notes)
     single = nproc == 1 and nnodes == 1
-    port = int(cfg["master_port"] or 0) or 29500
+    port = int(cfg.master_port or 0) or 29500
     rank_argv = _bound(worker, numa, python, sysfs, single)
     command = rank_argv if single else _torchrun(cfg, run_id, python, node_rank, port, rank_argv, numa.active)
     env_add: dict[str, str] = {}
-    if single and (cfg.get("deepspeed") or cfg.get("zero_stage")):
+    if single and (cfg.deepspeed or cfg.zero_stage):
         # DeepSpeed without a launcher looks for MPI (mpi4py) to learn its rank; one process says it here
         env_add.update(
             {
@@ -124,7 +125,7 @@ def node_launch(
     ]
     if nnodes > 1:
         notes.append("c10d assigns global ranks by the order nodes join; RANK above assumes node order")
-        if str(cfg["master_addr"]) in ("127.0.0.1", "localhost"):
+        if str(cfg.master_addr) in ("127.0.0.1", "localhost"):
             notes.append("master_addr is loopback: the other nodes cannot reach it unless they are this machine")
     return LaunchPlan(
         command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=strategy_name(cfg), notes=notes
@@ -151,18 +152,18 @@ def _bound(worker: list[str], numa: NumaPlan, python: str, sysfs: str, single: b
 
 
 def _torchrun(
-    cfg: Mapping[str, Any], run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool
+    cfg: RunConfig, run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool
 ) -> list[str]:
     """torchrun with the c10d rendezvous for this node's ranks."""
     command = [
         python,
         "-m",
         "torch.distributed.run",
-        f"--nproc_per_node={int(cfg['nproc_per_node'])}",
-        f"--nnodes={int(cfg['nnodes'])}",
+        f"--nproc_per_node={int(cfg.nproc_per_node)}",
+        f"--nnodes={int(cfg.nnodes)}",
         f"--node_rank={node_rank}",
         "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={cfg['master_addr']}:{port}",
+        f"--rdzv_endpoint={cfg.master_addr}:{port}",
         f"--rdzv_id={rdzv_id(cfg, run_id)}",
         "--max_restarts=0",
     ]
@@ -173,15 +174,15 @@ def _torchrun(
 def _rank_env(
     run_path: str | os.PathLike[str],
     run_id: str,
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     local: int,
     node_rank: int,
     env: Mapping[str, str] | None,
 ) -> dict[str, str]:
     """One rank's environment as launch.json shows it (the user's ``env`` with secrets redacted;
     under torchrun the variables torchrun sets)."""
-    nproc, nnodes = int(cfg["nproc_per_node"]), int(cfg["nnodes"])
-    user_env = {k: str(v) for k, v in (cfg.get("env") or {}).items()}
+    nproc, nnodes = int(cfg.nproc_per_node), int(cfg.nnodes)
+    user_env = {k: str(v) for k, v in (cfg.env or {}).items()}
     rank_env: dict[str, str] = {**(redact_env(user_env) or {}), **SUPERVISOR_ENV, "COCKPIT_RUN_DIR": str(run_path)}
     if nproc == 1 and nnodes == 1:
         return rank_env
@@ -206,14 +207,14 @@ def _rank_env(
     return rank_env
 
 
-def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: Mapping[str, Any]) -> None:
+def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: RunConfig) -> None:
     """``launch.json`` in the run dir: command, per-rank environment (secrets redacted), NUMA plan."""
     import json
 
     from cockpit.store.rundir import atomic_write_json
 
     data = launch.as_dict()
-    data["env"] = redact_env({k: str(v) for k, v in (cfg.get("env") or {}).items()}) or {}
+    data["env"] = redact_env({k: str(v) for k, v in (cfg.env or {}).items()}) or {}
     try:
         atomic_write_json(Path(run_path) / "launch.json", json.loads(json.dumps(data, default=str)))
     except OSError:

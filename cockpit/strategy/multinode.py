@@ -8,8 +8,11 @@ rendezvous id (:func:`cockpit.strategy.launch.rdzv_id`). No torch.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:
@@ -17,17 +20,15 @@ def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:
     return [a for o in [*keep, *(f"{k}={v}" for k, v in extra.items())] for a in ("--set", o)]
 
 
-def node_commands(config_path: str, overrides: Sequence[str], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+def node_commands(config_path: str, overrides: Sequence[str], cfg: RunConfig) -> list[dict[str, Any]]:
     """One ``cockpit train`` line per node (node 0 first)."""
     out = []
-    for k in range(int(cfg["nnodes"])):
+    for k in range(int(cfg.nnodes)):
         argv = [
             "cockpit",
             "train",
             config_path,
-            *_set_args(
-                overrides, node_rank=k, master_addr=cfg["master_addr"], master_port=int(cfg["master_port"] or 0)
-            ),
+            *_set_args(overrides, node_rank=k, master_addr=cfg.master_addr, master_port=int(cfg.master_port or 0)),
         ]
         out.append({"node_rank": k, "argv": argv, "shell": shlex.join(argv)})
     return out
@@ -36,7 +37,7 @@ def node_commands(config_path: str, overrides: Sequence[str], cfg: Mapping[str, 
 def sbatch_script(
     config_path: str,
     overrides: Sequence[str],
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     *,
     job_name: str = "cockpit",
     cpus_per_task: int | None = None,
@@ -47,16 +48,16 @@ def sbatch_script(
     GPUs are requested only when the config needs them (:mod:`cockpit.slurm.script`)."""
     from cockpit.slurm.script import SlurmOptions, train_script
 
-    port = int(cfg["master_port"] or 0) or 29500
+    port = int(cfg.master_port or 0) or 29500
     opts = SlurmOptions(time=time_limit, cpus_per_task=cpus_per_task)
     return train_script(
         config_path, _set_args(overrides, master_port=port), cfg, opts, job_name=job_name, has_gpus=has_gpus
     )
 
 
-def hostfile(cfg: Mapping[str, Any], hosts: Sequence[str] | None = None) -> str:
+def hostfile(cfg: RunConfig, hosts: Sequence[str] | None = None) -> str:
     """A DeepSpeed hostfile (``host slots=N``); placeholder names when no hosts are given."""
-    nnodes, nproc = int(cfg["nnodes"]), int(cfg["nproc_per_node"])
+    nnodes, nproc = int(cfg.nnodes), int(cfg.nproc_per_node)
     names = list(hosts or [])
     lines = []
     if len(names) < nnodes:
