@@ -9,6 +9,7 @@ import pytest
 from conftest import cockpit, read_events, tiny_config
 
 from cockpit.config.load import validate
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
 from cockpit.plan import plan
 from cockpit.train.variants import gradient_checkpointing, offload_checkpoints
@@ -57,7 +58,7 @@ def test_offloaded_checkpoints_are_packed_by_save_on_cpu_with_the_same_gradients
     batch = {"input_ids": torch.randint(0, 1000, (2, 24))}
     seen = {}
     model.activation_checkpointing_enable(
-        activation_checkpointing_kwargs=gradient_checkpointing({"gradient_checkpointing": True})[1]
+        activation_checkpointing_kwargs=gradient_checkpointing(RunConfig(gradient_checkpointing=True))[1]
     )
     seen[False] = counted_packs(model, batch)
     assert offload_checkpoints(model) >= model.config.num_hidden_layers  # the decoder layers (and the model's own)

@@ -123,11 +123,11 @@ def test_fp16_lora_trains_every_trainable_parameter_in_fp32(tmp_path, tiny_model
 
     cfg = load_config(str(tiny_config(tmp_path, tiny_model_dir)), ["additional_target=norm"])
     assert not trainable_in_fp32(cfg)  # fp32: nothing to cast
-    assert trainable_in_fp32({**cfg, "fp16": True}) and trainable_in_fp32({**cfg, "bf16": True})
-    assert not trainable_in_fp32({**cfg, "fp16": True, "use_badam": True})
-    assert not trainable_in_fp32({**cfg, "fp16": True, "finetuning_type": "full"})
+    assert trainable_in_fp32(cfg.replace(fp16=True)) and trainable_in_fp32(cfg.replace(bf16=True))
+    assert not trainable_in_fp32(cfg.replace(fp16=True, use_badam=True))
+    assert not trainable_in_fp32(cfg.replace(fp16=True, finetuning_type="full"))
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float16)
-    model = with_lora_adapter(base, {**cfg, "fp16": True})
+    model = with_lora_adapter(base, cfg.replace(fp16=True))
     half_trainable = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype == torch.float16]
     assert any("modules_to_save" in n for n in half_trainable), half_trainable  # the defect, before the cast
     assert upcast_trainable(model) == len(half_trainable)
@@ -216,6 +216,7 @@ def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
 
     from transformers import TrainerControl
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.store.events import EventWriter, read_all
     from cockpit.store.rundir import RunDir
     from cockpit.train import callbacks as cb
@@ -235,7 +236,7 @@ def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
 
     run = RunDir(tmp_path)
     callback = cb.CockpitCallback(
-        run, {"nan_policy": "stop", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, EventWriter(run.events_path)
+        run, RunConfig(nan_policy="stop", spike_policy="warn", spike_factor=3.0), 0, 1, EventWriter(run.events_path)
     )
     callback._gather_memory = lambda: {}
     callback._check_memory = lambda *a: None
@@ -254,7 +255,7 @@ def test_a_step_the_fp16_loss_scaler_skipped_is_no_nan(tmp_path):
         state.global_step = step
         callback.on_log(args, state, control, logs={"loss": 2.0, "grad_norm": float("inf")})
     assert callback.nan_seen and control.should_training_stop  # no scale gave finite gradients
-    plain = cb.CockpitCallback(run, {"nan_policy": "stop", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, None)
+    plain = cb.CockpitCallback(run, RunConfig(nan_policy="stop", spike_policy="warn", spike_factor=3.0), 0, 1, None)
     plain._gather_memory = lambda: {}
     plain._check_memory = lambda *a: None
     stop = TrainerControl()  # HF's own: every flag a callback reads

@@ -10,6 +10,7 @@ from cockpit.plan import plan
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from cockpit.config.run_config import RunConfig  # noqa: E402
 from cockpit.config.schema import default_config  # noqa: E402
 from cockpit.train.host_embedding import HostEmbedding, keep_on_host  # noqa: E402
 from cockpit.train.model import lora_model, log_embedding_place  # noqa: E402
@@ -30,7 +31,9 @@ def adapted(host_embedding: bool, tied: bool = False, **over):
     base = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, "tie_word_embeddings": tied}))
     base = base.to(torch.bfloat16)
     base.config.use_cache = False
-    cfg = {**default_config(), "lora_rank": 4, "lora_alpha": 8, "lora_target": "all", "bf16": True, **over}
+    cfg = RunConfig.from_mapping(
+        {**default_config(), "lora_rank": 4, "lora_alpha": 8, "lora_target": "all", "bf16": True, **over}
+    )
     model = lora_model(base, cfg, host_embedding=host_embedding)
     for p in model.parameters():  # lora_B starts at zero: give the adapters a real path
         if p.requires_grad:
@@ -99,7 +102,7 @@ def test_a_cast_of_the_model_casts_the_table_and_a_move_leaves_it_on_the_host():
 def test_a_tied_head_or_a_config_that_trains_the_table_keeps_it():
     assert type(adapted(True, tied=True).get_input_embeddings()) is torch.nn.Embedding
     tied = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, "tie_word_embeddings": True}))
-    assert keep_on_host(tied, {"finetuning_type": "lora"}) == "the LM head is tied to it"
+    assert keep_on_host(tied, RunConfig(finetuning_type="lora")) == "the LM head is tied to it"
     assert type(adapted(True, additional_target="embed_tokens").get_input_embeddings()) is not HostEmbedding
     base = {"finetuning_type": "lora", "stage": "sft"}
     assert host_embedding_off(base, sharded=False) == ""

@@ -8,19 +8,20 @@ import shutil
 import pytest
 
 from cockpit.config.load import validate
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
 from cockpit.train import kernels
 
 
 def test_liger_is_refused_on_the_cpu_with_the_reason():
     with pytest.raises(InputError, match="enable_liger_kernel.*Triton.*GPU"):
-        kernels.kernel_arguments({"enable_liger_kernel": True}, use_cpu=True)
+        kernels.kernel_arguments(RunConfig(enable_liger_kernel=True), use_cpu=True)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is not None, reason="liger-kernel is installed here")
 def test_liger_without_the_package_is_refused_on_a_gpu_too():
     with pytest.raises(InputError, match="liger-kernel package"):
-        kernels.kernel_arguments({"enable_liger_kernel": True}, use_cpu=False)
+        kernels.kernel_arguments(RunConfig(enable_liger_kernel=True), use_cpu=False)
 
 
 def test_torch_compile_becomes_the_trainer_switch_or_a_refusal(monkeypatch, tmp_path):

@@ -318,10 +318,11 @@ def test_upcast_keeps_norms_and_logits_in_fp32(tiny_model_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.train.variants import upcast
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16)
-    upcast(model, {"upcast_layernorm": True, "upcast_lmhead_output": True})
+    upcast(model, RunConfig(upcast_layernorm=True, upcast_lmhead_output=True))
     norms = {n: p.dtype for n, p in model.named_parameters() if "norm" in n}
     assert norms and set(norms.values()) == {torch.float32}
     assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
@@ -382,6 +383,7 @@ def test_llama_pro_refusals_name_the_key(tiny_model_dir):
 # -- GaLore / APOLLO: LLaMA-Factory's keys as HF's low-rank optimizers ------------------------------
 def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, tmp_path, monkeypatch):
     from cockpit.config.parity import has_module, low_rank_optim
+    from cockpit.config.run_config import RunConfig
     from cockpit.train.arguments import training_arguments
 
     base = dict(cfg_for(tiny_model_dir, finetuning_type="full"))
@@ -392,7 +394,7 @@ def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, t
     apollo = low_rank_optim({**base, "use_apollo": True, "apollo_proj": "svd"})
     assert apollo["optim"] == "apollo_adamw" and apollo["optim_target_modules"] == "all-linear"
     assert "proj=svd" in apollo["optim_args"] and "scale_type=channel" in apollo["optim_args"]
-    args = training_arguments({**base, "use_galore": True, "galore_rank": 8}, {"checkpoints": tmp_path}, True, 1)
+    args = training_arguments(RunConfig.from_mapping({**base, "use_galore": True, "galore_rank": 8}), {"checkpoints": tmp_path}, True, 1)
     assert args.optim == "galore_adamw" and args.optim_target_modules == "all-linear" and "rank=8" in args.optim_args
     monkeypatch.setenv("COCKPIT_LOWRANK_SITE", str(tmp_path / "empty"))  # no side folder (cockpit/side_site.py)
     if not has_module("galore_torch"):  # the config path refuses it here, naming the package

@@ -59,13 +59,14 @@ def test_compute_accuracy_is_the_argmax_accuracy_of_the_eval_set(tiny_model_dir,
     assert 0.0 < accuracy < 1.0
     # padded eval batches of 3 (right-padded, -100 labels) give what single unpadded samples give
     assert accuracy == pytest.approx(hand_accuracy(trainer.model, eval_rows), abs=1e-6)
-    assert "eval_accuracy" not in sft_trainer(CockpitTrainer, {**cfg, "compute_accuracy": False}, model,
+    assert "eval_accuracy" not in sft_trainer(CockpitTrainer, cfg.replace(compute_accuracy=False), model,
                                               args_for(cfg, tmp_path), tok, rows[4:], eval_rows).evaluate()
 
 
 def test_eval_accuracy_reaches_the_eval_event_the_summary_and_its_screen(tmp_path):
     from types import SimpleNamespace
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.store.events import EventWriter, read_all
     from cockpit.run.follow import format_event
     from cockpit.store.rundir import RunDir
@@ -74,7 +75,7 @@ def test_eval_accuracy_reaches_the_eval_event_the_summary_and_its_screen(tmp_pat
     from cockpit.ui.screens.summary import summary_text
 
     events = tmp_path / "events.jsonl"
-    callback = CockpitCallback(RunDir(tmp_path), {}, 0, 1, EventWriter(events))
+    callback = CockpitCallback(RunDir(tmp_path), RunConfig(), 0, 1, EventWriter(events))
     for step, loss, acc in ((0, 3.0, 0.25), (2, 2.0, 0.5), (4, 2.5, 0.4)):
         callback.on_log(None, SimpleNamespace(global_step=step), None, logs={"eval_loss": loss, "eval_accuracy": acc})
     written = [e for e in read_all(events) if e["kind"] == "eval"]

@@ -518,6 +518,7 @@ def test_an_empty_tool_list_renders_alike_in_training_check_and_predictions(tmp_
     """A ``"[]"`` tools column read from a file (``load_dataset_file``: tools ``[]``, where ``""``, none and a
     JSON ``[]`` give None) renders LLaMA-Factory's tokens in training (``prepare``'s render_sample), in
     ``cockpit check``'s preview (trainable_spans) and in a prediction's prompt: the empty system slot."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.formats import DatasetSpec, load_dataset_file
     from cockpit.data.prepare import render_options
     from cockpit.data.render import apply_template_choice, render_sample, trainable_spans
@@ -540,5 +541,5 @@ def test_an_empty_tool_list_renders_alike_in_training_check_and_predictions(tmp_
         assert r.input_ids == gold["tools_empty_list" if slot else "tools_empty_string"]["input_ids"]
         text, _spans = trainable_spans(tok, sample["messages"], tools=tools, **render_options(cfg))
         assert text == tok.decode(r.input_ids) and text.startswith(EMPTY_SLOT) == slot
-        prompt, _label = prediction_prompt(tok, sample, cfg)
+        prompt, _label = prediction_prompt(tok, sample, RunConfig.from_mapping(cfg))
         assert tok.decode(prompt).startswith(EMPTY_SLOT) == slot

@@ -127,10 +127,11 @@ def test_the_streamed_skeleton_keeps_the_attention_kernel_and_rope_scaling(tiny_
     import torch
     from transformers import AutoModelForCausalLM
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.train.sharded_load import empty_skeleton
     from cockpit.train.variants import model_load_kwargs
 
-    cfg = {"flash_attn": "eager", "rope_scaling": "linear", "cutoff_len": 2048, "trust_remote_code": False}
+    cfg = RunConfig(flash_attn="eager", rope_scaling="linear", cutoff_len=2048, trust_remote_code=False)
     ref = ModelRef(str(tiny_model_dir))
     opts = model_load_kwargs(cfg, ref, log=lambda *_: None)
     assert opts["attn_implementation"] == "eager" and opts["rope_parameters"]["factor"] == 4.0  # 2048 / 512

@@ -118,10 +118,11 @@ def test_early_stopping_says_why_without_a_best_metric():
 
     from transformers import TrainerControl
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.train.stopping import early_stopping_callbacks
 
     said: list[str] = []
-    cb = early_stopping_callbacks({"early_stopping_steps": 1}, None, said.append)[0]
+    cb = early_stopping_callbacks(RunConfig(early_stopping_steps=1), None, said.append)[0]
     args = SimpleNamespace(metric_for_best_model="accuracy", greater_is_better=True, load_best_model_at_end=True,
                            eval_strategy="steps", save_strategy="steps")
     state = SimpleNamespace(global_step=2, best_metric=None, best_model_checkpoint=None)

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cockpit.config.load import validate  # noqa: E402
+from cockpit.config.run_config import RunConfig  # noqa: E402
 from cockpit.config.schema import default_config  # noqa: E402
 from cockpit.data.packing import batching_arguments, build_collator, padded_tokens  # noqa: E402
 from cockpit.data.padding import padding_free as packing_enabled  # noqa: E402
@@ -76,9 +77,10 @@ def _train(model_dir, tok, rows, cfg: dict, tmp_path, attn: str = "sdpa") -> tup
     from cockpit.train.trainer import CockpitTrainer
     from cockpit.train.arguments import ListDataset, training_arguments
 
-    full = {**default_config(), "dataset": "x", "finetuning_type": "full", "per_device_train_batch_size": 3,
-            "max_steps": 4, "learning_rate": 1e-2, "lr_scheduler_type": "constant", "logging_steps": 1,
-            "save_strategy": "no", "plot_loss": False, "use_cpu": True, **cfg}
+    full = RunConfig.from_mapping({**default_config(), "dataset": "x", "finetuning_type": "full",
+                                   "per_device_train_batch_size": 3, "max_steps": 4, "learning_rate": 1e-2,
+                                   "lr_scheduler_type": "constant", "logging_steps": 1, "save_strategy": "no",
+                                   "plot_loss": False, "use_cpu": True, **cfg})
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.config.use_cache = False
     if attn != "sdpa":
@@ -118,8 +120,8 @@ def test_group_by_length_batches_similar_lengths(tiny, tmp_path):
     model, tok = tiny
     lengths = [random.Random(i).randrange(4, 120) for i in range(64)]
     rows = _rows(len(tok), lengths)
-    cfg = {**default_config(), "dataset": "x", "per_device_train_batch_size": 4, "use_cpu": True, "group_by_length": True,
-           "packing": False}
+    cfg = RunConfig.from_mapping({**default_config(), "dataset": "x", "per_device_train_batch_size": 4, "use_cpu": True,
+                                  "group_by_length": True, "packing": False})
     args = training_arguments(cfg, {"checkpoints": tmp_path}, True, 1)
     trainer = CockpitTrainer(model=model, args=args, train_dataset=ListDataset(rows),
                              data_collator=build_collator(cfg, tok), processing_class=tok)

@@ -35,6 +35,7 @@ def test_real_training_peak_within_15_percent(tmp_path, ft):
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     cfg = {"model_name_or_path": str(tmp_path), "finetuning_type": ft, "cutoff_len": 64,
            "per_device_train_batch_size": 2}
+    from cockpit.config.run_config import RunConfig
     from cockpit.config.schema import default_config
     from cockpit.train.model import over_base
     from cockpit.train.trainer import CockpitTrainer
@@ -44,7 +45,7 @@ def test_real_training_peak_within_15_percent(tmp_path, ft):
         str(tmp_path),
         cfg,
         steps=2,
-        prepare=over_base({**default_config(), **cfg, "lora_alpha": 16}),
+        prepare=over_base(RunConfig.from_mapping({**default_config(), **cfg, "lora_alpha": 16})),
         trainer_class=CockpitTrainer,
     )["peak_bytes"]
     predicted = estimate_config(cfg)[1].tensor_peak

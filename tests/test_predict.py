@@ -59,7 +59,7 @@ def test_decoding_is_greedy_unless_do_sample():
     cfg = validate({"dataset": "cockpit_identity", "max_new_tokens": 32, "top_k": 5})
     assert generation_kwargs(cfg) == {"max_new_tokens": 32, "repetition_penalty": 1.0, "do_sample": False,
                                       "temperature": None, "top_p": None, "top_k": None}
-    assert generation_kwargs({**cfg, "do_sample": True}) == {"max_new_tokens": 32, "repetition_penalty": 1.0,
+    assert generation_kwargs(cfg.replace(do_sample=True)) == {"max_new_tokens": 32, "repetition_penalty": 1.0,
                                                              "do_sample": True, "temperature": 0.95, "top_p": 0.7,
                                                              "top_k": 5}
 

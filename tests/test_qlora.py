@@ -326,7 +326,7 @@ def test_llamafactory_otfq_examples_load_with_the_embedded_model(tmp_path, embed
     q = kwargs["quantization_config"]
     assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant
     assert q.bnb_4bit_compute_dtype == torch.bfloat16 and kwargs["device_map"] == {"": "cpu"}
-    fp4 = base_load_kwargs({**cfg, "quantization_type": "fp4", "double_quantization": False},
+    fp4 = base_load_kwargs(cfg.replace(quantization_type="fp4", double_quantization=False),
                            resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)["quantization_config"]
     assert fp4.bnb_4bit_quant_type == "fp4" and not fp4.bnb_4bit_use_double_quant
 

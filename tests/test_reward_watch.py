@@ -3,6 +3,7 @@ Step fields as the grpo recipe's step events carry them (recipes/grpo.GRPO_FIELD
 
 from __future__ import annotations
 
+from cockpit.config.run_config import RunConfig
 from cockpit.run.notify import notification
 from cockpit.train.reward_watch import DEFAULTS, RewardWatch, fell_rewards
 
@@ -34,7 +35,7 @@ def hacking_points(n=8):
 
 
 def test_a_reward_that_falls_while_the_total_rises_is_named_with_its_numbers_once():
-    alerts = run(RewardWatch({}), hacking_points())
+    alerts = run(RewardWatch(RunConfig()), hacking_points())
     assert len(alerts) == 1, alerts
     at, alert = alerts[0]
     assert at == DEFAULTS["reward_hack_window"]  # as soon as a window is full: before the run ends
@@ -53,34 +54,34 @@ def test_a_healthy_run_raises_nothing():
         points.append(
             step(0.3 * contains + 0.7 * concise, {"contains_answer": contains, "concise_answer": concise}, kl=0.05 * i)
         )
-    assert run(RewardWatch({}), points) == []
+    assert run(RewardWatch(RunConfig()), points) == []
 
 
 def test_the_thresholds_are_the_config_keys():
-    assert run(RewardWatch({"reward_hack_drop": 0.3}), hacking_points()) == []  # a fall of 0.15 is under 0.3
-    alerts = run(RewardWatch({"reward_hack_window": 4, "reward_hack_drop": 0.08}), hacking_points())
+    assert run(RewardWatch(RunConfig(reward_hack_drop=0.3)), hacking_points()) == []  # a fall of 0.15 is under 0.3
+    alerts = run(RewardWatch(RunConfig(reward_hack_window=4, reward_hack_drop=0.08)), hacking_points())
     assert alerts[0][0] == 4 and "steps 1-2 to 3-4" in alerts[0][1]["message"]
 
 
 def test_length_collapse_truncation_jump_and_kl_drift():
     collapse = [step(0.5 + 0.01 * i, {"r": 0.5}, length=8.0 - 2.5 * i) for i in range(4)]
-    ((at, alert),) = run(RewardWatch({}), collapse)
+    ((at, alert),) = run(RewardWatch(RunConfig()), collapse)
     assert at == 4 and alert["sign"] == "length" and "collapsed to 0.50 tokens at step 4 (from 8.00" in alert["message"]
     jump = [step(0.5, {"r": 0.5}, truncated=0.1 if i < 3 else 0.9) for i in range(6)]
-    ((_, alert),) = run(RewardWatch({}), jump)
+    ((_, alert),) = run(RewardWatch(RunConfig()), jump)
     assert alert["sign"] == "truncation" and "jumped 0.10 -> 0.90" in alert["message"]
     drift = [step(0.5 + 0.005 * (i % 2), {"r": 0.5}, kl=0.4 * i) for i in range(6)]
-    ((at, alert),) = run(RewardWatch({}), drift)
+    ((at, alert),) = run(RewardWatch(RunConfig()), drift)
     assert at == 6 and alert["sign"] == "kl", alert
     assert "KL 1.600 (median of steps 4-6) is past reward_hack_kl 1" in alert["message"], alert["message"]
     spike = [step(0.5, {"r": 0.5}, kl=3.0 if i == 5 else 0.3) for i in range(6)]
-    assert run(RewardWatch({}), spike) == []  # one step's KL spike (the gated demo had one of 3.0) is no drift
+    assert run(RewardWatch(RunConfig()), spike) == []  # one step's KL spike (the gated demo had one of 3.0) is no drift
     rising = [step(0.2 + 0.1 * i, {"r": 0.2 + 0.1 * i}, kl=0.4 * i) for i in range(6)]
-    assert run(RewardWatch({}), rising) == []  # KL spent on a rising reward is learning
+    assert run(RewardWatch(RunConfig()), rising) == []  # KL spent on a rising reward is learning
 
 
 def test_the_alert_is_a_notification_and_held_out_falls_are_marked():
-    (_, alert), *_ = run(RewardWatch({}), hacking_points())
+    (_, alert), *_ = run(RewardWatch(RunConfig()), hacking_points())
     note = notification({"kind": "alert", "t": 1.0, **alert}, "run-1")
     assert note is not None and note["event"] == "reward_hacking" and note["title"] == "run-1: reward hacking"
     fell = fell_rewards(
@@ -96,7 +97,7 @@ def test_a_slow_slide_is_caught_against_the_run_start():
     points = [
         step(0.3 + 0.01 * i, {"contains_answer": 0.5 - 0.01 * i, "length_penalty": 0.2 + 0.03 * i}) for i in range(30)
     ]
-    alerts = run(RewardWatch({}), points)
+    alerts = run(RewardWatch(RunConfig()), points)
     assert [(at, a["reward"]) for at, a in alerts] == [(19, "contains_answer")], alerts
     assert "steps 1-3 to 17-19" in alerts[0][1]["message"]
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from transformers import TrainerControl
 
+from cockpit.config.run_config import RunConfig
 from cockpit.store.events import EventWriter, read_all
 from cockpit.store.rundir import RunDir
 from cockpit.train import callbacks as cb
@@ -19,7 +20,7 @@ def callback_on_a_clock(tmp_path, monkeypatch):
     """Rank 0's callback writing to a run dir in ``tmp_path``, its time read from ``clock["t"]``."""
     run = RunDir(tmp_path)
     writer = EventWriter(run.events_path)
-    callback = cb.CockpitCallback(run, {"nan_policy": "warn", "spike_policy": "warn", "spike_factor": 3.0}, 0, 1, writer)
+    callback = cb.CockpitCallback(run, RunConfig(nan_policy="warn", spike_policy="warn", spike_factor=3.0), 0, 1, writer)
     callback._gather_memory = lambda: {}
     callback._check_memory = lambda *a: None
     clock = {"t": 1000.0}

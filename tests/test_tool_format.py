@@ -76,11 +76,12 @@ def test_predictions_ask_with_the_tools_in_the_prompt(tok):
     """do_predict's prompts are written as training writes them: the tool list in the system
     message, the call and the observation before the last reply; a conversation cut after the
     call has the call as its label."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.render import apply_template_choice
     from cockpit.train.predict import prediction_prompt
 
     apply_template_choice(tok, "qwen")  # LLaMA-Factory's qwen: <tool_response> observations (chatml: tool turns)
-    sample, cfg = samples()[0], {"tool_format": "qwen", "default_system": None}
+    sample, cfg = samples()[0], RunConfig(tool_format="qwen", default_system=None)
     ids, label = prediction_prompt(tok, sample, cfg)
     prompt = tok.decode(ids)
     call = '"arguments": {"city": "Paris", "unit": "celsius"}'

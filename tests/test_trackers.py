@@ -274,8 +274,9 @@ def test_swanlabs_own_callback_gets_llamafactorys_keys(tmp_path, trackers_env, e
           "log_dir": str(tmp_path / "elsewhere")}),
     ]
     code = (
-        "import json, sys\nfrom pathlib import Path\nfrom cockpit.train.trackers import tracker_callbacks\n"
-        "(cb,) = tracker_callbacks(json.loads(sys.argv[1]), Path(sys.argv[2]), 'run-1')\n"
+        "import json, sys\nfrom pathlib import Path\nfrom cockpit.config.run_config import RunConfig\n"
+        "from cockpit.train.trackers import tracker_callbacks\n"
+        "(cb,) = tracker_callbacks(RunConfig.from_mapping(json.loads(sys.argv[1])), Path(sys.argv[2]), 'run-1')\n"
         "print(type(cb).__module__, json.dumps(cb._init_kwargs))\n"
     )
     for keys, env, expected in cases:

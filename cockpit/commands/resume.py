@@ -126,6 +126,7 @@ def stop_first(run_dir: RunDir, wait_s: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cockpit.config.run_config import RunConfig
     from cockpit.run.launch import outside_queue_gpus, record_supervisor, spawn_supervisor
     from cockpit.run.liveness import reconcile
     from cockpit.train.arguments import artefact_dirs
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(
                 f"run {run_dir.run_id} is {status.get('state')}; only a stopped, failed or lost run can be resumed"
             )
-        ckpt = last_checkpoint(artefact_dirs(run_dir, cfg)["checkpoints"])
+        ckpt = last_checkpoint(artefact_dirs(run_dir, RunConfig.from_resolved(cfg))["checkpoints"])
         if ckpt is None:
             raise InputError(f"run {run_dir.run_id} has no complete checkpoint to resume from")
     except InputError as err:

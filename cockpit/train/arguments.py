@@ -4,15 +4,17 @@ configs start from these, :func:`cockpit.train.recipes.base.stage_arguments`).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.store.rundir import RunDir
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def artefact_dirs(run: RunDir, cfg: Mapping[str, Any]) -> dict[str, Path]:
-    out = Path(cfg["output_dir"]) if cfg.get("output_dir") else run.path
+
+def artefact_dirs(run: RunDir, cfg: RunConfig) -> dict[str, Path]:
+    out = Path(cfg.output_dir) if cfg.output_dir else run.path
     return {
         "out": out,
         "checkpoints": out / "checkpoints",
@@ -22,12 +24,13 @@ def artefact_dirs(run: RunDir, cfg: Mapping[str, Any]) -> dict[str, Path]:
     }
 
 
-def rank_precision(cfg: Mapping[str, Any], use_cpu: bool, writer, log) -> dict[str, Any]:
+def rank_precision(cfg: RunConfig, use_cpu: bool, writer, log) -> RunConfig:
     """The config this rank trains with: ``fp16`` on the CPU trains in fp32
     (:func:`cockpit.device.cpu_precision`), said in the log and as a warn alert."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.device import CPU, GPU, cpu_precision
 
-    cfg, note = cpu_precision(cfg, CPU if use_cpu else GPU)
+    precise, note = cpu_precision(cfg, CPU if use_cpu else GPU)
     if note:
         log(note)
         if writer:
@@ -38,10 +41,10 @@ def rank_precision(cfg: Mapping[str, Any], use_cpu: bool, writer, log) -> dict[s
                 message=note,
                 remedies=["bf16: true (the CPU's mixed precision)", "fp16 applies on a GPU"],
             )
-    return cfg
+    return RunConfig.from_mapping(precise)
 
 
-def trains_on_cpu(cfg: Mapping[str, Any]) -> bool:
+def trains_on_cpu(cfg: RunConfig) -> bool:
     """:func:`cockpit.device.resolve_device` with torch's GPU count: a config that needs GPUs
     raises (exit 2) where none is visible instead of training on the CPU."""
     import torch
@@ -88,26 +91,26 @@ SAME_NAME_ARGUMENTS = (
 )
 
 
-def training_arguments(cfg: Mapping[str, Any], dirs: dict[str, Path], use_cpu: bool, world_size: int):
+def training_arguments(cfg: RunConfig, dirs: dict[str, Path], use_cpu: bool, world_size: int):
     from transformers import TrainingArguments
 
     from cockpit.train.trackers import report_to
 
-    warmup = cfg["warmup_steps"] if cfg["warmup_steps"] > 0 else float(cfg["warmup_ratio"])
+    warmup = cfg.warmup_steps if cfg.warmup_steps > 0 else float(cfg.warmup_ratio)
     trackers_dir = dirs.get("trackers") or dirs["checkpoints"].parent / "trackers"
-    kwargs: dict[str, Any] = {key: cfg[key] for key in SAME_NAME_ARGUMENTS}
-    if cfg.get("pure_bf16"):  # the model is bf16 itself (cockpit.train.model.base_load_kwargs): no autocast
+    kwargs: dict[str, Any] = {key: getattr(cfg, key) for key in SAME_NAME_ARGUMENTS}
+    if cfg.pure_bf16:  # the model is bf16 itself (cockpit.train.model.base_load_kwargs): no autocast
         kwargs["bf16"] = False
     kwargs.update(
         output_dir=str(dirs["checkpoints"]),
         warmup_steps=warmup,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if cfg["gradient_checkpointing"] else None,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if cfg.gradient_checkpointing else None,
         logging_strategy="steps",
         logging_first_step=True,
-        data_seed=cfg["seed"],
+        data_seed=cfg.seed,
         report_to=report_to(cfg, trackers_dir),  # HF's tracker callbacks; their files under RUN_DIR/trackers
         run_name=trackers_dir.parent.name,  # the run id, the trackers' name for the run
-        project=cfg["project"],  # trackio's project
+        project=cfg.project,  # trackio's project
         use_cpu=use_cpu,
         remove_unused_columns=False,
         logging_nan_inf_filter=False,  # the default hides NaN/inf losses behind an average
@@ -121,8 +124,8 @@ def training_arguments(cfg: Mapping[str, Any], dirs: dict[str, Path], use_cpu: b
     kwargs.update(kernel_arguments(cfg, use_cpu))  # enable_liger_kernel, torch_compile (or a refusal)
     if world_size > 1 and use_cpu:
         kwargs["ddp_backend"] = "gloo"
-    if cfg.get("deepspeed"):
-        kwargs["deepspeed"] = cfg["deepspeed"]  # a path, or the config dict set up in apply_strategy
+    if cfg.deepspeed:
+        kwargs["deepspeed"] = cfg.deepspeed  # a path, or the config dict set up in apply_strategy
         if use_cpu:
             from cockpit.train.distributed import skip_deepspeed_shm_build
 

@@ -13,8 +13,8 @@ import socket
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
@@ -24,6 +24,9 @@ from cockpit.store.rundir import RunDir
 from cockpit.telemetry import node as node_telemetry
 from cockpit.telemetry import rank_memory_stats
 from cockpit.telemetry.pressure import MemoryPressure
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def warmup_steps_for(total_steps: int) -> int:
@@ -67,7 +70,7 @@ def agreed_flags(dist: Any, flags: list[bool], group: Any) -> list[bool]:
 
 
 class CockpitCallback(TrainerCallback):
-    def __init__(self, run: RunDir, cfg: Mapping[str, Any], rank: int, world_size: int, writer: EventWriter | None):
+    def __init__(self, run: RunDir, cfg: RunConfig, rank: int, world_size: int, writer: EventWriter | None):
         self.run = run
         self.cfg = cfg
         self.rank = rank
@@ -95,7 +98,7 @@ class CockpitCallback(TrainerCallback):
         self.node_rank = int(os.environ.get("GROUP_RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
-        self.pressure = MemoryPressure(cfg.get("memory_alert_headroom", 0.08), cfg.get("memory_alert_swing", 0.25))
+        self.pressure = MemoryPressure(cfg.memory_alert_headroom, cfg.memory_alert_swing)
         self.tracker: Any = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only
         self.warmup_steps = 1
         self._start_step = 0  # the step training began (or resumed) at
@@ -216,7 +219,7 @@ class CockpitCallback(TrainerCallback):
         """cpu_memory_tracker: count live tensor bytes (``plan/measure.py``) as the CPU's allocator."""
         import torch
 
-        if not self.cfg.get("cpu_memory_tracker") or torch.cuda.is_available() or model is None:
+        if not self.cfg.cpu_memory_tracker or torch.cuda.is_available() or model is None:
             return
         from cockpit.plan.measure import live_tensor_bytes
 
@@ -252,7 +255,7 @@ class CockpitCallback(TrainerCallback):
 
         peak = device_peak_here(self.cfg, bool(getattr(args, "use_cpu", False)))
         self.meter = FlopsMeter.for_model(model, self.cfg, peak, self.world_size)
-        return {"flops": self.meter.describe(float(self.cfg.get("cutoff_len") or 0))}
+        return {"flops": self.meter.describe(float(self.cfg.cutoff_len or 0))}
 
     def throughput_fields(self, tokens_per_s: float | None, samples_per_s: float, seq_len: float) -> dict[str, Any]:
         """The step event's per-device tokens/s, samples/s, model TFLOPS and MFU (rank 0)."""
@@ -260,7 +263,7 @@ class CockpitCallback(TrainerCallback):
 
     # -- Trainer hooks ----------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
-        if self.cfg.get("use_unsloth_gc") and args.gradient_checkpointing and model is not None:
+        if self.cfg.use_unsloth_gc and args.gradient_checkpointing and model is not None:
             from cockpit.train.variants import offload_checkpoints
 
             wrapped = offload_checkpoints(model)  # after the Trainer turned checkpointing on
@@ -356,7 +359,7 @@ class CockpitCallback(TrainerCallback):
         tps = None if warming else self._interval_tokens_per_s(now, tokens)
         samples = dsteps * args.per_device_train_batch_size * args.gradient_accumulation_steps * self.world_size
         sps = samples / dt
-        seq_len = (tokens - self.last_tokens) / samples if tokens > self.last_tokens else self.cfg.get("cutoff_len", 0)
+        seq_len = (tokens - self.last_tokens) / samples if tokens > self.last_tokens else self.cfg.cutoff_len
         self.last_t, self.last_step, self.last_tokens = now, state.global_step, tokens
         self.tokens_total = tokens
         if self.first_loss is None and math.isfinite(loss):
@@ -395,12 +398,12 @@ class CockpitCallback(TrainerCallback):
                 code="nan_loss",
                 message=f"{what} at step {state.global_step}",
                 remedies=["lower learning_rate", "use bf16 instead of fp16", "check max_grad_norm (gradient clipping)"],
-                policy=self.cfg["nan_policy"],
+                policy=self.cfg.nan_policy,
                 stop_reason=f"{what.replace(' is ', ' became ')} at step {state.global_step}",
                 save=False,
             )
             self.nan_step = self.nan_step or state.global_step
-        elif len(self.recent) >= 5 and loss > self.cfg["spike_factor"] * statistics.median(self.recent):
+        elif len(self.recent) >= 5 and loss > self.cfg.spike_factor * statistics.median(self.recent):
             med = statistics.median(self.recent)
             self.alert(
                 control,
@@ -408,7 +411,7 @@ class CockpitCallback(TrainerCallback):
                 code="loss_spike",
                 message=f"loss {loss:.4g} at step {state.global_step} is {loss / med:.1f}x the recent median {med:.4g}",
                 remedies=["lower learning_rate", "add warmup", "check the data around this step"],
-                policy=self.cfg["spike_policy"],
+                policy=self.cfg.spike_policy,
                 stop_reason=f"loss spike at step {state.global_step} ({loss:.4g}, {loss / med:.1f}x the recent median)",
             )
         if math.isfinite(loss):

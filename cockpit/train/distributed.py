@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import RunDir, atomic_write_json
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+
 
 def apply_strategy(
     run: RunDir,
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     model,
     rank: int,
     world_size: int,
@@ -23,10 +25,10 @@ def apply_strategy(
     use_cpu: bool,
     n_rows: int,
     log,
-) -> tuple[Mapping[str, Any], bool]:
+) -> tuple[RunConfig, bool]:
     """DeepSpeed: the config (user file or generated) filled as HF fills it, validated by DeepSpeed,
     written to RUN_DIR/ds_config.json. FSDP: a torch check. Returns (cfg, parameters sharded?)."""
-    if cfg.get("fsdp"):
+    if cfg.fsdp:
         from cockpit.strategy.fsdp import check_torch
 
         if world_size < 2:
@@ -35,20 +37,18 @@ def apply_strategy(
         if reason:
             raise InputError(f"fsdp: {reason}")
         return cfg, True
-    if not (cfg.get("deepspeed") or cfg.get("zero_stage")):
+    if not (cfg.deepspeed or cfg.zero_stage):
         return cfg, False
     from cockpit.strategy import deepspeed as ds
 
     source, name = ds.source({**cfg, "use_cpu": use_cpu})
-    micro, gas = cfg["per_device_train_batch_size"], cfg["gradient_accumulation_steps"]
+    micro, gas = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
     steps = (
-        cfg["max_steps"]
-        if cfg["max_steps"] > 0
-        else max(1, math.ceil(math.ceil(n_rows / (micro * world_size)) / gas * cfg["num_train_epochs"]))
+        cfg.max_steps
+        if cfg.max_steps > 0
+        else max(1, math.ceil(math.ceil(n_rows / (micro * world_size)) / gas * cfg.num_train_epochs))
     )
-    hidden = getattr(getattr(model, "config", None), "hidden_size", None) or ds.hidden_size_of(
-        cfg["model_name_or_path"]
-    )
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None) or ds.hidden_size_of(cfg.model_name_or_path)
     filled = ds.effective(source, cfg, file=name, hidden_size=hidden, num_training_steps=steps, ws=world_size)
     if rank == 0:
         atomic_write_json(run.path / "ds_config.json", filled)
@@ -56,7 +56,7 @@ def apply_strategy(
             f"DeepSpeed ZeRO-{(filled.get('zero_optimization') or {}).get('stage', 0)} config ({name}) validated; written to ds_config.json"
         )
     stage = int((filled.get("zero_optimization") or {}).get("stage", 0))
-    return {**cfg, "deepspeed": source}, stage == 3
+    return cfg.replace(deepspeed=source), stage == 3  # the config dict itself: HF's TrainingArguments take either
 
 
 def skip_deepspeed_shm_build() -> None:

@@ -8,23 +8,25 @@ Rank 0 builds it at ``on_train_begin`` from the placed model; a model whose dims
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.doctor.peak import Peak
 from cockpit.plan.flops import FlopsPerToken, flops_per_token, utilisation
 from cockpit.plan.params import Dims, ParamCounts
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def run_dtype(cfg: Mapping[str, Any]) -> str:
+
+def run_dtype(cfg: RunConfig) -> str:
     """The precision the matmuls run in (the rank's config: fp16 on the CPU already became fp32)."""
-    if cfg.get("bf16") or cfg.get("pure_bf16"):
+    if cfg.bf16 or cfg.pure_bf16:
         return "bf16"
-    return "fp16" if cfg.get("fp16") else "fp32"
+    return "fp16" if cfg.fp16 else "fp32"
 
 
-def device_peak_here(cfg: Mapping[str, Any], use_cpu: bool) -> Peak:
+def device_peak_here(cfg: RunConfig, use_cpu: bool) -> Peak:
     """This rank's device's peak: the GPU table by torch's name and compute units, or the CPU's
     microbenchmark (cached in the cache dir) on this rank's threads."""
     import torch
@@ -74,7 +76,7 @@ class FlopsMeter:
     why: str = ""  # why MFU is missing: the model's dims, or the peak
 
     @classmethod
-    def for_model(cls, model: Any, cfg: Mapping[str, Any], peak: Peak, world_size: int) -> FlopsMeter:
+    def for_model(cls, model: Any, cfg: RunConfig, peak: Peak, world_size: int) -> FlopsMeter:
         from cockpit.plan.params import count_params, dims_of
         from cockpit.train.variants import gradient_checkpointing
 

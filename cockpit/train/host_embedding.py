@@ -14,13 +14,15 @@ Cost on a GPU: the token ids come back to the host (a sync) and ``tokens x hidde
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from cockpit.models.embedding_place import host_embedding_off
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 class HostEmbedding(torch.nn.Module):
@@ -71,7 +73,7 @@ def model_why_not(model: Any) -> str:
     return ""
 
 
-def keep_on_host(model: Any, cfg: Mapping[str, Any]) -> str:
+def keep_on_host(model: Any, cfg: RunConfig) -> str:
     """Moves the input embedding of ``model`` (the base, before its adapter wraps it: the hooks the
     adapter and the Trainer put on the embedding then land on this one) to host memory where the
     config (:func:`cockpit.models.embedding_place.host_embedding_off`) and the model allow; returns
@@ -79,7 +81,7 @@ def keep_on_host(model: Any, cfg: Mapping[str, Any]) -> str:
     in the model (``model_why_not``)."""
     from cockpit.shape import shape_of
 
-    why = host_embedding_off(cfg, bool(cfg.get("fsdp")) or shape_of(cfg).zero_stage == 3) or model_why_not(model)
+    why = host_embedding_off(cfg, bool(cfg.fsdp) or shape_of(cfg).zero_stage == 3) or model_why_not(model)
     if why:
         return why
     device_table = model.get_input_embeddings()

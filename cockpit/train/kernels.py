@@ -14,24 +14,26 @@ the rank asks them again.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
 from cockpit.preflight.environment import compile_refusal, liger_refusal
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+
 __all__ = ["REGIONAL", "compile_refusal", "kernel_arguments", "liger_refusal"]
 
 
-def kernel_arguments(cfg: Mapping[str, Any], use_cpu: bool) -> dict[str, Any]:
+def kernel_arguments(cfg: RunConfig, use_cpu: bool) -> dict[str, Any]:
     """TrainingArguments for the opted-in kernels; refuses with the reason when one cannot run."""
     kwargs: dict[str, Any] = {}
-    if cfg.get("enable_liger_kernel"):
+    if cfg.enable_liger_kernel:
         reason = liger_refusal(use_cpu)
         if reason:
             raise InputError(Problem(reason, key="enable_liger_kernel"))
         kwargs["use_liger_kernel"] = True
-    if cfg.get("torch_compile"):
+    if cfg.torch_compile:
         reason = compile_refusal(use_cpu)
         if reason:
             raise InputError(Problem(reason, key="torch_compile"))

@@ -3,16 +3,18 @@ on the meta device (FSDP2) or partitioned (ZeRO-3), and placed for its strategy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.schema import ADAPTER_METHODS
 from cockpit.errors import InputError, Problem
 from cockpit.store.rundir import RunDir
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+
 
 def build_model(
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     ref,
     use_cpu: bool,
     local_rank: int,
@@ -40,7 +42,7 @@ def build_model(
     # this rank holds no weights yet, unless the embeddings must grow for it
     tokenizer = tokenizer_needing_rows(cfg, ref)
     set_seed(
-        cfg["seed"]
+        cfg.seed
     )  # the adapter's random init: the same on every rank (FSDP2 shards each rank's copy) and every run
     kwargs = base_load_kwargs(cfg, ref, use_cpu, local_rank)
     if load == "full":
@@ -74,16 +76,16 @@ def build_model(
     new_token_ids = grown_vocabulary(model, cfg, tokenizer, load)  # add_tokens / add_special_tokens / resize_vocab
     del tokenizer
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
-    if cfg["quantization_bit"]:
+    if cfg.quantization_bit:
         prepare_quantized_base(model, cfg)
-    if cfg["finetuning_type"] == "lora":
+    if cfg.finetuning_type == "lora":
         return lora_model(model, cfg, new_token_ids, task_type="SEQ_CLS" if value_head else "CAUSAL_LM")
-    if cfg["finetuning_type"] == "oft":
+    if cfg.finetuning_type == "oft":
         model = with_oft_adapter(model, cfg)
         if trainable_in_fp32(cfg):
             upcast_trainable(model)
         return model
-    if cfg["finetuning_type"] == "freeze":
+    if cfg.finetuning_type == "freeze":
         freeze_all_but_chosen_layers(model, cfg)
         if new_token_ids:
             from cockpit.models.vocab import train_embedding_rows
@@ -94,7 +96,7 @@ def build_model(
 
 def lora_model(
     model,
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     new_token_ids: list[int] | None = None,
     task_type: str = "CAUSAL_LM",
     peft_input_cast: bool = False,
@@ -119,28 +121,28 @@ def lora_model(
     return model
 
 
-def over_base(cfg: Mapping[str, Any], peft_input_cast: bool = False) -> Any:
+def over_base(cfg: RunConfig, peft_input_cast: bool = False) -> Any:
     """``base -> the model training steps``, for a base built elsewhere (a random one, to measure its
     memory: ``cockpit.plan.measure``'s ``prepare``): per-sample SDPA for padding-free SFT rows and,
     for LoRA, :func:`lora_model`. ``cfg``: a full config (defaults filled in, lora_alpha set)."""
 
     def prepare(model: Any) -> Any:
         attend_per_sample(model, cfg)
-        return lora_model(model, cfg, peft_input_cast=peft_input_cast) if cfg["finetuning_type"] == "lora" else model
+        return lora_model(model, cfg, peft_input_cast=peft_input_cast) if cfg.finetuning_type == "lora" else model
 
     return prepare
 
 
-def attend_per_sample(model: Any, cfg: Mapping[str, Any]) -> None:
+def attend_per_sample(model: Any, cfg: RunConfig) -> None:
     """SDPA once per packed sample (cockpit.train.packed_attention) for padding-free SFT rows."""
     from cockpit.data.padding import padding_free
     from cockpit.train.packed_attention import use_for_padding_free
 
-    if cfg.get("stage", "sft") == "sft" and padding_free(cfg):
+    if cfg.stage == "sft" and padding_free(cfg):
         use_for_padding_free(model)
 
 
-def prepare_quantized_base(model: Any, cfg: Mapping[str, Any]) -> None:
+def prepare_quantized_base(model: Any, cfg: RunConfig) -> None:
     """A 4-/8-bit base made ready for its adapter, as LLaMA-Factory does it (its own
     ``prepare_model_for_training``, not PEFT's ``prepare_model_for_kbit_training``): every base
     parameter frozen, and gradient checkpointing as the Trainer will have it (``gradient_checkpointing``
@@ -160,7 +162,7 @@ def prepare_quantized_base(model: Any, cfg: Mapping[str, Any]) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
 
 
-def tokenizer_needing_rows(cfg: Mapping[str, Any], ref) -> Any | None:
+def tokenizer_needing_rows(cfg: RunConfig, ref) -> Any | None:
     """The run's tokenizer (:func:`tokenizer_as_trained`) when the embeddings must grow for it: the
     config adds tokens or sets ``resize_vocab``, or the chat template adds tokens past the model's
     ``vocab_size``; else None, this tokenizer freed and its heap handed back (43 MiB measured, in
@@ -170,7 +172,7 @@ def tokenizer_needing_rows(cfg: Mapping[str, Any], ref) -> Any | None:
     from cockpit.train.private_memory import return_freed_memory
 
     grows = vocab.grows_vocab(cfg)
-    if not grows and not cfg.get("template"):
+    if not grows and not cfg.template:
         return None
     tokenizer = tokenizer_as_trained(cfg, ref)  # the same tokens, in the same order, as the rank's
     if grows or len(tokenizer) > int(load_model_config(cfg, ref).vocab_size):
@@ -180,7 +182,7 @@ def tokenizer_needing_rows(cfg: Mapping[str, Any], ref) -> Any | None:
     return None
 
 
-def grown_vocabulary(model, cfg: Mapping[str, Any], tokenizer: Any | None, load: str) -> list[int]:
+def grown_vocabulary(model, cfg: RunConfig, tokenizer: Any | None, load: str) -> list[int]:
     """The embeddings grown to the run's tokenizer (a multiple of 64) when the config adds tokens or
     sets ``resize_vocab`` (the token ids whose rows must train are returned), or when the chat
     template adds its stop words as new special tokens (llama3's on another model's tokenizer, say:
@@ -196,14 +198,12 @@ def grown_vocabulary(model, cfg: Mapping[str, Any], tokenizer: Any | None, load:
     if not grows and len(tokenizer) <= rows:
         return []
     if load != "full":
-        key = ("add_special_tokens" if cfg.get("add_special_tokens") else "add_tokens") if grows else "template"
+        key = ("add_special_tokens" if cfg.add_special_tokens else "add_tokens") if grows else "template"
         raise InputError(
             Problem(
                 "new tokens (resized embeddings) with ZeRO-3 / FSDP2 sharded loading are not supported yet"
                 + (
-                    ""
-                    if grows
-                    else f": template {cfg['template']} adds {len(tokenizer) - rows} to this model's tokenizer"
+                    "" if grows else f": template {cfg.template} adds {len(tokenizer) - rows} to this model's tokenizer"
                 ),
                 key=key,
             )
@@ -212,63 +212,59 @@ def grown_vocabulary(model, cfg: Mapping[str, Any], tokenizer: Any | None, load:
     return vocab.trained_token_ids(tokenizer, cfg, rows_before) if grows else []
 
 
-def tokenizer_as_trained(cfg: Mapping[str, Any], ref) -> Any:
+def tokenizer_as_trained(cfg: RunConfig, ref) -> Any:
     """The run's tokenizer with its configured tokens and its chat template's (the rank's own)."""
     from cockpit.data.render import apply_template_choice
     from cockpit.models.resolve import load_tokenizer
 
     tokenizer = load_tokenizer(cfg, ref, log=lambda *_: None)
-    if cfg.get("template"):
-        apply_template_choice(tokenizer, cfg["template"], cfg.get("default_system"), cfg.get("enable_thinking", True))
+    if cfg.template:
+        apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
     return tokenizer
 
 
-def base_load_kwargs(cfg: Mapping[str, Any], ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
+def base_load_kwargs(cfg: RunConfig, ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
     """``from_pretrained``'s arguments for the base: its dtype (LoRA: frozen base weights in the
     half precision, on a GPU and on the CPU alike, so autocast never recasts them; BAdam's layer mode
     in bf16 on a GPU; other full fine-tuning: fp32 master weights) and the 4-/8-bit quantization of
     QLoRA (bitsandbytes; its wheels carry CPU kernels too), placed at load on the training device."""
     import torch
 
-    kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg["trust_remote_code"]), **ref.model_kwargs()}
-    if cfg["quantization_bit"]:
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(cfg.trust_remote_code), **ref.model_kwargs()}
+    if cfg.quantization_bit:
         from transformers import BitsAndBytesConfig
 
-        compute = (
-            torch.bfloat16
-            if (cfg["bf16"] or cfg.get("pure_bf16"))
-            else (torch.float16 if cfg["fp16"] else torch.float32)
-        )
+        compute = torch.bfloat16 if (cfg.bf16 or cfg.pure_bf16) else (torch.float16 if cfg.fp16 else torch.float32)
         kwargs["quantization_config"] = (
             BitsAndBytesConfig(
                 load_in_4bit=True,
-                bnb_4bit_quant_type=cfg.get("quantization_type") or "nf4",
-                bnb_4bit_use_double_quant=bool(cfg.get("double_quantization", True)),
+                bnb_4bit_quant_type=cfg.quantization_type or "nf4",
+                bnb_4bit_use_double_quant=bool(cfg.double_quantization),
                 bnb_4bit_compute_dtype=compute,
             )
-            if cfg["quantization_bit"] == 4
+            if cfg.quantization_bit == 4
             else BitsAndBytesConfig(load_in_8bit=True)
         )
         kwargs["device_map"] = {"": "cpu" if use_cpu else local_rank}
-    half = cfg["finetuning_type"] in ADAPTER_METHODS and (cfg["bf16"] or (cfg["fp16"] and not use_cpu))
+    half = cfg.finetuning_type in ADAPTER_METHODS and (cfg.bf16 or (cfg.fp16 and not use_cpu))
     # BAdam's layer mode keeps fp32 copies of the active layer itself (LLaMA-Factory loads it in bf16);
     # fp16 keeps fp32 weights: the loss scaler cannot unscale fp16 gradients
-    half = half or (bool(cfg.get("use_badam")) and cfg.get("badam_mode") == "layer" and cfg["bf16"] and not use_cpu)
-    kwargs["dtype"] = (torch.bfloat16 if cfg["bf16"] else torch.float16) if half else torch.float32
-    if cfg.get("pure_bf16"):  # every weight in bf16, trained so (no fp32 master copy, no autocast)
+    half = half or (bool(cfg.use_badam) and cfg.badam_mode == "layer" and cfg.bf16 and not use_cpu)
+    kwargs["dtype"] = (torch.bfloat16 if cfg.bf16 else torch.float16) if half else torch.float32
+    if cfg.pure_bf16:  # every weight in bf16, trained so (no fp32 master copy, no autocast)
         kwargs["dtype"] = torch.bfloat16
     return kwargs
 
 
-def trainable_in_fp32(cfg: Mapping[str, Any]) -> bool:
+def trainable_in_fp32(cfg: RunConfig) -> bool:
     """Whether a LoRA run's trainable parameters are cast to fp32 over a half-precision base, as
     LLaMA-Factory does (``cast_trainable_params_to_fp32``): every LoRA run in bf16 / fp16 but BAdam's.
     PEFT upcasts the adapter's own matrices, not ``modules_to_save`` copies or the new tokens' rows,
     which fp16 would then keep in fp16: HF's GradScaler refuses them ("Attempting to unscale FP16
     gradients") on a GPU."""
-    if cfg.get("pure_bf16"):  # LLaMA-Factory: "Pure bf16 detected, remaining trainable params in half precision"
+    if cfg.pure_bf16:  # LLaMA-Factory: "Pure bf16 detected, remaining trainable params in half precision"
         return False
-    return cfg["finetuning_type"] in ADAPTER_METHODS and bool(cfg["bf16"] or cfg["fp16"]) and not cfg.get("use_badam")
+    return cfg.finetuning_type in ADAPTER_METHODS and bool(cfg.bf16 or cfg.fp16) and not cfg.use_badam
 
 
 def upcast_trainable(model) -> int:
@@ -283,9 +279,7 @@ def upcast_trainable(model) -> int:
     return cast
 
 
-def with_lora_adapter(
-    model, cfg: Mapping[str, Any], new_token_ids: list[int] | None = None, task_type: str = "CAUSAL_LM"
-):
+def with_lora_adapter(model, cfg: RunConfig, new_token_ids: list[int] | None = None, task_type: str = "CAUSAL_LM"):
     """The base with its LoRA adapter: ``adapter_name_or_path`` trained further, or merged into the
     base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``; the
     rows of ``new_token_ids`` (added tokens) train beside it. ``task_type`` ``SEQ_CLS`` (a value
@@ -297,8 +291,8 @@ def with_lora_adapter(
     from cockpit.models.vocab import lora_new_rows_trainable
     from cockpit.train.variants import lora_config_kwargs
 
-    adapter = cfg.get("adapter_name_or_path")
-    if adapter and not cfg.get("create_new_adapter"):
+    adapter = cfg.adapter_name_or_path
+    if adapter and not cfg.create_new_adapter:
         found = str(PeftConfig.from_pretrained(adapter).task_type or "")
         if task_type == "SEQ_CLS" and found != "SEQ_CLS":
             raise InputError(
@@ -308,22 +302,20 @@ def with_lora_adapter(
                     key="adapter_name_or_path",
                 )
             )
-        return PeftModel.from_pretrained(
-            model, adapter, is_trainable=True, autocast_adapter_dtype=not cfg.get("pure_bf16")
-        )
+        return PeftModel.from_pretrained(model, adapter, is_trainable=True, autocast_adapter_dtype=not cfg.pure_bf16)
     if adapter:  # create_new_adapter: the old adapter merged into the base, a new one trained
         old = PeftConfig.from_pretrained(adapter)
         if task_type != old.task_type:  # a causal LM's adapter over a value model: its LoRA matrices alone
             old.task_type = None
         model = PeftModel.from_pretrained(model, adapter, config=old).merge_and_unload()
-    set_seed(cfg["seed"])  # the adapter's init depends on the seed only, however the base was loaded
-    targets = _target_modules(cfg["lora_target"])
-    if cfg.get("use_llama_pro"):
-        targets = expanded_block_modules(model, targets, cfg["freeze_trainable_layers"])
+    set_seed(cfg.seed)  # the adapter's init depends on the seed only, however the base was loaded
+    targets = _target_modules(cfg.lora_target)
+    if cfg.use_llama_pro:
+        targets = expanded_block_modules(model, targets, cfg.freeze_trainable_layers)
     lora = LoraConfig(
-        r=cfg["lora_rank"],
-        lora_alpha=cfg["lora_alpha"],
-        lora_dropout=cfg["lora_dropout"],
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         task_type=task_type,
         # DoRA, rsLoRA, PiSSA, modules_to_save; the new tokens' rows
@@ -331,7 +323,7 @@ def with_lora_adapter(
     )
     try:
         # pure_bf16: the adapter stays in the base's bf16 (PEFT casts a half-precision adapter to fp32 by default)
-        return get_peft_model(model, lora, autocast_adapter_dtype=not cfg.get("pure_bf16"))
+        return get_peft_model(model, lora, autocast_adapter_dtype=not cfg.pure_bf16)
     except ValueError as exc:
         raise InputError(f"lora_target: {exc}") from None
 
@@ -341,7 +333,7 @@ def _target_modules(target: str) -> Any:
     return "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
 
 
-def with_oft_adapter(model, cfg: Mapping[str, Any]):
+def with_oft_adapter(model, cfg: RunConfig):
     """The base with a new OFT adapter (PEFT's OFTConfig, LLaMA-Factory's keys: ``oft_rank`` blocks or
     ``oft_block_size``, ``module_dropout``, ``additional_target`` trained fully), on ``oft_target``'s
     modules, else ``lora_target``'s (which LLaMA-Factory 0.9.5 reads for OFT); seeded by ``seed``."""
@@ -350,26 +342,24 @@ def with_oft_adapter(model, cfg: Mapping[str, Any]):
 
     from cockpit.train.variants import lora_config_kwargs
 
-    set_seed(cfg["seed"])
+    set_seed(cfg.seed)
     extra = {k: v for k, v in lora_config_kwargs(cfg).items() if k == "modules_to_save"}
     oft = OFTConfig(
-        r=cfg["oft_rank"],
-        oft_block_size=cfg["oft_block_size"],
-        module_dropout=cfg["module_dropout"],
-        target_modules=_target_modules(cfg.get("oft_target") or cfg["lora_target"]),
+        r=cfg.oft_rank,
+        oft_block_size=cfg.oft_block_size,
+        module_dropout=cfg.module_dropout,
+        target_modules=_target_modules(cfg.oft_target or cfg.lora_target),
         task_type="CAUSAL_LM",
         inference_mode=False,
         **extra,
     )
     try:
-        return get_peft_model(model, oft, autocast_adapter_dtype=not cfg.get("pure_bf16"))
+        return get_peft_model(model, oft, autocast_adapter_dtype=not cfg.pure_bf16)
     except ValueError as exc:  # a block size that does not divide a target's inputs, an unknown module
-        raise InputError(
-            f"{'oft_target' if cfg.get('oft_target') else 'lora_target'} (finetuning_type oft): {exc}"
-        ) from None
+        raise InputError(f"{'oft_target' if cfg.oft_target else 'lora_target'} (finetuning_type oft): {exc}") from None
 
 
-def freeze_all_but_chosen_layers(model, cfg: Mapping[str, Any]) -> None:
+def freeze_all_but_chosen_layers(model, cfg: RunConfig) -> None:
     """``finetuning_type: freeze``: only the last (or, negative, first) ``freeze_trainable_layers``
     decoder layers train, and in them only ``freeze_trainable_modules``."""
     from cockpit.train.variants import freeze_module_selected
@@ -377,8 +367,8 @@ def freeze_all_but_chosen_layers(model, cfg: Mapping[str, Any]) -> None:
     layers = getattr(getattr(model, "model", model), "layers", None)
     if layers is None:
         raise InputError("finetuning_type freeze: cannot find the decoder layers of this model")
-    n = cfg["freeze_trainable_layers"]
-    if cfg.get("use_llama_pro"):
+    n = cfg.freeze_trainable_layers
+    if cfg.use_llama_pro:
         chosen = expanded_layer_ids(len(layers), n)
     else:
         chosen = range(len(layers) - n, len(layers)) if n > 0 else range(0, -n)
@@ -386,13 +376,13 @@ def freeze_all_but_chosen_layers(model, cfg: Mapping[str, Any]) -> None:
         p.requires_grad_(False)
     for i in chosen:
         for name, p in layers[i].named_parameters():
-            p.requires_grad_(freeze_module_selected(name, cfg.get("freeze_trainable_modules")))
+            p.requires_grad_(freeze_module_selected(name, cfg.freeze_trainable_modules))
     if not any(p.requires_grad for p in model.parameters()):
         raise InputError(
-            f"freeze_trainable_modules: no module named {cfg.get('freeze_trainable_modules')!r} in the trained layers"
+            f"freeze_trainable_modules: no module named {cfg.freeze_trainable_modules!r} in the trained layers"
         )
-    if cfg.get("freeze_extra_modules"):
-        train_extra_modules(model, cfg["freeze_extra_modules"])
+    if cfg.freeze_extra_modules:
+        train_extra_modules(model, cfg.freeze_extra_modules)
 
 
 def train_extra_modules(model, names: str) -> None:
@@ -466,9 +456,7 @@ LOAD_WORDS = {
 }
 
 
-def placed_model(
-    run: RunDir, cfg: Mapping[str, Any], ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log
-):
+def placed_model(run: RunDir, cfg: RunConfig, ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log):
     """The model on its training device (sharded for FSDP2), and the Trainer class to use.
     ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
     import gc
@@ -507,7 +495,7 @@ def placed_model(
     whole_why = f": {weights.why_whole}" if (mode == "full" and wanted_shards and weights.why_whole) else ""
     log(f"model loaded ({LOAD_WORDS.get(mode, mode)}{whole_why})")
     log_embedding_place(model, log)
-    if not cfg.get("fsdp"):
+    if not cfg.fsdp:
         return model, CockpitTrainer
     from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report
 
@@ -516,12 +504,12 @@ def placed_model(
     trace("placed_model: before shard")
     info = shard(
         model,
-        cfg["fsdp"],
+        cfg.fsdp,
         use_cpu=use_cpu,
         local_rank=local_rank,
-        nnodes=int(cfg["nnodes"]),
-        bf16=cfg["bf16"],
-        fp16=cfg["fp16"],
+        nnodes=int(cfg.nnodes),
+        bf16=cfg.bf16,
+        fp16=cfg.fp16,
     )
     if extras is not None and weights.folder is not None:
         device = args.device

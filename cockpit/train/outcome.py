@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.store.events import read_all
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:
@@ -32,13 +34,13 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return str(max(good)[1]) if good else None
 
 
-def resume_point(cfg: Mapping[str, Any], dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
+def resume_point(cfg: RunConfig, dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
     """The checkpoint this attempt starts from, and the run's totals saved with it (first loss,
     training seconds). ``resume_from_checkpoint: last`` that finds none says so (a warning event
     and a log line) before starting from scratch."""
     from cockpit.train.trainer import checkpoint_record
 
-    resume = cfg.get("resume_from_checkpoint")
+    resume = cfg.resume_from_checkpoint
     if resume in ("last", "true", "True", True):
         resume = last_checkpoint(dirs["checkpoints"])
         if resume is None:
@@ -180,7 +182,7 @@ def utilisation(
     if meter is None:
         return {}
     samples = steps * callback.global_batch
-    seq_len = tokens_total / samples if samples and tokens_total else float(callback.cfg.get("cutoff_len") or 0)
+    seq_len = tokens_total / samples if samples and tokens_total else float(callback.cfg.cutoff_len or 0)
     tokens_per_s = throughput.get("tokens_per_s")
     if tokens_per_s and seq_len:
         samples_per_s = tokens_per_s / seq_len

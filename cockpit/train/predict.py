@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import EXIT_OK
 from cockpit.store.rundir import atomic_write_json, atomic_write_text
 from cockpit.train.progress import probes_reporter, reporter
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 PREDICTIONS_FILE = "generated_predictions.jsonl"
 RESULTS_FILE = "predict_results.json"
@@ -37,19 +40,17 @@ def split_conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, A
     return list(messages[:last]), label
 
 
-def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: Mapping[str, Any]) -> tuple[list[int], str]:
+def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: RunConfig) -> tuple[list[int], str]:
     """(the prompt's token ids, ready for generation; the label): the sample's tools written in as
     training writes them (``tool_format``, the template's own tool list, ``default_system``)."""
     from cockpit.data.render import render_prompt_ids, with_tools
 
-    turns, tools = with_tools(
-        tokenizer, sample["messages"], sample.get("tools"), cfg.get("tool_format"), cfg.get("default_system")
-    )
+    turns, tools = with_tools(tokenizer, sample["messages"], sample.get("tools"), cfg.tool_format, cfg.default_system)
     prompt, label = split_conversation(turns)
     return render_prompt_ids(tokenizer, prompt, tools=tools), label
 
 
-def prediction_samples(cfg: Mapping[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+def prediction_samples(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
     """The samples to predict (config/parity.predict_data_key): ``eval_dataset``; the ``val_size``
     split, the very rows training held out; or all of ``dataset`` in a run that does not train.
     The tokenizer gets the config's chat template on the way."""
@@ -59,10 +60,10 @@ def prediction_samples(cfg: Mapping[str, Any], tokenizer: Any) -> list[dict[str,
     from cockpit.data.render import apply_template_choice
     from cockpit.train.recipes.base import split_held_out
 
-    apply_template_choice(tokenizer, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True))
+    apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
     source = predict_data_key(cfg)
     if source == "eval_dataset":
-        samples = collect_samples({**cfg, "dataset": cfg["eval_dataset"]}).samples
+        samples = collect_samples({**cfg, "dataset": cfg.eval_dataset}).samples
     elif source == "val_size":  # as SFT's build_data: samples keeping an assistant token, then the seeded split
         prepared = prepare_dataset(cfg, tokenizer)
         kept = [s for s, r in zip(prepared.loaded.samples, prepared.rendered) if r.target_kept > 0]
@@ -72,16 +73,16 @@ def prediction_samples(cfg: Mapping[str, Any], tokenizer: Any) -> list[dict[str,
     return list(samples)  # each: messages (+ tools)
 
 
-def generation_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def generation_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """``model.generate``'s decoding arguments from LLaMA-Factory's generating keys (greedy unless
     ``do_sample``; the model's own sampling defaults are turned off for greedy decoding)."""
     kwargs: dict[str, Any] = {
-        "max_new_tokens": int(cfg["max_new_tokens"]),
-        "repetition_penalty": float(cfg["repetition_penalty"]),
-        "do_sample": bool(cfg["do_sample"]),
+        "max_new_tokens": int(cfg.max_new_tokens),
+        "repetition_penalty": float(cfg.repetition_penalty),
+        "do_sample": bool(cfg.do_sample),
     }
-    if cfg["do_sample"]:
-        kwargs.update(temperature=float(cfg["temperature"]), top_p=float(cfg["top_p"]), top_k=int(cfg["top_k"]))
+    if cfg.do_sample:
+        kwargs.update(temperature=float(cfg.temperature), top_p=float(cfg.top_p), top_k=int(cfg.top_k))
     else:
         kwargs.update(temperature=None, top_p=None, top_k=None)
     return kwargs
@@ -91,7 +92,7 @@ def generate_predictions(
     model: Any,
     tokenizer: Any,
     samples: list[dict[str, Any]],
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[dict[str, str]], bool]:
@@ -100,7 +101,7 @@ def generate_predictions(
     its last ``cutoff_len`` tokens (the generation prompt stays)."""
     from cockpit.train.generation import generate_new_tokens
 
-    batch, cutoff, decoding = int(cfg["per_device_eval_batch_size"]), int(cfg["cutoff_len"]), generation_kwargs(cfg)
+    batch, cutoff, decoding = int(cfg.per_device_eval_batch_size), int(cfg.cutoff_len), generation_kwargs(cfg)
     rows: list[dict[str, str]] = []
     for start in range(0, len(samples), batch):
         if should_stop():
@@ -155,12 +156,12 @@ def predict(ctx: Any, model: Any, adapter: str | None) -> dict[str, Any]:
 
     cfg, writer = ctx.cfg, ctx.writer
     samples = prediction_samples(cfg, ctx.tokenizer)
-    ctx.log(f"predict: {len(samples)} samples ({cfg['max_new_tokens']} new tokens at most)")
+    ctx.log(f"predict: {len(samples)} samples ({cfg.max_new_tokens} new tokens at most)")
     progress = reporter(writer, "predict_progress", PROGRESS_EVERY_S)
-    set_seed(cfg["seed"])  # do_sample: the same predictions for the same seed
+    set_seed(cfg.seed)  # do_sample: the same predictions for the same seed
     t0 = time.time()
     rows, stopped = generate_predictions(model, ctx.tokenizer, samples, cfg, progress, lambda: ctx.run.consume("stop"))
-    fields = write_predictions(ctx.dirs["out"], rows, time.time() - t0, int(cfg["per_device_eval_batch_size"]))
+    fields = write_predictions(ctx.dirs["out"], rows, time.time() - t0, int(cfg.per_device_eval_batch_size))
     fields.update(adapter=adapter, stopped=stopped)
     writer.emit("predict", **fields)
     ctx.log(
@@ -202,16 +203,16 @@ def predict_only(ctx: Any) -> int:
     if ctx.rank != 0:  # validation keeps a prediction-only run to one process
         return EXIT_OK
     model = build_model(cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank)
-    if not ctx.use_cpu and not cfg.get("quantization_bit"):  # a quantized model is placed at load
+    if not ctx.use_cpu and not cfg.quantization_bit:  # a quantized model is placed at load
         model = model.to(f"cuda:{ctx.local_rank}")
-    ctx.log(f"model loaded with the adapter {cfg['adapter_name_or_path']}")
+    ctx.log(f"model loaded with the adapter {cfg.adapter_name_or_path}")
     probes = None
-    if cfg.get("probes"):
-        asked = load_probes(cfg["probes"])
+    if cfg.probes:
+        asked = load_probes(cfg.probes)
         on_progress = probes_reporter(ctx.writer, "after")
-        probes = run_probes(model, ctx.tokenizer, asked, cfg["probe_max_new_tokens"], on_progress=on_progress)
+        probes = run_probes(model, ctx.tokenizer, asked, cfg.probe_max_new_tokens, on_progress=on_progress)
         ctx.writer.emit("probe_results", phase="after", **probes)
-    fields = predict(ctx, model, cfg["adapter_name_or_path"])
+    fields = predict(ctx, model, cfg.adapter_name_or_path)
     reason = f"stop requested after {fields['samples']} samples" if fields["stopped"] else None
     runtime = round(time.time() - ctx.t0, 2)
     atomic_write_json(
@@ -225,7 +226,7 @@ def predict_only(ctx: Any) -> int:
             "runtime_s": runtime,
             "tokens_per_s": None,
             "probes_after": probe_summary(probes),
-            "adapter_name_or_path": cfg["adapter_name_or_path"],
+            "adapter_name_or_path": cfg.adapter_name_or_path,
             "predict": fields,
         },
     )

@@ -20,7 +20,10 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 CODE = "reward_hacking"
 DEFAULTS = {
@@ -74,9 +77,9 @@ def _num(value: Any) -> float | None:
 
 
 class RewardWatch:
-    def __init__(self, cfg: Mapping[str, Any]):
+    def __init__(self, cfg: RunConfig):
         def key(name: str) -> Any:
-            value = cfg.get(name)
+            value = getattr(cfg, name)
             return DEFAULTS[name] if value is None else value
 
         self.window = max(2, int(key("reward_hack_window")))

@@ -26,9 +26,12 @@ import struct
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.models.weights import Weights, sharded_load_mode, weights_of
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 READ_BYTES = 16 * 2**20  # a rank reads its part of a tensor from the checkpoint this much at a time
 PEFT_PREFIX = "base_model.model."
@@ -62,9 +65,7 @@ def canonical(key: str) -> str:
 
 
 # -- FSDP2 -------------------------------------------------------------------------------------
-def streamed_config(
-    cfg: Mapping[str, Any], folder: str | Path, load_kwargs: dict[str, Any]
-) -> tuple[Any, dict[str, Any]]:
+def streamed_config(cfg: RunConfig, folder: str | Path, load_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The model config a streamed load builds from, with the options ``from_pretrained`` would get
     (``load_kwargs``: :func:`cockpit.train.variants.model_load_kwargs`): RoPE scaling set on the
     config, the attention kernel returned as ``from_config``'s argument."""
@@ -72,11 +73,11 @@ def streamed_config(
 
     opts = dict(load_kwargs)
     attn = opts.pop("attn_implementation", None)
-    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(cfg["trust_remote_code"]), **opts)
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(cfg.trust_remote_code), **opts)
     return config, ({"attn_implementation": attn} if attn else {})
 
 
-def empty_skeleton(cfg: Mapping[str, Any], folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
+def empty_skeleton(cfg: RunConfig, folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
     """The model with parameters on the meta device and real buffers."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
@@ -84,7 +85,7 @@ def empty_skeleton(cfg: Mapping[str, Any], folder: str | Path, dtype: Any, load_
     config, build = streamed_config(cfg, folder, load_kwargs)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(
-            config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **build
+            config, dtype=dtype, trust_remote_code=bool(cfg.trust_remote_code), **build
         )
     model.tie_weights()  # from_config leaves a meta skeleton's tied weights (lm_head, embeddings) apart
     return model
@@ -392,7 +393,7 @@ def ensure_deepspeed_comm() -> None:
         deepspeed.init_distributed(dist_backend=dist.get_backend())
 
 
-def sharded_base(cfg: Mapping[str, Any], folder: str | Path, dtype: Any, load: str, load_kwargs: dict[str, Any]) -> Any:
+def sharded_base(cfg: RunConfig, folder: str | Path, dtype: Any, load: str, load_kwargs: dict[str, Any]) -> Any:
     """The base model for ``load`` = ``meta`` (FSDP2 skeleton) or ``zero3`` (partitioned, filled),
     built from ``folder``'s safetensors with the full load's options (``load_kwargs``)."""
     if load == "meta":
@@ -415,7 +416,7 @@ def sharded_base(cfg: Mapping[str, Any], folder: str | Path, dtype: Any, load: s
     with mapped_large_allocations():
         with random_init_deferred() as deferred, construction_broadcast_skipped():
             model = AutoModelForCausalLM.from_config(
-                config, dtype=dtype, trust_remote_code=bool(cfg["trust_remote_code"]), **build
+                config, dtype=dtype, trust_remote_code=bool(cfg.trust_remote_code), **build
             )  # zero.Init
         gc.collect()  # the partitions of parameters the build replaced (a tied lm_head's own)
         trace("zero3: built")
@@ -511,18 +512,18 @@ def not_all_parameters_in(model: Any, model_dir: str | Path) -> list[str]:
     return [n for n, _ in model.named_parameters() if n not in names and n.removeprefix(f"{prefix}.") not in names]
 
 
-def load_mode(cfg: Mapping[str, Any], ref: Any, zero3: bool, world_size: int) -> tuple[str, Weights]:
+def load_mode(cfg: RunConfig, ref: Any, zero3: bool, world_size: int) -> tuple[str, Weights]:
     """How this run's ranks build the base (:func:`cockpit.models.weights.sharded_load_mode`, the
     rule the planner's host line applies too), and where its weights are."""
     weights = weights_of(ref, fetch=True)
     return sharded_load_mode(weights, **strategy_facts(cfg, zero3, world_size)), weights
 
 
-def strategy_facts(cfg: Mapping[str, Any], zero3: bool, world_size: int) -> dict[str, Any]:
+def strategy_facts(cfg: RunConfig, zero3: bool, world_size: int) -> dict[str, Any]:
     """What the load rule (:mod:`cockpit.models.weights`) asks of a run, from a rank's view of it."""
     return {
         "world_size": world_size,
-        "quantized": bool(cfg.get("quantization_bit")),
-        "fsdp": bool(cfg.get("fsdp")),
+        "quantized": bool(cfg.quantization_bit),
+        "fsdp": bool(cfg.fsdp),
         "zero3": zero3,
     }

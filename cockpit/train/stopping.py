@@ -3,16 +3,19 @@ and ``include_effective_tokens_per_second`` (its ``calculate_tps``): what a fini
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
-def early_stopping_callbacks(cfg: Mapping[str, Any], writer: Any, log: Callable[[str], None]) -> list[Any]:
+def early_stopping_callbacks(cfg: RunConfig, writer: Any, log: Callable[[str], None]) -> list[Any]:
     """``[EarlyStoppingCallback(early_stopping_patience=N)]`` (HF's, subclassed to say why it stopped:
     its ``stopped`` holds the words, logged and as an info ``alert`` event with code early_stopping),
     or none without ``early_stopping_steps``."""
-    if cfg.get("early_stopping_steps") is None:
+    if cfg.early_stopping_steps is None:
         return []
     from transformers import EarlyStoppingCallback
 
@@ -36,7 +39,7 @@ def early_stopping_callbacks(cfg: Mapping[str, Any], writer: Any, log: Callable[
                 if writer is not None:
                     writer.emit("alert", level="info", code="early_stopping", message=self.stopped, remedies=[])
 
-    return [SaysWhy(early_stopping_patience=int(cfg["early_stopping_steps"]))]
+    return [SaysWhy(early_stopping_patience=int(cfg.early_stopping_steps))]
 
 
 def early_stop_reason(trainer: Any) -> str | None:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from cockpit.train.chunked_loss import IGNORE, summed_lm_loss
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 EAFT_TOP_K = 20  # LLaMA-Factory's: the entropy over the 20 largest logits
 EAFT_SCALE = 3.0  # LLaMA-Factory's: the entropy is divided by 3 before the power
@@ -51,13 +54,13 @@ def eaft_weights(logits: Any, row_loss: Any, alpha: float = 1.0) -> Any:
         return torch.pow(entropy / EAFT_SCALE, alpha)
 
 
-def token_weighting(cfg: Mapping[str, Any]) -> TokenWeighting | None:
+def token_weighting(cfg: RunConfig) -> TokenWeighting | None:
     """The weighting a config asks for (``use_dft_loss`` / ``use_eaft_loss``), or None for plain
     cross-entropy. Validation refuses both at once."""
-    if cfg.get("use_dft_loss"):
+    if cfg.use_dft_loss:
         return dft_weights
-    if cfg.get("use_eaft_loss"):
-        return functools.partial(eaft_weights, alpha=float(cfg.get("eaft_alpha", 1.0)))
+    if cfg.use_eaft_loss:
+        return functools.partial(eaft_weights, alpha=float(cfg.eaft_alpha))
     return None
 
 

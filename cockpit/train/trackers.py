@@ -14,14 +14,16 @@ A variable the user set (``env:`` in the config, or the launching shell) wins ov
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.trackers import trackers
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def tracker_environment(cfg: Mapping[str, Any], trackers_dir: Path) -> dict[str, str]:
+
+def tracker_environment(cfg: RunConfig, trackers_dir: Path) -> dict[str, str]:
     """The variables the trackers of ``cfg`` read, with their defaults under ``trackers_dir``."""
     names = trackers(cfg)
     defaults = {
@@ -36,7 +38,7 @@ def tracker_environment(cfg: Mapping[str, Any], trackers_dir: Path) -> dict[str,
     return out
 
 
-def report_to(cfg: Mapping[str, Any], trackers_dir: Path) -> list[str]:
+def report_to(cfg: RunConfig, trackers_dir: Path) -> list[str]:
     """TrainingArguments' ``report_to``, with the trackers' variables set in this process (the user's own
     kept) before their callbacks read them; swanlab goes through :func:`tracker_callbacks` instead."""
     names = trackers(cfg)
@@ -47,20 +49,20 @@ def report_to(cfg: Mapping[str, Any], trackers_dir: Path) -> list[str]:
     return [n for n in names if n != "swanlab"]
 
 
-def tracker_callbacks(cfg: Mapping[str, Any], trackers_dir: Path, run_name: str) -> list[Any]:
+def tracker_callbacks(cfg: RunConfig, trackers_dir: Path, run_name: str) -> list[Any]:
     """SwanLab's own transformers callback with LLaMA-Factory's ``swanlab_*`` keys (its mode: swanlab_mode,
     else SWANLAB_MODE, else offline); none when SwanLab is off. Its API key: env SWANLAB_API_KEY."""
     if "swanlab" not in trackers(cfg):
         return []
     from swanlab.integration.transformers import SwanLabCallback
 
-    logdir = cfg.get("swanlab_logdir") or str(trackers_dir / "swanlog")
+    logdir = cfg.swanlab_logdir or str(trackers_dir / "swanlog")
     return [
         SwanLabCallback(
-            project=cfg["swanlab_project"],
-            workspace=cfg.get("swanlab_workspace"),
-            experiment_name=cfg.get("swanlab_run_name") or run_name,
-            mode=cfg.get("swanlab_mode") or os.environ.get("SWANLAB_MODE") or "offline",
+            project=cfg.swanlab_project,
+            workspace=cfg.swanlab_workspace,
+            experiment_name=cfg.swanlab_run_name or run_name,
+            mode=cfg.swanlab_mode or os.environ.get("SWANLAB_MODE") or "offline",
             log_dir=logdir,
             tags=["cockpit"],
         )

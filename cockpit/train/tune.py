@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -40,6 +40,9 @@ from cockpit.errors import InputError, Problem
 from cockpit.plan.estimate import GiB
 from cockpit.plan.verdict import TIGHT_HEADROOM
 from cockpit.shape import shape_of
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")
 SHARDING_KEYS = ("deepspeed", "zero_stage", "fsdp")
@@ -116,13 +119,13 @@ def choose(trials: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[st
     return fastest, max(fit, key=lambda t: t["micro_batch"])
 
 
-def planned(cfg: Mapping[str, Any], m: int, a: int) -> tuple[float | None, float | None]:
+def planned(cfg: RunConfig, m: int, a: int) -> tuple[float | None, float | None]:
     """The planner's (tensor peak, device peak) in GiB for micro-batch m; None where it cannot tell."""
     from cockpit.plan import estimate_config
 
     try:
         est = estimate_config(
-            {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": a}, base_dir=cfg.get("_base_dir")
+            {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": a}, base_dir=cfg.base_dir
         )[1]
     except InputError:
         return None, None
@@ -139,7 +142,7 @@ def trial_rows(rendered: list[Any], n: int) -> list[dict[str, list[int]]]:
 
 
 def run_trials(
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     cands: list[int],
     local_batch: int,
     cap_gb: float | None,
@@ -158,7 +161,7 @@ def run_trials(
     tok = load_tokenizer(cfg, ref, log=log)
     rows = trial_rows(prepare_dataset(cfg, tok).rendered, steps * local_batch)
     model = build_model(cfg, ref, device.use_cpu, 0)
-    plan_cfg = {**cfg, "model_name_or_path": ref.path} if not ref.hub else cfg
+    plan_cfg = cfg.replace(model_name_or_path=ref.path) if not ref.hub else cfg
     trials: list[dict[str, Any]] = []
     stop_at: int | None = None
     with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
@@ -169,17 +172,16 @@ def run_trials(
                 t["error"] = f"not tried: micro-batch {stop_at} already ran out of memory"
                 continue
             log(f"trial: micro-batch {m} x accumulation {t['accumulation']}, {steps} steps")
-            tcfg = {
-                **cfg,
-                "per_device_train_batch_size": m,
-                "gradient_accumulation_steps": t["accumulation"],
-                "max_steps": steps,
-                "save_strategy": "no",
-                "val_size": 0,
-                "logging_steps": 10**6,
-                "report_to": "none",
-                "dataloader_num_workers": 0,
-            }
+            tcfg = cfg.replace(
+                per_device_train_batch_size=m,
+                gradient_accumulation_steps=t["accumulation"],
+                max_steps=steps,
+                save_strategy="no",
+                val_size=0,
+                logging_steps=10**6,
+                report_to="none",
+                dataloader_num_workers=0,
+            )
             run_trial(t, device, tcfg, model, tok, rows, Path(tmp))
             stop_at = m if t["oom"] else None
             log(
@@ -189,7 +191,7 @@ def run_trials(
     return {"device": device.name, "cap_gb": round(device.cap / GiB, 6), "trials": trials}
 
 
-def new_trial(plan_cfg: Mapping[str, Any], m: int, a: int) -> dict[str, Any]:
+def new_trial(plan_cfg: RunConfig, m: int, a: int) -> dict[str, Any]:
     """A trial's record before it runs, with the planner's figures for the same batch."""
     plan_t, plan_d = planned(plan_cfg, m, a)
     return {
@@ -213,7 +215,7 @@ class TrialDevice:
         self.use_cpu, self.name, self.cap = use_cpu, name, cap
 
     @classmethod
-    def open(cls, cfg: Mapping[str, Any], cap_gb: float | None) -> TrialDevice:
+    def open(cls, cfg: RunConfig, cap_gb: float | None) -> TrialDevice:
         import torch
 
         from cockpit.train.arguments import trains_on_cpu
@@ -257,7 +259,7 @@ class TrialDevice:
 def run_trial(
     t: dict[str, Any],
     device: TrialDevice,
-    tcfg: dict[str, Any],
+    tcfg: RunConfig,
     model: Any,
     tok: Any,
     rows: list[dict[str, list[int]]],
@@ -422,7 +424,7 @@ def tune(
     out_path = tuned_path(config, out)
     cfg = load_config(config, ov)
     world = shape_of(cfg).world_size
-    m0, a0 = int(cfg["per_device_train_batch_size"]), int(cfg["gradient_accumulation_steps"])
+    m0, a0 = int(cfg.per_device_train_batch_size), int(cfg.gradient_accumulation_steps)
     local = m0 * a0
     cands = candidates_for(local, candidates, m0)
     res = run_trials(cfg, cands, local, memory_cap_gb, steps, log)
@@ -452,7 +454,7 @@ def tune(
     m, a = chosen["micro_batch"], chosen["accumulation"]
     msg = chosen_message(chosen, largest, local * world, cap_gb, (m0, a0))
     changes = {
-        **{k: cfg[k] for k in ov},
+        **{k: getattr(cfg, k) for k in ov},
         **relocated_paths(raw, Path(config).parent, out_path.parent),
         "per_device_train_batch_size": m,
         "gradient_accumulation_steps": a,
@@ -540,7 +542,7 @@ def write_tuned(config: str, out_path: Path, changes: Mapping[str, Any], header:
     os.replace(tmp, out_path)
 
 
-def nothing_fits(smallest: dict[str, Any], cap_gb: float, cfg: Mapping[str, Any]) -> str:
+def nothing_fits(smallest: dict[str, Any], cap_gb: float, cfg: RunConfig) -> str:
     m = smallest["micro_batch"]
     if smallest["oom"]:
         plan = f" (the planner says {smallest['planned_gb']:.4g} GiB)" if smallest["planned_gb"] else ""
@@ -551,8 +553,8 @@ def nothing_fits(smallest: dict[str, Any], cap_gb: float, cfg: Mapping[str, Any]
             f"under the {cap_gb:.4g} GiB cap"
         )
     tries = (
-        ([] if cfg.get("gradient_checkpointing") else ["gradient_checkpointing: true"])
-        + ([] if cfg.get("finetuning_type") == "lora" else ["finetuning_type: lora"])
-        + [f"a shorter cutoff_len (now {cfg.get('cutoff_len')})", "a bigger --memory-cap (or device)"]
+        ([] if cfg.gradient_checkpointing else ["gradient_checkpointing: true"])
+        + ([] if cfg.finetuning_type == "lora" else ["finetuning_type: lora"])
+        + [f"a shorter cutoff_len (now {cfg.cutoff_len})", "a bigger --memory-cap (or device)"]
     )
     return f"nothing fits: {what}; try {', '.join(tries)}"

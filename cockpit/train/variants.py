@@ -4,26 +4,28 @@ from_pretrained, PEFT's LoRA+ optimizer). Imported by the training rank (worker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
 
 
-def model_load_kwargs(cfg: Mapping[str, Any], ref: Any = None, log=print) -> dict[str, Any]:
+def model_load_kwargs(cfg: RunConfig, ref: Any = None, log=print) -> dict[str, Any]:
     """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice) and
     RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context."""
-    impl = ATTENTION[cfg.get("flash_attn") or "auto"]
+    impl = ATTENTION[cfg.flash_attn or "auto"]
     out: dict[str, Any] = {"attn_implementation": impl} if impl else {}
-    if cfg.get("rope_scaling") and ref is not None:
+    if cfg.rope_scaling and ref is not None:
         rope = rope_scaling_kwargs(cfg, ref, log)
         if rope:
             out["rope_parameters"] = rope  # transformers 5's name for a config's RoPE settings
     return out
 
 
-def rope_scaling_kwargs(cfg: Mapping[str, Any], ref: Any, log=print) -> dict[str, Any] | None:
+def rope_scaling_kwargs(cfg: RunConfig, ref: Any, log=print) -> dict[str, Any] | None:
     """LLaMA-Factory's rope_scaling: factor ceil(cutoff_len / the model's max_position_embeddings);
     none (said in the log) when cutoff_len already fits."""
     import math
@@ -32,53 +34,53 @@ def rope_scaling_kwargs(cfg: Mapping[str, Any], ref: Any, log=print) -> dict[str
 
     mcfg = AutoConfig.from_pretrained(ref.path, **ref.kwargs())
     context = int(getattr(mcfg, "max_position_embeddings", 0) or 0)
-    want = int(cfg["cutoff_len"])
+    want = int(cfg.cutoff_len)
     if not context or want <= context:
-        log(f"rope_scaling {cfg['rope_scaling']}: cutoff_len {want} fits the model's context ({context}); not scaled")
+        log(f"rope_scaling {cfg.rope_scaling}: cutoff_len {want} fits the model's context ({context}); not scaled")
         return None
     factor = float(math.ceil(want / context))
     base = dict(getattr(mcfg, "rope_parameters", None) or {}) or {"rope_theta": getattr(mcfg, "rope_theta", 10000.0)}
-    rope: dict[str, Any] = {**base, "rope_type": cfg["rope_scaling"], "factor": factor}
-    if cfg["rope_scaling"] in ("dynamic", "yarn", "llama3"):
+    rope: dict[str, Any] = {**base, "rope_type": cfg.rope_scaling, "factor": factor}
+    if cfg.rope_scaling in ("dynamic", "yarn", "llama3"):
         rope["original_max_position_embeddings"] = context
-    if cfg["rope_scaling"] == "llama3":
+    if cfg.rope_scaling == "llama3":
         rope.update(low_freq_factor=1.0, high_freq_factor=4.0)
-    log(f"rope_scaling {cfg['rope_scaling']}: factor {factor:g} for cutoff_len {want} (context {context})")
+    log(f"rope_scaling {cfg.rope_scaling}: factor {factor:g} for cutoff_len {want} (context {context})")
     return rope
 
 
-def upcast(model: Any, cfg: Mapping[str, Any]) -> None:
+def upcast(model: Any, cfg: RunConfig) -> None:
     """upcast_layernorm: norm weights in fp32; upcast_lmhead_output: the LM head's logits (a value
     model's scores) in fp32."""
     import torch
 
-    if cfg.get("upcast_layernorm"):
+    if cfg.upcast_layernorm:
         for name, p in model.named_parameters():
             if p.ndim == 1 and "norm" in name:
                 p.data = p.data.to(torch.float32)
-    if cfg.get("upcast_lmhead_output"):
+    if cfg.upcast_lmhead_output:
         head = model.get_output_embeddings() or getattr(model, "score", None)  # a value model's head: score
         head.register_forward_hook(lambda _m, _inp, out: out.to(torch.float32))
 
 
-def lora_config_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def lora_config_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """LoraConfig: DoRA, rsLoRA, PiSSA init (as LLaMA-Factory maps it), modules trained fully."""
-    out: dict[str, Any] = {"use_dora": bool(cfg.get("use_dora")), "use_rslora": bool(cfg.get("use_rslora"))}
-    if cfg.get("pissa_init"):
-        it = int(cfg.get("pissa_iter", 16))
+    out: dict[str, Any] = {"use_dora": bool(cfg.use_dora), "use_rslora": bool(cfg.use_rslora)}
+    if cfg.pissa_init:
+        it = int(cfg.pissa_iter)
         out["init_lora_weights"] = "pissa" if it == -1 else f"pissa_niter_{it}"
-    if cfg.get("additional_target"):
-        out["modules_to_save"] = [m.strip() for m in str(cfg["additional_target"]).split(",") if m.strip()]
+    if cfg.additional_target:
+        out["modules_to_save"] = [m.strip() for m in str(cfg.additional_target).split(",") if m.strip()]
     return out
 
 
-def gradient_checkpointing(cfg: Mapping[str, Any]) -> tuple[bool, dict[str, bool] | None]:
+def gradient_checkpointing(cfg: RunConfig) -> tuple[bool, dict[str, bool] | None]:
     """Whether activations are recomputed in backward (``gradient_checkpointing`` unless
     ``disable_gradient_checkpointing``) and torch's checkpoint kwargs (``use_reentrant_gc``): the
     Trainer's and QLoRA's k-bit preparation read the same pair (``use_unsloth_gc``:
     :func:`offload_checkpoints` once the Trainer has turned checkpointing on)."""
-    gc = bool(cfg.get("gradient_checkpointing")) and not cfg.get("disable_gradient_checkpointing")
-    return gc, ({"use_reentrant": bool(cfg.get("use_reentrant_gc"))} if gc else None)
+    gc = bool(cfg.gradient_checkpointing) and not cfg.disable_gradient_checkpointing
+    return gc, ({"use_reentrant": bool(cfg.use_reentrant_gc)} if gc else None)
 
 
 def offload_checkpoints(model: Any) -> int:
@@ -108,52 +110,52 @@ def offload_checkpoints(model: Any) -> int:
     return wrapped
 
 
-def training_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def training_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """TrainingArguments: optimizer and schedule options, gradient checkpointing, evaluation."""
     out: dict[str, Any] = {
-        "adam_beta1": cfg.get("adam_beta1", 0.9),
-        "adam_beta2": cfg.get("adam_beta2", 0.999),
-        "adam_epsilon": cfg.get("adam_epsilon", 1e-8),
+        "adam_beta1": cfg.adam_beta1,
+        "adam_beta2": cfg.adam_beta2,
+        "adam_epsilon": cfg.adam_epsilon,
     }
-    if cfg.get("optim"):
-        out["optim"] = cfg["optim"]
+    if cfg.optim:
+        out["optim"] = cfg.optim
     from cockpit.config.parity import low_rank_optim
 
     out.update(low_rank_optim(cfg) or {})  # use_galore / use_apollo: HF's galore_* / apollo_* optimizers
-    if cfg.get("lr_scheduler_kwargs"):
-        out["lr_scheduler_kwargs"] = dict(cfg["lr_scheduler_kwargs"])
+    if cfg.lr_scheduler_kwargs:
+        out["lr_scheduler_kwargs"] = dict(cfg.lr_scheduler_kwargs)
     out["gradient_checkpointing"], out["gradient_checkpointing_kwargs"] = gradient_checkpointing(cfg)
-    if cfg.get("val_size") or cfg.get("eval_dataset"):
+    if cfg.val_size or cfg.eval_dataset:
         from cockpit.config.parity import eval_schedule
 
         strategy, steps = eval_schedule(cfg)
         out.update(
             eval_strategy=strategy,
-            per_device_eval_batch_size=int(cfg.get("per_device_eval_batch_size") or 1),
-            eval_on_start=bool(cfg.get("eval_on_start")),
-            load_best_model_at_end=bool(cfg.get("load_best_model_at_end")),
+            per_device_eval_batch_size=int(cfg.per_device_eval_batch_size or 1),
+            eval_on_start=bool(cfg.eval_on_start),
+            load_best_model_at_end=bool(cfg.load_best_model_at_end),
         )
         if steps:
             out["eval_steps"] = steps
-        if cfg.get("metric_for_best_model"):
-            out["metric_for_best_model"] = cfg["metric_for_best_model"]
-        if cfg.get("greater_is_better") is not None:
-            out["greater_is_better"] = bool(cfg["greater_is_better"])
+        if cfg.metric_for_best_model:
+            out["metric_for_best_model"] = cfg.metric_for_best_model
+        if cfg.greater_is_better is not None:
+            out["greater_is_better"] = bool(cfg.greater_is_better)
     return out
 
 
-def eval_dataset_rows(cfg: Mapping[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
+def eval_dataset_rows(cfg: RunConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
     """The ``eval_dataset`` rendered like the training data (same template, cutoff, max_samples)."""
     from cockpit.data.prepare import prepare_dataset
 
-    prepared = prepare_dataset({**cfg, "dataset": cfg["eval_dataset"]}, tokenizer)
+    prepared = prepare_dataset({**cfg, "dataset": cfg.eval_dataset}, tokenizer)
     return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
 
 
-def accuracy_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def accuracy_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """Trainer: ``compute_accuracy``'s metric (``eval_accuracy``) and the argmax that keeps the
     evaluation from gathering whole logits (LLaMA-Factory's ComputeAccuracy / eval_logit_processor)."""
-    if not cfg.get("compute_accuracy"):
+    if not cfg.compute_accuracy:
         return {}
     return {"compute_metrics": token_accuracy, "preprocess_logits_for_metrics": predicted_token_ids}
 
@@ -180,18 +182,18 @@ def token_accuracy(eval_preds: Any) -> dict[str, float]:
     return {"accuracy": float(np.mean(per_sample)) if per_sample else 0.0}
 
 
-def trainer_kwargs(cfg: Mapping[str, Any], model: Any, args: Any) -> dict[str, Any]:
+def trainer_kwargs(cfg: RunConfig, model: Any, args: Any) -> dict[str, Any]:
     """Trainer: a LoRA+ optimizer (PEFT's create_loraplus_optimizer over the optimizer class and
     arguments HF would use: optim, betas, eps, weight decay), a BAdam optimizer, Muon, Adam-mini, else nothing."""
-    if cfg.get("use_badam"):
+    if cfg.use_badam:
         return {"optimizers": (badam_optimizer(cfg, model, args), None)}
-    if cfg.get("use_muon"):
+    if cfg.use_muon:
         from cockpit.train.muon import muon_optimizer
 
         return {"optimizers": (muon_optimizer(model, args), None)}
-    if cfg.get("use_adam_mini"):
+    if cfg.use_adam_mini:
         return {"optimizers": (adam_mini_optimizer(model, args), None)}
-    if not cfg.get("loraplus_lr_ratio"):
+    if not cfg.loraplus_lr_ratio:
         return {}
     from peft.optimizers import create_loraplus_optimizer
     from transformers import Trainer
@@ -202,8 +204,8 @@ def trainer_kwargs(cfg: Mapping[str, Any], model: Any, args: Any) -> dict[str, A
         model,
         optim_cls,
         lr=args.learning_rate,
-        loraplus_lr_ratio=float(cfg["loraplus_lr_ratio"]),
-        loraplus_lr_embedding=float(cfg.get("loraplus_lr_embedding", 1e-6)),
+        loraplus_lr_ratio=float(cfg.loraplus_lr_ratio),
+        loraplus_lr_embedding=float(cfg.loraplus_lr_embedding),
         weight_decay=args.weight_decay,
         **optim_kwargs,
     )
@@ -230,7 +232,7 @@ def adam_mini_optimizer(model: Any, args: Any) -> Any:
     )
 
 
-def badam_optimizer(cfg: Mapping[str, Any], model: Any, args: Any) -> Any:
+def badam_optimizer(cfg: RunConfig, model: Any, args: Any) -> Any:
     """BAdam as LLaMA-Factory builds it (trainer_utils._create_badam_optimizer): the trainable
     parameters in a decay and a no-decay group; layer mode wraps HF's optimizer (torch AdamW) over
     them in ``badam.BlockOptimizer``, which trains one decoder layer at a time (fp32 copies and Adam
@@ -248,17 +250,17 @@ def badam_optimizer(cfg: Mapping[str, Any], model: Any, args: Any) -> Any:
         {"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
     ]
     optim_cls, optim_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
-    verbose = int(cfg.get("badam_verbose") or 0)
+    verbose = int(cfg.badam_verbose or 0)
     with warnings.catch_warnings():  # "expects bf16/fp16 weights" lists every fp32 parameter (the CPU, fp16 runs)
         warnings.filterwarnings("ignore", message="BAdam expect model")
-        if cfg.get("badam_mode", "layer") == "ratio":
+        if cfg.badam_mode == "ratio":
             from badam import BlockOptimizerRatio
 
             return BlockOptimizerRatio(
                 param_groups=groups,
                 named_parameters_list=list(model.named_parameters()),
-                update_ratio=float(cfg["badam_update_ratio"]),
-                mask_mode=cfg.get("badam_mask_mode", "adjacent"),
+                update_ratio=float(cfg.badam_update_ratio),
+                mask_mode=cfg.badam_mask_mode,
                 verbose=verbose,
                 include_embedding=False,
                 # a tied LM head is the embedding (frozen with it); BAdam looks for an lm_head parameter
@@ -267,14 +269,14 @@ def badam_optimizer(cfg: Mapping[str, Any], model: Any, args: Any) -> Any:
             )
         from badam import BlockOptimizer
 
-        interval = int(cfg.get("badam_switch_interval") or 50)
+        interval = int(cfg.badam_switch_interval or 50)
         return BlockOptimizer(
             base_optimizer=optim_cls(groups, **optim_kwargs),
             named_parameters_list=list(model.named_parameters()),
             block_prefix_list=None,  # one block per decoder layer (model.layers.N.)
             switch_block_every=interval if interval > 0 else 2**62,  # -1: never switch
-            start_block=cfg.get("badam_start_block"),
-            switch_mode=cfg.get("badam_switch_mode", "ascending"),
+            start_block=cfg.badam_start_block,
+            switch_mode=cfg.badam_switch_mode,
             verbose=verbose,
         )
 

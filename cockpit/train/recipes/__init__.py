@@ -14,9 +14,11 @@ Still SFT-only: DeepSpeed / FSDP2 and sharded loading (the other stages declare 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 # stage -> "module:class" (lazy: a recipe module imports torch / TRL)
 RECIPES = {
@@ -36,12 +38,10 @@ def get_recipe(stage: str) -> Any:
     return getattr(import_module(module), name)()
 
 
-def run_stage(
-    run: Any, cfg: Mapping[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
-) -> int:
+def run_stage(run: Any, cfg: RunConfig, rank: int, world_size: int, local_rank: int, writer: Any, t0: float) -> int:
     """Train the run's stage in this rank; the worker's exit codes."""
     from cockpit.train.recipes.base import make_context
 
-    recipe = get_recipe(cfg.get("stage", "sft"))
+    recipe = get_recipe(cfg.stage)
     recipe.refuse_what_it_does_not_honour(cfg)
     return recipe.run(make_context(run, cfg, rank, world_size, local_rank, writer, t0))

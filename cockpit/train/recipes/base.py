@@ -20,10 +20,10 @@ import dataclasses
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cockpit.config.parity import evaluates
 from cockpit.config.stages import STAGES, StageCapabilities, reference_words, unhonoured_problems
@@ -34,11 +34,14 @@ from cockpit.train.arguments import artefact_dirs, training_arguments
 from cockpit.train.outcome import adapter_from_last_good, mark_poisoned, plot_loss, resume_point
 from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+
 
 @dataclass
 class RecipeContext:
     run: RunDir
-    cfg: Mapping[str, Any]
+    cfg: RunConfig
     rank: int
     world_size: int
     local_rank: int
@@ -79,10 +82,10 @@ class Recipe:
         ``cockpit check`` and the key table read them)."""
         return STAGES[self.stage]
 
-    def refuse_what_it_does_not_honour(self, cfg: Mapping[str, Any]) -> None:
+    def refuse_what_it_does_not_honour(self, cfg: RunConfig) -> None:
         """A config that reached the ranks without ``cockpit check`` (an older run dir's, say) stops here,
         naming the key and the stage, instead of training without it."""
-        problems = unhonoured_problems(cfg, lambda key: {"key": key}) if cfg.get("stage") == self.stage else []
+        problems = unhonoured_problems(cfg, lambda key: {"key": key}) if cfg.stage == self.stage else []
         if problems:
             raise InputError(problems)
 
@@ -91,7 +94,7 @@ class Recipe:
         """Train this stage in this rank; the worker's exit codes. Every stage's flow: not overridden."""
         from cockpit.train.distributed import report_peak_memory
 
-        if not ctx.cfg.get("do_train", True):
+        if not ctx.cfg.do_train:
             return self.predict_only(ctx)
         say_activity(ctx, "preparing the data")
         data = self.build_data(ctx)
@@ -153,7 +156,7 @@ class Recipe:
         fell = {"held_out_fell": fell_rewards(before.held, after.get("held_out_after"))} if by_reward else {}
         return {
             **run_summary(ctx, attempt),
-            "stage": ctx.cfg["stage"],
+            "stage": ctx.cfg.stage,
             "trainer": trl_name(attempt.trainer),
             "probes_before": _rate(before.probes),
             "probes_after": _rate(attempt.probe_after),
@@ -225,15 +228,13 @@ def _num(value: Any) -> Any:
         return value
 
 
-def split_held_out(
-    cfg: Mapping[str, Any], rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_held_out(cfg: RunConfig, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out) by ``val_size`` (a fraction or a count), shuffled with the run's seed."""
-    if not cfg["val_size"]:
+    if not cfg.val_size:
         return rows, []
     rows = list(rows)
-    random.Random(cfg["seed"]).shuffle(rows)
-    n = int(cfg["val_size"]) if cfg["val_size"] >= 1 else max(1, int(len(rows) * cfg["val_size"]))
+    random.Random(cfg.seed).shuffle(rows)
+    n = int(cfg.val_size) if cfg.val_size >= 1 else max(1, int(len(rows) * cfg.val_size))
     return rows[n:], rows[:n]
 
 
@@ -255,19 +256,19 @@ def held_out_stage_data(ctx: RecipeContext, what: str) -> StageData:
 def eval_dataset_prepared(ctx: RecipeContext) -> Any:
     """``eval_dataset`` read and tokenised as the stage reads ``dataset`` (same template, cutoff,
     max_samples, mixing), or None without one (a :class:`cockpit.data.stage_data.StagePrepared`)."""
-    if not ctx.cfg.get("eval_dataset"):
+    if not ctx.cfg.eval_dataset:
         return None
     from cockpit.data.stage_data import prepare_stage_data
 
-    return prepare_stage_data({**ctx.cfg, "dataset": ctx.cfg["eval_dataset"]}, ctx.tokenizer)
+    return prepare_stage_data({**ctx.cfg, "dataset": ctx.cfg.eval_dataset}, ctx.tokenizer)
 
 
-def evaluates_during_training(cfg: Mapping[str, Any]) -> bool:
+def evaluates_during_training(cfg: RunConfig) -> bool:
     """Does a non-SFT stage evaluate during training? When the config asks (an eval_strategy other than
     no, eval_steps, eval_on_start, load_best_model_at_end), as LLaMA-Factory does (HF's default
     strategy is no); its held-out rows are measured before and after training either way."""
     keys = ("eval_steps", "eval_on_start", "load_best_model_at_end")
-    return cfg.get("eval_strategy") not in (None, "no") or any(cfg.get(k) for k in keys)
+    return cfg.eval_strategy not in (None, "no") or any(getattr(cfg, k) for k in keys)
 
 
 def stage_arguments(config_cls: type, ctx: RecipeContext, data: StageData, **extra: Any) -> Any:
@@ -284,11 +285,9 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, data: StageData, **ext
     kwargs.pop("logging_dir", None)
     if not (data.held_out and evaluates(ctx.cfg) and evaluates_during_training(ctx.cfg)):
         kwargs.update(eval_strategy="no", eval_steps=None, eval_on_start=False, load_best_model_at_end=False)
-    if ctx.cfg.get("preprocessing_num_workers") and any(
-        f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)
-    ):
+    if ctx.cfg.preprocessing_num_workers and any(f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)):
         # TRL tokenises in that many processes (datasets' fork pool), at most one per core
-        kwargs["dataset_num_proc"] = min(int(ctx.cfg["preprocessing_num_workers"]), os.cpu_count() or 1)
+        kwargs["dataset_num_proc"] = min(int(ctx.cfg.preprocessing_num_workers), os.cpu_count() or 1)
     return config_cls(**{**kwargs, **extra})
 
 
@@ -324,12 +323,12 @@ def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None
     from cockpit.train.probes import load_probes, run_probes
 
     cfg = ctx.cfg
-    if not cfg.get("probes") or ctx.rank != 0:
+    if not cfg.probes or ctx.rank != 0:
         return None
-    probes = load_probes(cfg["probes"])
+    probes = load_probes(cfg.probes)
     ctx.log(f"probes {phase} training ({len(probes)})")
     result = run_probes(
-        model, ctx.tokenizer, probes, cfg["probe_max_new_tokens"], on_progress=probes_reporter(ctx.writer, phase)
+        model, ctx.tokenizer, probes, cfg.probe_max_new_tokens, on_progress=probes_reporter(ctx.writer, phase)
     )
     ctx.writer.emit("probe_results", phase=phase, **result)
     return result
@@ -345,7 +344,7 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
     from cockpit.train.placement import ask_before
     from cockpit.train.probes import load_probes
 
-    probes = load_probes(ctx.cfg["probes"]) if ctx.cfg.get("probes") and recipe.causal_lm else []
+    probes = load_probes(ctx.cfg.probes) if ctx.cfg.probes and recipe.causal_lm else []
 
     class BeforeTraining(TrainerCallback):
         def __init__(self) -> None:
@@ -359,7 +358,7 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
             self._done = True
             from cockpit.train.placement import earlier_before, stop_pending
 
-            resumed = ctx.run if ctx.cfg.get("resume_from_checkpoint") else None
+            resumed = ctx.run if ctx.cfg.resume_from_checkpoint else None
             earlier = earlier_before(resumed, ctx.rank, "probe_results", probes) if probes else None
             if earlier is not None:  # a resume: the first attempt's answers stand
                 ctx.log("probes before training: an earlier attempt's answers stand (not asked again)")
@@ -373,7 +372,7 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
                     model,
                     ctx.tokenizer,
                     probes,
-                    ctx.cfg["probe_max_new_tokens"],
+                    ctx.cfg.probe_max_new_tokens,
                     fsdp=False,
                     on_progress=reported,
                     should_stop=stop_pending(ctx.run, ctx.world_size),
@@ -385,7 +384,7 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
             if held is not None:
                 if ctx.rank == 0 and held:
                     self.held = held
-                    ctx.writer.emit("held_out", phase="before", stage=ctx.cfg["stage"], reused=True, **held)
+                    ctx.writer.emit("held_out", phase="before", stage=ctx.cfg.stage, reused=True, **held)
             else:
                 self.held = _held_out(recipe, ctx, model, data, "before")
 
@@ -397,13 +396,13 @@ def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, p
     none with ``do_eval: false``."""
     if ctx.rank != 0 or not data.held_out or not evaluates(ctx.cfg):
         return None
-    on_progress = reporter(ctx.writer, task="held_out", phase=phase, stage=ctx.cfg["stage"])  # grpo: prompts, not pairs
+    on_progress = reporter(ctx.writer, task="held_out", phase=phase, stage=ctx.cfg.stage)  # grpo: prompts, not pairs
     result = recipe.held_out(ctx, model, data, on_progress)
     if result is not None and ctx.writer is not None:
         ctx.log(
             f"held-out {phase}: " + ", ".join(f"{k} {v}" for k, v in result.items() if not isinstance(v, (list, dict)))
         )
-        ctx.writer.emit("held_out", phase=phase, stage=ctx.cfg["stage"], **result)
+        ctx.writer.emit("held_out", phase=phase, stage=ctx.cfg.stage, **result)
     return result
 
 
@@ -422,9 +421,9 @@ def start_stage(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Attempt:
     return Attempt(trainer, callback, before, [])
 
 
-def cfg_stage(cfg: Mapping[str, Any]) -> str:
+def cfg_stage(cfg: RunConfig) -> str:
     """The stage in words: ``dpo (pref_loss simpo)``."""
-    return f"{cfg['stage']} (pref_loss {cfg['pref_loss']})" if cfg["stage"] == "dpo" else str(cfg["stage"])
+    return f"{cfg.stage} (pref_loss {cfg.pref_loss})" if cfg.stage == "dpo" else str(cfg.stage)
 
 
 def trl_name(trainer: Any) -> str:
@@ -444,7 +443,7 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
 
     cfg, dirs, callback, state = ctx.cfg, ctx.dirs, attempt.callback, attempt.trainer.state
     events = read_all(ctx.run.events_path)  # once, for loss.png and the summary's eval losses
-    plotted = bool(cfg["plot_loss"]) and plot_loss(ctx.run.events_path, dirs["plot"], events)
+    plotted = bool(cfg.plot_loss) and plot_loss(ctx.run.events_path, dirs["plot"], events)
     tokens_total = int(
         getattr(state, "num_input_tokens_seen", 0) or callback.tokens_total
     )  # the run's (restored on resume)
@@ -478,19 +477,19 @@ def run_summary(ctx: RecipeContext, attempt: Attempt) -> dict[str, Any]:
     stopped_early = early_stop_reason(attempt.trainer)  # early_stopping_steps: a finished run, ended early
     if stopped_early and summary["reason"] is None:
         summary["reason"] = stopped_early
-    if cfg.get("include_effective_tokens_per_second"):  # LLaMA-Factory's train metric, as it names it
+    if cfg.include_effective_tokens_per_second:  # LLaMA-Factory's train metric, as it names it
         summary["effective_tokens_per_sec"] = attempt.train_metrics.get("effective_tokens_per_sec")
     if attempt.poisoned:
         summary["reason"] = nan_reason(cfg, callback, attempt, state.global_step)
-    if cfg.get("pissa_convert"):  # after a NaN the adapter is a checkpoint's, as trained (PiSSA)
+    if cfg.pissa_convert:  # after a NaN the adapter is a checkpoint's, as trained (PiSSA)
         summary["pissa_converted"] = not attempt.poisoned
     return summary
 
 
-def nan_reason(cfg: Mapping[str, Any], callback: Any, attempt: Attempt, step: int) -> str:
+def nan_reason(cfg: RunConfig, callback: Any, attempt: Attempt, step: int) -> str:
     """summary.json's reason after a NaN: where, and which adapter the run keeps."""
     where = f"adapter = {attempt.adapter_from}" if attempt.adapter_from else "no adapter (no checkpoint before the NaN)"
-    what = "stopped on NaN" if cfg["nan_policy"] == "stop" else "loss not finite since"
+    what = "stopped on NaN" if cfg.nan_policy == "stop" else "loss not finite since"
     return f"{callback.stop_reason or 'loss became nan'}: {what} at step {callback.nan_step or step}; {where}"
 
 
@@ -508,7 +507,7 @@ def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: i
     """Rank 0: summary.json and the run's final event. A NaN under ``nan_policy: stop`` fails it."""
     writer = ctx.writer
     atomic_write_json(ctx.run.summary_path, summary)
-    if callback.nan_seen and ctx.cfg["nan_policy"] == "stop":
+    if callback.nan_seen and ctx.cfg.nan_policy == "stop":
         atomic_write_json(ctx.run.summary_path, {**summary, "state": "failed"})
         writer.emit("run_failed", reason=summary["reason"], rank=0)
         return EXIT_FAILED
@@ -583,7 +582,7 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
             ctx.log(f"{exc}; checkpoints holding those weights: {', '.join(marked) or 'none'}")
     attempt.train_runtime = before.get("train_time_s", 0.0) + time.time() - train_t0
     attempt.train_metrics = dict(getattr(output, "metrics", None) or {})
-    if ctx.cfg.get("include_effective_tokens_per_second"):
+    if ctx.cfg.include_effective_tokens_per_second:
         from cockpit.train.stopping import effective_tokens_per_sec
 
         metrics = attempt.train_metrics
@@ -600,11 +599,11 @@ def save_final_model(ctx: RecipeContext, attempt: Attempt) -> None:
     attempt.poisoned = callback.nan_seen or not trainer.loss_finite
     if attempt.poisoned:
         attempt.adapter_from = adapter_from_last_good(ctx.dirs, ctx.rank, ctx.log)
-    elif ctx.rank == 0 or cfg.get("deepspeed") or cfg.get("fsdp"):
+    elif ctx.rank == 0 or cfg.deepspeed or cfg.fsdp:
         trainer.save_model(str(ctx.dirs["adapter"]))
         if ctx.rank == 0:
             ctx.tokenizer.save_pretrained(str(ctx.dirs["adapter"]))
-        if ctx.rank == 0 and cfg.get("pissa_convert"):
+        if ctx.rank == 0 and cfg.pissa_convert:
             from cockpit.train.variants import convert_pissa_adapter
 
             model = trainer.accelerator.unwrap_model(trainer.model)
@@ -631,16 +630,16 @@ def other_rank_done(ctx: RecipeContext, attempt: Attempt) -> int:
 
 def save_pissa_initial(ctx: RecipeContext, model: Any) -> None:
     """``pissa_convert``: the initial PiSSA adapter, before the first step (rank 0)."""
-    if not ctx.cfg.get("pissa_convert") or ctx.rank != 0:
+    if not ctx.cfg.pissa_convert or ctx.rank != 0:
         return
     from cockpit.train.variants import save_pissa_initial as save
 
-    if save(model, pissa_initial_dir(ctx), resuming=bool(ctx.cfg.get("resume_from_checkpoint"))):
+    if save(model, pissa_initial_dir(ctx), resuming=bool(ctx.cfg.resume_from_checkpoint)):
         ctx.log(f"pissa_convert: the initial PiSSA adapter saved to {pissa_initial_dir(ctx)}")
 
 
 def make_context(
-    run: RunDir, cfg: Mapping[str, Any], rank: int, world_size: int, local_rank: int, writer: Any, t0: float
+    run: RunDir, cfg: RunConfig, rank: int, world_size: int, local_rank: int, writer: Any, t0: float
 ) -> RecipeContext:
     import torch
 

@@ -134,22 +134,22 @@ class GRPORecipe(Recipe):
 
         cfg = ctx.cfg
         return {
-            "num_generations": cfg["num_generations"],
-            "max_completion_length": cfg["max_completion_length"],
-            "steps_per_generation": cfg.get("steps_per_generation"),
-            "num_iterations": cfg["num_iterations"],
-            "beta": cfg["beta"],
-            "epsilon": cfg["epsilon"],
-            "epsilon_high": cfg.get("epsilon_high"),
-            "loss_type": cfg["loss_type"],
-            "scale_rewards": cfg["scale_rewards"],
-            "mask_truncated_completions": cfg["mask_truncated_completions"],
-            "temperature": cfg["temperature"],
-            "top_p": cfg["top_p"],
-            "top_k": cfg["top_k"],
-            "repetition_penalty": cfg["repetition_penalty"],
-            "use_vllm": cfg["use_vllm"],
-            "vllm_mode": cfg["vllm_mode"],
+            "num_generations": cfg.num_generations,
+            "max_completion_length": cfg.max_completion_length,
+            "steps_per_generation": cfg.steps_per_generation,
+            "num_iterations": cfg.num_iterations,
+            "beta": cfg.beta,
+            "epsilon": cfg.epsilon,
+            "epsilon_high": cfg.epsilon_high,
+            "loss_type": cfg.loss_type,
+            "scale_rewards": cfg.scale_rewards,
+            "mask_truncated_completions": cfg.mask_truncated_completions,
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "top_k": cfg.top_k,
+            "repetition_penalty": cfg.repetition_penalty,
+            "use_vllm": cfg.use_vllm,
+            "vllm_mode": cfg.vllm_mode,
             "reward_weights": reward_weights(cfg),
             "remove_unused_columns": False,  # the rows' other columns are the reward functions' kwargs
             "disable_dropout": True,
@@ -201,12 +201,12 @@ class GRPORecipe(Recipe):
 
         cfg = ctx.cfg
         return {
-            "reward_funcs": reward_names(cfg["reward_funcs"]),
+            "reward_funcs": reward_names(cfg.reward_funcs),
             "reward_weights": reward_weights(cfg),
-            "num_generations": cfg["num_generations"],
-            "max_completion_length": cfg["max_completion_length"],
-            "beta": cfg["beta"],
-            "loss_type": cfg["loss_type"],
+            "num_generations": cfg.num_generations,
+            "max_completion_length": cfg.max_completion_length,
+            "beta": cfg.beta,
+            "loss_type": cfg.loss_type,
             "prompts": len(data.train),
         }
 
@@ -314,7 +314,7 @@ def held_out_reward(
             model,
             tok,
             [_ids(tok, r["prompt"], True) for r in batch],
-            max_new_tokens=cfg["max_completion_length"],
+            max_new_tokens=cfg.max_completion_length,
             do_sample=False,
         )
         texts = [tok.decode(ids, skip_special_tokens=True) for ids in new]

@@ -11,8 +11,7 @@ or, for full / freeze training, a frozen copy of the base.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cockpit.config.stages import uses_reference
 from cockpit.train.model import build_model
@@ -26,6 +25,9 @@ from cockpit.train.recipes.base import (
     stage_arguments,
 )
 from cockpit.train.variants import trainer_kwargs
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 PREF_FIELDS = {
     "rewards/margins": "reward_margin",
@@ -52,23 +54,20 @@ def _dataset(rows: list[dict[str, Any]], keys: tuple[str, ...]):
 def build_reference(ctx: RecipeContext):
     """A frozen reference: ``ref_model`` (+ adapters, merged) or a copy of the base; or None."""
     cfg = ctx.cfg
-    if not uses_reference(cfg) or (cfg["finetuning_type"] == "lora" and not cfg.get("ref_model")):
+    if not uses_reference(cfg) or (cfg.finetuning_type == "lora" and not cfg.ref_model):
         return None
     from cockpit.models.resolve import resolve_model
 
-    ref_cfg = {
-        **cfg,
-        "finetuning_type": "full",
-        "quantization_bit": cfg.get("ref_model_quantization_bit"),
-        "adapter_name_or_path": None,
-    }
-    path = cfg.get("ref_model") or cfg["model_name_or_path"]
-    revision = None if cfg.get("ref_model") else cfg.get("model_revision")  # the policy's base: its revision
+    ref_cfg = cfg.replace(
+        finetuning_type="full", quantization_bit=cfg.ref_model_quantization_bit, adapter_name_or_path=None
+    )
+    path = cfg.ref_model or cfg.model_name_or_path
+    revision = None if cfg.ref_model else cfg.model_revision  # the policy's base: its revision
     model = build_model(ref_cfg, resolve_model(path, log=ctx.log, revision=revision), ctx.use_cpu, ctx.local_rank)
-    if cfg.get("ref_model_adapters"):
+    if cfg.ref_model_adapters:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, cfg["ref_model_adapters"]).merge_and_unload()
+        model = PeftModel.from_pretrained(model, cfg.ref_model_adapters).merge_and_unload()
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -86,10 +85,10 @@ class DPORecipe(Recipe):
         policy = build_model(ctx.cfg, ctx.model_ref, ctx.use_cpu, ctx.local_rank)
         return policy, build_reference(ctx)
 
-    def trl_classes(self, cfg: Mapping[str, Any]) -> tuple[type, type, dict[str, Any]]:
+    def trl_classes(self, cfg: RunConfig) -> tuple[type, type, dict[str, Any]]:
         """(trainer class, config class, the config's stage keys) for the run's pref_loss."""
-        loss, beta, ftx = cfg["pref_loss"], cfg["pref_beta"], cfg["pref_ftx"]
-        common = {"max_length": cfg["cutoff_len"], "disable_dropout": True}
+        loss, beta, ftx = cfg.pref_loss, cfg.pref_beta, cfg.pref_ftx
+        common = {"max_length": cfg.cutoff_len, "disable_dropout": True}
         if loss == "orpo":
             from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
@@ -100,11 +99,11 @@ class DPORecipe(Recipe):
             return (
                 CPOTrainer,
                 CPOConfig,
-                {**common, "loss_type": "simpo", "beta": beta, "simpo_gamma": cfg["simpo_gamma"], "cpo_alpha": ftx},
+                {**common, "loss_type": "simpo", "beta": beta, "simpo_gamma": cfg.simpo_gamma, "cpo_alpha": ftx},
             )
         from trl import DPOConfig, DPOTrainer
 
-        main = "robust" if loss == "sigmoid" and cfg["dpo_label_smoothing"] else loss
+        main = "robust" if loss == "sigmoid" and cfg.dpo_label_smoothing else loss
         types, weights = ([main, "sft"], [1.0, ftx]) if ftx else ([main], None)
         return (
             DPOTrainer,
@@ -114,7 +113,7 @@ class DPORecipe(Recipe):
                 "loss_type": types,
                 "loss_weights": weights,
                 "beta": beta,
-                "label_smoothing": cfg["dpo_label_smoothing"],
+                "label_smoothing": cfg.dpo_label_smoothing,
             },
         )
 
@@ -143,7 +142,7 @@ class DPORecipe(Recipe):
         return policy_preference(model, ctx.tokenizer, data.held_out, on_progress)
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
-        return {"pref_loss": ctx.cfg["pref_loss"], "pref_beta": ctx.cfg["pref_beta"]}
+        return {"pref_loss": ctx.cfg.pref_loss, "pref_beta": ctx.cfg.pref_beta}
 
 
 class KTORecipe(DPORecipe):
@@ -162,14 +161,14 @@ class KTORecipe(DPORecipe):
             KTOConfig,
             ctx,
             data,
-            beta=cfg["pref_beta"],
-            desirable_weight=cfg["kto_chosen_weight"],
-            undesirable_weight=cfg["kto_rejected_weight"],
-            max_length=cfg["cutoff_len"],
+            beta=cfg.pref_beta,
+            desirable_weight=cfg.kto_chosen_weight,
+            undesirable_weight=cfg.kto_rejected_weight,
+            max_length=cfg.cutoff_len,
             disable_dropout=True,
             train_sampling_strategy="sequential",  # TRL asks it of its KL term; the rows are shuffled here
         )
-        random.Random(cfg["seed"]).shuffle(data.train)
+        random.Random(cfg.seed).shuffle(data.train)
         # each prompt's KL answer is another row's, paired over the dataset as LLaMA-Factory does (any batch size)
         return cockpit_trainer(DatasetKLTrainer)(
             model=model,
@@ -195,7 +194,7 @@ class KTORecipe(DPORecipe):
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         return {
-            "pref_beta": ctx.cfg["pref_beta"],
+            "pref_beta": ctx.cfg.pref_beta,
             "kto_desirable": sum(1 for r in data.train if r["label"]),
             "kto_undesirable": sum(1 for r in data.train if not r["label"]),
         }

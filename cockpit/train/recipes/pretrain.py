@@ -58,4 +58,4 @@ class PretrainRecipe(Recipe):
         )
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
-        return {"blocks": len(data.train), "block_tokens": ctx.cfg["cutoff_len"]}
+        return {"blocks": len(data.train), "block_tokens": ctx.cfg.cutoff_len}

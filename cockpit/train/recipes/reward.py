@@ -48,7 +48,7 @@ class RewardRecipe(DPORecipe):
     ) -> Any:
         from trl import RewardConfig, RewardTrainer
 
-        args = stage_arguments(RewardConfig, ctx, data, max_length=ctx.cfg["cutoff_len"], disable_dropout=True)
+        args = stage_arguments(RewardConfig, ctx, data, max_length=ctx.cfg.cutoff_len, disable_dropout=True)
         return cockpit_trainer(RewardTrainer)(
             model=model,
             args=args,

@@ -14,9 +14,9 @@ tune``'s trial trainer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
+from cockpit.config.run_config import RunConfig
 from cockpit.data.packing import resolve_for_run
 from cockpit.data.padding import batching_words
 from cockpit.errors import InputError
@@ -37,7 +37,7 @@ from cockpit.train.recipes.base import (
 
 def sft_trainer(
     trainer_cls: type,
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     model: Any,
     args: Any,
     tokenizer: Any,
@@ -64,7 +64,7 @@ def sft_trainer(
         **(accuracy_kwargs(cfg) if eval_rows else {}),  # compute_accuracy: eval_accuracy
     )
     trainer.token_weighting = token_weighting(cfg)
-    if eval_rows and cfg.get("compute_accuracy") and padding_free(cfg):  # accuracy is per sample: padded rows
+    if eval_rows and cfg.compute_accuracy and padding_free(cfg):  # accuracy is per sample: padded rows
         trainer.eval_data_collator = build_collator({**cfg, "packing": False}, tokenizer, model)
     return trainer
 
@@ -79,10 +79,10 @@ class SFTRecipe(Recipe):
         rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
         if not rows:
             raise InputError(
-                f"cutoff_len {ctx.cfg['cutoff_len']}: every sample loses all its assistant tokens; nothing to train on"
+                f"cutoff_len {ctx.cfg.cutoff_len}: every sample loses all its assistant tokens; nothing to train on"
             )
         train, held_out = split_held_out(ctx.cfg, rows)
-        if ctx.cfg.get("eval_dataset"):
+        if ctx.cfg.eval_dataset:
             from cockpit.train.variants import eval_dataset_rows
 
             held_out = eval_dataset_rows(ctx.cfg, ctx.tokenizer)
@@ -110,7 +110,7 @@ class SFTRecipe(Recipe):
             len(data.train),
             ctx.log,
         )
-        cfg = resolve_for_run(cfg, ctx.model_ref, ctx.log)  # packing auto: asks the model too
+        cfg = RunConfig.from_mapping(resolve_for_run(cfg, ctx.model_ref, ctx.log))  # packing auto: asks the model too
         ctx.log(batching_words(cfg))
         return dataclasses.replace(ctx, cfg=cfg, sharded=sharded)
 
@@ -124,7 +124,7 @@ class SFTRecipe(Recipe):
         self, ctx: RecipeContext, attempt: Attempt, data: StageData, after: dict[str, Any]
     ) -> dict[str, Any]:
         summary = {**run_summary(ctx, attempt), **self.summary(ctx, attempt.trainer, data)}
-        if ctx.cfg.get("do_predict") and not attempt.callback.stop_requested:  # rank 0 alone, after the other ranks
+        if ctx.cfg.do_predict and not attempt.callback.stop_requested:  # rank 0 alone, after the other ranks
             from cockpit.train.predict import predict_after_training
 
             summary["predict"] = predict_after_training(ctx, attempt, ctx.sharded)
@@ -139,22 +139,22 @@ class SFTRecipe(Recipe):
 
         cfg = ctx.cfg
         args = training_arguments(cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
-        if ctx.world_size > 1 and cfg.get("comm_probe", True):
+        if ctx.world_size > 1 and cfg.comm_probe:
             comm_health_probe(ctx.writer, ctx.use_cpu, ctx.log)
         model, trainer_cls = placed_model(
             ctx.run, cfg, ctx.model_ref, args, ctx.rank, ctx.local_rank, ctx.use_cpu, ctx.sharded, ctx.log
         )
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
         save_pissa_initial(ctx, model)  # pissa_convert: the initial adapter, before the first step
-        probes = load_probes(cfg["probes"]) if cfg.get("probes") else []
+        probes = load_probes(cfg.probes) if cfg.probes else []
         callback = CockpitCallback(ctx.run, cfg, ctx.rank, ctx.world_size, ctx.writer)
         before = ProbesBeforeTraining(
             ctx.tokenizer,
             probes,
-            cfg["probe_max_new_tokens"],
+            cfg.probe_max_new_tokens,
             ctx.writer,
             ctx.rank,
-            fsdp=bool(cfg.get("fsdp")),
+            fsdp=bool(cfg.fsdp),
             log=ctx.log,
         )
         from cockpit.train.stopping import early_stopping_callbacks
@@ -173,7 +173,7 @@ class SFTRecipe(Recipe):
             [callback, before, *stopping, *tracking],
         )
         before.trainer = trainer
-        before.resumed_run = ctx.run if cfg.get("resume_from_checkpoint") else None
+        before.resumed_run = ctx.run if cfg.resume_from_checkpoint else None
         before.should_stop = stop_pending(ctx.run, ctx.world_size)
         return Attempt(trainer, callback, before, probes)
 
@@ -190,12 +190,12 @@ def probes_after(ctx: RecipeContext, attempt: Attempt, sharded: bool) -> None:
         return
     ctx.log("probes after training")
     model = attempt.trainer.model
-    with gathered_root(model) if ctx.cfg.get("fsdp") else nullcontext():
+    with gathered_root(model) if ctx.cfg.fsdp else nullcontext():
         attempt.probe_after = run_probes(
             model,
             ctx.tokenizer,
             attempt.probes,
-            ctx.cfg["probe_max_new_tokens"],
+            ctx.cfg.probe_max_new_tokens,
             on_progress=probes_reporter(ctx.writer, "after"),
         )
     if ctx.rank == 0:
