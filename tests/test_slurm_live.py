@@ -206,7 +206,6 @@ def test_setup_launches_on_slurm_and_live_shows_it_queued(slurm, tmp_path, tiny_
     asyncio.run(scenario())
 
 
-@pytest.mark.budget(90, "a sweep of three tiny-Llama trials as Slurm jobs, two at a time, on the live test Slurm (37 s quiet)")
 def test_a_sweep_on_slurm_runs_each_trial_as_a_job(slurm, tmp_path, tiny_model_dir):
     """``launcher: slurm``: each trial is one Slurm job submitted as ``cockpit train --slurm`` does
     (its run dir queued at submission with the job id, then running, finished), ``parallel: 2``
@@ -249,3 +248,35 @@ def test_a_sweep_on_slurm_runs_each_trial_as_a_job(slurm, tmp_path, tiny_model_d
     assert spec_obj.launcher == "slurm"
     best = best_trial(open_study(runs, spec_obj))
     assert best is not None and best.user_attrs["run_id"] in {st[0]["run_id"] for st in by_trial.values()}
+
+
+def test_a_pruned_slurm_trial_stops_with_its_checkpoint(slurm, tmp_path, tiny_model_dir):
+    """The pruner stops a running Slurm trial through the stop path of ``cockpit stop``: the job's
+    ranks save a checkpoint, the run ends ``stopped``, the trial ``pruned``. The trials' order is
+    fixed (enqueued): a short one that learns completes, then a long one at a learning rate too low to learn."""
+    import optuna
+    from test_sweep import QUICK
+
+    from cockpit.sweep.driver import Driver, open_study
+    from cockpit.sweep.spec import parse_spec
+
+    runs = tmp_path / "runs"
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **{**QUICK, "save_steps": 10000})
+    space = {"learning_rate": [1e-2, 1e-8], "max_steps": [4, 2000]}
+    spec = parse_spec(
+        {"name": "pr", "base": base.name, "space": space, "trials": 2, "pruner_startup_trials": 1,
+         "launcher": "slurm", "slurm": {"exclusive": False}},
+        tmp_path, "pr",
+    )
+    driver = Driver(runs, spec, log=lambda *_: None, poll_s=0.3)
+    study = driver.create()
+    study.enqueue_trial({"learning_rate": 1e-2, "max_steps": 4})  # learns: its eval_loss falls by step 2
+    study.enqueue_trial({"learning_rate": 1e-8, "max_steps": 2000})  # barely moves: worse at step 2, pruned
+    assert driver.run(study) == 2  # the enqueued trials, asked in their order
+    t0, t1 = open_study(runs, spec).get_trials()
+    assert t0.state == optuna.trial.TrialState.COMPLETE and t1.state == optuna.trial.TrialState.PRUNED, (t0, t1)
+    run = runs / t1.user_attrs["run_id"]
+    status = effective(run)
+    assert status["state"] == "stopped" and status["sweep_trial"] == 1 and status["step"] < 2000, status
+    assert any(e["kind"] == "checkpoint_saved" for e in read_events(run))
+    assert states_of(run)[:2] == ["queued", "running"]

@@ -220,6 +220,15 @@ def plan_largest(spec: SweepSpec, configs: list[tuple[dict[str, Any], Any]], log
 # ------------------------------------------------------------------ the driver
 
 
+def asked(study: Any) -> int:
+    """The trials of the budget the study has asked: a trial enqueued (``study.enqueue_trial``, WAITING)
+    counts once the driver asks it."""
+    import optuna
+
+    waiting = optuna.trial.TrialState.WAITING
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state != waiting)
+
+
 @contextmanager
 def driver_lock(path: Path) -> Iterator[None]:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -262,7 +271,7 @@ class Driver:
         with driver_lock(self.path):
             while True:
                 active = self.follow(study)
-                started = len(study.get_trials(deepcopy=False))
+                started = asked(study)
                 while len(active) < self.spec.parallel and started < self.spec.trials:
                     gpus = self.free_gpus(len(active))
                     if gpus is False:
