@@ -311,10 +311,6 @@ class Driver:
         if self.spec.launcher == "slurm":
             from cockpit.run.slurm_submit import SubmitRefused, submit
 
-            if int(cfg["nnodes"]) > 1 and not cfg.get("master_port"):  # as --slurm fixes it: every node's rendezvous
-                import random
-
-                cfg = {**cfg, "master_port": random.randint(20000, 39999)}
             try:
                 run, job = submit(
                     cfg, self.spec.slurm_options(), config_path=config_path, runs_dir=self.runs_dir, status_extra=extra
