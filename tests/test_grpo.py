@@ -339,9 +339,11 @@ def test_a_bf16_grpo_run_with_additional_target_samples_in_its_mixed_precision(t
     assert events[-1]["kind"] in ("state", "run_finished") and any(e["kind"] == "run_finished" for e in events)
 
 
-@pytest.mark.budget(200, reason="the GRPO demo preset on the embedded 135M model: learning is what it asserts")
+@pytest.mark.budget(180, reason="the GRPO demo preset on the embedded 135M model: learning is what it asserts (161 s)")
 @pytest.mark.slow
 def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir):
+    """Issue 52: the demo (concise_answer: brevity only with the right answer) learns the task on held-out
+    prompts, not the reward's loophole: the total rises, contains_answer rises, no reward function falls."""
     runs = tmp_path / "runs"
     res = cockpit(
         "train",
@@ -359,6 +361,11 @@ def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir)
     assert summary["state"] == "finished"
     assert summary["train_runtime_s"] <= 360
     assert after["mean_reward"] - before["mean_reward"] >= 0.25
+    # the task, not a loophole: correctness rises and no reward function pays for another's rise
+    assert after["rewards"]["contains_answer"] > before["rewards"]["contains_answer"], (before, after)
+    assert set(after["rewards"]) == set(before["rewards"]) and len(before["rewards"]) >= 2
+    for name, was in before["rewards"].items():
+        assert after["rewards"][name] >= was - 0.05, (name, before, after)
     rewards = [e["reward"] for e in read_events(run) if e["kind"] == "step"]
     assert max(rewards[-3:]) > rewards[0]
 

@@ -102,7 +102,7 @@ def test_transformers_per_step_warning_is_folded_into_the_warnings_count():
 
 
 def test_the_summary_marks_a_reward_that_fell_on_the_held_out_prompts():
-    """Issue 52: today's cpu-grpo-demo weights' held-out result: the total rose, contains_answer fell."""
+    """Issue 52: cpu-grpo-hack's weights' held-out result (the former cpu-grpo-demo's): the total rose, contains_answer fell."""
     from cockpit.train.reward_watch import fell_rewards
     from cockpit.ui.screens.summary import summary_text
 

@@ -26,7 +26,7 @@ def run(watch, points):
 
 
 def hacking_points(n=8):
-    # today's cpu-grpo-demo weights (0.3 contains_answer, 0.7 length_penalty): brevity rises, correctness falls
+    # cpu-grpo-hack's weights (0.3 contains_answer, 0.7 length_penalty): brevity rises, correctness falls
     points = []
     for i in range(n):
         contains, length = 0.45 - 0.05 * i, 0.15 + 0.12 * i
