@@ -57,10 +57,11 @@ def model_sources(tmp: str) -> dict[str, str]:
 def rank_prepare(run_cfg: dict, skip_cast: bool = True):
     """The training rank's model over a base (``cockpit.train.model.over_base``); ``skip_cast``
     False: PEFT's fp32 copy of each adapted input is kept (as PEFT and LLaMA-Factory run)."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.config.schema import default_config
     from cockpit.train.model import over_base
 
-    return over_base({**default_config(), **run_cfg}, peft_input_cast=not skip_cast)
+    return over_base(RunConfig.from_mapping({**default_config(), **run_cfg}), peft_input_cast=not skip_cast)
 
 
 def grid(quick: bool) -> list[tuple[str, str, bool, int, int]]:

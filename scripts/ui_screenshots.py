@@ -182,9 +182,10 @@ def write_grpo_run(runs: Path, steps: int = 26, total: int = 40) -> Path:
     running: what the Live screen follows. Deterministic (times from FROZEN_NOW)."""
     import math
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.train.reward_watch import RewardWatch
 
-    watch = RewardWatch({})
+    watch = RewardWatch(RunConfig())
     run = runs / GRPO_RUN_ID
     (run / "logs").mkdir(parents=True, exist_ok=True)
     t0 = FROZEN_NOW - 60 - 12.0 * steps

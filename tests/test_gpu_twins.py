@@ -244,6 +244,7 @@ def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from cockpit.config.schema import default_config
+    from cockpit.config.run_config import RunConfig
     from cockpit.train.model import lora_model
 
     config = LlamaConfig(
@@ -255,7 +256,7 @@ def test_the_input_embedding_in_host_memory_lowers_the_allocated_peak_on_the_gpu
         vocab_size=128256,
         tie_word_embeddings=False,
     )
-    cfg = {**default_config(), "lora_rank": 8, "lora_alpha": 16, "lora_target": "all", "bf16": True}
+    cfg = RunConfig.from_mapping({**default_config(), "lora_rank": 8, "lora_alpha": 16, "lora_target": "all", "bf16": True})
     ids = torch.randint(0, 128256, (2, 2048), device="cuda")
     peaks, grads, seconds = [], [], []
     for host in (False, False, True):

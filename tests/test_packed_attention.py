@@ -97,11 +97,11 @@ def test_packed_sdpa_training_equals_padded_training(tiny_model_dir, tmp_path):
     ],
 )
 def test_the_rank_attends_per_sample_only_for_padding_free_sft(tiny_model_dir, cfg, want):
-    from cockpit.config.schema import default_config
+    from cockpit.config.run_config import RunConfig
     from cockpit.models.resolve import ModelRef
     from cockpit.train.model import build_model
 
-    full = {**default_config(), "dataset": "x", "finetuning_type": "full", "per_device_train_batch_size": 2, **cfg}
+    full = RunConfig(dataset="x", finetuning_type="full", per_device_train_batch_size=2, **cfg)
     model = build_model(full, ModelRef(str(tiny_model_dir)), use_cpu=True, local_rank=0)
     assert model.config._attn_implementation == want
 
