@@ -389,3 +389,36 @@ def test_the_flags_leave_the_nccl_group_for_a_gloo_side_group_on_a_gpu(tmp_path)
         assert agreed_flags(dist, [True, False], group) == [True, False]
     finally:
         dist.destroy_process_group()
+
+
+def test_a_loss_spike_is_measured_over_a_positive_median_only(tmp_path):
+    """GRPO logs a loss of exactly 0 on its first steps (and DPO's, GRPO's losses go below 0): a positive
+    loss after five zeros is no spike, and the spike check divided by the zero median (a run crashed with
+    ZeroDivisionError at step 10 of the GRPO demo with max_completion_length 16). A real spike over a
+    positive median still warns."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from cockpit.config.run_config import RunConfig
+    from cockpit.store.events import EventWriter, read_all
+    from cockpit.store.rundir import RunDir
+    from cockpit.train import callbacks as cb
+
+    run = RunDir(tmp_path)
+    args = SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
+    grpo = [0.0, 0.0, 0.0, -0.02, 0.0, 0.1, -0.01, 0.05, 0.3]  # GRPO's: zero and negative medians, then positive
+    sft = [2.0, 2.1, 1.9, 2.0, 2.0, 9.0]  # a positive median, then 4.5x it
+    for losses in (grpo, sft):
+        callback = cb.CockpitCallback(run, RunConfig(spike_policy="warn", spike_factor=3.0), 0, 1, EventWriter(run.events_path))
+        callback._gather_memory = lambda: {}
+        callback._check_memory = lambda *a: None
+        state = SimpleNamespace(global_step=0, max_steps=40, num_input_tokens_seen=0, epoch=0.0)
+        control = TrainerControl()
+        callback.on_train_begin(args, state, control)
+        for step, loss in enumerate(losses, start=1):
+            state.global_step = step
+            callback.on_log(args, state, control, logs={"loss": loss, "grad_norm": 1.0})
+    spikes = [e for e in read_all(run.events_path) if e["kind"] == "alert" and e["code"] == "loss_spike"]
+    assert [s["message"] for s in spikes] == [f"loss 9 at step {len(sft)} is 4.5x the recent median 2"], spikes
+    assert not control.should_training_stop

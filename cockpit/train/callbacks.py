@@ -403,8 +403,8 @@ class CockpitCallback(TrainerCallback):
                 save=False,
             )
             self.nan_step = self.nan_step or state.global_step
-        elif len(self.recent) >= 5 and loss > self.cfg.spike_factor * statistics.median(self.recent):
-            med = statistics.median(self.recent)
+        elif self._spike_median(loss) is not None:
+            med = self._spike_median(loss)
             self.alert(
                 control,
                 level="warn",
@@ -418,6 +418,15 @@ class CockpitCallback(TrainerCallback):
             self.recent.append(loss)
         self._say_after_log(state, control)
         return control
+
+    def _spike_median(self, loss: float) -> float | None:
+        """The recent losses' median when ``loss`` is a spike over it (``spike_factor`` times), else None.
+        Only over a positive median: a preference or policy loss (DPO's, GRPO's) sits near or below zero,
+        where "3x the median" is no spike (GRPO's first steps log exactly 0: the ratio was a division by zero)."""
+        if len(self.recent) < 5:
+            return None
+        med = statistics.median(self.recent)
+        return med if med > 0 and loss > self.cfg.spike_factor * med else None
 
     def _say_after_log(self, state, control) -> None:
         """Rank 0: what HF does right after this step's log: evaluate, then save."""
