@@ -274,7 +274,9 @@ def test_a_pruned_slurm_trial_stops_with_its_checkpoint(slurm, tmp_path, tiny_mo
     study.enqueue_trial({"learning_rate": 1e-8, "max_steps": 2000})  # barely moves: worse at step 2, pruned
     assert driver.run(study) == 2  # the enqueued trials, asked in their order
     t0, t1 = open_study(runs, spec).get_trials()
-    assert t0.state == optuna.trial.TrialState.COMPLETE and t1.state == optuna.trial.TrialState.PRUNED, (t0, t1)
+    assert t0.state == optuna.trial.TrialState.COMPLETE and t1.state == optuna.trial.TrialState.PRUNED, (
+        f"trial 0 {t0.state.name} {t0.intermediate_values}, trial 1 {t1.state.name} {t1.intermediate_values}"
+    )
     run = runs / t1.user_attrs["run_id"]
     status = effective(run)
     assert status["state"] == "stopped" and status["sweep_trial"] == 1 and status["step"] < 2000, status

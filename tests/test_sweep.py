@@ -107,6 +107,42 @@ def test_the_objective_is_read_from_the_events_at_each_step():
     assert objective_points(events[-1:], "probe_results.rate", last_step=8) == ([(9, 0.75)], 8)
 
 
+def test_values_read_in_a_burst_are_judged_each_at_its_step(tmp_path):
+    """A slow turn of the driver (squeue under load) reads a trial's evaluations of steps 2 to 40 at once:
+    each is reported and judged at its own step, so the trial worse than the finished one at step 2 is
+    pruned (its run asked to stop). Judged only at step 40, where no finished trial has a value, it ran
+    on to its end (CI: a 2,000-step Slurm trial was told COMPLETE)."""
+    import time
+
+    import optuna
+
+    from cockpit.store.rundir import RunDir
+    from cockpit.sweep.driver import Driver
+
+    runs = tmp_path / "runs"
+    spec = parse_spec({"base": {"learning_rate": 1e-3}, "space": SPACE, "trials": 2, "pruner_startup_trials": 1}, tmp_path, "b")
+    driver = Driver(runs, spec, log=lambda *_: None)
+    study = driver.create()
+    done = study.ask()
+    for step, value in ((2, 2.0), (4, 1.5)):
+        done.report(value, step)
+    study.tell(done, 1.5)
+    ft = study.ask()
+    study._storage.set_trial_user_attr(ft._trial_id, "run_id", "r1")
+    run = RunDir(runs / "r1")
+    run.path.mkdir(parents=True)
+    # just launched (no supervisor pid yet): liveness keeps it running
+    run.status_path.write_text(json.dumps({"state": "running", "updated": time.time(), "step": 40}), encoding="utf-8")
+    run.events_path.write_text(
+        "".join(json.dumps({"kind": "eval", "step": s, "eval_loss": 3.0}) + "\n" for s in range(2, 41, 2)), encoding="utf-8"
+    )
+    (frozen,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert driver.step_trial(study, frozen, run)  # still running: asked to stop, told PRUNED once it has
+    (frozen,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert frozen.user_attrs["prune_requested"] == 2 and len(frozen.intermediate_values) == 20
+    assert (run.control_dir / "stop").exists()
+
+
 def test_the_study_lives_in_sqlite_and_a_resumed_seeded_sampler_draws_new_values(tmp_path):
     """The study is Optuna's RDB storage in the runs dir: a trial asked by one driver is there, RUNNING,
     for the next; the resumed sampler's seed moves on by the trials asked (the same seed again drew the

@@ -365,15 +365,21 @@ class Driver:
         status = reconcile(run, status=effective_status(run))  # the scheduler's word (a Slurm trial), then liveness
         trial = optuna.trial.Trial(study, ft._trial_id)
         reported = dict(ft.intermediate_values)
+        state = status.get("state")
+        pruning = bool(ft.user_attrs.get("prune_requested"))
+        prune_at = None
+        # each new value reported and judged at its own step: the pruner compares a trial's last step
+        # only, so values read in a burst (a slow turn, squeue under load) judged at the last would
+        # pass the steps where the earlier trials have values, and the trial would never be pruned
         for step, value in self.objective_values(ft.number, run):
             if step not in reported:
                 trial.report(value, step)
                 reported[step] = value
-        state = status.get("state")
-        pruning = bool(ft.user_attrs.get("prune_requested"))
+                if prune_at is None and not pruning and state not in TERMINAL_STATES and trial.should_prune():
+                    prune_at = step
         if state not in TERMINAL_STATES:
-            if not pruning and reported and trial.should_prune():
-                step = max(reported)
+            if prune_at is not None:
+                step = prune_at
                 study._storage.set_trial_user_attr(ft._trial_id, "prune_requested", step)
                 stop_trial(run, status, f"sweep {self.spec.name}: pruned at step {step}")
                 self.log(f"trial {ft.number}: pruned at step {step} ({self.spec.objective} {reported[step]:.4g})")
