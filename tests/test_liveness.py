@@ -148,13 +148,17 @@ def test_supervisor_killed_mid_run_is_adopted_and_the_run_finishes(tmp_path, tin
     assert row["state"] in ("running", "finished"), row
     t_adopt = time.time()
     st = wait_for(lambda: status(run) if status(run).get("state") == "finished" else None, 300, "the adopted run to finish")
-    assert st["supervisor_pid"] != dead and dead in st.get("adopted_from", [dead])
-    assert st["step"] == st["total_steps"] == steps  # a finished run is at its last step
+    assert st["supervisor_pid"] != dead and dead in st.get("adopted_from", [dead]), (dead, st)
+    assert st["step"] == st["total_steps"] == steps, st  # a finished run is at its last step
     events = read_events(run)
     assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, steps + 1))
     if "adopted_from" in st:  # it was still running when the reader looked: watched, telemetry and all
-        assert any(e["kind"] == "state" and "adopted by" in (e.get("reason") or "") for e in events)
-        assert any(e["kind"] == "telemetry" and e["t"] > t_adopt for e in events) or st["ended"] - t_adopt < 1.5
+        adopted = [e["t"] for e in events if e["kind"] == "state" and "adopted by" in (e.get("reason") or "")]
+        assert adopted, [e for e in events if e["kind"] == "state"]
+        # the adopter's sampler (every 0.5 s) reports unless the ranks ended within a few of its intervals
+        # of the adopter taking over (its start-up under load, after t_adopt, no longer counts against it)
+        sampled = [e["t"] for e in events if e["kind"] == "telemetry" and e["t"] > adopted[0]]
+        assert sampled or st["ended"] - adopted[0] < 2.0, (t_adopt, adopted, st["ended"])
     att = cockpit("attach", str(run), timeout=60)  # follows to the end, does not hang
     assert att.returncode == 0 and f"run {run.name}: finished" in att.stdout, att.stdout[-2000:]
     no_process_left(run)
