@@ -366,8 +366,11 @@ def test_cpu_grpo_demo_preset_raises_the_held_out_reward(tmp_path, embedded_dir)
     assert set(after["rewards"]) == set(before["rewards"]) and len(before["rewards"]) >= 2
     for name, was in before["rewards"].items():
         assert after["rewards"][name] >= was - 0.05, (name, before, after)
-    rewards = [e["reward"] for e in read_events(run) if e["kind"] == "step"]
+    events = read_events(run)
+    rewards = [e["reward"] for e in events if e["kind"] == "step"]
     assert max(rewards[-3:]) > rewards[0]
+    # the healthy side of the reward-hacking alert: a run that learns the task raises none
+    assert not [e for e in events if e["kind"] == "alert" and e["code"] == "reward_hacking"], events
 
 
 @pytest.mark.budget(150, reason="the hacking preset on the embedded 135M model: the alert needs the model to hack")
