@@ -17,6 +17,7 @@ from cockpit.telemetry import AmdSmiBackend
 from cockpit.telemetry.fakes import FakeAmdSmi, FakeGpu
 from cockpit.telemetry.node import NodeCollector, NodeReporter
 from ui_screenshots import DictStore
+from cockpit.config.run_config import RunConfig
 
 
 def test_ranges_round_trip():
@@ -82,7 +83,7 @@ def test_heartbeats_leave_out_a_silent_node_and_the_watchdog_names_it():
     reporters = [NodeReporter(store, n, f"h{n}") for n in range(8)]
     now = [0.0]
     collector = NodeCollector(store, 8, clock=lambda: now[0])
-    dog = node_watchdog({"hang_timeout_s": 30, "nnodes": 8, "telemetry_interval_s": 1.0}, start_t=0)
+    dog = node_watchdog(RunConfig(hang_timeout_s=30, nnodes=8, telemetry_interval_s=1.0), start_t=0)
     for tick in range(1, 41):  # (an event's t of 0 reads as "now")
         now[0] = float(tick)
         for r in reporters:

@@ -13,6 +13,7 @@ from cockpit.telemetry import AmdSmiBackend
 from cockpit.telemetry.fakes import FakeAmdSmi, FakeGpu, fake_from_env
 from cockpit.store.node_grid import parse_ranges, row_devices
 from cockpit.telemetry.node import NodeCollector, NodeReporter, NodeThread
+from cockpit.config.run_config import RunConfig
 
 
 def store_pair():
@@ -84,7 +85,7 @@ def test_a_stopped_node_thread_stops_its_heartbeats():
 
 
 def test_supervisor_feeds_heartbeats_and_train_end_to_the_watchdog():
-    dog = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600, "nnodes": 2, "telemetry_interval_s": 3.0}, start_t=0)
+    dog = node_watchdog(RunConfig(hang_timeout_s=30, load_timeout_s=600, nnodes=2, telemetry_interval_s=3.0), start_t=0)
     assert dog.check(599, True) is None  # loading: the load timeout
     dog.observe_step(1, 600)
     dog.observe_step(2, 601)

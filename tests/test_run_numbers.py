@@ -17,6 +17,7 @@ from cockpit.run.pace import Pace
 from cockpit.store.rundir import TERMINAL_STATES, create_run_dir
 from cockpit.run.runstate import final_state
 from cockpit.ui.state import RunState
+from cockpit.config.run_config import RunConfig
 
 
 def ev(kind: str, t: float, **fields) -> dict:
@@ -303,12 +304,12 @@ def test_the_reference_model_is_said_the_same_by_the_rank_and_the_plan():
 def test_the_watchdog_counts_the_probes_after_training_as_progress():
     from cockpit.run.supervisor import node_watchdog, observe_progress
 
-    dog = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600}, start_t=0)
+    dog = node_watchdog(RunConfig(hang_timeout_s=30, load_timeout_s=600), start_t=0)
     observe_progress(dog, ev("progress", 100.0, task="probes", phase="before", done=8, total=20))
     assert dog.phase == "load"  # before the first step: the load timeout from the start, as before
     dog.observe_step(1, 200.0)
     observe_progress(dog, ev("progress", 900.0, task="probes", phase="after", done=8, total=20))
     assert dog.phase == "wrapup" and dog.check(1400.0, ranks_alive=True, last_lines={}) is None  # 500 s since
-    silent = node_watchdog({"hang_timeout_s": 30, "load_timeout_s": 600}, start_t=0)
+    silent = node_watchdog(RunConfig(hang_timeout_s=30, load_timeout_s=600), start_t=0)
     silent.observe_step(1, 200.0)
     assert silent.check(1400.0, ranks_alive=True, last_lines={})["code"] == "hang"  # without it: a hang

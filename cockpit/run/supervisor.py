@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +82,14 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def node_watchdog(cfg: Mapping[str, Any], start_t: float) -> HangWatchdog:
+def node_watchdog(cfg: RunConfig, start_t: float) -> HangWatchdog:
     """The hang watchdog for this run: the step floor, the longer load timeout, every node's heartbeat."""
-    interval = float(cfg.get("telemetry_interval_s") or 0)
+    interval = float(cfg.telemetry_interval_s or 0)
     return HangWatchdog(
-        floor_s=float(cfg.get("hang_timeout_s") or 300.0),
+        floor_s=float(cfg.hang_timeout_s or 300.0),
         start_t=start_t,
-        load_timeout_s=float(cfg.get("load_timeout_s") or 1800.0),
-        expected_nodes=int(cfg.get("nnodes") or 1) if interval > 0 else 1,  # no heartbeats with telemetry off
+        load_timeout_s=float(cfg.load_timeout_s or 1800.0),
+        expected_nodes=int(cfg.nnodes or 1) if interval > 0 else 1,  # no heartbeats with telemetry off
         heartbeat_silent_s=max(10.0, 10 * interval),  # ten missed reports
     )
 
@@ -153,7 +152,7 @@ class Supervisor:
         self.disk_full: str | None = None
         self.watchdog = node_watchdog(self.cfg, time.time())
         self.torch_devices: list[dict[str, Any]] = []  # this node's devices as its ranks' torch reported them
-        self.node_rank = int(self.cfg.get("node_rank") or 0)  # until the ranks say their group rank
+        self.node_rank = int(self.cfg.node_rank or 0)  # until the ranks say their group rank
         self.sampler: Any = None  # a cockpit.telemetry.Sampler once started (imported then)
         self.comm = None
         self.alerts: deque[dict[str, Any]] = deque(maxlen=20)
@@ -224,13 +223,13 @@ class Supervisor:
             "run_started",
             run_id=self.run.run_id,
             attempt=int(self.run.read_status().get("attempt", 1)),
-            model=self.cfg.get("model_name_or_path"),
-            dataset=self.cfg.get("dataset"),
-            method=self.cfg.get("finetuning_type"),
+            model=self.cfg.model_name_or_path,
+            dataset=self.cfg.dataset,
+            method=self.cfg.finetuning_type,
             world_size=shape_of(self.cfg).world_size,
-            nproc_per_node=int(self.cfg["nproc_per_node"]),
-            nnodes=int(self.cfg["nnodes"]),
-            output_dir=self.cfg.get("output_dir"),
+            nproc_per_node=int(self.cfg.nproc_per_node),
+            nnodes=int(self.cfg.nnodes),
+            output_dir=self.cfg.output_dir,
             supervisor_pid=os.getpid(),
             command=cmd,
         )
@@ -296,7 +295,7 @@ class Supervisor:
         return any(is_alive(pid, started) for pid, started in self.procs.items())
 
     def _init_telemetry(self) -> None:
-        interval = float(self.cfg.get("telemetry_interval_s") or 0)
+        interval = float(self.cfg.telemetry_interval_s or 0)
         if interval <= 0:
             return
         try:
@@ -550,7 +549,7 @@ class Supervisor:
         supervisor only (another node's may end while rank 0 still writes a shared output_dir)."""
         if self.node_rank != 0:
             return
-        out = Path(self.cfg["output_dir"]) if self.cfg.get("output_dir") else self.run.path
+        out = Path(self.cfg.output_dir) if self.cfg.output_dir else self.run.path
         staging = out / "checkpoints" / CHECKPOINT_STAGING
         if staging.is_dir():
             shutil.rmtree(staging, ignore_errors=True)
