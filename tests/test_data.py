@@ -213,9 +213,10 @@ def test_an_export_and_a_server_of_a_default_template_run_get_llamafactorys_defa
     from transformers import AutoTokenizer
 
     from cockpit.serve.artifacts import RunArtifacts
+    from cockpit.config.run_config import RunConfig
     from cockpit.serve.export import _save_tokenizer
 
-    cfg = {"model_name_or_path": str(embedded_dir), "template": "default"}
+    cfg = RunConfig(model_name_or_path=str(embedded_dir), template="default")
     adapter = tmp_path / "adapter"
     AutoTokenizer.from_pretrained(str(embedded_dir)).save_pretrained(adapter)  # the tokenizer as a run saves it
     _save_tokenizer(adapter, cfg, tmp_path / "out")

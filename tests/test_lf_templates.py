@@ -369,9 +369,10 @@ def test_an_exported_tokenizer_prompts_as_training_rendered(name, tmp_path):
     from transformers import AutoTokenizer
 
     from cockpit.data.render import apply_template_choice, render_prompt_ids, render_sample
+    from cockpit.config.run_config import RunConfig
     from cockpit.serve.export import _save_tokenizer
 
-    cfg = {"model_name_or_path": _fresh_tokenizer_dir(), "template": name, "cutoff_len": 4096}
+    cfg = RunConfig(model_name_or_path=_fresh_tokenizer_dir(), template=name, cutoff_len=4096)
     trained = AutoTokenizer.from_pretrained(_fresh_tokenizer_dir())  # the rank's: saved beside the adapter
     apply_template_choice(trained, name)
     adapter = tmp_path / "adapter"

@@ -13,12 +13,12 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
 from cockpit.store.rundir import RunDir
 
@@ -33,7 +33,7 @@ def adapter_checksum(folder: Path) -> str:
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def run_tokenizer(adapter: Path, cfg: Mapping[str, Any], ref=None) -> Any:
+def run_tokenizer(adapter: Path, cfg: RunConfig, ref=None) -> Any:
     """The tokenizer the run trained with: the one saved beside its adapter (its added tokens
     included), else the base's with the config's tokens added."""
     from transformers import AutoTokenizer
@@ -45,15 +45,15 @@ def run_tokenizer(adapter: Path, cfg: Mapping[str, Any], ref=None) -> Any:
     return load_tokenizer(cfg, ref)
 
 
-def _save_tokenizer(adapter: Path, cfg: Mapping[str, Any], out: Path, ref=None) -> None:
+def _save_tokenizer(adapter: Path, cfg: RunConfig, out: Path, ref=None) -> None:
     """The run's tokenizer with its chat template (the named one the run used, when it set one),
     so that vLLM and ``apply_chat_template`` render prompts exactly as training did."""
     from cockpit.data.render import apply_template_choice
 
     tok = run_tokenizer(adapter, cfg, ref)
-    template = cfg.get("template")
-    if template or cfg.get("default_system") or cfg.get("enable_thinking") is False:
-        apply_template_choice(tok, template, cfg.get("default_system"), cfg.get("enable_thinking", True))
+    template = cfg.template
+    if template or cfg.default_system or cfg.enable_thinking is False:
+        apply_template_choice(tok, template, cfg.default_system, cfg.enable_thinking)
     tok.save_pretrained(out)
 
 
@@ -62,7 +62,7 @@ def export_run(
 ) -> dict[str, Any]:
     """Export RUN's adapter (copied as saved, PEFT format), or with ``merge`` the base model with
     the adapter merged (``dtype``: auto = the run's precision, :func:`merge_dtype`)."""
-    cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+    cfg = RunConfig.from_resolved(yaml.safe_load(run.config_path.read_text(encoding="utf-8")))
     summary = run.read_summary()
     adapter = _saved_adapter_dir(run, summary)
     is_lora = (adapter / "adapter_config.json").exists()
@@ -85,15 +85,15 @@ def export_run(
             shutil.copytree(adapter, tmp, dirs_exist_ok=True)
             kind = "adapter" if is_lora else "model"
             if merge and not is_lora:
-                notes.append(f"a {cfg.get('finetuning_type')} run saves the whole model: nothing to merge")
+                notes.append(f"a {cfg.finetuning_type} run saves the whole model: nothing to merge")
         record = {
             "kind": kind,
             "run_id": run.run_id,
-            "base_model": cfg.get("model_name_or_path"),
-            "finetuning_type": cfg.get("finetuning_type"),
+            "base_model": cfg.model_name_or_path,
+            "finetuning_type": cfg.finetuning_type,
             "adapter_dir": str(adapter),
             "adapter_sha256": adapter_checksum(adapter) if is_lora else None,
-            "template": cfg.get("template"),
+            "template": cfg.template,
             "lora_rank": acfg.get("r"),
             "lora_alpha": acfg.get("lora_alpha"),
             "target_modules": acfg.get("target_modules"),
@@ -137,16 +137,16 @@ def _empty_export_dir(run: RunDir, out: Path | None, merge: bool) -> Path:
     return out
 
 
-def merge_dtype(cfg: Mapping[str, Any]) -> str:
+def merge_dtype(cfg: RunConfig) -> str:
     """``--dtype auto``: the run's precision. bf16 runs merge in bf16; a QLoRA run in fp16 in fp16
     (its 4-/8-bit layers computed in fp16, as LLaMA-Factory's export infers); the rest in float32
     (a LoRA run in fp16 trained fp32 adapters over its base)."""
-    if cfg.get("bf16"):
+    if cfg.bf16:
         return "bfloat16"
-    return "float16" if cfg.get("fp16") and cfg.get("quantization_bit") else "float32"
+    return "float16" if cfg.fp16 and cfg.quantization_bit else "float32"
 
 
-def _merge_into_base(adapter: Path, cfg: Mapping[str, Any], tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
+def _merge_into_base(adapter: Path, cfg: RunConfig, tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
     """Merge the LoRA adapter into the base model and save it with the tokenizer in TMP: (dtype, notes)."""
     import torch
     from peft import PeftModel
@@ -159,14 +159,14 @@ def _merge_into_base(adapter: Path, cfg: Mapping[str, Any], tmp: Path, dtype: st
     if dtype not in MERGE_DTYPES:
         raise InputError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
     tdtype = getattr(torch, merge_dtype(cfg) if dtype == "auto" else dtype)
-    if cfg.get("quantization_bit"):
+    if cfg.quantization_bit:
         notes.append(
             f"QLoRA run: the adapter is merged into the unquantized base weights ({str(tdtype).replace('torch.', '')}), "
-            f"not into dequantized {cfg['quantization_bit']}-bit weights"
+            f"not into dequantized {cfg.quantization_bit}-bit weights"
         )
     # no quantization_config here: a QLoRA adapter merges into the unquantized weights
     base = AutoModelForCausalLM.from_pretrained(
-        ref.path, dtype=tdtype, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
+        ref.path, dtype=tdtype, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs()
     )
     if getattr(base.config, "quantization_config", None):
         notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
