@@ -95,31 +95,12 @@ def test_every_ignored_import_is_one_inside_a_function():
 KNOWN_TWO_WAY: set[tuple[str, str]] = set()
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-    )
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``: imports that never run, as
-    pyproject.toml's ``exclude_type_checking_imports`` has import-linter read them."""
-    for child in ast.iter_child_nodes(tree):
-        if _is_type_checking(child):
-            yield from (n for orelse in child.orelse for n in [orelse, *_runtime_nodes(orelse)])
-            continue
-        yield child
-        yield from _runtime_nodes(child)
-
-
 def package_imports() -> dict[str, set[str]]:
     """cockpit package -> the cockpit packages its modules import (lazy imports included)."""
     deps: dict[str, set[str]] = {}
     for path in (ROOT / "cockpit").rglob("*.py"):
         pkg = path.relative_to(ROOT / "cockpit").parts[0].removesuffix(".py")
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module]
@@ -128,17 +109,6 @@ def package_imports() -> dict[str, set[str]]:
                 if parts[0] == "cockpit" and len(parts) > 1 and parts[1] != pkg:
                     deps.setdefault(pkg, set()).add(parts[1])
     return deps
-
-
-def test_type_checking_imports_are_not_dependencies_but_lazy_ones_are():
-    tree = ast.parse(
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from cockpit.config.run_config import RunConfig\n"
-        "else:\n    import cockpit.shape\n"
-        "def f():\n    from cockpit.strategy import numa\n"
-    )
-    modules = {n.module if isinstance(n, ast.ImportFrom) else n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    assert modules == {"typing", "cockpit.shape", "cockpit.strategy"}
 
 
 def test_no_new_two_way_package_dependencies():

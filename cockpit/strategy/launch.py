@@ -19,16 +19,49 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
 from cockpit.redact import redact_env
-from cockpit.shape import strategy_of
+from cockpit.shape import RunShape
 from cockpit.side_site import rank_pythonpath
 from cockpit.strategy.numa import NumaPlan
 from cockpit.strategy.numa import plan as numa_plan
 
-if TYPE_CHECKING:
-    from cockpit.config.run_config import RunConfig
+
+class LaunchConfig(Protocol):
+    """What the launch reads of a run's config (:class:`cockpit.config.run_config.RunConfig` has it):
+    named here, so the strategies stay below the config package (they never import it, not even for
+    a type). A RunConfig is a ``Mapping`` too, which the side folders' and the Slurm script's key
+    lookups read (:func:`as_mapping`)."""
+
+    @property
+    def nproc_per_node(self) -> int: ...
+    @property
+    def nnodes(self) -> int: ...
+    @property
+    def node_rank(self) -> int: ...
+    @property
+    def master_addr(self) -> str: ...
+    @property
+    def master_port(self) -> int: ...
+    @property
+    def numa_bind(self) -> str: ...
+    @property
+    def numa_memory(self) -> str: ...
+    @property
+    def deepspeed(self) -> object: ...
+    @property
+    def zero_stage(self) -> int | None: ...
+    @property
+    def env(self) -> Mapping[str, str] | None: ...
+    @property
+    def shape(self) -> RunShape: ...
+
+
+def as_mapping(cfg: LaunchConfig) -> Mapping[str, Any]:
+    """The config as the mapping it also is (a RunConfig), for readers written against one."""
+    return cast("Mapping[str, Any]", cfg)
+
 
 # set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
 SUPERVISOR_ENV = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -41,10 +74,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-strategy_name = strategy_of  # cockpit.shape's
-
-
-def rdzv_id(cfg: RunConfig, run_id: str) -> str:
+def rdzv_id(cfg: LaunchConfig, run_id: str) -> str:
     if int(cfg.nnodes) > 1:
         addr = str(cfg.master_addr).replace(":", "_")
         return f"cockpit-{addr}-{int(cfg.master_port)}"
@@ -74,7 +104,7 @@ class LaunchPlan:
 def node_launch(
     run_path: str | os.PathLike[str],
     run_id: str,
-    cfg: RunConfig,
+    cfg: LaunchConfig,
     *,
     python: str = sys.executable,
     node_rank: int | None = None,
@@ -109,7 +139,7 @@ def node_launch(
                 "MASTER_PORT": str(port),
             }
         )
-    side = rank_pythonpath(cfg, os.environ if env is None else env)
+    side = rank_pythonpath(as_mapping(cfg), os.environ if env is None else env)
     if side:  # GaLore / APOLLO, QLoRA, trackers: their packages' side folders (off every other process's path)
         env_add["PYTHONPATH"] = side
     ranks = [
@@ -128,7 +158,7 @@ def node_launch(
         if str(cfg.master_addr) in ("127.0.0.1", "localhost"):
             notes.append("master_addr is loopback: the other nodes cannot reach it unless they are this machine")
     return LaunchPlan(
-        command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=strategy_name(cfg), notes=notes
+        command=command, env_add=env_add, ranks=ranks, numa=numa, strategy=cfg.shape.strategy, notes=notes
     )
 
 
@@ -152,7 +182,7 @@ def _bound(worker: list[str], numa: NumaPlan, python: str, sysfs: str, single: b
 
 
 def _torchrun(
-    cfg: RunConfig, run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool
+    cfg: LaunchConfig, run_id: str, python: str, node_rank: int, port: int, rank_argv: list[str], bound: bool
 ) -> list[str]:
     """torchrun with the c10d rendezvous for this node's ranks."""
     command = [
@@ -174,7 +204,7 @@ def _torchrun(
 def _rank_env(
     run_path: str | os.PathLike[str],
     run_id: str,
-    cfg: RunConfig,
+    cfg: LaunchConfig,
     local: int,
     node_rank: int,
     env: Mapping[str, str] | None,
@@ -207,7 +237,7 @@ def _rank_env(
     return rank_env
 
 
-def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: RunConfig) -> None:
+def write_record(run_path: str | os.PathLike[str], launch: LaunchPlan, cfg: LaunchConfig) -> None:
     """``launch.json`` in the run dir: command, per-rank environment (secrets redacted), NUMA plan."""
     import json
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cockpit.config.run_config import RunConfig
+    from cockpit.strategy.launch import LaunchConfig
 
 
 def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:
@@ -20,7 +20,7 @@ def _set_args(overrides: Sequence[str], **extra: Any) -> list[str]:
     return [a for o in [*keep, *(f"{k}={v}" for k, v in extra.items())] for a in ("--set", o)]
 
 
-def node_commands(config_path: str, overrides: Sequence[str], cfg: RunConfig) -> list[dict[str, Any]]:
+def node_commands(config_path: str, overrides: Sequence[str], cfg: LaunchConfig) -> list[dict[str, Any]]:
     """One ``cockpit train`` line per node (node 0 first)."""
     out = []
     for k in range(int(cfg.nnodes)):
@@ -37,7 +37,7 @@ def node_commands(config_path: str, overrides: Sequence[str], cfg: RunConfig) ->
 def sbatch_script(
     config_path: str,
     overrides: Sequence[str],
-    cfg: RunConfig,
+    cfg: LaunchConfig,
     *,
     job_name: str = "cockpit",
     cpus_per_task: int | None = None,
@@ -47,15 +47,16 @@ def sbatch_script(
     """A Slurm batch script: one task per node, each runs this node's ``cockpit train``.
     GPUs are requested only when the config needs them (:mod:`cockpit.slurm.script`)."""
     from cockpit.slurm.script import SlurmOptions, train_script
+    from cockpit.strategy.launch import as_mapping
 
     port = int(cfg.master_port or 0) or 29500
     opts = SlurmOptions(time=time_limit, cpus_per_task=cpus_per_task)
     return train_script(
-        config_path, _set_args(overrides, master_port=port), cfg, opts, job_name=job_name, has_gpus=has_gpus
+        config_path, _set_args(overrides, master_port=port), as_mapping(cfg), opts, job_name=job_name, has_gpus=has_gpus
     )
 
 
-def hostfile(cfg: RunConfig, hosts: Sequence[str] | None = None) -> str:
+def hostfile(cfg: LaunchConfig, hosts: Sequence[str] | None = None) -> str:
     """A DeepSpeed hostfile (``host slots=N``); placeholder names when no hosts are given."""
     nnodes, nproc = int(cfg.nnodes), int(cfg.nproc_per_node)
     names = list(hosts or [])
