@@ -39,7 +39,6 @@ from cockpit.config.run_config import RunConfig
 from cockpit.run.notify import Notifier, configured_command, notification
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
-from cockpit.shape import shape_of
 from cockpit.store.events import EventReader, EventWriter
 from cockpit.store.node_grid import parse_ranges
 from cockpit.store.rundir import ACTIVE_STATES, CHECKPOINT_STAGING, RunDir, atomic_write_json
@@ -226,7 +225,7 @@ class Supervisor:
             model=self.cfg.model_name_or_path,
             dataset=self.cfg.dataset,
             method=self.cfg.finetuning_type,
-            world_size=shape_of(self.cfg).world_size,
+            world_size=self.cfg.world_size,
             nproc_per_node=int(self.cfg.nproc_per_node),
             nnodes=int(self.cfg.nnodes),
             output_dir=self.cfg.output_dir,
@@ -443,7 +442,7 @@ class Supervisor:
         event when what it knows changes (version, init state, transports)."""
         from cockpit.comm.nccl_log import NcclLogParser, merge_snapshots
 
-        world = shape_of(self.cfg).world_size
+        world = self.cfg.world_size
         if world <= 1 and not any(k.startswith(("NCCL_", "RCCL_")) for k in os.environ):
             return
         for log in sorted(self.run.logs_dir.glob("rank*.log")):

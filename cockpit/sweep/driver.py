@@ -367,6 +367,7 @@ class Driver:
         reported = dict(ft.intermediate_values)
         state = status.get("state")
         pruning = bool(ft.user_attrs.get("prune_requested"))
+        judging = not pruning and state not in TERMINAL_STATES
         prune_at = None
         # each new value reported and judged at its own step: the pruner compares a trial's last step
         # only, so values read in a burst (a slow turn, squeue under load) judged at the last would
@@ -375,14 +376,15 @@ class Driver:
             if step not in reported:
                 trial.report(value, step)
                 reported[step] = value
-                if prune_at is None and not pruning and state not in TERMINAL_STATES and trial.should_prune():
+                if judging and prune_at is None and trial.should_prune():
                     prune_at = step
         if state not in TERMINAL_STATES:
             if prune_at is not None:
-                step = prune_at
-                study._storage.set_trial_user_attr(ft._trial_id, "prune_requested", step)
-                stop_trial(run, status, f"sweep {self.spec.name}: pruned at step {step}")
-                self.log(f"trial {ft.number}: pruned at step {step} ({self.spec.objective} {reported[step]:.4g})")
+                study._storage.set_trial_user_attr(ft._trial_id, "prune_requested", prune_at)
+                stop_trial(run, status, f"sweep {self.spec.name}: pruned at step {prune_at}")
+                self.log(
+                    f"trial {ft.number}: pruned at step {prune_at} ({self.spec.objective} {reported[prune_at]:.4g})"
+                )
             return True
         last = reported[max(reported)] if reported else None
         if pruning and state in ("stopped", "finished", "cancelled"):

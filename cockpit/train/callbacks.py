@@ -403,8 +403,7 @@ class CockpitCallback(TrainerCallback):
                 save=False,
             )
             self.nan_step = self.nan_step or state.global_step
-        elif self._spike_median(loss) is not None:
-            med = self._spike_median(loss)
+        elif (med := self._spike_median(loss)) is not None:
             self.alert(
                 control,
                 level="warn",
