@@ -125,10 +125,11 @@ def test_bad_flags_exit_2_naming_each_flag(tmp_path, tiny_model_dir):
 def test_fp16_on_the_cpu_is_a_warning_not_a_refusal(tmp_path, tiny_model_dir):
     """The guide's --fp16 with --use_cpu true: the preflight says the CPU run trains in fp32
     (DeepSpeed's CPU accelerator would raise 'Type fp16 is not supported on your device')."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.device import CPU, GPU, FP16_ON_CPU, cpu_precision
     from cockpit.preflight.checks import device_checks
 
-    assert any(w == f"fp16: {FP16_ON_CPU}" for w in device_checks({"use_cpu": True, "fp16": True, "nproc_per_node": 1}))
+    assert any(w == f"fp16: {FP16_ON_CPU}" for w in device_checks(RunConfig(use_cpu=True, fp16=True, nproc_per_node=1)))
     assert cpu_precision({"fp16": True}, CPU) == ({"fp16": False}, FP16_ON_CPU)
     assert cpu_precision({"fp16": True}, GPU) == ({"fp16": True}, None)
 

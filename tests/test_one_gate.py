@@ -15,6 +15,7 @@ import pytest
 from conftest import TINY_CONFIG, write_yaml
 
 from cockpit.cli import main
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
 from cockpit.preflight import environment
 from cockpit.preflight.checks import static_checks
@@ -68,10 +69,10 @@ def test_output_dir_that_cannot_be_written_is_refused(tmp_path):
     locked.mkdir(mode=0o500)
     try:
         with pytest.raises(InputError, match="output_dir.*not writable"):
-            static_checks({"output_dir": str(locked / "out")})
+            static_checks(RunConfig(output_dir=str(locked / "out")))
     finally:
         locked.chmod(0o700)
-    assert environment.output_dir_refusal({"output_dir": str(tmp_path / "new" / "deeper")}) is None
+    assert environment.output_dir_refusal(RunConfig(output_dir=str(tmp_path / "new" / "deeper"))) is None
 
 
 def test_images_in_a_text_sft_row_is_a_bad_row_with_file_and_line(tmp_path, capsys):
@@ -87,14 +88,14 @@ def test_images_in_a_text_sft_row_is_a_bad_row_with_file_and_line(tmp_path, caps
 
 def test_the_gate_decides_the_device_as_the_ranks_do():
     """use_cpu unset: the CPU where no GPU is visible (refused), a GPU where one is (not for that reason)."""
-    cfg = {"enable_liger_kernel": True}
+    cfg = RunConfig(enable_liger_kernel=True)
     assert any("need a GPU" in p.message for p in environment.gate_problems(cfg, gpus=0))
     assert not any("need a GPU" in p.message for p in environment.gate_problems(cfg, gpus=1))
     # a config that needs GPUs where none is visible: the device's own refusal, not a kernel's
-    problems = environment.gate_problems({**cfg, "use_cpu": False}, gpus=0)
+    problems = environment.gate_problems(cfg.replace(use_cpu=False), gpus=0)
     assert problems and problems[0].key == "use_cpu"
     # nothing device-dependent asked for: torch's GPU count is never asked (no torch import)
-    assert environment.gate_problems({"learning_rate": 1e-4}, gpus=None) == []
+    assert environment.gate_problems(RunConfig(learning_rate=1e-4), gpus=None) == []
 
 
 # -- what the key sweep (tests/test_key_sweep.py) found ------------------------------------------
@@ -166,8 +167,8 @@ def test_a_slurm_job_is_gated_on_its_nodes_not_the_login_node(monkeypatch):
     from cockpit.slurm import script
 
     monkeypatch.setattr(script, "cluster_has_gpus", lambda *a, **k: True)
-    cfg = {"enable_liger_kernel": True}
+    cfg = RunConfig(enable_liger_kernel=True)
     assert job_gpus(argparse.Namespace(slurm=True), cfg) == 1
-    assert job_gpus(argparse.Namespace(slurm=True), {**cfg, "use_cpu": True}) == 0
+    assert job_gpus(argparse.Namespace(slurm=True), cfg.replace(use_cpu=True)) == 0
     assert job_gpus(argparse.Namespace(slurm=False), cfg) is None  # a run here: this machine's count
     assert not any("need a GPU" in p.message for p in environment.gate_problems(cfg, gpus=1))

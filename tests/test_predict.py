@@ -121,13 +121,14 @@ def test_each_bad_prediction_config_names_its_key(tmp_path, monkeypatch):
 
 
 def test_a_run_dir_given_as_the_adapter_is_refused_with_its_adapter_folder(tmp_path):
+    from cockpit.config.run_config import RunConfig
     from cockpit.preflight.checks import adapter_problems
 
     adapter = _adapter(tmp_path)
-    cfg = {"do_train": False, "adapter_name_or_path": str(adapter.parent)}
+    cfg = RunConfig(do_train=False, adapter_name_or_path=str(adapter.parent))
     (problem,) = adapter_problems(cfg)
     assert problem.key == "adapter_name_or_path" and f"did you mean {adapter}?" in problem.message
-    assert adapter_problems({**cfg, "adapter_name_or_path": str(adapter)}) == []
+    assert adapter_problems(cfg.replace(adapter_name_or_path=str(adapter))) == []
 
 
 # -- the Summary -------------------------------------------------------------------------------------

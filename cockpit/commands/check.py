@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"template: {result.template}")
     for line in result.report.lines():
         print(line)
-    if cfg.get("stage", "sft") == "sft":
+    if cfg.stage == "sft":
         from cockpit.data.padding import batching_words
 
         print(f"batches: {batching_words(cfg)}")

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cockpit.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK, InputError  # noqa: F401 (the commands import them from here)
 from cockpit.store.rundir import RunDir, default_runs_dir, resolve_run
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 CONFIG_FLAGS_EPILOG = (
     "Config keys also as LLaMA-Factory's flags, with or without a YAML file: --model_name_or_path M "
@@ -70,7 +74,7 @@ def parse_set_keys(args: argparse.Namespace) -> list[str]:
     return [item.partition("=")[0].strip() for item in getattr(args, "overrides", None) or []]
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The run config from the YAML file and/or the LLaMA-Factory flags and --set; its notes
     (an alias read as its key, ...) printed once."""
     from cockpit.config import load_config
@@ -79,7 +83,7 @@ def config_from_args(args: argparse.Namespace):
     if args.config is None and not flags:
         raise InputError("give a YAML config, or the config as flags (--model_name_or_path M --dataset D ...)")
     cfg = load_config(args.config, args.overrides, flags=flags)
-    for note in cfg.get("_notes") or []:
+    for note in cfg.notes:
         print(f"note: {note}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     return cfg
 

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.commands.common import (
     EXIT_FAILED,
@@ -24,6 +24,9 @@ from cockpit.commands.common import (
     runs_dir,
 )
 from cockpit.errors import InputError
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             from cockpit.preflight.checks import static_checks
 
             static_checks(cfg)
-        elif getattr(args, "slurm", False) or int(cfg.get("nnodes") or 1) > 1:
+        elif getattr(args, "slurm", False) or int(cfg.nnodes or 1) > 1:
             report_check(check_full(cfg, quiet, gpus=job_gpus(args, cfg)), quiet)
         else:  # the tokenizer part of the check overlaps the ranks' start-up (cockpit.run.gate)
             from cockpit.preflight.checks import check_rows
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     return follow_interactively(run)
 
 
-def check_full(cfg: Mapping[str, Any], quiet: bool, loaded=None, gpus: int | None = None):
+def check_full(cfg: RunConfig, quiet: bool, loaded=None, gpus: int | None = None):
     from cockpit.preflight.checks import check_run
 
     return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded, gpus=gpus)
@@ -116,7 +119,7 @@ def report_check(result, quiet: bool) -> None:
         print(f"warning: {w}")
 
 
-def check_held(run, cfg: Mapping[str, Any], loaded, args: argparse.Namespace) -> int | None:
+def check_held(run, cfg: RunConfig, loaded, args: argparse.Namespace) -> int | None:
     """The tokenizer part of the check while the held run starts: release it when the check
     passes (None); cancel it (its run dir removed) and return the exit code when it fails."""
     from cockpit.run import gate

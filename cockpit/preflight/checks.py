@@ -6,17 +6,19 @@ calls ``cockpit check --json`` in a subprocess instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 @dataclass
 class CheckResult:
-    cfg: Mapping[str, Any]
+    cfg: RunConfig
     report: Any = None  # TruncationReport
     formats: dict[str, str] = field(default_factory=dict)
     bad_rows: list[Problem] = field(default_factory=list)
@@ -47,7 +49,7 @@ def has_checkpoints(folder: Path) -> bool:
     )
 
 
-def static_checks(cfg: Mapping[str, Any], gpus: int | None = None) -> list[str]:
+def static_checks(cfg: RunConfig, gpus: int | None = None) -> list[str]:
     """Checks that need no model (cheap): raises InputError; returns warnings. They include the
     gate (:func:`cockpit.preflight.environment.gate_problems`: what the ranks would refuse on a
     machine with ``gpus`` GPUs; None: this machine's, counted with torch only when a kernel key asks)."""
@@ -55,19 +57,14 @@ def static_checks(cfg: Mapping[str, Any], gpus: int | None = None) -> list[str]:
 
     warnings: list[str] = []
     problems: list[Problem] = []
-    if float(cfg.get("learning_rate") or 0) > 1.0:
+    if float(cfg.learning_rate or 0) > 1.0:
         warnings.append(
-            f"learning_rate {cfg['learning_rate']:g} is absurdly high: expect a NaN/inf loss (nan_policy: {cfg.get('nan_policy')})"
+            f"learning_rate {cfg.learning_rate:g} is absurdly high: expect a NaN/inf loss (nan_policy: {cfg.nan_policy})"
         )
-    if cfg.get("trust_remote_code"):
+    if cfg.trust_remote_code:
         warnings.append("trust_remote_code is true: Python code shipped with the model will run in the training ranks")
-    out = cfg.get("output_dir")
-    if (
-        out
-        and has_checkpoints(Path(out))
-        and not cfg.get("overwrite_output_dir")
-        and not cfg.get("resume_from_checkpoint")
-    ):
+    out = cfg.output_dir
+    if out and has_checkpoints(Path(out)) and not cfg.overwrite_output_dir and not cfg.resume_from_checkpoint:
         problems.append(
             Problem(
                 f"{out} already holds checkpoints; set overwrite_output_dir: true or choose another folder",
@@ -76,11 +73,11 @@ def static_checks(cfg: Mapping[str, Any], gpus: int | None = None) -> list[str]:
         )
     problems += adapter_problems(cfg)
     problems += gate_problems(cfg, gpus)
-    if cfg.get("probes"):
+    if cfg.probes:
         from cockpit.data.probes import load_probes
 
         try:
-            load_probes(cfg["probes"])
+            load_probes(cfg.probes)
         except InputError as exc:
             problems += exc.problems
     if problems:
@@ -88,26 +85,26 @@ def static_checks(cfg: Mapping[str, Any], gpus: int | None = None) -> list[str]:
     return warnings
 
 
-def adapter_problems(cfg: Mapping[str, Any]) -> list[Problem]:
+def adapter_problems(cfg: RunConfig) -> list[Problem]:
     """A prediction-only run's ``adapter_name_or_path`` must be a LoRA adapter folder (a run's
     ``adapter/``, not the run dir around it)."""
-    adapter = cfg.get("adapter_name_or_path")
-    if cfg.get("do_train", True) or not adapter or (Path(adapter) / "adapter_config.json").is_file():
+    adapter = cfg.adapter_name_or_path
+    if cfg.do_train or not adapter or (Path(adapter) / "adapter_config.json").is_file():
         return []
     inner = Path(adapter) / "adapter"
     hint = f"; did you mean {inner}?" if (inner / "adapter_config.json").is_file() else ""
     return [Problem(f"{adapter} holds no LoRA adapter (adapter_config.json){hint}", key="adapter_name_or_path")]
 
 
-def prediction_data_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+def prediction_data_config(cfg: RunConfig) -> RunConfig:
     """The config whose ``dataset`` is the data read before a launch: a prediction-only run's
     ``eval_dataset`` when it names one (it trains on nothing)."""
-    if not cfg.get("do_train", True) and cfg.get("eval_dataset"):
-        return {**cfg, "dataset": cfg["eval_dataset"]}
+    if not cfg.do_train and cfg.eval_dataset:
+        return cfg.replace(dataset=cfg.eval_dataset)
     return cfg
 
 
-def doctor_gpu_reasons(cfg: Mapping[str, Any]) -> list[str]:
+def doctor_gpu_reasons(cfg: RunConfig) -> list[str]:
     """The doctor's failing GPU checks for this config, one line each (why no GPU is usable)."""
     from cockpit.doctor import run_checks
     from cockpit.doctor.relevance import blocking_for_config, config_tags
@@ -128,7 +125,7 @@ def read_cpuinfo() -> str | None:
         return None
 
 
-def device_checks(cfg: Mapping[str, Any]) -> list[str]:
+def device_checks(cfg: RunConfig) -> list[str]:
     """Precision / quantization against the devices this machine has (imports torch)."""
     import torch
 
@@ -139,46 +136,46 @@ def device_checks(cfg: Mapping[str, Any]) -> list[str]:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     cpu = resolve_device(cfg, gpus, reasons=doctor_gpu_reasons(cfg) if gpus == 0 else None) == CPU
     if cpu:
-        if cfg.get("fp16"):
+        if cfg.fp16:
             warnings.append(f"fp16: {FP16_ON_CPU}")
-        if cfg.get("bf16"):
+        if cfg.bf16:
             warnings += [w for w in [bf16_on_cpu_warning(read_cpuinfo())] if w]
-        if int(cfg.get("nproc_per_node", 1)) > (torch.get_num_threads() or 1) * 4:
-            warnings.append(f"{cfg['nproc_per_node']} CPU ranks on {torch.get_num_threads()} threads will be slow")
+        if int(cfg.nproc_per_node) > (torch.get_num_threads() or 1) * 4:
+            warnings.append(f"{cfg.nproc_per_node} CPU ranks on {torch.get_num_threads()} threads will be slow")
     else:
         n = torch.cuda.device_count()
-        if int(cfg.get("nproc_per_node", 1)) > n:
+        if int(cfg.nproc_per_node) > n:
             problems.append(
-                Problem(f"nproc_per_node {cfg['nproc_per_node']} but only {n} GPU(s) visible", key="nproc_per_node")
+                Problem(f"nproc_per_node {cfg.nproc_per_node} but only {n} GPU(s) visible", key="nproc_per_node")
             )
     if problems:
         raise InputError(problems)
     return warnings
 
 
-def check_rows(cfg: Mapping[str, Any], gpus: int | None = None) -> Any:
+def check_rows(cfg: RunConfig, gpus: int | None = None) -> Any:
     """The part of the check that needs no tokenizer: static checks and, for SFT, every bad row of
     the datasets (the loaded samples, for ``check_run``'s ``loaded``); None for the other stages,
     whose check reads their data itself."""
     static_checks(cfg, gpus)
-    if cfg.get("stage", "sft") != "sft":
+    if cfg.stage != "sft":
         return None
     from cockpit.data.collect import collect_samples
 
     data_cfg = prediction_data_config(cfg)
     loaded = collect_samples(data_cfg)
-    if cfg.get("eval_dataset") and data_cfg is cfg:  # the eval data's bad rows too (key: eval_dataset)
-        collect_samples({**cfg, "dataset": cfg["eval_dataset"]})
+    if cfg.eval_dataset and data_cfg is cfg:  # the eval data's bad rows too (key: eval_dataset)
+        collect_samples(cfg.replace(dataset=cfg.eval_dataset))
     return loaded
 
 
 def check_run(
-    cfg: Mapping[str, Any], log=print, with_devices: bool = True, loaded: Any = None, gpus: int | None = None
+    cfg: RunConfig, log=print, with_devices: bool = True, loaded: Any = None, gpus: int | None = None
 ) -> CheckResult:
     """Full validation: static checks, model + tokenizer, datasets (every bad row), truncation.
     ``loaded``: ``check_rows``'s answer, when the caller already has it; ``gpus``: the GPUs where
     the run trains when that is not this machine (a Slurm job), for the gate."""
-    if cfg.get("stage", "sft") != "sft":  # pt / dpo / kto / rm: the stage's own data
+    if cfg.stage != "sft":  # pt / dpo / kto / rm: the stage's own data
         from cockpit.preflight.stage import check_stage
 
         return check_stage(cfg, log, with_devices, gpus=gpus)
@@ -196,16 +193,16 @@ def check_run(
     tok = load_tokenizer(cfg, ref, log=log)
     mcfg = load_model_config(cfg, ref)
     hidden = getattr(mcfg, "hidden_size", None)
-    if cfg["finetuning_type"] == "lora" and hidden and cfg["lora_rank"] > hidden:
+    if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(
-            Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank")
+            Problem(f"lora_rank {cfg.lora_rank} exceeds the model's hidden size {hidden}", key="lora_rank")
         )
-    if cfg["finetuning_type"] == "freeze":
+    if cfg.finetuning_type == "freeze":
         layers = getattr(mcfg, "num_hidden_layers", None)
-        if layers and abs(cfg["freeze_trainable_layers"]) > layers:
+        if layers and abs(cfg.freeze_trainable_layers) > layers:
             raise InputError(
                 Problem(
-                    f"freeze_trainable_layers {cfg['freeze_trainable_layers']} but the model has {layers} layers",
+                    f"freeze_trainable_layers {cfg.freeze_trainable_layers} but the model has {layers} layers",
                     key="freeze_trainable_layers",
                 )
             )
@@ -220,13 +217,13 @@ def check_run(
     if prepared.report.emptied == prepared.report.samples:
         raise InputError(
             Problem(
-                f"every sample loses all its assistant tokens at cutoff_len {cfg['cutoff_len']}; nothing to train on",
+                f"every sample loses all its assistant tokens at cutoff_len {cfg.cutoff_len}; nothing to train on",
                 key="cutoff_len",
             )
         )
     if prepared.report.emptied:
         warnings.append(f"{prepared.report.emptied} samples keep no assistant token after truncation; raise cutoff_len")
-    if int(cfg.get("max_steps") or -1) <= 0:  # with max_steps, validation's note said it
+    if int(cfg.max_steps or -1) <= 0:  # with max_steps, validation's note said it
         from cockpit.config.notes import logging_note, planned_steps
         from cockpit.shape import world_size_of
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 DEVICE_KEYS = ("enable_liger_kernel", "torch_compile")  # whose refusal depends on CPU vs GPU
 
@@ -51,19 +53,19 @@ def compile_refusal(use_cpu: bool) -> str | None:
     return None
 
 
-def kernel_problems(cfg: Mapping[str, Any], use_cpu: bool) -> list[Problem]:
+def kernel_problems(cfg: RunConfig, use_cpu: bool) -> list[Problem]:
     problems = []
-    if cfg.get("enable_liger_kernel") and (reason := liger_refusal(use_cpu)):
+    if cfg.enable_liger_kernel and (reason := liger_refusal(use_cpu)):
         problems.append(Problem(reason, key="enable_liger_kernel"))
-    if cfg.get("torch_compile") and (reason := compile_refusal(use_cpu)):
+    if cfg.torch_compile and (reason := compile_refusal(use_cpu)):
         problems.append(Problem(reason, key="torch_compile"))
     return problems
 
 
-def output_dir_refusal(cfg: Mapping[str, Any]) -> str | None:
+def output_dir_refusal(cfg: RunConfig) -> str | None:
     """Why ``output_dir`` cannot hold the run's checkpoints and adapter; None when it can (it is
     created when missing)."""
-    out = cfg.get("output_dir")
+    out = cfg.output_dir
     if not out:
         return None
     path = Path(str(out)).expanduser()
@@ -87,7 +89,7 @@ def torch_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def gate_problems(cfg: Mapping[str, Any], gpus: int | None = None) -> list[Problem]:
+def gate_problems(cfg: RunConfig, gpus: int | None = None) -> list[Problem]:
     """What the ranks would refuse ``cfg`` for on a machine with ``gpus`` GPUs (None: count this
     machine's, only when a device-dependent key is set). A config that needs GPUs where none is
     visible gives :class:`cockpit.device.NoGPU`'s problems."""
@@ -96,7 +98,7 @@ def gate_problems(cfg: Mapping[str, Any], gpus: int | None = None) -> list[Probl
     problems = []
     if reason := output_dir_refusal(cfg):
         problems.append(Problem(reason, key="output_dir"))
-    if any(cfg.get(k) for k in DEVICE_KEYS):
+    if any(getattr(cfg, k) for k in DEVICE_KEYS):
         try:
             use_cpu = resolve_device(cfg, torch_gpu_count() if gpus is None else gpus) == CPU
         except InputError as exc:

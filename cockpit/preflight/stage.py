@@ -5,10 +5,12 @@ Imports transformers (the tokenizer) lazily; never imported by the UI process.""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, Any]:
@@ -30,12 +32,12 @@ def _preview(tokenizer: Any, stage: str, sample: dict[str, Any]) -> dict[str, An
     return out
 
 
-def grpo_checks(cfg: Mapping[str, Any]) -> None:
+def grpo_checks(cfg: RunConfig) -> None:
     """Stage grpo: vLLM where ``use_vllm`` asks for it (a GPU, the package); the reward functions built (a user's
     file imported, its function found) before any rank starts."""
     import importlib.util
 
-    if cfg.get("use_vllm"):
+    if cfg.use_vllm:
         import torch
 
         why = []
@@ -50,7 +52,7 @@ def grpo_checks(cfg: Mapping[str, Any]) -> None:
     build_reward_funcs(cfg)
 
 
-def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True, gpus: int | None = None):
+def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int | None = None):
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
     from cockpit.preflight.checks import CheckResult, device_checks, static_checks
@@ -62,22 +64,20 @@ def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True, gp
     ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     hidden = getattr(load_model_config(cfg, ref), "hidden_size", None)
-    if cfg["finetuning_type"] == "lora" and hidden and cfg["lora_rank"] > hidden:
+    if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(
-            Problem(f"lora_rank {cfg['lora_rank']} exceeds the model's hidden size {hidden}", key="lora_rank")
+            Problem(f"lora_rank {cfg.lora_rank} exceeds the model's hidden size {hidden}", key="lora_rank")
         )
-    if cfg["stage"] in ("dpo", "kto", "rm", "grpo"):
+    if cfg.stage in ("dpo", "kto", "rm", "grpo"):
         try:
             import trl  # noqa: F401
         except ImportError:
-            raise InputError(
-                Problem(f"stage {cfg['stage']} needs TRL: pip install 'trl>=1.16,<2'", key="stage")
-            ) from None
-    if cfg["stage"] == "grpo":
+            raise InputError(Problem(f"stage {cfg.stage} needs TRL: pip install 'trl>=1.16,<2'", key="stage")) from None
+    if cfg.stage == "grpo":
         grpo_checks(cfg)
     prepared = prepare_stage_data(cfg, tok, loaded)
     if prepared.report.emptied:
-        warnings.append(f"cutoff_len {cfg['cutoff_len']}: {prepared.report.lines()[-1].removeprefix('warning: ')}")
+        warnings.append(f"cutoff_len {cfg.cutoff_len}: {prepared.report.lines()[-1].removeprefix('warning: ')}")
     return CheckResult(
         cfg=cfg,
         report=prepared.report,
@@ -86,5 +86,5 @@ def check_stage(cfg: Mapping[str, Any], log=print, with_devices: bool = True, gp
         warnings=warnings,
         samples=len(prepared.kept),  # what the ranks train on (survives_cutoff)
         model_path=ref.path,
-        preview=_preview(tok, cfg["stage"], loaded.samples[0]),
+        preview=_preview(tok, cfg.stage, loaded.samples[0]),
     )
