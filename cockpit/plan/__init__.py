@@ -82,7 +82,7 @@ def estimate_config(
     """Validate + estimate one config; returns (run, estimate, model config source)."""
     config = planning_config(config, base_dir)
     run = parse_run(config, base_dir)
-    mcfg, src = resolve_model_config(run.model_name_or_path, revision=config.get("model_revision"))
+    mcfg, src = resolve_model_config(run.model_name_or_path, revision=config.model_revision)
     d = dims_of(mcfg)
     counts = count_params(mcfg, allow_meta=use_meta)
     lora, n_targets = 0, 0

@@ -21,8 +21,7 @@ when the file's dtype is the training dtype.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.schema import ADAPTER_METHODS
 from cockpit.models.weights import (
@@ -33,6 +32,9 @@ from cockpit.models.weights import (
     strategy_shards_load,
 )
 from cockpit.plan.verdict import verdict
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 GiB = 1024**3
 READ_BYTES = 16 * 2**20  # cockpit.train.sharded_load.READ_BYTES (kept equal by tests/test_plan_host.py)
@@ -50,14 +52,14 @@ def machine_ram_gib() -> float | None:
     return None
 
 
-def load_bytes_per_param(cfg: Mapping[str, Any], use_cpu: bool) -> int:
+def load_bytes_per_param(cfg: RunConfig, use_cpu: bool) -> int:
     """The dtype the ranks load the base weights in (cockpit.train.model.base_load_kwargs's rule)."""
-    half = bool(cfg.get("bf16") or cfg.get("fp16"))
-    if cfg.get("pure_bf16"):
+    half = bool(cfg.bf16 or cfg.fp16)
+    if cfg.pure_bf16:
         return 2  # every weight in bf16
-    if cfg.get("quantization_bit"):
+    if cfg.quantization_bit:
         return 2  # read in 16 bits, quantized as it moves to the GPU
-    return 2 if (cfg.get("finetuning_type", "lora") in ADAPTER_METHODS and half and not use_cpu) else 4
+    return 2 if (cfg.finetuning_type in ADAPTER_METHODS and half and not use_cpu) else 4
 
 
 def strategy_facts(run: Any) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def shard_count(run: Any) -> int:
 
 
 def host_load(
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     run: Any,
     total_params: int,
     *,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -201,9 +200,9 @@ def parse_fsdp(value: Any) -> FsdpSpec | None:
     return FsdpSpec(strategy=strat, offload="offload" in words)
 
 
-def parse_attention(cfg: Mapping[str, Any]) -> str:
+def parse_attention(cfg: RunConfig) -> str:
     """The flash_attn key as the attention implementation: sdpa, eager or fa2."""
-    attn_raw = str(cfg.get("flash_attn") or "auto").lower()
+    attn_raw = str(cfg.flash_attn or "auto").lower()
     attn = {
         "auto": "sdpa",
         "sdpa": "sdpa",
@@ -217,9 +216,9 @@ def parse_attention(cfg: Mapping[str, Any]) -> str:
     return attn
 
 
-def parse_optim(cfg: Mapping[str, Any]) -> str:
+def parse_optim(cfg: RunConfig) -> str:
     """The optim key, lower-cased; only the AdamW variants the planner models."""
-    optim = str(cfg.get("optim") or HF_DEFAULT_OPTIM).lower()
+    optim = str(cfg.optim or HF_DEFAULT_OPTIM).lower()
     if optim not in ADAM_32 | ADAM_8 | ADAM_32_PAGED:
         raise InputError(
             Problem(
@@ -230,16 +229,16 @@ def parse_optim(cfg: Mapping[str, Any]) -> str:
     return optim
 
 
-def parse_sharding(cfg: Mapping[str, Any], base_dir: str | None) -> tuple[ZeroSpec | None, FsdpSpec | None]:
+def parse_sharding(cfg: RunConfig, base_dir: str | None) -> tuple[ZeroSpec | None, FsdpSpec | None]:
     """DeepSpeed ZeRO (a config file or cockpit's zero_stage/offload keys) and FSDP; at most one of them."""
-    zero = parse_deepspeed(cfg.get("deepspeed"), base_dir)
-    if zero is None and cfg.get("zero_stage"):  # cockpit generates the DeepSpeed config from these keys
-        stage = int(cfg["zero_stage"])
-        off = str(cfg.get("offload") or "none")
+    zero = parse_deepspeed(cfg.deepspeed, base_dir)
+    if zero is None and cfg.zero_stage:  # cockpit generates the DeepSpeed config from these keys
+        stage = int(cfg.zero_stage)
+        off = str(cfg.offload or "none")
         zero = ZeroSpec(
             stage=stage, offload_optimizer=off != "none", offload_param=off == "optimizer+params" and stage == 3
         )
-    fsdp = parse_fsdp(cfg.get("fsdp"))
+    fsdp = parse_fsdp(cfg.fsdp)
     if zero and fsdp:
         raise InputError(Problem("set either deepspeed or fsdp, not both", key="fsdp"))
     return zero, fsdp
