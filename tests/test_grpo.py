@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, cockpit, read_events, tiny_config
 
 from cockpit.config.load import validate
+from cockpit.config.run_config import RunConfig
 from cockpit.data.rewards import build_reward_funcs, checked, completion_text, total_rewards
 from cockpit.errors import InputError
 from cockpit.train.reward_watch import fell_rewards
@@ -101,12 +102,12 @@ def conv(*texts: str) -> list:
 
 
 def test_builtin_rewards_score_strings_and_messages():
-    cfg = {
-        "reward_funcs": "exact_match,numeric_match,regex,length_penalty",
-        "reward_regex": r"^Answer: \w+$",
-        "reward_target_words": 2,
-        "reward_answer_column": "answer",
-    }
+    cfg = RunConfig(
+        reward_funcs="exact_match,numeric_match,regex,length_penalty",
+        reward_regex=r"^Answer: \w+$",
+        reward_target_words=2,
+        reward_answer_column="answer",
+    )
     exact, numeric, rx, length = build_reward_funcs(cfg)
     assert [f.__name__ for f in (exact, numeric, rx, length)] == [
         "exact_match",
@@ -130,7 +131,7 @@ def test_builtin_rewards_score_strings_and_messages():
 
 
 def test_exact_match_names_a_missing_column():
-    (exact,) = build_reward_funcs({"reward_funcs": "exact_match", "reward_answer_column": "gold"})
+    (exact,) = build_reward_funcs(RunConfig(reward_funcs="exact_match", reward_answer_column="gold"))
     with pytest.raises(InputError, match=r"reward function exact_match raised KeyError.*'gold'.*columns: answer"):
         exact(["What?"], ["x"], answer=["x"])
 
@@ -148,7 +149,7 @@ def test_a_user_reward_function_is_imported_from_its_file(tmp_path):
             """
         )
     )
-    (fn,) = build_reward_funcs({"reward_funcs": f"{f}:starts_yes"})
+    (fn,) = build_reward_funcs(RunConfig(reward_funcs=f"{f}:starts_yes"))
     assert fn.__name__ == "starts_yes"
     assert fn(["p", "p"], conv("yes!", "no"), answer=["y", "y"]) == [1.5, 0.5]
 
@@ -172,7 +173,7 @@ def test_a_user_reward_function_is_imported_from_its_file(tmp_path):
 def test_a_bad_reward_function_is_named_with_its_sample(tmp_path, body, words):
     f = tmp_path / "bad_rewards.py"
     f.write_text(f"def bad(prompts, completions, **kwargs):\n    {body}\n")
-    (fn,) = build_reward_funcs({"reward_funcs": f"{f}:bad"})
+    (fn,) = build_reward_funcs(RunConfig(reward_funcs=f"{f}:bad"))
     prompts = [[{"role": "user", "content": "Is it 2?"}], [{"role": "user", "content": "Is it 3?"}]]
     with pytest.raises(InputError) as err:
         fn(prompts, conv("two", "three"))

@@ -19,10 +19,13 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.grpo import BUILTIN_REWARDS, reward_names, user_reward
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 RewardFunc = Callable[..., list[float | None]]
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
@@ -210,11 +213,11 @@ def checked(fn: RewardFunc, name: str) -> RewardFunc:
     return reward
 
 
-def build_reward_funcs(cfg: Mapping[str, Any]) -> list[RewardFunc]:
+def build_reward_funcs(cfg: RunConfig) -> list[RewardFunc]:
     """The config's reward functions, in ``reward_funcs``' order, each :func:`checked`."""
-    column = cfg.get("reward_answer_column") or "answer"
+    column = cfg.reward_answer_column or "answer"
     out: list[RewardFunc] = []
-    for spec in reward_names(cfg.get("reward_funcs")):
+    for spec in reward_names(cfg.reward_funcs):
         if spec == "exact_match":
             fn, name = exact_match(column), spec
         elif spec == "contains_answer":
@@ -222,11 +225,11 @@ def build_reward_funcs(cfg: Mapping[str, Any]) -> list[RewardFunc]:
         elif spec == "numeric_match":
             fn, name = numeric_match(column), spec
         elif spec == "regex":
-            fn, name = regex(str(cfg["reward_regex"])), spec
+            fn, name = regex(str(cfg.reward_regex)), spec
         elif spec == "length_penalty":
-            fn, name = length_penalty(int(cfg["reward_target_words"])), spec
+            fn, name = length_penalty(int(cfg.reward_target_words)), spec
         elif spec == "concise_answer":
-            fn, name = concise_answer(column, int(cfg["reward_target_words"])), spec
+            fn, name = concise_answer(column, int(cfg.reward_target_words)), spec
         elif spec in BUILTIN_REWARDS:  # pragma: no cover - a built-in named in config/grpo.py and not here
             raise InputError(Problem(f"built-in reward {spec} has no implementation", key="reward_funcs"))
         else:
