@@ -239,10 +239,10 @@ def test_serve_command_construction(fake_run, subst, capsys):
     merged = build_command(art, "kestrel", merged_dir=emb)
     assert "--served-model-name kestrel" in " ".join(merged.argv) and "--enable-lora" not in merged.argv and merged.env == {}
     assert "--quantization" not in cmd.argv
-    art.config["quantization_bit"] = 4  # a QLoRA run: its adapter is served over the base quantized as it trained
+    art.config = art.config.replace(quantization_bit=4)  # a QLoRA run: its adapter is served over the base quantized as it trained
     assert "--quantization bitsandbytes" in " ".join(build_command(art, "kestrel").argv)
     assert "--quantization" not in build_command(art, "kestrel", merged_dir=emb).argv  # merged: unquantized weights
-    art.config.pop("quantization_bit")
+    art.config = art.config.replace(quantization_bit=None)
     assert cli_main(["serve", fake_run.name, "--runs-dir", str(fake_run.parent), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["mode"] == "adapter" and printed["model"] == fake_run.name

@@ -4,13 +4,13 @@ probes. Reads the run dir only; no torch (the UI calls this)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
 from cockpit.store.rundir import RunDir
 
@@ -18,7 +18,7 @@ from cockpit.store.rundir import RunDir
 @dataclass
 class RunArtifacts:
     run: RunDir
-    config: Mapping[str, Any]
+    config: RunConfig
     adapter_dir: Path
     is_lora: bool
     lora_rank: int | None
@@ -36,7 +36,7 @@ class RunArtifacts:
         """A path (or hub id) a server or transformers can load the base model from."""
         from cockpit.models.resolve import resolve_model
 
-        ref = resolve_model(self.base_model, log=log, revision=self.config.get("model_revision"))
+        ref = resolve_model(self.base_model, log=log, revision=self.config.model_revision)
         if ref.gguf_file:
             raise InputError(
                 f"the base model {self.base_model} is a GGUF file; vLLM's LoRA needs a Hugging Face folder: "
@@ -54,13 +54,13 @@ class RunArtifacts:
         return NAMED_TEMPLATES.get(TEMPLATE_ALIASES.get(self.template, self.template))
 
     def max_new_tokens(self) -> int:
-        return int(self.config.get("probe_max_new_tokens") or 40)
+        return int(self.config.probe_max_new_tokens or 40)
 
 
 def load_run(run: RunDir) -> RunArtifacts:
     if not run.config_path.exists():
         raise InputError(f"{run.path} has no config.yaml (not a cockpit run dir)")
-    cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    cfg = RunConfig.from_resolved(yaml.safe_load(run.config_path.read_text(encoding="utf-8")))
     summary = run.read_summary()
     adapter = Path(summary.get("adapter_dir") or run.output_dir() / "adapter")
     if not adapter.is_dir():
@@ -82,9 +82,9 @@ def load_run(run: RunDir) -> RunArtifacts:
         adapter_dir=adapter.resolve(),
         is_lora=is_lora,
         lora_rank=int(acfg["r"]) if is_lora and acfg.get("r") else None,
-        base_model=str(cfg.get("model_name_or_path") or acfg.get("base_model_name_or_path") or ""),
-        template=cfg.get("template"),
-        probes_file=cfg.get("probes"),
+        base_model=str(cfg.model_name_or_path or acfg.get("base_model_name_or_path") or ""),
+        template=cfg.template,
+        probes_file=cfg.probes,
         merged_dir=merged,
         adapter_config=acfg,
     )

@@ -86,24 +86,22 @@ class Generator:
         if dtype == "auto":
             # as trained: fp32 on the CPU; the run's half precision on a GPU
             tdtype = torch.float32
-            if device != "cpu" and (cfg.get("bf16") or cfg.get("quantization_bit")):
+            if device != "cpu" and (cfg.bf16 or cfg.quantization_bit):
                 tdtype = torch.bfloat16
-            elif device != "cpu" and cfg.get("fp16"):
+            elif device != "cpu" and cfg.fp16:
                 tdtype = torch.float16
         else:
             tdtype = getattr(torch, dtype)
         self.dtype = str(tdtype).replace("torch.", "")
-        ref = hub_ready(resolve_model(art.base_model, log=log, revision=cfg.get("model_revision")))
-        kw = {"trust_remote_code": bool(cfg.get("trust_remote_code")), **ref.model_kwargs()}
+        ref = hub_ready(resolve_model(art.base_model, log=log, revision=cfg.model_revision))
+        kw = {"trust_remote_code": bool(cfg.trust_remote_code), **ref.model_kwargs()}
         if (art.adapter_dir / "tokenizer_config.json").exists():
             self.tok = AutoTokenizer.from_pretrained(str(art.adapter_dir))
         else:
             self.tok = load_tokenizer(cfg, ref, log=log)
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
-        apply_template_choice(
-            self.tok, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
-        )
+        apply_template_choice(self.tok, cfg.template, cfg.default_system, cfg.enable_thinking)
         base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
         from cockpit.models.vocab import resize_to_tokenizer
 

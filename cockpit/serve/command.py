@@ -59,9 +59,9 @@ def build_command(
         model = str(merged_dir)
         mode = "merged"
     else:
-        if not art.is_lora or art.config.get("finetuning_type") == "oft":
+        if not art.is_lora or art.config.finetuning_type == "oft":
             raise InputError(
-                f"{art.run_id} is a {art.config.get('finetuning_type')} run (no LoRA adapter; vLLM loads LoRA adapters "
+                f"{art.run_id} is a {art.config.finetuning_type} run (no LoRA adapter; vLLM loads LoRA adapters "
                 "only): serve its saved model with --merged"
             )
         model = art.base_model_dir()
@@ -85,13 +85,13 @@ def build_command(
             "--lora-modules",
             f"{name}={art.adapter_dir}",
         ]
-        if art.config.get("quantization_bit") == 4:  # a QLoRA adapter over the base it trained against: NF4
+        if art.config.quantization_bit == 4:  # a QLoRA adapter over the base it trained against: NF4
             argv += ["--quantization", "bitsandbytes"]  # vLLM quantizes the base in flight (4-bit only)
-        if art.config.get("model_revision"):  # the base at the revision the adapter was trained on
-            argv += ["--revision", art.config["model_revision"], "--tokenizer-revision", art.config["model_revision"]]
+        if art.config.model_revision:  # the base at the revision the adapter was trained on
+            argv += ["--revision", art.config.model_revision, "--tokenizer-revision", art.config.model_revision]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # lets `cockpit serve --vllm-url` hot-load later runs
         cmd = ServeCommand(argv, env, model_id=name, base_id=model, mode=mode)
-    if art.config.get("trust_remote_code"):
+    if art.config.trust_remote_code:
         cmd.argv.append("--trust-remote-code")
     cmd.argv += list(extra or [])
     return cmd

@@ -97,9 +97,9 @@ def handoff(
     log=print,
 ) -> dict[str, Any]:
     """Load the adapter and verify it is served. Returns a record (also written to RUN/serve.json)."""
-    if not art.is_lora or art.config.get("finetuning_type") == "oft":
+    if not art.is_lora or art.config.finetuning_type == "oft":
         raise InputError(
-            f"{art.run_id} has no LoRA adapter ({art.config.get('finetuning_type')} run; vLLM loads LoRA adapters "
+            f"{art.run_id} has no LoRA adapter ({art.config.finetuning_type} run; vLLM loads LoRA adapters "
             "only): serve its model with `cockpit serve RUN --merged`"
         )
     models = client.models()
