@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.data.padding import PACKED_SDPA, asks_flash_attention, packing_asked, padding_free
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def reads_sample_bounds(model: Any) -> bool:
@@ -99,11 +102,11 @@ def build_collator(cfg: Mapping[str, Any], tokenizer: Any, model: Any = None) ->
     return DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
 
 
-def batching_arguments(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def batching_arguments(cfg: RunConfig) -> dict[str, Any]:
     """TrainingArguments for this config's batching: the sampler, and how tokens are counted
     (a packed batch has no padding and no attention mask: every token counts)."""
     kwargs: dict[str, Any] = {"include_num_input_tokens_seen": "all" if padding_free(cfg) else "non_padding"}
-    if cfg.get("group_by_length"):
+    if cfg.group_by_length:
         kwargs["train_sampling_strategy"] = "group_by_length"
     return kwargs
 

@@ -23,7 +23,10 @@ and refused under ``packing: true``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 AUTO_MAX_PACKED_TOKENS = 4096
 # the attention implementation name of cockpit.train.packed_attention (SDPA once per packed sample)
@@ -58,13 +61,13 @@ def padding_free(cfg: Mapping[str, Any]) -> bool:
     return asks_flash_attention(cfg) or packed_row_tokens(cfg) <= AUTO_MAX_PACKED_TOKENS
 
 
-def batching_words(cfg: Mapping[str, Any]) -> str:
+def batching_words(cfg: RunConfig) -> str:
     """How the micro-batches are built, in words (the run log, ``cockpit check``)."""
     asked = packing_asked(cfg)
     how = "padding-free" if padding_free(cfg) else "padded"
     if asked is not None:
         return f"{how} batches (packing: {str(asked).lower()})"
-    if int(cfg.get("per_device_train_batch_size") or 1) <= 1:
+    if int(cfg.per_device_train_batch_size or 1) <= 1:
         return f"{how} batches (packing: auto; one sample per micro-batch has no padding)"
     if asks_flash_attention(cfg):
         return f"{how} batches (packing: auto; FlashAttention's varlen kernel)"
