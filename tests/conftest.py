@@ -172,18 +172,66 @@ def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_start_server(tmp_path_factory):
+    """This test process's warm start server (cockpit/train/warm_start.py): the CLI calls below and the
+    supervisors' single-process ranks start forked from it, torch and transformers imported once, instead
+    of importing them anew (about 3 s for `cockpit check`, 4 s for a rank). A test marked ``cold_start``
+    runs without it (the fixture below); a process whose import-time environment differs (a side
+    folder's PYTHONPATH, ...) is refused by the server and starts cold."""
+    if os.environ.get("COCKPIT_TEST_WARM_START", "1") == "0":
+        yield None
+        return
+    path = str(tmp_path_factory.mktemp("warm") / "warm.sock")
+    log = open(Path(path).with_suffix(".log"), "ab")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cockpit.train.warm_start", path],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    log.close()
+    os.environ["COCKPIT_WARM_START"] = path  # ready or not: until it listens, a start is cold
+    yield path
+    os.environ.pop("COCKPIT_WARM_START", None)
+    server.kill()
+    server.wait()
+
+
+@pytest.fixture(autouse=True)
+def _cold_start(request, monkeypatch):
+    if request.node.get_closest_marker("cold_start") is not None:
+        monkeypatch.delenv("COCKPIT_WARM_START", raising=False)
+
+
 def cockpit(*args: str, env: dict | None = None, timeout: float = 600, cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess."""
+    """Run the real CLI in a subprocess: forked by the warm start server where there is one."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-        cwd=cwd or str(ROOT),
-    )
+    command = [sys.executable, "-m", "cockpit.cli", *args]
+    return run_warm(command, full_env, cwd or str(ROOT), timeout)
+
+
+def run_warm(command: list[str], env: dict, cwd: str, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, ...)``, the process forked by the warm
+    start server when ``env`` names one and it takes the command; else started cold."""
+    import tempfile
+
+    from cockpit.run import warm_start
+
+    with tempfile.TemporaryDirectory(prefix="cockpit-run-") as where:
+        out, err = Path(where) / "stdout", Path(where) / "stderr"
+        proc = warm_start.start(command, env, cwd, str(out), str(err))
+        if proc is None:
+            return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise subprocess.TimeoutExpired(command, timeout, output=_text(out), stderr=_text(err)) from None
+        return subprocess.CompletedProcess(command, code, _text(out), _text(err))
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
 
 def read_events(run_dir: Path) -> list[dict]:
@@ -194,10 +242,12 @@ def start_detached(tmp_path: Path, cfg: Path, env: dict | None = None, preexec=N
     """``cockpit train CFG --detach`` into ``tmp_path/runs``; the new run's dir. ``extra``: more
     arguments (``--skip-check``: the command returns before the ranks load, as no held run does)."""
     full_env = dict(os.environ, **(env or {}))
-    res = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json", *extra],
-        capture_output=True, text=True, env=full_env, preexec_fn=preexec, timeout=300,
-    )
+    command = [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json", *extra]
+    if preexec is None:
+        res = run_warm(command, full_env, os.getcwd(), 300)
+    else:  # what preexec sets up (limits, a session) its children inherit: the ranks start cold too
+        full_env.pop("COCKPIT_WARM_START", None)
+        res = subprocess.run(command, capture_output=True, text=True, env=full_env, preexec_fn=preexec, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     return Path(json.loads(res.stdout)["run_dir"])
 

@@ -22,7 +22,7 @@ one optimizer step each. A key of the schema without a row fails the test, so a 
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, write_yaml
+from conftest import ROOT, run_warm, write_yaml
 
 from cockpit.config.schema import ALIASES, SCHEMA
 from cockpit.errors import InputError
@@ -448,13 +448,8 @@ def _names(err: InputError, key: str) -> bool:
 
 
 def _train(path: Path, runs: Path) -> tuple[int, str]:
-    res = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=str(path.parent),
-    )
+    command = [sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)]
+    res = run_warm(command, dict(os.environ), str(path.parent), timeout=600)
     return res.returncode, (res.stdout[-2500:] + res.stderr[-2500:])
 
 

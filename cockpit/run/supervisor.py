@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from cockpit.config.run_config import RunConfig
+from cockpit.run import warm_start
 from cockpit.run.notify import Notifier, configured_command, notification
 from cockpit.run.runstate import attempt_outcome, final_state
 from cockpit.run.watchdog import HangWatchdog
@@ -134,7 +135,7 @@ class Supervisor:
             start = 0
         self.events_offset = start
         self.reader = EventReader(run.events_path, offset=start)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | warm_start.WarmProcess | None = None
         self.procs: dict[int, float | None] = {}  # pid -> start time: the launcher and every rank
         self.launcher_pid: int | None = None
         self.adopted = False
@@ -204,18 +205,24 @@ class Supervisor:
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         single = "torch.distributed.run" not in cmd
         launcher_log = self.run.logs_dir / ("rank0.log" if single else "launcher.log")
-        out = open(launcher_log, "ab", buffering=0)
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(self.run.path),
-            start_new_session=True,  # its own process group: killpg reaches every rank
-            close_fds=True,
-        )
-        out.close()
+        self.proc = warm_start.start(cmd, env, str(self.run.path), str(launcher_log)) if single else None
+        if self.proc is None:
+            if warm_start.last_refusal and env.get(warm_start.ENV_VAR):
+                say(f"rank started cold: {warm_start.last_refusal}")
+            out = open(launcher_log, "ab", buffering=0)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(self.run.path),
+                start_new_session=True,  # its own process group: killpg reaches every rank
+                close_fds=True,
+            )
+            out.close()
+        else:
+            say(f"rank started warm: pid {self.proc.pid}, forked by the warm start server (${warm_start.ENV_VAR})")
         self.launcher_pid = self.proc.pid
         self.procs[self.proc.pid] = start_time(self.proc.pid)
         self.emit(

@@ -1,0 +1,129 @@
+"""Ask a warm start server (:mod:`cockpit.train.warm_start`) for a process, as
+:class:`subprocess.Popen` would start it cold.
+
+Only where ``COCKPIT_WARM_START`` names a server's socket (the test suite sets it) and only for a
+``python -m MODULE ARGS`` command of the server's own interpreter; otherwise, or when the server
+refuses (another import-time environment) or is gone, :func:`start` returns None and the caller
+starts the process cold. Stdlib only: the supervisor imports this.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ENV_VAR = "COCKPIT_WARM_START"
+last_refusal: str | None = None  # why the last start() returned None after asking a server
+
+
+class WarmProcess:
+    """The part of :class:`subprocess.Popen` the supervisor and the tests use: ``pid``, ``poll``,
+    ``wait``, ``returncode``. The server says the exit code when the child ends."""
+
+    def __init__(self, conn: socket.socket, pid: int, buffer: bytes = b"") -> None:
+        self.conn = conn
+        self.pid = pid
+        self.returncode: int | None = None
+        self._buffer = buffer
+        self._said()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read(block=False)
+        return self.returncode
+
+    def _said(self) -> None:
+        if b"\n" in self._buffer:
+            message = json.loads(self._buffer.split(b"\n", 1)[0])
+            self.returncode = int(message["returncode"])
+            self.conn.close()
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(["warm start", str(self.pid)], timeout or 0)
+            self._read(block=True, timeout=0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+        assert self.returncode is not None
+        return self.returncode
+
+    def _read(self, block: bool, timeout: float = 0.0) -> None:
+        self.conn.settimeout(timeout if block else 0.0)
+        try:
+            chunk = self.conn.recv(4096)
+        except (BlockingIOError, TimeoutError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the server is gone before saying: the child's own status, if it is ours to see
+            self.returncode = self._lost()
+            return
+        self._buffer += chunk
+        self._said()
+
+    def _lost(self) -> int:
+        """The server died: wait for the child by its pid (not our child, so no exit status: -9 as a
+        lost process's code once it is gone)."""
+        while _alive(self.pid):
+            time.sleep(0.2)
+        return -9
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def start(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    stdout: str,
+    stderr: str = "stdout",
+) -> WarmProcess | None:
+    """Start ``command`` (``PYTHON -m MODULE ARGS...``) warm, its output appended to ``stdout`` (and
+    ``stderr``, the same file unless named); None where it cannot, the caller starting it cold."""
+    global last_refusal
+    path = env.get(ENV_VAR)
+    if not path or len(command) < 3 or command[1] != "-m":
+        return None
+    request: dict[str, Any] = {
+        "executable": command[0],
+        "module": command[2],
+        "args": list(command[3:]),
+        "env": dict(env),
+        "cwd": cwd,
+        "stdout": stdout,
+        "stderr": stderr,
+    }
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(30)
+        conn.connect(path)
+        conn.sendall((json.dumps(request) + "\n").encode())
+        answer = b""
+        while b"\n" not in answer:
+            chunk = conn.recv(4096)
+            if not chunk:
+                raise OSError("the warm start server closed the connection")
+            answer += chunk
+        line, rest = answer.split(b"\n", 1)
+        message = json.loads(line)
+    except (OSError, ValueError) as exc:
+        conn.close()
+        last_refusal = f"no warm start server at {path}: {exc}"
+        return None
+    if "pid" not in message:
+        conn.close()
+        last_refusal = str(message.get("refused"))
+        return None
+    last_refusal = None
+    return WarmProcess(conn, int(message["pid"]), rest)

@@ -1,0 +1,232 @@
+"""A warm start server: one process that has imported torch, transformers and the rest once, and
+forks a child for each ``python -m MODULE ARGS`` asked of it over a Unix socket.
+
+A rank spends about 4 s of its start importing torch and transformers (and ``cockpit check``
+about 3 s), which is noise before an hour of training and most of a 6-step test run. The test
+suite starts one server per test process and sets ``COCKPIT_WARM_START`` to its socket; the
+supervisor (:mod:`cockpit.run.warm_start`) then asks it for a single-process rank, and the tests'
+CLI helper for ``python -m cockpit.cli``. The child is a real process of its own: its own session
+(``setsid``), environment, working directory, log, signals and exit status; only its start differs.
+
+Nothing of cockpit is imported here before the fork (its modules read the environment at import);
+only third-party packages, and only those that a child with a different import-time environment
+would import differently are refused: a request whose ``PYTHONPATH``, ``HF_*``, ``OMP_*``, ...
+differ from the server's is answered ``{"refused": why}`` and the caller starts a cold process.
+
+Protocol, one JSON line each way: the request ``{"executable", "module", "args", "env", "cwd",
+"stdout", "stderr"}`` (paths the child appends to; ``stderr`` may be ``"stdout"``); the answers
+``{"pid": N}`` at the fork and ``{"returncode": N}`` at the child's end (a negative N: the signal
+that ended it, as :class:`subprocess.Popen` says it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+# packages a rank or `cockpit check` imports anyway, in the order they are imported
+PREIMPORTS = (
+    "torch",
+    "transformers",
+    "transformers.trainer",
+    "transformers.models.llama.modeling_llama",
+    "datasets",
+    "accelerate",
+    "peft",
+    "trl",
+    "safetensors.torch",
+    "tokenizers",
+    "yaml",
+)
+# environment variables read at those packages' import (or by the interpreter at its start): a
+# child must see the values the server imported them with
+IMPORT_TIME_ENV = (
+    "PYTHON",
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "DATASETS_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "GOMP_",
+    "CUDA_",
+    "HIP_",
+    "ROCR_",
+    "ROCM_",
+    "TOKENIZERS_",
+    "ACCELERATE_",
+    "PEFT_",
+    "TRL_",
+    "LD_",
+    "HOME",
+    "XDG_",
+)
+UNBUFFERED = "PYTHONUNBUFFERED"  # applied in the child: its streams are made anew there
+# read when used, not at import (torch sets these in the environment of a process that used inductor or
+# asked for CUDA, e.g. the `cockpit check` that started the supervisor)
+RUNTIME_ENV = (UNBUFFERED, "TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")
+ENV_VAR = "COCKPIT_WARM_START"
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and k not in RUNTIME_ENV}
+
+
+def refusal(request: dict[str, Any]) -> str | None:
+    """Why this server cannot start the request warm (None: it can)."""
+    if request.get("executable") != sys.executable:
+        return f"another interpreter ({request.get('executable')}, this server runs {sys.executable})"
+    if not isinstance(request.get("module"), str) or not request["module"]:
+        return "no module to run"
+    mine, theirs = import_time_env(dict(os.environ)), import_time_env(request.get("env") or {})
+    if mine != theirs:
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        return f"its import-time environment differs ({', '.join(differ)})"
+    return None
+
+
+def _stream(fd: int, unbuffered: bool, errors: str) -> Any:
+    import io
+
+    raw = io.FileIO(fd, "w", closefd=False)
+    if unbuffered:
+        return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors=errors, line_buffering=fd == 2)
+
+
+def run_child(request: dict[str, Any]) -> int:
+    """In the forked child: become the asked process, run its module as ``__main__``; its exit code."""
+    import atexit
+    import runpy
+
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the interpreter's own at its start
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(out, 1)
+    err = (
+        out
+        if request.get("stderr", "stdout") == "stdout"
+        else os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    )
+    os.dup2(err, 2)
+    unbuffered = bool(request["env"].get(UNBUFFERED))
+    sys.stdout = _stream(1, unbuffered, "strict")
+    sys.stderr = _stream(2, True, "backslashreplace")
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.path[0] = request["cwd"]  # `python -m` puts the working directory first
+    sys.argv = [request["module"], *request.get("args", [])]
+    code: int
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 (as the interpreter would: the traceback on stderr, exit 1)
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _exit_code(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode())
+    except OSError:  # the asker is gone: its child lives on, reaped below
+        pass
+
+
+def serve(path: str) -> int:
+    """Accept requests on the socket ``path`` until the process that started this server is gone;
+    in a forked child, the child's exit code (the caller exits with it)."""
+    for name in PREIMPORTS:
+        __import__(name)
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    os.rename(path + ".tmp", path)  # callers see the socket once it listens
+    listener.listen(64)
+    waiting: dict[int, socket.socket] = {}  # child pid -> the connection that asked for it
+    while os.getppid() == parent:
+        ready, _, _ = select.select([listener], [], [], 0.2)
+        if ready:
+            conn, _ = listener.accept()
+            request = _read_request(conn)
+            why = refusal(request) if request is not None else "an unreadable request"
+            if why is not None:
+                print(f"refused {request and request.get('module')}: {why}", flush=True)
+                _send(conn, {"refused": why})
+                conn.close()
+                continue
+            assert request is not None
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                for other in waiting.values():
+                    other.close()
+                conn.close()
+                return run_child(request)
+            _send(conn, {"pid": pid})
+            waiting[pid] = conn
+        _reap(waiting)
+    return 0
+
+
+def _read_request(conn: socket.socket) -> dict[str, Any] | None:
+    conn.settimeout(10)
+    data = b""
+    try:
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        request = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    return request if isinstance(request, dict) else None
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is not None:
+            _send(conn, {"returncode": _exit_code(status)})
+            conn.close()
+
+
+if __name__ == "__main__":
+    code = serve(sys.argv[1])
+    sys.stdout.flush()
+    os._exit(code)
