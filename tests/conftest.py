@@ -213,25 +213,9 @@ def cockpit(*args: str, env: dict | None = None, timeout: float = 600, cwd: str 
 def run_warm(command: list[str], env: dict, cwd: str, timeout: float) -> subprocess.CompletedProcess:
     """``subprocess.run(command, capture_output=True, text=True, ...)``, the process forked by the warm
     start server when ``env`` names one and it takes the command; else started cold."""
-    import tempfile
-
     from cockpit.run import warm_start
 
-    with tempfile.TemporaryDirectory(prefix="cockpit-run-") as where:
-        out, err = Path(where) / "stdout", Path(where) / "stderr"
-        proc = warm_start.start(command, env, cwd, str(out), str(err))
-        if proc is None:
-            return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise subprocess.TimeoutExpired(command, timeout, output=_text(out), stderr=_text(err)) from None
-        return subprocess.CompletedProcess(command, code, _text(out), _text(err))
-
-
-def _text(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    return warm_start.run(command, env, cwd, timeout)
 
 
 def read_events(run_dir: Path) -> list[dict]:

@@ -56,7 +56,10 @@ def test_the_summary_table_shows_the_held_out_samples_of_a_run_without_probes(tm
                 "the held-out samples",
             )
             # the table's rows drawn (under load the first frames after the rows came showed the header only)
-            await wait_for(pilot, lambda: "Say a number, 7?" in screen_text(app), 20, "the held-out sample on screen")
+            try:
+                await wait_for(pilot, lambda: "Say a number, 7?" in screen_text(app), 20, "the held-out sample on screen")
+            except AssertionError as exc:  # what was on screen instead (CI once timed out here, 2026-12-05)
+                raise AssertionError(f"{exc}; the screen:\n{screen_text(app)}") from None
             text = screen_text(app)
             assert "(no probes in this run)" not in text
             assert "held-out prompts (3): mean reward" in text

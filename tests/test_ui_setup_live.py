@@ -324,7 +324,12 @@ def test_relaunch_after_a_hang_alert_adds_the_remedy_env(env, monkeypatch, tiny_
             for line in ("NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,COLL", "NCCL_NET_PLUGIN=none", "RCCL_NET_PLUGIN=none"):
                 assert line in body
             await pilot.press("y")
-            await wait_for(pilot, lambda: isinstance(app.screen, LiveScreen) and app.screen is not live, 180, "the new run's live screen")
+            await wait_for(
+                pilot,  # mounted too: an app left while the screen's Mount is pending tears its panes down under it
+                lambda: isinstance(app.screen, LiveScreen) and app.screen is not live and app.screen.is_mounted,
+                180,
+                "the new run's live screen",
+            )
             new_run["dir"] = app.screen.run.path
             assert run.pending("stop") and run.pending("kill")  # nothing answered the stop, nor the kill
 

@@ -10,7 +10,9 @@ starts the process cold. Stdlib only: the supervisor imports this.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,8 +47,6 @@ class WarmProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
-                import subprocess
-
                 raise subprocess.TimeoutExpired(["warm start", str(self.pid)], timeout or 0)
             self._read(block=True, timeout=0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
         assert self.returncode is not None
@@ -127,3 +127,45 @@ def start(
         return None
     last_refusal = None
     return WarmProcess(conn, int(message["pid"]), rest)
+
+
+def run(
+    command: list[str], env: Mapping[str, str], cwd: str | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True, stdin=DEVNULL, ...)``: the process forked
+    by the warm start server where ``env`` names one and it takes the command, else started cold. A
+    timeout kills the warm process's session and raises :class:`subprocess.TimeoutExpired`, as ``run`` does."""
+    import signal
+    import tempfile
+
+    where = cwd or os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="cockpit-warm-") as folder:
+        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        proc = start(command, env, where, out, err)
+        if proc is None:
+            return subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise subprocess.TimeoutExpired(command, timeout, output=_text(out), stderr=_text(err)) from None
+        return subprocess.CompletedProcess(command, code, _text(out), _text(err))
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return ""

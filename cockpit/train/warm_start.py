@@ -44,7 +44,9 @@ PREIMPORTS = (
     "yaml",
 )
 # environment variables read at those packages' import (or by the interpreter at its start): a
-# child must see the values the server imported them with
+# child must see the values the server imported them with (not ACCELERATE_*: accelerate reads those
+# when an Accelerator is made, and sets some in the environment of the process that made one, e.g. a
+# test process that trained in-process)
 IMPORT_TIME_ENV = (
     "PYTHON",
     "HF_",
@@ -62,7 +64,6 @@ IMPORT_TIME_ENV = (
     "ROCR_",
     "ROCM_",
     "TOKENIZERS_",
-    "ACCELERATE_",
     "PEFT_",
     "TRL_",
     "LD_",

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.run import warm_start
+
 
 def vllm_url(app: Any) -> str | None:
     """The vLLM server to use: the app's, else ``$COCKPIT_VLLM_URL`` (None: local generation)."""
@@ -58,15 +60,7 @@ def cli_env(env: dict | None = None) -> dict[str, str]:
 def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None) -> CliResult:
     full_env = cli_env(env)
     try:
-        proc = subprocess.run(
-            cockpit_argv(*args),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-        )
+        proc = warm_start.run(cockpit_argv(*args), full_env, cwd, timeout)  # cold unless a test's server is named
     except subprocess.TimeoutExpired as exc:
         out = (
             exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
