@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.config.run_config import RunConfig
 from cockpit.data.collect import collect_samples
 from cockpit.data.formats import DatasetSpec, load_dataset_file, read_records
 from cockpit.data.render import IGNORE_INDEX, apply_template_choice, render_sample
@@ -81,25 +82,25 @@ def test_bom_crlf_blank_lines_and_non_utf8(tmp_path):
 def test_dataset_info_names_and_errors(tmp_path):
     (tmp_path / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "m.json"}, "hub": {"hf_hub_url": "x/y"}}, indent=2))
     (tmp_path / "m.json").write_text(json.dumps([{"instruction": "a", "output": "b"}]))
-    cfg = {"dataset": "mine", "dataset_dir": str(tmp_path), "max_samples": None}
+    cfg = RunConfig.from_mapping({"dataset": "mine", "dataset_dir": str(tmp_path), "max_samples": None})
     assert len(collect_samples(cfg).samples) == 1
     with pytest.raises(InputError) as info:
-        collect_samples({**cfg, "dataset": "mine,hub,nothere"})
+        collect_samples(cfg.replace(dataset="mine,hub,nothere"))
     text = str(info.value)
     assert "dataset_info.json:5: hub: hf_hub_url: datasets from a hub" in text
     assert "dataset 'nothere' is not in" in text
 
 
 def test_builtin_demo_data_is_clean():
-    res = collect_samples({"dataset": "cockpit_identity,cockpit_bilingual", "dataset_dir": None, "max_samples": None})
+    res = collect_samples(RunConfig.from_mapping({"dataset": "cockpit_identity,cockpit_bilingual", "dataset_dir": None, "max_samples": None}))
     assert not res.problems and len(res.samples) > 50
 
 
 def test_strict_vs_allow_bad_rows(tmp_path):
     p = jsonl(tmp_path / "d.jsonl", [{"instruction": "a", "output": "b"}, {"instruction": "a"}])
     with pytest.raises(InputError):
-        collect_samples({"dataset": str(p), "max_samples": None})
-    res = collect_samples({"dataset": str(p), "max_samples": None, "allow_bad_rows": True})
+        collect_samples(RunConfig.from_mapping({"dataset": str(p), "max_samples": None}))
+    res = collect_samples(RunConfig.from_mapping({"dataset": str(p), "max_samples": None, "allow_bad_rows": True}))
     assert len(res.samples) == 1 and len(res.problems) == 1
 
 

@@ -104,7 +104,7 @@ def test_a_tied_head_or_a_config_that_trains_the_table_keeps_it():
     tied = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, "tie_word_embeddings": True}))
     assert keep_on_host(tied, RunConfig(finetuning_type="lora")) == "the LM head is tied to it"
     assert type(adapted(True, additional_target="embed_tokens").get_input_embeddings()) is not HostEmbedding
-    base = {"finetuning_type": "lora", "stage": "sft"}
+    base = RunConfig(finetuning_type="lora", stage="sft")
     assert host_embedding_off(base, sharded=False) == ""
     refused = {
         "finetuning_type": ({"finetuning_type": "full"}, False),
@@ -116,7 +116,7 @@ def test_a_tied_head_or_a_config_that_trains_the_table_keeps_it():
         "resize_vocab": ({"resize_vocab": True}, False),
     }
     for word, (over, sharded) in refused.items():
-        assert word in host_embedding_off({**base, **over}, sharded=sharded), word
+        assert word in host_embedding_off(base.replace(**over), sharded=sharded), word
 
 
 def test_the_planner_moves_the_table_to_the_host_line(monkeypatch):

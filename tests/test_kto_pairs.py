@@ -68,10 +68,11 @@ def test_one_sample_per_micro_batch_pairs_each_prompt_with_another_rows_answer(t
 
 
 def test_a_kto_dataset_of_one_row_is_refused(tmp_path):
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.stage_data import collect_stage_samples
 
     (tmp_path / "kto.jsonl").write_text(json.dumps({"instruction": "Q", "output": "A", "kto_tag": True}) + "\n")
     info = {"one": {"file_name": "kto.jsonl", "columns": {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"}}}
     (tmp_path / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(InputError, match="stage kto needs 2 or more rows"):
-        collect_stage_samples({"stage": "kto", "dataset": "one", "dataset_dir": str(tmp_path)})
+        collect_stage_samples(RunConfig.from_mapping({"stage": "kto", "dataset": "one", "dataset_dir": str(tmp_path)}))

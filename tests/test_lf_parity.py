@@ -230,7 +230,7 @@ def test_preprocessing_num_workers_tokenises_in_that_many_processes(tiny_model_d
     tok = load_tokenizer(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), log=lambda *_: None)
     one = prepare_dataset(cfg, tok)
     assert not made  # one process: no pool
-    two = prepare_dataset({**cfg, "preprocessing_num_workers": 2}, tok)
+    two = prepare_dataset(cfg.replace(preprocessing_num_workers=2), tok)
     assert len(made) == 1 and len(made[0]) == 2 and os.getpid() not in made[0]  # two spawned processes did the work
     assert [r.input_ids for r in two.rendered] == [r.input_ids for r in one.rendered]
     assert [r.labels for r in two.rendered] == [r.labels for r in one.rendered]

@@ -142,11 +142,12 @@ def _tokenizer(which: str = "smollm2", template: str | None = None) -> Any:
 
 def cockpit_case(name: str, case: str, data: dict[str, Any] = DATA, which: str = "smollm2") -> dict[str, Any]:
     """What Cockpit renders for one golden case: input_ids and labels, or the error it raises."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.prepare import render_options
     from cockpit.data.render import apply_template_choice, render_sample
 
     spec = data["cases"][case]
-    cfg = {"template": name, "cutoff_len": data["cutoff_len"], **spec["options"]}  # a config as Cockpit reads it
+    cfg = RunConfig.from_mapping({"template": name, "cutoff_len": data["cutoff_len"], **spec["options"]})  # a config as Cockpit reads it
     messages, tools = _messages(spec["formatting"], spec["row"])
     tok = _tokenizer(which, name)
     try:  # as cockpit.data.prepare.prepare_dataset renders; Llama 3's tool prompt dated as the golden file is
@@ -283,11 +284,12 @@ OWN: dict[str, Any] = json.loads(gzip.decompress(OWN_GOLDEN.read_bytes()))
 
 def own_case(label: str, case: str) -> dict[str, Any]:
     """What Cockpit renders for one case with no template key and the label's Jinja as the tokenizer's own."""
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.prepare import render_options
     from cockpit.data.render import apply_template_choice, render_sample
 
     spec = OWN["cases"][case]
-    cfg = {"cutoff_len": OWN["cutoff_len"], **spec["options"]}
+    cfg = RunConfig.from_mapping({"cutoff_len": OWN["cutoff_len"], **spec["options"]})
     messages, tools = _messages(spec["formatting"], spec["row"])
     entry = OWN["own_templates"][label]
     tok = _tokenizer(entry.get("tokenizer", "smollm2"))
@@ -532,7 +534,7 @@ def test_an_empty_tool_list_renders_alike_in_training_check_and_predictions(tmp_
     path.write_text(json.dumps(rows), encoding="utf-8")
     loaded = load_dataset_file(DatasetSpec("edge", path, "sharegpt"))
     assert not loaded.problems and [s.get("tools") for s in loaded.samples] == [[], None, None, None]
-    cfg = {"template": "chatml", "cutoff_len": 1024}
+    cfg = RunConfig.from_mapping({"template": "chatml", "cutoff_len": 1024})
     tok = _tokenizer()
     apply_template_choice(tok, "chatml")
     gold = DATA["templates"]["chatml"]["cases"]
@@ -542,5 +544,5 @@ def test_an_empty_tool_list_renders_alike_in_training_check_and_predictions(tmp_
         assert r.input_ids == gold["tools_empty_list" if slot else "tools_empty_string"]["input_ids"]
         text, _spans = trainable_spans(tok, sample["messages"], tools=tools, **render_options(cfg))
         assert text == tok.decode(r.input_ids) and text.startswith(EMPTY_SLOT) == slot
-        prompt, _label = prediction_prompt(tok, sample, RunConfig.from_mapping(cfg))
+        prompt, _label = prediction_prompt(tok, sample, cfg)
         assert tok.decode(prompt).startswith(EMPTY_SLOT) == slot

@@ -202,7 +202,7 @@ def test_stage_eval_dataset_is_read_like_the_dataset(stage, tmp_path, tiny_model
         assert (
             data_.held_out
             and [r["input_ids"] for r in data_.held_out]
-            == prepare_stage_data({**cfg, "dataset": str(held)}, _ctx(cfg, tiny_model_dir, tmp_path).tokenizer).blocks
+            == prepare_stage_data(cfg.replace(dataset=str(held)), _ctx(cfg, tiny_model_dir, tmp_path).tokenizer).blocks
         )
     else:
         assert len(data_.held_out) == 3 and len(data_.train) == 8
@@ -212,6 +212,7 @@ def test_stage_eval_dataset_is_read_like_the_dataset(stage, tmp_path, tiny_model
 
 
 def test_stage_datasets_mix_by_mix_strategy(tmp_path):
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.collect import mixed_order
     from cockpit.data.stage_data import collect_stage_samples
 
@@ -219,13 +220,13 @@ def test_stage_datasets_mix_by_mix_strategy(tmp_path):
     columns = {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
     info = {n: {"file_name": f"{n}.jsonl", "ranking": True, "columns": columns} for n in ("a", "b")}
     (tmp_path / "dataset_info.json").write_text(json.dumps(info))
-    base = {"stage": "dpo", "dataset": "a,b", "dataset_dir": str(tmp_path), "seed": 3}
+    base = RunConfig(stage="dpo", dataset="a,b", dataset_dir=str(tmp_path), seed=3)
     concat = collect_stage_samples(base).samples
-    mixed = collect_stage_samples({**base, "mix_strategy": "interleave_under"}).samples
+    mixed = collect_stage_samples(base.replace(mix_strategy="interleave_under")).samples
     assert len(concat) == 8 and len(mixed) == 4  # alternating until the shorter file ends
     order = mixed_order([6, 2], "interleave_under", None, 3)
     assert mixed == [concat[j if k == 0 else 6 + j] for k, j in order]
-    over = collect_stage_samples({**base, "mix_strategy": "interleave_over"}).samples
+    over = collect_stage_samples(base.replace(mix_strategy="interleave_over")).samples
     assert len(over) == 12  # alternating, the shorter file repeated until the longer one is used up
 
 

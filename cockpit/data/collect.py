@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.data.dataset_info import resolve_datasets
 from cockpit.data.formats import LoadResult, load_dataset_file
 from cockpit.errors import InputError
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def collect_samples(cfg: Mapping[str, Any], *, strict: bool | None = None) -> LoadResult:
+
+def collect_samples(cfg: RunConfig, *, strict: bool | None = None) -> LoadResult:
     """Read every dataset of the config. With ``strict`` (default: not ``allow_bad_rows``) any
     bad row raises an InputError listing all of them; otherwise they are returned as problems."""
     if strict is None:
-        strict = not cfg.get("allow_bad_rows", False)
+        strict = not cfg.allow_bad_rows
     specs = resolve_datasets(cfg)
     total = LoadResult([], [], {})
     per_dataset: list[list[dict[str, Any]]] = []
     for spec in specs:
-        res = load_dataset_file(spec, cfg.get("max_samples"))
+        res = load_dataset_file(spec, cfg.max_samples)
         per_dataset.append(res.samples)
         total.problems += res.problems
         total.formats.update(res.formats)
@@ -32,13 +34,13 @@ def collect_samples(cfg: Mapping[str, Any], *, strict: bool | None = None) -> Lo
     return total
 
 
-def mixed(per_dataset: list[list[dict[str, Any]]], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+def mixed(per_dataset: list[list[dict[str, Any]]], cfg: RunConfig) -> list[dict[str, Any]]:
     """The datasets' samples in the config's mixing order (``mix_strategy``, ``interleave_probs``)."""
     order = mixed_order(
         [len(s) for s in per_dataset],
-        cfg.get("mix_strategy") or "concat",
-        cfg.get("interleave_probs"),
-        cfg.get("seed", 42),
+        cfg.mix_strategy or "concat",
+        cfg.interleave_probs,
+        cfg.seed,
     )
     return [per_dataset[k][j] for k, j in order]
 

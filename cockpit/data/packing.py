@@ -56,7 +56,7 @@ def model_packs(model_config: Any, flash: bool = False) -> bool:
     return module is not None and hasattr(module, "create_causal_mask")
 
 
-def resolve_for_run(cfg: Mapping[str, Any], model_ref: Any, log=print) -> Mapping[str, Any]:
+def resolve_for_run(cfg: RunConfig, model_ref: Any, log=print) -> Mapping[str, Any]:
     """``resolve_for_model`` with the config of the run's model (``cockpit.models.resolve``'s ref),
     read only when the config would pack."""
     if not padding_free(cfg):

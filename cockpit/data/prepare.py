@@ -6,10 +6,9 @@ One code path for ``cockpit check`` and the training ranks.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.data import tokenized
 from cockpit.data.collect import collect_samples
@@ -17,6 +16,9 @@ from cockpit.data.formats import LoadResult
 from cockpit.data.render import Rendered, apply_template_choice, render_sample, template_default_system
 from cockpit.data.report import TruncationReport, truncation_report
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 @dataclass
@@ -35,15 +37,15 @@ class Prepared:
 _POOL_TOKENIZER: Any = None
 
 
-def masking(cfg: Mapping[str, Any]) -> dict[str, bool]:
+def masking(cfg: RunConfig) -> dict[str, bool]:
     """Which tokens carry the loss: ``train_on_prompt`` and ``mask_history`` (render.trainable_spans)."""
-    return {"train_on_prompt": bool(cfg.get("train_on_prompt")), "mask_history": bool(cfg.get("mask_history"))}
+    return {"train_on_prompt": bool(cfg.train_on_prompt), "mask_history": bool(cfg.mask_history)}
 
 
-def render_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def render_options(cfg: RunConfig) -> dict[str, Any]:
     """render_sample's options from the config: the masking keys, how tools are written, the default system."""
-    system = template_default_system(cfg.get("template"), cfg.get("default_system"))
-    return {**masking(cfg), "tool_format": cfg.get("tool_format"), "default_system": system}
+    system = template_default_system(cfg.template, cfg.default_system)
+    return {**masking(cfg), "tool_format": cfg.tool_format, "default_system": system}
 
 
 def _render_one(args: tuple[Any, dict[str, Any], int, dict[str, Any]]) -> tuple[Rendered | None, str | None]:
@@ -82,18 +84,16 @@ def render_all(
         return pool.map(_render_one, [(None, s, cutoff, mask) for s in samples], chunksize=chunk)
 
 
-def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
+def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
     try:
-        apply_template_choice(
-            tokenizer, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
-        )
+        apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
     except ValueError as exc:
         raise InputError(Problem(str(exc), key="template")) from None
-    cutoff = int(cfg["cutoff_len"])
-    cache = Path(cfg["tokenized_path"]) if cfg.get("tokenized_path") and loaded is None else None
+    cutoff = int(cfg.cutoff_len)
+    cache = Path(cfg.tokenized_path) if cfg.tokenized_path and loaded is None else None
     if cache is not None:
         want = tokenized.fingerprint(cfg, tokenizer)
-        hit = None if cfg.get("overwrite_cache") else tokenized.load(cache, want)
+        hit = None if cfg.overwrite_cache else tokenized.load(cache, want)
         if hit is not None:
             return Prepared(hit[0], hit[1], truncation_report(hit[1], cutoff))
     if loaded is None:
@@ -101,7 +101,7 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
     rendered: list[Rendered] = []
     kept: list[dict[str, Any]] = []  # the samples rendered, so that rendered[i] is kept[i]'s (prediction reads both)
     problems: list[Problem] = []
-    workers = int(cfg.get("preprocessing_num_workers") or 1)
+    workers = int(cfg.preprocessing_num_workers or 1)
     for sample, (result, error) in zip(
         loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, render_options(cfg))
     ):
@@ -112,7 +112,7 @@ def prepare_dataset(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult |
             file, _, line = sample["source"].rpartition(":")
             problems.append(Problem(f"cannot render with the chat template: {error}", file=file, line=int(line)))
     if problems:
-        if not cfg.get("allow_bad_rows"):
+        if not cfg.allow_bad_rows:
             raise InputError(problems)
         loaded.problems += problems
     if not rendered:

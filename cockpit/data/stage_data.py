@@ -6,9 +6,9 @@ the report ``cockpit check`` and the ranks print. Tokenizer only; no model, no t
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.data.collect import mixed
 from cockpit.data.dataset_info import resolve_datasets
@@ -18,14 +18,17 @@ from cockpit.data.render import apply_template_choice
 from cockpit.data.report import percentile
 from cockpit.errors import InputError, Problem
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def collect_stage_samples(cfg: Mapping[str, Any]) -> LoadResult:
+
+def collect_stage_samples(cfg: RunConfig) -> LoadResult:
     """Read every dataset of the config for its stage; bad rows raise (or, with allow_bad_rows, are kept as problems)."""
-    stage = cfg["stage"]
+    stage = cfg.stage
     total = LoadResult([], [], {})
     per_dataset: list[list[dict[str, Any]]] = []
     for spec in resolve_datasets(cfg):
-        res = load_stage_file(spec, stage, cfg.get("max_samples"))
+        res = load_stage_file(spec, stage, cfg.max_samples)
         per_dataset.append(res.samples)
         total.problems += res.problems
         total.formats.update(res.formats)
@@ -33,7 +36,7 @@ def collect_stage_samples(cfg: Mapping[str, Any]) -> LoadResult:
     total.samples = mixed(
         per_dataset, cfg
     )  # mix_strategy / interleave_probs, before packing and cutoff (as LLaMA-Factory)
-    if total.problems and not cfg.get("allow_bad_rows", False):
+    if total.problems and not cfg.allow_bad_rows:
         raise InputError(total.problems)
     if not total.samples:
         raise InputError(total.problems or "no usable samples in the dataset(s)")
@@ -231,18 +234,16 @@ class StagePrepared:
         return [s for s in self.loaded.samples if s.get("_kept", True)]
 
 
-def prepare_stage_data(cfg: Mapping[str, Any], tokenizer: Any, loaded: LoadResult | None = None) -> StagePrepared:
-    stage, cutoff = cfg["stage"], int(cfg["cutoff_len"])
+def prepare_stage_data(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = None) -> StagePrepared:
+    stage, cutoff = cfg.stage, int(cfg.cutoff_len)
     if stage != "pt":
         try:
-            apply_template_choice(
-                tokenizer, cfg.get("template"), cfg.get("default_system"), cfg.get("enable_thinking", True)
-            )
+            apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
         except ValueError as exc:
             raise InputError(Problem(str(exc), key="template")) from None
     loaded = loaded or collect_stage_samples(cfg)
     if stage == "pt":
-        workers = int(cfg.get("preprocessing_num_workers") or 1)
+        workers = int(cfg.preprocessing_num_workers or 1)
         blocks = pack_texts(tokenizer, [s["text"] for s in loaded.samples], cutoff, workers)
         report = StageReport("pt", len(loaded.samples), cutoff, blocks=len(blocks), tokens_total=sum(map(len, blocks)))
         return StagePrepared(loaded, report, blocks)

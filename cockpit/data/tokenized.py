@@ -17,9 +17,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
 
@@ -48,8 +47,11 @@ RENDER_KEYS = (
 # templates, and its parse of the tokenizer's own Jinja when the template is unset (issue 31)
 RENDERING = 'LLaMA-Factory 0.9.5; template unset: its parse_template; tools "[]": empty system slot'
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def fingerprint(cfg: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+
+def fingerprint(cfg: RunConfig, tokenizer: Any) -> dict[str, Any]:
     """What made the tokens: the render keys, the tokenizer and each dataset file's size and time."""
     from cockpit.data.dataset_info import resolve_datasets
 
@@ -58,7 +60,7 @@ def fingerprint(cfg: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         st = spec.path.stat()
         files[str(spec.path)] = [st.st_size, int(st.st_mtime)]
     return {
-        **{k: cfg.get(k) for k in RENDER_KEYS},
+        **{k: getattr(cfg, k) for k in RENDER_KEYS},
         "rendering": RENDERING,
         "tokenizer": [str(getattr(tokenizer, "name_or_path", "")), len(tokenizer)],
         "files": files,

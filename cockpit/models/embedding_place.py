@@ -9,8 +9,10 @@ head, an embedding that is not a plain ``nn.Embedding``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def _names(value: Any) -> set[str]:
@@ -19,22 +21,22 @@ def _names(value: Any) -> set[str]:
     return {v.strip() for v in str(value or "").split(",") if v.strip()}
 
 
-def host_embedding_off(cfg: Mapping[str, Any], sharded: bool) -> str:
+def host_embedding_off(cfg: RunConfig, sharded: bool) -> str:
     """Why a run keeps its input embedding on the device ("" when it goes to host memory, model
     permitting). ``sharded``: ZeRO-3 or FSDP (any strategy) places the parameters."""
-    ft = cfg.get("finetuning_type", "lora")
+    ft = cfg.finetuning_type
     if ft != "lora":
         return f"finetuning_type {ft}: only a LoRA run keeps the embedding frozen and out of its checkpoints"
-    if cfg.get("stage", "sft") == "grpo":
+    if cfg.stage == "grpo":
         return "stage grpo generates token by token (a host round trip per token)"
     if sharded:
         return "ZeRO-3 / FSDP place the parameters"
-    if cfg.get("torch_compile"):
+    if cfg.torch_compile:
         return "torch.compile"
-    adapted = _names(cfg.get("lora_target")) | _names(cfg.get("additional_target"))
+    adapted = _names(cfg.lora_target) | _names(cfg.additional_target)
     if "embed_tokens" in adapted:
         return "embed_tokens is adapted (lora_target / additional_target)"
-    grown = [key for key in ("resize_vocab", "add_tokens", "add_special_tokens") if cfg.get(key)]
+    grown = [key for key in ("resize_vocab", "add_tokens", "add_special_tokens") if getattr(cfg, key)]
     if grown:
         return f"{grown[0]}: the embedding's new rows train"
     return ""

@@ -13,13 +13,15 @@ import difflib
 import functools
 import os
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
 from cockpit.models.embedded import ensure_embedded_model, is_embedded
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,9 @@ def resolve_model(name: str, log=print, revision: str | None = None) -> ModelRef
     return ModelRef(ref.path, hub=True, revision=revision)
 
 
-def config_model(cfg: Mapping[str, Any], log=print) -> ModelRef:
+def config_model(cfg: RunConfig, log=print) -> ModelRef:
     """The run's base model: ``model_name_or_path`` at ``model_revision`` (a hub id: :func:`hub_ready`)."""
-    return hub_ready(resolve_model(cfg["model_name_or_path"], log=log, revision=cfg.get("model_revision")))
+    return hub_ready(resolve_model(cfg.model_name_or_path, log=log, revision=cfg.model_revision))
 
 
 def _resolve_name(name: str, log) -> ModelRef:
@@ -207,14 +209,12 @@ def _hub_error(ref: ModelRef, exc: Exception | None) -> InputError:
     )
 
 
-def load_tokenizer(cfg: Mapping[str, Any], ref: ModelRef | None = None, log=print):
+def load_tokenizer(cfg: RunConfig, ref: ModelRef | None = None, log=print):
     from transformers import AutoTokenizer
 
     ref = hub_ready(ref or config_model(cfg, log=log))
     try:
-        tok = AutoTokenizer.from_pretrained(
-            ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
-        )
+        tok = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs())
     except (OSError, ValueError) as exc:
         if ref.hub:
             raise _hub_error(ref, exc) from None
@@ -227,14 +227,12 @@ def load_tokenizer(cfg: Mapping[str, Any], ref: ModelRef | None = None, log=prin
     return tok
 
 
-def load_model_config(cfg: Mapping[str, Any], ref: ModelRef):
+def load_model_config(cfg: RunConfig, ref: ModelRef):
     from transformers import AutoConfig
 
     ref = hub_ready(ref)
     try:
-        return AutoConfig.from_pretrained(
-            ref.path, trust_remote_code=bool(cfg.get("trust_remote_code")), **ref.kwargs()
-        )
+        return AutoConfig.from_pretrained(ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs())
     except (OSError, ValueError) as exc:
         if ref.hub:
             raise _hub_error(ref, exc) from None

@@ -11,24 +11,26 @@ and chat grow the base the same way before they load the adapter. Torch only ins
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.parity import adds_tokens, token_list
 
 PAD_TO_MULTIPLE_OF = 64  # LLaMA-Factory's resize_embedding_layer
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
-def grows_vocab(cfg: Mapping[str, Any]) -> bool:
+
+def grows_vocab(cfg: RunConfig) -> bool:
     """Whether the run resizes the embeddings to its tokenizer (tokens added, or ``resize_vocab``)."""
-    return adds_tokens(cfg) or bool(cfg.get("resize_vocab"))
+    return adds_tokens(cfg) or bool(cfg.resize_vocab)
 
 
-def add_configured_tokens(tokenizer: Any, cfg: Mapping[str, Any]) -> list[str]:
+def add_configured_tokens(tokenizer: Any, cfg: RunConfig) -> list[str]:
     """Add ``add_tokens`` (normal) and ``add_special_tokens`` (special: never split, skipped when
     decoding with ``skip_special_tokens``) to ``tokenizer``; the tokens that were new to it."""
     vocab = tokenizer.get_vocab()
-    normal, special = token_list(cfg.get("add_tokens")), token_list(cfg.get("add_special_tokens"))
+    normal, special = token_list(cfg.add_tokens), token_list(cfg.add_special_tokens)
     if normal:
         tokenizer.add_tokens(normal, special_tokens=False)
     if special:
@@ -46,10 +48,10 @@ def resize_to_tokenizer(model: Any, tokenizer: Any, mean_resizing: bool = True) 
     return rows
 
 
-def trained_token_ids(tokenizer: Any, cfg: Mapping[str, Any], rows_before: int | None) -> list[int]:
+def trained_token_ids(tokenizer: Any, cfg: RunConfig, rows_before: int | None) -> list[int]:
     """The ids whose embedding rows must train: the configured tokens and every id the resize gave
     a new row (padding rows past the tokenizer never appear in the data)."""
-    tokens = [*token_list(cfg.get("add_tokens")), *token_list(cfg.get("add_special_tokens"))]
+    tokens = [*token_list(cfg.add_tokens), *token_list(cfg.add_special_tokens)]
     ids = set(tokenizer.convert_tokens_to_ids(tokens)) if tokens else set()
     if rows_before is not None:
         ids |= set(range(rows_before, len(tokenizer)))

@@ -63,7 +63,7 @@ def prediction_samples(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
     apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
     source = predict_data_key(cfg)
     if source == "eval_dataset":
-        samples = collect_samples({**cfg, "dataset": cfg.eval_dataset}).samples
+        samples = collect_samples(cfg.replace(dataset=cfg.eval_dataset)).samples
     elif source == "val_size":  # as SFT's build_data: samples keeping an assistant token, then the seeded split
         prepared = prepare_dataset(cfg, tokenizer)
         kept = [s for s, r in zip(prepared.loaded.samples, prepared.rendered) if r.target_kept > 0]

@@ -148,7 +148,7 @@ def eval_dataset_rows(cfg: RunConfig, tokenizer: Any) -> list[dict[str, list[int
     """The ``eval_dataset`` rendered like the training data (same template, cutoff, max_samples)."""
     from cockpit.data.prepare import prepare_dataset
 
-    prepared = prepare_dataset({**cfg, "dataset": cfg.eval_dataset}, tokenizer)
+    prepared = prepare_dataset(cfg.replace(dataset=cfg.eval_dataset), tokenizer)
     return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
 
 

@@ -260,7 +260,7 @@ def eval_dataset_prepared(ctx: RecipeContext) -> Any:
         return None
     from cockpit.data.stage_data import prepare_stage_data
 
-    return prepare_stage_data({**ctx.cfg, "dataset": ctx.cfg.eval_dataset}, ctx.tokenizer)
+    return prepare_stage_data(ctx.cfg.replace(dataset=ctx.cfg.eval_dataset), ctx.tokenizer)
 
 
 def evaluates_during_training(cfg: RunConfig) -> bool:
