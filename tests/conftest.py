@@ -172,6 +172,9 @@ def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
     return out
 
 
+WARM_START_ENV: dict[str, str] = {}  # the environment the warm start server started with
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_start_server(tmp_path_factory):
     """This test process's warm start server (cockpit/train/warm_start.py): the CLI calls below and the
@@ -183,6 +186,8 @@ def warm_start_server(tmp_path_factory):
         yield None
         return
     path = str(tmp_path_factory.mktemp("warm") / "warm.sock")
+    WARM_START_ENV.clear()
+    WARM_START_ENV.update(os.environ)  # the server's own (a test's leak into os.environ later is not)
     log = open(Path(path).with_suffix(".log"), "ab")
     server = subprocess.Popen(
         [sys.executable, "-m", "cockpit.train.warm_start", path],

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import WARM_START_ENV, wait_for
 
 from cockpit.run import warm_start
 
@@ -29,7 +29,7 @@ def server(warm_start_server) -> str:
 
 
 def _start(tmp_path: Path, server: str, *args: str, **env: str) -> warm_start.WarmProcess | None:
-    full = dict(os.environ, COCKPIT_WARM_START=server, **env)
+    full = dict(WARM_START_ENV, COCKPIT_WARM_START=server, **env)  # not os.environ: another test may have leaked into it
     return warm_start.start([sys.executable, "-m", "warm_child", *args], full, HERE, str(tmp_path / "out"), str(tmp_path / "err"))
 
 

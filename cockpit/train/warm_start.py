@@ -68,7 +68,7 @@ IMPORT_TIME_ENV = (
     "TRL_",
     "LD_",
     "HOME",
-    "XDG_",
+    "XDG_CACHE_HOME",  # huggingface_hub's default cache; XDG_CONFIG_HOME (the UI's settings) is read when used
 )
 UNBUFFERED = "PYTHONUNBUFFERED"  # applied in the child: its streams are made anew there
 # read when used, not at import (torch sets these in the environment of a process that used inductor or
