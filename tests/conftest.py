@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from budget import apply_budgets, report_over_budget
 
+from cockpit.run import warm_start
+
 ROOT = Path(__file__).resolve().parent.parent
 # One cache for the converted embedded model across test sessions (CI sets it to the clone).
 os.environ.setdefault("COCKPIT_CACHE_DIR", str(ROOT / ".cache" / "cockpit"))
@@ -211,16 +213,7 @@ def cockpit(*args: str, env: dict | None = None, timeout: float = 600, cwd: str 
     """Run the real CLI in a subprocess: forked by the warm start server where there is one."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    command = [sys.executable, "-m", "cockpit.cli", *args]
-    return run_warm(command, full_env, cwd or str(ROOT), timeout)
-
-
-def run_warm(command: list[str], env: dict, cwd: str, timeout: float) -> subprocess.CompletedProcess:
-    """``subprocess.run(command, capture_output=True, text=True, ...)``, the process forked by the warm
-    start server when ``env`` names one and it takes the command; else started cold."""
-    from cockpit.run import warm_start
-
-    return warm_start.run(command, env, cwd, timeout)
+    return warm_start.run([sys.executable, "-m", "cockpit.cli", *args], full_env, cwd or str(ROOT), timeout)
 
 
 def read_events(run_dir: Path) -> list[dict]:
@@ -233,7 +226,7 @@ def start_detached(tmp_path: Path, cfg: Path, env: dict | None = None, preexec=N
     full_env = dict(os.environ, **(env or {}))
     command = [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--detach", "--json", *extra]
     if preexec is None:
-        res = run_warm(command, full_env, os.getcwd(), 300)
+        res = warm_start.run(command, full_env, os.getcwd(), 300)
     else:  # what preexec sets up (limits, a session) its children inherit: the ranks start cold too
         full_env.pop("COCKPIT_WARM_START", None)
         res = subprocess.run(command, capture_output=True, text=True, env=full_env, preexec_fn=preexec, timeout=300)

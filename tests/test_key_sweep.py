@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_warm, write_yaml
+from conftest import ROOT, write_yaml
 
 from cockpit.config.schema import ALIASES, SCHEMA
 from cockpit.errors import InputError
+from cockpit.run import warm_start
 
 pytestmark = pytest.mark.slow
 
@@ -449,7 +450,7 @@ def _names(err: InputError, key: str) -> bool:
 
 def _train(path: Path, runs: Path) -> tuple[int, str]:
     command = [sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)]
-    res = run_warm(command, dict(os.environ), str(path.parent), timeout=600)
+    res = warm_start.run(command, dict(os.environ), str(path.parent), timeout=600)
     return res.returncode, (res.stdout[-2500:] + res.stderr[-2500:])
 
 

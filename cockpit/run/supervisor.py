@@ -207,7 +207,7 @@ class Supervisor:
         launcher_log = self.run.logs_dir / ("rank0.log" if single else "launcher.log")
         self.proc = warm_start.start(cmd, env, str(self.run.path), str(launcher_log)) if single else None
         if self.proc is None:
-            if warm_start.last_refusal and env.get(warm_start.ENV_VAR):
+            if warm_start.last_refusal:  # a server was named and could not start it
                 say(f"rank started cold: {warm_start.last_refusal}")
             out = open(launcher_log, "ab", buffering=0)
             self.proc = subprocess.Popen(

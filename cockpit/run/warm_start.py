@@ -69,17 +69,11 @@ class WarmProcess:
     def _lost(self) -> int:
         """The server died: wait for the child by its pid (not our child, so no exit status: -9 as a
         lost process's code once it is gone)."""
-        while _alive(self.pid):
+        from cockpit.run.liveness import is_alive
+
+        while is_alive(self.pid, None):
             time.sleep(0.2)
         return -9
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def start(
@@ -92,6 +86,7 @@ def start(
     """Start ``command`` (``PYTHON -m MODULE ARGS...``) warm, its output appended to ``stdout`` (and
     ``stderr``, the same file unless named); None where it cannot, the caller starting it cold."""
     global last_refusal
+    last_refusal = None
     path = env.get(ENV_VAR)
     if not path or len(command) < 3 or command[1] != "-m":
         return None
@@ -125,7 +120,6 @@ def start(
         conn.close()
         last_refusal = str(message.get("refused"))
         return None
-    last_refusal = None
     return WarmProcess(conn, int(message["pid"]), rest)
 
 
