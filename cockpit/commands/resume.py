@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def changed_config(cfg: Mapping[str, Any], overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def changed_config(saved: Mapping[str, Any], overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(new config, {key: new value}) with ``--set`` items applied and validated by the schema."""
     from cockpit.config.load import parse_overrides, validate
 
@@ -88,9 +88,9 @@ def changed_config(cfg: Mapping[str, Any], overrides: list[str]) -> tuple[dict[s
         raise InputError(
             f"--set {', '.join(fixed)}: cannot change on resume (the checkpoint depends on it); start a new run"
         )
-    raw = dict(cfg)
+    raw = dict(saved)
     if isinstance(wanted.get("env"), dict):
-        wanted["env"] = {**(cfg.get("env") or {}), **wanted["env"]}
+        wanted["env"] = {**(saved.get("env") or {}), **wanted["env"]}
     raw.update(wanted)
     try:
         new = validate(raw, file="--set", check_paths=False)
@@ -98,7 +98,7 @@ def changed_config(cfg: Mapping[str, Any], overrides: list[str]) -> tuple[dict[s
         for p in err.problems:
             p.file = "--set"
         raise InputError(err.problems) from None
-    changes = {k: new[k] for k in wanted if new.get(k) != cfg.get(k)}
+    changes = {k: new[k] for k in wanted if new.get(k) != saved.get(k)}
     return new.keys_only(), changes
 
 
@@ -134,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         run_dir = find_run(args)
-        cfg = yaml.safe_load(run_dir.config_path.read_text(encoding="utf-8"))
-        new_cfg, changes = changed_config(cfg, args.overrides) if args.overrides else (cfg, {})
+        saved = yaml.safe_load(run_dir.config_path.read_text(encoding="utf-8"))
+        new_raw, changes = changed_config(saved, args.overrides) if args.overrides else (saved, {})
         if args.stop:
             stop_first(run_dir, args.wait)
         status = reconcile(run_dir)  # a run whose supervisor died is lost (or adopted) first
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(
                 f"run {run_dir.run_id} is {status.get('state')}; only a stopped, failed or lost run can be resumed"
             )
-        ckpt = last_checkpoint(artefact_dirs(run_dir, RunConfig.from_resolved(cfg))["checkpoints"])
+        ckpt = last_checkpoint(artefact_dirs(run_dir, RunConfig.from_resolved(saved))["checkpoints"])
         if ckpt is None:
             raise InputError(f"run {run_dir.run_id} has no complete checkpoint to resume from")
     except InputError as err:
@@ -153,11 +153,11 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(
             run_dir.path / f"config.attempt{attempt - 1}.yaml", run_dir.config_path.read_text(encoding="utf-8")
         )
-    new_cfg["resume_from_checkpoint"] = ckpt
+    new_raw["resume_from_checkpoint"] = ckpt
     # Secrets are written down nowhere: config.yaml, the state event, status.json and stdout get
     # them redacted; the supervisor gets the --set values through its environment.
-    secrets = secret_values(new_cfg.get("env"))
-    written = {**new_cfg, "env": redact_env(new_cfg.get("env"))} if new_cfg.get("env") else new_cfg
+    secrets = secret_values(new_raw.get("env"))
+    written = {**new_raw, "env": redact_env(new_raw.get("env"))} if new_raw.get("env") else new_raw
     atomic_write_text(run_dir.config_path, yaml.safe_dump(written, sort_keys=False, allow_unicode=True))
     changes = {k: (redact_env(v) if k == "env" else v) for k, v in changes.items()}
     said = f" with {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else ""
@@ -184,12 +184,12 @@ def run(args: argparse.Namespace) -> int:
         rank_pids={},
         events_offset=offset,
         exit_code=None,
-        gpus=outside_queue_gpus(new_cfg),  # resumed outside the queue: the GPUs it takes (None: all)
+        gpus=outside_queue_gpus(new_raw),  # resumed outside the queue: the GPUs it takes (None: all)
     )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)
     # Secrets were redacted from config.yaml: from --set, else from this environment again.
-    record_supervisor(run_dir, spawn_supervisor(run_dir, {**unredacted(new_cfg.get("env")), **secrets}))
+    record_supervisor(run_dir, spawn_supervisor(run_dir, {**unredacted(new_raw.get("env")), **secrets}))
     if args.detach:
         print(
             json.dumps(

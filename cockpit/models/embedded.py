@@ -114,11 +114,11 @@ def fix_end_of_turn(tok, model) -> None:
 
 
 def check_special_tokens(folder: Path) -> None:
-    tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
-    cfg = json.loads((folder / "config.json").read_text())
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    model_config = json.loads((folder / "config.json").read_text())
     vocab = json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
     ids = {t["content"]: t["id"] for t in vocab}
-    if tok_cfg.get("eos_token") != END_OF_TURN or cfg.get("eos_token_id") != ids.get(END_OF_TURN):
+    if tokenizer_config.get("eos_token") != END_OF_TURN or model_config.get("eos_token_id") != ids.get(END_OF_TURN):
         raise RuntimeError(
-            f"converted model has eos {tok_cfg.get('eos_token')!r} (id {cfg.get('eos_token_id')}), expected {END_OF_TURN!r}"
+            f"converted model has eos {tokenizer_config.get('eos_token')!r} (id {model_config.get('eos_token_id')}), expected {END_OF_TURN!r}"
         )

@@ -159,15 +159,18 @@ def resolve_model_config(
             raise InputError(Problem(f"folder {name} has no config.json", key=key))
         try:
             with open(cfg_path, encoding="utf-8") as f:
-                cfg = json.load(f)
+                model_config = json.load(f)
         except (OSError, ValueError) as e:
             raise InputError(Problem(f"cannot read {cfg_path}: {e}", key=key)) from e
-        if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers: plan the LM part
-            cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
-        missing = [k for k in REQUIRED_KEYS if not isinstance(cfg.get(k), int)]
+        if isinstance(model_config.get("text_config"), dict):  # multimodal wrappers: plan the LM part
+            model_config = {
+                **model_config["text_config"],
+                "model_type": model_config["text_config"].get("model_type", model_config.get("model_type")),
+            }
+        missing = [k for k in REQUIRED_KEYS if not isinstance(model_config.get(k), int)]
         if missing:
             raise InputError(Problem(f"{cfg_path} lacks {', '.join(missing)}", key=key))
-        return cfg, cfg_path
+        return model_config, cfg_path
     hit = _BY_LOWER.get(name.rstrip("/").lower())
     if hit is None:
         raise InputError(

@@ -1,6 +1,6 @@
 """Parameter counts: from the real model built on the meta device, with an analytic fallback.
 
-``count_params`` builds ``AutoModelForCausalLM.from_config(cfg)`` under ``torch.device("meta")``
+``count_params`` builds ``AutoModelForCausalLM.from_config(model_config)`` under ``torch.device("meta")``
 (no memory, no weights) and sorts the parameters into embedding / lm_head / decoder layers /
 the rest, and the layers' ``nn.Linear`` weights (what bitsandbytes quantizes). If torch or
 transformers are missing or do not know the architecture, the same numbers come from the
@@ -49,23 +49,23 @@ class Dims:
         return self.kv_heads * self.head_dim
 
 
-def dims_of(cfg: Mapping[str, Any]) -> Dims:
-    h = int(cfg["hidden_size"])
-    a = int(cfg["num_attention_heads"])
-    hd = cfg.get("head_dim") or h // a
-    mt = str(cfg.get("model_type", "llama"))
+def dims_of(model_config: Mapping[str, Any]) -> Dims:
+    h = int(model_config["hidden_size"])
+    a = int(model_config["num_attention_heads"])
+    hd = model_config.get("head_dim") or h // a
+    mt = str(model_config.get("model_type", "llama"))
     return Dims(
         hidden=h,
-        intermediate=int(cfg["intermediate_size"]),
-        layers=int(cfg["num_hidden_layers"]),
+        intermediate=int(model_config["intermediate_size"]),
+        layers=int(model_config["num_hidden_layers"]),
         heads=a,
-        kv_heads=int(cfg.get("num_key_value_heads") or a),
+        kv_heads=int(model_config.get("num_key_value_heads") or a),
         head_dim=int(hd),
-        vocab=int(cfg["vocab_size"]),
-        tied=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=bool(cfg.get("attention_bias", False)) or mt == "qwen2",
+        vocab=int(model_config["vocab_size"]),
+        tied=bool(model_config.get("tie_word_embeddings", False)),
+        qkv_bias=bool(model_config.get("attention_bias", False)) or mt == "qwen2",
         model_type=mt,
-        logits_scaled_by=scaled_by(cfg),
+        logits_scaled_by=scaled_by(model_config),
     )
 
 
@@ -120,15 +120,19 @@ def analytic_counts(d: Dims) -> ParamCounts:
     )
 
 
-def _key(cfg: Mapping[str, Any]) -> str:
-    return json.dumps(cfg, sort_keys=True, default=str)
+def _key(model_config: Mapping[str, Any]) -> str:
+    return json.dumps(model_config, sort_keys=True, default=str)
 
 
-def _meta_model(cfg: Mapping[str, Any], layers: int | None = None):
+def _meta_model(model_config: Mapping[str, Any], layers: int | None = None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kw = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("architectures", "transformers_version")}
+    kw = {
+        k: v
+        for k, v in model_config.items()
+        if not k.startswith("_") and k not in ("architectures", "transformers_version")
+    }
     mt = kw.pop("model_type", "llama")
     if layers is not None:
         kw["num_hidden_layers"] = layers
@@ -156,8 +160,8 @@ def _without_zero3_init() -> Any:
 def _meta_counts(key: str) -> ParamCounts:
     import torch.nn as nn
 
-    cfg = json.loads(key)
-    model = _meta_model(cfg)
+    model_config = json.loads(key)
+    model = _meta_model(model_config)
     emb = head = other = 0
     layer_tot: dict[str, int] = {}
     layer_lin: dict[str, int] = {}
@@ -196,14 +200,14 @@ def _meta_counts(key: str) -> ParamCounts:
     )
 
 
-def count_params(cfg: Mapping[str, Any], *, allow_meta: bool = True) -> ParamCounts:
-    """Parameter counts of the model ``cfg`` (a config.json dict)."""
+def count_params(model_config: Mapping[str, Any], *, allow_meta: bool = True) -> ParamCounts:
+    """Parameter counts of the model ``model_config`` (a config.json dict)."""
     if allow_meta:
         try:
-            return _meta_counts(_key(cfg))
+            return _meta_counts(_key(model_config))
         except Exception:  # noqa: BLE001 - no torch/transformers, unknown arch: fall back
             pass
-    return analytic_counts(dims_of(cfg))
+    return analytic_counts(dims_of(model_config))
 
 
 def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:
@@ -235,9 +239,9 @@ def analytic_lora(d: Dims, targets: list[str], rank: int) -> int:
 def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
     from peft import LoraConfig, get_peft_model
 
-    cfg = json.loads(key)
-    layers = int(cfg["num_hidden_layers"])
-    model = _meta_model(cfg, layers=1)
+    model_config = json.loads(key)
+    layers = int(model_config["num_hidden_layers"])
+    model = _meta_model(model_config, layers=1)
     with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias (a FutureWarning in every plan)
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         pm = get_peft_model(
@@ -247,11 +251,13 @@ def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
     return per_layer * layers
 
 
-def count_lora(cfg: Mapping[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True) -> tuple[int, str]:
+def count_lora(
+    model_config: Mapping[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True
+) -> tuple[int, str]:
     """Trainable LoRA parameters and where the number came from ("peft-meta" or "analytic")."""
     if allow_meta:
         try:
-            return _peft_lora(_key(cfg), tuple(targets), int(rank)), "peft-meta"
+            return _peft_lora(_key(model_config), tuple(targets), int(rank)), "peft-meta"
         except Exception:  # noqa: BLE001
             pass
-    return analytic_lora(dims_of(cfg), targets, rank), "analytic"
+    return analytic_lora(dims_of(model_config), targets, rank), "analytic"

@@ -68,10 +68,10 @@ def load_run(run: RunDir) -> RunArtifacts:
         raise InputError(
             f"{run.run_id} has no saved adapter/model at {adapter} (state: {state}); wait for it to finish or save"
         )
-    acfg: dict[str, Any] = {}
+    adapter_config: dict[str, Any] = {}
     is_lora = (adapter / "adapter_config.json").exists()
     if is_lora:
-        acfg = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+        adapter_config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
     merged = None
     for cand in (run.output_dir() / "merged",):
         if (cand / "cockpit_export.json").exists() and (cand / "config.json").exists():
@@ -81,12 +81,12 @@ def load_run(run: RunDir) -> RunArtifacts:
         config=cfg,
         adapter_dir=adapter.resolve(),
         is_lora=is_lora,
-        lora_rank=int(acfg["r"]) if is_lora and acfg.get("r") else None,
-        base_model=str(cfg.model_name_or_path or acfg.get("base_model_name_or_path") or ""),
+        lora_rank=int(adapter_config["r"]) if is_lora and adapter_config.get("r") else None,
+        base_model=str(cfg.model_name_or_path or adapter_config.get("base_model_name_or_path") or ""),
         template=cfg.template,
         probes_file=cfg.probes,
         merged_dir=merged,
-        adapter_config=acfg,
+        adapter_config=adapter_config,
     )
 
 

@@ -35,10 +35,10 @@ class ServeCommand:
 
 def model_max_len(model_dir: str) -> int | None:
     try:
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        model_config = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    v = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    v = model_config.get("max_position_embeddings") or model_config.get("n_positions")
     return int(v) if v else None
 
 

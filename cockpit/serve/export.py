@@ -75,7 +75,7 @@ def export_run(
             f"the loss was not finite from step {summary.get('nan_step')}: these are the weights of {summary['adapter_from']}, the last checkpoint before it"
         )
     merged_dtype = None
-    acfg = json.loads((adapter / "adapter_config.json").read_text()) if is_lora else {}
+    adapter_config = json.loads((adapter / "adapter_config.json").read_text()) if is_lora else {}
     try:
         if merge and is_lora:
             merged_dtype, merge_notes = _merge_into_base(adapter, cfg, tmp, dtype, log)
@@ -94,9 +94,9 @@ def export_run(
             "adapter_dir": str(adapter),
             "adapter_sha256": adapter_checksum(adapter) if is_lora else None,
             "template": cfg.template,
-            "lora_rank": acfg.get("r"),
-            "lora_alpha": acfg.get("lora_alpha"),
-            "target_modules": acfg.get("target_modules"),
+            "lora_rank": adapter_config.get("r"),
+            "lora_alpha": adapter_config.get("lora_alpha"),
+            "target_modules": adapter_config.get("target_modules"),
             "dtype": merged_dtype,
             "notes": notes,
         }
