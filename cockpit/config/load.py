@@ -27,7 +27,10 @@ from cockpit.config.run_config import RunConfig
 from cockpit.config.schema import ALIASES, LLAMAFACTORY_UNSUPPORTED, SCHEMA, Key, default_config, describe
 from cockpit.config.stages import stage_problems
 from cockpit.errors import InputError, Problem
-from cockpit.redact import REDACTED, SECRET_PATTERNS, is_secret_name, redact_env  # noqa: F401 (re-exported)
+from cockpit.redact import REDACTED as REDACTED  # re-exported (the UI and the tests take it from here)
+from cockpit.redact import SECRET_PATTERNS as SECRET_PATTERNS
+from cockpit.redact import is_secret_name as is_secret_name
+from cockpit.redact import redact_env
 from cockpit.shape import world_size_of
 
 DEMO_PREFIX = "@demo"
@@ -42,7 +45,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """safe_load, plus an error on duplicate keys (PyYAML silently keeps the last)."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -262,7 +265,7 @@ def validate(
     raw: Mapping[str, Any],
     *,
     file: str | None = None,
-    lines: Mapping[str, int] | None = None,
+    lines: Mapping[str, int | None] | None = None,
     base_dir: str | os.PathLike[str] | None = None,
     check_paths: bool = True,
     for_plan: bool = False,
@@ -309,7 +312,7 @@ def validate(
 
 
 def _read_v1(
-    raw: Mapping[str, Any], lines: Mapping[str, int], file: str | None, bases: list[Path], notes: list[str]
+    raw: Mapping[str, Any], lines: Mapping[str, int | None], file: str | None, bases: list[Path], notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """A LLaMA-Factory v1 file as v0 keys (each at its v1 key's line), with a note; InputError with the table
     of v0 keys when a key has no exact v0 form (one problem, never the v1 keys as unknown keys)."""
@@ -322,7 +325,7 @@ def _read_v1(
 
 
 def _typed_values(
-    raw: Mapping[str, Any], problems: list[Problem], where: Any, file: str | None, lines: Mapping[str, int]
+    raw: Mapping[str, Any], problems: list[Problem], where: Any, file: str | None, lines: Mapping[str, int | None]
 ) -> dict[str, Any]:
     """The defaults with every known key's value coerced to its schema type; unknown keys and
     values of the wrong type are problems."""
@@ -600,7 +603,7 @@ def load_config(
 
     flags = list(flags)
     raw: dict[str, Any] = {}
-    lines: dict[str, int] = {}
+    lines: dict[str, int | None] = {}  # None: a flag or --set, no line in the file
     base_dir = None
     if path is not None:
         raw, lines = read_yaml(path)
@@ -611,7 +614,7 @@ def load_config(
         for other in [k for k in raw if k != key and ALIASES.get(k, k) == ALIASES.get(key, key)]:
             del raw[other]  # a flag or --set overrides the YAML's key under either spelling
         raw[key] = value
-        lines[key] = None  # type: ignore[assignment]
+        lines[key] = None
     file = str(path) if path is not None else None
     try:
         cfg = validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
