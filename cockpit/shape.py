@@ -3,7 +3,9 @@ nodes, in which precision, under which strategy, and whether its parameters are 
 
 Pure (stdlib only), below ``config`` and ``strategy``, so the validator, the launcher, the
 supervisor, the planner, ``cockpit preview`` and the ranks read one answer instead of each
-multiplying ``nproc_per_node`` by ``nnodes`` or re-deciding the precision.
+multiplying ``nproc_per_node`` by ``nnodes`` or re-deciding the precision. ``raw`` is the flat mapping of
+schema keys: the loader's dict before a ``RunConfig`` exists, or the ``RunConfig`` itself (``RunConfig.shape``);
+everyone else reads ``cfg.shape`` / ``cfg.world_size`` / ``cfg.precision``.
 """
 
 from __future__ import annotations
@@ -34,33 +36,33 @@ class RunShape:
         return self.world_size > 1
 
 
-def precision_of(cfg: Mapping[str, Any]) -> str:
-    return "bf16" if cfg.get("bf16") else ("fp16" if cfg.get("fp16") else "fp32")
+def precision_of(raw: Mapping[str, Any]) -> str:
+    return "bf16" if raw.get("bf16") else ("fp16" if raw.get("fp16") else "fp32")
 
 
-def world_size_of(cfg: Mapping[str, Any]) -> int:
-    return int(cfg.get("nproc_per_node") or 1) * int(cfg.get("nnodes") or 1)
+def world_size_of(raw: Mapping[str, Any]) -> int:
+    return int(raw.get("nproc_per_node") or 1) * int(raw.get("nnodes") or 1)
 
 
-def strategy_of(cfg: Mapping[str, Any]) -> str:
-    if cfg.get("deepspeed"):
+def strategy_of(raw: Mapping[str, Any]) -> str:
+    if raw.get("deepspeed"):
         return "deepspeed (user config)"
-    if cfg.get("zero_stage"):
-        off = cfg.get("offload") or "none"
-        return f"deepspeed ZeRO-{cfg['zero_stage']}" + (f" + offload {off}" if off != "none" else "")
-    if cfg.get("fsdp"):
-        return f"FSDP2 ({cfg['fsdp']})"
-    return "DDP" if world_size_of(cfg) > 1 else "single process"
+    if raw.get("zero_stage"):
+        off = raw.get("offload") or "none"
+        return f"deepspeed ZeRO-{raw['zero_stage']}" + (f" + offload {off}" if off != "none" else "")
+    if raw.get("fsdp"):
+        return f"FSDP2 ({raw['fsdp']})"
+    return "DDP" if world_size_of(raw) > 1 else "single process"
 
 
-def shape_of(cfg: Mapping[str, Any]) -> RunShape:
-    zero = int(cfg["zero_stage"]) if cfg.get("zero_stage") and not cfg.get("deepspeed") else None
+def shape_of(raw: Mapping[str, Any]) -> RunShape:
+    zero = int(raw["zero_stage"]) if raw.get("zero_stage") and not raw.get("deepspeed") else None
     return RunShape(
-        nproc_per_node=int(cfg.get("nproc_per_node") or 1),
-        nnodes=int(cfg.get("nnodes") or 1),
-        node_rank=int(cfg.get("node_rank") or 0),
-        precision=precision_of(cfg),
-        strategy=strategy_of(cfg),
+        nproc_per_node=int(raw.get("nproc_per_node") or 1),
+        nnodes=int(raw.get("nnodes") or 1),
+        node_rank=int(raw.get("node_rank") or 0),
+        precision=precision_of(raw),
+        strategy=strategy_of(raw),
         zero_stage=zero,
-        sharded=bool(cfg.get("fsdp")) or zero == 3,
+        sharded=bool(raw.get("fsdp")) or zero == 3,
     )

@@ -17,7 +17,6 @@ from pathlib import Path
 from cockpit.commands.common import EXIT_OK, add_config_args, config_from_args, print_input_error
 from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
-from cockpit.shape import shape_of
 
 RUN_DIR = "<RUN_DIR>"
 
@@ -38,14 +37,14 @@ def build(args: argparse.Namespace, cfg: RunConfig) -> dict:
     shown = cfg if cfg.master_port else cfg.replace(master_port=0)
     launch = node_launch(RUN_DIR, "<RUN_ID>", shown)
     out = launch.as_dict()
-    out["world_size"] = shape_of(cfg).world_size
+    out["world_size"] = cfg.world_size
     out["node_rank"] = int(cfg.node_rank)
     out["command_shell"] = shlex.join(launch.command)
     if not cfg.master_port and out["world_size"] > 1:
         out["notes"].append(
             "master_port 0: a free port is picked at launch (the command shows torchrun's default 29500)"
         )
-    source, name = ds.source(cfg)
+    source, name = ds.source(cfg.keys_only())
     out["deepspeed_config"] = source
     out["deepspeed_config_source"] = name
     if int(cfg.nnodes) > 1:

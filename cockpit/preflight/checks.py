@@ -225,9 +225,8 @@ def check_run(
         warnings.append(f"{prepared.report.emptied} samples keep no assistant token after truncation; raise cutoff_len")
     if int(cfg.max_steps or -1) <= 0:  # with max_steps, validation's note said it
         from cockpit.config.notes import logging_note, planned_steps
-        from cockpit.shape import world_size_of
 
-        note = logging_note(cfg, planned_steps(cfg, len(prepared.trainable), world_size_of(cfg)))
+        note = logging_note(cfg, planned_steps(cfg, len(prepared.trainable), cfg.world_size))
         warnings += [note] if note else []
     return CheckResult(
         cfg=cfg,

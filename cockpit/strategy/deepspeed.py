@@ -13,6 +13,10 @@
   and deepspeed; run it in the ranks, or through ``python -m cockpit.strategy.deepspeed``.
 
 Every problem is a :class:`cockpit.errors.Problem` naming the file and the key.
+
+``raw`` is the run config as a flat mapping of schema keys: the loader's dict before a ``RunConfig``
+exists (``config.load.validate``), a ``RunConfig.keys_only()`` (the ranks, ``cockpit preview``), or its
+JSON in the child process. This module sits below ``cockpit.config`` and never sees the type.
 """
 
 from __future__ import annotations
@@ -53,12 +57,12 @@ precision = precision_of  # cockpit.shape's, under the names this module's calle
 world_size = world_size_of
 
 
-def generate(cfg: Mapping[str, Any], *, use_cpu: bool | None = None) -> dict[str, Any]:
+def generate(raw: Mapping[str, Any], *, use_cpu: bool | None = None) -> dict[str, Any]:
     """A ZeRO config for ``zero_stage`` (2 | 3) and ``offload`` (none | optimizer | optimizer+params)."""
-    stage = int(cfg.get("zero_stage") or 2)
-    offload = cfg.get("offload") or "none"
-    prec = precision(cfg)
-    cpu = bool(cfg.get("use_cpu")) if use_cpu is None else use_cpu
+    stage = int(raw.get("zero_stage") or 2)
+    offload = raw.get("offload") or "none"
+    prec = precision(raw)
+    cpu = bool(raw.get("use_cpu")) if use_cpu is None else use_cpu
     zero: dict[str, Any] = {
         "stage": stage,
         # overlapping reduction with backward needs device streams; the CPU accelerator has none
@@ -154,16 +158,16 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def check(ds: Mapping[str, Any], cfg: Mapping[str, Any], file: str) -> list[Problem]:
+def check(ds: Mapping[str, Any], raw: Mapping[str, Any], file: str) -> list[Problem]:
     """Problems of a DeepSpeed config against the run (pure; no DeepSpeed import)."""
     found = [
         *_unknown_top_level_keys(ds),
-        *_precision_mismatches(ds, cfg),
-        *_batch_mismatches(ds, cfg),
-        *_clipping_mismatches(ds, cfg),
+        *_precision_mismatches(ds, raw),
+        *_batch_mismatches(ds, raw),
+        *_clipping_mismatches(ds, raw),
         *_zero_problems(ds),
     ]
-    if cfg.get("fsdp"):
+    if raw.get("fsdp"):
         found.append(("deepspeed", "fsdp is set too; choose one strategy"))
     return [Problem(msg, file=file, key=key) for key, msg in found]
 
@@ -182,21 +186,21 @@ def _unknown_top_level_keys(ds: Mapping[str, Any]) -> list[_Finding]:
     return found
 
 
-def _precision_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Finding]:
+def _precision_mismatches(ds: Mapping[str, Any], raw: Mapping[str, Any]) -> list[_Finding]:
     """bf16 / fp16 flags and communication_data_type that disagree with the run's precision."""
     found: list[_Finding] = []
-    prec = precision(cfg)
+    prec = precision(raw)
     for name, flag in (("bf16", "bf16"), ("fp16", "fp16")):
         enabled = _get(ds, f"{name}.enabled")
         if enabled is None and name == "bf16":
             enabled = _get(ds, "bfloat16.enabled")
         if enabled == "auto" or enabled is None:
             continue
-        if bool(enabled) != bool(cfg.get(flag)):
+        if bool(enabled) != bool(raw.get(flag)):
             found.append(
                 (
                     f"{name}.enabled",
-                    f'is {str(bool(enabled)).lower()} but the run has {flag}: {str(bool(cfg.get(flag))).lower()}; set it to "auto" or change {flag}',
+                    f'is {str(bool(enabled)).lower()} but the run has {flag}: {str(bool(raw.get(flag))).lower()}; set it to "auto" or change {flag}',
                 )
             )
     comm = ds.get("communication_data_type")
@@ -212,10 +216,10 @@ def _precision_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list
     return found
 
 
-def _batch_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Finding]:
+def _batch_mismatches(ds: Mapping[str, Any], raw: Mapping[str, Any]) -> list[_Finding]:
     """Micro-batch, accumulation and global batch sizes that are not the run's batch arithmetic."""
     found: list[_Finding] = []
-    micro, gas, ws = int(cfg["per_device_train_batch_size"]), int(cfg["gradient_accumulation_steps"]), world_size(cfg)
+    micro, gas, ws = int(raw["per_device_train_batch_size"]), int(raw["gradient_accumulation_steps"]), world_size(raw)
     for key, want, ours in (
         ("train_micro_batch_size_per_gpu", micro, "per_device_train_batch_size"),
         ("gradient_accumulation_steps", gas, "gradient_accumulation_steps"),
@@ -236,18 +240,18 @@ def _batch_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Fi
     return found
 
 
-def _clipping_mismatches(ds: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[_Finding]:
+def _clipping_mismatches(ds: Mapping[str, Any], raw: Mapping[str, Any]) -> list[_Finding]:
     """gradient_clipping that is not a number, or not the run's max_grad_norm."""
     clip = ds.get("gradient_clipping")
     if clip in (None, "auto"):
         return []
     if _num(clip) is None:
         return [("gradient_clipping", f'must be a number or "auto", got {clip!r}')]
-    if float(clip) != float(cfg.get("max_grad_norm") or 0.0):
+    if float(clip) != float(raw.get("max_grad_norm") or 0.0):
         return [
             (
                 "gradient_clipping",
-                f'is {clip} but the run has max_grad_norm: {cfg.get("max_grad_norm")}; set it to "auto"',
+                f'is {clip} but the run has max_grad_norm: {raw.get("max_grad_norm")}; set it to "auto"',
             )
         ]
     return []
@@ -281,23 +285,23 @@ def _zero_problems(ds: Mapping[str, Any]) -> list[_Finding]:
 
 
 # -- the full parse: HF fills "auto", DeepSpeed validates ------------------------------------
-def _hf_args(cfg: Mapping[str, Any], ws: int) -> SimpleNamespace:
-    warmup_steps = int(cfg.get("warmup_steps") or 0)
-    ratio = float(cfg.get("warmup_ratio") or 0.0)
+def _hf_args(raw: Mapping[str, Any], ws: int) -> SimpleNamespace:
+    warmup_steps = int(raw.get("warmup_steps") or 0)
+    ratio = float(raw.get("warmup_ratio") or 0.0)
     return SimpleNamespace(
         world_size=ws,
-        per_device_train_batch_size=int(cfg["per_device_train_batch_size"]),
-        gradient_accumulation_steps=int(cfg["gradient_accumulation_steps"]),
-        max_grad_norm=float(cfg.get("max_grad_norm") or 0.0),
-        learning_rate=float(cfg["learning_rate"]),
+        per_device_train_batch_size=int(raw["per_device_train_batch_size"]),
+        gradient_accumulation_steps=int(raw["gradient_accumulation_steps"]),
+        max_grad_norm=float(raw.get("max_grad_norm") or 0.0),
+        learning_rate=float(raw["learning_rate"]),
         adam_beta1=0.9,
         adam_beta2=0.999,
         adam_epsilon=1e-8,
-        weight_decay=float(cfg.get("weight_decay") or 0.0),
+        weight_decay=float(raw.get("weight_decay") or 0.0),
         save_on_each_node=False,
-        fp16=bool(cfg.get("fp16")),
+        fp16=bool(raw.get("fp16")),
         fp16_full_eval=False,
-        bf16=bool(cfg.get("bf16")),
+        bf16=bool(raw.get("bf16")),
         bf16_full_eval=False,
         get_warmup_steps=lambda n: warmup_steps if warmup_steps > 0 else math.ceil(n * ratio),
     )
@@ -305,7 +309,7 @@ def _hf_args(cfg: Mapping[str, Any], ws: int) -> SimpleNamespace:
 
 def effective(
     ds: Mapping[str, Any],
-    cfg: Mapping[str, Any],
+    raw: Mapping[str, Any],
     *,
     file: str,
     hidden_size: int | None = None,
@@ -319,7 +323,7 @@ def effective(
     import copy
     from unittest import mock
 
-    problems = check(ds, cfg, file)
+    problems = check(ds, raw, file)
     if problems:
         raise InputError(problems)
     try:
@@ -330,12 +334,12 @@ def effective(
         ) from None
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
-    ws = ws or world_size(cfg)
+    ws = ws or world_size(raw)
     data = copy.deepcopy(dict(ds))
     hf = HfTrainerDeepSpeedConfig(data)
-    args = _hf_args(cfg, ws)
+    args = _hf_args(raw, ws)
     hf.trainer_config_process(args)
-    steps = int(num_training_steps or (cfg.get("max_steps") if (cfg.get("max_steps") or 0) > 0 else 1000))
+    steps = int(num_training_steps or (raw.get("max_steps") if (raw.get("max_steps") or 0) > 0 else 1000))
     model = SimpleNamespace(config=SimpleNamespace(hidden_size=int(hidden_size or 4096)))
     try:
         hf.trainer_config_finalize(args, model, steps)
@@ -420,20 +424,20 @@ def hidden_size_of(model_path: str | None) -> int | None:
     return None
 
 
-def source(cfg: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def source(raw: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """(the DeepSpeed config before "auto" filling, its name for messages) or (None, None)."""
-    if cfg.get("deepspeed"):
-        return read_file(cfg["deepspeed"]), str(cfg["deepspeed"])
-    if cfg.get("zero_stage"):
-        return generate(cfg), f"<generated ZeRO-{cfg['zero_stage']} config>"
+    if raw.get("deepspeed"):
+        return read_file(raw["deepspeed"]), str(raw["deepspeed"])
+    if raw.get("zero_stage"):
+        return generate(raw), f"<generated ZeRO-{raw['zero_stage']} config>"
     return None, None
 
 
-def validate_in_subprocess(cfg: Mapping[str, Any], timeout_s: float = 180.0) -> list[Problem]:
+def validate_in_subprocess(raw: Mapping[str, Any], timeout_s: float = 180.0) -> list[Problem]:
     """The full parse (HF fill + DeepSpeedConfig) in a child process: config validation stays torch-free."""
     import subprocess
 
-    payload = json.dumps({k: v for k, v in cfg.items() if not k.startswith("_")}, default=str)
+    payload = json.dumps({k: v for k, v in raw.items() if not k.startswith("_")}, default=str)
     try:
         res = subprocess.run(
             [sys.executable, "-m", "cockpit.strategy.deepspeed"],
@@ -451,7 +455,7 @@ def validate_in_subprocess(cfg: Mapping[str, Any], timeout_s: float = 180.0) -> 
         return [
             Problem(
                 f"checking it with DeepSpeed took over {timeout_s:.0f} s",
-                file=str(cfg.get("deepspeed") or "<generated>"),
+                file=str(raw.get("deepspeed") or "<generated>"),
                 key="deepspeed",
             )
         ]
@@ -462,7 +466,7 @@ def validate_in_subprocess(cfg: Mapping[str, Any], timeout_s: float = 180.0) -> 
         return [
             Problem(
                 f"checking it with DeepSpeed failed: {tail}",
-                file=str(cfg.get("deepspeed") or "<generated>"),
+                file=str(raw.get("deepspeed") or "<generated>"),
                 key="deepspeed",
             )
         ]
@@ -474,15 +478,15 @@ def _main() -> int:
     import contextlib
     import io
 
-    cfg = json.loads(sys.stdin.read())
+    raw = json.loads(sys.stdin.read())
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
-            ds, name = source(cfg)
+            ds, name = source(raw)
             filled = None
             if ds is not None:
                 filled = effective(
-                    ds, cfg, file=name or "<deepspeed>", hidden_size=hidden_size_of(cfg.get("model_name_or_path"))
+                    ds, raw, file=name or "<deepspeed>", hidden_size=hidden_size_of(raw.get("model_name_or_path"))
                 )
         print(json.dumps({"problems": [], "config": filled}))
     except InputError as err:

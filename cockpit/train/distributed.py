@@ -41,7 +41,7 @@ def apply_strategy(
         return cfg, False
     from cockpit.strategy import deepspeed as ds
 
-    source, name = ds.source({**cfg, "use_cpu": use_cpu})
+    source, name = ds.source({**cfg.keys_only(), "use_cpu": use_cpu})
     micro, gas = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
     steps = (
         cfg.max_steps
@@ -49,7 +49,9 @@ def apply_strategy(
         else max(1, math.ceil(math.ceil(n_rows / (micro * world_size)) / gas * cfg.num_train_epochs))
     )
     hidden = getattr(getattr(model, "config", None), "hidden_size", None) or ds.hidden_size_of(cfg.model_name_or_path)
-    filled = ds.effective(source, cfg, file=name, hidden_size=hidden, num_training_steps=steps, ws=world_size)
+    filled = ds.effective(
+        source, cfg.keys_only(), file=name, hidden_size=hidden, num_training_steps=steps, ws=world_size
+    )
     if rank == 0:
         atomic_write_json(run.path / "ds_config.json", filled)
         log(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
 
 
-class HostEmbedding(torch.nn.Module):
+class HostEmbedding(torch.nn.Module):  # type: ignore[misc]  # torch.nn.Module is Any here (follow_imports = skip)
     """An ``nn.Embedding`` whose frozen weight stays in host memory."""
 
     def __init__(self, embedding: torch.nn.Embedding) -> None:
@@ -47,7 +47,8 @@ class HostEmbedding(torch.nn.Module):
         target = fn(torch.empty(0, dtype=self.host_weight.dtype)).dtype
         if target != self.host_weight.dtype:
             self.host_weight = self.host_weight.to(target)
-        return super()._apply(fn, recurse)
+        moved: HostEmbedding = super()._apply(fn, recurse)
+        return moved
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = F.embedding(input_ids.to(self.host_weight.device), self.host_weight, self.padding_idx)
@@ -79,9 +80,7 @@ def keep_on_host(model: Any, cfg: RunConfig) -> str:
     config (:func:`cockpit.models.embedding_place.host_embedding_off`) and the model allow; returns
     why not, or "" once moved. A DeepSpeed config of the user's that partitions the weights shows
     in the model (``model_why_not``)."""
-    from cockpit.shape import shape_of
-
-    why = host_embedding_off(cfg, bool(cfg.fsdp) or shape_of(cfg).zero_stage == 3) or model_why_not(model)
+    why = host_embedding_off(cfg, bool(cfg.fsdp) or cfg.shape.zero_stage == 3) or model_why_not(model)
     if why:
         return why
     device_table = model.get_input_embeddings()

@@ -39,7 +39,6 @@ import yaml
 from cockpit.errors import InputError, Problem
 from cockpit.plan.estimate import GiB
 from cockpit.plan.verdict import TIGHT_HEADROOM
-from cockpit.shape import shape_of
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
@@ -423,7 +422,7 @@ def tune(
     refuse_stage({**raw, **ov})
     out_path = tuned_path(config, out)
     cfg = load_config(config, ov)
-    world = shape_of(cfg).world_size
+    world = cfg.world_size
     m0, a0 = int(cfg.per_device_train_batch_size), int(cfg.gradient_accumulation_steps)
     local = m0 * a0
     cands = candidates_for(local, candidates, m0)
