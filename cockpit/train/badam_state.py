@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 STATE_FILE = "badam_block.json"
@@ -20,7 +21,8 @@ def block_optimizer(optimizer: Any) -> Any:
 def active_block(opt: Any) -> int:
     """The index of the block being trained now (``current_block_idx`` already names the next one)."""
     active = [p for p in opt.active_param_prefixs if p not in opt.active_modules]
-    return opt.block_prefix_list.index(active)
+    index: int = opt.block_prefix_list.index(active)
+    return index
 
 
 def save_block(optimizer: Any, folder: str) -> None:
@@ -37,7 +39,7 @@ def save_block(optimizer: Any, folder: str) -> None:
         json.dump(state, fh)
 
 
-def restore_block(optimizer: Any, checkpoint: str, log) -> None:
+def restore_block(optimizer: Any, checkpoint: str, log: Callable[[str], object]) -> None:
     """Make the checkpoint's block the trained one again (fresh fp32 copies of its weights, which
     the checkpoint's weights already hold), before its Adam moments are loaded."""
     opt = block_optimizer(optimizer)

@@ -122,7 +122,7 @@ def _minus_one_hot_(grad: Any, targets: Any, scale: Any, weights: Any) -> Any:
     return grad.mul_(scale.unsqueeze(1))
 
 
-class ChunkedLinearCrossEntropy(torch.autograd.Function):
+class ChunkedLinearCrossEntropy(torch.autograd.Function):  # type: ignore[misc]  # torch.autograd.Function is Any here (follow_imports = skip)
     """``sum(cross_entropy(hidden @ weight.T + bias, targets))`` over the rows whose target is not
     -100, without the ``[rows, vocab]`` logits: ``hidden`` [N, H], ``weight`` [V, H], ``bias`` [V] or
     None, ``targets`` [N]. Returns the fp32 sum (a scalar). With ``weighting`` (a

@@ -61,7 +61,8 @@ def trainable_split(model: Any) -> tuple[float, int]:
 def base_config(model: Any) -> dict[str, Any]:
     """The base model's config.json as a dict (a PEFT model's base)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.config.to_dict()
+    config: dict[str, Any] = base.config.to_dict()
+    return config
 
 
 @dataclass(frozen=True)

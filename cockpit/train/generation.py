@@ -59,7 +59,7 @@ def token_ticks(on_token: Callable[[int], bool | None], prompt_width: int) -> An
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
-    class Ticks(StoppingCriteria):
+    class Ticks(StoppingCriteria):  # type: ignore[misc]  # StoppingCriteria is Any here (follow_imports = skip)
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
             end = bool(on_token(int(input_ids.shape[1]) - prompt_width))
             return torch.full((input_ids.shape[0],), end, dtype=torch.bool, device=input_ids.device)

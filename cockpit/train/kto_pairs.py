@@ -25,7 +25,7 @@ def kl_rotation(completions: list[T]) -> list[T]:
     return completions[-1:] + completions[:-1]
 
 
-class DatasetKLTrainer(KTOTrainer):
+class DatasetKLTrainer(KTOTrainer):  # type: ignore[misc]  # TRL's KTOTrainer is Any here (follow_imports = skip)
     """TRL's KTOTrainer with LLaMA-Factory's KL pairs, at any ``per_device_train_batch_size``."""
 
     _one_per_batch = False  # per_device_train_batch_size 1: raised past TRL's check, put back before tokenising

@@ -29,7 +29,7 @@ def goes_to_muon(name: str, param: Any) -> bool:
     return param.ndim == 2 and "embed" not in name and "lm_head" not in name
 
 
-class MuonWithAdamW(torch.optim.Optimizer):
+class MuonWithAdamW(torch.optim.Optimizer):  # type: ignore[misc]  # torch.optim.Optimizer is Any here (follow_imports = skip)
     """``torch.optim.Muon`` over ``muon_params`` and ``torch.optim.AdamW`` over ``adamw_params``, stepped
     together as one optimizer (``parts``: the one or two built)."""
 
@@ -55,7 +55,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         # the parts' own group dicts: what a scheduler writes into a group's lr is what the part steps with
         self.param_groups = [group for part in self.parts for group in part.param_groups]
 
-    @property  # type: ignore[override]
+    @property
     def state(self) -> dict[Any, Any]:
         merged: dict[Any, Any] = {}
         for part in getattr(self, "parts", []):
@@ -66,15 +66,15 @@ class MuonWithAdamW(torch.optim.Optimizer):
     def state(self, value: Any) -> None:  # Optimizer.__init__ assigns an empty one; the parts keep theirs
         pass
 
-    @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for part in self.parts:
-            part.step()
-        return loss
+        with torch.no_grad():  # torch.no_grad() as a decorator would make step untyped (torch is Any here)
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            for part in self.parts:
+                part.step()
+            return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for part in self.parts:

@@ -27,7 +27,8 @@ def sample_bounds(cu_seq_lens: Any) -> list[int]:
     """``cu_seq_lens`` as Python ints, read once per forward (every layer gets the same tensor)."""
     if _bounds_cache[0] is not cu_seq_lens:
         _bounds_cache[0], _bounds_cache[1] = cu_seq_lens, [int(b) for b in cu_seq_lens.tolist()]
-    return _bounds_cache[1]
+    bounds: list[int] = _bounds_cache[1]
+    return bounds
 
 
 def prime_bounds(cu_seq_lens: Any, bounds: list[int]) -> None:
@@ -45,16 +46,26 @@ def _per_sample_applies(module: Any, query: Any, kwargs: dict[str, Any]) -> bool
     return all(kwargs.get(k) is None for k in ("position_bias", "s_aux", "sinks", "softcap"))
 
 
-def packed_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+def packed_sdpa_forward(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
     """transformers' attention-function signature: (batch, heads, seq, head_dim) in, the
     attention output as (batch, seq, heads, head_dim) and no weights out."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if not _per_sample_applies(module, query, kwargs):
-        return sdpa_attention_forward(
+        whole: tuple[Any, None] = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+        return whole
     bounds = sample_bounds(kwargs["cu_seq_lens_q"])
     outputs = [
         sdpa_attention_forward(

@@ -19,10 +19,10 @@ def early_stopping_callbacks(cfg: RunConfig, writer: Any, log: Callable[[str], N
         return []
     from transformers import EarlyStoppingCallback
 
-    class SaysWhy(EarlyStoppingCallback):
+    class SaysWhy(EarlyStoppingCallback):  # type: ignore[misc]  # EarlyStoppingCallback is Any here (follow_imports = skip)
         stopped: str | None = None
 
-        def on_evaluate(self, args, state, control, metrics, **kwargs):
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float], **kwargs: Any) -> None:
             super().on_evaluate(args, state, control, metrics, **kwargs)
             if control.should_training_stop and self.stopped is None:
                 metric = args.metric_for_best_model
@@ -44,7 +44,10 @@ def early_stopping_callbacks(cfg: RunConfig, writer: Any, log: Callable[[str], N
 
 def early_stop_reason(trainer: Any) -> str | None:
     """The words of the early stop that ended this training, if one did."""
-    return next((cb.stopped for cb in trainer.callback_handler.callbacks if getattr(cb, "stopped", None)), None)
+    stopped: str | None = next(
+        (cb.stopped for cb in trainer.callback_handler.callbacks if getattr(cb, "stopped", None)), None
+    )
+    return stopped
 
 
 def effective_tokens_per_sec(rows: Any, epoch: float, train_runtime: float, world_size: int) -> float | None:

@@ -4,6 +4,7 @@ from_pretrained, PEFT's LoRA+ optimizer). Imported by the training rank (worker.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
 ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager", "fa2": "flash_attention_2"}
 
 
-def model_load_kwargs(cfg: RunConfig, ref: Any = None, log=print) -> dict[str, Any]:
+def model_load_kwargs(cfg: RunConfig, ref: Any = None, log: Callable[[str], object] = print) -> dict[str, Any]:
     """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice) and
     RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context."""
     impl = ATTENTION[cfg.flash_attn or "auto"]
@@ -25,7 +26,7 @@ def model_load_kwargs(cfg: RunConfig, ref: Any = None, log=print) -> dict[str, A
     return out
 
 
-def rope_scaling_kwargs(cfg: RunConfig, ref: Any, log=print) -> dict[str, Any] | None:
+def rope_scaling_kwargs(cfg: RunConfig, ref: Any, log: Callable[[str], object] = print) -> dict[str, Any] | None:
     """LLaMA-Factory's rope_scaling: factor ceil(cutoff_len / the model's max_position_embeddings);
     none (said in the log) when cutoff_len already fits."""
     import math

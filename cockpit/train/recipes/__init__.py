@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
+    from cockpit.train.recipes.base import Recipe
 
 # stage -> "module:class" (lazy: a recipe module imports torch / TRL)
 RECIPES = {
@@ -31,11 +32,12 @@ RECIPES = {
 }
 
 
-def get_recipe(stage: str) -> Any:
+def get_recipe(stage: str) -> Recipe:
     if stage not in RECIPES:
         raise KeyError(f"no recipe for stage {stage!r} (known: {', '.join(RECIPES)})")
     module, _, name = RECIPES[stage].partition(":")
-    return getattr(import_module(module), name)()
+    recipe: Recipe = getattr(import_module(module), name)()
+    return recipe
 
 
 def run_stage(run: Any, cfg: RunConfig, rank: int, world_size: int, local_rank: int, writer: Any, t0: float) -> int:

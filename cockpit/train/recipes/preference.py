@@ -37,7 +37,7 @@ PREF_FIELDS = {
 }
 
 
-def _dataset(rows: list[dict[str, Any]], keys: tuple[str, ...]):
+def _dataset(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> Any:
     """A datasets.Dataset in TRL's conversational form (answers as one assistant turn)."""
     from datasets import Dataset
 
@@ -51,7 +51,7 @@ def _dataset(rows: list[dict[str, Any]], keys: tuple[str, ...]):
     return Dataset.from_list([conv(r) for r in rows])
 
 
-def build_reference(ctx: RecipeContext):
+def build_reference(ctx: RecipeContext) -> Any:
     """A frozen reference: ``ref_model`` (+ adapters, merged) or a copy of the base; or None."""
     cfg = ctx.cfg
     if not uses_reference(cfg) or (cfg.finetuning_type == "lora" and not cfg.ref_model):

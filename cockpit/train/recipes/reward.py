@@ -19,7 +19,7 @@ from cockpit.train.recipes.preference import DPORecipe, _dataset
 from cockpit.train.variants import trainer_kwargs
 
 
-def build_value_model(ctx: RecipeContext):
+def build_value_model(ctx: RecipeContext) -> Any:
     """The value model: the shared builder with a one-output head (``score``) in place of the LM
     head, so every model key (quantization, upcasts, flash_attn, rope_scaling, LoRA variants, a
     trained adapter) applies as it does to the other stages."""
