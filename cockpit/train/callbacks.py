@@ -26,6 +26,8 @@ from cockpit.telemetry import rank_memory_stats
 from cockpit.telemetry.pressure import MemoryPressure
 
 if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
     from cockpit.config.run_config import RunConfig
 
 
@@ -46,7 +48,8 @@ _UNSET = object()
 SKIPPED_STEPS_LIMIT = 20
 
 
-def distributed():
+def distributed() -> Any:
+    """``torch.distributed`` when a process group is up, else None."""
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
@@ -69,8 +72,8 @@ def agreed_flags(dist: Any, flags: list[bool], group: Any) -> list[bool]:
     return [bool(v) for v in t.tolist()]
 
 
-class CockpitCallback(TrainerCallback):
-    def __init__(self, run: RunDir, cfg: RunConfig, rank: int, world_size: int, writer: EventWriter | None):
+class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is Any here (follow_imports = skip)
+    def __init__(self, run: RunDir, cfg: RunConfig, rank: int, world_size: int, writer: EventWriter | None) -> None:
         self.run = run
         self.cfg = cfg
         self.rank = rank
@@ -117,7 +120,7 @@ class CockpitCallback(TrainerCallback):
 
     def alert(
         self,
-        control,
+        control: TrainerControl,
         *,
         level: str,
         code: str,
@@ -201,7 +204,7 @@ class CockpitCallback(TrainerCallback):
         dist.all_gather_object(everyone, (self.rank, mine))
         return {str(r): m for r, m in sorted(e for e in everyone if e is not None)}
 
-    def _check_memory(self, args, step: int, mems: dict[str, Any]) -> None:
+    def _check_memory(self, args: TrainingArguments, step: int, mems: dict[str, Any]) -> None:
         """Rank 0: the memory-pressure alert (once), from every rank's figures."""
         import torch
 
@@ -215,7 +218,7 @@ class CockpitCallback(TrainerCallback):
         if alert:
             self.emit("alert", **alert)
 
-    def _start_tracker(self, model) -> None:
+    def _start_tracker(self, model: Any) -> None:
         """cpu_memory_tracker: count live tensor bytes (``plan/measure.py``) as the CPU's allocator."""
         import torch
 
@@ -246,7 +249,7 @@ class CockpitCallback(TrainerCallback):
             return None
         return (self.end_mark[1] - self.warm_mark[1]) / (self.end_mark[0] - self.warm_mark[0])
 
-    def _start_meter(self, args, model) -> dict[str, Any]:
+    def _start_meter(self, args: TrainingArguments, model: Any) -> dict[str, Any]:
         """Rank 0: the FLOPs meter of the model it trains and this device's peak (``flops_meter``);
         ``train_begin``'s ``flops`` field."""
         if self.writer is None or model is None:
@@ -262,7 +265,15 @@ class CockpitCallback(TrainerCallback):
         return self.meter.figures(tokens_per_s, samples_per_s, seq_len) if self.meter is not None else {}
 
     # -- Trainer hooks ----------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: Any = None,
+        train_dataloader: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if self.cfg.use_unsloth_gc and args.gradient_checkpointing and model is not None:
             from cockpit.train.variants import offload_checkpoints
 
@@ -297,7 +308,9 @@ class CockpitCallback(TrainerCallback):
             **flops,
         )
 
-    def on_step_begin(self, args, state, control, **kwargs):
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
         """The first step's interval starts here, not at ``on_train_begin``: the probes and held-out
         measures before training run between the two (minutes on a CPU), and samples/s counted them."""
         if state.global_step == self.last_step == self._start_step and not self._first_step_began:
@@ -306,7 +319,9 @@ class CockpitCallback(TrainerCallback):
             self.emit("activity", text=f"first step running ({state.global_step + 1}/{state.max_steps})")
         return control
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
         node_telemetry.note_step(state.global_step)
         mark = (time.time(), int(getattr(state, "num_input_tokens_seen", 0) or 0))
         if self.warm_mark is None and state.global_step - self._start_step >= self.warmup_steps:
@@ -331,7 +346,7 @@ class CockpitCallback(TrainerCallback):
         self._say_between_logs(state, control)
         return control
 
-    def _say_between_logs(self, state, control) -> None:
+    def _say_between_logs(self, state: TrainerState, control: TrainerControl) -> None:
         """Rank 0: an ``activity`` event for a step that logs nothing: its checkpoint's save, or the step
         itself while no loss is logged yet in this attempt (``logging_steps`` above 1: the readers' step
         count would sit at the start for minutes). A logged step says it in ``on_log``."""
@@ -342,7 +357,14 @@ class CockpitCallback(TrainerCallback):
         elif self.last_step == self._start_step:
             self.emit("activity", text=f"step {state.global_step}/{state.max_steps} trained (no loss logged yet)")
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> TrainerControl:
         logs = logs or {}
         if "loss" not in logs:
             if "eval_loss" in logs:
@@ -427,14 +449,16 @@ class CockpitCallback(TrainerCallback):
         med = statistics.median(self.recent)
         return med if med > 0 and loss > self.cfg.spike_factor * med else None
 
-    def _say_after_log(self, state, control) -> None:
+    def _say_after_log(self, state: TrainerState, control: TrainerControl) -> None:
         """Rank 0: what HF does right after this step's log: evaluate, then save."""
         if control.should_evaluate:
             self.emit("activity", text=f"evaluating at step {state.global_step}")
         elif control.should_save:
             self.emit("activity", text=f"saving checkpoint-{state.global_step}")
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
         if self.tracker is not None:
             self.tracker.__exit__(None, None, None)
             self.tracker = None
@@ -442,7 +466,9 @@ class CockpitCallback(TrainerCallback):
         self.emit("train_end", step=state.global_step)  # the watchdog's load timeout again (save, probes)
         return control
 
-    def on_save(self, args, state, control, **kwargs):
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
         from cockpit.train.trainer import checkpoint_record
 
         path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,8 @@ from cockpit.store.events import read_all
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
+    from cockpit.store.events import EventWriter
+    from cockpit.train.callbacks import CockpitCallback
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:
@@ -34,7 +37,9 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return str(max(good)[1]) if good else None
 
 
-def resume_point(cfg: RunConfig, dirs: dict[str, Path], writer, log) -> tuple[str | None, dict[str, Any]]:
+def resume_point(
+    cfg: RunConfig, dirs: dict[str, Path], writer: EventWriter | None, log: Callable[[str], object]
+) -> tuple[str | None, dict[str, Any]]:
     """The checkpoint this attempt starts from, and the run's totals saved with it (first loss,
     training seconds). ``resume_from_checkpoint: last`` that finds none says so (a warning event
     and a log line) before starting from scratch."""
@@ -92,7 +97,7 @@ def mark_poisoned(checkpoints: Path, from_step: int) -> list[str]:
     return marked
 
 
-def adapter_from_last_good(dirs: dict[str, Path], rank: int, log) -> str | None:
+def adapter_from_last_good(dirs: dict[str, Path], rank: int, log: Callable[[str], object]) -> str | None:
     """After a NaN: the run's adapter is the last checkpoint saved with a finite loss (its model
     files copied to ``adapter/``, atomically), or none. Returns the checkpoint's name."""
     import shutil
@@ -158,7 +163,7 @@ def plot_loss(events_path: Path, out: Path, events: list[dict[str, Any]] | None 
     return True
 
 
-def throughput(callback, train_runtime: float, tokens_total: int) -> dict[str, Any]:
+def throughput(callback: CockpitCallback, train_runtime: float, tokens_total: int) -> dict[str, Any]:
     """The summary's tokens/s with the warm-up steps left out (all steps when the run ended in
     its warm-up), and the all-steps figure beside it."""
     overall = round(tokens_total / train_runtime, 2) if train_runtime > 0 else None
@@ -171,7 +176,7 @@ def throughput(callback, train_runtime: float, tokens_total: int) -> dict[str, A
 
 
 def utilisation(
-    callback, throughput: dict[str, Any], train_runtime: float, tokens_total: int, steps: int
+    callback: CockpitCallback, throughput: dict[str, Any], train_runtime: float, tokens_total: int, steps: int
 ) -> dict[str, Any]:
     """The summary's per-device tokens/s and samples/s, model TFLOPS per device, MFU (and HFU under
     gradient checkpointing) from the summary's tokens/s and the run's mean tokens per sample, and the
