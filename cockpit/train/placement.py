@@ -11,15 +11,19 @@ the device the answers were computed on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from cockpit.train.progress import OnProgress, probes_reporter, silent
 
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
-class ProbesBeforeTraining(TrainerCallback):
+
+class ProbesBeforeTraining(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is Any here (follow_imports = skip)
     def __init__(
         self,
         tokenizer: Any,
@@ -29,8 +33,8 @@ class ProbesBeforeTraining(TrainerCallback):
         rank: int,
         *,
         fsdp: bool,
-        log=print,
-    ):
+        log: Callable[[str], object] = print,
+    ) -> None:
         self.tokenizer, self.probes, self.max_new_tokens = tokenizer, probes, max_new_tokens
         self.writer, self.rank, self.fsdp, self.log = writer, rank, fsdp, log
         self.trainer: Any = None  # set once the Trainer exists: its .model is the placed, wrapped-for-strategy module
@@ -39,7 +43,9 @@ class ProbesBeforeTraining(TrainerCallback):
         self.should_stop: Any = None  # one process: a stop request ends the answers (stop_pending)
         self._done = False
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self._done or not self.probes:
             return
         self._done = True

@@ -35,6 +35,8 @@ from cockpit.train.outcome import adapter_from_last_good, mark_poisoned, plot_lo
 from cockpit.train.progress import OnProgress, probes_reporter, reporter, silent
 
 if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
     from cockpit.config.run_config import RunConfig
 
 
@@ -303,7 +305,14 @@ def stage_callback(ctx: RecipeContext, recipe: Recipe) -> Any:
     from cockpit.train.callbacks import CockpitCallback
 
     class StageCallback(CockpitCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
+        def on_log(
+            self,
+            args: TrainingArguments,
+            state: TrainerState,
+            control: TrainerControl,
+            logs: dict[str, float] | None = None,
+            **kwargs: Any,
+        ) -> TrainerControl:
             self.extra = recipe.step_metrics(logs or {})
             return super().on_log(args, state, control, logs=logs, **kwargs)
 
@@ -346,13 +355,20 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
 
     probes = load_probes(ctx.cfg.probes) if ctx.cfg.probes and recipe.causal_lm else []
 
-    class BeforeTraining(TrainerCallback):
+    class BeforeTraining(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is Any here (follow_imports = skip)
         def __init__(self) -> None:
             self.probes: dict[str, Any] | None = None
             self.held: dict[str, Any] | None = None
             self._done = False
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def on_train_begin(
+            self,
+            args: TrainingArguments,
+            state: TrainerState,
+            control: TrainerControl,
+            model: Any = None,
+            **kwargs: Any,
+        ) -> None:
             if self._done or model is None:
                 return
             self._done = True

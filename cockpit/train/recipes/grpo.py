@@ -15,7 +15,7 @@ reward of greedy completions on the held-out prompts, before and after training.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cockpit.train.model import build_model
 from cockpit.train.progress import OnProgress, silent
@@ -29,6 +29,9 @@ from cockpit.train.recipes.base import (
     stage_arguments,
 )
 from cockpit.train.variants import trainer_kwargs
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 # TRL GRPOTrainer log key -> step event field (docs: cockpit/store/events.py)
 GRPO_FIELDS = {
@@ -267,11 +270,18 @@ def completions_callback(ctx: RecipeContext) -> Any:
 
     from cockpit.train.reward_watch import RewardWatch
 
-    class CompletionsSample(TrainerCallback):
+    class CompletionsSample(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is Any here (follow_imports = skip)
         trainer: Any = None
         watch = RewardWatch(ctx.cfg)
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
+        def on_log(
+            self,
+            args: TrainingArguments,
+            state: TrainerState,
+            control: TrainerControl,
+            logs: dict[str, float] | None = None,
+            **kwargs: Any,
+        ) -> None:
             if ctx.writer is None or self.trainer is None or not logs or "loss" not in logs:
                 return
             for alert in self.watch.observe(state.global_step, GRPORecipe().step_metrics(logs)):
