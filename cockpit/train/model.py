@@ -3,6 +3,8 @@ on the meta device (FSDP2) or partitioned (ZeRO-3), and placed for its strategy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from cockpit.config.schema import ADAPTER_METHODS
@@ -10,18 +12,21 @@ from cockpit.errors import InputError, Problem
 from cockpit.store.rundir import RunDir
 
 if TYPE_CHECKING:
+    from transformers import TrainingArguments
+
     from cockpit.config.run_config import RunConfig
+    from cockpit.models.resolve import ModelRef
 
 
 def build_model(
     cfg: RunConfig,
-    ref,
+    ref: ModelRef,
     use_cpu: bool,
     local_rank: int,
     load: str = "full",
     folder: str | None = None,
     value_head: bool = False,
-):
+) -> Any:
     """The model to train: base (+ quantization) + PEFT adapter / freeze / full.
 
     ``value_head``: the base with a one-output sequence-classification head (``score``) in place of
@@ -95,13 +100,13 @@ def build_model(
 
 
 def lora_model(
-    model,
+    model: Any,
     cfg: RunConfig,
     new_token_ids: list[int] | None = None,
     task_type: str = "CAUSAL_LM",
     peft_input_cast: bool = False,
     host_embedding: bool = True,
-):
+) -> Any:
     """The base with its LoRA adapter as training runs it: the input embedding in host memory
     (:mod:`cockpit.train.host_embedding`), the adapter (:func:`with_lora_adapter`), its
     trainable parameters in fp32 where training keeps them so, and no fp32 copy of each adapted input
@@ -162,7 +167,7 @@ def prepare_quantized_base(model: Any, cfg: RunConfig) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
 
 
-def tokenizer_needing_rows(cfg: RunConfig, ref) -> Any | None:
+def tokenizer_needing_rows(cfg: RunConfig, ref: ModelRef) -> Any | None:
     """The run's tokenizer (:func:`tokenizer_as_trained`) when the embeddings must grow for it: the
     config adds tokens or sets ``resize_vocab``, or the chat template adds tokens past the model's
     ``vocab_size``; else None, this tokenizer freed and its heap handed back (43 MiB measured, in
@@ -182,7 +187,7 @@ def tokenizer_needing_rows(cfg: RunConfig, ref) -> Any | None:
     return None
 
 
-def grown_vocabulary(model, cfg: RunConfig, tokenizer: Any | None, load: str) -> list[int]:
+def grown_vocabulary(model: Any, cfg: RunConfig, tokenizer: Any | None, load: str) -> list[int]:
     """The embeddings grown to the run's tokenizer (a multiple of 64) when the config adds tokens or
     sets ``resize_vocab`` (the token ids whose rows must train are returned), or when the chat
     template adds its stop words as new special tokens (llama3's on another model's tokenizer, say:
@@ -212,7 +217,7 @@ def grown_vocabulary(model, cfg: RunConfig, tokenizer: Any | None, load: str) ->
     return vocab.trained_token_ids(tokenizer, cfg, rows_before) if grows else []
 
 
-def tokenizer_as_trained(cfg: RunConfig, ref) -> Any:
+def tokenizer_as_trained(cfg: RunConfig, ref: ModelRef) -> Any:
     """The run's tokenizer with its configured tokens and its chat template's (the rank's own)."""
     from cockpit.data.render import apply_template_choice
     from cockpit.models.resolve import load_tokenizer
@@ -223,7 +228,7 @@ def tokenizer_as_trained(cfg: RunConfig, ref) -> Any:
     return tokenizer
 
 
-def base_load_kwargs(cfg: RunConfig, ref, use_cpu: bool, local_rank: int) -> dict[str, Any]:
+def base_load_kwargs(cfg: RunConfig, ref: ModelRef, use_cpu: bool, local_rank: int) -> dict[str, Any]:
     """``from_pretrained``'s arguments for the base: its dtype (LoRA: frozen base weights in the
     half precision, on a GPU and on the CPU alike, so autocast never recasts them; BAdam's layer mode
     in bf16 on a GPU; other full fine-tuning: fp32 master weights) and the 4-/8-bit quantization of
@@ -267,7 +272,7 @@ def trainable_in_fp32(cfg: RunConfig) -> bool:
     return cfg.finetuning_type in ADAPTER_METHODS and bool(cfg.bf16 or cfg.fp16) and not cfg.use_badam
 
 
-def upcast_trainable(model) -> int:
+def upcast_trainable(model: Any) -> int:
     """Every trainable parameter in fp32 (the frozen base keeps its dtype); how many were cast."""
     import torch
 
@@ -279,7 +284,9 @@ def upcast_trainable(model) -> int:
     return cast
 
 
-def with_lora_adapter(model, cfg: RunConfig, new_token_ids: list[int] | None = None, task_type: str = "CAUSAL_LM"):
+def with_lora_adapter(
+    model: Any, cfg: RunConfig, new_token_ids: list[int] | None = None, task_type: str = "CAUSAL_LM"
+) -> Any:
     """The base with its LoRA adapter: ``adapter_name_or_path`` trained further, or merged into the
     base with a new adapter on top (``create_new_adapter``), or a new one seeded by ``seed``; the
     rows of ``new_token_ids`` (added tokens) train beside it. ``task_type`` ``SEQ_CLS`` (a value
@@ -333,7 +340,7 @@ def _target_modules(target: str) -> Any:
     return "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
 
 
-def with_oft_adapter(model, cfg: RunConfig):
+def with_oft_adapter(model: Any, cfg: RunConfig) -> Any:
     """The base with a new OFT adapter (PEFT's OFTConfig, LLaMA-Factory's keys: ``oft_rank`` blocks or
     ``oft_block_size``, ``module_dropout``, ``additional_target`` trained fully), on ``oft_target``'s
     modules, else ``lora_target``'s (which LLaMA-Factory 0.9.5 reads for OFT); seeded by ``seed``."""
@@ -359,7 +366,7 @@ def with_oft_adapter(model, cfg: RunConfig):
         raise InputError(f"{'oft_target' if cfg.oft_target else 'lora_target'} (finetuning_type oft): {exc}") from None
 
 
-def freeze_all_but_chosen_layers(model, cfg: RunConfig) -> None:
+def freeze_all_but_chosen_layers(model: Any, cfg: RunConfig) -> None:
     """``finetuning_type: freeze``: only the last (or, negative, first) ``freeze_trainable_layers``
     decoder layers train, and in them only ``freeze_trainable_modules``."""
     from cockpit.train.variants import freeze_module_selected
@@ -385,14 +392,14 @@ def freeze_all_but_chosen_layers(model, cfg: RunConfig) -> None:
         train_extra_modules(model, cfg.freeze_extra_modules)
 
 
-def train_extra_modules(model, names: str) -> None:
+def train_extra_modules(model: Any, names: str) -> None:
     """``freeze_extra_modules``: modules outside the decoder layers (``embed_tokens``, ``norm``,
     ``lm_head``) trained fully. A name is a parameter's module (the part before ``weight`` /
     ``bias``) with no layer index in its path, as LLaMA-Factory lists them; unlike its substring
     match, ``norm`` is the final norm only, never the layers' ``input_layernorm``."""
     import re
 
-    outside_layers: dict[str, list] = {}
+    outside_layers: dict[str, list[Any]] = {}
     for name, p in model.named_parameters():
         if re.search(r"\.\d+\.", name) is None and "." in name:
             outside_layers.setdefault(name.split(".")[-2], []).append(p)
@@ -423,7 +430,7 @@ def expanded_layer_ids(num_layers: int, n_expanded: int) -> range:
     return range(stride - 1, num_layers, stride)
 
 
-def expanded_block_modules(model, targets: Any, n_expanded: int) -> list[str]:
+def expanded_block_modules(model: Any, targets: Any, n_expanded: int) -> list[str]:
     """The LoRA targets (``all-linear`` or names) inside LLaMA Pro's expanded blocks, as full module names."""
     import torch
 
@@ -439,10 +446,8 @@ def expanded_block_modules(model, targets: Any, n_expanded: int) -> list[str]:
     return out
 
 
-def config_only(ref):
+def config_only(ref: ModelRef) -> SimpleNamespace:
     """Something with the model's ``config.hidden_size`` (DeepSpeed's buckets) before the model exists."""
-    from types import SimpleNamespace
-
     from cockpit.strategy.deepspeed import hidden_size_of
 
     return SimpleNamespace(config=SimpleNamespace(hidden_size=hidden_size_of(ref.path)))
@@ -456,7 +461,17 @@ LOAD_WORDS = {
 }
 
 
-def placed_model(run: RunDir, cfg: RunConfig, ref, args, rank: int, local_rank: int, use_cpu: bool, sharded: bool, log):
+def placed_model(
+    run: RunDir,
+    cfg: RunConfig,
+    ref: ModelRef,
+    args: TrainingArguments,
+    rank: int,
+    local_rank: int,
+    use_cpu: bool,
+    sharded: bool,
+    log: Callable[[str], object],
+) -> tuple[Any, type[Any]]:
     """The model on its training device (sharded for FSDP2), and the Trainer class to use.
     ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
     import gc
@@ -535,7 +550,7 @@ def placed_model(run: RunDir, cfg: RunConfig, ref, args, rank: int, local_rank: 
     )  # saves gather the sharded state dict first
 
 
-def log_embedding_place(model: Any, log) -> None:
+def log_embedding_place(model: Any, log: Callable[[str], object]) -> None:
     """One line when the input embedding is in host memory (cockpit.train.host_embedding)."""
     from cockpit.train.host_embedding import HostEmbedding
 
