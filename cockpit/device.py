@@ -8,6 +8,9 @@ launch gate and the UI (pure: no torch, no I/O; callers pass the number of visib
   build of torch, a missing ROCm) :func:`resolve_device` raises :class:`NoGPU`, an
   ``InputError`` (exit 2) that the preflight completes with the doctor's reasons.
 - ``use_cpu`` unset and nothing GPU-only asked for: a GPU when one is visible, else the CPU.
+
+Below ``cockpit.config``: the functions take the two keys they decide by (``use_cpu``,
+``quantization_bit``), as a ``RunConfig`` holds them or as a raw YAML value (``"false"``, ``"auto"``).
 """
 
 from __future__ import annotations
@@ -33,32 +36,33 @@ def _flag(value: Any) -> bool | None:
     return str(value).strip().lower() in ("true", "1", "yes", "on")
 
 
-def needs_gpu(cfg: Mapping[str, Any]) -> bool:
+def needs_gpu(use_cpu: Any, quantization_bit: Any) -> bool:
     """True when the config asked for GPUs: ``use_cpu: false``, or 4/8-bit base weights with
     ``use_cpu`` unset. Such a config never trains on the CPU."""
-    use_cpu = _flag(cfg.get("use_cpu"))
-    if use_cpu is not None:
-        return not use_cpu
-    return cfg.get("quantization_bit") not in (None, "", 0, "0")
+    flag = _flag(use_cpu)
+    if flag is not None:
+        return not flag
+    return quantization_bit not in (None, "", 0, "0")
 
 
-def why_gpu(cfg: Mapping[str, Any]) -> str:
+def why_gpu(use_cpu: Any, quantization_bit: Any) -> str:
     """Which key asked for GPUs (for messages)."""
-    return (
-        "use_cpu: false" if _flag(cfg.get("use_cpu")) is False else f"quantization_bit: {cfg.get('quantization_bit')}"
-    )
+    return "use_cpu: false" if _flag(use_cpu) is False else f"quantization_bit: {quantization_bit}"
 
 
-def resolve_device(cfg: Mapping[str, Any], gpus_visible: int, reasons: list[str] | None = None) -> str:
-    """``cpu`` or ``gpu`` for ``cfg`` on a machine with ``gpus_visible`` GPUs (torch's view).
-    Raises :class:`NoGPU` (exit 2) when the config needs GPUs and none is visible; ``reasons``
+def resolve_device(use_cpu: Any, quantization_bit: Any, gpus_visible: int, reasons: list[str] | None = None) -> str:
+    """``cpu`` or ``gpu`` for a config with these keys on a machine with ``gpus_visible`` GPUs (torch's
+    view). Raises :class:`NoGPU` (exit 2) when the config needs GPUs and none is visible; ``reasons``
     (the doctor's findings) are added to its message."""
-    if _flag(cfg.get("use_cpu")) is True:
+    if _flag(use_cpu) is True:
         return CPU
-    if needs_gpu(cfg):
+    if needs_gpu(use_cpu, quantization_bit):
         if gpus_visible > 0:
             return GPU
-        why = f"this config needs GPUs ({why_gpu(cfg)}) but torch sees none; it will not fall back to the CPU"
+        why = (
+            f"this config needs GPUs ({why_gpu(use_cpu, quantization_bit)}) but torch sees none; "
+            "it will not fall back to the CPU"
+        )
         problems = [Problem(why, key="use_cpu")]
         problems += [Problem(f"doctor: {r}", key="use_cpu") for r in reasons or []]
         problems.append(Problem("train on the CPU on purpose with use_cpu: true (--set use_cpu=true)", key="use_cpu"))
@@ -66,12 +70,12 @@ def resolve_device(cfg: Mapping[str, Any], gpus_visible: int, reasons: list[str]
     return GPU if gpus_visible > 0 else CPU
 
 
-def trains_on_cpu(cfg: Mapping[str, Any], gpus_visible: int) -> bool:
-    """Whether ``cfg`` trains on the CPU on a host with ``gpus_visible`` GPUs: the rule of
+def trains_on_cpu(use_cpu: Any, quantization_bit: Any, gpus_visible: int) -> bool:
+    """Whether a config with these keys trains on the CPU on a host with ``gpus_visible`` GPUs: the rule of
     :func:`resolve_device` (a config that needs GPUs and has none is not a CPU run: it is refused).
     ``cockpit plan`` and Setup's fit line compare the planned peak with the host's RAM by it."""
     try:
-        return resolve_device(cfg, gpus_visible) == CPU
+        return resolve_device(use_cpu, quantization_bit, gpus_visible) == CPU
     except NoGPU:
         return False
 
@@ -118,22 +122,21 @@ def bf16_on_cpu_warning(cpuinfo: str | None) -> str | None:
     )
 
 
-def cpu_precision(cfg: Mapping[str, Any], device: str) -> tuple[dict[str, Any], str | None]:
+def cpu_precision(precision: Mapping[str, Any], device: str) -> tuple[dict[str, Any], str | None]:
     """The config a rank trains with on ``device``, and what changed, in words: ``fp16`` on the
     CPU (a GPU guide's ``--fp16`` pasted with ``--use_cpu true``) trains in fp32 rather than
     failing. The run's saved config keeps what the user asked for."""
-    if device == CPU and cfg.get("fp16"):
-        return {**cfg, "fp16": False}, FP16_ON_CPU
-    return dict(cfg), None
+    if device == CPU and precision.get("fp16"):
+        return {**precision, "fp16": False}, FP16_ON_CPU
+    return dict(precision), None
 
 
-def describe(cfg: Mapping[str, Any]) -> str:
-    """One line for the planner and the UI: what the config asks for."""
-    use_cpu = _flag(cfg.get("use_cpu"))
-    if use_cpu is True:
+def describe(use_cpu: Any, quantization_bit: Any) -> str:
+    """One line for the planner and the UI: what a config with these keys asks for."""
+    if _flag(use_cpu) is True:
         return "cpu (use_cpu: true)"
-    if needs_gpu(cfg):
-        return f"gpu, required ({why_gpu(cfg)})"
+    if needs_gpu(use_cpu, quantization_bit):
+        return f"gpu, required ({why_gpu(use_cpu, quantization_bit)})"
     return "gpu when one is visible, else cpu (use_cpu unset)"
 
 

@@ -30,17 +30,17 @@ def _gpus_here() -> int:
 def test_resolve_device_rules():
     from cockpit.device import CPU, GPU, NoGPU, describe, needs_gpu, resolve_device
 
-    assert resolve_device({"use_cpu": True}, 8) == CPU  # asked for the CPU: the CPU, even beside GPUs
-    assert resolve_device({"use_cpu": True, "quantization_bit": 4}, 0) == CPU
-    assert resolve_device({}, 0) == CPU and resolve_device({"use_cpu": None}, 2) == GPU  # never asked: wherever it can
-    assert resolve_device({"use_cpu": False}, 1) == GPU and resolve_device({"quantization_bit": 4}, 1) == GPU
-    for cfg in ({"use_cpu": False}, {"use_cpu": "false"}, {"quantization_bit": 4}):
-        assert needs_gpu(cfg)
+    assert resolve_device(True, None, 8) == CPU  # asked for the CPU: the CPU, even beside GPUs
+    assert resolve_device(True, 4, 0) == CPU
+    assert resolve_device(None, None, 0) == CPU and resolve_device(None, None, 2) == GPU  # never asked: wherever it can
+    assert resolve_device(False, None, 1) == GPU and resolve_device(None, 4, 1) == GPU
+    for use_cpu, quantization_bit in ((False, None), ("false", None), (None, 4)):
+        assert needs_gpu(use_cpu, quantization_bit)
         with pytest.raises(NoGPU) as err:
-            resolve_device(cfg, 0, reasons=["GPUs visible to torch: none"])
+            resolve_device(use_cpu, quantization_bit, 0, reasons=["GPUs visible to torch: none"])
         assert "will not fall back to the CPU" in str(err.value) and "doctor: GPUs visible to torch: none" in str(err.value)
         assert all(p.key == "use_cpu" for p in err.value.problems)
-    assert describe({"use_cpu": False}).startswith("gpu, required") and describe({"use_cpu": True}).startswith("cpu")
+    assert describe(False, None).startswith("gpu, required") and describe(True, None).startswith("cpu")
 
 
 def test_every_preset_is_classified():
@@ -51,7 +51,7 @@ def test_every_preset_is_classified():
     for path in PRESETS:
         cfg = _preset(path)
         gpu = path.stem not in CPU_PRESETS
-        assert needs_gpu(cfg) is gpu, path.name
+        assert needs_gpu(cfg.get("use_cpu"), cfg.get("quantization_bit")) is gpu, path.name
         assert ("gpu" in config_tags(cfg)) is gpu, path.name
         if gpu:  # declared in the file, not inferred
             assert "use_cpu: false" in path.read_text(), path.name
@@ -132,9 +132,10 @@ def test_worker_refuses_a_gpu_config_without_gpus():
     """The rank's own resolution (a config launched with --skip-check): exit 2, no CPU training."""
     if _gpus_here():
         pytest.skip("this machine has a GPU")
+    from cockpit.config.run_config import RunConfig
     from cockpit.errors import InputError
     from cockpit.train.arguments import trains_on_cpu as _use_cpu
 
     with pytest.raises(InputError, match="will not fall back"):
-        _use_cpu({"use_cpu": False})
-    assert _use_cpu({"use_cpu": None}) is True and _use_cpu({"use_cpu": True}) is True
+        _use_cpu(RunConfig(use_cpu=False))
+    assert _use_cpu(RunConfig(use_cpu=None)) is True and _use_cpu(RunConfig(use_cpu=True)) is True

@@ -172,7 +172,7 @@ def test_a_run_started_outside_the_queue_holds_the_gpus_its_ranks_take(tmp_path,
 
     sysfs = str(two_amd_gpus(tmp_path))
     gpu = load_config(str(config(tmp_path, tiny_model_dir, "gpu", use_cpu=None)))
-    two = {**gpu, "nproc_per_node": 2}
+    two = gpu.replace(nproc_per_node=2)
     assert q.taken_gpus(gpu, {}, sysfs) == ["0"] and q.taken_gpus(two, {}, sysfs) == ["0", "1"]
     assert q.taken_gpus(gpu, {"HIP_VISIBLE_DEVICES": "1"}, sysfs) == ["1"]  # pinned by hand
     assert q.taken_gpus(two, {"CUDA_VISIBLE_DEVICES": "3,1,2"}, sysfs) == ["3", "1"]
@@ -184,12 +184,12 @@ def test_a_run_started_outside_the_queue_holds_the_gpus_its_ranks_take(tmp_path,
         {"HIP_VISIBLE_DEVICES": ""},  # nothing shown
     ):
         assert q.taken_gpus(gpu, unnamed, sysfs) is None, unnamed
-    assert q.taken_gpus({**gpu, "nproc_per_node": 3}, {}, sysfs) is None  # more than the host shows
-    assert q.taken_gpus({**gpu, "use_cpu": True}, {}, sysfs) is None  # a CPU run takes the whole host
+    assert q.taken_gpus(gpu.replace(nproc_per_node=3), {}, sysfs) is None  # more than the host shows
+    assert q.taken_gpus(gpu.replace(use_cpu=True), {}, sysfs) is None  # a CPU run takes the whole host
 
     # a real start: the config's env pins GPU 1; status.json says so before the supervisor runs
     runs = tmp_path / "runs"
-    pinned = {**gpu, "env": {"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "1"}}
+    pinned = gpu.replace(env={"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "1"})
     run = start_run(pinned, config_path=str(tmp_path / "gpu.yaml"), runs_dir=runs)
     try:
         held = run.read_status()["gpus"]
@@ -205,8 +205,8 @@ def test_gpus_needed_and_shown(tmp_path, tiny_model_dir):
     from cockpit.config import load_config
 
     cfg = load_config(config(tmp_path, tiny_model_dir, "n", use_cpu=None))
-    assert q.gpus_needed(cfg) == 1 and q.gpus_needed({**cfg, "nproc_per_node": 4}) == 4
-    assert q.gpus_needed({**cfg, "use_cpu": True}) == q.ALL
+    assert q.gpus_needed(cfg) == 1 and q.gpus_needed(cfg.replace(nproc_per_node=4)) == 4
+    assert q.gpus_needed(cfg.replace(use_cpu=True)) == q.ALL
     assert q.gpus_text({"gpus": ["0", "1"]}) == "GPU 0,1" and q.gpus_text({"gpus_needed": 2}) == "needs 2 GPUs"
     assert q.gpus_text({"gpus_needed": q.ALL}) == "needs all GPUs" and q.gpus_text({}) == ""
 

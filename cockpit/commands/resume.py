@@ -184,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
         rank_pids={},
         events_offset=offset,
         exit_code=None,
-        gpus=outside_queue_gpus(new_raw),  # resumed outside the queue: the GPUs it takes (None: all)
+        gpus=outside_queue_gpus(
+            RunConfig.from_resolved(new_raw)
+        ),  # resumed outside the queue: the GPUs it takes (None: all)
     )
     for f in ("stop", "kill", "save"):
         (run_dir.control_dir / f).unlink(missing_ok=True)

@@ -11,10 +11,12 @@ import argparse
 import json
 import random
 import sys
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cockpit.errors import InputError
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,7 +76,7 @@ def _given(args: argparse.Namespace) -> dict:
     return raw
 
 
-def submit(args: argparse.Namespace, cfg: Mapping[str, Any], runs_dir) -> int:
+def submit(args: argparse.Namespace, cfg: RunConfig, runs_dir) -> int:
     from cockpit.commands.common import EXIT_INPUT, EXIT_OK, print_input_error
     from cockpit.run.slurm_submit import SubmitRefused
     from cockpit.run.slurm_submit import submit as do_submit

@@ -33,7 +33,7 @@ def config_tags(cfg: Mapping[str, Any]) -> set[str]:
     from cockpit.device import needs_gpu
 
     quant = cfg.get("quantization_bit") not in (None, "")
-    gpu = needs_gpu(cfg)
+    gpu = needs_gpu(cfg.get("use_cpu"), cfg.get("quantization_bit"))
     tags: set[str] = set()
     if gpu:
         tags |= {"gpu", "rocm", "cuda"}  # the rocm/cuda checks only fail on their own build

@@ -139,9 +139,9 @@ def plan(
 
     if gpus_visible is None:
         gpus_visible = host_gpu_count()
-    use_cpu = trains_on_cpu(cfg, gpus_visible)
+    use_cpu = trains_on_cpu(cfg.use_cpu, cfg.quantization_bit, gpus_visible)
     ram = host_memory_gb if host_memory_gb else machine_ram_gib()
-    res.extra["device"] = describe(cfg)
+    res.extra["device"] = describe(cfg.use_cpu, cfg.quantization_bit)
     res.extra["host"] = host_load(cfg, run, int(est.params["total"]), use_cpu=use_cpu, host_memory_gib=ram)
     if gpu_memory_gb is not None and (not gpu_memory_gb or gpu_memory_gb <= 0):
         from cockpit.errors import InputError, Problem

@@ -134,7 +134,8 @@ def device_checks(cfg: RunConfig) -> list[str]:
     warnings: list[str] = []
     problems: list[Problem] = []
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    cpu = resolve_device(cfg, gpus, reasons=doctor_gpu_reasons(cfg) if gpus == 0 else None) == CPU
+    reasons = doctor_gpu_reasons(cfg) if gpus == 0 else None
+    cpu = resolve_device(cfg.use_cpu, cfg.quantization_bit, gpus, reasons=reasons) == CPU
     if cpu:
         if cfg.fp16:
             warnings.append(f"fp16: {FP16_ON_CPU}")

@@ -100,7 +100,9 @@ def gate_problems(cfg: RunConfig, gpus: int | None = None) -> list[Problem]:
         problems.append(Problem(reason, key="output_dir"))
     if any(getattr(cfg, k) for k in DEVICE_KEYS):
         try:
-            use_cpu = resolve_device(cfg, torch_gpu_count() if gpus is None else gpus) == CPU
+            use_cpu = (
+                resolve_device(cfg.use_cpu, cfg.quantization_bit, torch_gpu_count() if gpus is None else gpus) == CPU
+            )
         except InputError as exc:
             return problems + exc.problems
         problems += kernel_problems(cfg, use_cpu)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.load import dump_resolved
 from cockpit.device import visible_env
@@ -19,9 +19,12 @@ from cockpit.redact import unredacted
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir, run_name
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+
 
 def start_run(
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     *,
     config_path: str | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
@@ -37,18 +40,18 @@ def start_run(
     config's ``env`` ones), and status.json ``gpus`` says which the run holds; without it, ``gpus``
     records those the run takes as the environment stands (``queue.taken_gpus``), so the queue
     leaves them alone and hands out the others."""
-    if not cfg.get("master_port"):
+    if not cfg.master_port:
         from cockpit.strategy.launch import free_port
 
-        cfg = {**cfg, "master_port": free_port()}
-    run = create_run_dir(runs_dir or default_runs_dir(), run_name(cfg, config_path))
+        cfg = cfg.replace(master_port=free_port())
+    run = create_run_dir(runs_dir or default_runs_dir(), run_name(config_path, cfg.run_name, cfg.model_name_or_path))
     atomic_write_text(run.config_path, dump_resolved(cfg))
     run.update_status(
         state="starting",
         run_id=run.run_id,
         attempt=1,
         config_source=str(Path(config_path).resolve()) if config_path else None,
-        output_dir=cfg.get("output_dir"),
+        output_dir=cfg.output_dir,
         started=run.path.stat().st_mtime,
         step=0,
         total_steps=None,
@@ -61,17 +64,17 @@ def start_run(
         from cockpit.run.gate import hold
 
         hold(run)
-    env = {**(cfg.get("env") or {}), **(visible_env(gpus) if gpus is not None else {})}
+    env = {**(cfg.env or {}), **(visible_env(gpus) if gpus is not None else {})}
     record_supervisor(run, spawn_supervisor(run, env))
     return run
 
 
-def outside_queue_gpus(cfg: Mapping[str, Any]) -> list[str] | None:
+def outside_queue_gpus(cfg: RunConfig) -> list[str] | None:
     """The GPUs a run started here outside the queue takes: this process's environment with the
     config's ``env`` on top (what the supervisor and its ranks get)."""
     from cockpit.run.queue import taken_gpus
 
-    return taken_gpus(cfg, {**os.environ, **{k: str(v) for k, v in (cfg.get("env") or {}).items()}})
+    return taken_gpus(cfg, {**os.environ, **{k: str(v) for k, v in (cfg.env or {}).items()}})
 
 
 def record_supervisor(run: RunDir, proc: subprocess.Popen) -> None:

@@ -48,10 +48,13 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.device import CPU, INDEX_VARS, listed, resolve_device, visible_gpus
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, list_runs
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 POLL_S = 0.25  # a finished run frees its slot within a quarter second; each poll reads one small JSON
 DONE_KEPT = 50
@@ -104,17 +107,17 @@ def changing(runs_dir: Path) -> Iterator[dict[str, Any]]:
             atomic_write_json(_entries_path(runs_dir), data)
 
 
-def slurm_keys(cfg: Any) -> list[str]:
+def slurm_keys(cfg: RunConfig) -> list[str]:
     """The config's Slurm keys that are set: such a run is queued by Slurm."""
-    return [k for k, v in cfg.items() if k.startswith("slurm") and v not in (None, "", False)]
+    return [k for k, v in cfg.keys_only().items() if k.startswith("slurm") and v not in (None, "", False)]
 
 
-def queue_refusal(cfg: Any) -> str | None:
+def queue_refusal(cfg: RunConfig) -> str | None:
     """Why this queue does not take the config, or None: a Slurm run (Slurm queues it) or a run on
     several nodes (its ranks start on every node; started here alone it would wait for the others)."""
     if keys := slurm_keys(cfg):
         return f"{SLURM_REFUSAL} ({', '.join(keys)} set)"
-    nodes = int(cfg.get("nnodes") or 1)
+    nodes = int(cfg.nnodes or 1)
     if nodes > 1:
         return (
             f"nnodes: {nodes}: a run on several nodes starts on every node, not from this host's queue; "
@@ -307,15 +310,15 @@ def host_gpus(env: Mapping[str, str] | None = None, sysfs: str = "/sys") -> list
     return visible_gpus(env, len(sysfs_gpu_nodes(sysfs)))
 
 
-def gpus_needed(cfg: Mapping[str, Any]) -> int | str:
+def gpus_needed(cfg: RunConfig) -> int | str:
     """The GPUs a config's run takes on this host: ``nproc_per_node`` (one per local rank);
     ``ALL`` for a CPU run (``use_cpu: true``), which runs alone, as every run does on a CPU host."""
-    if resolve_device(cfg, gpus_visible=1) == CPU:
+    if resolve_device(cfg.use_cpu, cfg.quantization_bit, gpus_visible=1) == CPU:
         return ALL
-    return max(1, int(cfg.get("nproc_per_node") or 1))
+    return max(1, int(cfg.nproc_per_node or 1))
 
 
-def taken_gpus(cfg: Mapping[str, Any], env: Mapping[str, str] | None = None, sysfs: str = "/sys") -> list[str] | None:
+def taken_gpus(cfg: RunConfig, env: Mapping[str, str] | None = None, sysfs: str = "/sys") -> list[str] | None:
     """The GPUs a run started outside the queue (``cockpit train``, ``cockpit resume``) takes on this
     host, as the queue names them: its ranks use the first ``nproc_per_node`` GPUs its environment
     shows (``env``: this process's, with the config's ``env`` on top), so those of a hand-pinned
@@ -377,7 +380,7 @@ def held_gpus(runs_dir: Path, inventory: list[str]) -> list[list[str]]:
     return held
 
 
-def entry_config(entry: dict[str, Any]) -> Any:
+def entry_config(entry: dict[str, Any]) -> RunConfig:
     """The entry's config, read and validated again in its cwd; raises InputError / OSError."""
     from cockpit.config import load_config
     from cockpit.errors import InputError

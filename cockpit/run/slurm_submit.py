@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.load import dump_resolved
 from cockpit.errors import InputError, Problem
@@ -23,20 +23,23 @@ from cockpit.slurm.script import SlurmOptions, cluster_has_gpus, job_script
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import RunDir, atomic_write_text, create_run_dir, default_runs_dir, run_name
 
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+
 
 class SubmitRefused(Exception):
     """sbatch refused the job; ``str()`` is sbatch's own message."""
 
 
-def check_runs_dir(cfg: Mapping[str, Any], runs_dir: Path) -> None:
+def check_runs_dir(cfg: RunConfig, runs_dir: Path) -> None:
     """Several nodes share one run dir: refuse a runs dir local to this node."""
-    if int(cfg["nnodes"]) <= 1:
+    if int(cfg.nnodes) <= 1:
         return
     fstype, point = fs.filesystem_of(runs_dir)
     if not fs.is_shared(fstype):
         raise InputError(
             Problem(
-                f"runs dir {runs_dir}: filesystem {fstype} at {point or '?'} is local to this node; a {cfg['nnodes']}-node Slurm run "
+                f"runs dir {runs_dir}: filesystem {fstype} at {point or '?'} is local to this node; a {cfg.nnodes}-node Slurm run "
                 "needs the runs dir on a filesystem every node mounts (NFS, Lustre, GPFS, BeeGFS, ...): pass --runs-dir or set COCKPIT_RUNS_DIR",
                 key="nnodes",
             )
@@ -44,7 +47,7 @@ def check_runs_dir(cfg: Mapping[str, Any], runs_dir: Path) -> None:
 
 
 def submit(
-    cfg: Mapping[str, Any],
+    cfg: RunConfig,
     opts: SlurmOptions,
     *,
     config_path: str | None = None,
@@ -60,7 +63,7 @@ def submit(
     sbatch = shutil.which("sbatch")
     if not sbatch:
         raise InputError("--slurm: sbatch is not on PATH (is this a Slurm login node?)")
-    run = create_run_dir(runs, run_name(cfg, config_path))
+    run = create_run_dir(runs, run_name(config_path, cfg.run_name, cfg.model_name_or_path))
     atomic_write_text(run.config_path, dump_resolved(cfg))
     script = job_script(
         str(run.path), cfg, opts, job_name=f"cockpit-{run.run_id}", has_gpus=cluster_has_gpus(), python=python
@@ -72,7 +75,7 @@ def submit(
         "run_id": run.run_id,
         "attempt": 1,
         "config_source": str(Path(config_path).resolve()) if config_path else None,
-        "output_dir": cfg.get("output_dir"),
+        "output_dir": cfg.output_dir,
         "step": 0,
         "total_steps": None,
         "submitted": time.time(),
@@ -104,7 +107,7 @@ def submit(
         slurm = {
             "job_id": job,
             "script": str(script_path),
-            "nodes": int(cfg["nnodes"]),
+            "nodes": int(cfg.nnodes),
             "partition": opts.partition,
             "account": opts.account,
             "time": opts.time,

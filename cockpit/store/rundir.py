@@ -24,7 +24,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,13 +231,14 @@ class RunDir:
         return Path(out) if out else self.path
 
 
-def run_name(cfg: Mapping[str, Any], config_path: str | None) -> str:
-    """A new run dir's name: ``run_name``, else the config file's stem, else the model's last path part."""
-    if cfg.get("run_name"):
-        return str(cfg["run_name"])
+def run_name(config_path: str | None, name: str | None, model_name_or_path: str | None) -> str:
+    """A new run dir's name: the config's ``run_name`` (``name``), else the config file's stem, else the
+    model's last path part."""
+    if name:
+        return str(name)
     if config_path:
         return Path(config_path).stem
-    model = str(cfg.get("model_name_or_path") or "run")
+    model = str(model_name_or_path or "run")
     return re.sub(r".*/", "", model)
 
 

@@ -27,10 +27,9 @@ def artefact_dirs(run: RunDir, cfg: RunConfig) -> dict[str, Path]:
 def rank_precision(cfg: RunConfig, use_cpu: bool, writer, log) -> RunConfig:
     """The config this rank trains with: ``fp16`` on the CPU trains in fp32
     (:func:`cockpit.device.cpu_precision`), said in the log and as a warn alert."""
-    from cockpit.config.run_config import RunConfig
     from cockpit.device import CPU, GPU, cpu_precision
 
-    precise, note = cpu_precision(cfg, CPU if use_cpu else GPU)
+    precise, note = cpu_precision({"fp16": cfg.fp16}, CPU if use_cpu else GPU)
     if note:
         log(note)
         if writer:
@@ -41,7 +40,7 @@ def rank_precision(cfg: RunConfig, use_cpu: bool, writer, log) -> RunConfig:
                 message=note,
                 remedies=["bf16: true (the CPU's mixed precision)", "fp16 applies on a GPU"],
             )
-    return RunConfig.from_mapping(precise)
+    return cfg.replace(fp16=bool(precise["fp16"])) if note else cfg
 
 
 def trains_on_cpu(cfg: RunConfig) -> bool:
@@ -51,7 +50,8 @@ def trains_on_cpu(cfg: RunConfig) -> bool:
 
     from cockpit.device import CPU, resolve_device
 
-    return resolve_device(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0) == CPU
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return resolve_device(cfg.use_cpu, cfg.quantization_bit, gpus) == CPU
 
 
 class ListDataset:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.schema import SCHEDULERS, SCHEMA
 from cockpit.errors import InputError
 from cockpit.ui.palette import themed
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 METHODS = (
     ("LoRA", "lora"),
@@ -192,7 +194,7 @@ def _text(value: Any) -> str:
 
 @dataclass
 class Checked:
-    cfg: Mapping[str, Any] | None
+    cfg: RunConfig | None
     problems: list[str]
     notes: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # the keys the problems are about
@@ -354,7 +356,7 @@ class FormModel:
             cfg = validate(raw, check_paths=check_paths)
         except InputError as err:
             return Checked(None, [str(p) for p in err.problems], notes, [p.key for p in err.problems if p.key])
-        return Checked(cfg, [], notes + list(cfg.get("_notes") or []))  # validation's notes, as cockpit check says
+        return Checked(cfg, [], notes + list(cfg.notes))  # validation's notes, as cockpit check says
 
     # -- fit line -------------------------------------------------------------------------
     def gpu_memory(self) -> float:
@@ -363,14 +365,15 @@ class FormModel:
         except ValueError:
             return 64.0
 
-    def fit_memory(self, cfg: Mapping[str, Any], machine: Any) -> tuple[float, str, int]:
+    def fit_memory(self, cfg: RunConfig, machine: Any) -> tuple[float, str, int]:
         """What the fit line compares the planner's peak with: (GiB, where that number came
         from, how many ranks share it). A CPU run: the host's RAM, shared by its ranks; a GPU
         run: the GPU memory field, else the detected GPUs' memory, else 64 GiB (an MI250 GCD)."""
         from cockpit.device import trains_on_cpu
 
-        if trains_on_cpu(cfg, machine.gpus):  # the rule cockpit plan and cockpit train go by
-            ranks = int(cfg.get("nproc_per_node") or 1)
+        # the rule cockpit plan and cockpit train go by
+        if trains_on_cpu(cfg.use_cpu, cfg.quantization_bit, machine.gpus):
+            ranks = int(cfg.nproc_per_node or 1)
             if machine.ram_gb:
                 return machine.ram_gb, "host RAM (a CPU run)", ranks
             return 64.0, "host RAM unknown: 64 GiB assumed", ranks
@@ -387,7 +390,7 @@ class FormModel:
         return to_yaml(self.typed(), only_changed=False)
 
 
-def fit_line(cfg: Mapping[str, Any], gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
+def fit_line(cfg: RunConfig, gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
     """One line from the memory planner (pure Python, meta device off: torch-free).
     ``source``: where ``gpu_memory_gb`` came from; ``ranks``: processes sharing it (the host's
     RAM on a CPU run), so each gets its share."""
@@ -396,9 +399,9 @@ def fit_line(cfg: Mapping[str, Any], gpu_memory_gb: float, source: str = "", ran
     per_device = gpu_memory_gb / max(1, ranks)
     try:
         res = plan(
-            {k: v for k, v in cfg.items() if not k.startswith("_")},
+            cfg.keys_only(),
             gpu_memory_gb=per_device,
-            base_dir=cfg.get("_base_dir"),
+            base_dir=cfg.base_dir,
             use_meta=False,
         )
     except InputError as err:

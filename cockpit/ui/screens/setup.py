@@ -36,6 +36,7 @@ from cockpit.ui.widgets import Bearings, TickBox, machine_of
 if TYPE_CHECKING:
     from textual import getters
 
+    from cockpit.config.run_config import RunConfig
     from cockpit.ui.app import CockpitApp
 
 
@@ -368,7 +369,7 @@ class SetupScreen(SetupLaunch):
             self.query_one("#fit", Static).update("fit: (fix the problems first)")
 
     @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
-    def _fit(self, cfg: Mapping[str, Any], gpu_gb: float, source: str = "", ranks: int = 1) -> None:
+    def _fit(self, cfg: RunConfig, gpu_gb: float, source: str = "", ranks: int = 1) -> None:
         from textual.worker import get_current_worker
 
         line = forms.fit_line(cfg, gpu_gb, source, ranks)
