@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import json
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ def _header(path: Path) -> dict[str, Any]:
     """The safetensors header (names, dtypes, shapes, offsets): 8-byte length + JSON, no tensor read."""
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
-        head = json.loads(f.read(n))
+        head: dict[str, Any] = json.loads(f.read(n))
     head.pop("__metadata__", None)
     return head
 
@@ -118,11 +118,11 @@ def adapters_kept_real() -> Iterator[None]:
             return original(self, dtype=dtype) if dtype is not None else self
         return original(self, *args, **kwargs)
 
-    torch.nn.Module.to = to  # type: ignore[method-assign,assignment]
+    torch.nn.Module.to = to
     try:
         yield
     finally:
-        torch.nn.Module.to = original  # type: ignore[method-assign]
+        torch.nn.Module.to = original
 
 
 def fsdp2_materialise_and_load(
@@ -135,7 +135,7 @@ def fsdp2_materialise_and_load(
     dtype: Any,
     ties: Mapping[str, str] | None = None,
     extras_from_rank0: bool = False,
-    log=print,
+    log: Callable[[str], object] = print,
 ) -> dict[str, Any]:
     """After ``fully_shard`` on the meta skeleton: allocate this rank's shards, then fill them with
     its own part of every tensor: from ``extras`` (the adapters: every rank's own alike, or with
@@ -280,10 +280,11 @@ def fsdp2_full_resume(trainer_cls: type) -> type:
     checkpoint's model files into its shards (the Trainer's own load copies plain tensors into DTensor
     parameters and fails); a PEFT model's adapter resumes the Trainer's way."""
 
-    class FSDP2Resume(trainer_cls):  # type: ignore[misc,valid-type]
+    class FSDP2Resume(trainer_cls):  # type: ignore[misc]  # a class only known at run time
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
             if hasattr(self.model, "peft_config"):
-                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+                super()._load_from_checkpoint(resume_from_checkpoint, model)  # the Trainer's own (returns None)
+                return None
             dtype = next(self.model.parameters()).dtype
             if not fill_own_shards_from_files(self.model, resume_from_checkpoint, dtype):
                 raise ValueError(f"resume: {resume_from_checkpoint} holds no safetensors model files")
@@ -469,11 +470,11 @@ def construction_broadcast_skipped() -> Iterator[None]:
         give_untouched_partition(self, param)
         param.partition()  # already partitioned: only frees the whole tensor
 
-    ds_partition.Init._zero_init_param = partition_only  # type: ignore[method-assign]
+    ds_partition.Init._zero_init_param = partition_only
     try:
         yield
     finally:
-        ds_partition.Init._zero_init_param = original  # type: ignore[method-assign]
+        ds_partition.Init._zero_init_param = original
 
 
 def give_untouched_partition(init: Any, param: Any) -> None:

@@ -46,7 +46,8 @@ RECORD = "cockpit_checkpoint.json"
 def checkpoint_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A checkpoint's record ({} for one saved before records existed)."""
     try:
-        return json.loads(open(os.path.join(path, RECORD), encoding="utf-8").read())
+        record: dict[str, Any] = json.loads(open(os.path.join(path, RECORD), encoding="utf-8").read())
+        return record
     except (OSError, ValueError):
         return {}
 
@@ -155,7 +156,7 @@ def finite_step(loss: Any, grad_norm: Any, optimizer: Any) -> bool:
     return _finite(loss) and (_finite(grad_norm) or scaler_skipped(optimizer))
 
 
-class CockpitTrainer(Trainer):
+class CockpitTrainer(Trainer):  # type: ignore[misc]  # Trainer is Any here (follow_imports = skip)
     _staging = False
     loss_finite = True  # this rank's training loss and gradient norm, every step so far
     run_totals: Callable[[], dict[str, Any]] | None = None  # the worker's: first_loss, train_time_s, ...
@@ -186,16 +187,18 @@ class CockpitTrainer(Trainer):
         if 0 < self.state.max_steps <= self.state.global_step:
             self.control.should_training_stop = True
             return None
-        return super()._run_epoch(*args, **kwargs)  # type: ignore[misc]  # transformers 5's epoch loop
+        return super()._run_epoch(*args, **kwargs)  # transformers 5's epoch loop
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         # compute_accuracy averages per row: its evaluation batches keep one sample per row
         if self.eval_data_collator is None:
-            return super().evaluate(*args, **kwargs)
+            metrics: dict[str, float] = super().evaluate(*args, **kwargs)
+            return metrics
         trainer: Any = self  # HF's Trainer types data_collator loosely
         train_collator, trainer.data_collator = trainer.data_collator, self.eval_data_collator
         try:
-            return super().evaluate(*args, **kwargs)
+            metrics = super().evaluate(*args, **kwargs)
+            return metrics
         finally:
             trainer.data_collator = train_collator
 
@@ -217,7 +220,7 @@ class CockpitTrainer(Trainer):
         finally:
             trainer.data_collator = plain
 
-    def training_step(self, model, inputs, *args: Any, **kwargs: Any):
+    def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         # the batch's facts the collator found on the host (cockpit.train.host_facts): out of the batch before
         # the model sees it; the tokens kept for _track_num_input_tokens (HF calls it after the step with this
         # same dict), the sample bounds for compute_loss, where the batch is on its device
@@ -226,7 +229,7 @@ class CockpitTrainer(Trainer):
             self._host_bounds = inputs.pop(BOUNDS, None)
         return super().training_step(model, inputs, *args, **kwargs)
 
-    def _track_num_input_tokens(self, inputs):
+    def _track_num_input_tokens(self, inputs: Any) -> Any:
         # one rank: the collator's host count, no device read; several: HF's gather of every rank's count
         tokens, self._host_tokens = self._host_tokens, None
         if tokens is None or self.args.world_size > 1:
@@ -234,7 +237,9 @@ class CockpitTrainer(Trainer):
         self.state.num_input_tokens_seen += tokens
         return None
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         # training: the LM head only where a label is (cockpit.train.labelled_logits); evaluation
         # and prediction keep every logit (accuracy, generated predictions read them)
         positions = inputs.pop(POSITIONS, None)
@@ -297,7 +302,7 @@ class CockpitTrainer(Trainer):
             )
         return self._labelled_logits
 
-    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
+    def _maybe_log_save_evaluate(self, tr_loss: Any, grad_norm: Any, *args: Any, **kwargs: Any) -> Any:
         # tr_loss sums the loss since the last log (a NaN in it stays until then): looking at
         # logging and saving steps sees every step, without a device sync on the others
         if self.loss_finite and (self.control.should_log or self.control.should_save):
@@ -321,11 +326,11 @@ class CockpitTrainer(Trainer):
             restore_block(self.optimizer, checkpoint, log=print)  # before the block's moments load
         super()._load_optimizer_and_scheduler(checkpoint)
 
-    def _get_output_dir(self, trial):
-        root = super()._get_output_dir(trial)
+    def _get_output_dir(self, trial: Any) -> str:
+        root: str = super()._get_output_dir(trial)
         return os.path.join(root, CHECKPOINT_STAGING) if self._staging else root
 
-    def _save_checkpoint(self, model, trial) -> None:
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
         final_root = super()._get_output_dir(trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staged = os.path.join(final_root, CHECKPOINT_STAGING, name)
