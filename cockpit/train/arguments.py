@@ -4,13 +4,17 @@ configs start from these, :func:`cockpit.train.recipes.base.stage_arguments`).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cockpit.store.rundir import RunDir
 
 if TYPE_CHECKING:
+    from transformers import TrainingArguments
+
     from cockpit.config.run_config import RunConfig
+    from cockpit.store.events import EventWriter
 
 
 def artefact_dirs(run: RunDir, cfg: RunConfig) -> dict[str, Path]:
@@ -24,7 +28,9 @@ def artefact_dirs(run: RunDir, cfg: RunConfig) -> dict[str, Path]:
     }
 
 
-def rank_precision(cfg: RunConfig, use_cpu: bool, writer, log) -> RunConfig:
+def rank_precision(
+    cfg: RunConfig, use_cpu: bool, writer: EventWriter | None, log: Callable[[str], object]
+) -> RunConfig:
     """The config this rank trains with: ``fp16`` on the CPU trains in fp32
     (:func:`cockpit.device.cpu_precision`), said in the log and as a warn alert."""
     from cockpit.device import CPU, GPU, cpu_precision
@@ -91,7 +97,7 @@ SAME_NAME_ARGUMENTS = (
 )
 
 
-def training_arguments(cfg: RunConfig, dirs: dict[str, Path], use_cpu: bool, world_size: int):
+def training_arguments(cfg: RunConfig, dirs: dict[str, Path], use_cpu: bool, world_size: int) -> TrainingArguments:
     from transformers import TrainingArguments
 
     from cockpit.train.trackers import report_to

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError
@@ -18,13 +19,13 @@ if TYPE_CHECKING:
 def apply_strategy(
     run: RunDir,
     cfg: RunConfig,
-    model,
+    model: Any,
     rank: int,
     world_size: int,
     local_rank: int,
     use_cpu: bool,
     n_rows: int,
-    log,
+    log: Callable[[str], object],
 ) -> tuple[RunConfig, bool]:
     """DeepSpeed: the config (user file or generated) filled as HF fills it, validated by DeepSpeed,
     written to RUN_DIR/ds_config.json. FSDP: a torch check. Returns (cfg, parameters sharded?)."""
@@ -74,7 +75,7 @@ def skip_deepspeed_shm_build() -> None:
     ds_torch_comm.build_shm_op = lambda: None
 
 
-def comm_health_probe(writer, use_cpu: bool, log) -> None:
+def comm_health_probe(writer: EventWriter | None, use_cpu: bool, log: Callable[[str], object]) -> None:
     """All ranks: a timed all-reduce at a few sizes (the process group exists once the
     TrainingArguments are built); rank 0 records backend, version and bus bandwidth."""
     from cockpit.comm.env import comm_env
@@ -98,7 +99,7 @@ def comm_health_probe(writer, use_cpu: bool, log) -> None:
         )
 
 
-def report_peak_memory(run: RunDir, writer, rank: int, local_rank: int, phase: str) -> None:
+def report_peak_memory(run: RunDir, writer: EventWriter | None, rank: int, local_rank: int, phase: str) -> None:
     """Every rank: a ``rank_memory`` event with its peak resident memory so far: VmHWM, and the
     sampled peak of its private memory (RssAnon: :mod:`cockpit.train.private_memory`)."""
     from cockpit.train.private_memory import PEAK

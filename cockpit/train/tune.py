@@ -319,7 +319,7 @@ def step_clock(use_cpu: bool) -> Any:
     import torch
     from transformers import TrainerCallback
 
-    class Clock(TrainerCallback):
+    class Clock(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is Any here (follow_imports = skip)
         def __init__(self) -> None:
             self.marks: list[tuple[float, int]] = []
 
