@@ -182,8 +182,10 @@ def warm_start_server(tmp_path_factory):
     """This test process's warm start server (cockpit/train/warm_start.py): the CLI calls below and the
     supervisors' single-process ranks start forked from it, torch and transformers imported once, instead
     of importing them anew (about 3 s for `cockpit check`, 4 s for a rank). A test marked ``cold_start``
-    runs without it (the fixture below); a process whose import-time environment differs (a side
-    folder's PYTHONPATH, ...) is refused by the server and starts cold."""
+    runs without it (the fixture below). A process whose import-time environment differs (a side
+    folder's PYTHONPATH, a test's OMP_NUM_THREADS, ...) starts from one of at most three pool servers
+    that this one starts for those environments (each ends after 60 s unused); with all three busy it
+    starts cold."""
     if os.environ.get("COCKPIT_TEST_WARM_START", "1") == "0":
         yield None
         return
@@ -192,15 +194,19 @@ def warm_start_server(tmp_path_factory):
     WARM_START_ENV.update(os.environ)  # the server's own (a test's leak into os.environ later is not)
     log = open(Path(path).with_suffix(".log"), "ab")
     server = subprocess.Popen(
-        [sys.executable, "-m", "cockpit.train.warm_start", path],
+        [sys.executable, "-m", "cockpit.train.warm_start", path, "--pool", "3"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     log.close()
     os.environ["COCKPIT_WARM_START"] = path  # ready or not: until it listens, a start is cold
     yield path
     os.environ.pop("COCKPIT_WARM_START", None)
-    server.kill()
-    server.wait()
+    server.terminate()  # it ends its pool servers
+    try:
+        server.wait(15)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 @pytest.fixture(autouse=True)

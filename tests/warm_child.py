@@ -14,6 +14,8 @@ if __name__ == "__main__":
         "marker": os.environ.get("WARM_CHILD_MARKER"),
         "torch_imported": "torch" in sys.modules,
         "name": __name__,
+        "ppid": os.getppid(),
+        "sys_path": sys.path,
     }), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     if sys.argv[1] == "wait":

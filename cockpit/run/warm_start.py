@@ -3,8 +3,9 @@
 
 Only where ``COCKPIT_WARM_START`` names a server's socket (the test suite sets it) and only for a
 ``python -m MODULE ARGS`` command of the server's own interpreter; otherwise, or when the server
-refuses (another import-time environment) or is gone, :func:`start` returns None and the caller
-starts the process cold. Stdlib only: the supervisor imports this.
+refuses (another import-time environment and no room in its pool for a server of that one) or is
+gone, :func:`start` returns None and the caller starts the process cold. A redirect to a pool server
+is followed once (the first one for an environment waits for it to import, as a cold start would). Stdlib only: the supervisor imports this.
 """
 
 from __future__ import annotations
@@ -99,6 +100,26 @@ def start(
         "stdout": stdout,
         "stderr": stderr,
     }
+    try:
+        conn, message, rest = _ask(path, request)
+        if "redirect" in message:  # a pool server with this request's import-time environment
+            conn.close()
+            path = str(message["redirect"])
+            _wait_listening(path, int(message["server_pid"]))
+            conn, message, rest = _ask(path, request)
+    except (OSError, ValueError) as exc:
+        last_refusal = f"no warm start server at {path}: {exc}"
+        return None
+    if "pid" not in message:
+        conn.close()
+        last_refusal = str(message.get("refused"))
+        return None
+    return WarmProcess(conn, int(message["pid"]), rest)
+
+
+def _ask(path: str, request: dict[str, Any]) -> tuple[socket.socket, dict[str, Any], bytes]:
+    """Send ``request`` to the server at ``path``: the open connection, its first answer, and what
+    came after that answer's line."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(30)
@@ -112,15 +133,27 @@ def start(
             answer += chunk
         line, rest = answer.split(b"\n", 1)
         message = json.loads(line)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError):
         conn.close()
-        last_refusal = f"no warm start server at {path}: {exc}"
-        return None
-    if "pid" not in message:
+        raise
+    if not isinstance(message, dict):
         conn.close()
-        last_refusal = str(message.get("refused"))
-        return None
-    return WarmProcess(conn, int(message["pid"]), rest)
+        raise ValueError(f"an answer that is not an object: {line!r}")
+    return conn, message, rest
+
+
+def _wait_listening(path: str, server_pid: int, timeout: float = 180.0) -> None:
+    """Until a pool server (just started: importing torch and the rest, as a cold process would)
+    listens at ``path``; OSError if it dies first or takes longer than ``timeout``."""
+    from cockpit.run.liveness import is_alive
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if not is_alive(server_pid, None):
+            raise OSError(f"the pool server {server_pid} ended before it listened")
+        if time.monotonic() > deadline:
+            raise OSError(f"the pool server {server_pid} did not listen within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def run(

@@ -9,14 +9,21 @@ CLI helper for ``python -m cockpit.cli``. The child is a real process of its own
 (``setsid``), environment, working directory, log, signals and exit status; only its start differs.
 
 Nothing of cockpit is imported here before the fork (its modules read the environment at import);
-only third-party packages, and only those that a child with a different import-time environment
-would import differently are refused: a request whose ``PYTHONPATH``, ``HF_*``, ``OMP_*``, ...
-differ from the server's is answered ``{"refused": why}`` and the caller starts a cold process.
+only third-party packages. A request whose import-time environment (``PYTHONPATH``, ``HF_*``,
+``OMP_*``, ...) differs from the server's cannot be forked from it: the packages read those at
+import (transformers, for one, looks its optional packages up on ``sys.path`` once). With a pool
+(``--pool N``) the server starts a second server with that request's import-time environment (cold,
+once) and redirects the request, and the next ones with the same environment, to it: the side
+folders' ``PYTHONPATH`` of the QLoRA and tracker runs, a test's ``OMP_NUM_THREADS``. A pool server
+ends after ``--idle-exit`` seconds with no request and no child (the pool holds at most N at once;
+one more is refused). Without a pool, or with a full one, the answer is ``{"refused": why}`` and the
+caller starts a cold process.
 
 Protocol, one JSON line each way: the request ``{"executable", "module", "args", "env", "cwd",
 "stdout", "stderr"}`` (paths the child appends to; ``stderr`` may be ``"stdout"``); the answers
 ``{"pid": N}`` at the fork and ``{"returncode": N}`` at the child's end (a negative N: the signal
-that ended it, as :class:`subprocess.Popen` says it).
+that ended it, as :class:`subprocess.Popen` says it), or ``{"redirect": PATH, "server_pid": N}``
+(ask the pool server at PATH, listening once its imports are done; N: its pid, to see it die).
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
+import time
 from typing import Any
 
 # packages a rank or `cockpit check` imports anyway, in the order they are imported
@@ -83,15 +92,70 @@ def import_time_env(env: dict[str, str]) -> dict[str, str]:
 
 def refusal(request: dict[str, Any]) -> str | None:
     """Why this server cannot start the request warm (None: it can)."""
+    return command_refusal(request) or env_refusal(request)
+
+
+def command_refusal(request: dict[str, Any]) -> str | None:
     if request.get("executable") != sys.executable:
         return f"another interpreter ({request.get('executable')}, this server runs {sys.executable})"
     if not isinstance(request.get("module"), str) or not request["module"]:
         return "no module to run"
+    return None
+
+
+def env_refusal(request: dict[str, Any]) -> str | None:
     mine, theirs = import_time_env(dict(os.environ)), import_time_env(request.get("env") or {})
     if mine != theirs:
         differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         return f"its import-time environment differs ({', '.join(differ)})"
     return None
+
+
+class Pool:
+    """The servers this one started for other import-time environments: at most ``size`` at once,
+    each keyed by the environment it imported with. Its own children: reaped by :func:`_reap`."""
+
+    def __init__(self, path: str, size: int, idle_exit: float) -> None:
+        self.path = path
+        self.size = size
+        self.idle_exit = idle_exit
+        self.servers: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}  # env key -> (socket, process)
+        self.started = 0
+
+    def redirect(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Where to ask for ``request`` (a server with its import-time environment, started now if
+        none runs); None when the pool is full."""
+        theirs = import_time_env(request.get("env") or {})
+        key = json.dumps(sorted(theirs.items()))
+        if key not in self.servers:
+            if len(self.servers) >= self.size:
+                return None
+            self.started += 1
+            path = f"{self.path}.{self.started}"
+            env = {k: v for k, v in os.environ.items() if k not in import_time_env(dict(os.environ))}
+            env.update(theirs)
+            env[UNBUFFERED] = "1"
+            command = [sys.executable, "-m", "cockpit.train.warm_start", path, "--idle-exit", str(self.idle_exit)]
+            self.servers[key] = (path, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+        path, process = self.servers[key]
+        return {"redirect": path, "server_pid": process.pid}
+
+    def close(self) -> None:
+        """End the pool servers (their children, forked ranks in sessions of their own, live on)."""
+        for _, process in self.servers.values():
+            process.terminate()
+        for _, process in self.servers.values():
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.servers.clear()
+
+    def ended(self, pid: int, code: int) -> None:
+        for key, (_, process) in list(self.servers.items()):
+            if process.pid == pid:
+                process.returncode = code  # reaped by _reap: Popen must not wait for it again
+                del self.servers[key]
 
 
 def _stream(fd: int, unbuffered: bool, errors: str) -> Any:
@@ -162,9 +226,10 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> None:
         pass
 
 
-def serve(path: str) -> int:
-    """Accept requests on the socket ``path`` until the process that started this server is gone;
-    in a forked child, the child's exit code (the caller exits with it)."""
+def serve(path: str, pool: Pool | None = None, idle_exit: float | None = None) -> int:
+    """Accept requests on the socket ``path`` until the process that started this server is gone (or,
+    with ``idle_exit``, it has had no request and no child for that many seconds); in a forked child,
+    the child's exit code (the caller exits with it)."""
     for name in PREIMPORTS:
         __import__(name)
     parent = os.getppid()
@@ -173,29 +238,54 @@ def serve(path: str) -> int:
     os.rename(path + ".tmp", path)  # callers see the socket once it listens
     listener.listen(64)
     waiting: dict[int, socket.socket] = {}  # child pid -> the connection that asked for it
+    busy = time.monotonic()
     while os.getppid() == parent:
+        if waiting:
+            busy = time.monotonic()
+        elif idle_exit is not None and time.monotonic() - busy > idle_exit:
+            os.unlink(path)  # no new caller finds it; one that just did gets a refused connection: cold
+            break
         ready, _, _ = select.select([listener], [], [], 0.2)
         if ready:
+            busy = time.monotonic()
             conn, _ = listener.accept()
             request = _read_request(conn)
-            why = refusal(request) if request is not None else "an unreadable request"
-            if why is not None:
-                print(f"refused {request and request.get('module')}: {why}", flush=True)
-                _send(conn, {"refused": why})
+            answer = _answer_without_fork(request, pool)
+            if answer is not None:
+                _send(conn, answer)
                 conn.close()
-                continue
-            assert request is not None
-            pid = os.fork()
-            if pid == 0:
-                listener.close()
-                for other in waiting.values():
-                    other.close()
-                conn.close()
-                return run_child(request)
-            _send(conn, {"pid": pid})
-            waiting[pid] = conn
-        _reap(waiting)
+            else:
+                assert request is not None
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    for other in waiting.values():
+                        other.close()
+                    conn.close()
+                    return run_child(request)
+                _send(conn, {"pid": pid})
+                waiting[pid] = conn
+        _reap(waiting, pool)
     return 0
+
+
+def _answer_without_fork(request: dict[str, Any] | None, pool: Pool | None) -> dict[str, Any] | None:
+    """The answer to a request this server does not fork for (a refusal, a redirect to a pool
+    server); None: fork it."""
+    if request is None:
+        why = "an unreadable request"
+    else:
+        why = command_refusal(request)
+        if why is None:
+            why = env_refusal(request)
+            if why is None:
+                return None
+            redirect = pool.redirect(request) if pool is not None else None
+            if redirect is not None:
+                return redirect
+            why += " (the pool is full)" if pool is not None else ""
+    print(f"refused {request and request.get('module')}: {why}", flush=True)
+    return {"refused": why}
 
 
 def _read_request(conn: socket.socket) -> dict[str, Any] | None:
@@ -213,7 +303,7 @@ def _read_request(conn: socket.socket) -> dict[str, Any] | None:
     return request if isinstance(request, dict) else None
 
 
-def _reap(waiting: dict[int, socket.socket]) -> None:
+def _reap(waiting: dict[int, socket.socket], pool: Pool | None) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -221,13 +311,43 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
             return
         if pid == 0:
             return
+        if pool is not None:
+            pool.ended(pid, _exit_code(status))
         conn = waiting.pop(pid, None)
         if conn is not None:
             _send(conn, {"returncode": _exit_code(status)})
             conn.close()
 
 
+def main(argv: list[str]) -> int:
+    """``python -m cockpit.train.warm_start SOCKET [--pool N] [--idle-exit SECONDS]``"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cockpit.train.warm_start")
+    parser.add_argument("socket")
+    parser.add_argument(
+        "--pool", type=int, default=0, help="at most this many servers for other import-time environments"
+    )
+    parser.add_argument(
+        "--idle-exit", type=float, default=None, help="end after this many seconds with no request and no child"
+    )
+    parser.add_argument("--pool-idle-exit", type=float, default=60.0, help="a pool server's --idle-exit")
+    args = parser.parse_args(argv)
+    pool = Pool(args.socket, args.pool, args.pool_idle_exit) if args.pool > 0 else None
+    server = os.getpid()
+    signal.signal(signal.SIGTERM, _terminated)  # a forked child resets it (run_child)
+    try:
+        return serve(args.socket, pool, args.idle_exit)
+    finally:
+        if pool is not None and os.getpid() == server:  # not in a forked child on its way out
+            pool.close()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
-    code = serve(sys.argv[1])
+    code = main(sys.argv[1:])
     sys.stdout.flush()
     os._exit(code)
