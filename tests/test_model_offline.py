@@ -103,15 +103,16 @@ def test_a_hub_id_with_no_network_answers_within_seconds(tmp_path, tiny_model_di
 
 
 def test_a_typod_dataset_gets_a_did_you_mean_not_a_cut_off_list(tmp_path):
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.dataset_info import resolve_datasets
 
     with pytest.raises(InputError) as err:
-        resolve_datasets({"dataset": "cockpit_identty"})
+        resolve_datasets(RunConfig(dataset="cockpit_identty"))
     assert "did you mean 'cockpit_identity'" in problem(err)
     names = {f"set_{i:02d}": {"file_name": "x.jsonl"} for i in range(30)} | {"alpaca_en_demo": {"file_name": "a.json"}}
     (tmp_path / "dataset_info.json").write_text(json.dumps(names))
     with pytest.raises(InputError) as err:
-        resolve_datasets({"dataset": "alpaca_en_dem", "dataset_dir": str(tmp_path)})
+        resolve_datasets(RunConfig(dataset="alpaca_en_dem", dataset_dir=str(tmp_path)))
     said = problem(err)
     assert "did you mean 'alpaca_en_demo'" in said and "set_00" not in said and "..." not in said
 

@@ -116,15 +116,16 @@ def test_dataset_info_ranking_must_match_the_stage(tmp_path):
     jsonl(tmp_path / "data" / "p.jsonl", [{"instruction": "a", "chosen": "b", "rejected": "c"}])
     jsonl(tmp_path / "data" / "s.jsonl", [{"instruction": "a", "output": "b"}])
     (tmp_path / "data" / "dataset_info.json").write_text(json.dumps({"prefs": {"file_name": "p.jsonl", "ranking": True}, "plain": {"file_name": "s.jsonl"}}))
+    from cockpit.config.run_config import RunConfig
     from cockpit.data.dataset_info import resolve_datasets
 
-    base = {"dataset_dir": str(tmp_path / "data")}
-    assert resolve_datasets({**base, "stage": "dpo", "dataset": "prefs"})[0].ranking
+    base = RunConfig(dataset_dir=str(tmp_path / "data"))
+    assert resolve_datasets(base.replace(stage="dpo", dataset="prefs"))[0].ranking
     with pytest.raises(InputError) as err:
-        resolve_datasets({**base, "stage": "sft", "dataset": "prefs"})
+        resolve_datasets(base.replace(stage="sft", dataset="prefs"))
     assert "a ranking (chosen / rejected) dataset needs stage dpo or rm, not sft" in str(err.value)
     with pytest.raises(InputError) as err:
-        resolve_datasets({**base, "stage": "rm", "dataset": "plain"})
+        resolve_datasets(base.replace(stage="rm", dataset="plain"))
     assert "stage rm needs preference pairs" in str(err.value)
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.config.load import DEMO_DIR
 from cockpit.data.formats import DatasetSpec
 from cockpit.data.pairs import ranking_problem
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 _UNSUPPORTED_ENTRY_KEYS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
 
@@ -37,12 +39,12 @@ def _entry_line(text: str, name: str) -> int | None:
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 
-def info_dirs(cfg: Mapping[str, Any]) -> list[Path]:
+def info_dirs(cfg: RunConfig) -> list[Path]:
     dirs: list[Path] = []
-    if cfg.get("dataset_dir"):
-        dirs.append(Path(cfg["dataset_dir"]))
+    if cfg.dataset_dir:
+        dirs.append(Path(cfg.dataset_dir))
     else:
-        for base in (Path.cwd(), Path(cfg.get("_base_dir") or Path.cwd())):
+        for base in (Path.cwd(), Path(cfg.base_dir or Path.cwd())):
             if (base / "data" / "dataset_info.json").exists():
                 dirs.append(base / "data")
     dirs.append(DEMO_DIR)
@@ -56,12 +58,12 @@ def info_dirs(cfg: Mapping[str, Any]) -> list[Path]:
 _Registry = tuple[Path, Path, dict[str, Any], str]  # (folder, its dataset_info.json, parsed, text)
 
 
-def resolve_datasets(cfg: Mapping[str, Any], key: str = "dataset") -> list[DatasetSpec]:
-    value = str(cfg.get(key) or "").strip()
+def resolve_datasets(cfg: RunConfig, key: str = "dataset") -> list[DatasetSpec]:
+    value = str(getattr(cfg, key) or "").strip()
     where: dict[str, Any] = {"key": key}
     if not value:
         raise InputError(Problem("required: a .json/.jsonl file or dataset names", **where))
-    bases = [Path.cwd(), Path(cfg.get("_base_dir") or Path.cwd())]
+    bases = [Path.cwd(), Path(cfg.base_dir or Path.cwd())]
     # A path to a file (or something that looks like one).
     if value.endswith((".json", ".jsonl")) or "/" in value or value.startswith("@demo"):
         return [_file_spec(value, bases, where)]
@@ -100,7 +102,7 @@ def _file_spec(value: str, bases: list[Path], where: dict[str, Any]) -> DatasetS
     return DatasetSpec(name=p.stem, path=p)
 
 
-def _registries(cfg: Mapping[str, Any], where: dict[str, Any]) -> list[_Registry]:
+def _registries(cfg: RunConfig, where: dict[str, Any]) -> list[_Registry]:
     """The dataset_info.json files of info_dirs, read in lookup order; InputError when there is none."""
     registries: list[_Registry] = []
     for d in info_dirs(cfg):
@@ -131,7 +133,7 @@ def _unknown_name_problem(name: str, registries: list[_Registry], where: dict[st
     return Problem(f"dataset {name!r} is not in {files} ({hint})", **where)
 
 
-def _entry_spec(name: str, hit: _Registry, cfg: Mapping[str, Any]) -> DatasetSpec | Problem:
+def _entry_spec(name: str, hit: _Registry, cfg: RunConfig) -> DatasetSpec | Problem:
     """The dataset of registry entry NAME, or the first problem of the entry (at its file:line)."""
     d, info, data, text = hit
     entry = data[name]
@@ -147,7 +149,7 @@ def _entry_spec(name: str, hit: _Registry, cfg: Mapping[str, Any]) -> DatasetSpe
         )
     if "file_name" not in entry:
         return Problem("missing 'file_name'", **loc)
-    stage_problem = ranking_problem(cfg.get("stage") or "sft", bool(entry.get("ranking")), entry)
+    stage_problem = ranking_problem(cfg.stage or "sft", bool(entry.get("ranking")), entry)
     if stage_problem:
         return Problem(stage_problem, **loc)
     fmt = entry.get("formatting", "alpaca")

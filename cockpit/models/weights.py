@@ -18,7 +18,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 INDEX = "model.safetensors.index.json"
 MODES = ("full", "zero3", "fsdp_meta")
@@ -114,8 +117,8 @@ def strategy_shards_load(*, world_size: int, quantized: bool, fsdp: bool, zero3:
 ADAPTER_INIT_READS_BASE = ("adapter_name_or_path", "use_dora", "pissa_init", "additional_target")
 
 
-def adapter_init_reads_base(cfg: Any) -> bool:
-    return cfg.get("finetuning_type") == "lora" and any(cfg.get(k) for k in ADAPTER_INIT_READS_BASE)
+def adapter_init_reads_base(cfg: RunConfig) -> bool:
+    return cfg.finetuning_type == "lora" and any(getattr(cfg, k) for k in ADAPTER_INIT_READS_BASE)
 
 
 def sharded_load_mode(weights: Weights, *, world_size: int, quantized: bool, fsdp: bool, zero3: bool) -> str:
@@ -129,20 +132,20 @@ def sharded_load_mode(weights: Weights, *, world_size: int, quantized: bool, fsd
     return "fsdp_meta" if fsdp else "zero3"
 
 
-def planned_weights(cfg: Any) -> Weights:
+def planned_weights(cfg: RunConfig) -> Weights:
     """The planner's view of the run's weights: nothing downloaded, nothing converted (the
     embedded model's safetensors folder is where its conversion writes)."""
     from cockpit.errors import InputError
     from cockpit.models.embedded import embedded_model_dir, is_embedded
     from cockpit.models.resolve import resolve_model
 
-    name = cfg.get("model_name_or_path")
+    name = cfg.model_name_or_path
     if not isinstance(name, str):
         return Weights(None, "no model_name_or_path")
     if is_embedded(name):
         return Weights(str(embedded_model_dir()))
     try:
-        ref = resolve_model(name, log=lambda *_: None, revision=cfg.get("model_revision"))
+        ref = resolve_model(name, log=lambda *_: None, revision=cfg.model_revision)
     except InputError as exc:
         return Weights(None, str(exc))
     return weights_of(ref, fetch=False)

@@ -30,9 +30,10 @@ def job_port(job_id: str | None) -> int:
     return 20000 + int(job_id or 0) % 20000
 
 
-def node_config(cfg: Mapping[str, Any], node: int, env: dict[str, str]) -> dict[str, Any]:
-    nnodes = int(cfg["nnodes"])
-    port = int(cfg.get("master_port") or 0)
+def node_config(saved: Mapping[str, Any], node: int, env: dict[str, str]) -> dict[str, Any]:
+    """This node's config: the run's config.yaml as read (``saved``) with its node rank, port and address."""
+    nnodes = int(saved["nnodes"])
+    port = int(saved.get("master_port") or 0)
     if not port:
         if nnodes > 1:
             port = job_port(env.get("SLURM_JOB_ID"))
@@ -40,7 +41,7 @@ def node_config(cfg: Mapping[str, Any], node: int, env: dict[str, str]) -> dict[
             from cockpit.strategy.launch import free_port
 
             port = free_port()
-    out = {**cfg, "node_rank": node, "master_port": port}
+    out = {**saved, "node_rank": node, "master_port": port}
     if nnodes > 1:
         out["master_addr"] = env.get("MASTER_ADDR") or socket.gethostname()
     return out
@@ -59,10 +60,10 @@ def main(argv: list[str]) -> int:
     run0 = RunDir(Path(argv[0]).resolve())
     env = dict(os.environ)
     node = int(env.get("SLURM_NODEID") or 0)
-    cfg = yaml.safe_load(run0.config_path.read_text(encoding="utf-8"))
+    saved = yaml.safe_load(run0.config_path.read_text(encoding="utf-8"))
     run = node_run(run0, node)
-    cfg = node_config(cfg, node, env)
-    atomic_write_text(run.config_path, dump_resolved(cfg))
+    ours = node_config(saved, node, env)
+    atomic_write_text(run.config_path, dump_resolved(ours))
     slurm = {
         **(run0.read_status().get("slurm") or {}),
         "job_id": env.get("SLURM_JOB_ID"),
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> int:
         attempt=run.read_status().get("attempt") or 1,
         slurm=slurm,
     )
-    env.update(unredacted(cfg.get("env")))  # secrets: from the job's env
+    env.update(unredacted(ours.get("env")))  # secrets: from the job's env
     os.chdir(run.path)
     os.execve(sys.executable, [sys.executable, "-m", "cockpit.run.supervisor", str(run.path)], env)
     return 1  # not reached

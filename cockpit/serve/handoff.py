@@ -26,10 +26,10 @@ FINGERPRINT_KEYS = (
 
 def _fingerprint(folder: str) -> dict[str, Any] | None:
     try:
-        cfg = json.loads((Path(folder) / "config.json").read_text())
+        model_config = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    return {k: cfg.get(k) for k in FINGERPRINT_KEYS}
+    return {k: model_config.get(k) for k in FINGERPRINT_KEYS}
 
 
 def _same_path(a: str, b: str) -> bool:

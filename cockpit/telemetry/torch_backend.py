@@ -22,7 +22,6 @@ so that importing ``cockpit.telemetry`` stays torch-free for the supervisor and 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from cockpit.telemetry.base import empty_device, mib
@@ -101,17 +100,18 @@ def torch_device_memory(device: Any = None) -> dict[str, Any] | None:
 
 
 def start_node_telemetry(
-    cfg: Mapping[str, Any], rank: int, local_rank: int, node_rank: int, host: str, emit: Any
+    interval_s: float | None, nnodes: int | None, rank: int, local_rank: int, node_rank: int, host: str, emit: Any
 ) -> Any:
     """In local rank 0 of every node of a torchrun job: the node's reporter thread (and in global
     rank 0 its collector, emitting through ``emit``), over a client of the rendezvous store at
     ``MASTER_ADDR:MASTER_PORT`` (see :mod:`cockpit.telemetry.node`). None when telemetry is off,
-    for other local ranks and for single-process runs; never raises."""
+    for other local ranks and for single-process runs; never raises. ``interval_s`` and ``nnodes``: the run config's
+    ``telemetry_interval_s`` and ``nnodes``."""
     from datetime import timedelta
 
     from cockpit.telemetry import node, select_backend
 
-    interval = float(cfg.get("telemetry_interval_s") or 0)
+    interval = float(interval_s or 0)
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if interval <= 0 or local_rank != 0 or not addr or not port or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
@@ -123,7 +123,7 @@ def start_node_telemetry(
         if backend is not None and backend.name == "cpu":
             backend = None
         reporter = node.NodeReporter(store, node_rank, host, backend, unavailable)
-        collector = node.NodeCollector(store, int(cfg.get("nnodes") or 1), own_node=node_rank) if rank == 0 else None
+        collector = node.NodeCollector(store, int(nnodes or 1), own_node=node_rank) if rank == 0 else None
         node.ACTIVE = node.NodeThread(reporter, collector, emit if rank == 0 else None, interval).start()
     except Exception as exc:  # noqa: BLE001 - telemetry must never take a run down
         print(f"node telemetry disabled: {type(exc).__name__}: {exc}", flush=True)

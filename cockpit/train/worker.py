@@ -105,7 +105,8 @@ def main(run_path: str) -> int:
 
     # every node's GPUs and heartbeat, through the rendezvous store (local rank 0 of each node)
     start_node_telemetry(
-        cfg,
+        cfg.telemetry_interval_s,
+        cfg.nnodes,
         rank,
         local_rank,
         int(os.environ.get("GROUP_RANK", 0)),

@@ -84,16 +84,16 @@ def check_config(path: Path, timeout: float = 300) -> CliResult:
     return run_cli("check", str(path), "--json", "--no-devices", timeout=timeout)
 
 
-def write_config(path: Path, cfg: Mapping[str, Any]) -> dict[str, str]:
-    """``cfg`` as YAML at ``path`` with the secrets of its ``env`` redacted; returns them (name ->
+def write_config(path: Path, raw: Mapping[str, Any]) -> dict[str, str]:
+    """``raw`` (the UI's flat config dict, before validation) as YAML at ``path`` with the secrets of its ``env`` redacted; returns them (name ->
     value): the command that reads the file gets them through its environment (``secrets=``),
     so no config the UI writes holds one."""
     from cockpit.config.load import to_yaml
     from cockpit.redact import redact_env, secret_values
     from cockpit.store.rundir import atomic_write_text
 
-    secrets = secret_values(cfg.get("env"))
-    written = {**cfg, "env": redact_env(cfg.get("env"))} if cfg.get("env") else cfg
+    secrets = secret_values(raw.get("env"))
+    written = {**raw, "env": redact_env(raw.get("env"))} if raw.get("env") else raw
     atomic_write_text(path, to_yaml(written, only_changed=False))
     return secrets
 

@@ -420,7 +420,7 @@ def relaunch_config(run: RunDir, env_add: dict[str, str]) -> tuple[dict[str, Any
     from cockpit.config.load import REDACTED, read_yaml
     from cockpit.errors import InputError
 
-    cfg, _lines = read_yaml(run.config_path)
+    saved, _lines = read_yaml(run.config_path)
     notes: list[str] = []
     source_env: dict[str, Any] = {}
     source = run.read_status().get("config_source")
@@ -430,7 +430,7 @@ def relaunch_config(run: RunDir, env_add: dict[str, str]) -> tuple[dict[str, Any
         except (InputError, OSError, AttributeError, TypeError, ValueError):
             source_env = {}
     env: dict[str, Any] = {}
-    for k, v in (cfg.get("env") or {}).items():
+    for k, v in (saved.get("env") or {}).items():
         if v == REDACTED:
             if source_env.get(k) not in (None, REDACTED):
                 env[k] = source_env[k]
@@ -439,7 +439,7 @@ def relaunch_config(run: RunDir, env_add: dict[str, str]) -> tuple[dict[str, Any
             continue
         env[k] = v
     env.update(env_add)
-    cfg["env"] = env
-    if int(cfg.get("nnodes") or 1) == 1:
-        cfg["master_port"] = 0
-    return cfg, notes
+    saved["env"] = env
+    if int(saved.get("nnodes") or 1) == 1:
+        saved["master_port"] = 0
+    return saved, notes
