@@ -30,15 +30,15 @@ def cfg_of(**over) -> dict:
 # -- GPU requests only when the config needs GPUs ------------------------------------------------
 def test_a_cpu_config_asks_for_no_gpu_and_a_gpu_config_for_its_ranks():
     cpu = cfg_of(nproc_per_node=2)
-    assert cpu["use_cpu"] is True and not needs_gpus(cpu, has_gpus=True)
+    assert cpu["use_cpu"] is True and not needs_gpus(cpu.use_cpu, has_gpus=True)
     lines = header(cpu, SlurmOptions(), job_name="j")
     assert not any("gpus" in line or "gres" in line for line in lines), lines
     gpu = load_config(str(ROOT / "presets" / "mi300x-lora-8b.yaml"), ["nproc_per_node=8"])
     assert "#SBATCH --gpus-per-node=8" in header(gpu, SlurmOptions(), job_name="j")
-    named = {**gpu, "slurm_gres": "gpu:mi300x"}
+    named = gpu.replace(slurm_gres="gpu:mi300x")
     assert "#SBATCH --gres=gpu:mi300x:8" in header(named, SlurmOptions(), job_name="j")
-    auto = {**gpu, "use_cpu": None}  # auto: GPUs unless the cluster is known to have none
-    assert needs_gpus(auto, None) and needs_gpus(auto, True) and not needs_gpus(auto, False)
+    auto = gpu.replace(use_cpu=None)  # auto: GPUs unless the cluster is known to have none
+    assert needs_gpus(auto.use_cpu, None) and needs_gpus(auto.use_cpu, True) and not needs_gpus(auto.use_cpu, False)
 
 
 def test_header_options_and_the_job_script():
@@ -67,7 +67,7 @@ def test_hostile_values_never_reach_an_sbatch_line(tmp_path, value):
         with pytest.raises(InputError, match=name):
             header(cfg_of(), opts, job_name="j")
     with pytest.raises(InputError, match="slurm_gres"):
-        header({**cfg_of(), "slurm_gres": value, "use_cpu": False}, SlurmOptions(), job_name="j")
+        header(cfg_of().replace(slurm_gres=value, use_cpu=False), SlurmOptions(), job_name="j")
     if "\n" in value or "\r" in value:
         with pytest.raises(InputError, match="--sbatch-arg"):
             header(cfg_of(), SlurmOptions(extra=(f"--comment={value}",)), job_name="j")

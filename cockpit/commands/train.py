@@ -11,8 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cockpit.commands.common import (
     EXIT_FAILED,
@@ -100,14 +99,14 @@ def check_full(cfg: RunConfig, quiet: bool, loaded=None, gpus: int | None = None
     return check_run(cfg, log=(lambda *_: None) if quiet else print, loaded=loaded, gpus=gpus)
 
 
-def job_gpus(args: argparse.Namespace, cfg: Mapping[str, Any]) -> int | None:
+def job_gpus(args: argparse.Namespace, cfg: RunConfig) -> int | None:
     """A Slurm job's GPUs as the gate counts them (its nodes, not this login node): 1 when its
     script asks for GPUs, else 0; None (this machine's) for a run started here."""
     if not getattr(args, "slurm", False):
         return None
     from cockpit.slurm.script import cluster_has_gpus, needs_gpus
 
-    return 1 if needs_gpus(cfg, cluster_has_gpus()) else 0
+    return 1 if needs_gpus(cfg.use_cpu, cluster_has_gpus()) else 0
 
 
 def report_check(result, quiet: bool) -> None:

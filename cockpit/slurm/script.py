@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cockpit.errors import InputError, Problem
 from cockpit.redact import REDACTED, redact_env
@@ -49,23 +49,48 @@ def cluster_has_gpus(timeout_s: float = 10.0) -> bool | None:
     return any("gpu" in line.lower() for line in out.stdout.splitlines())
 
 
-def needs_gpus(cfg: Mapping[str, Any], has_gpus: bool | None = None) -> bool:
-    use_cpu = cfg.get("use_cpu")
+class SlurmConfig(Protocol):
+    """What the batch script reads of a run's config (:class:`cockpit.config.run_config.RunConfig` has
+    it): named here, so ``cockpit.slurm`` stays below the config package."""
+
+    @property
+    def use_cpu(self) -> bool | None:
+        """Set: GPUs asked for or not; unset: GPUs unless the cluster is known to have none."""
+
+    @property
+    def nproc_per_node(self) -> int:
+        """GPUs per node, one per rank."""
+
+    @property
+    def nnodes(self) -> int:
+        """``--nodes``, one task each."""
+
+    @property
+    def slurm_gres(self) -> str | None:
+        """The GPU type of ``--gres`` (else ``--gpus-per-node``)."""
+
+    @property
+    def env(self) -> Mapping[str, str] | None:
+        """Exported by the script, its secrets left out."""
+
+
+def needs_gpus(use_cpu: Any, has_gpus: bool | None = None) -> bool:
+    """Whether a run with this ``use_cpu`` asks Slurm for GPUs (``has_gpus``: the cluster's, None unknown)."""
     if use_cpu is not None:
         return not (use_cpu is True or str(use_cpu).lower() in ("true", "1", "yes"))
     return has_gpus is not False  # auto: a GPU run unless the cluster has no GPUs
 
 
-def gpu_lines(cfg: Mapping[str, Any], has_gpus: bool | None) -> list[str]:
-    if not needs_gpus(cfg, has_gpus):
+def gpu_lines(cfg: SlurmConfig, has_gpus: bool | None) -> list[str]:
+    if not needs_gpus(cfg.use_cpu, has_gpus):
         return []
-    nproc = int(cfg["nproc_per_node"])
-    gres = cfg.get("slurm_gres")
+    nproc = int(cfg.nproc_per_node)
+    gres = cfg.slurm_gres
     return [f"#SBATCH --gres={gres}:{nproc}"] if gres else [f"#SBATCH --gpus-per-node={nproc}"]
 
 
 def header(
-    cfg: Mapping[str, Any],
+    cfg: SlurmConfig,
     opts: SlurmOptions,
     *,
     job_name: str,
@@ -73,11 +98,11 @@ def header(
     output: str | None = None,
 ) -> list[str]:
     """``#!/bin/bash`` and the ``#SBATCH`` lines: one task per node; GPUs only when needed."""
-    refuse_unsafe_values(cfg, opts, job_name)
+    refuse_unsafe_values(cfg.slurm_gres, opts, job_name)
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --nodes={int(cfg['nnodes'])}",
+        f"#SBATCH --nodes={int(cfg.nnodes)}",
         "#SBATCH --ntasks-per-node=1",
     ]
     lines += gpu_lines(cfg, has_gpus)
@@ -98,11 +123,11 @@ def header(
     return lines
 
 
-def refuse_unsafe_values(cfg: Mapping[str, Any], opts: SlurmOptions, job_name: str) -> None:
-    """Every value that reaches an ``#SBATCH`` line, checked: a newline in one would start a shell
-    command of the batch script. Raises InputError naming each bad one (exit 2, nothing submitted)."""
+def refuse_unsafe_values(slurm_gres: str | None, opts: SlurmOptions, job_name: str) -> None:
+    """Every value that reaches an ``#SBATCH`` line (the config's ``slurm_gres``, the options, the job
+    name), checked: a newline in one would start a shell command of the batch script. Raises InputError naming each bad one (exit 2, nothing submitted)."""
     unquoted = {
-        "slurm_gres": cfg.get("slurm_gres"),
+        "slurm_gres": slurm_gres,
         "--partition": opts.partition,
         "--account": opts.account,
         "--qos": opts.qos,
@@ -124,8 +149,8 @@ def refuse_unsafe_values(cfg: Mapping[str, Any], opts: SlurmOptions, job_name: s
         raise InputError(problems)
 
 
-def env_lines(cfg: Mapping[str, Any]) -> list[str]:
-    env = redact_env({k: str(v) for k, v in (cfg.get("env") or {}).items()}) or {}
+def env_lines(cfg: SlurmConfig) -> list[str]:
+    env = redact_env({k: str(v) for k, v in (cfg.env or {}).items()}) or {}
     if not env:
         return []
     out = ["# the config's env (the cockpit applies it to every rank as well)"]
@@ -149,7 +174,7 @@ MASTER_LINES = [
 
 def job_script(
     run_path: str,
-    cfg: Mapping[str, Any],
+    cfg: SlurmConfig,
     opts: SlurmOptions,
     *,
     job_name: str,
@@ -159,7 +184,7 @@ def job_script(
     """The script ``cockpit train --slurm`` submits: each node's task runs ``cockpit.run.slurm_node``,
     which starts the supervisor of the run dir that already exists (node 0) or of its
     ``nodes/node<K>`` sub-run (node K)."""
-    nnodes = int(cfg["nnodes"])
+    nnodes = int(cfg.nnodes)
     lines = header(cfg, opts, job_name=job_name, has_gpus=has_gpus, output=f"{run_path}/logs/slurm-%j.out")
     lines += [f"#SBATCH --chdir={run_path}", "set -euo pipefail", "", *MASTER_LINES, *env_lines(cfg), ""]
     lines += [
@@ -173,14 +198,14 @@ def job_script(
 def train_script(
     config_path: str,
     train_args: Sequence[str],
-    cfg: Mapping[str, Any],
+    cfg: SlurmConfig,
     opts: SlurmOptions,
     *,
     job_name: str,
     has_gpus: bool | None,
 ) -> str:
     """A standalone script (``cockpit preview --sbatch``): each node runs ``cockpit train``."""
-    nnodes = int(cfg["nnodes"])
+    nnodes = int(cfg.nnodes)
     lines = header(cfg, opts, job_name=job_name, has_gpus=has_gpus) + [
         "set -euo pipefail",
         "",

@@ -24,20 +24,18 @@ from typing import Any, Protocol, cast
 from cockpit.redact import redact_env
 from cockpit.shape import RunShape
 from cockpit.side_site import rank_pythonpath
+from cockpit.slurm.script import SlurmConfig
 from cockpit.strategy.numa import NumaPlan
 from cockpit.strategy.numa import plan as numa_plan
 
 
-class LaunchConfig(Protocol):
+class LaunchConfig(SlurmConfig, Protocol):
     """What the launch reads of a run's config (:class:`cockpit.config.run_config.RunConfig` has it):
     named here, so the strategies stay below the config package (they never import it, not even for
-    a type). A RunConfig is a ``Mapping`` too, which the side folders' and the Slurm script's key
-    lookups read (:func:`as_mapping`)."""
+    a type); the Slurm script's part (processes, nodes, ``env``, ``use_cpu``, ``slurm_gres``) is
+    :class:`cockpit.slurm.script.SlurmConfig`. A RunConfig is a ``Mapping`` too, which the side
+    folders' key lookups read (:func:`as_mapping`)."""
 
-    @property
-    def nproc_per_node(self) -> int: ...
-    @property
-    def nnodes(self) -> int: ...
     @property
     def node_rank(self) -> int: ...
     @property
@@ -52,8 +50,6 @@ class LaunchConfig(Protocol):
     def deepspeed(self) -> object: ...
     @property
     def zero_stage(self) -> int | None: ...
-    @property
-    def env(self) -> Mapping[str, str] | None: ...
     @property
     def shape(self) -> RunShape: ...
 

@@ -47,12 +47,11 @@ def sbatch_script(
     """A Slurm batch script: one task per node, each runs this node's ``cockpit train``.
     GPUs are requested only when the config needs them (:mod:`cockpit.slurm.script`)."""
     from cockpit.slurm.script import SlurmOptions, train_script
-    from cockpit.strategy.launch import as_mapping
 
     port = int(cfg.master_port or 0) or 29500
     opts = SlurmOptions(time=time_limit, cpus_per_task=cpus_per_task)
     return train_script(
-        config_path, _set_args(overrides, master_port=port), as_mapping(cfg), opts, job_name=job_name, has_gpus=has_gpus
+        config_path, _set_args(overrides, master_port=port), cfg, opts, job_name=job_name, has_gpus=has_gpus
     )
 
 

@@ -390,7 +390,7 @@ def parse_slurm(raw: Any, spec: SweepSpec) -> dict[str, Any]:
     out = {k: (str(v) if SLURM_KEYS[k] is str else v) for k, v in raw.items() if v is not None}
     spec.slurm = out
     try:
-        refuse_unsafe_values({}, spec.slurm_options(), job_name=spec.name)
+        refuse_unsafe_values(None, spec.slurm_options(), job_name=spec.name)
     except InputError as err:  # named as the spec names them: --partition is slurm.partition
         flags = [(p.key or "").lstrip("-").replace("-", "_") for p in err.problems]
         raise InputError(
