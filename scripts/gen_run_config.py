@@ -49,7 +49,8 @@ def annotation(key: Any) -> str:
     else:
         base = {"str": "str", "names": "str", "int": "int", "float": "float", "bool": "bool"}.get(key.type, "")
         base = base or {"map": "dict[str, str]", "dict": "dict[str, Any]"}[key.type]
-    return f"{base} | None" if key.nullable else base
+    # a key with no default (dataset) is None until given, though it cannot be set to null
+    return f"{base} | None" if key.nullable or key.default is None else base
 
 
 def render() -> str:

@@ -206,6 +206,7 @@ def _names(key: Key, value: Any) -> str:
     if items is None or not all(isinstance(i, str) for i in items):
         raise ValueError(f"must be {describe(key)}, got {value!r}")
     names = list(dict.fromkeys(i.strip().lower() for i in items if i.strip())) or ["none"]
+    assert key.choices is not None, f"{key.name}: a names key lists its choices"  # the schema's names keys do
     unknown = [n for n in names if n not in key.choices]
     if unknown:
         hint = " ('all' is not taken: name the trackers)" if "all" in unknown else ""
@@ -273,20 +274,20 @@ def validate(
     """Validate a raw mapping; returns the resolved, typed config (every key). Collects all problems.
     ``for_plan``: the config of a plan, possibly for another machine: it may name no dataset (a plan
     reads no data), and the packages it needs are not looked up here."""
-    lines = lines or {}
+    key_lines: Mapping[str, int | None] = lines or {}
     problems: list[Problem] = []
     if isinstance(raw, RunConfig):  # validated before: its values, not its `_base_dir` / `_notes`
         raw = raw.keys_only()
 
     def where(key: str) -> dict[str, Any]:
-        return {"file": file, "line": lines.get(key), "key": key}
+        return {"file": file, "line": key_lines.get(key), "key": key}
 
     notes: list[str] = []
     bases = [Path.cwd()] + ([Path(base_dir).resolve()] if base_dir is not None else [])
     if is_v1(raw):
-        raw, lines = _read_v1(raw, lines, file, bases, notes)
+        raw, key_lines = _read_v1(raw, key_lines, file, bases, notes)
     raw = _resolve_aliases(raw, problems, where, notes)
-    cfg = _typed_values(raw, problems, where, file, lines)
+    cfg = _typed_values(raw, problems, where, file, key_lines)
     if "do_train" not in raw and cfg.get("do_predict") and cfg.get("eval_dataset") and not cfg.get("dataset"):
         # LLaMA-Factory's predict examples leave do_train out (HF's default: false) and name eval_dataset alone
         cfg["do_train"] = False
@@ -317,11 +318,12 @@ def _read_v1(
     """A LLaMA-Factory v1 file as v0 keys (each at its v1 key's line), with a note; InputError with the table
     of v0 keys when a key has no exact v0 form (one problem, never the v1 keys as unknown keys)."""
     out, origin, why_not = v1_translate(raw, bases)
+    known = {k: n for k, n in lines.items() if n}  # the keys with a line in the file
     if why_not:
-        first = min((lines[k] for k in raw if k in V1_ONLY and lines.get(k)), default=None)
+        first = min((known[k] for k in raw if k in V1_ONLY and k in known), default=None)
         raise InputError(Problem(v1_refusal(raw, why_not), file=file, line=first))
     notes.append(v1_note(raw, out, origin))
-    return out, {k: lines[o] for k, o in origin.items() if o and lines.get(o)}
+    return out, {k: known[o] for k, o in origin.items() if o and o in known}
 
 
 def _typed_values(
@@ -606,7 +608,8 @@ def load_config(
     lines: dict[str, int | None] = {}  # None: a flag or --set, no line in the file
     base_dir = None
     if path is not None:
-        raw, lines = read_yaml(path)
+        raw, yaml_lines = read_yaml(path)
+        lines.update(yaml_lines)
         base_dir = Path(path).resolve().parent
     flag_values, _ = flags_to_overrides(flags)
     ov = {} if not overrides else dict(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)

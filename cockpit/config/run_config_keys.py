@@ -58,7 +58,7 @@ class RunConfigKeys:
     mask_truncated_completions: bool = False
     use_vllm: bool = False
     vllm_mode: Literal["colocate", "server"] = "colocate"
-    dataset: str = None
+    dataset: str | None = None
     dataset_dir: str | None = None
     cutoff_len: int = 1024
     max_samples: int | None = None

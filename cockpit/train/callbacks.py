@@ -407,7 +407,7 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
         bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)
-        if bad_gnorm and math.isfinite(loss) and self.update_skipped():
+        if bad_gnorm and isinstance(gnorm, float) and math.isfinite(loss) and self.update_skipped():
             bad_gnorm = self._skipped_step(state.global_step, gnorm)
         else:
             self.skipped_in_a_row = 0

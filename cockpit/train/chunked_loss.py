@@ -69,7 +69,7 @@ def plain_lm_head(model: Any) -> tuple[Any, str]:
     if why:
         return None, why
     head = getattr(base, "lm_head", None)
-    if type(head) is not torch.nn.Linear:  # PEFT's LoRA / modules_to_save / trainable tokens, bnb, ...
+    if head is None or type(head) is not torch.nn.Linear:  # PEFT's LoRA / modules_to_save / trainable tokens, bnb, ...
         return None, f"lm_head is a {type(head).__module__}.{type(head).__qualname__}, not a plain Linear"
     if head.out_features != getattr(config, "vocab_size", None):
         return None, "lm_head's outputs are not the config's vocabulary"
@@ -161,7 +161,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):  # type: ignore[misc] 
                     row_weights[start : start + chunk] = weights = weighting(logits, row_loss)
                     row_loss = row_loss * weights
                 total += torch.where(keep, row_loss, 0.0).sum()
-                if grad_now:  # the logits become their own gradient, for an incoming gradient of 1
+                if grad_h is not None:  # grad_now: the logits become their own gradient, for an incoming gradient of 1
                     scale = torch.where(keep, 1.0, 0.0)
                     grad = (
                         _minus_one_hot_(logits.div_(sums.unsqueeze(1)), t, scale, weights)
@@ -214,7 +214,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):  # type: ignore[misc] 
                 del grad
                 if need_h:
                     grad_h[start:stop] = g @ w
-                if need_w:
+                if grad_w is not None:  # need_w
                     grad_w.addmm_(g.t(), h[start:stop])
                 del g
         if grad_w is not None:

@@ -43,6 +43,7 @@ def apply_strategy(
     from cockpit.strategy import deepspeed as ds
 
     source, name = ds.source({**cfg.keys_only(), "use_cpu": use_cpu})
+    assert source is not None and name is not None  # deepspeed or zero_stage is set (above)
     micro, gas = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
     steps = (
         cfg.max_steps

@@ -94,7 +94,8 @@ class RewardWatch:
 
     def observe(self, step: int, fields: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The alerts this logged step raises (``alert`` event fields), none raised twice."""
-        rewards = fields.get("rewards") if isinstance(fields.get("rewards"), Mapping) else {}
+        given = fields.get("rewards")
+        rewards = given if isinstance(given, Mapping) else {}
         point: dict[str, Any] = {
             "step": step,
             "total": _num(fields.get("reward")),

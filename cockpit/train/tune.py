@@ -446,7 +446,7 @@ def tune(
         "was": {"per_device_train_batch_size": m0, "gradient_accumulation_steps": a0},
         "message": "",
     }
-    if chosen is None:
+    if chosen is None or largest is None:  # both None: nothing fits
         doc["message"] = nothing_fits(trials[0], cap_gb, cfg)
         return doc
     doc["chosen"], doc["largest_fitting"] = trial_setting(chosen), trial_setting(largest)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cockpit.errors import InputError
+
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
 
@@ -61,6 +63,8 @@ def upcast(model: Any, cfg: RunConfig) -> None:
                 p.data = p.data.to(torch.float32)
     if cfg.upcast_lmhead_output:
         head = model.get_output_embeddings() or getattr(model, "score", None)  # a value model's head: score
+        if head is None:
+            raise InputError("upcast_lmhead_output: the model has no LM head (output embeddings) nor score head")
         head.register_forward_hook(lambda _m, _inp, out: out.to(torch.float32))
 
 

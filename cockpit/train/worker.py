@@ -87,6 +87,7 @@ def main(run_path: str) -> int:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    writer: EventWriter | None  # None on the ranks but 0, after rank_started
     writer = EventWriter(run.events_path)
     writer.emit(
         "rank_started",
