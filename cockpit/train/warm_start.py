@@ -272,6 +272,7 @@ def serve(path: str, pool: Pool | None = None, idle_exit: float | None = None) -
 def _answer_without_fork(request: dict[str, Any] | None, pool: Pool | None) -> dict[str, Any] | None:
     """The answer to a request this server does not fork for (a refusal, a redirect to a pool
     server); None: fork it."""
+    why: str | None
     if request is None:
         why = "an unreadable request"
     else:
