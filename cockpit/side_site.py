@@ -63,11 +63,11 @@ def install_command(env: Mapping[str, str] | None = None) -> str:
     return shlex.join([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(folder(env)), *PACKAGES])
 
 
-def trackers(cfg: Mapping[str, Any]) -> list[str]:
-    """The trackers a config logs to, in ``report_to``'s order (``use_swanlab`` adds swanlab, as in
-    LLaMA-Factory, once)."""
-    names = [n for n in str(cfg.get("report_to") or "none").split(",") if n and n != "none"]
-    if cfg.get("use_swanlab") and "swanlab" not in names:
+def trackers(report_to: str | None, use_swanlab: Any) -> list[str]:
+    """The trackers a config with these keys logs to, in ``report_to``'s order (``use_swanlab`` adds
+    swanlab, as in LLaMA-Factory, once)."""
+    names = [n for n in str(report_to or "none").split(",") if n and n != "none"]
+    if use_swanlab and "swanlab" not in names:
         names.append("swanlab")
     return names
 
@@ -124,27 +124,29 @@ def installed_at(module: str, env: Mapping[str, str] | None = None) -> tuple[str
     return version, str(where)
 
 
-def needed_modules(cfg: Mapping[str, Any]) -> list[str]:
+def needed_modules(keys: Mapping[str, Any]) -> list[str]:
     """The side folders' modules a config's keys import in its ranks: GaLore / APOLLO's optimizers,
     bitsandbytes for 4/8-bit weights (the policy's and the reference model's) and its optimizers, the
-    trackers of ``report_to`` / ``use_swanlab``."""
-    out = [module for key, module in MODULES.items() if cfg.get(key)]
-    optim = str(cfg.get("optim") or "")
+    trackers of ``report_to`` / ``use_swanlab``. ``keys``: the run's schema keys as a flat mapping (a
+    ``RunConfig.keys_only()``; this module sits below ``cockpit.config``)."""
+    out = [module for key, module in MODULES.items() if keys.get(key)]
+    optim = str(keys.get("optim") or "")
     # HF's own optimizer names for them (optim: galore_adamw, apollo_adamw_layerwise, ...) import them too
     out += [module for prefix, module in OPTIM_PREFIXES.items() if optim.startswith(prefix) and module not in out]
-    if cfg.get("quantization_bit") or cfg.get("ref_model_quantization_bit") or optim.startswith(BNB_OPTIMS):
+    if keys.get("quantization_bit") or keys.get("ref_model_quantization_bit") or optim.startswith(BNB_OPTIMS):
         out.append("bitsandbytes")
-    out += [TRACKER_MODULES[n] for n in trackers(cfg) if n in TRACKER_MODULES]
+    on = trackers(keys.get("report_to"), keys.get("use_swanlab"))
+    out += [TRACKER_MODULES[n] for n in on if n in TRACKER_MODULES]
     return out
 
 
-def rank_pythonpath(cfg: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str | None:
+def rank_pythonpath(keys: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str | None:
     """The ranks' ``PYTHONPATH``: the side folders that hold what the config needs and ``sys.path`` lacks
     first, then ``env``'s; None when there is none (a run whose keys need no side package never sees
     one; a package missing everywhere is ``cockpit check``'s refusal, not the path's)."""
     env = os.environ if env is None else env
     sites: list[str] = []
-    for module in needed_modules(cfg):
+    for module in needed_modules(keys):
         if _on_path(module) is None and holds(module, env):
             site = str(folder(env, SITE_OF[module]))
             if site not in sites:

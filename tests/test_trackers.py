@@ -44,14 +44,17 @@ def refused(match: str, **over):
 def test_report_to_takes_one_tracker_or_a_list_as_hf_does(every_module_installed):
     from cockpit.config.trackers import trackers
 
-    assert checked()["report_to"] == "none" and trackers(checked()) == []
+    def on(cfg):
+        return trackers(cfg.report_to, cfg.use_swanlab)
+
+    assert checked()["report_to"] == "none" and on(checked()) == []
     assert checked(report_to="wandb")["report_to"] == "wandb"
     assert checked(report_to=["TensorBoard", "wandb", "wandb"])["report_to"] == "tensorboard,wandb"
     assert checked(report_to="mlflow, trackio")["report_to"] == "mlflow,trackio"  # --set report_to=mlflow,trackio
     assert checked(report_to="[swanlab]")["report_to"] == "swanlab"
     assert checked(report_to=[])["report_to"] == "none"
-    assert trackers(checked(report_to="wandb", use_swanlab=True)) == ["wandb", "swanlab"]  # LLaMA-Factory's switch
-    assert trackers(checked(report_to="swanlab", use_swanlab=True)) == ["swanlab"]  # once, as LLaMA-Factory drops HF's
+    assert on(checked(report_to="wandb", use_swanlab=True)) == ["wandb", "swanlab"]  # LLaMA-Factory's switch
+    assert on(checked(report_to="swanlab", use_swanlab=True)) == ["swanlab"]  # once, as LLaMA-Factory drops HF's
 
 
 def test_report_to_refuses_what_it_does_not_log_to(every_module_installed):

@@ -23,7 +23,7 @@ def tracker_problems(
     """Each tracker installed (``installed``: on sys.path or in ``<venv>/trackers-site``, whose folder the
     ranks then get); a tracker's own keys set only when it is on (they would change nothing);
     ``swanlab_api_key`` moved into ``env`` as ``SWANLAB_API_KEY``."""
-    on = trackers(cfg)
+    on = trackers(cfg.get("report_to"), cfg.get("use_swanlab"))
     out = [
         Problem(
             f"{name} is not installed here (neither on sys.path nor in {folder(site='trackers')}): "

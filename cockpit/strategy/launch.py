@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from cockpit.redact import redact_env
 from cockpit.shape import RunShape
@@ -33,8 +33,8 @@ class LaunchConfig(SlurmConfig, Protocol):
     """What the launch reads of a run's config (:class:`cockpit.config.run_config.RunConfig` has it):
     named here, so the strategies stay below the config package (they never import it, not even for
     a type); the Slurm script's part (processes, nodes, ``env``, ``use_cpu``, ``slurm_gres``) is
-    :class:`cockpit.slurm.script.SlurmConfig`. A RunConfig is a ``Mapping`` too, which the side
-    folders' key lookups read (:func:`as_mapping`)."""
+    :class:`cockpit.slurm.script.SlurmConfig`. The side folders' lookup reads its schema keys as a
+    plain dict (``keys_only``)."""
 
     @property
     def node_rank(self) -> int: ...
@@ -52,11 +52,7 @@ class LaunchConfig(SlurmConfig, Protocol):
     def zero_stage(self) -> int | None: ...
     @property
     def shape(self) -> RunShape: ...
-
-
-def as_mapping(cfg: LaunchConfig) -> Mapping[str, Any]:
-    """The config as the mapping it also is (a RunConfig), for readers written against one."""
-    return cast("Mapping[str, Any]", cfg)
+    def keys_only(self) -> dict[str, Any]: ...
 
 
 # set by the supervisor for every rank (cockpit/run/supervisor.py Supervisor.start)
@@ -135,7 +131,7 @@ def node_launch(
                 "MASTER_PORT": str(port),
             }
         )
-    side = rank_pythonpath(as_mapping(cfg), os.environ if env is None else env)
+    side = rank_pythonpath(cfg.keys_only(), os.environ if env is None else env)
     if side:  # GaLore / APOLLO, QLoRA, trackers: their packages' side folders (off every other process's path)
         env_add["PYTHONPATH"] = side
     ranks = [

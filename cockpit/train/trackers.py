@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def tracker_environment(cfg: RunConfig, trackers_dir: Path) -> dict[str, str]:
     """The variables the trackers of ``cfg`` read, with their defaults under ``trackers_dir``."""
-    names = trackers(cfg)
+    names = trackers(cfg.report_to, cfg.use_swanlab)
     defaults = {
         "tensorboard": {"TENSORBOARD_LOGGING_DIR": str(trackers_dir / "tensorboard")},
         "wandb": {"WANDB_MODE": "offline", "WANDB_DIR": str(trackers_dir)},
@@ -41,7 +41,7 @@ def tracker_environment(cfg: RunConfig, trackers_dir: Path) -> dict[str, str]:
 def report_to(cfg: RunConfig, trackers_dir: Path) -> list[str]:
     """TrainingArguments' ``report_to``, with the trackers' variables set in this process (the user's own
     kept) before their callbacks read them; swanlab goes through :func:`tracker_callbacks` instead."""
-    names = trackers(cfg)
+    names = trackers(cfg.report_to, cfg.use_swanlab)
     if names:
         trackers_dir.mkdir(parents=True, exist_ok=True)
     for key, value in tracker_environment(cfg, trackers_dir).items():
@@ -52,7 +52,7 @@ def report_to(cfg: RunConfig, trackers_dir: Path) -> list[str]:
 def tracker_callbacks(cfg: RunConfig, trackers_dir: Path, run_name: str) -> list[Any]:
     """SwanLab's own transformers callback with LLaMA-Factory's ``swanlab_*`` keys (its mode: swanlab_mode,
     else SWANLAB_MODE, else offline); none when SwanLab is off. Its API key: env SWANLAB_API_KEY."""
-    if "swanlab" not in trackers(cfg):
+    if "swanlab" not in trackers(cfg.report_to, cfg.use_swanlab):
         return []
     from swanlab.integration.transformers import SwanLabCallback
 
