@@ -51,7 +51,7 @@ def test_every_preset_is_classified():
     for path in PRESETS:
         cfg = _preset(path)
         gpu = path.stem not in CPU_PRESETS
-        assert needs_gpu(cfg.get("use_cpu"), cfg.get("quantization_bit")) is gpu, path.name
+        assert needs_gpu(cfg.use_cpu, cfg.quantization_bit) is gpu, path.name
         assert ("gpu" in config_tags(cfg)) is gpu, path.name
         if gpu:  # declared in the file, not inferred
             assert "use_cpu: false" in path.read_text(), path.name

@@ -1,8 +1,10 @@
 """Which doctor results matter for a config (pure: no torch, no I/O).
 
-    tags = config_tags(cfg)                    # {"deepspeed", "multi_gpu", ...} (see doctor.TAGS)
-    stop = blocking_for_config(checks, cfg)    # the checks that should stop this config's launch
+    tags = config_tags(keys)                    # {"deepspeed", "multi_gpu", ...} (see doctor.TAGS)
+    stop = blocking_for_config(checks, keys)    # the checks that should stop this config's launch
 
+``keys``: the run's schema keys as a flat mapping (a ``RunConfig.keys_only()``: the doctor sits below
+``cockpit.config``).
 ``checks``: :class:`Check` objects or the dicts of ``cockpit doctor --json``. A failure blocks
 as :func:`cockpit.doctor.blocking_failures` says (its ``matters_for`` meets the tags, or is
 empty). Checks run without ``--needs`` report a missing optional piece as skip/warn; for the
@@ -26,35 +28,35 @@ def _true(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes", "on")
 
 
-def config_tags(cfg: Mapping[str, Any]) -> set[str]:
+def config_tags(keys: Mapping[str, Any]) -> set[str]:
     """The doctor tags a config needs. GPU or not is :func:`cockpit.device.needs_gpu`, the
     decision the preflight and the ranks make too (``use_cpu: false``, which every GPU preset
     sets, or 4/8-bit base weights with ``use_cpu`` unset)."""
     from cockpit.device import needs_gpu
 
-    quant = cfg.get("quantization_bit") not in (None, "")
-    gpu = needs_gpu(cfg.get("use_cpu"), cfg.get("quantization_bit"))
+    quant = keys.get("quantization_bit") not in (None, "")
+    gpu = needs_gpu(keys.get("use_cpu"), keys.get("quantization_bit"))
     tags: set[str] = set()
     if gpu:
         tags |= {"gpu", "rocm", "cuda"}  # the rocm/cuda checks only fail on their own build
-    world = int(cfg.get("nproc_per_node") or 1) * int(cfg.get("nnodes") or 1)
+    world = int(keys.get("nproc_per_node") or 1) * int(keys.get("nnodes") or 1)
     if gpu and world > 1:
         tags.add("multi_gpu")
-    if cfg.get("zero_stage") or cfg.get("deepspeed"):
+    if keys.get("zero_stage") or keys.get("deepspeed"):
         tags.add("deepspeed")
     if quant:
         tags.add("qlora")
-    numa = str(cfg.get("numa_bind") or "auto").strip().lower()
+    numa = str(keys.get("numa_bind") or "auto").strip().lower()
     if numa not in ("auto", "off", "false", "none", ""):
         tags.add("numa")
     return tags
 
 
-def blocking_for_config(checks: Iterable[Check | Mapping[str, Any]], cfg: Mapping[str, Any]) -> list[Check]:
-    """The checks that stop a launch of ``cfg``, in the doctor's order."""
+def blocking_for_config(checks: Iterable[Check | Mapping[str, Any]], keys: Mapping[str, Any]) -> list[Check]:
+    """The checks that stop a launch of ``keys``, in the doctor's order."""
     from cockpit.doctor import blocking_failures
 
-    tags = config_tags(cfg)
+    tags = config_tags(keys)
     parsed = [c if isinstance(c, Check) else Check.from_dict(c) for c in checks]
     failing = {id(c) for c in blocking_failures(parsed, tags)}
     return [

@@ -110,10 +110,11 @@ def doctor_gpu_reasons(cfg: RunConfig) -> list[str]:
     from cockpit.doctor.relevance import blocking_for_config, config_tags
 
     gpu_ids = ("torch", "gpu_visible", "gpu_devices", "torch_arch", "kfd", "rocm_version")
-    checks = run_checks(needs=config_tags(cfg), only=gpu_ids)
+    keys = cfg.keys_only()
+    checks = run_checks(needs=config_tags(keys), only=gpu_ids)
     return [
         f"{c.title}: {c.seen}" + (f" (fix: {c.fix.splitlines()[0]})" if c.fix else "")
-        for c in blocking_for_config(checks, cfg)
+        for c in blocking_for_config(checks, keys)
     ]
 
 

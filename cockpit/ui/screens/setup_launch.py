@@ -118,7 +118,7 @@ class SetupLaunch(Screen):
             self.notify("fix the config problems first", severity="error")
             return
         self._set_launching(True, "checking this machine for this config (cockpit doctor --json) …")
-        self._preflight(dict(self.checked.cfg))
+        self._preflight(self.checked.cfg.keys_only())
 
     @work(thread=True, exclusive=True, group="preflight")
     def _preflight(self, cfg: Mapping[str, Any]) -> None:
