@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cockpit.config.run_config import RunConfig  # noqa: E402
 from cockpit.data.packing import build_collator  # noqa: E402
 from cockpit.train.chunked_loss import (  # noqa: E402
     chunked_cross_entropy_sum,
@@ -88,7 +89,7 @@ def test_the_chunked_loss_gives_the_full_logits_loss_and_gradients(tiny_model_di
     head, why = plain_lm_head(model)
     assert head is not None, why
     rows = _rows(len(tok), [23, 40, 9])
-    batch = build_collator({"packing": packing}, tok, model)(rows)
+    batch = build_collator(RunConfig(packing=packing), tok, model)(rows)
     n_items = int((batch["labels"] != -100).sum())
     full = _loss_and_grads(model, batch, n_items)  # every logit
     cut = labelled_positions_only(batch)  # today's training path: logits at the labelled positions only
@@ -126,7 +127,7 @@ def test_under_autocast_the_head_multiplies_in_the_autocast_dtype(tiny_model_dir
     the loss in fp32; the same loss and gradients to bf16's precision."""
     model = _model(tiny_model_dir)
     head, _ = plain_lm_head(model)
-    batch = build_collator({"packing": False}, tok, model)(_rows(len(tok), [23, 40, 9]))
+    batch = build_collator(RunConfig(packing=False), tok, model)(_rows(len(tok), [23, 40, 9]))
     n_items = int((batch["labels"] != -100).sum())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         full = _loss_and_grads(model, batch, n_items)
@@ -146,7 +147,7 @@ def _trainer(model, tok, tmp_path, rows, **args):
     targs = TrainingArguments(output_dir=str(tmp_path / "t"), per_device_train_batch_size=3, max_steps=1,
                               report_to=[], use_cpu=True, disable_tqdm=True, save_strategy="no", **args)  # fmt: skip
     return CockpitTrainer(model=model, args=targs, train_dataset=ListDataset(rows),
-                          data_collator=build_collator({"packing": False}, tok, model), processing_class=tok)  # fmt: skip
+                          data_collator=build_collator(RunConfig(packing=False), tok, model), processing_class=tok)  # fmt: skip
 
 
 def test_what_keeps_the_full_logits(tiny_model_dir, tok, tmp_path):
@@ -228,7 +229,7 @@ def test_cockpit_trainer_with_the_chunked_loss_trains_like_the_stock_trainer(tin
                                  learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
                                  report_to=[], use_cpu=True, seed=0, disable_tqdm=True, gradient_checkpointing=True)  # fmt: skip
         trainer = cls(model=model, args=args, train_dataset=ListDataset(rows),
-                      data_collator=build_collator({"packing": True}, tok, model), processing_class=tok)  # fmt: skip
+                      data_collator=build_collator(RunConfig(packing=True), tok, model), processing_class=tok)  # fmt: skip
         trainer.train()
         if cls is CockpitTrainer:
             assert trainer._chunked_loss_head() is model.get_base_model().lm_head

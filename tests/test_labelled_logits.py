@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cockpit.config.run_config import RunConfig  # noqa: E402
 from cockpit.data.packing import build_collator  # noqa: E402
 from cockpit.train.labelled_logits import (  # noqa: E402
     POSITIONS,
@@ -54,7 +55,7 @@ def test_the_lm_head_on_labelled_positions_gives_the_full_loss_and_gradients(tin
     model, tok = tiny
     model.train()
     rows = _rows(len(tok), [23, 40, 9])
-    batch = build_collator({"packing": packing}, tok, model)(rows)
+    batch = build_collator(RunConfig(packing=packing), tok, model)(rows)
     n_items = int((batch["labels"] != -100).sum())
     full_loss, full_grads, full_len = _loss_and_grads(model, batch, n_items)
     cut = labelled_positions_only(batch)
@@ -99,7 +100,7 @@ def test_cockpit_trainer_trains_like_the_stock_trainer(tiny, tiny_model_dir, tmp
                                  learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1, save_strategy="no", optim="sgd",
                                  report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
         trainer = cls(model=model, args=args, train_dataset=ListDataset(rows),
-                      data_collator=build_collator({"packing": False}, tok, model), processing_class=tok)
+                      data_collator=build_collator(RunConfig(packing=False), tok, model), processing_class=tok)
         trainer.train()
         results.append(([h["loss"] for h in trainer.state.log_history if "loss" in h], model))
     (stock_losses, stock), (losses, ours) = results
@@ -119,7 +120,7 @@ def test_the_training_batches_bring_their_positions_from_the_host(tiny, tiny_mod
 
     model, tok = tiny
     rows = _rows(len(tok), [23, 40, 9])
-    collate = build_collator({"packing": False}, tok, model)
+    collate = build_collator(RunConfig(packing=False), tok, model)
     batch = WithLabelledPositions(collate)(rows)
     keep = batch.pop(POSITIONS)
     assert keep.device.type == "cpu" and 0 < keep.numel() < batch["labels"].shape[1] - 1

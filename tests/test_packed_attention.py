@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cockpit.config.run_config import RunConfig  # noqa: E402
 from cockpit.data.packing import build_collator  # noqa: E402
 from cockpit.data.padding import PACKED_SDPA  # noqa: E402
 from cockpit.train import packed_attention  # noqa: E402
@@ -51,10 +52,10 @@ def test_each_packed_sample_gets_its_padded_loss_and_sdpa_runs_per_sample(tiny_m
     model = _model(tiny_model_dir, PACKED_SDPA)
     lengths = [7, 19, 12, 30]
     rows = _rows(len(tok), lengths)
-    packed = build_collator({"packing": True}, tok, model)(rows)
+    packed = build_collator(RunConfig(packing=True), tok, model)(rows)
     assert packed["cu_seq_lens_q"].tolist() == [0, 7, 26, 38, 68]  # the samples' bounds reach attention
     with torch.no_grad():
-        want = _per_sample_loss(model, build_collator({"packing": False}, tok)(rows))
+        want = _per_sample_loss(model, build_collator(RunConfig(packing=False), tok)(rows))
         sdpa_lengths.clear()
         got = _per_sample_loss(model, packed)
     assert got == pytest.approx(want, abs=1e-4)
@@ -68,7 +69,7 @@ def test_stock_sdpa_attends_over_the_whole_packed_row(tiny_model_dir, sdpa_lengt
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     model = _model(tiny_model_dir, "sdpa")
-    packed = build_collator({"packing": True}, tok, model)(_rows(len(tok), [7, 19, 12, 30]))
+    packed = build_collator(RunConfig(packing=True), tok, model)(_rows(len(tok), [7, 19, 12, 30]))
     assert "cu_seq_lens_q" not in packed
     with torch.no_grad():
         model(**{k: v for k, v in packed.items() if k != "labels"})
@@ -130,8 +131,8 @@ def test_a_sliding_window_model_keeps_the_masked_path(embedded_dir, sdpa_lengths
     assert packed_attention.use_for_padding_free(model)
     rows = _rows(len(tok), [7, 19, 12])
     with torch.no_grad():
-        want = _per_sample_loss(model, build_collator({"packing": False}, tok)(rows))
+        want = _per_sample_loss(model, build_collator(RunConfig(packing=False), tok)(rows))
         sdpa_lengths.clear()
-        got = _per_sample_loss(model, build_collator({"packing": True}, tok, model)(rows))
+        got = _per_sample_loss(model, build_collator(RunConfig(packing=True), tok, model)(rows))
     assert got == pytest.approx(want, abs=1e-4)
     assert set(sdpa_lengths) == {38}  # the masked path: one call over the row

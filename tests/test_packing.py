@@ -56,8 +56,8 @@ def tiny(tiny_model_dir):
 def test_packed_forward_gives_each_sample_its_padded_loss(tiny):
     model, tok = tiny
     rows = _rows(len(tok), [7, 19, 12, 30])
-    padded = build_collator({"packing": False}, tok)(rows)
-    packed = build_collator({"packing": True}, tok, model)(rows)
+    padded = build_collator(RunConfig(packing=False), tok)(rows)
+    packed = build_collator(RunConfig(packing=True), tok, model)(rows)
     assert packed["input_ids"].shape == (1, sum(len(r["input_ids"]) for r in rows))
     assert "attention_mask" not in packed
     with torch.no_grad():
@@ -106,8 +106,8 @@ def test_packed_and_padded_training_give_the_same_losses(tiny, tiny_model_dir, t
     # the trained models agree sample by sample (training actually changed them)
     held = _rows(len(tok), [13, 29, 6], seed=9)
     with torch.no_grad():
-        after_padded = _per_sample_loss(padded_model, build_collator({"packing": False}, tok)(held))
-        after_packed = _per_sample_loss(packed_model, build_collator({"packing": True}, tok)(held))
+        after_padded = _per_sample_loss(padded_model, build_collator(RunConfig(packing=False), tok)(held))
+        after_packed = _per_sample_loss(packed_model, build_collator(RunConfig(packing=True), tok)(held))
     assert after_packed == pytest.approx(after_padded, abs=1e-4)
 
 
@@ -170,7 +170,7 @@ def test_packing_auto_is_padding_free_where_it_is_cheaper():
     assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=1024))
     assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=AUTO_MAX_PACKED_TOKENS // 4))
     assert not padding_free(cfg(per_device_train_batch_size=4, cutoff_len=AUTO_MAX_PACKED_TOKENS // 4 + 1))
-    assert padding_free({**cfg(per_device_train_batch_size=4, cutoff_len=8192), "flash_attn": "fa2"})  # varlen: no mask
+    assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=8192).replace(flash_attn="fa2"))  # varlen: no mask
     assert not padding_free(cfg(per_device_train_batch_size=1, cutoff_len=256))  # nothing to pad
     assert not padding_free(cfg(per_device_train_batch_size=4, cutoff_len=256, packing=False))
     assert padding_free(cfg(per_device_train_batch_size=2, cutoff_len=8192, packing=True))
@@ -203,7 +203,7 @@ def test_packing_auto_pads_a_model_that_cannot_attend_per_sample(tiny_model_dir)
     assert not model_packs(mamba)
     assert resolve_for_model(auto, mamba, said.append)["packing"] is False and "padded" in said[0]
     with pytest.raises(InputError, match="packing"):
-        resolve_for_model({**auto, "packing": True}, mamba)
+        resolve_for_model(auto.replace(packing=True), mamba)
     assert model_packs(mamba, flash=True)
 
 

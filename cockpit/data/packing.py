@@ -23,7 +23,6 @@ torch / transformers are imported inside the functions (``cockpit check`` import
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cockpit.data.padding import PACKED_SDPA, asks_flash_attention, packing_asked, padding_free
@@ -56,7 +55,7 @@ def model_packs(model_config: Any, flash: bool = False) -> bool:
     return module is not None and hasattr(module, "create_causal_mask")
 
 
-def resolve_for_run(cfg: RunConfig, model_ref: Any, log=print) -> Mapping[str, Any]:
+def resolve_for_run(cfg: RunConfig, model_ref: Any, log=print) -> RunConfig:
     """``resolve_for_model`` with the config of the run's model (``cockpit.models.resolve``'s ref),
     read only when the config would pack."""
     if not padding_free(cfg):
@@ -66,7 +65,7 @@ def resolve_for_run(cfg: RunConfig, model_ref: Any, log=print) -> Mapping[str, A
     return resolve_for_model(cfg, load_model_config(cfg, model_ref), log)
 
 
-def resolve_for_model(cfg: Mapping[str, Any], model_config: Any, log=print) -> Mapping[str, Any]:
+def resolve_for_model(cfg: RunConfig, model_config: Any, log=print) -> RunConfig:
     """The config with ``packing`` decided for this model: auto falls back to padded batches (said
     in the log) for a model that cannot attend per sample in a packed row; ``packing: true`` there
     is an input error (its samples would attend to each other)."""
@@ -84,10 +83,10 @@ def resolve_for_model(cfg: Mapping[str, Any], model_config: Any, log=print) -> M
             )
         )
     log(f"packing auto: {model_type} cannot attend per sample in a packed row; padded batches")
-    return {**cfg, "packing": False}
+    return cfg.replace(packing=False)
 
 
-def build_collator(cfg: Mapping[str, Any], tokenizer: Any, model: Any = None) -> Any:
+def build_collator(cfg: RunConfig, tokenizer: Any, model: Any = None) -> Any:
     """The Trainer's data collator for this config."""
     if padding_free(cfg):
         from transformers import DataCollatorWithFlattening

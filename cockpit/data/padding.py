@@ -22,8 +22,7 @@ and refused under ``packing: true``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
@@ -33,30 +32,34 @@ AUTO_MAX_PACKED_TOKENS = 4096
 PACKED_SDPA = "cockpit_packed_sdpa"
 
 
-def packing_asked(cfg: Mapping[str, Any]) -> bool | None:
+# the keys the decision reads (the planner's measurement builds a RunConfig of these from its dict)
+PADDING_KEYS = ("packing", "neat_packing", "flash_attn", "per_device_train_batch_size", "cutoff_len")
+
+
+def packing_asked(cfg: RunConfig) -> bool | None:
     """True / False when the config says so, None for auto (unset)."""
-    if cfg.get("packing") or cfg.get("neat_packing"):
+    if cfg.packing or cfg.neat_packing:
         return True
-    if cfg.get("packing") is False:
+    if cfg.packing is False:
         return False
     return None
 
 
-def asks_flash_attention(cfg: Mapping[str, Any]) -> bool:
-    return str(cfg.get("flash_attn") or "auto").lower() == "fa2"
+def asks_flash_attention(cfg: RunConfig) -> bool:
+    return str(cfg.flash_attn or "auto").lower() == "fa2"
 
 
-def packed_row_tokens(cfg: Mapping[str, Any]) -> int:
+def packed_row_tokens(cfg: RunConfig) -> int:
     """The longest padding-free row: micro-batch x cutoff_len tokens."""
-    return int(cfg.get("per_device_train_batch_size") or 1) * int(cfg.get("cutoff_len") or 0)
+    return int(cfg.per_device_train_batch_size or 1) * int(cfg.cutoff_len or 0)
 
 
-def padding_free(cfg: Mapping[str, Any]) -> bool:
+def padding_free(cfg: RunConfig) -> bool:
     """Whether this config's SFT micro-batches are padding-free (see the module doc)."""
     asked = packing_asked(cfg)
     if asked is not None:
         return asked
-    if int(cfg.get("per_device_train_batch_size") or 1) <= 1:
+    if int(cfg.per_device_train_batch_size or 1) <= 1:
         return False
     return asks_flash_attention(cfg) or packed_row_tokens(cfg) <= AUTO_MAX_PACKED_TOKENS
 

@@ -26,7 +26,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cockpit.data.padding import padding_free
+from cockpit.config.run_config import RunConfig
+from cockpit.data.padding import PADDING_KEYS, padding_free
 
 
 def _mode_class():
@@ -146,7 +147,9 @@ def measure_training_peak(
     elif config.get("finetuning_type", "lora") == "lora":
         model = _with_lora(model, config)
     # SFT's packing (auto or asked): one padding-free row per micro-batch, as the training rank's
-    packed = str(config.get("stage") or "sft") == "sft" and padding_free({"cutoff_len": 1024, **config})
+    packed = str(config.get("stage") or "sft") == "sft" and padding_free(
+        RunConfig.from_mapping({k: config[k] for k in PADDING_KEYS if k in config})
+    )
     rows = _synthetic_rows(
         model.config.vocab_size, config, steps=steps, seed=seed, warmup_len=warmup_len, padded=not packed
     )

@@ -65,7 +65,7 @@ def sft_trainer(
     )
     trainer.token_weighting = token_weighting(cfg)
     if eval_rows and cfg.compute_accuracy and padding_free(cfg):  # accuracy is per sample: padded rows
-        trainer.eval_data_collator = build_collator({**cfg, "packing": False}, tokenizer, model)
+        trainer.eval_data_collator = build_collator(cfg.replace(packing=False), tokenizer, model)
     return trainer
 
 
@@ -110,7 +110,7 @@ class SFTRecipe(Recipe):
             len(data.train),
             ctx.log,
         )
-        cfg = RunConfig.from_mapping(resolve_for_run(cfg, ctx.model_ref, ctx.log))  # packing auto: asks the model too
+        cfg = resolve_for_run(cfg, ctx.model_ref, ctx.log)  # packing auto: asks the model too
         ctx.log(batching_words(cfg))
         return dataclasses.replace(ctx, cfg=cfg, sharded=sharded)
 
