@@ -48,6 +48,7 @@ def _train(tmp_path, tiny_model_dir, compiled: bool):
     return losses, model, compiled_layers
 
 
+@pytest.mark.slow
 @pytest.mark.budget(120, reason="inductor compiles a decoder layer's forward and backward on the CPU (C++)")
 def test_torch_compile_compiles_each_decoder_layer_and_trains_the_eager_losses(tmp_path, tiny_model_dir, monkeypatch):
     from cockpit.train.kernels import REGIONAL, compile_refusal

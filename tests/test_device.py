@@ -57,6 +57,7 @@ def test_every_preset_is_classified():
             assert "use_cpu: false" in path.read_text(), path.name
 
 
+@pytest.mark.slow
 def test_gpu_presets_are_blocked_by_the_launch_gate_here():
     """The real doctor on this machine, run as the gate runs it (``--needs`` the config's tags)."""
     if _gpus_here():

@@ -226,6 +226,7 @@ def test_rocm_version_from_hipconfig_and_mismatch(machine):
     assert c.status == WARN and "hipconfig" in c.seen and "6.2" in c.seen
 
 
+@pytest.mark.slow
 def test_no_rocm_tree(machine, tmp_path):
     roots = Roots(rocm=tmp_path / "nope", sys=machine["roots"].sys, proc=machine["roots"].proc, dev=machine["roots"].dev, runs_dir=tmp_path, cache_dir=tmp_path, ld_cache=False)
     c = by_id(run_checks(env={"PATH": str(machine["bin"])}, roots=roots, facts=rocm_facts(tmp_path)))

@@ -252,6 +252,7 @@ def train(tmp_path: Path, cfg: Path) -> tuple[object, Path]:
     return res, next((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_a_short_grpo_run_logs_rewards_completions_and_the_held_out_reward(tmp_path, tiny_model_dir):
     rewards = tmp_path / "rw.py"
     rewards.write_text(

@@ -359,6 +359,7 @@ def _flags_rank(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_a_stop_one_rank_sees_reaches_every_rank_over_the_host_group(tmp_path):
     """The flags' all-reduce runs on host tensors over the default gloo group on the CPU (and a gloo side
     group on NCCL / RCCL: the GPU twin below), so checking them each step never waits for a device."""

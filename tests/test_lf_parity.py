@@ -150,6 +150,7 @@ def test_eval_keys_reach_the_trainer(tiny_model_dir, tmp_path):
     refused(tiny_model_dir, "save_steps \\(5\\) to be a multiple of eval_steps \\(2\\)", val_size=0.2, eval_steps=2, save_steps=5, load_best_model_at_end=True)
 
 
+@pytest.mark.slow
 def test_eval_dataset_evaluates_on_schedule_and_keeps_the_best_checkpoint(tmp_path, tiny_model_dir):
     """A real run (tiny model, CLI): eval_dataset, eval_on_start, eval_steps, load_best_model_at_end."""
     import json

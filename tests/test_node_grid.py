@@ -10,6 +10,8 @@ import socket
 import threading
 from datetime import timedelta
 
+import pytest
+
 from cockpit.run.supervisor import node_watchdog, observe_progress
 from cockpit.store.events import encode
 from cockpit.store.node_grid import grid_row, outliers, parse_ranges, ranges, row_devices
@@ -99,6 +101,7 @@ def test_heartbeats_leave_out_a_silent_node_and_the_watchdog_names_it():
     assert any("node 5 (h5) silent" in w for w in words)
 
 
+@pytest.mark.slow
 def test_64_nodes_report_through_a_real_tcpstore_on_loopback():
     """64 reporter clients (threads, one TCPStore client each, 8 fake GPUs per node) and global
     rank 0's collector on the master: one grid with every other node's GPUs, heartbeats of all 64."""

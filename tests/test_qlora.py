@@ -389,6 +389,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_stage_rm_trains_a_value_model_over_a_4bit_base(tmp_path, tiny_model_dir, bnb_env):
     """QLoRA for the reward stage (LLaMA-Factory's rm takes quantization_bit as its other stages do):
     the value model's linears are NF4, the adapter and the value head train, and a run finishes with

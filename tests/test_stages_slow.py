@@ -86,6 +86,7 @@ def test_kto_trains_one_sample_per_micro_batch_with_a_real_kl_term(tmp_path, tin
     assert all(math.isfinite(k) and k >= 0 for k in kls) and max(kls) > 0, kls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss,extra", [("orpo", {"pref_beta": 0.1}), ("simpo", {"pref_beta": 2.0, "simpo_gamma": 0.5, "pref_ftx": 0.1})])
 def test_orpo_and_simpo_train_end_to_end_without_a_reference(tmp_path, tiny_model_dir, loss, extra):
     """pref_loss orpo (TRL's ORPOTrainer) and simpo (CPOTrainer, loss_type simpo) through the real

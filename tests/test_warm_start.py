@@ -100,6 +100,7 @@ def test_another_import_time_environment_is_served_by_a_pool_server_as_a_cold_st
     assert proc is not None and proc.wait(60) == 0
 
 
+@pytest.mark.slow
 def test_a_full_pool_refuses_by_name_and_an_idle_pool_server_ends(tmp_path):
     socket_path = str(tmp_path / "own.sock")
     own = subprocess.Popen(
