@@ -43,7 +43,7 @@ def test_adam_mini_trains_with_one_second_moment_per_head_and_neuron(tmp_path, t
     from cockpit.train.trainer import CockpitTrainer
 
     cfg = cfg_for(tiny_model_dir)
-    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    ref = resolve_model(cfg.model_name_or_path, log=lambda *_: None)
     tok = load_tokenizer(cfg, ref, log=lambda *_: None)
     model = build_model(cfg, ref, True, 0)
     args = training_arguments(cfg, {"checkpoints": tmp_path / "ck"}, True, 1)

@@ -27,8 +27,8 @@ def refused(model_dir, match, **over):
 
 def test_badam_keys_take_llamafactorys_defaults(tiny_model_dir):
     cfg = cfg_for(tiny_model_dir)
-    assert (cfg["badam_mode"], cfg["badam_switch_mode"], cfg["badam_switch_interval"], cfg["badam_update_ratio"],
-            cfg["badam_mask_mode"], cfg["badam_start_block"], cfg["badam_verbose"]) == (
+    assert (cfg.badam_mode, cfg.badam_switch_mode, cfg.badam_switch_interval, cfg.badam_update_ratio,
+            cfg.badam_mask_mode, cfg.badam_start_block, cfg.badam_verbose) == (
         "layer", "ascending", 50, 0.05, "adjacent", None, 0)
     from cockpit.config.schema import LLAMAFACTORY_UNSUPPORTED
 
@@ -69,7 +69,7 @@ def test_badam_layer_optimizer_trains_one_layer_at_a_time(tiny_model_dir, tmp_pa
     from cockpit.train.variants import trainer_kwargs
 
     cfg = cfg_for(tiny_model_dir, badam_switch_interval=1)
-    model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+    model = build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0)
     args = training_arguments(cfg, {"checkpoints": tmp_path / "ck"}, True, 1)
     opt, sched = trainer_kwargs(cfg, model, args)["optimizers"]
     assert type(opt).__name__ == "BlockOptimizer" and sched is None

@@ -27,10 +27,10 @@ def errors(path, overrides=None) -> str:
 
 def test_defaults_filled_and_types(tmp_path):
     cfg = load_config(write(tmp_path, "dataset: cockpit_identity\nlearning_rate: 1e-4\nlora_rank: 4\n"))
-    assert cfg["learning_rate"] == pytest.approx(1e-4)  # YAML 1.1 reads 1e-4 as a string
-    assert cfg["lora_alpha"] == 8  # 2 x rank
-    assert cfg["finetuning_type"] == "lora"
-    assert set(SCHEMA) <= set(cfg)
+    assert cfg.learning_rate == pytest.approx(1e-4)  # YAML 1.1 reads 1e-4 as a string
+    assert cfg.lora_alpha == 8  # 2 x rank
+    assert cfg.finetuning_type == "lora"
+    assert set(SCHEMA) <= set(cfg.keys_only())
 
 
 def test_llamafactory_example_loads_as_is(tmp_path):
@@ -70,7 +70,7 @@ ddp_timeout: 180000000
 resume_from_checkpoint: null
 """
     cfg = load_config(write(tmp_path, text))
-    assert cfg["report_to"] == "none" and cfg["bf16"] is True and cfg["ddp_timeout"] == 180000000
+    assert cfg.report_to == "none" and cfg.bf16 is True and cfg.ddp_timeout == 180000000
 
 
 def test_unknown_key_did_you_mean_with_line(tmp_path):
@@ -123,14 +123,14 @@ def test_missing_file_directory_and_encoding(tmp_path):
 def test_bom_and_crlf_accepted(tmp_path):
     p = tmp_path / "bom.yaml"
     p.write_bytes(b"\xef\xbb\xbfdataset: cockpit_identity\r\nlora_rank: 4\r\n")
-    assert load_config(p)["lora_rank"] == 4
+    assert load_config(p).lora_rank == 4
 
 
 def test_overrides_are_typed_and_named(tmp_path):
     p = write(tmp_path, "dataset: x\n")
     cfg = load_config(p, ["lora_rank=32", "bf16=true", "learning_rate=2e-4", "env={NCCL_DEBUG: INFO}"])
-    assert cfg["lora_rank"] == 32 and cfg["bf16"] is True and cfg["learning_rate"] == pytest.approx(2e-4)
-    assert cfg["env"] == {"NCCL_DEBUG": "INFO"}
+    assert cfg.lora_rank == 32 and cfg.bf16 is True and cfg.learning_rate == pytest.approx(2e-4)
+    assert cfg.env == {"NCCL_DEBUG": "INFO"}
     msg = errors(p, ["lora_rank=many"])
     assert "--set: lora_rank: must be int" in msg
     with pytest.raises(InputError):
@@ -152,7 +152,7 @@ def test_secrets_redacted_in_resolved_config(tmp_path):
 def test_preset_roundtrip(tmp_path):
     cfg = load_config(write(tmp_path, "dataset: cockpit_identity\nlora_rank: 4\nlearning_rate: 0.001\n"))
     again = load_config(write(tmp_path, to_yaml(cfg), "again.yaml"))
-    assert again["lora_rank"] == 4 and again["learning_rate"] == pytest.approx(0.001)
+    assert again.lora_rank == 4 and again.learning_rate == pytest.approx(0.001)
 
 
 def test_schedulers_match_transformers():

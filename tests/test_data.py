@@ -176,7 +176,7 @@ def test_unknown_template(tokenizer):
 def test_ignore_pad_token_for_loss_true_is_accepted_false_refused():
     from cockpit.config.load import validate
 
-    assert validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": True}, check_paths=False)["ignore_pad_token_for_loss"] is True
+    assert validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": True}, check_paths=False).ignore_pad_token_for_loss is True
     with pytest.raises(InputError, match="ignore_pad_token_for_loss: padding never carries the loss here"):
         validate({"dataset": "x.jsonl", "ignore_pad_token_for_loss": False}, check_paths=False)
 
@@ -191,8 +191,8 @@ def test_default_system_is_the_system_message_of_conversations_without_one(embed
 
     tok = AutoTokenizer.from_pretrained(str(embedded_dir))
     cfg = validate({"dataset": "x.jsonl", "template": "chatml", "default_system": "你是 Kestrel。Be brief."}, check_paths=False)
-    apply_template_choice(tok, cfg["template"], cfg["default_system"])
-    apply_template_choice(tok, cfg["template"], cfg["default_system"])  # twice: still one system message
+    apply_template_choice(tok, cfg.template, cfg.default_system)
+    apply_template_choice(tok, cfg.template, cfg.default_system)  # twice: still one system message
     r = render_sample(tok, TWO_TURNS, cutoff_len=1024)
     text = tok.decode(r.input_ids)
     assert text.startswith("<|im_start|>system\n你是 Kestrel。Be brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?")

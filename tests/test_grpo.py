@@ -34,8 +34,8 @@ def named(raw: dict, key: str, words: str) -> None:
 
 def test_a_valid_grpo_config_passes_with_trl_defaults():
     cfg = validate(dict(BASE), check_paths=False)
-    assert cfg["num_generations"] == 8 and cfg["loss_type"] == "dapo" and cfg["beta"] == 0.0
-    assert cfg["scale_rewards"] == "group" and cfg["epsilon"] == 0.2 and cfg["max_completion_length"] == 256
+    assert cfg.num_generations == 8 and cfg.loss_type == "dapo" and cfg.beta == 0.0
+    assert cfg.scale_rewards == "group" and cfg.epsilon == 0.2 and cfg.max_completion_length == 256
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_user_reward_file_is_found_and_its_function_checked_without_running_it
     data.write_text('{"prompt": "hi"}\n')
     raw = {**BASE, "dataset": str(data), "reward_funcs": f"{f}:good"}
     cfg = validate(raw, check_paths=True)
-    assert cfg["reward_funcs"] == f"{f}:good"
+    assert cfg.reward_funcs == f"{f}:good"
     with pytest.raises(InputError, match="defines no top-level function 'missing'"):
         validate({**raw, "reward_funcs": f"{f}:missing"}, check_paths=True)
     with pytest.raises(InputError, match="reward file not found"):

@@ -53,7 +53,7 @@ def test_pure_bf16_trains_bf16_weights_and_optimizer_states_without_autocast(tmp
 
     cfg = cfg_for(tiny_model_dir, finetuning_type=finetuning_type, pure_bf16=True, bf16=True, max_steps=2,
                   per_device_train_batch_size=2, learning_rate=1e-3, logging_steps=1, save_strategy="no")
-    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    ref = resolve_model(cfg.model_name_or_path, log=lambda *_: None)
     tok = load_tokenizer(cfg, ref, log=lambda *_: None)
     model = build_model(cfg, ref, True, 0)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}  # base and (LoRA) adapter alike
@@ -108,7 +108,7 @@ def test_early_stopping_refuses_what_hfs_callback_would():
 
     for ok in ({"load_best_model_at_end": True}, {"metric_for_best_model": "loss"}):
         assert validate({"dataset": "cockpit_identity", "val_size": 2, "early_stopping_steps": 2, **ok},
-                        check_paths=False)["early_stopping_steps"] == 2
+                        check_paths=False).early_stopping_steps == 2
 
 
 def test_effective_tokens_per_second_is_llamafactorys_calculate_tps():
@@ -217,8 +217,8 @@ def test_llamafactorys_predict_example_passes_check_with_eval_dataset_alone(tmp_
     from cockpit.config.parity import predict_data_key
 
     cfg = load_config(str(path))
-    assert not cfg.get("dataset") and cfg["eval_dataset"] == "cockpit_identity" and not cfg["do_train"]
-    assert predict_data_key(cfg) == "eval_dataset"
+    assert not cfg.dataset and cfg.eval_dataset == "cockpit_identity" and not cfg.do_train
+    assert predict_data_key(cfg.mapping()) == "eval_dataset"
     refused("dataset: required", do_train=True, dataset=None, do_predict=True, predict_with_generate=True,
             eval_dataset="cockpit_identity")
 

@@ -22,7 +22,7 @@ def build(model_dir: Path, **over):
     from cockpit.train.model import build_model
 
     cfg = cfg_for(model_dir, **over)
-    return build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0), cfg
+    return build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0), cfg
 
 
 def args_for(cfg, tmp_path):
@@ -204,7 +204,7 @@ def test_gradient_checkpointing_switches(tiny_model_dir, tmp_path):
 
 
 def test_low_cpu_mem_usage_false_is_refused_with_the_reason(tiny_model_dir):
-    assert cfg_for(tiny_model_dir, low_cpu_mem_usage=True)["low_cpu_mem_usage"] is True
+    assert cfg_for(tiny_model_dir, low_cpu_mem_usage=True).low_cpu_mem_usage is True
     refused(tiny_model_dir, "transformers 5 always loads weights", low_cpu_mem_usage=False)
 
 
@@ -228,7 +228,7 @@ def test_preprocessing_num_workers_tokenises_in_that_many_processes(tiny_model_d
 
     monkeypatch.setattr(mpc.SpawnContext, "Pool", recording_pool)
     cfg = cfg_for(tiny_model_dir, template="chatml")
-    tok = load_tokenizer(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), log=lambda *_: None)
+    tok = load_tokenizer(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), log=lambda *_: None)
     one = prepare_dataset(cfg, tok)
     assert not made  # one process: no pool
     two = prepare_dataset(cfg.replace(preprocessing_num_workers=2), tok)
@@ -387,7 +387,7 @@ def test_galore_and_apollo_keys_become_hfs_low_rank_optimizers(tiny_model_dir, t
     from cockpit.config.run_config import RunConfig
     from cockpit.train.arguments import training_arguments
 
-    base = dict(cfg_for(tiny_model_dir, finetuning_type="full"))
+    base = cfg_for(tiny_model_dir, finetuning_type="full").mapping()
     galore = low_rank_optim({**base, "use_galore": True, "galore_rank": 8, "galore_target": "q_proj, v_proj", "galore_layerwise": True})
     assert galore == {"optim": "galore_adamw_layerwise", "optim_target_modules": ["q_proj", "v_proj"],
                       "optim_args": "rank=8,update_proj_gap=200,scale=2.0,proj_type=std"}

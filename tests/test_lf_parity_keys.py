@@ -89,7 +89,7 @@ def test_eval_accuracy_reaches_the_eval_event_the_summary_and_its_screen(tmp_pat
 
 
 def test_compute_accuracy_needs_sft_evaluation_data(tiny_model_dir):
-    assert cfg_for(tiny_model_dir, compute_accuracy=True, val_size=0.2)["compute_accuracy"] is True
+    assert cfg_for(tiny_model_dir, compute_accuracy=True, val_size=0.2).compute_accuracy is True
     refused(tiny_model_dir, "compute_accuracy needs evaluation data", compute_accuracy=True)
     refused(tiny_model_dir, "compute_accuracy: token accuracy is measured in SFT's evaluation", compute_accuracy=True,
             val_size=0.2, stage="pt")

@@ -152,8 +152,8 @@ def cockpit_case(name: str, case: str, data: dict[str, Any] = DATA, which: str =
     tok = _tokenizer(which, name)
     try:  # as cockpit.data.prepare.prepare_dataset renders; Llama 3's tool prompt dated as the golden file is
         with mock.patch("cockpit.data.lf_tools.today", return_value=data["tool_date"]):
-            apply_template_choice(tok, name, cfg.get("default_system"), cfg.get("enable_thinking", True))
-            r = render_sample(tok, messages, cfg["cutoff_len"], tools=tools, **render_options(cfg))
+            apply_template_choice(tok, name, cfg.default_system, cfg.enable_thinking)
+            r = render_sample(tok, messages, cfg.cutoff_len, tools=tools, **render_options(cfg))
     except ValueError as exc:
         return {"error": str(exc)}
     return {"input_ids": r.input_ids, "labels": r.labels}
@@ -298,8 +298,8 @@ def own_case(label: str, case: str) -> dict[str, Any]:
         tok.chat_template = jinja
     try:
         with mock.patch("cockpit.data.lf_tools.today", return_value=OWN["tool_date"]):
-            apply_template_choice(tok, None, cfg.get("default_system"), cfg.get("enable_thinking", True))
-            r = render_sample(tok, messages, cfg["cutoff_len"], tools=tools, **render_options(cfg))
+            apply_template_choice(tok, None, cfg.default_system, cfg.enable_thinking)
+            r = render_sample(tok, messages, cfg.cutoff_len, tools=tools, **render_options(cfg))
     except Exception as exc:  # noqa: BLE001 - the Jinja's own error
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"input_ids": r.input_ids, "labels": r.labels}
@@ -385,7 +385,7 @@ def test_an_exported_tokenizer_prompts_as_training_rendered(name, tmp_path):
         prompt = render_prompt_ids(trained, messages[:-1])
         assert render_prompt_ids(served, messages[:-1]) == prompt
         assert served.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False) == trained.decode(prompt)
-        sample = render_sample(trained, messages, cfg["cutoff_len"])
+        sample = render_sample(trained, messages, cfg.cutoff_len)
         assert served.apply_chat_template(messages, tokenize=False) == trained.decode(sample.input_ids)
     one_turn = CONVERSATION[1:2]
     tokens = list(served.apply_chat_template(one_turn, add_generation_prompt=True, tokenize=True, return_dict=False))

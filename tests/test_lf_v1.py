@@ -44,8 +44,8 @@ def test_llamafactorys_v1_lora_example_is_read_as_v0_with_a_note():
         "gradient_checkpointing": True, "lr_scheduler_type": "constant", "weight_decay": 0.01, "logging_steps": 1,
         "optim": "adamw_torch",
     }  # fmt: skip
-    assert {k: cfg[k] for k in expect} == expect
-    (note,) = [n for n in cfg["_notes"] if "LLaMA-Factory v1" in n]
+    assert {k: getattr(cfg, k) for k in expect} == expect
+    (note,) = [n for n in cfg.notes if "LLaMA-Factory v1" in n]
     assert "peft_config -> finetuning_type, lora_rank, lora_alpha, lora_dropout, lora_target" in note
     assert "micro_batch_size -> per_device_train_batch_size" in note and "dist_config -> fsdp" in note
     assert "lr_scheduler_type: constant" in note and "weight_decay: 0.01" in note

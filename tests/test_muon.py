@@ -38,7 +38,7 @@ def _trainer(tmp_path, tiny_model_dir, **over):
     from cockpit.train.trainer import CockpitTrainer
 
     cfg = cfg_for(tiny_model_dir, **over)
-    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    ref = resolve_model(cfg.model_name_or_path, log=lambda *_: None)
     tok = load_tokenizer(cfg, ref, log=lambda *_: None)
     model = build_model(cfg, ref, True, 0)
     args = training_arguments(cfg, {"checkpoints": tmp_path / "ck"}, True, 1)

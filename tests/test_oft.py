@@ -51,11 +51,11 @@ def test_oft_refuses_what_it_is_not_built_for():
 
     ok = validate({"dataset": "cockpit_identity", "finetuning_type": "oft", "oft_rank": 2, "oft_block_size": 0,
                    "additional_target": "embed_tokens", "nproc_per_node": 2}, check_paths=False)
-    assert ok["finetuning_type"] == "oft" and ok["oft_rank"] == 2
+    assert ok.finetuning_type == "oft" and ok.oft_rank == 2
     # a resolved config (config.yaml, every key at its value) validates again, OFT or not
-    assert validate(ok, check_paths=False)["oft_rank"] == 2
+    assert validate(ok, check_paths=False).oft_rank == 2
     plain = validate({"dataset": "cockpit_identity"}, check_paths=False)
-    assert validate(plain, check_paths=False)["finetuning_type"] == "lora"
+    assert validate(plain, check_paths=False).finetuning_type == "lora"
 
 
 @pytest.mark.parametrize(("over", "block"), [({}, lambda i: 32), ({"oft_rank": 4, "oft_block_size": 0}, lambda i: i // 4)],
@@ -75,7 +75,7 @@ def test_only_ofts_blocks_train_and_three_steps_change_them(tmp_path, tiny_model
     from cockpit.train.trainer import CockpitTrainer
 
     cfg = cfg_for(tiny_model_dir, **over)
-    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    ref = resolve_model(cfg.model_name_or_path, log=lambda *_: None)
     tok = load_tokenizer(cfg, ref, log=lambda *_: None)
     model = build_model(cfg, ref, True, 0)
     trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -100,7 +100,7 @@ def test_oft_target_picks_the_modules_and_lora_target_stands_in_for_it(tmp_path,
     for over, modules in (({"oft_target": "q_proj,v_proj"}, {"q_proj", "v_proj"}),
                           ({"lora_target": "down_proj"}, {"down_proj"})):
         cfg = cfg_for(tiny_model_dir, **over)
-        model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+        model = build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0)
         adapted = {n.split(".oft_R.")[0].rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad}
         assert adapted == modules
 

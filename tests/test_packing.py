@@ -166,7 +166,7 @@ def test_packing_auto_is_padding_free_where_it_is_cheaper():
     def cfg(**k):
         return validate({"dataset": "x", **k})
 
-    assert validate({"dataset": "x"})["packing"] is None  # auto is the default
+    assert validate({"dataset": "x"}).packing is None  # auto is the default
     assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=1024))
     assert padding_free(cfg(per_device_train_batch_size=4, cutoff_len=AUTO_MAX_PACKED_TOKENS // 4))
     assert not padding_free(cfg(per_device_train_batch_size=4, cutoff_len=AUTO_MAX_PACKED_TOKENS // 4 + 1))
@@ -201,7 +201,7 @@ def test_packing_auto_pads_a_model_that_cannot_attend_per_sample(tiny_model_dir)
     said: list[str] = []  # what the training rank calls, with the run's model reference
     assert resolve_for_run(auto, resolve_model(str(tiny_model_dir)), said.append) is auto and not said
     assert not model_packs(mamba)
-    assert resolve_for_model(auto, mamba, said.append)["packing"] is False and "padded" in said[0]
+    assert resolve_for_model(auto, mamba, said.append).packing is False and "padded" in said[0]
     with pytest.raises(InputError, match="packing"):
         resolve_for_model(auto.replace(packing=True), mamba)
     assert model_packs(mamba, flash=True)

@@ -33,7 +33,7 @@ def test_plan_and_setup_agree_where_the_run_trains(gpus):
     model = FormModel()
     model.fill(raw)
     cfg = model.check(check_paths=False).cfg
-    assert cfg is not None and cfg.get("use_cpu") is None
+    assert cfg is not None and cfg.use_cpu is None
     machine = Machine("host", gpus, "AMD" if gpus else "", 64.0 if gpus else None, 23.5)
     mem, source, ranks = model.fit_memory(cfg, machine)
     planned = plan(raw, gpus_visible=gpus, host_memory_gb=23.5, base_dir=str(ROOT / "presets"), use_meta=False)

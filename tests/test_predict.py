@@ -91,7 +91,7 @@ def test_llamafactorys_predict_example_is_accepted(tmp_path):
     cfg = validate({"stage": "sft", "do_predict": True, "finetuning_type": "lora", "eval_dataset": "cockpit_bilingual",
                     "template": "chatml", "cutoff_len": 2048, "max_samples": 50, "per_device_eval_batch_size": 1,
                     "predict_with_generate": True, "do_train": False, "adapter_name_or_path": str(_adapter(tmp_path))})
-    assert cfg["do_predict"] and not cfg["do_train"] and cfg["max_new_tokens"] == 1024 and cfg["do_sample"] is False
+    assert cfg.do_predict and not cfg.do_train and cfg.max_new_tokens == 1024 and cfg.do_sample is False
     assert validate({"dataset": "cockpit_identity", "val_size": 2, "do_predict": True, "predict_with_generate": True})
 
 

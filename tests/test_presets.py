@@ -36,19 +36,19 @@ def test_all_expected_presets_exist():
 @pytest.mark.parametrize("path", GPU_PRESETS, ids=lambda p: p.stem)
 def test_preset_validates_with_embedded_model(path):
     cfg = load_config(path, ["model_name_or_path=smollm2-135m-instruct"], check_paths=True)
-    assert cfg["model_name_or_path"] == "smollm2-135m-instruct"
-    assert cfg["bf16"] is True and cfg["fp16"] is False
-    assert cfg["dataset"] == "cockpit_identity,cockpit_bilingual"
-    assert not cfg.get("use_cpu")
-    world = cfg["nproc_per_node"] * cfg["nnodes"]
+    assert cfg.model_name_or_path == "smollm2-135m-instruct"
+    assert cfg.bf16 is True and cfg.fp16 is False
+    assert cfg.dataset == "cockpit_identity,cockpit_bilingual"
+    assert not cfg.use_cpu
+    world = cfg.nproc_per_node * cfg.nnodes
     assert world in (1, 8), "AMD's guidance: 1 or 8 GPUs per collective, not 2 or 4"
     name = path.stem
     if "fsdp" in name:
-        assert cfg["fsdp"] == "full_shard auto_wrap" and cfg["finetuning_type"] == "full"
+        assert cfg.fsdp == "full_shard auto_wrap" and cfg.finetuning_type == "full"
     if "zero3" in name:
-        assert cfg["zero_stage"] == 3 and cfg["finetuning_type"] == "lora" and world == 8
+        assert cfg.zero_stage == 3 and cfg.finetuning_type == "lora" and world == 8
     if "qlora" in name:
-        assert cfg["quantization_bit"] == 4 and world == 1
+        assert cfg.quantization_bit == 4 and world == 1
 
 
 @pytest.mark.parametrize("path", GPU_PRESETS, ids=lambda p: p.stem)

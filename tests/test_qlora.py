@@ -57,17 +57,17 @@ from cockpit.models.resolve import resolve_model
 from cockpit.train.model import build_model
 
 cfg = validate(yaml.safe_load(open(sys.argv[1])))
-model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), bool(cfg["use_cpu"]), 0)
-kind = bnb.nn.Linear4bit if cfg["quantization_bit"] == 4 else bnb.nn.Linear8bitLt
+model = build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), bool(cfg.use_cpu), 0)
+kind = bnb.nn.Linear4bit if cfg.quantization_bit == 4 else bnb.nn.Linear8bitLt
 quantized = [m for m in model.modules() if isinstance(m, kind)]
 plain = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear and "lora_" not in n and "lm_head" not in n]
 print(json.dumps({
     "quantized": len(quantized),
     "weight_dtypes": sorted({str(m.weight.dtype) for m in quantized}),
-    "packed": all(m.weight.numel() * (2 if cfg["quantization_bit"] == 4 else 1) == m.in_features * m.out_features
+    "packed": all(m.weight.numel() * (2 if cfg.quantization_bit == 4 else 1) == m.in_features * m.out_features
                   for m in quantized),
     "quant_state": all(getattr(m.weight, "quant_state", None) is not None for m in quantized)
-                   if cfg["quantization_bit"] == 4 else True,
+                   if cfg.quantization_bit == 4 else True,
     "plain_linears": plain,
     "trainable": sorted({n.split(".")[-2] for n, p in model.named_parameters() if p.requires_grad}),
     "device": sorted({str(p.device) for p in model.parameters()}),
@@ -320,14 +320,14 @@ def test_llamafactory_otfq_examples_load_with_the_embedded_model(tmp_path, embed
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"model_name_or_path: {embedded_dir}\n" + LF_OTFQ[name])
     cfg = load_config(path, check_paths=False)
-    assert cfg["quantization_bit"] == 4 and cfg["quantization_method"] in ("bnb", "bitsandbytes")
-    assert cfg["quantization_type"] == "nf4" and cfg["double_quantization"] is True
-    kwargs = base_load_kwargs(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+    assert cfg.quantization_bit == 4 and cfg.quantization_method in ("bnb", "bitsandbytes")
+    assert cfg.quantization_type == "nf4" and cfg.double_quantization is True
+    kwargs = base_load_kwargs(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0)
     q = kwargs["quantization_config"]
     assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant
     assert q.bnb_4bit_compute_dtype == torch.bfloat16 and kwargs["device_map"] == {"": "cpu"}
     fp4 = base_load_kwargs(cfg.replace(quantization_type="fp4", double_quantization=False),
-                           resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)["quantization_config"]
+                           resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0)["quantization_config"]
     assert fp4.bnb_4bit_quant_type == "fp4" and not fp4.bnb_4bit_use_double_quant
 
 
@@ -380,7 +380,7 @@ from cockpit.models.resolve import resolve_model
 from cockpit.train.model import build_model
 
 cfg = validate(yaml.safe_load(open(sys.argv[1])))
-model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0, value_head=True)
+model = build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0, value_head=True)
 print(json.dumps({
     "quantized": sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules()),
     "trainable": sorted({"score" if ".score." in n else "lora" if "lora_" in n else n

@@ -39,10 +39,10 @@ def test_validate_records_absolute_paths_from_the_working_dir(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path / "proj")
     raw = {"model_name_or_path": "tiny", "dataset": "my_alpaca", "eval_dataset": "./extra.jsonl", "output_dir": "out"}
     cfg = validate(raw, base_dir=tmp_path / "elsewhere")
-    assert cfg["dataset_dir"] == str(data.resolve())
-    assert cfg["eval_dataset"] == str((tmp_path / "proj" / "extra.jsonl").resolve())
-    assert cfg["output_dir"] == str((tmp_path / "proj" / "out").resolve())
-    assert cfg["dataset"] == "my_alpaca"  # names stay names, looked up in dataset_dir
+    assert cfg.dataset_dir == str(data.resolve())
+    assert cfg.eval_dataset == str((tmp_path / "proj" / "extra.jsonl").resolve())
+    assert cfg.output_dir == str((tmp_path / "proj" / "out").resolve())
+    assert cfg.dataset == "my_alpaca"  # names stay names, looked up in dataset_dir
 
 
 def test_default_dataset_dir_prefers_the_folder_that_lists_the_names(tmp_path, monkeypatch):
@@ -54,7 +54,7 @@ def test_default_dataset_dir_prefers_the_folder_that_lists_the_names(tmp_path, m
     cfg_data = lf_project(tmp_path / "cfgdir")
     monkeypatch.chdir(tmp_path / "cwd")
     cfg = validate({"model_name_or_path": "tiny", "dataset": "my_alpaca"}, base_dir=tmp_path / "cfgdir")
-    assert cfg["dataset_dir"] == str(cfg_data.resolve())
+    assert cfg.dataset_dir == str(cfg_data.resolve())
 
 
 def test_unknown_dataset_name_exits_2_and_leaves_no_run_dir(tmp_path, tiny_model_dir):

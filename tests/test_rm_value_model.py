@@ -16,7 +16,7 @@ def value_model(model_dir, **over):
     from cockpit.train.model import build_model
 
     cfg = cfg_for(model_dir, stage="rm", dataset="cockpit_identity_pairs", **over)
-    return build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0, value_head=True)
+    return build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0, value_head=True)
 
 
 def test_a_new_value_model_trains_its_adapter_and_its_head(tiny_model_dir):
@@ -58,7 +58,7 @@ def test_a_value_models_adapter_trains_further_and_a_causal_one_is_merged_or_ref
     from cockpit.models.resolve import resolve_model
     from cockpit.train.model import build_model
 
-    causal = build_model(sft, resolve_model(sft["model_name_or_path"], log=lambda *_: None), True, 0)
+    causal = build_model(sft, resolve_model(sft.model_name_or_path, log=lambda *_: None), True, 0)
     causal.save_pretrained(tmp_path / "sft-adapter")
     with pytest.raises(InputError, match="adapter_name_or_path.*create_new_adapter"):
         value_model(tiny_model_dir, adapter_name_or_path=str(tmp_path / "sft-adapter"))
@@ -81,4 +81,4 @@ def test_check_accepts_the_model_keys_for_stage_rm(tiny_model_dir, tmp_path):
                        ("adapter_name_or_path", str(tmp_path / "rm-adapter")), ("use_llama_pro", True)):
         cfg = validate({"model_name_or_path": str(tiny_model_dir), "stage": "rm", "dataset": "cockpit_identity_pairs",
                         "use_cpu": True, key: value, **({"create_new_adapter": True} if key == "adapter_name_or_path" else {})})
-        assert cfg[key] == value
+        assert getattr(cfg, key) == value

@@ -4,6 +4,7 @@ read it; the planner has no defaults table of its own and refuses what ``cockpit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import dataclasses
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def test_every_presets_validated_values_have_their_fields_types(preset, monkeypa
     cfg = load_config(preset, check_paths=False)
     assert isinstance(cfg, RunConfig)
     hints = typing.get_type_hints(RunConfigKeys)
-    wrong = {k: cfg[k] for k in KEY_NAMES if not _conforms(cfg[k], hints[k])}
+    wrong = {k: getattr(cfg, k) for k in KEY_NAMES if not _conforms(getattr(cfg, k), hints[k])}
     assert not wrong, f"values that do not match their field's type: {wrong}"
 
 
@@ -69,17 +70,19 @@ def test_the_config_is_frozen_and_a_change_is_a_new_config():
         cfg["cutoff_len"] = 8  # type: ignore[index]
     longer = cfg.replace(cutoff_len=4096)
     assert (cfg.cutoff_len, longer.cutoff_len) == (1024, 4096)
-    assert cfg["cutoff_len"] == cfg.get("cutoff_len") == 1024 and "cutoff_len" in cfg
-    assert cfg.get("no_such_key", "absent") == "absent" and "no_such_key" not in cfg
+    assert cfg.cutoff_len == 1024
+    assert not isinstance(cfg, Mapping)  # read by attribute: a key's typo is an AttributeError, not a None
+    with pytest.raises(AttributeError):
+        cfg.get("cutoff_len")  # type: ignore[attr-defined]
 
 
-def test_the_mapping_view_is_the_flat_config_with_its_base_dir_and_notes(tmp_path):
+def test_the_flat_mapping_is_the_config_with_its_base_dir_and_notes(tmp_path):
     cfg = validate({**HUB_MODEL, "lora_target_modules": "q_proj"}, check_paths=False, base_dir=tmp_path)
-    flat = dict(cfg)
+    flat = cfg.mapping()
     assert set(flat) == set(KEY_NAMES) | {"_base_dir", "_notes"}
     assert flat["_base_dir"] == str(tmp_path.resolve()) == cfg.base_dir
     assert any("lora_target" in n for n in flat["_notes"])  # the alias said once
-    assert cfg == flat  # a mapping equals the dict of its items
+    assert RunConfig.from_mapping(flat) == cfg
     assert validate(cfg, check_paths=False) == cfg.replace(base_dir=str(Path.cwd()), notes=())
 
 

@@ -221,9 +221,9 @@ def test_logging_every_more_steps_than_the_run_has_is_a_note_of_validation_and_o
     from cockpit.ui.forms import FormModel
 
     raw = {"model_name_or_path": "m", "dataset": "cockpit_identity", "max_steps": 8, "logging_steps": 256}
-    notes = validate(raw, check_paths=False)["_notes"]
+    notes = validate(raw, check_paths=False).notes
     assert any(n.startswith("logging_steps 256 > the run's 8 steps: only the first and the last step") for n in notes)
-    assert not validate({**raw, "logging_steps": 2}, check_paths=False)["_notes"]
+    assert not validate({**raw, "logging_steps": 2}, check_paths=False).notes
     assert logging_note({"logging_steps": 50, "max_steps": -1}, total_steps=36) is not None  # check: epochs over data
     model = FormModel()
     model.values.update({k: str(v) for k, v in raw.items()})

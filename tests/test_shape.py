@@ -8,7 +8,7 @@ def _cfg(tmp_path, text):
     (tmp_path / "d.jsonl").write_text('{"instruction": "hi", "output": "yo"}\n')
     path = tmp_path / "c.yaml"
     path.write_text("model_name_or_path: embedded\ndataset: d.jsonl\n" + text)
-    return load_config(str(path))
+    return load_config(str(path)).keys_only()
 
 
 def test_single_process_fp32_by_default(tmp_path):

@@ -106,8 +106,8 @@ def test_check_counts_the_side_folder_as_installed_and_refuses_what_neither_hold
     def check(**keys):
         return validate({"dataset": "cockpit_identity", **keys}, check_paths=False)
 
-    assert check(quantization_bit=4)["quantization_bit"] == 4
-    assert check(report_to="wandb,mlflow")["report_to"] == "wandb,mlflow"
+    assert check(quantization_bit=4).quantization_bit == 4
+    assert check(report_to="wandb,mlflow").report_to == "wandb,mlflow"
     monkeypatch.setenv("COCKPIT_LOWRANK_SITE", str(tmp_path / "empty"))
     monkeypatch.setenv("COCKPIT_TRACKERS_SITE", str(tmp_path / "empty"))
     with pytest.raises(InputError, match=r"quantization_bit: 4-bit weights need bitsandbytes, installed neither on "

@@ -30,7 +30,7 @@ def cfg_of(**over) -> dict:
 # -- GPU requests only when the config needs GPUs ------------------------------------------------
 def test_a_cpu_config_asks_for_no_gpu_and_a_gpu_config_for_its_ranks():
     cpu = cfg_of(nproc_per_node=2)
-    assert cpu["use_cpu"] is True and not needs_gpus(cpu.use_cpu, has_gpus=True)
+    assert cpu.use_cpu is True and not needs_gpus(cpu.use_cpu, has_gpus=True)
     lines = header(cpu, SlurmOptions(), job_name="j")
     assert not any("gpus" in line or "gres" in line for line in lines), lines
     gpu = load_config(str(ROOT / "presets" / "mi300x-lora-8b.yaml"), ["nproc_per_node=8"])
@@ -200,12 +200,12 @@ def test_train_slurm_on_two_nodes_needs_a_shared_runs_dir(tmp_path):
 
 
 def test_each_nodes_config():
-    cfg = {**cfg_of(nnodes=2, master_port=29400), "master_port": 0}  # as written before the port was fixed
+    cfg = {**cfg_of(nnodes=2, master_port=29400).keys_only(), "master_port": 0}  # as written before the port was fixed
     env = {"SLURM_JOB_ID": "4242", "MASTER_ADDR": "gpu-a"}
     n1 = node_config(cfg, 1, env)
     assert n1["node_rank"] == 1 and n1["master_addr"] == "gpu-a" and n1["master_port"] == job_port("4242") == node_config(cfg, 0, env)["master_port"]
     assert node_config({**cfg, "master_port": 29400}, 1, env)["master_port"] == 29400
-    one = node_config(cfg_of(), 0, env)
+    one = node_config(cfg_of().keys_only(), 0, env)
     assert one["master_addr"] == "127.0.0.1" and one["master_port"] > 0
 
 

@@ -263,15 +263,15 @@ def test_do_eval_false_turns_evaluation_off(stage):
     from cockpit.train.variants import training_kwargs
 
     on = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2, **STAGE_NEEDS.get(stage, {})}, check_paths=False)
-    assert evaluates(on) and on["do_eval"] is None
+    assert evaluates(on.mapping()) and on.do_eval is None
     off = validate({"dataset": "x.json", "stage": stage, "val_size": 0.2, "do_eval": False, **STAGE_NEEDS.get(stage, {})},
                    check_paths=False)
-    assert not evaluates(off) and off["eval_strategy"] == "no"
+    assert not evaluates(off.mapping()) and off.eval_strategy == "no"
     assert training_kwargs(off)["eval_strategy"] == "no" and not training_kwargs(off)["eval_on_start"]
-    resolved = {k: v for k, v in off.items() if not k.startswith("_")}
-    assert validate(resolved, check_paths=False)["eval_strategy"] == "no"  # the resolved config reads the same
-    resolved_on = {k: v for k, v in on.items() if not k.startswith("_")}
-    assert evaluates(validate(resolved_on, check_paths=False))  # and a default one still evaluates (resume --set)
+    resolved = off.keys_only()
+    assert validate(resolved, check_paths=False).eval_strategy == "no"  # the resolved config reads the same
+    resolved_on = on.keys_only()
+    assert evaluates(validate(resolved_on, check_paths=False).mapping())  # and a default one still evaluates (resume --set)
     if stage == "sft":
         assert training_kwargs(on)["eval_strategy"] == "steps"
 
@@ -459,7 +459,7 @@ def test_rm_value_model_takes_lora_variants_and_attention(tmp_path, tiny_model_d
     plain = build_value_model(
         _ctx(
             validate(
-                {**{k: v for k, v in cfg.items() if not k.startswith("_")}, "use_dora": False, "flash_attn": "auto"},
+                {**cfg.keys_only(), "use_dora": False, "flash_attn": "auto"},
                 check_paths=False,
             ),
             tiny_model_dir,
@@ -468,7 +468,7 @@ def test_rm_value_model_takes_lora_variants_and_attention(tmp_path, tiny_model_d
     )
     assert not any("lora_magnitude_vector" in n for n, _ in plain.named_parameters())
     pissa = validate(
-        {**{k: v for k, v in cfg.items() if not k.startswith("_")}, "pissa_init": True, "use_dora": False},
+        {**cfg.keys_only(), "pissa_init": True, "use_dora": False},
         check_paths=False,
     )
     assert str(

@@ -30,7 +30,7 @@ def problems_of(exc: InputError) -> list[str]:
 # -- config --------------------------------------------------------------------------------
 def test_stage_keys_validate_and_cross_key_rules():
     cfg = validate({"dataset": "x.json", "stage": "dpo", "pref_loss": "simpo", "pref_beta": 2.0, "simpo_gamma": 1.0}, check_paths=False)
-    assert (cfg["stage"], cfg["pref_loss"], cfg["pref_beta"], cfg["simpo_gamma"]) == ("dpo", "simpo", 2.0, 1.0)
+    assert (cfg.stage, cfg.pref_loss, cfg.pref_beta, cfg.simpo_gamma) == ("dpo", "simpo", 2.0, 1.0)
     with pytest.raises(InputError) as err:
         validate({"dataset": "x.json", "stage": "dpo", "pref_loss": "orpo", "ref_model": "m", "ref_model_adapters": "a"}, check_paths=False)
     msgs = problems_of(err.value)
@@ -186,7 +186,7 @@ def test_pref_loss_maps_to_the_trl_trainer_and_config(tmp_path, keys, trainer, e
     args = stage_arguments(config_cls, ctx, StageData([], [], None), **stage_keys)  # TRL's own config validates the values
     for k, v in expect.items():
         assert getattr(args, k) == v, k
-    assert args.max_steps == 2 and args.use_cpu and args.max_length == cfg["cutoff_len"] and args.learning_rate == cfg["learning_rate"]
+    assert args.max_steps == 2 and args.use_cpu and args.max_length == cfg.cutoff_len and args.learning_rate == cfg.learning_rate
 
 
 # -- LLaMA-Factory's stage examples ----------------------------------------------------------
@@ -196,7 +196,7 @@ def test_llamafactory_stage_examples_pass_check(name, stage, samples, embedded_d
 
     monkeypatch.chdir(tmp_path)  # output_dir: saves/... is relative
     cfg = load_config(FIXTURES / f"qwen3_lora_{name}.yaml")  # as LLaMA-Factory ships it (kto: 1 sample per micro-batch)
-    assert cfg["stage"] == stage
+    assert cfg.stage == stage
     result = check_run(cfg, log=lambda *_: None, with_devices=False)
     assert result.samples == samples and not result.bad_rows
     assert result.report.stage == stage and result.report.lines()

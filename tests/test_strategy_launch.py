@@ -175,7 +175,7 @@ def test_strategy_key_rules(over, key, text):
 def test_numa_bind_bare_off_in_yaml_means_off(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("dataset: x.json\nnuma_bind: off\n")
-    assert load_config(path, check_paths=False)["numa_bind"] == "off"
+    assert load_config(path, check_paths=False).numa_bind == "off"
 
 
 # -- the preview command ------------------------------------------------------------------------
@@ -224,4 +224,4 @@ def test_bind_wrapper_prefers_the_node_unless_strict(tmp_path):
         flag = "--membind=0" if memory == "strict" else "--preferred=0"
         assert record["memory"] == memory and flag in record["command"], record
     cfg = load_config(str(ROOT / "presets" / "cpu-demo.yaml"), [])
-    assert cfg["numa_memory"] == "preferred"
+    assert cfg.numa_memory == "preferred"

@@ -62,7 +62,7 @@ def test_the_key_loads_and_reaches_the_rendered_training_text(tmp_path, tokenize
     tok = _tok(tokenizer)
     (tmp_path / "c.yaml").write_text("model_name_or_path: smollm2-135m-instruct\ndataset: d.jsonl\nenable_thinking: false\n")
     cfg = load_config(str(tmp_path / "c.yaml"))
-    assert cfg["enable_thinking"] is False
+    assert cfg.enable_thinking is False
     rendered = prepare_dataset(cfg, tok).rendered
     assert "set enable_thinking = false" in tok.chat_template
     text = tok.decode(rendered[0].input_ids)

@@ -40,7 +40,7 @@ def _trainer(tmp_path, tiny_model_dir, **over):
     from cockpit.train.trainer import CockpitTrainer
 
     cfg = cfg_for(tiny_model_dir, **over)
-    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    ref = resolve_model(cfg.model_name_or_path, log=lambda *_: None)
     tok = load_tokenizer(cfg, ref, log=lambda *_: None)
     torch.manual_seed(0)
     model = build_model(cfg, ref, True, 0)
@@ -172,4 +172,4 @@ def test_the_weighted_losses_are_refused_where_they_mean_nothing():
 
     for strategy in ({"zero_stage": 3, "nproc_per_node": 2}, {"fsdp": "full_shard", "nproc_per_node": 2}, {}):
         assert validate({"dataset": "cockpit_identity", "use_dft_loss": True, **strategy},
-                        check_paths=False)["use_dft_loss"] is True
+                        check_paths=False).use_dft_loss is True

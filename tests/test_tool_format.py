@@ -146,7 +146,7 @@ def test_tool_format_values(tiny_model_dir):
 
     base = {"model_name_or_path": str(tiny_model_dir), "dataset": "cockpit_identity", "use_cpu": True}
     for ok in ("default", "qwen", "glm4", "llama3", "mistral", "seed_oss"):
-        assert validate({**base, "tool_format": ok})["tool_format"] == ok
+        assert validate({**base, "tool_format": ok}).tool_format == ok
     for left_out in ("gemma4", "qwen3_5"):
         with pytest.raises(InputError, match="tool_format.*not implemented"):
             validate({**base, "tool_format": left_out})

@@ -47,12 +47,12 @@ def test_report_to_takes_one_tracker_or_a_list_as_hf_does(every_module_installed
     def on(cfg):
         return trackers(cfg.report_to, cfg.use_swanlab)
 
-    assert checked()["report_to"] == "none" and on(checked()) == []
-    assert checked(report_to="wandb")["report_to"] == "wandb"
-    assert checked(report_to=["TensorBoard", "wandb", "wandb"])["report_to"] == "tensorboard,wandb"
-    assert checked(report_to="mlflow, trackio")["report_to"] == "mlflow,trackio"  # --set report_to=mlflow,trackio
-    assert checked(report_to="[swanlab]")["report_to"] == "swanlab"
-    assert checked(report_to=[])["report_to"] == "none"
+    assert checked().report_to == "none" and on(checked()) == []
+    assert checked(report_to="wandb").report_to == "wandb"
+    assert checked(report_to=["TensorBoard", "wandb", "wandb"]).report_to == "tensorboard,wandb"
+    assert checked(report_to="mlflow, trackio").report_to == "mlflow,trackio"  # --set report_to=mlflow,trackio
+    assert checked(report_to="[swanlab]").report_to == "swanlab"
+    assert checked(report_to=[]).report_to == "none"
     assert on(checked(report_to="wandb", use_swanlab=True)) == ["wandb", "swanlab"]  # LLaMA-Factory's switch
     assert on(checked(report_to="swanlab", use_swanlab=True)) == ["swanlab"]  # once, as LLaMA-Factory drops HF's
 
@@ -77,7 +77,7 @@ def test_a_tracker_that_is_not_installed_is_named_with_the_extra(monkeypatch):
 
 def test_a_trackers_own_keys_need_that_tracker(every_module_installed):
     refused("project: project names the Trackio project, and report_to has no trackio", project="mine")
-    assert checked(report_to="trackio", project="mine")["project"] == "mine"
+    assert checked(report_to="trackio", project="mine").project == "mine"
     for key, value in (("swanlab_project", "p"), ("swanlab_workspace", "w"), ("swanlab_run_name", "r"),
                        ("swanlab_mode", "offline"), ("swanlab_logdir", "logs"), ("swanlab_api_key", "k")):
         refused(f"{key}: {key} applies to SwanLab: add swanlab to report_to", **{key: value})
@@ -101,13 +101,13 @@ def test_swanlab_api_key_goes_to_env_and_is_redacted_in_the_resolved_config(ever
     from cockpit.config.load import dump_resolved
 
     cfg = checked(use_swanlab=True, swanlab_api_key="sk-swan", env={"WANDB_API_KEY": "wb-key"}, report_to="wandb")
-    assert cfg["swanlab_api_key"] is None and cfg["env"] == {"WANDB_API_KEY": "wb-key", "SWANLAB_API_KEY": "sk-swan"}
+    assert cfg.swanlab_api_key is None and cfg.env == {"WANDB_API_KEY": "wb-key", "SWANLAB_API_KEY": "sk-swan"}
     text = dump_resolved(cfg)
     assert "sk-swan" not in text and "wb-key" not in text
     written = yaml.safe_load(text)
     assert written["env"] == {"WANDB_API_KEY": "***redacted***", "SWANLAB_API_KEY": "***redacted***"}
     again = checked(use_swanlab=True, report_to=written["report_to"], env=written["env"])  # the run dir's, re-read
-    assert again["env"]["SWANLAB_API_KEY"] == "***redacted***" and again["swanlab_api_key"] is None
+    assert again.env["SWANLAB_API_KEY"] == "***redacted***" and again.swanlab_api_key is None
     refused("swanlab_api_key: env: SWANLAB_API_KEY is set too, to another value", use_swanlab=True,
             swanlab_api_key="a", env={"SWANLAB_API_KEY": "b"})
 

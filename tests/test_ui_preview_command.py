@@ -64,7 +64,7 @@ def test_preview_names_the_opened_yaml_and_the_preset_file(tmp_path, monkeypatch
             await pilot.press("escape")
             await wait_for(pilot, lambda: app.screen is scr, 5, "back to Setup")
             scr.query_one("#f-learning_rate", Input).value = "3e-4"
-            await wait_for(pilot, lambda: scr.checked.cfg and scr.checked.cfg["learning_rate"] == 3e-4, 5, "lr")
+            await wait_for(pilot, lambda: scr.checked.cfg and scr.checked.cfg.learning_rate == 3e-4, 5, "lr")
             await pilot.press("f6")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "TextView", 5, "the preview")
             seen.append((shown_command(app), scr._run_name()))

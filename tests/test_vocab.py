@@ -36,7 +36,7 @@ def test_bad_token_values_are_refused(tiny_model_dir):
 
 def test_new_special_tokens_is_read_as_add_special_tokens(tiny_model_dir):
     cfg = cfg_for(tiny_model_dir, new_special_tokens="<tool>, <eot>")
-    assert cfg["add_special_tokens"] == "<tool>, <eot>"
+    assert cfg.add_special_tokens == "<tool>, <eot>"
 
 
 def test_the_tokenizer_gains_each_token_as_one_id(tiny_model_dir):
@@ -58,7 +58,7 @@ def test_lora_resizes_to_a_multiple_of_64_and_trains_the_new_rows_only(tiny_mode
     from cockpit.train.model import build_model
 
     cfg = cfg_for(tiny_model_dir, add_special_tokens="<tool>,<eot>")
-    model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+    model = build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0)
     emb = model.get_input_embeddings()
     assert emb.weight.shape[0] == 49216 and model.config.vocab_size == 49216  # ceil(49154 / 64) * 64
     extra = {n: p for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n}
@@ -81,7 +81,7 @@ def test_a_template_that_adds_stop_words_gets_rows_for_them(tiny_model_dir, temp
     from cockpit.train.model import build_model, tokenizer_as_trained
 
     cfg = cfg_for(tiny_model_dir, template=template)
-    ref = resolve_model(cfg["model_name_or_path"], log=lambda *_: None)
+    ref = resolve_model(cfg.model_name_or_path, log=lambda *_: None)
     tok = tokenizer_as_trained(cfg, ref)
     assert len(tok) == BASE_ROWS + added
     model = build_model(cfg, ref, True, 0)
@@ -97,7 +97,7 @@ def test_freeze_tuning_trains_the_embeddings_when_tokens_are_added(tiny_model_di
     from cockpit.train.model import build_model
 
     cfg = cfg_for(tiny_model_dir, finetuning_type="freeze", freeze_trainable_layers=1, add_tokens="<city>")
-    model = build_model(cfg, resolve_model(cfg["model_name_or_path"], log=lambda *_: None), True, 0)
+    model = build_model(cfg, resolve_model(cfg.model_name_or_path, log=lambda *_: None), True, 0)
     assert model.get_input_embeddings().weight.shape[0] == 49216 and model.get_input_embeddings().weight.requires_grad
 
 

@@ -98,7 +98,8 @@ def changed_config(saved: Mapping[str, Any], overrides: list[str]) -> tuple[dict
         for p in err.problems:
             p.file = "--set"
         raise InputError(err.problems) from None
-    changes = {k: new[k] for k in wanted if new.get(k) != saved.get(k)}
+    resolved = new.keys_only()
+    changes = {k: resolved[k] for k in wanted if resolved.get(k) != saved.get(k)}
     return new.keys_only(), changes
 
 

@@ -621,8 +621,8 @@ def load_config(
     file = str(path) if path is not None else None
     try:
         cfg = validate(raw, file=file, lines=lines, base_dir=base_dir, check_paths=check_paths)
-        if check_paths and (cfg.get("deepspeed") or cfg.get("zero_stage")):
-            found = _deepspeed_problems(cfg, full=True)  # DeepSpeed's own parser (a child process, ~10 s)
+        if check_paths and (cfg.deepspeed or cfg.zero_stage):
+            found = _deepspeed_problems(cfg.mapping(), full=True)  # DeepSpeed's own parser (a child process, ~10 s)
             if found:
                 raise InputError(found)
         return cfg
@@ -634,19 +634,21 @@ def load_config(
         raise InputError(err.problems) from None
 
 
-def dump_resolved(cfg: Mapping[str, Any]) -> str:
+def dump_resolved(cfg: RunConfig | Mapping[str, Any]) -> str:
     """The resolved config as YAML (secrets in env redacted; internal keys dropped)."""
-    out = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    flat = cfg.keys_only() if isinstance(cfg, RunConfig) else cfg
+    out = {k: v for k, v in flat.items() if not k.startswith("_")}
     out["env"] = redact_env(out.get("env"))
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)
 
 
-def to_yaml(cfg: Mapping[str, Any], *, only_changed: bool = True) -> str:
+def to_yaml(cfg: RunConfig | Mapping[str, Any], *, only_changed: bool = True) -> str:
     """A config a user can save as a preset: keys that differ from the defaults."""
     defaults = default_config()
+    flat = cfg.keys_only() if isinstance(cfg, RunConfig) else cfg
     out = {
         k: v
-        for k, v in cfg.items()
+        for k, v in flat.items()
         if not k.startswith("_")
         and (not only_changed or v != defaults.get(k) or k in ("model_name_or_path", "dataset"))
     }

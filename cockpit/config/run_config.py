@@ -2,17 +2,18 @@
 (``run_config_keys.py``, generated from the schema), with the answers derived from several keys
 computed once (world size, precision, strategy, whether the parameters are sharded).
 
-Read fields as attributes (``cfg.cutoff_len``). The read-only mapping view (``cfg["cutoff_len"]``,
-``cfg.get(...)``, ``dict(cfg)``) serves code written against the flat LLaMA-Factory dict; it also holds
-``_base_dir`` (the folder relative paths were resolved against) and ``_notes`` (what validation said
-once). A change is a new config: ``cfg.replace(key=value)`` (validated values only: to apply a user's
-value, validate again).
+Read fields as attributes (``cfg.cutoff_len``); a RunConfig is not a mapping. The loader's rules
+(``config/load.py``, ``parity.py``, ``stages.py``, ...) work on the flat LLaMA-Factory dict before a
+RunConfig exists; where a rank or the planner asks one of them again, it hands them ``cfg.mapping()``
+(the schema keys plus ``_base_dir``, the folder relative paths were resolved against, and ``_notes``,
+what validation said once). A change is a new config: ``cfg.replace(key=value)`` (validated values
+only: to apply a user's value, validate again, e.g. ``validate({**cfg.mapping(), **changes})``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -22,11 +23,11 @@ from cockpit.shape import RunShape, shape_of
 
 KEY_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RunConfigKeys))
 _KEY_SET = frozenset(KEY_NAMES)
-_PRIVATE = {"_base_dir": "base_dir", "_notes": "notes"}  # the mapping view's names for the two extras
+_PRIVATE = {"_base_dir": "base_dir", "_notes": "notes"}  # the flat dict's names for the two extras
 
 
-@dataclass(frozen=True, eq=False)
-class RunConfig(RunConfigKeys, Mapping[str, Any]):
+@dataclass(frozen=True)  # equal when every field is (base_dir and notes too)
+class RunConfig(RunConfigKeys):
     base_dir: str | None = None
     notes: tuple[str, ...] = ()
 
@@ -53,7 +54,7 @@ class RunConfig(RunConfigKeys, Mapping[str, Any]):
     # -- derived once ----------------------------------------------------------------------------
     @cached_property
     def shape(self) -> RunShape:
-        return shape_of(self)
+        return shape_of(self.mapping())
 
     @property
     def world_size(self) -> int:
@@ -72,24 +73,11 @@ class RunConfig(RunConfigKeys, Mapping[str, Any]):
         """Parameters split over ranks: ZeRO-3 (generated) or FSDP."""
         return self.shape.sharded
 
-    # -- the read-only mapping view ----------------------------------------------------------------
-    def __getitem__(self, key: str) -> Any:
-        if key in _PRIVATE:
-            value = getattr(self, _PRIVATE[key])
-            return list(value) if key == "_notes" else value
-        if key not in _KEY_SET:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from KEY_NAMES
-        yield from _PRIVATE
-
-    def __len__(self) -> int:
-        return len(KEY_NAMES) + len(_PRIVATE)
-
-    def __contains__(self, key: object) -> bool:
-        return key in _PRIVATE or key in _KEY_SET
+    # -- the flat dict the loader's rules read ------------------------------------------------------
+    def mapping(self) -> dict[str, Any]:
+        """The schema keys, ``_base_dir`` and ``_notes``: the flat dict ``validate`` built this config
+        from, for the loader's rules (and ``validate`` again, with changes spread over it)."""
+        return {**self.keys_only(), "_base_dir": self.base_dir, "_notes": list(self.notes)}
 
     def keys_only(self) -> dict[str, Any]:
         """The schema keys and their values, as a plain dict (what config.yaml holds)."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def grows_vocab(cfg: RunConfig) -> bool:
     """Whether the run resizes the embeddings to its tokenizer (tokens added, or ``resize_vocab``)."""
-    return adds_tokens(cfg) or bool(cfg.resize_vocab)
+    return adds_tokens(cfg.mapping()) or bool(cfg.resize_vocab)
 
 
 def add_configured_tokens(tokenizer: Any, cfg: RunConfig) -> list[str]:

@@ -54,7 +54,7 @@ class PlanResult:
         return d
 
 
-def planning_config(config: Mapping[str, Any], base_dir: str | None = None) -> RunConfig:
+def planning_config(config: Mapping[str, Any] | RunConfig, base_dir: str | None = None) -> RunConfig:
     """The run config the planner reads: ``config`` validated as ``cockpit check`` validates it, without
     the data (a plan reads none) or the files it names. A validated config is read as it is; a mapping
     spread from one (``{**cfg, **changes}``) is validated again, against its ``_base_dir``."""
@@ -77,12 +77,12 @@ def _apply_overrides(config: RunConfig, gpus: int | None) -> RunConfig:
 
 
 def estimate_config(
-    config: Mapping[str, Any], *, base_dir: str | None = None, use_meta: bool = True
+    config: Mapping[str, Any] | RunConfig, *, base_dir: str | None = None, use_meta: bool = True
 ) -> tuple[RunSpec, Estimate, str]:
     """Validate + estimate one config; returns (run, estimate, model config source)."""
-    config = planning_config(config, base_dir)
-    run = parse_run(config, base_dir)
-    mcfg, src = resolve_model_config(run.model_name_or_path, revision=config.model_revision)
+    cfg = planning_config(config, base_dir)
+    run = parse_run(cfg, base_dir)
+    mcfg, src = resolve_model_config(run.model_name_or_path, revision=cfg.model_revision)
     d = dims_of(mcfg)
     counts = count_params(mcfg, allow_meta=use_meta)
     lora, n_targets = 0, 0
@@ -160,7 +160,7 @@ def plan(
             def replan(c: dict[str, Any]) -> float:
                 return estimate_config(c, base_dir=base_dir, use_meta=use_meta)[1].peak
 
-            res.suggestion = find_fix(cfg, run, cap, replan)
+            res.suggestion = find_fix(cfg.mapping(), run, cap, replan)
             if res.suggestion is not None:
                 res.suggestion["tried"] = [
                     {k: t[k] for k in ("why", "peak_bytes", "status")} for t in res.suggestion.get("tried", [])

@@ -228,7 +228,8 @@ def check_run(
     if int(cfg.max_steps or -1) <= 0:  # with max_steps, validation's note said it
         from cockpit.config.notes import logging_note, planned_steps
 
-        note = logging_note(cfg, planned_steps(cfg, len(prepared.trainable), cfg.world_size))
+        flat = cfg.mapping()
+        note = logging_note(flat, planned_steps(flat, len(prepared.trainable), cfg.world_size))
         warnings += [note] if note else []
     return CheckResult(
         cfg=cfg,

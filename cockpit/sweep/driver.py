@@ -556,7 +556,7 @@ def best_preset(runs_dir: Path, name: str) -> tuple[Any, str]:
     best = best_trial(open_study(runs_dir, spec))
     if best is None:
         raise LookupError(f"sweep {name}: no trial has completed yet")
-    cfg = dict(spec.trial_config(best.params))
+    cfg = spec.trial_config(best.params).keys_only()
     cfg.pop("run_name", None)
     head = f"# sweep {name}, trial {best.number}: {spec.objective} {best.value:.6g} ({', '.join(f'{k}={_short(v)}' for k, v in best.params.items())})\n"
     return best, head + to_yaml(cfg)

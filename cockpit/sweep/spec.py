@@ -39,9 +39,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
 
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")
@@ -181,7 +184,7 @@ class SweepSpec:
             raw["run_name"] = run_name
         return raw
 
-    def trial_config(self, params: Mapping[str, Any], run_name: str | None = None) -> Any:
+    def trial_config(self, params: Mapping[str, Any], run_name: str | None = None) -> RunConfig:
         """The validated config of a trial with ``params``; raises InputError naming the key and value."""
         from cockpit.config.load import validate
 

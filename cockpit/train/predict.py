@@ -61,7 +61,7 @@ def prediction_samples(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
     from cockpit.train.recipes.base import split_held_out
 
     apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
-    source = predict_data_key(cfg)
+    source = predict_data_key(cfg.mapping())
     if source == "eval_dataset":
         samples = collect_samples(cfg.replace(dataset=cfg.eval_dataset)).samples
     elif source == "val_size":  # as SFT's build_data: samples keeping an assistant token, then the seeded split

@@ -124,7 +124,7 @@ def planned(cfg: RunConfig, m: int, a: int) -> tuple[float | None, float | None]
 
     try:
         est = estimate_config(
-            {**cfg, "per_device_train_batch_size": m, "gradient_accumulation_steps": a}, base_dir=cfg.base_dir
+            {**cfg.mapping(), "per_device_train_batch_size": m, "gradient_accumulation_steps": a}, base_dir=cfg.base_dir
         )[1]
     except InputError:
         return None, None

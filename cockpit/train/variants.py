@@ -126,14 +126,14 @@ def training_kwargs(cfg: RunConfig) -> dict[str, Any]:
         out["optim"] = cfg.optim
     from cockpit.config.parity import low_rank_optim
 
-    out.update(low_rank_optim(cfg) or {})  # use_galore / use_apollo: HF's galore_* / apollo_* optimizers
+    out.update(low_rank_optim(cfg.mapping()) or {})  # use_galore / use_apollo: HF's galore_* / apollo_* optimizers
     if cfg.lr_scheduler_kwargs:
         out["lr_scheduler_kwargs"] = dict(cfg.lr_scheduler_kwargs)
     out["gradient_checkpointing"], out["gradient_checkpointing_kwargs"] = gradient_checkpointing(cfg)
     if cfg.val_size or cfg.eval_dataset:
         from cockpit.config.parity import eval_schedule
 
-        strategy, steps = eval_schedule(cfg)
+        strategy, steps = eval_schedule(cfg.mapping())
         out.update(
             eval_strategy=strategy,
             per_device_eval_batch_size=int(cfg.per_device_eval_batch_size or 1),

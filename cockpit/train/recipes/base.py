@@ -87,7 +87,7 @@ class Recipe:
     def refuse_what_it_does_not_honour(self, cfg: RunConfig) -> None:
         """A config that reached the ranks without ``cockpit check`` (an older run dir's, say) stops here,
         naming the key and the stage, instead of training without it."""
-        problems = unhonoured_problems(cfg, lambda key: {"key": key}) if cfg.stage == self.stage else []
+        problems = unhonoured_problems(cfg.mapping(), lambda key: {"key": key}) if cfg.stage == self.stage else []
         if problems:
             raise InputError(problems)
 
@@ -128,7 +128,9 @@ class Recipe:
     def start(self, ctx: RecipeContext, data: StageData) -> Attempt:
         """The stage's models and trainer, with Cockpit's callbacks and the base measured at the start."""
         attempt = start_stage(self, ctx, data)
-        ctx.log(f"{cfg_stage(ctx.cfg)}: {trl_name(attempt.trainer)}, reference model: {reference_words(ctx.cfg)}")
+        ctx.log(
+            f"{cfg_stage(ctx.cfg)}: {trl_name(attempt.trainer)}, reference model: {reference_words(ctx.cfg.mapping())}"
+        )
         return attempt
 
     def measure_after(self, ctx: RecipeContext, attempt: Attempt, data: StageData) -> dict[str, Any]:
@@ -138,7 +140,9 @@ class Recipe:
             return {"held_out_after": None}
         trainer, stopped = attempt.trainer, attempt.callback.stop_reason is not None
         final_eval = (
-            trainer.evaluate() if data.held_out and evaluates(ctx.cfg) and not (stopped or attempt.poisoned) else None
+            trainer.evaluate()
+            if data.held_out and evaluates(ctx.cfg.mapping()) and not (stopped or attempt.poisoned)
+            else None
         )  # the trainer's own metrics (an eval event)
         attempt.probe_after = _probes(ctx, trainer.model, "after") if self.causal_lm else None
         held_after = _held_out(self, ctx, trainer.model, data, "after")
@@ -285,7 +289,7 @@ def stage_arguments(config_cls: type, ctx: RecipeContext, data: StageData, **ext
         f.name: getattr(base, f.name) for f in dataclasses.fields(TrainingArguments) if f.init and hasattr(base, f.name)
     }
     kwargs.pop("logging_dir", None)
-    if not (data.held_out and evaluates(ctx.cfg) and evaluates_during_training(ctx.cfg)):
+    if not (data.held_out and evaluates(ctx.cfg.mapping()) and evaluates_during_training(ctx.cfg)):
         kwargs.update(eval_strategy="no", eval_steps=None, eval_on_start=False, load_best_model_at_end=False)
     if ctx.cfg.preprocessing_num_workers and any(f.name == "dataset_num_proc" for f in dataclasses.fields(config_cls)):
         # TRL tokenises in that many processes (datasets' fork pool), at most one per core
@@ -396,7 +400,11 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
                 if ctx.rank == 0:
                     self.probes = result
                     ctx.writer.emit("probe_results", phase="before", **result)
-            held = earlier_before(resumed, ctx.rank, "held_out") if data.held_out and evaluates(ctx.cfg) else None
+            held = (
+                earlier_before(resumed, ctx.rank, "held_out")
+                if data.held_out and evaluates(ctx.cfg.mapping())
+                else None
+            )
             if held is not None:
                 if ctx.rank == 0 and held:
                     self.held = held
@@ -410,7 +418,7 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
 def _held_out(recipe: Recipe, ctx: RecipeContext, model: Any, data: StageData, phase: str) -> dict[str, Any] | None:
     """Rank 0: the recipe's held-out measure (with progress events), logged and as a ``held_out`` event;
     none with ``do_eval: false``."""
-    if ctx.rank != 0 or not data.held_out or not evaluates(ctx.cfg):
+    if ctx.rank != 0 or not data.held_out or not evaluates(ctx.cfg.mapping()):
         return None
     on_progress = reporter(ctx.writer, task="held_out", phase=phase, stage=ctx.cfg.stage)  # grpo: prompts, not pairs
     result = recipe.held_out(ctx, model, data, on_progress)

@@ -153,7 +153,7 @@ class GRPORecipe(Recipe):
             "repetition_penalty": cfg.repetition_penalty,
             "use_vllm": cfg.use_vllm,
             "vllm_mode": cfg.vllm_mode,
-            "reward_weights": reward_weights(cfg),
+            "reward_weights": reward_weights(cfg.mapping()),
             "remove_unused_columns": False,  # the rows' other columns are the reward functions' kwargs
             "disable_dropout": True,
             "log_completions": False,  # Cockpit's own completions event instead of rich / wandb
@@ -205,7 +205,7 @@ class GRPORecipe(Recipe):
         cfg = ctx.cfg
         return {
             "reward_funcs": reward_names(cfg.reward_funcs),
-            "reward_weights": reward_weights(cfg),
+            "reward_weights": reward_weights(cfg.mapping()),
             "num_generations": cfg.num_generations,
             "max_completion_length": cfg.max_completion_length,
             "beta": cfg.beta,
@@ -313,7 +313,7 @@ def held_out_reward(
 
     cfg, tok = ctx.cfg, ctx.tokenizer
     funcs = build_reward_funcs(cfg)
-    weights = reward_weights(cfg)
+    weights = reward_weights(cfg.mapping())
     totals: list[float] = []
     per: dict[str, list[float]] = {}
     shown: list[dict[str, Any]] = []

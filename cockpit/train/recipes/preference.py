@@ -54,7 +54,7 @@ def _dataset(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> Any:
 def build_reference(ctx: RecipeContext) -> Any:
     """A frozen reference: ``ref_model`` (+ adapters, merged) or a copy of the base; or None."""
     cfg = ctx.cfg
-    if not uses_reference(cfg) or (cfg.finetuning_type == "lora" and not cfg.ref_model):
+    if not uses_reference(cfg.mapping()) or (cfg.finetuning_type == "lora" and not cfg.ref_model):
         return None
     from cockpit.models.resolve import resolve_model
 
