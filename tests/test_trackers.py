@@ -283,7 +283,7 @@ def test_swanlabs_own_callback_gets_llamafactorys_keys(tmp_path, trackers_env, e
         "print(type(cb).__module__, json.dumps(cb._init_kwargs))\n"
     )
     for keys, env, expected in cases:
-        cfg = dict(checked(**keys))
+        cfg = checked(**keys).mapping()
         res = subprocess.run([sys.executable, "-c", code, json.dumps(cfg), str(tmp_path)], capture_output=True,
                              text=True, env={**os.environ, **trackers_env, **env}, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]

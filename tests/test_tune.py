@@ -89,11 +89,11 @@ def test_cap_fits_two_not_four_oom_caught_in_process(tmp_path, tiny_model_dir, p
     text = out.read_text()
     assert "# a tiny run (comment kept)" in text and "# micro-batch" in text and text.startswith("# tuned by cockpit tune")
     tuned = load_config(out)
-    assert tuned["per_device_train_batch_size"] == ch["per_device_train_batch_size"]
-    assert tuned["gradient_accumulation_steps"] == ch["gradient_accumulation_steps"]
+    assert tuned.per_device_train_batch_size == ch["per_device_train_batch_size"]
+    assert tuned.gradient_accumulation_steps == ch["gradient_accumulation_steps"]
     orig = load_config(cfg)
-    assert {k: v for k, v in tuned.items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps", "_base_dir")} == \
-        {k: v for k, v in orig.items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps", "_base_dir")}
+    assert {k: v for k, v in tuned.mapping().items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps", "_base_dir")} == \
+        {k: v for k, v in orig.mapping().items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps", "_base_dir")}
     assert "per_device_train_batch_size: 1 " in cfg.read_text()  # the input is untouched
 
 
