@@ -64,6 +64,21 @@ def test_spec_reads_the_space_and_checks_its_corners(tmp_path):
         assert err.value.problems[0].key == key and words in str(err.value), str(err.value)
 
 
+def test_each_trial_writes_its_own_folder_under_the_base_output_dir(tmp_path, monkeypatch):
+    """Issue 62: a base config's ``output_dir`` (LLaMA-Factory's relative ``saves/...``, with
+    ``overwrite_output_dir``) gives each trial its own folder under it, named after the trial, so no
+    trial's adapter is another's; the best preset keeps the base's folder."""
+    monkeypatch.chdir(tmp_path)
+    base = {"dataset": "cockpit_identity", "output_dir": "saves/smol/lora/sft", "overwrite_output_dir": True}
+    spec = parse_spec({"base": base, "space": SPACE}, tmp_path, "s")
+    params = {"learning_rate": 1e-4, "lora_rank": 4}
+    out = tmp_path / "saves" / "smol" / "lora" / "sft"
+    trials = [spec.trial_config(params, run_name=f"s-t{n}").output_dir for n in range(2)]
+    assert trials == [str(out / "s-t0"), str(out / "s-t1")]
+    assert spec.trial_config(params).output_dir == str(out)  # `sweep best --save-preset`'s config
+    assert spec.trial_config(params, run_name="s-t0").run_name == "s-t0"
+
+
 def test_a_bad_launcher_or_sbatch_option_is_refused_before_any_study(tmp_path, tiny_model_dir, monkeypatch):
     """``launcher`` and its ``slurm:`` options are checked when the spec is read (no Slurm needed):
     a bad value is refused with the field's name, exit 2, and no sweep dir or run exists."""

@@ -178,10 +178,14 @@ class SweepSpec:
         }
 
     def raw_config(self, params: Mapping[str, Any], run_name: str | None = None) -> dict[str, Any]:
-        """The base config's keys with the trial's values (and its run name) on top."""
+        """The base config's keys with the trial's values (and its run name) on top. A trial's
+        ``output_dir`` is its own folder under the base's, named after the trial (``<output_dir>/<name>-t<N>``):
+        two trials never write one folder's checkpoints and adapter."""
         raw = {**self.base, **dict(params)}
         if run_name:
             raw["run_name"] = run_name
+            if raw.get("output_dir"):
+                raw["output_dir"] = str(Path(str(raw["output_dir"])).expanduser() / run_name)
         return raw
 
     def trial_config(self, params: Mapping[str, Any], run_name: str | None = None) -> RunConfig:
