@@ -73,7 +73,7 @@ def drive(args: argparse.Namespace, spec_path: str | None, resume: str | None) -
         require_launcher(spec)  # a Slurm sweep resumed where there is no sbatch
         driver = Driver(runs, spec, log=main_log, poll_s=args.poll or POLL_S)
         study = open_study(runs, spec)
-        main_log(f"sweep {spec.name}: resumed ({len(study.trials)} of {spec.trials} trials asked)")
+        main_log(f"sweep {spec.name}: resumed ({len(study.trials)} of {spec.budget()} trials asked)")
     else:
         assert spec_path is not None
         spec = read_spec(spec_path)
@@ -88,7 +88,7 @@ def drive(args: argparse.Namespace, spec_path: str | None, resume: str | None) -
         driver = Driver(runs, spec, log=main_log, poll_s=args.poll or POLL_S)
         study = driver.create()
         main_log(
-            f"sweep {spec.name}: {spec.trials} trials, {spec.parallel} at once, {spec.sampler} / {spec.pruner}; {sweep_dir(runs, spec.name)}"
+            f"sweep {spec.name}: {trials_line(spec)}, {spec.parallel} at once, {spec.sampler} / {spec.pruner}; {sweep_dir(runs, spec.name)}"
         )
         if args.detach:
             pid = detach(runs, spec.name, args.poll)
@@ -101,6 +101,13 @@ def drive(args: argparse.Namespace, spec_path: str | None, resume: str | None) -
     st = status(runs, spec.name)
     print_table(st)
     return EXIT_OK if st["best"] else EXIT_FAILED
+
+
+def trials_line(spec) -> str:
+    """The budget as the driver asks it: a grid smaller than ``trials`` runs each of its points once."""
+    if spec.budget() < spec.trials:
+        return f"{spec.budget()} trials (the grid's {spec.grid_points()} points; trials: {spec.trials})"
+    return f"{spec.trials} trials"
 
 
 def detach(runs, name: str, poll: float | None) -> int:

@@ -89,13 +89,15 @@ def optuna_quiet() -> Any:
 
 def sampler_of(spec: SweepSpec, asked: int = 0) -> Any:
     """The spec's sampler; ``asked``: the trials the study already holds (a resume), which moves the
-    seed on, so a resumed seeded sampler does not draw the first trials' values again."""
+    seed on, so a resumed seeded sampler does not draw the first trials' values again. The grid's
+    seed stays: it shuffles the grid's order, and trial N takes the N-th point of that order, so a
+    resumed driver with another seed would ask points already run and skip others."""
     optuna = optuna_quiet()
+    if spec.sampler == "grid":
+        return optuna.samplers.GridSampler({p.key: p.grid() for p in spec.space}, seed=spec.seed)
     seed = None if spec.seed is None else spec.seed + asked
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler == "grid":
-        return optuna.samplers.GridSampler({p.key: p.grid() for p in spec.space}, seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
 
 
@@ -254,6 +256,7 @@ class Driver:
         self.readers: dict[int, EventReader] = {}
         self.last_step: dict[int, int] = {}
         self.inventory: list[str] | None = None
+        self.used_up = False  # the grid sampler asked the study to stop: every grid point has been asked
 
     # ---- setup
     def create(self) -> Any:
@@ -268,11 +271,12 @@ class Driver:
         from cockpit.run.queue import host_gpus
 
         self.inventory = host_gpus()
+        budget = self.spec.budget()  # a grid: at most its size
         with driver_lock(self.path):
             while True:
                 active = self.follow(study)
                 started = asked(study)
-                while len(active) < self.spec.parallel and started < self.spec.trials:
+                while len(active) < self.spec.parallel and started < budget and not self.used_up:
                     gpus = self.free_gpus(len(active))
                     if gpus is False:
                         break
@@ -280,7 +284,7 @@ class Driver:
                     self.start(study, trial.number, trial._trial_id, suggest(trial, self.spec), gpus)
                     active.append(trial.number)
                     started += 1
-                if not active and started >= self.spec.trials:
+                if not active and (started >= budget or self.used_up):
                     break
                 time.sleep(self.poll_s)
         return started
@@ -388,18 +392,34 @@ class Driver:
             return True
         last = reported[max(reported)] if reported else None
         if pruning and state in ("stopped", "finished", "cancelled"):
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            self.tell(study, trial, state=optuna.trial.TrialState.PRUNED)
             self.log(f"trial {ft.number}: {state} (pruned), its checkpoint kept")
         elif state == "finished" and last is not None:
-            study.tell(trial, last)
+            self.tell(study, trial, last)
             self.log(f"trial {ft.number}: finished, {self.spec.objective} {last:.4g}")
         else:
             why = status.get("reason") or (f"no {self.spec.objective} in its events" if state == "finished" else state)
             study._storage.set_trial_user_attr(ft._trial_id, "fail_reason", f"{state}: {why}")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.tell(study, trial, state=optuna.trial.TrialState.FAIL)
             self.log(f"trial {ft.number}: {state} ({why})")
         self.readers.pop(ft.number, None)
         return False
+
+    def tell(self, study: Any, trial: Any, value: float | None = None, state: Any = None) -> None:
+        """``study.tell``, and the stop the grid sampler asks for once every point of its grid has been
+        asked: ``GridSampler.after_trial`` calls ``study.stop()``, which raises outside ``optimize()``
+        (the driver asks and tells; Optuna's GridSampler docs, optuna/optuna#4121). Optuna stores the
+        trial's end before that raises (``_tell_with_warning``'s ``finally``); the driver then asks no
+        more trials and ends once the running ones have."""
+        try:
+            study.tell(trial, value, state=state)
+        except RuntimeError as err:
+            told = study._storage.get_trial(trial._trial_id).state.is_finished()
+            if "Study.stop" not in str(err) or not told:
+                raise
+            if not self.used_up:
+                self.log(f"sweep {self.spec.name}: the grid is used up (every point asked); no more trials")
+            self.used_up = True
 
     def objective_values(self, number: int, run: RunDir) -> list[tuple[int, float]]:
         """The objective's new (step, value) pairs in the run's events."""
@@ -486,7 +506,8 @@ def status(runs_dir: Path, name: str) -> dict[str, Any]:
         "name": name,
         "objective": spec.objective,
         "direction": spec.direction,
-        "trials_budget": spec.trials,
+        "trials_budget": spec.budget(),
+        "grid_points": spec.grid_points(),
         "parallel": spec.parallel,
         "trials": rows,
         "best": None

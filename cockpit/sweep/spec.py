@@ -220,6 +220,18 @@ class SweepSpec:
                 seen.append(params)
         return seen
 
+    def grid_points(self) -> int | None:
+        """The grid's size (every combination of each key's values) with ``sampler: grid``, else None."""
+        if self.sampler != "grid":
+            return None
+        return math.prod(len(p.grid()) for p in self.space)
+
+    def budget(self) -> int:
+        """The trials the driver asks: ``trials``, or the grid's size where that is smaller (Optuna's
+        GridSampler would ask a used-up grid's points again)."""
+        points = self.grid_points()
+        return self.trials if points is None else min(self.trials, points)
+
 
 def with_value(problem: Problem, params: Mapping[str, Any]) -> Problem:
     """A trial's problem, saying which value of the space broke it."""

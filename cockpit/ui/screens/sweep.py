@@ -74,6 +74,18 @@ def param_keys(st: dict[str, Any]) -> list[str]:
     return sorted({k for t in st.get("trials", []) for k in t["params"]})
 
 
+def title_text(st: dict[str, Any]) -> Text:
+    """The sweep's name, objective, trials asked of the budget (a grid's: at most its points)."""
+    title = Text(f"Sweep {st['name']}", style="bold")
+    title.append(f"  {st['objective']} ({st['direction']}) · {len(st['trials'])}/{st['trials_budget']} trials")
+    if st.get("grid_points"):
+        title.append(f" of a {st['grid_points']}-point grid")
+    title.append(
+        f" · {st['parallel']} at once · {'driver running' if st.get('driver_alive') else 'no driver'}", style="dim"
+    )
+    return title
+
+
 def best_text(st: dict[str, Any]) -> Text:
     b = st.get("best")
     t = Text()
@@ -202,13 +214,7 @@ class SweepScreen(Screen):
 
     # -- drawing ----------------------------------------------------------------------------------
     def _fill(self, st: dict[str, Any]) -> None:
-        trials = st["trials"]
-        title = Text(f"Sweep {st['name']}", style="bold")
-        title.append(f"  {st['objective']} ({st['direction']}) · {len(trials)}/{st['trials_budget']} trials")
-        title.append(
-            f" · {st['parallel']} at once · {'driver running' if st.get('driver_alive') else 'no driver'}", style="dim"
-        )
-        self.query_one("#sweep-title", Static).update(title)
+        self.query_one("#sweep-title", Static).update(title_text(st))
         self.query_one("#sweep-best", Static).update(best_text(st))
         self._fill_table(st)
         points = objective_points(st)
