@@ -83,7 +83,7 @@ def test_images_in_a_text_sft_row_is_a_bad_row_with_file_and_line(tmp_path, caps
     ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = _config(tmp_path, dataset=str(data), template=None)
-    _both_refuse(tmp_path, cfg, capsys, f"{data}:2", "images", "text-only")
+    _both_refuse(tmp_path, cfg, capsys, f"{data}:2", "images", "no such image 'cat.png'")
 
 
 def test_the_gate_decides_the_device_as_the_ranks_do():

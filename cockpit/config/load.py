@@ -413,7 +413,11 @@ def _resolve_paths(cfg: dict[str, Any], bases: list[Path], where: Any) -> list[P
             if key in ("deepspeed", "probes") and found.is_dir():
                 problems.append(Problem(f"is a directory, expected a file: {value}", **where(key)))
             cfg[key] = str(found)
-    for key, what in (("dataset_dir", "folder"), ("resume_from_checkpoint", "checkpoint folder")):
+    for key, what in (
+        ("dataset_dir", "folder"),
+        ("media_dir", "folder"),
+        ("resume_from_checkpoint", "checkpoint folder"),
+    ):
         value = cfg[key]
         if not value or (key == "resume_from_checkpoint" and value in ("last", "true", "True")):
             continue

@@ -226,3 +226,4 @@ class RunConfigKeys:
     add_tokens: str | None = None
     add_special_tokens: str | None = None
     resize_vocab: bool = False
+    media_dir: str | None = None

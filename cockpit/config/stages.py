@@ -79,6 +79,8 @@ _GRPO_UNHONOURED = {
 # (pt's is, but LLaMA-Factory's pt trainer has no such key either)
 _SFT_LOSS = "DFT / EAFT weigh SFT's token cross-entropy (LLaMA-Factory's SFT trainer); this stage's loss is its own"
 _SFT_LOSS_KEYS = {key: _SFT_LOSS for key in ("use_dft_loss", "use_eaft_loss", "eaft_alpha")}
+# images are read for sft only (issue 63): the other stages refuse rows with images, so where to find them is moot
+_SFT_IMAGES = {"media_dir": "images are read for stage sft only; this stage refuses rows with images"}
 STRATEGIES = ("ddp", "deepspeed", "fsdp")  # DDP: one process or several, each with the whole model
 # the keys that choose a strategy other than DDP
 STRATEGY_KEYS = {"deepspeed": "deepspeed", "zero_stage": "deepspeed", "fsdp": "fsdp"}
@@ -103,11 +105,11 @@ _DDP_ONLY = ("ddp",)
 STAGES: dict[str, StageCapabilities] = {
     "sft": StageCapabilities("sft", STRATEGIES),
     # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
-    "pt": StageCapabilities("pt", _DDP_ONLY, dict(_SFT_LOSS_KEYS)),
-    "dpo": StageCapabilities("dpo", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS}),
-    "kto": StageCapabilities("kto", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS}),
-    "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED, **_SFT_LOSS_KEYS}),
-    "grpo": StageCapabilities("grpo", _DDP_ONLY, {**_GRPO_UNHONOURED, **_SFT_LOSS_KEYS}),
+    "pt": StageCapabilities("pt", _DDP_ONLY, {**_SFT_LOSS_KEYS, **_SFT_IMAGES}),
+    "dpo": StageCapabilities("dpo", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
+    "kto": StageCapabilities("kto", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
+    "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
+    "grpo": StageCapabilities("grpo", _DDP_ONLY, {**_GRPO_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
 }
 # stage -> {key the schema accepts but the stage does not honour yet: why}. validate() refuses a value
 # other than the schema's default (or one of HONOURED_VALUES); the key table (docs/configuration.md) names the stages.

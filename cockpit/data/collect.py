@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cockpit.data import media
 from cockpit.data.dataset_info import resolve_datasets
 from cockpit.data.formats import LoadResult, load_dataset_file
-from cockpit.errors import InputError
+from cockpit.errors import InputError, Problem
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
@@ -27,11 +28,23 @@ def collect_samples(cfg: RunConfig, *, strict: bool | None = None) -> LoadResult
         total.formats.update(res.formats)
         total.rows += res.rows
     total.samples = mixed(per_dataset, cfg)
+    total.problems += image_template_problems(total.samples, cfg.template)
     if strict and total.problems:
         raise InputError(total.problems)
     if not total.samples:
         raise InputError(total.problems or "no usable samples in the dataset(s)")
     return total
+
+
+def image_template_problems(samples: list[dict[str, Any]], template: str | None) -> list[Problem]:
+    """The rows with images, when the config's template takes none (cockpit.data.media.template_problem);
+    such rows are dropped from ``samples`` (allow_bad_rows trains the others)."""
+    why = media.template_problem(template)
+    bad = [s for s in samples if s.get("images")] if why else []
+    if not bad:
+        return []
+    samples[:] = [s for s in samples if not s.get("images")]
+    return [Problem(why, file=s["source"].rpartition(":")[0], line=int(s["source"].rpartition(":")[2])) for s in bad]
 
 
 def mixed(per_dataset: list[list[dict[str, Any]]], cfg: RunConfig) -> list[dict[str, Any]]:

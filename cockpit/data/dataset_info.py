@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.config.load import DEMO_DIR
 from cockpit.data.formats import DatasetSpec
+from cockpit.data.media import media_dir_of
 from cockpit.data.pairs import ranking_problem
 from cockpit.errors import InputError, Problem
 
@@ -66,7 +67,7 @@ def resolve_datasets(cfg: RunConfig, key: str = "dataset") -> list[DatasetSpec]:
     bases = [Path.cwd(), Path(cfg.base_dir or Path.cwd())]
     # A path to a file (or something that looks like one).
     if value.endswith((".json", ".jsonl")) or "/" in value or value.startswith("@demo"):
-        return [_file_spec(value, bases, where)]
+        return [_with_media(_file_spec(value, bases, where), cfg)]
     specs: list[DatasetSpec] = []
     problems: list[Problem] = []
     registries = _registries(cfg, where)
@@ -84,7 +85,15 @@ def resolve_datasets(cfg: RunConfig, key: str = "dataset") -> list[DatasetSpec]:
             specs.append(spec_or_problem)
     if problems:
         raise InputError(problems)
-    return specs
+    return [_with_media(spec, cfg) for spec in specs]
+
+
+def _with_media(spec: DatasetSpec, cfg: RunConfig) -> DatasetSpec:
+    """The spec with where its images are looked up (cockpit.data.media.media_dir_of)."""
+    registry = Path(spec.info_file).parent if spec.info_file else None
+    spec.media_dir = media_dir_of(cfg.media_dir, cfg.dataset_dir, registry, spec.path)
+    spec.base_dir = Path(cfg.base_dir or Path.cwd())
+    return spec
 
 
 def _file_spec(value: str, bases: list[Path], where: dict[str, Any]) -> DatasetSpec:

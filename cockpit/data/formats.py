@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit.data.media import row_images
 from cockpit.data.tools import parse_function_call, parse_tools
 from cockpit.errors import Problem
 
@@ -53,6 +54,8 @@ class DatasetSpec:
     info_file: str | None = None
     info_line: int | None = None
     ranking: bool = False  # chosen / rejected pairs (stage dpo / rm); read by cockpit/data/pairs.py
+    media_dir: Path | None = None  # where relative image paths are looked up first (cockpit.data.media)
+    base_dir: Path | None = None  # where a relative image path not under media_dir is read (the config's folder)
 
 
 @dataclass
@@ -262,24 +265,6 @@ def record_to_conversation(
     return (None, None, err) if err else (messages, tools, None)
 
 
-MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns (both formats)
-
-
-def media_problem(rec: Any, columns: Mapping[str, str]) -> str | None:
-    """A row that names images / videos / audios: Cockpit trains text models only, and such a row
-    would train without what it names, so it is a bad row (file:line), not silently trained."""
-    if not isinstance(rec, dict):
-        return None
-    for kind in MEDIA_COLUMNS:
-        col = columns.get(kind, kind)
-        if rec.get(col) not in (None, "", [], {}):
-            return (
-                f"the row names {kind} (column {col!r}), but Cockpit trains text-only models: it would train "
-                f"without them; drop the {col!r} field (or set allow_bad_rows: true to skip such rows)"
-            )
-    return None
-
-
 def load_dataset_file(spec: DatasetSpec, max_samples: int | None = None) -> LoadResult:
     records, problems = read_records(spec.path)
     fmt = spec.formatting
@@ -287,13 +272,19 @@ def load_dataset_file(spec: DatasetSpec, max_samples: int | None = None) -> Load
         fmt = next((f for f in (detect_format(r) for _, r in records) if f), "alpaca")
     samples: list[dict[str, Any]] = []
     name = str(spec.path)
+    media = spec.media_dir or spec.path.parent
+    base = spec.base_dir or Path.cwd()
     for line, rec in records:
         messages, tools, err = record_to_conversation(rec, fmt, spec.columns, spec.tags)
-        err = err or media_problem(rec, spec.columns)
+        images: list[dict[str, Any]] = []
+        if not err and messages is not None:
+            images, err = row_images(rec, messages, spec.columns, media, base)
         if err:
             problems.append(Problem(err, file=name, line=line))
             continue
         sample = {"messages": messages, "source": f"{name}:{line}", "dataset": spec.name}
+        if images:  # [{"path", "size"}]: the model's template must take images (cockpit.data.collect)
+            sample["images"] = images
         if tools is not None:  # [] too: tools given, none listed (LLaMA-Factory writes the empty system slot)
             sample["tools"] = tools
         samples.append(sample)

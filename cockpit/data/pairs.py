@@ -33,6 +33,7 @@ from cockpit.data.formats import (
     read_records,
     sharegpt_to_messages,
 )
+from cockpit.data.media import text_stage_problem
 from cockpit.errors import Problem
 
 PAIRWISE = ("dpo", "rm")
@@ -220,6 +221,7 @@ def load_stage_file(spec: DatasetSpec, stage: str, max_samples: int | None = Non
     name = str(spec.path)
     for line, rec in records:
         sample, err = reader(rec, fmt, spec)
+        err = err or text_stage_problem(rec, spec.columns, stage)
         if err:
             problems.append(Problem(err, file=name, line=line))
             continue

@@ -24,6 +24,14 @@ KEYS: tuple[Key, ...] = (
         "dataset",
     ),
     _k(
+        "media_dir",
+        "str",
+        None,
+        "folder where the images column's relative paths are looked up first (default: dataset_dir, as in LLaMA-Factory; "
+        "else the folder of the dataset_info.json or dataset file)",
+        "dataset",
+    ),
+    _k(
         "cutoff_len",
         "int",
         1024,

@@ -22,7 +22,7 @@ REFUSED_NAMES = frozenset(
     quantization_device_map
     eval_dataset streaming buffer_size
     train_on_prompt mask_history tool_format default_system ignore_pad_token_for_loss
-    media_dir data_shared_file_system
+    data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding
     additional_target create_new_adapter freeze_extra_modules freeze_vision_tower freeze_multi_modal_projector
     freeze_language_model train_mm_proj_only num_beams length_penalty max_length skip_special_tokens
@@ -68,18 +68,23 @@ REFUSED_NAMES = frozenset(
 REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         (
-            "image_*",
             "video_*",
             "audio_*",
-            "crop_to_patches",
             "use_audio_in_video",
-            "media_dir",
+        ),
+        "video / audio training: Cockpit reads images only (the images column, media_dir); videos and audios are refused",
+    ),
+    (
+        (
+            "image_*",
+            "crop_to_patches",
             "freeze_vision_tower",
             "freeze_multi_modal_projector",
             "freeze_language_model",
             "train_mm_proj_only",
         ),
-        "multimodal (image/video/audio) training; Cockpit trains text models only",
+        "a vision-language model's setting: Cockpit reads image datasets (the images column, media_dir) but does not "
+        "train a vision-language model yet, so it would have no effect (issue 63)",
     ),
     (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
     (
