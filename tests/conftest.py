@@ -174,6 +174,37 @@ def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
     return out
 
 
+def build_tiny_moe(out: Path, tok, family: str = "qwen3_moe", **over):
+    """A tiny random mixture-of-experts model (8 experts, top-2, 4 layers) of ``family`` (qwen3_moe,
+    mixtral), built from its transformers config, saved with ``tok``."""
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    common = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                  num_experts_per_tok=2, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+    if family == "mixtral":
+        cfg = MixtralConfig(**common, num_local_experts=8, **over)
+        cls = MixtralForCausalLM
+    else:
+        cfg = Qwen3MoeConfig(**common, num_experts=8, moe_intermediate_size=64, **over)
+        cls = Qwen3MoeForCausalLM
+    torch.manual_seed(0)
+    model = cls(cfg)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random Qwen3-MoE (8 experts, top-2, 4 layers) with the SmolLM2 tokenizer."""
+    from transformers import AutoTokenizer
+
+    return build_tiny_moe(tmp_path_factory.mktemp("tiny-qwen3-moe"), AutoTokenizer.from_pretrained(str(embedded_dir)))
+
+
 WARM_START_ENV: dict[str, str] = {}  # the environment the warm start server started with
 
 

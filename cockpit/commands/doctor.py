@@ -1,5 +1,8 @@
-"""``cockpit doctor [--json] [--gpu-smoke] [--needs TAGS]``: check the machine.
+"""``cockpit doctor [CONFIG [--set K=V]] [--json] [--gpu-smoke] [--needs TAGS]``: check the machine.
 
+With CONFIG, the machine is checked for that config: its needs (GPUs, ROCm, DeepSpeed, bitsandbytes,
+trackers, ...: :func:`cockpit.doctor.relevance.config_tags`, added to ``--needs``) make a missing piece
+fail, and the field guide's config rules (docs/rocm.md) judge its keys.
 Human output: one line per check with its status, the fix under warnings and failures.
 ``--json``: the list documented in :mod:`cockpit.doctor` (the Doctor screen runs this in a
 subprocess). Exit 0 when nothing fails, 1 when a check fails, 2 on bad arguments.
@@ -29,6 +32,12 @@ def _tags(value: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config", nargs="?", default=None, help="a run config: check this machine for what it needs (optional)"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the checks as a JSON list (stable schema, see cockpit.doctor)"
     )
@@ -80,15 +89,34 @@ def render(checks: list, color: bool = False) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from cockpit.doctor import exit_code, run_checks, summary
+def config_needs(args: argparse.Namespace) -> tuple[dict | None, list[str]]:
+    """(the config's schema keys, --needs with the config's tags) for ``cockpit doctor CONFIG``."""
+    if not getattr(args, "config", None):
+        return None, list(args.needs)
+    from cockpit.commands.common import config_from_args
+    from cockpit.doctor.relevance import config_tags
 
+    keys = config_from_args(args).keys_only()
+    return keys, sorted(set(args.needs) | config_tags(keys))
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.commands.common import print_input_error
+    from cockpit.doctor import exit_code, run_checks, summary
+    from cockpit.errors import InputError
+
+    try:
+        keys, needs = config_needs(args)
+    except InputError as err:
+        return print_input_error(err, args)
     if args.json:
         with _stdout_to_stderr():
-            checks = run_checks(gpu_smoke=args.gpu_smoke, needs=args.needs)
+            checks = run_checks(gpu_smoke=args.gpu_smoke, needs=needs, keys=keys)
         print(json.dumps([c.to_dict() for c in checks], indent=2, default=str))
         return exit_code(checks)
-    checks = run_checks(gpu_smoke=args.gpu_smoke, needs=args.needs)
+    checks = run_checks(gpu_smoke=args.gpu_smoke, needs=needs, keys=keys)
+    if keys is not None:
+        print(f"checking this machine for {args.config} (what it needs fails where it is missing)")
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     print(render(checks, color=color))
     n = summary(checks)

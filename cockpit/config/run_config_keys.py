@@ -226,4 +226,5 @@ class RunConfigKeys:
     add_tokens: str | None = None
     add_special_tokens: str | None = None
     resize_vocab: bool = False
+    moe_aux_loss_coef: float | None = None
     media_dir: str | None = None

@@ -41,7 +41,8 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cockpit.doctor import comm, gpu, host, packages, rocm, smoke
+from cockpit.doctor import comm, field, gpu, host, packages, rocm, smoke
+from cockpit.doctor import needs as config_needs
 from cockpit.doctor.facts import DeviceFacts, TorchFacts
 from cockpit.doctor.model import FAIL, PASS, SCHEMA_VERSION, SKIP, STATUSES, TAGS, WARN, Check, Context, Roots
 
@@ -87,6 +88,8 @@ CHECKS: tuple[tuple[str, CheckFn], ...] = (
     ("disk_runs", host.check_disk_runs),
     ("disk_cache", host.check_disk_cache),
     ("host_memory", host.check_host_memory),
+    ("config", config_needs.check_config),
+    *field.CHECKS,  # the ROCm field guide (docs/rocm.md), one check per item
 )
 CHECK_IDS: tuple[str, ...] = tuple(i for i, _ in CHECKS) + ("smoke",)
 
@@ -120,14 +123,16 @@ def run_checks(
     needs: Iterable[str] = (),
     facts: TorchFacts | None = None,
     only: Iterable[str] | None = None,
+    keys: Mapping[str, Any] | None = None,
 ) -> list[Check]:
     """Run every check (or the ``only`` ids), in ``CHECK_IDS`` order. Never raises.
 
     ``facts``: torch/device facts to use instead of importing torch (tests, or a caller that
-    already gathered them in a rank).
+    already gathered them in a rank). ``keys``: a config's schema keys (``cockpit doctor CONFIG``),
+    which the config check and the field guide's config rules read.
     """
     env = dict(os.environ if env is None else env)
-    ctx = Context(env, _roots(env, roots), needs=needs, facts=facts)
+    ctx = Context(env, _roots(env, roots), needs=needs, facts=facts, keys=keys)
     wanted = set(only) if only is not None else None
     out = [_guarded(cid, functools.partial(fn, ctx)) for cid, fn in CHECKS if wanted is None or cid in wanted]
     if wanted is None or "smoke" in wanted:

@@ -8,6 +8,7 @@ import sys
 from cockpit.device import VISIBLE_VARS, listed
 from cockpit.doctor.facts import parse_arch_list
 from cockpit.doctor.model import FAIL, PASS, SKIP, WARN, Check, Context, gib, read_text, version_tuple
+from cockpit.doctor.rocm import torch_install_fix
 
 MIN_PYTHON = (3, 11)  # pyproject.toml: requires-python >= 3.11
 GPU_BUILD_TAGS = ("gpu", "rocm", "cuda")
@@ -36,7 +37,7 @@ def check_torch(ctx: Context) -> Check:
             title,
             FAIL,
             f"torch does not import: {f.error}",
-            "pip install 'torch>=2.4' (a ROCm build on AMD GPUs, see https://pytorch.org/get-started/locally/)",
+            torch_install_fix(ctx),
         )
     data = {"version": f.version, "build": f.build, "hip": f.hip, "cuda": f.cuda}
     if f.build == "rocm":
@@ -52,7 +53,7 @@ def check_torch(ctx: Context) -> Check:
                 title,
                 ctx.severity(*GPU_BUILD_TAGS),
                 f"torch {f.version} is a CUDA build, but this is a ROCm {rocm} machine (/dev/kfd, no NVIDIA driver)",
-                f"pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}",
+                torch_install_fix(ctx),
                 frozenset(GPU_BUILD_TAGS),
                 data,
             )
@@ -61,10 +62,9 @@ def check_torch(ctx: Context) -> Check:
         )
     if rocm:
         seen = f"torch {f.version} is a CPU-only build, but ROCm {rocm} is installed at {ctx.roots.rocm}"
-        fix = f"install a ROCm build of torch matching ROCm {rocm}: pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}"
     else:
         seen = f"torch {f.version} is a CPU-only build: training runs on the CPU only"
-        fix = "for GPU training install a ROCm (or CUDA) build of torch: https://pytorch.org/get-started/locally/"
+    fix = f"for AMD GPUs install torch for ROCm: {torch_install_fix(ctx)}"
     return Check("torch", title, ctx.severity(*GPU_BUILD_TAGS), seen, fix, frozenset(GPU_BUILD_TAGS), data)
 
 

@@ -104,7 +104,7 @@ class Roots:
 
 
 class Context:
-    """What every check gets: the environment, the roots, the config's needs and torch facts.
+    """What every check gets: the environment, the roots, the config's needs (and keys) and torch facts.
 
     ``needs``: tags the caller's config requires. A missing optional piece (DeepSpeed,
     bitsandbytes, a compiler, a GPU build of torch) is a *skip* or *warn* in general and a
@@ -117,11 +117,13 @@ class Context:
         roots: Roots,
         needs: Iterable[str] = (),
         facts: Any = None,
+        keys: Mapping[str, Any] | None = None,
     ):
         self.env = dict(env)
         self.roots = roots
         self.needs = frozenset(needs)
         self._facts = facts
+        self.keys = keys  # `cockpit doctor CONFIG`: the config's schema keys (flat), else None
 
     @functools.cached_property
     def facts(self) -> Any:

@@ -32,6 +32,29 @@ def major_minor(text: str | None) -> tuple[int, ...]:
     return version_tuple(text)[:2]
 
 
+TORCH_INDEX = "https://download.pytorch.org/whl/rocm{}"
+EXAMPLE_ROCM = "6.4"  # the index's ROCm for a machine without a ROCm install (the wheel brings its runtime)
+CONTAINER = (
+    "docker run -it --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host rocm/pytorch:latest "
+    "(AMD's image with torch for ROCm; a tag per ROCm release: hub.docker.com/r/rocm/pytorch/tags)"
+)
+
+
+def torch_install_fix(ctx: Context) -> str:
+    """The commands that install torch for this machine's ROCm: the PyTorch index of the installed ROCm's
+    major.minor (read from its .info/version, else hipconfig), and AMD's container as the alternative."""
+    version, source = rocm_version(ctx)
+    release = ".".join(map(str, major_minor(version)))
+    if release:
+        first = f"pip install torch --index-url {TORCH_INDEX.format(release)}  (ROCm {version}, read from {source})"
+    else:
+        first = (
+            f"pip install torch --index-url {TORCH_INDEX.format(EXAMPLE_ROCM)}  (no ROCm install at "
+            f"{ctx.roots.rocm}: the wheel brings its ROCm runtime; the host needs the amdgpu driver)"
+        )
+    return f"{first}\nor the container: {CONTAINER}"
+
+
 def check_rocm_version(ctx: Context) -> Check:
     title = "ROCm version"
     f = ctx.facts

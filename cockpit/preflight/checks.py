@@ -171,6 +171,18 @@ def check_rows(cfg: RunConfig, gpus: int | None = None) -> Any:
     return loaded
 
 
+def check_moe_keys(cfg: RunConfig, model_config: Any) -> None:
+    """``moe_aux_loss_coef`` on a model whose forward has no router loss: refused by name
+    (:mod:`cockpit.models.moe`). ``model_config``: transformers' config of the model."""
+    if cfg.moe_aux_loss_coef is None:
+        return
+    from cockpit.models.moe import aux_loss_problem
+
+    why = aux_loss_problem(model_config.to_dict())
+    if why:
+        raise InputError(Problem(why, key="moe_aux_loss_coef"))
+
+
 def check_run(
     cfg: RunConfig, log=print, with_devices: bool = True, loaded: Any = None, gpus: int | None = None
 ) -> CheckResult:
@@ -194,6 +206,7 @@ def check_run(
     ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     mcfg = load_model_config(cfg, ref)
+    check_moe_keys(cfg, mcfg)
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(

@@ -9,6 +9,8 @@ and then fail only for what could not be known (a GPU that died, a full disk).
 - ``enable_liger_kernel``: Liger's kernels are Triton kernels: a GPU and the liger-kernel package.
 - ``torch_compile``: on the CPU, inductor needs a C++ compiler.
 - ``output_dir``: a folder that is, or can be made, writable (not a file, not under one).
+- the ROCm field guide's config rules (:mod:`cockpit.preflight.rocm`, docs/rocm.md): allocator settings,
+  4-bit on CDNA, CUDA graphs under torch.compile, contradicting GPU masks, GRPO's colocated vLLM, fa2.
 
 The device (CPU or GPU) is decided as the ranks decide it (:func:`cockpit.device.resolve_device`),
 with torch's GPU count, counted only when a device-dependent key is set (importing torch costs
@@ -94,8 +96,9 @@ def gate_problems(cfg: RunConfig, gpus: int | None = None) -> list[Problem]:
     machine's, only when a device-dependent key is set). A config that needs GPUs where none is
     visible gives :class:`cockpit.device.NoGPU`'s problems."""
     from cockpit.device import CPU, resolve_device
+    from cockpit.preflight.rocm import field_problems
 
-    problems = []
+    problems = field_problems(cfg)  # the ROCm field guide's config rules (docs/rocm.md)
     if reason := output_dir_refusal(cfg):
         problems.append(Problem(reason, key="output_dir"))
     if any(getattr(cfg, k) for k in DEVICE_KEYS):

@@ -55,7 +55,7 @@ def grpo_checks(cfg: RunConfig) -> None:
 def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int | None = None):
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
-    from cockpit.preflight.checks import CheckResult, device_checks, static_checks
+    from cockpit.preflight.checks import CheckResult, check_moe_keys, device_checks, static_checks
 
     warnings = static_checks(cfg, gpus)
     loaded = collect_stage_samples(cfg)  # every bad row, before any model is loaded
@@ -63,7 +63,9 @@ def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int 
         warnings += device_checks(cfg)
     ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
-    hidden = getattr(load_model_config(cfg, ref), "hidden_size", None)
+    mcfg = load_model_config(cfg, ref)
+    check_moe_keys(cfg, mcfg)
+    hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(
             Problem(f"lora_rank {cfg.lora_rank} exceeds the model's hidden size {hidden}", key="lora_rank")

@@ -185,6 +185,8 @@ def format_event(ev: dict[str, Any], start_t: float | None) -> str | None:
         loss = as_float(ev.get("loss"))
         parts = [f"step {ev.get('step')}/{ev.get('total_steps') or '?'}", f"epoch {ev.get('epoch', 0):.2f}"]
         parts.append(f"loss {loss:.4f}" if loss is not None else "loss ?")
+        if ev.get("aux_loss") is not None:  # an MoE model's router loss (moe_aux_loss_coef)
+            parts.append(f"aux {as_float(ev['aux_loss']):.4f}")
         if ev.get("lr") is not None:
             parts.append(f"lr {as_float(ev['lr']):.2e}")
         if ev.get("grad_norm") is not None:

@@ -41,7 +41,11 @@ Kinds and their fields (units in the field names or stated here):
   (the process's resident set), source ("torch.cuda" on a GPU, ROCm included; on the CPU "rss":
   allocator values null, or "live_tensors" with ``cpu_memory_tracker``: allocated/peak are live
   tensor bytes counted by ``plan/measure.py``, reserved null; capacity the host's RAM),
-  node_rank, local_rank, host; MiB = 2**20 bytes)
+  node_rank, local_rank, host; MiB = 2**20 bytes); a mixture-of-experts model's (``cockpit/train/moe.py``):
+  aux_loss (the router's load-balancing loss, mean over the interval and the ranks; with
+  ``moe_aux_loss_coef``), expert_load (the tokens each router sent to each expert over the interval, all
+  ranks: experts, top_k, layers, assignments, hot / cold ([expert, load] per layer, load a multiple of the
+  fair share), rows (one level character per expert and layer; ``cockpit/store/expert_load.py``))
 - ``heartbeats``: steps (a list of [step, node ranges]: the nodes whose report in the rendezvous
   store is new since the previous heartbeats event, grouped by the last training step each one's
   local rank 0 finished, null before the first; ranges like "0-62,64"), hosts (optional: node ->
@@ -59,7 +63,7 @@ Kinds and their fields (units in the field names or stated here):
 - ``eval``: step, eval_loss, eval_accuracy (``compute_accuracy``: the share of labelled tokens predicted)
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|loss_scale_overflow (info: the fp16 loss scaler skipped an update; 20 logging steps in a row skipped are a nan_loss)|hang|oom|rank_died|fp16_on_cpu|
-  memory_pressure|no_checkpoint|reward_hacking|...), message, remedies (list of strings), rank (optional).
+  memory_pressure|no_checkpoint|reward_hacking|expert_idle|expert_overloaded|...), message, remedies (list of strings), rank (optional).
   reward_hacking (grpo, ``train/reward_watch.py``): step, sign (fall|length|truncation|kl), and for a
   fall the reward (the falling function's name), before and after (its window means). hang: phase
   (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and

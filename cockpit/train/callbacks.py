@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 
 from cockpit.config.notes import steps_per_epoch
 from cockpit.store.events import EventWriter
+from cockpit.store.expert_load import LoadWatch, encode
 from cockpit.store.rundir import RunDir
 from cockpit.telemetry import node as node_telemetry
 from cockpit.telemetry import rank_memory_stats
@@ -112,6 +113,8 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
         self.meter: Any = None  # rank 0's FlopsMeter (MFU, per-device throughput), made at on_train_begin
         self.global_batch = 0  # samples per optimizer step, all ranks
         self._first_step_began = False  # on_step_begin restarted the clock for this attempt's first step
+        self.router_watch: Any = None  # an MoE model's RouterWatch, set by CockpitTrainer (cockpit.train.moe)
+        self.load_watch = LoadWatch()  # rank 0: experts nearly unused or overloaded, logging step after step
 
     # -- helpers ----------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -402,8 +405,10 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
                 tokens_seen=tokens,
                 **self.throughput_fields(tps, sps, float(seq_len)),
                 mem=mems,
+                **self._moe_fields(logs),
             )
             self._check_memory(args, state.global_step, mems)
+            self._check_expert_load(control, state.global_step)
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
         bad_gnorm = isinstance(gnorm, float) and not math.isfinite(gnorm)
@@ -439,6 +444,25 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
             self.recent.append(loss)
         self._say_after_log(state, control)
         return control
+
+    def _moe_fields(self, logs: dict[str, float]) -> dict[str, Any]:
+        """An MoE model's step-event fields: ``aux_loss`` (the router's loss, mean since the last log) and
+        ``expert_load`` (:mod:`cockpit.store.expert_load`); none for a dense model."""
+        out: dict[str, Any] = {}
+        if logs.get("aux_loss") is not None:
+            out["aux_loss"] = logs["aux_loss"]
+        watch = self.router_watch
+        if watch is not None and watch.last_counts:
+            out["expert_load"] = encode(watch.last_counts, watch.layers, watch.top_k)
+        return out
+
+    def _check_expert_load(self, control: TrainerControl, step: int) -> None:
+        """Rank 0: an alert when an expert stays nearly unused or overloaded (cockpit.store.expert_load)."""
+        watch = self.router_watch
+        if watch is None or not watch.last_counts:
+            return
+        for found in self.load_watch.observe(watch.last_counts, watch.layers, step):
+            self.emit("alert", policy="warn", **found)
 
     def _spike_median(self, loss: float) -> float | None:
         """The recent losses' median when ``loss`` is a spike over it (``spike_factor`` times), else None.

@@ -317,14 +317,18 @@ def with_lora_adapter(
         model = PeftModel.from_pretrained(model, adapter, config=old).merge_and_unload()
     set_seed(cfg.seed)  # the adapter's init depends on the seed only, however the base was loaded
     targets = _target_modules(cfg.lora_target)
+    expert_tensors: dict[str, Any] = {}
     if cfg.use_llama_pro:
         targets = expanded_block_modules(model, targets, cfg.freeze_trainable_layers)
+    elif targets == "all-linear":
+        targets, expert_tensors = moe_lora_targets(model, targets)
     lora = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         task_type=task_type,
+        **expert_tensors,
         # DoRA, rsLoRA, PiSSA, modules_to_save; the new tokens' rows
         **lora_new_rows_trainable(model, lora_config_kwargs(cfg), new_token_ids or []),
     )
@@ -333,6 +337,37 @@ def with_lora_adapter(
         return get_peft_model(model, lora, autocast_adapter_dtype=not cfg.pure_bf16)
     except ValueError as exc:
         raise InputError(f"lora_target: {exc}") from None
+
+
+def moe_lora_targets(model: Any, targets: Any) -> tuple[Any, dict[str, Any]]:
+    """``lora_target: all`` on an MoE model: every linear layer but the head and the routers, and the
+    experts' fused weight tensors as PEFT's ``target_parameters`` (:func:`cockpit.train.moe.lora_targets`;
+    PEFT's own ``all-linear`` would adapt the router too). A dense model keeps ``targets``."""
+    from cockpit.train.moe import lora_targets
+
+    found = lora_targets(model)
+    if found is None:
+        return targets, {}
+    modules, parameters = found
+    return modules, ({"target_parameters": parameters} if parameters else {})
+
+
+def log_trainable(model: Any, log: Callable[[str], object]) -> None:
+    """One line: the trainable parameters, their share, and (an adapter) the modules and parameters adapted."""
+    from cockpit.train.flops_meter import _numel
+
+    total = trainable = 0
+    for p in model.parameters():
+        total += _numel(p)
+        trainable += _numel(p) if p.requires_grad else 0
+    peft = getattr(model, "peft_config", {}).get("default")
+    where = ""
+    if peft is not None:
+        modules = getattr(peft, "target_modules", None)
+        parts = sorted(modules) if isinstance(modules, (set, list, tuple)) else [str(modules)]
+        parts += sorted(getattr(peft, "target_parameters", None) or [])
+        where = f": adapting {', '.join(parts)}"
+    log(f"trainable parameters {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%){where}")
 
 
 def _target_modules(target: str) -> Any:
@@ -510,6 +545,7 @@ def placed_model(
     whole_why = f": {weights.why_whole}" if (mode == "full" and wanted_shards and weights.why_whole) else ""
     log(f"model loaded ({LOAD_WORDS.get(mode, mode)}{whole_why})")
     log_embedding_place(model, log)
+    log_trainable(model, log)
     if not cfg.fsdp:
         return model, CockpitTrainer
     from cockpit.strategy.fsdp import shard, shard_report, trainer_class, write_report

@@ -169,6 +169,7 @@ class CockpitTrainer(Trainer):  # type: ignore[misc]  # Trainer is Any here (fol
     eval_data_collator: Any = None  # evaluation's own collator (None: the training one)
     # use_dft_loss / use_eaft_loss: each token's loss weighted (cockpit.train.token_weights), training and evaluation
     token_weighting: Callable[[Any, Any], Any] | None = None
+    router_watch: Any = None  # an MoE model's RouterWatch (cockpit.train.moe); None for a dense model
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -180,6 +181,22 @@ class CockpitTrainer(Trainer):  # type: ignore[misc]  # Trainer is Any here (fol
             from badam import clip_grad_norm_old_version
 
             self.accelerator.clip_grad_norm_ = MethodType(clip_grad_norm_old_version, self.accelerator)
+        # an MoE model: its router loss and expert load, summed between logging steps (cockpit.train.moe)
+        from cockpit.train.moe import RouterWatch
+
+        self.router_watch = RouterWatch.attach(self.model)
+        for callback in self.callback_handler.callbacks:
+            if hasattr(callback, "router_watch"):
+                callback.router_watch = self.router_watch
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        # a training log (every rank): the MoE model's mean router loss since the last one, beside the loss
+        # (a TRL trainer that logs its own aux_loss keeps it)
+        if self.router_watch is not None and "loss" in logs:
+            self.router_watch.take(int(self.args.world_size))
+            if self.router_watch.last_aux is not None and "aux_loss" not in logs:
+                logs["aux_loss"] = round(self.router_watch.last_aux, 6)
+        super().log(logs, *args, **kwargs)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         # resumed from a checkpoint at max_steps: nothing is left to train. HF's epoch loop checks

@@ -17,10 +17,15 @@ ATTENTION = {"auto": None, "sdpa": "sdpa", "eager": "eager", "disabled": "eager"
 
 
 def model_load_kwargs(cfg: RunConfig, ref: Any = None, log: Callable[[str], object] = print) -> dict[str, Any]:
-    """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice) and
-    RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context."""
+    """from_pretrained: the attention kernel (``flash_attn``; auto leaves transformers' choice),
+    RoPE scaling (``rope_scaling``) for a cutoff_len beyond the model's context, and an MoE model's
+    router loss (``moe_aux_loss_coef``: ``router_aux_loss_coef`` and ``output_router_logits`` on the
+    config, as LLaMA-Factory's ``configure_moe`` sets them; :mod:`cockpit.models.moe`)."""
+    from cockpit.models.moe import aux_loss_overrides
+
     impl = ATTENTION[cfg.flash_attn or "auto"]
     out: dict[str, Any] = {"attn_implementation": impl} if impl else {}
+    out.update(aux_loss_overrides(cfg.moe_aux_loss_coef))
     if cfg.rope_scaling and ref is not None:
         rope = rope_scaling_kwargs(cfg, ref, log)
         if rope:

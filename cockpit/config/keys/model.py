@@ -78,6 +78,15 @@ KEYS: tuple[Key, ...] = (
         "model",
         choices=("linear", "dynamic", "yarn", "llama3"),
     ),
+    _k(
+        "moe_aux_loss_coef",
+        "float",
+        None,
+        "a mixture-of-experts model's router load-balancing loss, added to the loss with this weight (the config's "
+        "router_aux_loss_coef, router logits on, as LLaMA-Factory sets them); logged beside the loss as aux_loss",
+        "model",
+        min=0.0,
+    ),
     _k("upcast_layernorm", "bool", False, "keep the norm layers' weights in fp32", "model", nullable=False),
     _k("upcast_lmhead_output", "bool", False, "compute the LM head's logits in fp32", "model", nullable=False),
     _k(

@@ -11,7 +11,7 @@ import fnmatch
 REFUSED_NAMES = frozenset(
     """
     booster flash_attn shift_attn mixture_of_depths use_unsloth
-    moe_aux_loss_coef disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
+    disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
     train_from_scratch infer_backend offload_folder use_cache infer_dtype hf_hub_token ms_hub_token om_hub_token
     print_param_status use_kv_cache model_revision low_cpu_mem_usage rope_scaling resize_vocab split_special_tokens
     add_tokens add_special_tokens new_special_tokens image_max_pixels image_min_pixels video_max_pixels
@@ -113,7 +113,6 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("booster",), "booster picks FlashAttention-2 / Unsloth / Liger; set flash_attn instead"),
     (("shift_attn",), "LongLoRA shift short attention is Llama-only and patches the model; not supported"),
     (("mixture_of_depths",), "Mixture-of-Depths conversion needs the MoD package; not supported"),
-    (("moe_aux_loss_coef",), "MoE router auxiliary loss: not wired in yet"),
     (
         ("train_from_scratch",),
         "random initialisation instead of the checkpoint's weights: not supported (fine-tuning only)",

@@ -24,7 +24,8 @@ from cockpit.ui.widgets import clip
 
 # one marker per run: the runs stay apart on a terminal without colour
 MARKERS = ("•", "+", "x", "*", "o", "#")
-CURVE_TITLES = {"loss": "train loss", "eval_loss": "eval loss", "grad_norm": "grad norm", "tokens_per_s": "tokens/s"}
+CURVE_TITLES = {"loss": "train loss", "eval_loss": "eval loss", "grad_norm": "grad norm", "tokens_per_s": "tokens/s",
+                "aux_loss": "router aux loss"}  # fmt: skip
 
 
 class CompareScreen(Screen):

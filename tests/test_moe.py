@@ -1,0 +1,88 @@
+"""Mixture-of-experts models (issue 64): LLaMA-Factory's moe_aux_loss_coef, the experts adapted by
+``lora_target: all``, FLOPs from the active parameters, the planner's expert lines, the expert load
+watched live. On tiny random Qwen3-MoE / Mixtral models built from their transformers configs
+(``tests/conftest.py``: ``tiny_moe_dir``, ``build_tiny_moe``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit.errors import InputError
+
+torch = pytest.importorskip("torch")
+
+
+LF_MOE_YAML = """\
+### model
+model_name_or_path: {model}
+moe_aux_loss_coef: 0.01
+trust_remote_code: false
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 4
+lora_target: all
+
+### dataset
+dataset: cockpit_identity
+template: chatml
+cutoff_len: 128
+
+### train
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 1
+learning_rate: 5.0e-3
+max_steps: 3
+logging_steps: 1
+save_steps: 100
+use_cpu: true
+"""
+
+
+@pytest.mark.slow
+def test_an_llamafactory_moe_yaml_trains_with_the_router_loss_in_the_events(tmp_path, tiny_moe_dir):
+    from conftest import cockpit, read_events
+
+    from cockpit.run.follow import format_event
+
+    cfg = tmp_path / "qwen3_moe_lora_sft.yaml"
+    cfg.write_text(LF_MOE_YAML.format(model=tiny_moe_dir))
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    run = next((tmp_path / "runs").iterdir())
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    for e in steps:
+        # Switch's load-balancing loss: E * sum(f_i * P_i), about 1 x top_k for a near-uniform random router
+        assert 1.0 < e["aux_loss"] < 8.0
+        load = e["expert_load"]
+        assert load["experts"] == 8 and load["top_k"] == 2 and load["layers"] == [0, 1, 2, 3]
+        assert len(load["rows"]) == 4 and all(len(r) == 8 for r in load["rows"])
+        assert "aux " in format_event(e, None)  # Live's log and attach show it beside the loss
+    # the loss the model trained on has the router loss in it: the config took the coefficient
+    config = (run / "config.yaml").read_text()
+    assert "moe_aux_loss_coef: 0.01" in config
+    log = (run / "logs" / "rank0.log").read_text()
+    adapted = next(line for line in log.splitlines() if "trainable parameters" in line)
+    assert "mlp.experts.gate_up_proj" in adapted and "mlp.experts.down_proj" in adapted and "gate," not in adapted
+
+
+def test_moe_aux_loss_coef_is_refused_by_name_on_a_dense_model():
+    from transformers import LlamaConfig, Qwen3MoeConfig
+
+    from cockpit.config.load import validate
+    from cockpit.preflight.checks import check_moe_keys
+
+    run = validate({"dataset": "x", "moe_aux_loss_coef": 0.001})
+    assert run.moe_aux_loss_coef == 0.001
+    with pytest.raises(InputError) as info:
+        check_moe_keys(run, LlamaConfig())
+    assert "moe_aux_loss_coef" in str(info.value) and "no routed experts" in str(info.value)
+    check_moe_keys(run, Qwen3MoeConfig())  # an MoE model takes it
+    from cockpit.train.variants import model_load_kwargs
+
+    assert model_load_kwargs(run)["router_aux_loss_coef"] == 0.001
+    assert model_load_kwargs(run)["output_router_logits"] is True
+    assert "output_router_logits" not in model_load_kwargs(validate({"dataset": "x"}))

@@ -1,0 +1,209 @@
+"""The ROCm field guide (docs/rocm.md, issue 65) and ``cockpit doctor CONFIG`` (issue 62, item 6).
+
+Every rule runs on faked facts: a fake ROCm tree, sysfs (KFD topology, DRM cards), /proc/cmdline, the
+environment, package versions (a fake bitsandbytes), TorchFacts for GPUs this machine does not have,
+and step figures for the Live alerts. One test runs the doctor on this real CPU box: nothing applies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from cockpit.config.run_config import RunConfig
+from cockpit.doctor import FAIL, PASS, SKIP, WARN, run_checks
+from cockpit.doctor import field as guide
+from cockpit.preflight.rocm import Facts, field_problems
+from tests.test_doctor import build_machine, by_id, cpu_facts, rocm_facts, run, write
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> dict:
+    return build_machine(tmp_path)
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELD = list(guide.FIELD_IDS)
+
+
+# -- issue 62, item 6: cockpit doctor CONFIG, fixes as ROCm commands ---------------------------------
+def test_torch_fix_is_the_rocm_index_of_the_installed_rocm_and_the_container(machine, tmp_path):
+    """The torch check's fix names the PyTorch index of the ROCm install's version (read from its
+    .info/version) and AMD's container; without a ROCm install, the index still, not the install page."""
+    cpu = by_id(run_checks(env=machine["env"], roots=machine["roots"], facts=cpu_facts(), only=["torch"]))["torch"]
+    assert "pip install torch --index-url https://download.pytorch.org/whl/rocm6.3" in cpu.fix
+    assert "rocm/pytorch" in cpu.fix and ".info/version" in cpu.fix
+    cuda_on_amd = rocm_facts(tmp_path, hip=None, cuda="12.6", version="2.7.1+cu126")
+    wrong = run(machine, cuda_on_amd, only=["torch"])["torch"]
+    assert "whl/rocm6.3" in wrong.fix and "rocm/pytorch" in wrong.fix
+    write(machine["rocm"] / ".info" / "version", "7.0.1-12\n")
+    assert "whl/rocm7.0" in run(machine, cpu_facts(), only=["torch"])["torch"].fix
+    bare = run_checks(env={"PATH": ""}, roots={"rocm": tmp_path / "none"}, facts=cpu_facts(), only=["torch"])[0]
+    assert "--index-url https://download.pytorch.org/whl/rocm" in bare.fix and "get-started" not in bare.fix
+
+
+def test_doctor_config_derives_what_it_needs(machine, monkeypatch, capsys):
+    """`cockpit doctor CONFIG`: a QLoRA GPU preset makes the torch check fail on a CPU-only torch (exit
+    1) and lists its needs; a package its keys import that is missing fails with the install command;
+    a CPU config needs nothing more."""
+    import cockpit.doctor as doctor
+    from cockpit.commands import doctor as doctor_cmd
+
+    real = doctor.run_checks
+    monkeypatch.setattr(doctor, "run_checks", lambda **kw: real(facts=cpu_facts(), roots=machine["roots"], env=machine["env"], **kw))
+
+    def doctor_json(config: str) -> tuple[int, dict]:
+        ns = argparse.Namespace(config=str(ROOT / "presets" / config), overrides=[], json=True, gpu_smoke=False, needs=[])
+        code = doctor_cmd.run(ns)
+        return code, {d["id"]: d for d in json.loads(capsys.readouterr().out)}
+
+    code, qlora = doctor_json("mi250-qlora-70b.yaml")
+    assert code == 1 and qlora["torch"]["status"] == FAIL and "whl/rocm6.3" in qlora["torch"]["fix"]
+    assert {"gpu", "qlora"} <= set(qlora["config"]["data"]["tags"])
+    assert qlora["config"]["status"] == FAIL and "bitsandbytes" in qlora["config"]["fix"]  # the fake box has no side folder
+    assert "pip install 'cockpit-tune[qlora]'" in qlora["config"]["fix"]
+    assert set(FIELD) <= set(qlora)  # the JSON carries every field-guide item
+    code, cpu = doctor_json("cpu-demo.yaml")
+    assert cpu["config"]["status"] == PASS and cpu["torch"]["status"] == WARN and "gpu" not in cpu["config"]["data"]["tags"]
+    (no_config,) = real(env=machine["env"], roots=machine["roots"], facts=cpu_facts(), only=["config"])
+    assert no_config.status == SKIP
+
+
+# -- the CPU box: every item not applicable ----------------------------------------------------------
+def test_every_field_item_is_not_applicable_on_this_cpu_box(tmp_path):
+    """This machine (CPU-only torch, no AMD GPU, no mask variables): each item says "not applicable",
+    in the JSON too (item number, source, the guide); no warning, no failure."""
+    import os
+
+    from cockpit.doctor.facts import torch_facts
+
+    facts = torch_facts()
+    if facts.build != "cpu":
+        pytest.skip("needs this CPU-only machine")
+    env = {k: v for k, v in os.environ.items() if k not in guide.MASK_VARS + guide.ALLOC_VARS}
+    checks = by_id(run_checks(env=env, facts=facts, only=FIELD))
+    assert list(checks) == FIELD
+    for c in checks.values():
+        d = c.to_dict()
+        assert d["status"] == SKIP and d["seen"].startswith("not applicable"), d
+        assert d["data"]["doc"] == "docs/rocm.md" and d["data"]["source"] and d["data"]["item"] in range(1, 11)
+
+
+# -- 1. iommu ----------------------------------------------------------------------------------------
+def test_iommu_missing_on_an_amd_gpu_host(machine, tmp_path):
+    proc = machine["proc"]
+    write(proc / "cpuinfo", "vendor_id\t: AuthenticAMD\n")
+    write(proc / "cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet\n")
+    c = run(machine, rocm_facts(tmp_path), only=["iommu"])["iommu"]
+    assert c.status == WARN and c.data["missing"] == ["iommu=pt", "amd_iommu=on"]
+    assert "GRUB_CMDLINE_LINUX" in c.fix and "rccl#1026" in c.fix and "docs/rocm.md item 1" in c.fix
+    write(proc / "cmdline", "BOOT_IMAGE=/vmlinuz ro iommu=pt amd_iommu=on\n")
+    assert run(machine, rocm_facts(tmp_path), only=["iommu"])["iommu"].status == PASS
+
+
+# -- 2. allocator settings ---------------------------------------------------------------------------
+def test_alloc_conf_doctor_and_check(machine, tmp_path):
+    bad = {"PYTORCH_HIP_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"}
+    c = run(machine, rocm_facts(tmp_path), bad, only=["alloc_conf"])["alloc_conf"]
+    assert c.status == WARN and "PYTORCH_HIP_ALLOC_CONF" in c.seen and "pytorch/pytorch#123548" in c.fix
+    assert run(machine, rocm_facts(tmp_path), bad, only=["alloc_conf"], needs={"gpu"})["alloc_conf"].status == FAIL
+    ok = {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}
+    assert run(machine, rocm_facts(tmp_path), ok, only=["alloc_conf"])["alloc_conf"].status == PASS
+    # cockpit check: refused on a GPU build, from the config's env (key env) or the environment (no key)
+    cfg = RunConfig(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512"})
+    (p,) = field_problems(cfg, Facts("cuda", env=dict(cfg.env or {})))
+    assert p.key == "env" and "expandable_segments" in p.message
+    (p,) = field_problems(RunConfig(), Facts("rocm", env=bad))
+    assert p.key is None and "PYTORCH_HIP_ALLOC_CONF" in p.message
+    assert field_problems(RunConfig(), Facts("cpu", env=bad)) == []
+    assert field_problems(RunConfig(use_cpu=True), Facts("rocm", env=bad)) == []
+
+
+# -- 3. 4-bit on CDNA --------------------------------------------------------------------------------
+def test_qlora_on_cdna_needs_a_recent_bitsandbytes():
+    cfg = RunConfig(quantization_bit=4)
+    (p,) = field_problems(cfg, Facts("rocm", targets=["gfx942"], bnb_version="0.48.2"))
+    assert p.key == "quantization_bit" and "0.48.2" in p.message and "bitsandbytes>=0.50.0" in p.message
+    assert "bitsandbytes#1887" in p.message
+    assert field_problems(cfg, Facts("rocm", targets=["gfx942"], bnb_version="0.50.0")) == []
+    assert field_problems(cfg, Facts("rocm", targets=["gfx1100"], bnb_version="0.48.2")) == []  # RDNA: warp 32
+    assert field_problems(RunConfig(quantization_bit=8), Facts("rocm", targets=["gfx90a"], bnb_version="0.48.2")) == []
+
+
+def test_kfd_topology_gives_the_targets(tmp_path):
+    nodes = tmp_path / "class" / "kfd" / "kfd" / "topology" / "nodes"
+    write(nodes / "0" / "properties", "cpu_cores_count 64\ngfx_target_version 0\n")
+    write(nodes / "1" / "properties", "simd_count 1216\ngfx_target_version 90402\n")
+    write(nodes / "2" / "properties", "gfx_target_version 90010\n")
+    write(nodes / "3" / "properties", "gfx_target_version 90500\n")
+    assert guide.kfd_targets(tmp_path) == ["gfx942", "gfx90a", "gfx950"]
+    assert guide.kfd_targets(tmp_path / "absent") == []
+
+
+# -- 4. CUDA graphs under torch.compile ---------------------------------------------------------------
+def test_compile_cudagraphs_refused_on_rocm_only(machine, tmp_path):
+    cfg = RunConfig(torch_compile=True, env={"TORCHINDUCTOR_CUDAGRAPHS": "1"})
+    env = dict(cfg.env or {})
+    (p,) = field_problems(cfg, Facts("rocm", env=env))
+    assert p.key == "torch_compile" and "pytorch/pytorch#187715" in p.message and "default mode" in p.message
+    assert field_problems(cfg, Facts("cuda", env=env)) == []  # CUDA keeps it
+    assert field_problems(cfg.replace(torch_compile=False), Facts("rocm", env=env)) == []
+    c = run(machine, rocm_facts(tmp_path), env, only=["compile_mode"])["compile_mode"]
+    assert c.status == WARN and "TORCHINDUCTOR_CUDAGRAPHS" in c.fix
+
+
+# -- 5. device masks ---------------------------------------------------------------------------------
+def test_device_masks_contradiction(machine, tmp_path):
+    both = {"ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "2,3"}
+    c = run(machine, rocm_facts(tmp_path), both, only=["device_masks"])["device_masks"]
+    assert c.status == WARN and "ROCR_VISIBLE_DEVICES masks first" in c.seen and "ray#53737" in c.fix
+    same = {"ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0,1"}
+    ok = run(machine, rocm_facts(tmp_path), same, only=["device_masks"])["device_masks"]
+    assert ok.status == PASS and "ROCR_VISIBLE_DEVICES masks first, then HIP_VISIBLE_DEVICES indexes" in ok.seen
+    (p,) = field_problems(RunConfig(), Facts("rocm", env={"HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "1"}))
+    assert "HIP_VISIBLE_DEVICES='0' and CUDA_VISIBLE_DEVICES='1' differ" in p.message
+    assert field_problems(RunConfig(), Facts("rocm", env=same)) == []
+    cfg = RunConfig(env={"ROCR_VISIBLE_DEVICES": "4"})
+    (p,) = field_problems(cfg, Facts("rocm", env={"HIP_VISIBLE_DEVICES": "0,1", "ROCR_VISIBLE_DEVICES": "4"}))
+    assert p.key == "env"
+
+
+# -- 8. GRPO + vLLM colocated ------------------------------------------------------------------------
+def test_grpo_vllm_colocate_refused_on_rocm(machine, tmp_path):
+    cfg = RunConfig(stage="grpo", use_vllm=True)
+    (p,) = field_problems(cfg, Facts("rocm"))
+    assert p.key == "vllm_mode" and "huggingface/open-r1#482" in p.message and "vllm_mode: server" in p.message
+    assert field_problems(cfg.replace(vllm_mode="server"), Facts("rocm")) == []
+    assert field_problems(cfg, Facts("cuda")) == []
+    keys = cfg.keys_only()
+    (c,) = run_checks(env=machine["env"], roots=machine["roots"], facts=rocm_facts(tmp_path), only=["vllm_colocate"], keys=keys)
+    assert c.status == WARN and "open-r1#482" in c.fix
+
+
+# -- 9. fa2 where CK has no kernels -------------------------------------------------------------------
+def test_fa2_refused_on_a_target_ck_does_not_build_for():
+    cfg = RunConfig(flash_attn="fa2")
+    (p,) = field_problems(cfg, Facts("rocm", targets=["gfx1100"], flash_attn=True))
+    assert p.key == "flash_attn" and "FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE" in p.message
+    triton = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
+    assert field_problems(cfg, Facts("rocm", targets=["gfx1100"], flash_attn=True, env=triton)) == []
+    assert field_problems(cfg, Facts("rocm", targets=["gfx942", "gfx90a"], flash_attn=True)) == []
+
+
+def test_cockpit_check_asks_the_field_rules_before_any_run(monkeypatch):
+    """The gate (`cockpit check`, train, queue add) refuses by key on a ROCm build of torch (the build is
+    the installed torch's fact: faked here, this machine's is a CPU build)."""
+    from cockpit.errors import InputError
+    from cockpit.preflight import rocm
+    from cockpit.preflight.checks import static_checks
+
+    cfg = RunConfig(stage="grpo", use_vllm=True, env={"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0,1"})
+    if rocm.torch_build() != "rocm":
+        static_checks(cfg, gpus=0)  # this box's torch: nothing to refuse
+    monkeypatch.setattr(rocm, "torch_build", lambda: "rocm")
+    with pytest.raises(InputError) as err:
+        static_checks(cfg, gpus=0)
+    keys = {p.key for p in err.value.problems}
+    assert {"vllm_mode", "env"} <= keys, err.value
