@@ -35,16 +35,15 @@ def test_plan_and_setup_agree_where_the_run_trains(gpus):
     cfg = model.check(check_paths=False).cfg
     assert cfg is not None and cfg.use_cpu is None
     machine = Machine("host", gpus, "AMD" if gpus else "", 64.0 if gpus else None, 23.5)
-    mem, source, ranks = model.fit_memory(cfg, machine)
+    line = fit_line(cfg, machine, model.gpu_memory())
     planned = plan(raw, gpus_visible=gpus, host_memory_gb=23.5, base_dir=str(ROOT / "presets"), use_meta=False)
     if gpus == 0:  # a CPU run: both against the host's RAM, the same verdict
-        assert "host RAM" in source and mem == 23.5
+        assert "of 23.5 GiB host RAM" in line, line
         assert planned.verdict is not None and planned.capacity_gib == 23.5
-        line = fit_line(cfg, mem, source, ranks)
         assert f"-> {planned.verdict['status']} ({100 * planned.verdict['headroom']:.0f}% headroom)" in line, line
-    else:  # a GPU run: neither compares with the RAM; plan wants the GPU's memory
-        assert "host RAM" not in source
-        assert planned.verdict is None
+    else:  # a GPU run: neither compares with the RAM; both with the GPUs this machine has
+        assert "host RAM" not in line and "of 64 GiB the 1 GPU(s) of this machine" in line, line
+        assert planned.verdict is None  # plan's caller gave no GPU memory
 
 
 def test_cockpit_plan_gives_the_verdict_on_a_host_without_gpus(tmp_path):

@@ -124,7 +124,8 @@ def test_plan_and_forms_stay_torch_free():
         "from cockpit.ui.forms import FormModel, fit_line\n"
         "m = FormModel(); m.values['dataset'] = 'cockpit_identity'\n"
         "c = m.check(); assert c.ok, c.problems\n"
-        "line = fit_line(c.cfg, 64); assert 'fits' in line, line\n"
+        "from cockpit.ui.widgets import Machine\n"
+        "line = fit_line(c.cfg, Machine('h', 0, '', None, 64.0), 64); assert 'fits' in line, line\n"
         "bad = [x for x in ('torch', 'transformers', 'peft') if x in sys.modules]\n"
         "assert not bad, bad\n"
     )
@@ -134,4 +135,6 @@ def test_plan_and_forms_stay_torch_free():
 
 def test_fit_line_reports_an_unknown_model_instead_of_raising():
     cfg = validate({"dataset": "x.jsonl", "model_name_or_path": "nobody/unknown-model"}, check_paths=False)
-    assert fit_line(cfg, 64).startswith("fit: cannot estimate")
+    from cockpit.ui.widgets import Machine
+
+    assert fit_line(cfg, Machine("h", 0, "", None, 64.0), 64).startswith("fit: cannot estimate")

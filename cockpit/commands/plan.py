@@ -3,8 +3,10 @@
 Estimates the per-device peak memory of a run before launch, term by term, and, given the
 device memory, says whether it fits and the cheapest change that makes it fit.
 A CPU run (``use_cpu: true``, or unset on a host without GPUs: ``cockpit.device.trains_on_cpu``) is compared with the host's RAM without --gpu-memory.
-Exit 0 when it fits (or there is no verdict: a GPU run without --gpu-memory), 1 when it is tight or does not fit,
-2 on bad input (the message names the key).
+A GPU run without --gpu-memory is planned on the device its YAML's header names (an MI300X preset: 192 GiB).
+One verdict counts every line that has one: the device's and the host-RAM line's (judged against --host-memory,
+else this machine's RAM where the run would train here). Exit 0 when it fits (or there is no verdict), 1 when
+it is tight or does not fit, 2 on bad input (the message names the key).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from typing import Any
 
 BAR = 30
+NO_DEVICE_VERDICT = "no verdict: pass --gpu-memory GB"
 
 
 def read_config(path: str) -> dict[str, Any]:
@@ -157,17 +160,15 @@ def render(d: dict[str, Any]) -> str:
             if hv
             else ""
         )
+        if not hv and h.get("no_verdict"):
+            tail = f" (no verdict: {h['no_verdict']})"
         lines.append(f"  host RAM at load, per node: {h['peak_gib']:.2f} GiB ({h['pattern']}){tail}")
     if d.get("device"):
         lines.append(f"  device: {d['device']}")
     v = d.get("verdict")
+    lines.append("")
+    lines += verdict_lines(d)
     if v:
-        lines.append("")
-        source = f" of {d['capacity_source']}" if d.get("capacity_source") else ""
-        lines.append(
-            f"verdict: planned peak {_fmt(d['peak_bytes']).strip()} -> {v['status'].upper()} on "
-            f"{_gib(d['capacity_gib'])} GiB{source} (headroom {v['headroom']:.0%})"
-        )
         s = d.get("suggestion")
         if s:
             if s.get("changes"):
@@ -178,10 +179,36 @@ def render(d: dict[str, Any]) -> str:
                 )
             else:
                 lines.append(f"suggestion: {s['why']}")
-    else:
-        lines.append("")
-        lines.append("no verdict: pass --gpu-memory GB (64 for an MI250 GCD, 192 for an MI300X)")
     return "\n".join(lines)
+
+
+def verdict_lines(d: dict[str, Any]) -> list[str]:
+    """The plan's one verdict (``overall``: the worst of the device's and the host line's), then the
+    device's when the host line decided it, or why there is no device verdict."""
+    v, overall, h = d.get("verdict"), d.get("overall"), d.get("host") or {}
+    device = ""
+    if v:
+        source = f" of {d['capacity_source']}" if d.get("capacity_source") else ""
+        device = (
+            f"planned peak {_fmt(d['peak_bytes']).strip()} -> {v['status'].upper()} on "
+            f"{_gib(d['capacity_gib'])} GiB{source} (headroom {v['headroom']:.0%})"
+        )
+    out: list[str] = []
+    if overall and "device" not in overall["by"]:  # the host line decides: said first
+        hv = h["verdict"]
+        out.append(
+            f"verdict: {overall['status'].upper()}: host RAM at load, per node, {h['peak_gib']:.2f} GiB on "
+            f"{_gib(h['capacity_gib'])} GiB (headroom {hv['headroom']:.0%}); the device: "
+            + (device or NO_DEVICE_VERDICT)
+        )
+    elif device:
+        out.append(f"verdict: {device}")
+    else:
+        out.append(
+            NO_DEVICE_VERDICT + " (64 for an MI250 GCD, 192 for an MI300X), or name the device in the YAML's "
+            "first comment line (# MI300X ...)"
+        )
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -212,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
             gpu_memory_gb=args.gpu_memory,
             host_memory_gb=args.host_memory,
             base_dir=os.path.dirname(os.path.abspath(args.config)) if args.config else os.getcwd(),
+            config_path=args.config,
         )
     except InputError as e:
         print(f"cockpit plan: {e}", file=sys.stderr)
@@ -221,8 +249,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=2, default=str))
     else:
         print(render(d))
-    v = d.get("verdict")
-    host_v = (d.get("host") or {}).get("verdict") if args.host_memory is not None else None
-    if host_v and host_v["status"] == "does not fit":
-        return 1
-    return 0 if not v or v["status"] == "fits" else 1
+    overall = d.get("overall")
+    return 0 if not overall or overall["status"] == "fits" else 1

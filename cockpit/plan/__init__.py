@@ -20,7 +20,7 @@ from cockpit.plan.catalogue import CATALOGUE, known_models, resolve_model_config
 from cockpit.plan.estimate import Estimate, GiB, estimate
 from cockpit.plan.params import count_lora, count_params, dims_of, resolve_targets
 from cockpit.plan.spec import RunSpec, parse_run
-from cockpit.plan.verdict import find_fix, verdict
+from cockpit.plan.verdict import find_fix, verdict, worst
 
 __all__ = ["plan", "estimate_config", "PlanResult", "GiB", "CATALOGUE", "known_models", "resolve_model_config"]
 
@@ -50,6 +50,7 @@ class PlanResult:
         d["host"] = self.extra.get("host")
         d["device"] = self.extra.get("device")
         d["verdict"] = self.verdict
+        d["overall"] = self.extra.get("overall")
         d["suggestion"] = self.suggestion
         return d
 
@@ -108,6 +109,35 @@ def host_gpu_count() -> int:
     return len(visible_gpus(os.environ, len(sysfs_gpu_nodes())))
 
 
+def device_capacity(
+    *,
+    use_cpu: bool,
+    ranks: int,
+    gpu_memory_gb: float | None,
+    ram_gib: float | None,
+    gpus_visible: int,
+    detected_gpu_gb: float | None = None,
+    config_path: str | None = None,
+) -> tuple[float | None, str | None]:
+    """The memory the planned peak per device is compared with, and where it came from (None: no verdict).
+    In order: the memory given (``--gpu-memory``, Setup's GPU memory field); a CPU run: the host's RAM,
+    shared by its ranks; the GPUs of this machine, when it has some and their memory is known; the
+    device the config's YAML names in its header (an MI300X preset: 192 GiB, ``cockpit.plan.devices``)."""
+    from cockpit.plan.devices import named_device
+
+    if gpu_memory_gb is not None:
+        return float(gpu_memory_gb), None
+    if use_cpu:
+        if not ram_gib:
+            return None, None
+        share = f", shared by {ranks} ranks)" if ranks > 1 else ")"
+        return ram_gib / ranks, "host RAM (a CPU run" + share
+    if gpus_visible and detected_gpu_gb:
+        return float(detected_gpu_gb), f"the {gpus_visible} GPU(s) of this machine"
+    named = named_device(config_path)
+    return (named.gib, named.source) if named else (None, None)
+
+
 def plan(
     config: Mapping[str, Any],
     *,
@@ -118,17 +148,21 @@ def plan(
     suggest: bool = True,
     host_memory_gb: float | None = None,
     gpus_visible: int | None = None,
+    config_path: str | None = None,
+    detected_gpu_gb: float | None = None,
+    machine_ram_gb: float | None = None,
 ) -> PlanResult:
     """Estimate per-device peak memory for ``config`` (flat LLaMA-Factory keys).
 
     ``gpus``: data-parallel size on one node (overrides nproc_per_node/nnodes).
-    ``host_memory_gb``: host RAM of one node in GiB for the load-time host line (default: this
-    machine's RAM).
-    ``gpu_memory_gb``: device memory in GiB (64 for an MI250 GCD, 192 for an MI300X); with it the
-    result carries a verdict and, if it does not fit or is tight, the cheapest change that fits.
-    A CPU run without it (``use_cpu: true``, or unset on a host without GPUs: ``cockpit.device.trains_on_cpu``
-    with ``gpus_visible``, default this host's GPUs from sysfs): the verdict compares with the host's RAM
-    (``host_memory_gb``, else this machine's) shared by its ranks, as the cockpit's Setup does.
+    ``gpu_memory_gb``: device memory in GiB (64 for an MI250 GCD, 192 for an MI300X); without it,
+    :func:`device_capacity` picks it (a CPU run: the host's RAM shared by its ranks; this machine's GPUs,
+    ``detected_gpu_gb`` each, default KFD's figure; the device ``config_path``'s header names). With a capacity the result carries
+    a verdict and, if it does not fit or is tight, the cheapest change that fits.
+    ``host_memory_gb``: host RAM of one node in GiB for the load-time host line; without it the line is
+    judged against this machine's RAM (``machine_ram_gb``, default /proc/meminfo) only where the run would
+    train here (a CPU run, or GPUs here: ``gpus_visible``, default this host's from sysfs).
+    ``overall`` (as_dict) is the worst of the verdicts printed: the device's and the host line's.
     Raises ``cockpit.errors.InputError`` (naming the key) on bad input.
     """
     cfg = _apply_overrides(planning_config(config, base_dir), gpus)
@@ -137,38 +171,63 @@ def plan(
     from cockpit.device import describe, trains_on_cpu
     from cockpit.plan.host import host_load, machine_ram_gib
 
-    if gpus_visible is None:
+    if gpus_visible is None:  # this host's GPUs, and their memory where KFD says it
+        from cockpit.telemetry.kfd import kfd_gpus
+
         gpus_visible = host_gpu_count()
-    use_cpu = trains_on_cpu(cfg.use_cpu, cfg.quantization_bit, gpus_visible)
-    ram = host_memory_gb if host_memory_gb else machine_ram_gib()
-    res.extra["device"] = describe(cfg.use_cpu, cfg.quantization_bit)
-    res.extra["host"] = host_load(cfg, run, int(est.params["total"]), use_cpu=use_cpu, host_memory_gib=ram)
+        detected_gpu_gb = detected_gpu_gb or (kfd_gpus()[1] if gpus_visible else None)
     if gpu_memory_gb is not None and (not gpu_memory_gb or gpu_memory_gb <= 0):
         from cockpit.errors import InputError, Problem
 
         raise InputError(Problem("must be a positive number of GiB", key="gpu_memory"))
-    if gpu_memory_gb is None and use_cpu and ram:  # a CPU run's device memory is the host's RAM, per rank
-        ranks = max(1, int(run.nproc_per_node))
-        gpu_memory_gb = ram / ranks
-        res.extra["capacity_source"] = "host RAM (a CPU run" + (f", shared by {ranks} ranks)" if ranks > 1 else ")")
-    if gpu_memory_gb is not None:
-        cap = float(gpu_memory_gb) * GiB
-        res.capacity_gib = float(gpu_memory_gb)
+    use_cpu = trains_on_cpu(cfg.use_cpu, cfg.quantization_bit, gpus_visible)
+    here = machine_ram_gb if machine_ram_gb else machine_ram_gib()
+    ram = host_memory_gb if host_memory_gb else here
+    trains_here = (use_cpu and gpu_memory_gb is None) or gpus_visible > 0  # --gpu-memory: planned for GPUs
+    res.extra["device"] = describe(cfg.use_cpu, cfg.quantization_bit)
+    host = host_load(
+        cfg,
+        run,
+        int(est.params["total"]),
+        use_cpu=use_cpu,
+        host_memory_gib=ram if host_memory_gb or trains_here else None,
+    )
+    if not host["verdict"]:
+        host["no_verdict"] = "planned for GPUs and this machine has none; --host-memory GB, its node's RAM, judges it"
+    res.extra["host"] = host
+    capacity, source = device_capacity(
+        use_cpu=use_cpu,
+        ranks=max(1, int(run.nproc_per_node)),
+        gpu_memory_gb=gpu_memory_gb,
+        ram_gib=ram,
+        gpus_visible=gpus_visible,
+        detected_gpu_gb=detected_gpu_gb,
+        config_path=config_path,
+    )
+    if source:
+        res.extra["capacity_source"] = source
+    if capacity is not None:
+        cap = float(capacity) * GiB
+        res.capacity_gib = float(capacity)
         res.verdict = verdict(est.peak, cap)
         if suggest and res.verdict["status"] != "fits":
-
-            def replan(c: dict[str, Any]) -> float:
-                return estimate_config(c, base_dir=base_dir, use_meta=use_meta)[1].peak
-
-            res.suggestion = find_fix(cfg.mapping(), run, cap, replan)
-            if res.suggestion is not None:
-                res.suggestion["tried"] = [
-                    {k: t[k] for k in ("why", "peak_bytes", "status")} for t in res.suggestion.get("tried", [])
-                ]
-            if res.suggestion is None:
-                res.suggestion = {
-                    "why": "nothing the planner can change makes it fit: use more or larger devices, "
-                    "a shorter cutoff_len, or a smaller model",
-                    "changes": {},
-                }
+            res.suggestion = _suggestion(cfg, run, cap, base_dir, use_meta)
+    res.extra["overall"] = worst(res.verdict, host["verdict"])
     return res
+
+
+def _suggestion(cfg: RunConfig, run: RunSpec, cap: float, base_dir: str | None, use_meta: bool) -> dict[str, Any]:
+    """The cheapest change that makes the plan fit ``cap`` bytes per device, or why none does."""
+
+    def replan(c: dict[str, Any]) -> float:
+        return estimate_config(c, base_dir=base_dir, use_meta=use_meta)[1].peak
+
+    found = find_fix(cfg.mapping(), run, cap, replan)
+    if found is None:
+        return {
+            "why": "nothing the planner can change makes it fit: use more or larger devices, "
+            "a shorter cutoff_len, or a smaller model",
+            "changes": {},
+        }
+    found["tried"] = [{k: t[k] for k in ("why", "peak_bytes", "status")} for t in found.get("tried", [])]
+    return found

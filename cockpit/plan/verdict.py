@@ -21,6 +21,19 @@ def verdict(peak_bytes: float, capacity_bytes: float) -> dict[str, Any]:
     return {"status": status, "headroom": round(headroom, 4), "capacity_bytes": int(capacity_bytes)}
 
 
+STATUS_ORDER = ("fits", "tight", "does not fit")
+
+
+def worst(device: dict[str, Any] | None, host: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The plan's one verdict: the worst of the device's and the host line's (None: neither has one);
+    ``by`` names the lines that give it."""
+    given = {name: v for name, v in (("device", device), ("host RAM", host)) if v}
+    if not given:
+        return None
+    status = max((v["status"] for v in given.values()), key=STATUS_ORDER.index)
+    return {"status": status, "by": [name for name, v in given.items() if v["status"] == status]}
+
+
 def candidate_changes(cfg: Mapping[str, Any], run: Any) -> list[tuple[str, str, dict[str, Any]]]:
     """Single changes, cheapest first: (kind, why, changed keys). ``run`` is the parsed RunSpec."""
     out: list[tuple[str, str, dict[str, Any]]] = []

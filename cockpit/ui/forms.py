@@ -359,30 +359,13 @@ class FormModel:
         return Checked(cfg, [], notes + list(cfg.notes))  # validation's notes, as cockpit check says
 
     # -- fit line -------------------------------------------------------------------------
-    def gpu_memory(self) -> float:
+    def gpu_memory(self) -> float | None:
+        """The GPU memory field in GiB; None when empty or not a positive number (the planner picks one)."""
         try:
-            return float(self.values.get("gpu_memory_gb") or 64)
+            value = float(self.values.get("gpu_memory_gb") or 0)
         except ValueError:
-            return 64.0
-
-    def fit_memory(self, cfg: RunConfig, machine: Any) -> tuple[float, str, int]:
-        """What the fit line compares the planner's peak with: (GiB, where that number came
-        from, how many ranks share it). A CPU run: the host's RAM, shared by its ranks; a GPU
-        run: the GPU memory field, else the detected GPUs' memory, else 64 GiB (an MI250 GCD)."""
-        from cockpit.device import trains_on_cpu
-
-        # the rule cockpit plan and cockpit train go by
-        if trains_on_cpu(cfg.use_cpu, cfg.quantization_bit, machine.gpus):
-            ranks = int(cfg.nproc_per_node or 1)
-            if machine.ram_gb:
-                return machine.ram_gb, "host RAM (a CPU run)", ranks
-            return 64.0, "host RAM unknown: 64 GiB assumed", ranks
-        typed = (self.values.get("gpu_memory_gb") or "").strip()
-        if typed:
-            return self.gpu_memory(), "the GPU memory field", 1
-        if machine.gpus and machine.gpu_memory_gb:
-            return machine.gpu_memory_gb, f"detected: {machine.gpus} × {machine.gpu_kind} GPU", 1
-        return 64.0, "no GPU detected here: 64 GiB assumed (an MI250 GCD; set GPU memory)", 1
+            return None
+        return value if value > 0 else None
 
     def yaml(self) -> str:
         from cockpit.config.load import to_yaml
@@ -390,31 +373,42 @@ class FormModel:
         return to_yaml(self.typed(), only_changed=False)
 
 
-def fit_line(cfg: RunConfig, gpu_memory_gb: float, source: str = "", ranks: int = 1) -> str:
-    """One line from the memory planner (pure Python, meta device off: torch-free).
-    ``source``: where ``gpu_memory_gb`` came from; ``ranks``: processes sharing it (the host's
-    RAM on a CPU run), so each gets its share."""
+def fit_line(cfg: RunConfig, machine: Any, gpu_memory_gb: float | None = None, config_path: str | None = None) -> str:
+    """One line from the memory planner (pure Python, meta device off: torch-free): ``cockpit plan``'s
+    capacity (:func:`cockpit.plan.device_capacity`: the GPU memory field ``gpu_memory_gb``; a CPU run, the
+    host's RAM shared by its ranks; ``machine``'s GPUs; the device ``config_path``'s header names) and its
+    one verdict (the host-RAM line counted where ``plan`` counts it)."""
     from cockpit.plan import plan
 
-    per_device = gpu_memory_gb / max(1, ranks)
     try:
         res = plan(
             cfg.keys_only(),
-            gpu_memory_gb=per_device,
+            gpu_memory_gb=gpu_memory_gb,
             base_dir=cfg.base_dir,
             use_meta=False,
+            gpus_visible=machine.gpus,
+            detected_gpu_gb=machine.gpu_memory_gb,
+            machine_ram_gb=machine.ram_gb,
+            config_path=config_path,
         )
     except InputError as err:
         return "fit: cannot estimate: " + "; ".join(str(p) for p in err.problems)
     except Exception as exc:  # noqa: BLE001 - an unknown model layout must not break the form
         return f"fit: cannot estimate ({type(exc).__name__}: {exc})"
-    v = res.verdict or {}
-    where = "per rank" if "host RAM" in source else "per device"
-    share = f" ({ranks} ranks share it)" if ranks > 1 else ""
-    line = (
-        f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where} of {gpu_memory_gb:.3g} GiB {source or ''}{share} "
-        f"-> {v.get('status', '?')} ({100 * v.get('headroom', 0):.0f}% headroom)"
-    ).replace("  ", " ")
+    d = res.as_dict()
+    source = d.get("capacity_source") or "the GPU memory field"
+    where = "per rank" if source.startswith("host RAM") else "per device"
+    v, host = d.get("verdict"), d.get("host") or {}
+    line = f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where}"
+    if v:
+        line += f" of {res.capacity_gib:.3g} GiB {source} -> {v['status']} ({100 * v['headroom']:.0f}% headroom)"
+    else:
+        line += (
+            " -> no verdict: set GPU memory (or name the device in the YAML's first comment line, as the presets do)"
+        )
+    hv = host.get("verdict")
+    if hv and hv["status"] != "fits":
+        line += f"; host RAM at load {host['peak_gib']:.1f} GiB of {host['capacity_gib']:.3g} GiB -> {hv['status']}"
     if res.suggestion and res.suggestion.get("why"):
         line += f"; try: {res.suggestion['why']}"
     return line

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widgets import Checkbox, Static
 
 from cockpit.cells import clip  # noqa: F401 - the screens' tables cut cells with it
+from cockpit.telemetry.kfd import kfd_gpus
 
 
 @dataclass(frozen=True)
@@ -31,28 +32,6 @@ class Machine:
         return f"{self.gpus}× {self.gpu_kind} GPU{mem}"
 
 
-def _amd_gpus(root: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> tuple[int, float | None]:
-    """KFD topology: nodes with SIMDs are GPUs; their local memory bank gives the VRAM."""
-    count, mem = 0, None
-    for node in sorted(root.glob("*")) if root.is_dir() else []:
-        try:
-            props = dict(
-                line.split()[:2] for line in (node / "properties").read_text().splitlines() if len(line.split()) >= 2
-            )
-        except OSError:
-            continue
-        if int(props.get("simd_count", "0") or 0) <= 0:
-            continue
-        count += 1
-        for bank in (node / "mem_banks").glob("*/properties"):
-            try:
-                bp = dict(line.split()[:2] for line in bank.read_text().splitlines() if len(line.split()) >= 2)
-                mem = max(mem or 0.0, int(bp.get("size_in_bytes", "0")) / 2**30) or None
-            except (OSError, ValueError):
-                pass
-    return count, mem
-
-
 def host_ram_gb() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -68,7 +47,7 @@ def host_ram_gb() -> float | None:
 
 def detect_machine() -> Machine:
     """This machine, from the kernel's files only (the UI never imports torch)."""
-    amd, amd_mem = _amd_gpus()
+    amd, amd_mem = kfd_gpus()
     nvidia = Path("/proc/driver/nvidia/gpus")
     nv = len(list(nvidia.iterdir())) if nvidia.is_dir() else 0
     kind = "AMD" if amd else "NVIDIA" if nv else ""

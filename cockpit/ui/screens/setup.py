@@ -364,15 +364,15 @@ class SetupScreen(SetupLaunch):
             self.query_one("#yaml-live", Static).update(y)
         if checked.ok:
             self.query_one("#fit", Static).update("fit: estimating …")
-            self._fit(checked.cfg, *self.model.fit_memory(checked.cfg, machine_of(self.app)))
+            self._fit(checked.cfg, self.model.gpu_memory(), self._loaded_preset)
         else:
             self.query_one("#fit", Static).update("fit: (fix the problems first)")
 
     @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
-    def _fit(self, cfg: RunConfig, gpu_gb: float, source: str = "", ranks: int = 1) -> None:
+    def _fit(self, cfg: RunConfig, gpu_gb: float | None, config_path: str | None) -> None:
         from textual.worker import get_current_worker
 
-        line = forms.fit_line(cfg, gpu_gb, source, ranks)
+        line = forms.fit_line(cfg, machine_of(self.app), gpu_gb, config_path)
         if not get_current_worker().is_cancelled:
             self.post_message(self.FitEstimated(line))
 
@@ -380,12 +380,12 @@ class SetupScreen(SetupLaunch):
     def _show_fit(self, message: FitEstimated) -> None:
         line: str = message.result
         style = (
-            "$text-success"
-            if "-> fits" in line
-            else "$text-warning"
-            if "tight" in line
-            else "$text-error"
+            "$text-error"
             if "does not fit" in line
+            else "$text-warning"
+            if "-> tight" in line
+            else "$text-success"
+            if "-> fits" in line
             else "dim"
         )
         self.query_one("#fit", Static).update(Content.styled(line, style))
