@@ -250,3 +250,92 @@ def test_a_busy_port_is_said_before_the_banner(tmp_path):
         )
     assert out.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
     assert "Serving" not in out.stdout
+
+
+def tab_children(server_pid: int) -> list[int]:
+    """The processes the server started (its tabs), from /proc (this server's children only)."""
+    path = Path(f"/proc/{server_pid}/task/{server_pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+async def tab_until(ws, got: bytearray, words: list[bytes], timeout_s: float) -> None:
+    """Read the tab's terminal stream (binary frames) into ``got`` until every word is in it."""
+    import aiohttp
+
+    end = time.time() + timeout_s
+    while not all(w in got for w in words):
+        left = end - time.time()
+        assert left > 0, f"{words} not in the tab's output after {timeout_s} s; it sent:\n{bytes(got[-3000:])!r}"
+        try:
+            msg = await asyncio.wait_for(ws.receive(), left)
+        except asyncio.TimeoutError:
+            continue
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            got += msg.data
+        elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+            raise AssertionError(f"the tab's websocket closed; it sent:\n{bytes(got[-3000:])!r}")
+
+
+def test_a_tab_starts_the_installed_cockpit_and_says_when_it_dies(tmp_path):
+    """Issue 62 item 2: `cockpit web` started in a folder holding a `cockpit/` folder (the clone's
+    parent) serves the installed cockpit (the local folder, which cannot even be imported, is
+    not); the tab's process killed, the page says so instead of freezing. A websocket client
+    speaks to the server as the page does (binary frames: the tab's terminal output)."""
+    import aiohttp
+
+    parent = tmp_path / "parent"
+    (parent / "cockpit").mkdir(parents=True)
+    (parent / "cockpit" / "__init__.py").write_text("raise ImportError('the local cockpit/ folder was imported')\n")
+    runs = tmp_path / "runs"
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("cockpit")), "web", "--runs-dir", str(runs), "--port", str(port)],
+        cwd=parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+    async def drive() -> bytes:
+        got = bytearray()
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?width=120&height=36", max_msg_size=0) as ws:
+                await tab_until(ws, got, [b"cpu-demo"], timeout_s=90)  # Setup's preset: the cockpit runs
+                (tab,) = tab_children(server.pid)
+                os.kill(tab, signal.SIGKILL)  # as the OOM killer would
+                await tab_until(ws, got, [b"this tab's cockpit process ended (killed by SIGKILL)"], timeout_s=60)
+        return bytes(got)
+
+    try:
+        wait_port(port, server)
+        out = asyncio.run(drive())
+    except AssertionError as exc:
+        stop(server)
+        raise AssertionError(f"{exc}\n`cockpit web` said:\n{server.stdout.read() if server.stdout else ''}") from None
+    finally:
+        stop(server)
+    assert b"Reload the page" in out and b"the local cockpit/ folder was imported" not in out
+
+
+def test_the_death_notice_shows_the_error_output():
+    """A tab that dies at start (its import failed): the page shows the end of its stderr."""
+    from cockpit.commands.web_tab import death_notice
+
+    text = death_notice(
+        1, b"Traceback (most recent call last):\n  ...\nImportError: cannot import name '__version__'\n"
+    )
+    assert b"ended (exit code 1)" in text and b"  ImportError: cannot import name '__version__'\r\n" in text
+    assert text.startswith(b"\x1b[?1049l")  # out of the app's alternate screen, where xterm.js shows it
+
+
+@pytest.mark.cold_start  # a warm child has the installed cockpit imported already: this is about a cold start
+def test_the_cockpits_own_cli_calls_ignore_a_local_cockpit_folder(tmp_path):
+    """The page's cockpit (and the terminal's) runs its CLI calls (check, data report, launch) in
+    the working folder: one holding a `cockpit/` folder still gets the installed cockpit."""
+    from cockpit.ui import cli_calls
+
+    (tmp_path / "cockpit").mkdir()
+    (tmp_path / "cockpit" / "__init__.py").write_text("raise ImportError('the local cockpit/ folder was imported')\n")
+    res = cli_calls.run_cli("runs", "--runs-dir", str(tmp_path / "runs"), cwd=str(tmp_path), timeout=120)
+    assert res.rc == 0 and "no runs" in res.stdout.lower(), res.error_text

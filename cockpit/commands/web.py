@@ -56,8 +56,12 @@ def is_loopback(host: str) -> bool:
 
 
 def app_command(args: argparse.Namespace) -> str:
-    """The shell command textual-serve runs for each browser tab: this Python's cockpit TUI."""
-    return shlex.join([sys.executable, "-m", "cockpit.cli", "--runs-dir", str(runs_dir(args))])
+    """The shell command textual-serve runs for each browser tab: this Python's cockpit TUI, the
+    installed one whatever the working folder holds (``-P``: a ``cockpit/`` folder there, e.g. the
+    clone's parent, is not imported), in the server's working folder (relative paths typed in the
+    page mean what they mean in the terminal); ``exec``: the tab's process is the cockpit itself, so
+    its exit code or signal is what the page reports."""
+    return "exec " + shlex.join([sys.executable, "-P", "-m", "cockpit.cli", "--runs-dir", str(runs_dir(args))])
 
 
 def public_url(host: str, port: int) -> str:
@@ -110,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if not bind_allowed("cockpit web", host, args.port, args.public, exposed, "controls your runs as this user"):
         return EXIT_INPUT
     try:
+        import textual_serve.server
         from textual_serve.server import Server
     except ImportError:
         print("cockpit web: textual-serve is not installed (pip install textual-serve)", file=sys.stderr)
@@ -118,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
     if why:
         print(f"cockpit web: {why}", file=sys.stderr)
         return EXIT_FAILED
+    from cockpit.commands.web_tab import TabService
+
+    textual_serve.server.AppService = TabService  # type: ignore[misc]  # each tab's process, with a notice when it dies
     server = Server(
         app_command(args),
         host=host.strip("[]"),

@@ -84,16 +84,20 @@ def start(
     stdout: str,
     stderr: str = "stdout",
 ) -> WarmProcess | None:
-    """Start ``command`` (``PYTHON -m MODULE ARGS...``) warm, its output appended to ``stdout`` (and
+    """Start ``command`` (``PYTHON [-P] -m MODULE ARGS...``) warm, its output appended to ``stdout`` (and
     ``stderr``, the same file unless named); None where it cannot, the caller starting it cold."""
     global last_refusal
     last_refusal = None
     path = env.get(ENV_VAR)
+    safe_path = command[1:2] == ["-P"]  # `python -P -m`: the working directory is not put on sys.path
+    if safe_path:
+        command = [command[0], *command[2:]]
     if not path or len(command) < 3 or command[1] != "-m":
         return None
     request: dict[str, Any] = {
         "executable": command[0],
         "module": command[2],
+        "safe_path": safe_path,
         "args": list(command[3:]),
         "env": dict(env),
         "cwd": cwd,

@@ -194,7 +194,10 @@ def run_child(request: dict[str, Any]) -> int:
     sys.stdout = _stream(1, unbuffered, "strict")
     sys.stderr = _stream(2, True, "backslashreplace")
     sys.stdin = open(0, encoding="utf-8", closefd=False)
-    sys.path[0] = request["cwd"]  # `python -m` puts the working directory first
+    if request.get("safe_path"):
+        del sys.path[0]  # `python -P -m`: nothing put first
+    else:
+        sys.path[0] = request["cwd"]  # `python -m` puts the working directory first
     sys.argv = [request["module"], *request.get("args", [])]
     code: int
     try:

@@ -22,15 +22,19 @@ def vllm_url(app: Any) -> str | None:
     return getattr(app, "vllm_url", None) or os.environ.get("COCKPIT_VLLM_URL") or None
 
 
+COCKPIT = ["-P", "-m", "cockpit.cli"]
+
+
 def cockpit_argv(*args: str) -> list[str]:
-    """``cockpit ARGS`` with the interpreter running the UI (same install, same code)."""
-    return [sys.executable, "-m", "cockpit.cli", *args]
+    """``cockpit ARGS`` with the interpreter running the UI (same install, same code: ``-P``, a
+    ``cockpit/`` folder in the working directory, e.g. the clone's parent, is not imported)."""
+    return [sys.executable, *COCKPIT, *args]
 
 
 def shell_line(argv: list[str]) -> str:
     import shlex
 
-    shown = ["cockpit", *argv[3:]] if argv[1:3] == ["-m", "cockpit.cli"] else argv
+    shown = ["cockpit", *argv[1 + len(COCKPIT) :]] if argv[1 : 1 + len(COCKPIT)] == COCKPIT else argv
     return " ".join(shlex.quote(a) for a in shown)
 
 
