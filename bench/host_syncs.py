@@ -1,6 +1,6 @@
 """Host synchronisations per training step: what in a step makes the host wait for the device.
 
-    python bench/host_syncs.py [--steps 8] [--device cpu|cuda]
+    python bench/host_syncs.py [--steps 8] [--device cpu|cuda] [--model NAME]
 
 On a GPU, a call that reads a device tensor's value on the host (``.item()``, ``.tolist()``,
 ``.nonzero()`` whose output size depends on the data, ``bool(t)``, ``.cpu()``...) waits for every
@@ -92,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a model name or folder (the suite: a tiny random Llama)")
     a = ap.parse_args()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import step_overhead
@@ -99,14 +100,14 @@ def main() -> None:
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
 
-    job_args = argparse.Namespace(steps=a.steps + 2, fp32=a.device == "cpu", no_checkpointing=False)
+    job_args = argparse.Namespace(steps=a.steps + 2, fp32=a.device == "cpu", no_checkpointing=False, model=a.model)
     cfg = step_overhead.job(job_args)
     if a.device == "cuda":
         cfg = cfg.replace(use_cpu=False)
-    ref = resolve_model(cfg["model_name_or_path"])
+    ref = resolve_model(cfg.model_name_or_path)
     tok = load_tokenizer(cfg, ref)
     rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepare_dataset(cfg, tok).rendered if r.target_kept > 0]
-    print(f"job: LoRA r8 all-linear, cutoff {cfg['cutoff_len']}, micro-batch 4, {a.steps} counted steps "
+    print(f"job: LoRA r8 all-linear, cutoff {cfg.cutoff_len}, micro-batch 4, {a.steps} counted steps "
           f"(after 2), device {a.device}")
     counter = SyncCounter(a.device)
     try:

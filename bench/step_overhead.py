@@ -1,6 +1,6 @@
 """Where cockpit's time per training step goes, against a bare HF Trainer, in one process.
 
-    python bench/step_overhead.py [--rounds 2] [--steps 14] [--fp32] [--no-checkpointing]
+    python bench/step_overhead.py [--rounds 2] [--steps 14] [--fp32] [--no-checkpointing] [--model NAME]
 
 Issue 16's job (LoRA r8 on all linear layers, bf16 autocast, gradient checkpointing, cutoff 256,
 micro-batch 4, on the CPU) on the embedded SmolLM2-135M-Instruct and cockpit's demo data, trained
@@ -32,10 +32,11 @@ from jobs import DEMO_LORA_JOB  # noqa: E402
 VARIANTS = ("bare", "+args", "+collator", "cockpit")
 
 
-def job(a: argparse.Namespace) -> dict:
+def job(a: argparse.Namespace):
+    """The job as a validated RunConfig (``a.model``: the embedded model unless a folder is named)."""
     from cockpit.config import validate
 
-    raw = dict(DEMO_LORA_JOB, model_name_or_path="smollm2-135m-instruct", lora_rank=8, lora_alpha=16, per_device_train_batch_size=4,
+    raw = dict(DEMO_LORA_JOB, model_name_or_path=getattr(a, "model", None) or "smollm2-135m-instruct", lora_rank=8, lora_alpha=16, per_device_train_batch_size=4,
                gradient_accumulation_steps=1, max_steps=a.steps, logging_steps=5, bf16=not a.fp32,
                gradient_checkpointing=not a.no_checkpointing, telemetry_interval_s=0)
     return validate(raw)
@@ -59,7 +60,7 @@ def step_times(trainer) -> list[float]:
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
-def build(variant: str, cfg: dict, ref, tok, rows: list[dict], tmp: Path):
+def build(variant: str, cfg, ref, tok, rows: list[dict], tmp: Path):
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
@@ -76,9 +77,9 @@ def build(variant: str, cfg: dict, ref, tok, rows: list[dict], tmp: Path):
     plain_collator = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100)
     if variant == "bare":
         args = TrainingArguments(output_dir=str(tmp / variant), per_device_train_batch_size=4, learning_rate=1e-3,
-                                 max_steps=cfg["max_steps"], bf16=cfg["bf16"], gradient_checkpointing=cfg["gradient_checkpointing"],
+                                 max_steps=cfg.max_steps, bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing,
                                  gradient_checkpointing_kwargs={"use_reentrant": False}, save_strategy="no", report_to=[],
-                                 use_cpu=True, seed=cfg["seed"], remove_unused_columns=False, disable_tqdm=True, logging_steps=5)
+                                 use_cpu=True, seed=cfg.seed, remove_unused_columns=False, disable_tqdm=True, logging_steps=5)
         return InOrder(model=model, args=args, train_dataset=ListDataset(rows), data_collator=plain_collator)
     args = training_arguments(cfg, {"checkpoints": tmp / variant}, True, 1)
     collator = plain_collator if variant == "+args" else build_collator(cfg, tok, model)
@@ -105,17 +106,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=14)
     ap.add_argument("--fp32", action="store_true", help="fp32 instead of bf16 autocast")
     ap.add_argument("--no-checkpointing", action="store_true")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a model name or folder (the suite: a tiny random Llama)")
     a = ap.parse_args()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from cockpit.data.prepare import prepare_dataset
     from cockpit.models.resolve import load_tokenizer, resolve_model
 
     cfg = job(a)
-    ref = resolve_model(cfg["model_name_or_path"])
+    ref = resolve_model(cfg.model_name_or_path)
     tok = load_tokenizer(cfg, ref)
     rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepare_dataset(cfg, tok).rendered if r.target_kept > 0]
     print(f"job: LoRA r8 all-linear, {'fp32' if a.fp32 else 'bf16'}, checkpointing {not a.no_checkpointing}, "
-          f"cutoff {cfg['cutoff_len']}, batch 4, {a.steps} steps, {len(rows)} rows, torch threads {__import__('torch').get_num_threads()}")
+          f"cutoff {cfg.cutoff_len}, batch 4, {a.steps} steps, {len(rows)} rows, torch threads {__import__('torch').get_num_threads()}")
     per: dict[str, list[float]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):

@@ -48,7 +48,10 @@ def run_one(tmp: Path, key: str, model: str, steps: int) -> dict:
     runs = tmp / f"runs-{key}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions")}
     res = subprocess.run([sys.executable, "-m", "cockpit.cli", "train", str(path), "--runs-dir", str(runs)], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=3600)
-    run = next(d for d in runs.iterdir() if d.is_dir())
+    run = next((d for d in runs.iterdir() if d.is_dir()), None) if runs.is_dir() else None
+    if run is None:  # refused before a run dir existed (cockpit check's verdict)
+        return {"key": key, "ok": False, "tokens_per_s": None, "train_s": None, "losses": [], "run": "no run dir",
+                "err": (res.stderr or res.stdout)[-500:]}
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     events = [json.loads(l) for l in (run / "events.jsonl").read_text().splitlines() if l.strip()]
     losses = [e["loss"] for e in events if e.get("kind") == "step"]

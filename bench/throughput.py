@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from jobs import DEMO_LORA_JOB  # bench/jobs.py (scripts run as `python bench/NAME.py`)
@@ -37,14 +36,14 @@ from cockpit.data.prepare import prepare_dataset
 from cockpit.models.resolve import resolve_model
 
 cfg = load_config(sys.argv[1])
-ref = resolve_model(cfg["model_name_or_path"])
+ref = resolve_model(cfg.model_name_or_path)
 tok = AutoTokenizer.from_pretrained(ref.path)
 rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepare_dataset(cfg, tok).rendered]
 model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32)
-model = get_peft_model(model, LoraConfig(r=cfg["lora_rank"], lora_alpha=cfg["lora_alpha"], target_modules="all-linear", task_type="CAUSAL_LM"))
-args = TrainingArguments(output_dir=sys.argv[2], per_device_train_batch_size=cfg["per_device_train_batch_size"],
-    learning_rate=cfg["learning_rate"], lr_scheduler_type="constant", max_steps=cfg["max_steps"], logging_steps=cfg["logging_steps"],
-    save_strategy="no", report_to=[], use_cpu=True, seed=cfg["seed"], data_seed=cfg["seed"], remove_unused_columns=False,
+model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"))
+args = TrainingArguments(output_dir=sys.argv[2], per_device_train_batch_size=cfg.per_device_train_batch_size,
+    learning_rate=cfg.learning_rate, lr_scheduler_type="constant", max_steps=cfg.max_steps, logging_steps=cfg.logging_steps,
+    save_strategy="no", report_to=[], use_cpu=True, seed=cfg.seed, data_seed=cfg.seed, remove_unused_columns=False,
     include_num_input_tokens_seen="non_padding", disable_tqdm=True)
 class DS(torch.utils.data.Dataset):
     def __len__(self): return len(rows)
