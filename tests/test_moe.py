@@ -86,3 +86,48 @@ def test_moe_aux_loss_coef_is_refused_by_name_on_a_dense_model():
     assert model_load_kwargs(run)["router_aux_loss_coef"] == 0.001
     assert model_load_kwargs(run)["output_router_logits"] is True
     assert "output_router_logits" not in model_load_kwargs(validate({"dataset": "x"}))
+
+
+def _random_moe(family: str, vocab: int = 512, **over):
+    """A small random MoE model in-process: its matmuls as FlopCounterMode counts them (eager attention,
+    the experts' per-expert loop: torch counts neither the CPU's flash kernel nor grouped_mm)."""
+    from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, num_experts_per_tok=2, tie_word_embeddings=False,
+                  attn_implementation="eager", experts_implementation="eager", **over)  # fmt: skip
+    torch.manual_seed(0)
+    if family == "mixtral":
+        return MixtralForCausalLM(MixtralConfig(num_local_experts=8, **common))
+    return Qwen3MoeForCausalLM(Qwen3MoeConfig(num_experts=8, moe_intermediate_size=64, **common))
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_flops_per_token_count_the_active_parameters_as_torch_counts_them(family):
+    """A training step's forward + backward (full fine-tuning: every weight gets its gradient) of the
+    small model, counted by torch, against the run's figure: 6 N + 12 L H Q T a token with N the active
+    parameters (top-2 of 8 routed experts, the router, attention, the head)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from cockpit.plan.flops import flops_per_token
+    from cockpit.plan.params import count_params, dims_of
+    from cockpit.train.flops_meter import base_config
+
+    model = _random_moe(family)
+    batch, seq = 2, 32
+    ids = torch.randint(0, 512, (batch, seq), generator=torch.Generator().manual_seed(1))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    config = base_config(model)
+    counts = count_params(config)
+    assert counts.experts > 0 and counts.experts_active == counts.experts // 4  # top-2 of 8
+    per = flops_per_token(dims_of(config), counts, seq)
+    counted = counter.get_total_flops()
+    print(f"{family}: counted {counted:,}  model FLOPs {per.model * batch * seq:,.0f}  N {per.matmul_params:,}")
+    # within 0.5 % (measured 0.35 % / 0.19 %: the convention counts the norms' weights as matmul parameters)
+    assert counted == pytest.approx(per.model * batch * seq, rel=0.005)
+    # every expert counted (the old figure) is over twice what the step does
+    dense = flops_per_token(
+        dims_of(config), count_params(config).__class__(**{**counts.as_dict(), "experts_active": counts.experts}), seq
+    )
+    assert dense.model * batch * seq > 2 * counted

@@ -5,7 +5,9 @@ The usual convention (PaLM's appendix B, torchtitan's ``get_num_flop_per_token``
     model FLOPs per token = 6 * N + 12 * L * H * Q * T
 
 N the parameters of the model's matrix multiplies (every parameter but the input embedding; the LM
-head's matmul counts, once, also when it is tied to the embedding), L layers, H attention heads, Q the
+head's matmul counts, once, also when it is tied to the embedding; a mixture-of-experts model's N is
+its active parameters: the top-k routed experts a token goes to, not all of them, plus the shared
+experts and the rest), L layers, H attention heads, Q the
 head dimension, T the sequence length the attention spans. 6 * N is a forward (2 N), the gradients of the
 activations (2 N) and the gradients of the weights (2 N); 12 * L * H * Q * T is the attention scores and
 their weighted sum (4 L H Q T forward, twice that backward), which have no weights.
@@ -45,10 +47,11 @@ class FlopsPerToken:
 
 
 def matmul_params(counts: ParamCounts, adapter: int = 0) -> int:
-    """N: every parameter but the input embedding, the LM head counted once even when tied, and a
-    LoRA adapter's parameters."""
+    """N: every parameter a token runs through but the input embedding (a mixture-of-experts model:
+    the top-k routed experts' share of the experts, the shared experts and the rest: ``counts.active``),
+    the LM head counted once even when tied, and a LoRA adapter's parameters."""
     head = counts.lm_head or counts.embedding  # tied: the embedding's matrix is the head's too
-    return counts.total - counts.embedding - counts.lm_head + head + adapter
+    return counts.active - counts.embedding - counts.lm_head + head + adapter
 
 
 def flops_per_token(
@@ -68,7 +71,8 @@ def flops_per_token(
     n = matmul_params(counts, adapter_params)
     heads_x_dim = dims.layers * dims.heads * dims.head_dim
     attention = 12.0 * heads_x_dim * float(seq_len)
-    second_forward = 2.0 * (counts.layers * counts.per_layer + adapter_params) + 4.0 * heads_x_dim * float(seq_len)
+    layers_active = counts.layers * counts.per_layer - (counts.experts - counts.experts_active)
+    second_forward = 2.0 * (layers_active + adapter_params) + 4.0 * heads_x_dim * float(seq_len)
     return FlopsPerToken(
         matmul_params=n,
         dense=6.0 * n * (2.0 + share) / 3.0,

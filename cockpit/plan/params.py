@@ -94,12 +94,28 @@ class ParamCounts:
     max_linear: int  # the largest single linear weight (dequantize buffer)
     linear_names: tuple[str, ...] = field(default=LLAMA_LINEARS)
     source: str = "analytic"
+    # a mixture-of-experts model (cockpit.models.moe): the routed experts' parameters, all layers, and
+    # the part of them a token runs through (top_k / experts of them); 0 for a dense model
+    experts: int = 0
+    experts_active: int = 0
+
+    @property
+    def active(self) -> int:
+        """The parameters a token runs through: all but the routed experts it is not sent to."""
+        return self.total - self.experts + self.experts_active
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def analytic_counts(d: Dims) -> ParamCounts:
+def analytic_counts(d: Dims, model_config: Mapping[str, Any] | None = None) -> ParamCounts:
+    """Llama layout; an MoE config's (cockpit.models.moe) MLP as its routed experts (SwiGLU, each
+    ``moe_intermediate_size`` wide, else ``intermediate_size``), a router and shared experts."""
+    from cockpit.models.moe import experts_of
+
+    found = experts_of(model_config) if model_config is not None else None
+    if found is not None:
+        return _analytic_moe(d, model_config or {}, found)
     shapes = linear_shapes(d)
     lin = sum(i * o for i, o in shapes.values())
     bias = (d.q_dim + 2 * d.kv_dim) if d.qkv_bias else 0
@@ -117,6 +133,33 @@ def analytic_counts(d: Dims) -> ParamCounts:
         other=other,
         max_linear=max(i * o for i, o in shapes.values()),
         source="analytic",
+    )
+
+
+def _analytic_moe(d: Dims, model_config: Mapping[str, Any], found: Any) -> ParamCounts:
+    width = int(model_config.get("moe_intermediate_size") or d.intermediate)
+    expert = 3 * d.hidden * width
+    shared = found.shared * expert
+    attn = {k: v for k, v in linear_shapes(d).items() if k in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    lin = sum(i * o for i, o in attn.values()) + found.routed * expert + shared + d.hidden * found.routed
+    bias = (d.q_dim + 2 * d.kv_dim) if d.qkv_bias else 0
+    per_layer = lin + bias + 2 * d.hidden
+    emb = d.vocab * d.hidden
+    head = 0 if d.tied else emb
+    routed = d.layers * found.routed * expert
+    return ParamCounts(
+        total=emb + head + d.layers * per_layer + d.hidden,
+        embedding=emb,
+        lm_head=head,
+        per_layer=per_layer,
+        layer_linear=lin,
+        layers=d.layers,
+        other=d.hidden,
+        max_linear=max([i * o for i, o in attn.values()] + [d.hidden * width]),
+        linear_names=tuple(attn),
+        source="analytic",
+        experts=routed,
+        experts_active=round(routed * found.active_share),
     )
 
 
@@ -173,8 +216,10 @@ def _meta_counts(key: str) -> ParamCounts:
             layer_lin[idx] = layer_lin.get(idx, 0) + mod.weight.numel()
             names.add(mname.rsplit(".", 1)[-1])
             max_linear = max(max_linear, mod.weight.numel())
+    experts = 0
     for pname, p in model.named_parameters():  # remove_duplicate=True: tied weights once
         n = p.numel()
+        experts += n if ".experts." in f".{pname}" else 0  # routed experts (shared_expert(s) are not)
         if "layers." in pname:
             idx = pname.split("layers.")[1].split(".")[0]
             layer_tot[idx] = layer_tot.get(idx, 0) + n
@@ -197,7 +242,17 @@ def _meta_counts(key: str) -> ParamCounts:
         max_linear=max_linear,
         linear_names=tuple(n for n in LLAMA_LINEARS if n in names) + tuple(sorted(names - set(LLAMA_LINEARS))),
         source="meta",
+        experts=experts,
+        experts_active=_active_experts(model_config, experts),
     )
+
+
+def _active_experts(model_config: Mapping[str, Any], experts: int) -> int:
+    """The routed experts' parameters a token runs through: top_k / experts of them."""
+    from cockpit.models.moe import experts_of
+
+    found = experts_of(model_config)
+    return round(experts * found.active_share) if found is not None and experts else experts
 
 
 def count_params(model_config: Mapping[str, Any], *, allow_meta: bool = True) -> ParamCounts:
@@ -207,7 +262,7 @@ def count_params(model_config: Mapping[str, Any], *, allow_meta: bool = True) ->
             return _meta_counts(_key(model_config))
         except Exception:  # noqa: BLE001 - no torch/transformers, unknown arch: fall back
             pass
-    return analytic_counts(dims_of(model_config))
+    return analytic_counts(dims_of(model_config), model_config)
 
 
 def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:
