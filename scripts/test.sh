@@ -10,7 +10,8 @@
 # SIGINT (each test process then kills what its tests started, tests/conftest.py), and whatever
 # still runs after that with this suite's COCKPIT_TEST_SESSION in its environment (pytest, its
 # workers, detached supervisors in their own sessions, their ranks) is killed
-# (scripts/kill_marked.py). Exit 130 (SIGINT) or 143 (SIGTERM); the serial part never starts.
+# (scripts/kill_marked.py). Exit 130 (SIGINT) or 143 (SIGTERM); the serial part never starts. The
+# same through a pipe (`| tee log`), whose reader a terminal's Ctrl-C ends as well.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 [ "${COCKPIT_NO_BOOTSTRAP:-0}" = 1 ] || bash "$root/scripts/bootstrap.sh" --for test
@@ -22,11 +23,15 @@ export COCKPIT_TEST_SESSION
 pytest_q=(python -m pytest -q -p no:cacheprovider --durations=30)
 pytest_pid=""
 stopping=""
+# Through a pipe (`bash scripts/test.sh 2>&1 | tee log`), a terminal's Ctrl-C ends the reader too: the
+# next line written (the one below) then killed this script by SIGPIPE before it ended pytest and
+# swept the tests' detached runs. Ignored: that write fails (and is let fail), the script goes on.
+trap '' PIPE
 
 on_signal() {
   [ -z "$stopping" ] || return 0
   stopping="$1"
-  echo "[test] SIG$1: ending the tests and everything they started" >&2
+  echo "[test] SIG$1: ending the tests and everything they started" >&2 || true
   if [ -n "$pytest_pid" ]; then kill -INT "$pytest_pid" 2>/dev/null || true; fi
 }
 trap 'on_signal INT' INT
@@ -77,14 +82,14 @@ rc=0
 # one OpenMP thread per test process: two workers' training runs at torch's default (one thread per
 # core each) oversubscribe the cores: the demo preset trained at 10.5 tokens/s beside the DPO demo (2026-12-01)
 run_pytest env OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "${pytest_q[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial and not quarantine" --junitxml="$times/parallel.xml" || rc=$?
-echo "[test] parallel part ($workers workers): exit $rc, $((SECONDS - t0)) s"
+echo "[test] parallel part ($workers workers): exit $rc, $((SECONDS - t0)) s" || true
 t1=$SECONDS
 rs=0
 run_pytest "${pytest_q[@]}" -m "serial and not quarantine" --junitxml="$times/serial.xml" || rs=$?
 [ "$rs" = 5 ] && rs=0  # none marked serial
-echo "[test] serial part: exit $rs, $((SECONDS - t1)) s; the suite: $((SECONDS - t0)) s"
+echo "[test] serial part: exit $rs, $((SECONDS - t1)) s; the suite: $((SECONDS - t0)) s" || true
 python "$root/scripts/durations.py" --top 5 "$times"/*.xml || true
-echo "[test] test times: $times"
+echo "[test] test times: $times" || true
 sweep
 [ "$rc" = 0 ] && rc=$rs
 exit "$rc"

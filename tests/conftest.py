@@ -85,6 +85,16 @@ def pytest_collection_modifyitems(config, items):
     apply_budgets(items)  # each test's time budget, enforced (tests/budget.py)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Through a pipe (`scripts/test.sh 2>&1 | tee log`) xdist says "bringing up nodes..." and nothing
+    more until the first result (its workers' status line is rewritten in place, on terminals only):
+    each worker's collected count as a line of its own there, before the minutes its first files take."""
+    reporter = node.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None and not reporter.isatty:
+        reporter.write_line(f"[{node.gateway.id}] collected {len(ids)} tests; running them")
+
+
 def pytest_terminal_summary(terminalreporter):
     report_over_budget(terminalreporter)
 

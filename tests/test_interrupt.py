@@ -77,3 +77,51 @@ def test_interrupting_the_test_script_ends_pytest_and_the_detached_runs(tmp_path
         if script.poll() is None:
             os.killpg(script.pid, signal.SIGKILL)
             script.wait()
+
+
+@pytest.mark.slow  # about 15 s: the script, pytest and an xdist worker start
+@pytest.mark.serial  # a time window: the script ends after what it started, not before
+def test_ctrl_c_through_a_pipe_ends_pytest_before_the_script(tmp_path):
+    """Issue 62 item 5: `bash scripts/test.sh 2>&1 | tee log`, then Ctrl-C: the signal reaches the
+    whole foreground group, tee included, and the script's next line to the dead pipe killed it by
+    SIGPIPE within a second while pytest and the tests' detached processes ran on. Now the script
+    ends last: pytest and a detached process in its own session are gone when it exits. Through the
+    pipe, xdist's progress reaches the log before the first result (each worker's collected count).
+    A tiny suite (tests/interrupt_pipe_target.py: one test that passes, one that waits) on one worker."""
+    ready, log = tmp_path / "ready.json", tmp_path / "log"
+    env = dict(
+        os.environ,
+        COCKPIT_NO_BOOTSTRAP="1",
+        COCKPIT_INTERRUPT_READY=str(ready),
+        COCKPIT_TEST_WORKERS="1",
+        PYTEST_ADDOPTS="tests/interrupt_pipe_target.py",
+    )
+    shell = subprocess.Popen(
+        ["bash", "-c", f"bash scripts/test.sh 2>&1 | tee {log}"],
+        cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, as a terminal's foreground job (the pipeline)
+    )
+    procs: dict[int, float | None] = {}
+    try:
+        wait_for(lambda: ready.exists() or shell.poll() is not None, 120, "the inner test's detached process")
+        assert ready.exists(), log.read_text()[-3000:]
+        said = json.loads(ready.read_text())
+        procs[said["detached_pid"]] = start_time(said["detached_pid"])
+        (script,) = [p for p in psutil.Process(shell.pid).children() if "scripts/test.sh" in " ".join(p.cmdline())]
+        for child in script.children(recursive=True):  # pytest and its xdist worker
+            procs[child.pid] = start_time(child.pid)
+        assert said["pytest_pid"] in procs and len(alive(procs)) == len(procs) >= 3
+        assert "[gw0] collected 2 tests" in log.read_text()  # progress through the pipe, before any result
+
+        os.killpg(shell.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group, tee included
+        script.wait(timeout=30)
+        left = [pid for pid in alive(procs) if pid != said["detached_pid"]]  # pytest: reaped by the script
+        assert not left, f"pytest still ran when the script ended: {left}\n{log.read_text()[-3000:]}"
+        wait_for(lambda: not alive(procs), 5, "the detached process's end")
+        shell.wait(timeout=30)
+    finally:
+        for pid in alive(procs):
+            os.kill(pid, signal.SIGKILL)
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()
