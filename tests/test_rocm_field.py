@@ -207,3 +207,84 @@ def test_cockpit_check_asks_the_field_rules_before_any_run(monkeypatch):
         static_checks(cfg, gpus=0)
     keys = {p.key for p in err.value.problems}
     assert {"vllm_mode", "env"} <= keys, err.value
+
+
+# -- 6 and 7: Live alerts from step timings and gradient norms -----------------------------------------
+LLAMA_7B = {
+    "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096,
+}
+
+
+def _callback_with_meter(tmp_path, monkeypatch, peak):
+    """Rank 0's callback on a fake clock, metering a 7B Llama on ``peak`` (the hardware boundary: the
+    device's name and CUs become a table peak; the step times are the clock's)."""
+    from cockpit.plan.params import count_params, dims_of
+    from cockpit.train.flops_meter import FlopsMeter
+    from tests.test_throughput_warmup import callback_on_a_clock
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    run, callback, clock = callback_on_a_clock(tmp_path, monkeypatch)
+    args = argparse.Namespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, num_train_epochs=1)
+    state = argparse.Namespace(global_step=0, max_steps=20, num_input_tokens_seen=0, epoch=0.0)
+    from transformers import TrainerControl
+
+    control = TrainerControl()
+    callback.on_train_begin(args, state, control)
+    callback.meter = FlopsMeter(dims_of(LLAMA_7B), count_params(LLAMA_7B), 1.0, 0, False, peak, 1)
+    return run, callback, clock, args, state, control
+
+
+def _train(callback, clock, args, state, control, seconds_per_step, norms=None):
+    for step in range(1, 13):
+        clock["t"] += seconds_per_step
+        state.global_step, state.num_input_tokens_seen = step, step * 1000
+        callback.on_step_end(args, state, control)
+        logs = {"loss": 1.0, "epoch": 0.1, "grad_norm": (norms or {}).get(step, 1.0)}
+        callback.on_log(args, state, control, logs=logs)
+
+
+def _alerts(run):
+    from cockpit.store.events import read_all
+
+    return [e for e in read_all(run.events_path) if e["kind"] == "alert"]
+
+
+def test_slow_step_alert_from_step_timings_on_a_gpu_only(tmp_path, monkeypatch):
+    """1000 tokens of a 7B model a step on an MI300X (table peak 1307 TFLOPS): 10 s a step is ~0.3 %
+    MFU: one slow_step alert after warm-up, naming the causes and hipBLASLt's switch; 0.5 s a step is
+    ~9 %: none; the same slow steps against a CPU's measured peak: none (its MFU is low by nature)."""
+    from cockpit.doctor.peak import Peak, device_peak
+
+    mi300x = device_peak("AMD Instinct MI300X", 304, "bf16")
+    run, cb, clock, args, state, control = _callback_with_meter(tmp_path / "slow", monkeypatch, mi300x)
+    _train(cb, clock, args, state, control, 10.0)
+    (alert,) = [a for a in _alerts(run) if a["code"] == "slow_step"]
+    assert alert["level"] == "warn" and "MI300X" in alert["message"] and alert["mfu"] < 0.05
+    assert any("TORCH_BLAS_PREFER_HIPBLASLT=0" in r for r in alert["remedies"]) and "rocm-systems#4084" in alert["source"]
+    run, cb, clock, args, state, control = _callback_with_meter(tmp_path / "fast", monkeypatch, mi300x)
+    _train(cb, clock, args, state, control, 0.5)
+    assert not [a for a in _alerts(run) if a["code"] == "slow_step"]
+    cpu = Peak("AMD EPYC", 0.05, "measured", "fp32")
+    run, cb, clock, args, state, control = _callback_with_meter(tmp_path / "cpu", monkeypatch, cpu)
+    _train(cb, clock, args, state, control, 10.0)
+    assert not [a for a in _alerts(run) if a["code"] == "slow_step"]
+
+
+def test_early_grad_norm_alert(tmp_path, monkeypatch):
+    """A gradient norm in the thousands at the first step: one alert at once; a first-steps norm 300x
+    the later median (under the bound): one alert once the later norms are in; an ordinary start: none."""
+    from cockpit.doctor.peak import device_peak
+    from cockpit.telemetry.step_health import EarlyGradNorm
+
+    peak = device_peak("AMD Instinct MI300X", 304, "bf16")
+    run, cb, clock, args, state, control = _callback_with_meter(tmp_path / "a", monkeypatch, peak)
+    _train(cb, clock, args, state, control, 0.5, norms={1: 4200.0, 2: 3900.0})
+    (alert,) = [a for a in _alerts(run) if a["code"] == "early_grad_norm"]
+    assert "4200 at step 1" in alert["message"] and "LlamaFactory#7890" in alert["source"]
+    assert any("max_grad_norm" in r for r in alert["remedies"])
+    rule = EarlyGradNorm()
+    said = [rule.observe(s, n) for s, n in enumerate([300.0, 2.0, 1.5, 1.0, 1.0, 0.9, 1.1, 1.0], 1)]
+    assert [i for i, a in enumerate(said, 1) if a] == [8] and "300x the later median" in said[7]["message"]
+    quiet = EarlyGradNorm()
+    assert not any(quiet.observe(s, n) for s, n in enumerate([8.0, 5.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("nan")], 1))

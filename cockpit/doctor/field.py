@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.doctor.model import PASS, SKIP, WARN, Check, Context, read_text
+from cockpit.telemetry.step_health import EARLY_GRAD_NORM, SLOW_STEP_MFU  # Live's alerts (items 6, 7)
 
 DOC = "docs/rocm.md"
 
@@ -72,8 +73,6 @@ FIELD_IDS = tuple(i.id for i in ITEMS)
 # CK FlashAttention-2 (ROCm/flash-attention's default backend) targets; others need its Triton backend
 CK_FA2_TARGETS = ("gfx90a", "gfx942", "gfx950")
 CDNA_TARGETS = ("gfx90a", "gfx942", "gfx950")
-SLOW_STEP_MFU = 0.05  # Live's slow-step alert: below this MFU after warm-up, on a GPU
-EARLY_GRAD_NORM = 1000.0  # Live's early gradient-norm alert: a first-steps norm at or over this
 MASK_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 ALLOC_VARS = ("PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 

@@ -63,7 +63,9 @@ Kinds and their fields (units in the field names or stated here):
 - ``eval``: step, eval_loss, eval_accuracy (``compute_accuracy``: the share of labelled tokens predicted)
 - ``checkpoint_saved``: step, path, loss_finite (the training loss up to it was finite on every rank)
 - ``alert``: level (info|warn|error), code (nan_loss|loss_spike|loss_scale_overflow (info: the fp16 loss scaler skipped an update; 20 logging steps in a row skipped are a nan_loss)|hang|oom|rank_died|fp16_on_cpu|
-  memory_pressure|no_checkpoint|reward_hacking|expert_idle|expert_overloaded|...), message, remedies (list of strings), rank (optional).
+  memory_pressure|no_checkpoint|reward_hacking|expert_idle|expert_overloaded|slow_step|early_grad_norm|...), message, remedies (list of strings), rank (optional).
+  slow_step (docs/rocm.md item 6; rank 0, on a GPU with a table peak): mfu, threshold, source. early_grad_norm
+  (item 7): source. Both ``telemetry/step_health.py``, once per attempt.
   reward_hacking (grpo, ``train/reward_watch.py``): step, sign (fall|length|truncation|kl), and for a
   fall the reward (the falling function's name), before and after (its window means). hang: phase
   (load|train|wrapup), nodes (list of {node_rank, host, heartbeat_age_s, step, silent}) and

@@ -25,6 +25,7 @@ from cockpit.store.rundir import RunDir
 from cockpit.telemetry import node as node_telemetry
 from cockpit.telemetry import rank_memory_stats
 from cockpit.telemetry.pressure import MemoryPressure
+from cockpit.telemetry.step_health import EarlyGradNorm, SlowStep
 
 if TYPE_CHECKING:
     from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -103,6 +104,8 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
         self.pressure = MemoryPressure(cfg.memory_alert_headroom, cfg.memory_alert_swing)
+        self.slow_step = SlowStep()  # the ROCm field guide's Live alerts (docs/rocm.md items 6, 7)
+        self.early_norm = EarlyGradNorm()
         self.tracker: Any = None  # the CPU's live-tensor tracker (cpu_memory_tracker), entered for training only
         self.warmup_steps = 1
         self._start_step = 0  # the step training began (or resumed) at
@@ -220,6 +223,16 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
         )
         if alert:
             self.emit("alert", **alert)
+
+    def _check_step_health(self, step: int, mfu: float | None, grad_norm: Any) -> None:
+        """Rank 0: the slow-step (MFU on a GPU) and early gradient-norm alerts, once each (``telemetry/step_health``)."""
+        peak = self.meter.peak if self.meter is not None else None
+        for alert in (
+            self.slow_step.observe(step, mfu, peak.source if peak else "", peak.device if peak else ""),
+            self.early_norm.observe(step, grad_norm),
+        ):
+            if alert:
+                self.emit("alert", **alert)
 
     def _start_tracker(self, model: Any) -> None:
         """cpu_memory_tracker: count live tensor bytes (``plan/measure.py``) as the CPU's allocator."""
@@ -391,6 +404,7 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
             self.first_loss, self.first_loss_step = loss, state.global_step
         self.last_loss, self.last_loss_step = loss, state.global_step
         if self.writer is not None:
+            figures = self.throughput_fields(tps, sps, float(seq_len))
             self.emit(
                 "step",
                 step=state.global_step,
@@ -403,11 +417,12 @@ class CockpitCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback
                 warmup=warming,
                 samples_per_s=round(sps, 3),
                 tokens_seen=tokens,
-                **self.throughput_fields(tps, sps, float(seq_len)),
+                **figures,
                 mem=mems,
                 **self._moe_fields(logs),
             )
             self._check_memory(args, state.global_step, mems)
+            self._check_step_health(state.global_step, figures.get("mfu"), logs.get("grad_norm"))
             self._check_expert_load(control, state.global_step)
         # NaN / inf loss (or gradient norm) and spikes (every rank sees the same averaged loss)
         gnorm = logs.get("grad_norm")
