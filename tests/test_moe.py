@@ -131,3 +131,38 @@ def test_flops_per_token_count_the_active_parameters_as_torch_counts_them(family
         dims_of(config), count_params(config).__class__(**{**counts.as_dict(), "experts_active": counts.experts}), seq
     )
     assert dense.model * batch * seq > 2 * counted
+
+
+def _trainable(model) -> tuple[float, set[str]]:
+    total = trainable = 0
+    names = set()
+    for name, p in model.named_parameters():
+        total += p.numel()
+        if p.requires_grad:
+            trainable += p.numel()
+            names.add(name)
+    return trainable / total, names
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_lora_target_all_adapts_the_experts_and_leaves_the_router_frozen(family):
+    from cockpit.config.load import validate
+    from cockpit.train.model import with_lora_adapter
+
+    def adapted(target: str):
+        run = validate({"dataset": "x", "finetuning_type": "lora", "lora_rank": 4, "lora_target": target})
+        return with_lora_adapter(_random_moe(family), run)
+
+    everything = adapted("all")
+    share_all, names = _trainable(everything)
+    share_attention, _ = _trainable(adapted("q_proj,k_proj,v_proj,o_proj"))
+    assert share_all > 2 * share_attention  # the experts hold most of the weights
+    assert any(".experts." in n and "lora_" in n for n in names)  # the fused expert tensors (target_parameters)
+    assert not any(".gate." in n for n in names)  # the router: not adapted, not trained
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(2))
+    everything(input_ids=ids, labels=ids).loss.backward()
+    # the experts' adapters learn (lora_B first: lora_A's gradient goes through B, zero at the start)
+    experts = [p for n, p in everything.named_parameters() if ".experts." in n and "lora_B" in n]
+    assert experts and all(p.grad is not None and p.grad.abs().sum() > 0 for p in experts)
+    _, router_asked = _trainable(adapted("q_proj,gate"))
+    assert any(".gate." in n for n in router_asked)  # named, the router is adapted (PEFT's target for it)
