@@ -50,6 +50,7 @@ def test_smoke_runs_here(facts):
     assert all(r["ok"] and r["matmul"]["ok"] for r in smoke.data["ranks"])
     if facts.build == "cpu":
         assert "gloo" in smoke.seen and [r["all_reduce"]["value"] for r in smoke.data["ranks"]] == [3.0, 3.0]
+    assert smoke.data["attention"]["math"]["ok"] and "attention on" in smoke.seen  # docs/rocm.md item 9
 
 
 @pytest.mark.slow

@@ -288,3 +288,21 @@ def test_early_grad_norm_alert(tmp_path, monkeypatch):
     assert [i for i, a in enumerate(said, 1) if a] == [8] and "300x the later median" in said[7]["message"]
     quiet = EarlyGradNorm()
     assert not any(quiet.observe(s, n) for s, n in enumerate([8.0, 5.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("nan")], 1))
+
+
+# -- 9. the attention backends' smoke (the GPU path of --gpu-smoke; on this CPU the same code runs) -----
+def test_attention_backends_probe_runs_each_backend_alone():
+    """Each SDPA backend alone, one tiny causal forward + backward against the math result: on this CPU
+    the math and flash kernels run and the CUDA-only ones say why not; fa2 says it is not here."""
+    import torch
+
+    from cockpit.doctor.smoke import attention_backends, attention_words
+
+    got = attention_backends("cpu")
+    assert set(got) == {"flash_attention", "efficient_attention", "math", "cudnn_attention", "fa2"}
+    assert got["math"]["ok"] and got["math"]["rel_err"] < 1e-4
+    assert not got["fa2"]["ok"] and got["fa2"]["note"]
+    assert all(v["ok"] or v["note"] for v in got.values())
+    words = attention_words(got)
+    assert "math ok" in words and "fa2 no" in words
+    assert torch.get_default_dtype() == torch.float32

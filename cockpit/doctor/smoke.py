@@ -57,6 +57,69 @@ def matmul_on(device: str) -> dict[str, Any]:
     return out
 
 
+SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION")
+
+
+def _sdpa_once(backend: Any, q: Any, ref: Any) -> dict[str, Any]:
+    """One tiny causal forward + backward with only ``backend`` allowed, against the math reference."""
+    import warnings
+
+    import torch
+    from torch.nn.attention import sdpa_kernel
+
+    x = q.detach().clone().requires_grad_(True)
+    with warnings.catch_warnings(record=True) as said, sdpa_kernel([backend]):
+        warnings.simplefilter("always")
+        try:
+            out = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+            out.float().sum().backward()
+        except Exception as exc:  # a backend that cannot run here is the answer
+            why = [str(w.message).splitlines()[0] for w in said if "ignored" not in str(w.message)]
+            return {"ok": False, "note": (why[0] if why else f"{type(exc).__name__}: {exc}")[:200]}
+    rel = float((out.detach().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+    return {"ok": rel < 5e-2, "rel_err": rel, "note": "" if rel < 5e-2 else f"wrong results (rel err {rel:.2g})"}
+
+
+def attention_backends(device: str) -> dict[str, dict[str, Any]]:
+    """Which attention kernels run on ``device`` (docs/rocm.md item 9): each of SDPA's backends alone, and
+    FlashAttention-2 (ROCm: CK, or Triton with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE) when installed."""
+    import importlib.util
+
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 64, 64, device=device, dtype=dtype)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float(), is_causal=True)
+    out = {name.lower(): _sdpa_once(getattr(SDPBackend, name), q, ref) for name in SDPA_BACKENDS}
+    if importlib.util.find_spec("flash_attn") is None:
+        out["fa2"] = {"ok": False, "note": "flash-attn not installed"}
+    elif device == "cpu":
+        out["fa2"] = {"ok": False, "note": "a GPU kernel"}
+    else:
+        out["fa2"] = _fa2_once(q, ref)
+    return out
+
+
+def _fa2_once(q: Any, ref: Any) -> dict[str, Any]:
+    import importlib
+
+    try:
+        flash_attn_func = importlib.import_module("flash_attn").flash_attn_func
+        x = q.transpose(1, 2).contiguous().requires_grad_(True)  # (batch, seq, heads, dim)
+        got = flash_attn_func(x, x, x, causal=True)
+        got.float().sum().backward()
+    except Exception as exc:  # an fa2 that cannot run on this target is the answer
+        return {"ok": False, "note": f"{type(exc).__name__}: {exc}"[:200]}
+    rel = float((got.detach().transpose(1, 2).float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+    return {"ok": rel < 5e-2, "rel_err": rel}
+
+
+def attention_words(backends: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(f"{k.replace('_attention', '')} {'ok' if v.get('ok') else 'no'}" for k, v in backends.items())
+
+
 def _worker_env(ctx: Context, backend: str) -> dict[str, str]:
     env = dict(ctx.env)
     root = str(Path(__file__).resolve().parents[2])
@@ -154,6 +217,10 @@ def check_smoke(ctx: Context, run: bool) -> Check:
         seen += " (bf16: " + ", ".join(speed) + ")"
     if world >= 2:
         seen += f"; all-reduce over {world} ranks ({backend}) ok"
+    attention = next((r["attention"] for r in results if r.get("attention")), None)
+    if attention:
+        data["attention"] = attention  # docs/rocm.md item 9
+        seen += f"; attention on {results[0].get('matmul', {}).get('device', '?')}: {attention_words(attention)}"
     return Check("smoke", title, PASS, seen, matters_for=TAGS, data=data)
 
 
@@ -169,6 +236,8 @@ def _worker(rank: int, world: int, backend: str, init_file: str) -> int:
             torch.cuda.set_device(rank)
             device = f"cuda:{rank}"
         out["matmul"] = matmul_on(device)
+        if rank == 0:
+            out["attention"] = attention_backends(device)
         if world >= 2:
             import torch.distributed as dist
 
