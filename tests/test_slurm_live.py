@@ -115,6 +115,24 @@ def test_two_ranks_queued_running_finished_and_a_held_job_waits(slurm, tmp_path,
     assert slurm.client("squeue", "-h", "-t", "all", "-j", job_a, "-o", "%T").stdout.strip() == "COMPLETED"
 
 
+def test_a_second_run_into_a_queued_jobs_output_dir_is_refused_at_submit(slurm, tmp_path, tiny_model_dir):
+    """Issue 62: a Slurm run waiting in the queue holds its output_dir: a second ``cockpit train --slurm``
+    into it is refused (exit 2) before any run dir or job, naming the queued run; once that run is
+    cancelled the folder is free again."""
+    cfg = tiny_config(tmp_path, tiny_model_dir, output_dir=str(tmp_path / "saves"), overwrite_output_dir=True)
+    run_a, job_a = submit(tmp_path, cfg, "--skip-check", "--sbatch-arg=--hold")  # queued, held: never runs
+    res = cockpit("train", str(cfg), "--slurm", "--skip-check", "--runs-dir", str(tmp_path / "runs"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"{tmp_path / 'saves'} is also the output_dir of run {run_a.name} (queued" in res.stderr, res.stderr
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [run_a.name]  # no second run dir, so no second job
+    res = cockpit("stop", run_a.name, "--runs-dir", str(tmp_path / "runs"), "--wait", "60")
+    assert res.returncode == 0 and f"scancel {job_a}" in res.stdout, res.stdout + res.stderr
+    from cockpit.config import load_config
+    from cockpit.run.shared_output import shared_output_problem
+
+    assert shared_output_problem(load_config(str(cfg)), tmp_path / "runs") is None  # cancelled: free again
+
+
 def test_scancel_mid_run_ends_it_cancelled_with_the_reason(slurm, tmp_path, tiny_model_dir):
     cfg = tiny_config(tmp_path, tiny_model_dir, max_steps=5000, save_steps=10000, probes=None)
     run, job = submit(tmp_path, cfg, "--skip-check")

@@ -8,9 +8,11 @@ import json
 from cockpit.commands.common import (
     EXIT_OK,
     add_config_args,
+    add_runs_dir,
     config_from_args,
     label_flag_problems,
     print_input_error,
+    runs_dir,
 )
 from cockpit.errors import InputError
 
@@ -19,13 +21,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_args(p, flag_form=True)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-devices", action="store_true", help="skip the checks against this machine's devices")
+    add_runs_dir(p)  # an output_dir another run of it writes is refused
 
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.preflight.checks import check_run
+    from cockpit.run.shared_output import refuse_shared_output
 
     try:
         cfg = config_from_args(args)
+        refuse_shared_output(cfg, runs_dir(args), args.config)
         result = check_run(cfg, log=(lambda *_: None) if args.json else print, with_devices=not args.no_devices)
     except InputError as err:
         label_flag_problems(err, args)

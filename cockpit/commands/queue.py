@@ -55,14 +55,16 @@ def add(args: argparse.Namespace) -> int:
     from cockpit.commands.common import config_from_args
     from cockpit.preflight.checks import check_run
     from cockpit.run.queue import SLURM_REFUSAL, add_entry, queue_refusal
+    from cockpit.run.shared_output import refuse_shared_output
 
     if args.slurm:
         raise InputError(SLURM_REFUSAL)
     cfg = config_from_args(args)
     if why := queue_refusal(cfg):
         raise InputError(why)
+    refuse_shared_output(cfg, runs_dir(args), args.config)  # another run (or entry) writes its output_dir
     check_run(cfg, log=lambda *_: None)
-    entry = add_entry(runs_dir(args), args.config, list(args.overrides), os.getcwd())
+    entry = add_entry(runs_dir(args), args.config, list(args.overrides), os.getcwd(), output_dir=cfg.output_dir)
     if args.json:
         print(json.dumps(entry))
     else:

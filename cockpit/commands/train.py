@@ -52,12 +52,14 @@ def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.run.launch import start_run
+    from cockpit.run.shared_output import refuse_shared_output
 
     quiet = args.json
     held = False
     loaded = None
     try:
         cfg = config_from_args(slurm_args(args))
+        refuse_shared_output(cfg, runs_dir(args), args.config)  # another run (or queue entry) writes its output_dir
         if args.skip_check:
             from cockpit.preflight.checks import static_checks
 

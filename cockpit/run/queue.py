@@ -26,7 +26,8 @@ the started entries (status.json ``queue_entry``), waits for their runs and goes
 
     <runs_dir>/queue/
       entries.json   atomic (tmp + rename), changed under the flock .lock:
-                     {"entries": [{id, config, overrides, cwd, added, state, run_id, gpus_needed, gpus}],
+                     {"entries": [{id, config, overrides, cwd, added, state, run_id, gpus_needed, gpus,
+                                   output_dir}],
                       "done": [...]}
                      state: queued | launching (the runner is starting it, on ``gpus``) | started (run_id)
       .runner.lock   flock held by the queue runner for its life (a second runner exits)
@@ -138,9 +139,12 @@ def new_entry(config: str, overrides: list[str], cwd: str) -> dict[str, Any]:
     }
 
 
-def add_entry(runs_dir: Path, config: str, overrides: list[str], cwd: str | None = None) -> dict[str, Any]:
-    """Append an entry (the config already checked by the caller); returns it with its position."""
-    entry = new_entry(config, overrides, cwd or os.getcwd())
+def add_entry(
+    runs_dir: Path, config: str, overrides: list[str], cwd: str | None = None, output_dir: str | None = None
+) -> dict[str, Any]:
+    """Append an entry (the config already checked by the caller); returns it with its position.
+    ``output_dir``: the config's, resolved (``cockpit.run.shared_output`` refuses a second writer)."""
+    entry = {**new_entry(config, overrides, cwd or os.getcwd()), "output_dir": output_dir}
     with changing(runs_dir) as data:
         data["entries"].append(entry)
     return {**entry, "position": positions(data["entries"])[entry["id"]]}

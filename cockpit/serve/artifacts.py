@@ -12,6 +12,7 @@ import yaml
 
 from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
+from cockpit.store.output_mark import foreign_adapter
 from cockpit.store.rundir import RunDir
 
 
@@ -68,13 +69,15 @@ def load_run(run: RunDir) -> RunArtifacts:
         raise InputError(
             f"{run.run_id} has no saved adapter/model at {adapter} (state: {state}); wait for it to finish or save"
         )
+    if why := foreign_adapter(run, summary):  # another run wrote over its output_dir: not its weights
+        raise InputError(why)
     adapter_config: dict[str, Any] = {}
     is_lora = (adapter / "adapter_config.json").exists()
     if is_lora:
         adapter_config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
     merged = None
     for cand in (run.output_dir() / "merged",):
-        if (cand / "cockpit_export.json").exists() and (cand / "config.json").exists():
+        if (cand / "config.json").exists() and _export_run_id(cand) == run.run_id:  # not another run's
             merged = cand
     return RunArtifacts(
         run=run,
@@ -88,6 +91,14 @@ def load_run(run: RunDir) -> RunArtifacts:
         merged_dir=merged,
         adapter_config=adapter_config,
     )
+
+
+def _export_run_id(folder: Path) -> str | None:
+    """The run a ``cockpit export`` folder was made from (its ``cockpit_export.json``)."""
+    try:
+        return json.loads((folder / "cockpit_export.json").read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def load_run_probes(art: RunArtifacts) -> list[dict[str, Any]]:

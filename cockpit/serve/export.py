@@ -20,6 +20,7 @@ import yaml
 
 from cockpit.config.run_config import RunConfig
 from cockpit.errors import InputError
+from cockpit.store.output_mark import foreign_adapter
 from cockpit.store.rundir import RunDir
 
 
@@ -126,6 +127,8 @@ def _saved_adapter_dir(run: RunDir, summary: dict[str, Any]) -> Path:
         raise InputError(
             f"{run.run_id} has no saved adapter/model at {adapter} (state: {run.read_status().get('state')})"
         )
+    if why := foreign_adapter(run, summary):  # another run wrote over its output_dir: not its weights
+        raise InputError(why)
     return adapter
 
 

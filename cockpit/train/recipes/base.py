@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from cockpit.config.parity import evaluates
 from cockpit.config.stages import STAGES, StageCapabilities, reference_words, unhonoured_problems
 from cockpit.errors import EXIT_FAILED, EXIT_OK, InputError, Problem
+from cockpit.store import output_mark
 from cockpit.store.events import EventWriter, read_all, wall_time_s
 from cockpit.store.rundir import RunDir, atomic_write_json
 from cockpit.train.arguments import artefact_dirs, training_arguments
@@ -527,9 +528,20 @@ def wait_for_check(ctx: RecipeContext) -> None:
         ctx.log(f"waited {waited:.1f} s for the data check of the command that started the run")
 
 
+def adapter_fingerprint(ctx: RecipeContext, adapter: str | None) -> str | None:
+    """Rank 0: the saved adapter's fingerprint for summary.json, and with an ``output_dir`` the
+    folder's mark saying this run wrote it (``cockpit.store.output_mark``: readers compare them)."""
+    if not adapter or not Path(adapter).is_dir():
+        return None
+    if ctx.cfg.output_dir:
+        return output_mark.stamp(ctx.dirs["out"], ctx.run, Path(adapter))
+    return output_mark.fingerprint(Path(adapter))
+
+
 def end_run(ctx: RecipeContext, summary: dict[str, Any], callback: Any, steps: int) -> int:
     """Rank 0: summary.json and the run's final event. A NaN under ``nan_policy: stop`` fails it."""
     writer = ctx.writer
+    summary = {**summary, "adapter_fingerprint": adapter_fingerprint(ctx, summary.get("adapter_dir"))}
     atomic_write_json(ctx.run.summary_path, summary)
     if callback.nan_seen and ctx.cfg.nan_policy == "stop":
         atomic_write_json(ctx.run.summary_path, {**summary, "state": "failed"})
@@ -588,6 +600,8 @@ def train(ctx: RecipeContext, attempt: Attempt) -> None:
     callback.first_loss = before.get("first_loss")  # the run's, not this attempt's
     callback.first_loss_step = before.get("first_loss_step")
     wait_for_check(ctx)
+    if ctx.rank == 0 and ctx.cfg.output_dir:  # the folder is this run's now (cockpit.store.output_mark)
+        output_mark.claim(ctx.dirs["out"], ctx.run)
     train_t0 = time.time()
     callback.update_skipped = lambda: scaler_skipped(trainer.optimizer)
     trainer.run_totals = lambda: {

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from cockpit.run.follow import peak_short, per_device_words
+from cockpit.store.output_mark import foreign_adapter
 from cockpit.store.rundir import RunDir
 from cockpit.ui.formatting import STATE_STYLE, STATE_SYMBOL, step_ticks
 from cockpit.ui.messages import WorkerMessage
@@ -85,6 +86,8 @@ def summary_text(run: RunDir, summary: dict, status: dict) -> Text:
     t.append_text(predict_lines(summary))
     if summary.get("adapter_dir"):
         t.append(f"\nadapter: {summary['adapter_dir']}", style="dim")
+    if why := foreign_adapter(run, summary):  # another run wrote over its output_dir
+        t.append(f"\n⚠ {why}", style=themed("bold $text-warning"))
     if not summary:
         t.append("\n(no summary.json yet)", style="dim")
     return t
