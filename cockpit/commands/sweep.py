@@ -161,6 +161,8 @@ def print_table(st: dict) -> None:
             + ", ".join(f"{k}={_cell(v)}" for k, v in b["params"].items())
             + ")"
         )
+        if b.get("tie"):
+            print(f"  {b['tie']}")
     else:
         print("best: none yet (no trial completed)")
     imp = st.get("importance")
@@ -175,17 +177,25 @@ def _cell(v) -> str:
 def show_best(args: argparse.Namespace, name: str) -> int:
     from cockpit.sweep.driver import best_preset
 
-    best, text = best_preset(runs_dir(args), name)
+    best, tie, text = best_preset(runs_dir(args), name)
     if args.save_preset:
         from pathlib import Path
 
         Path(args.save_preset).expanduser().write_text(text, encoding="utf-8")
     if args.json:
         print(
-            json.dumps({"number": best.number, "value": best.value, "params": best.params, "preset": args.save_preset})
+            json.dumps(
+                {
+                    "number": best.number,
+                    "value": best.value,
+                    "params": best.params,
+                    "preset": args.save_preset,
+                    "tie": tie,
+                }
+            )
         )
     elif args.save_preset:
-        print(f"trial {best.number} ({best.value:.4g}) saved as {args.save_preset}")
+        print(f"trial {best.number} ({best.value:.4g}) saved as {args.save_preset}" + (f"; {tie}" if tie else ""))
     else:
         print(text, end="")
     return EXIT_OK

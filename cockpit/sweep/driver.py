@@ -49,6 +49,7 @@ from cockpit.errors import InputError, Problem
 from cockpit.store.events import EventReader
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_json, atomic_write_text, list_runs
 from cockpit.sweep.spec import SweepSpec, parse_spec, with_value
+from cockpit.sweep.ties import flat_warning, tie_note, tied_with
 
 POLL_S = 1.0
 STEP_KINDS = ("step", "eval")  # a bare objective (eval_loss, loss, reward) is a field of these
@@ -98,7 +99,7 @@ def sampler_of(spec: SweepSpec, asked: int = 0) -> Any:
     seed = None if spec.seed is None else spec.seed + asked
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler_startup_trials)
 
 
 def pruner_of(spec: SweepSpec) -> Any:
@@ -162,6 +163,8 @@ def check_space(spec: SweepSpec, log: Callable[[str], None] = print) -> None:
     if problems:
         raise InputError(dedup(problems))
     log(f"sweep {spec.name}: {len(corners)} corner configs of the space pass the static checks")
+    if flat := flat_warning(spec.objective, [(params, cfg.mapping()) for params, cfg in configs]):
+        log(f"sweep {spec.name}: warning: {flat}")
     params, cfg = largest(configs)
     try:
         check_run(cfg, log=lambda *_: None)
@@ -497,6 +500,7 @@ def status(runs_dir: Path, name: str) -> dict[str, Any]:
             }
         )
     best = best_trial(study)
+    tied = best_ties(study, best)
     driver = {}
     try:
         driver = json.loads((sweep_dir(runs_dir, name) / "driver.json").read_text(encoding="utf-8"))
@@ -517,6 +521,8 @@ def status(runs_dir: Path, name: str) -> dict[str, Any]:
             "value": best.value,
             "params": dict(best.params),
             "run_id": best.user_attrs.get("run_id"),
+            "tied_with": tied,
+            "tie": tie_note(spec.objective, tied, sum(1 for t in rows if t["state"] == "complete")),
         },
         "importance": importance(study),
         "driver_alive": _alive(driver.get("pid")),
@@ -565,22 +571,36 @@ def best_trial(study: Any) -> Any:
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done:
         return None
-    return study.best_trial
+    best = study.best_trial  # among equal values the lowest-numbered (Optuna's SQL leaves their order open)
+    return min((t for t in done if t.value == best.value), key=lambda t: t.number)
 
 
-def best_preset(runs_dir: Path, name: str) -> tuple[Any, str]:
-    """The best trial and its config as a preset's YAML (the keys that differ from the defaults,
-    without the trial's run name); LookupError when no trial has completed."""
+def best_ties(study: Any, best: Any) -> list[int]:
+    """The completed trials whose objective equals the best's (``ties.tied_with``)."""
+    import optuna
+
+    return tied_with(best, study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def best_preset(runs_dir: Path, name: str) -> tuple[Any, str | None, str]:
+    """The best trial, what it ties with (``ties.tie_note``, or None) and its config as a preset's YAML
+    (the keys that differ from the defaults, without the trial's run name); LookupError when no trial
+    has completed."""
+    import optuna
+
     from cockpit.config.load import to_yaml
 
     spec = read_sweep_spec(runs_dir, name)
-    best = best_trial(open_study(runs_dir, spec))
+    study = open_study(runs_dir, spec)
+    best = best_trial(study)
     if best is None:
         raise LookupError(f"sweep {name}: no trial has completed yet")
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    tie = tie_note(spec.objective, tied_with(best, done), len(done))
     cfg = spec.trial_config(best.params).keys_only()
     cfg.pop("run_name", None)
     head = f"# sweep {name}, trial {best.number}: {spec.objective} {best.value:.6g} ({', '.join(f'{k}={_short(v)}' for k, v in best.params.items())})\n"
-    return best, head + to_yaml(cfg)
+    return best, tie, head + (f"# {tie}\n" if tie else "") + to_yaml(cfg)
 
 
 def main_log(msg: str) -> None:

@@ -13,6 +13,7 @@
     trials: 12
     parallel: 2
     sampler: tpe                   # tpe | random | grid
+    sampler_startup_trials: 10     # tpe: trials that end before TPE models them (random until then)
     pruner: median                 # median | hyperband | none
     pruner_startup_trials: 5       # median: trials that finish before any is pruned
     pruner_warmup_steps: 0         # median: steps of a trial before it may be pruned
@@ -71,6 +72,7 @@ TOP_KEYS = {
     "trials",
     "parallel",
     "sampler",
+    "sampler_startup_trials",
     "pruner",
     "pruner_startup_trials",
     "pruner_warmup_steps",
@@ -133,6 +135,7 @@ class SweepSpec:
     trials: int = 10
     parallel: int = 1
     sampler: str = "tpe"
+    sampler_startup_trials: int = 10  # tpe: Optuna's n_startup_trials (its default)
     pruner: str = "median"
     pruner_startup_trials: int = 5
     pruner_warmup_steps: int = 0
@@ -168,6 +171,7 @@ class SweepSpec:
             "trials": self.trials,
             "parallel": self.parallel,
             "sampler": self.sampler,
+            **({"sampler_startup_trials": self.sampler_startup_trials} if self.sampler == "tpe" else {}),
             "pruner": self.pruner,
             "pruner_startup_trials": self.pruner_startup_trials,
             "pruner_warmup_steps": self.pruner_warmup_steps,
@@ -358,6 +362,7 @@ def parse_spec(raw: Mapping[str, Any], spec_dir: Path, default_name: str = "swee
         trials=_positive(raw, "trials", 10),
         parallel=_positive(raw, "parallel", 1),
         sampler=_one_of(raw, "sampler", SAMPLERS),
+        sampler_startup_trials=_positive(raw, "sampler_startup_trials", 10, zero=True),
         pruner=_one_of(raw, "pruner", PRUNERS),
         pruner_startup_trials=_positive(raw, "pruner_startup_trials", 5, zero=True),
         pruner_warmup_steps=_positive(raw, "pruner_warmup_steps", 0, zero=True),
@@ -366,6 +371,10 @@ def parse_spec(raw: Mapping[str, Any], spec_dir: Path, default_name: str = "swee
         launcher=_one_of(raw, "launcher", LAUNCHERS),
     )
     spec.slurm = parse_slurm(raw.get("slurm"), spec)
+    if raw.get("sampler_startup_trials") is not None and spec.sampler != "tpe":
+        raise InputError(
+            Problem(f"only with sampler: tpe (sampler {spec.sampler} has no start-up)", key="sampler_startup_trials")
+        )
     if spec.sampler == "grid":
         for p in spec.space:
             p.grid()  # refuses a float range without step

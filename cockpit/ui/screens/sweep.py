@@ -86,6 +86,11 @@ def title_text(st: dict[str, Any]) -> Text:
     return title
 
 
+def tie_text(st: dict[str, Any]) -> str | None:
+    """The line under the best when it ties with other trials (``cockpit sweep status``'s ``best.tie``)."""
+    return (st.get("best") or {}).get("tie")
+
+
 def best_text(st: dict[str, Any]) -> Text:
     b = st.get("best")
     t = Text()
@@ -173,6 +178,7 @@ class SweepScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(f"Sweep {self.sweep} …", id="sweep-title", classes="screen-title")
         yield Static("", id="sweep-best")
+        yield Static("", id="sweep-tie")  # the best is one of trials with the same objective (shown only then)
         yield DataTable(id="sweep-trials", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="sweep-bottom"):
             with Vertical(id="sweep-objective"):
@@ -216,6 +222,9 @@ class SweepScreen(Screen):
     def _fill(self, st: dict[str, Any]) -> None:
         self.query_one("#sweep-title", Static).update(title_text(st))
         self.query_one("#sweep-best", Static).update(best_text(st))
+        tie = tie_text(st)
+        self.query_one("#sweep-tie", Static).update(tie or "")
+        self.query_one("#sweep-tie", Static).display = bool(tie)
         self._fill_table(st)
         points = objective_points(st)
         spark = self.query_one("#sweep-spark", Sparkline)
