@@ -306,3 +306,69 @@ def test_attention_backends_probe_runs_each_backend_alone():
     words = attention_words(got)
     assert "math ok" in words and "fa2 no" in words
     assert torch.get_default_dtype() == torch.float32
+
+
+# -- 10. the flight recorder: the relaunch sets it, the supervisor reads its dumps, Live shows them ------
+def _dump(path: Path, entries: list[dict]) -> None:
+    """A dump as PyTorch's flight recorder writes it (a pickle of plain data; torch's own reader
+    torch.distributed.flight_recorder.components.loader.read_dump reads these keys)."""
+    import pickle
+
+    path.write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": entries}))
+
+
+def _entry(seq: int, state: str, op: str = "all_reduce") -> dict:
+    return {"record_id": seq, "collective_seq_id": seq, "profiling_name": f"nccl:{op}", "state": state,
+            "process_group": ("0", "default_pg"), "input_sizes": [[1024]], "time_created_ns": seq}
+
+
+def test_flight_recorder_from_relaunch_to_the_comm_line(tmp_path):
+    """The hang relaunch's env turns the recorder on; the supervisor points the dumps into logs/; a
+    timeout's dumps become the comm event's details.flight (rank 0 still in all_reduce #12, rank 1 done
+    with #11: rank 1 never joined); the Comm line says so; a pickle that would build an object is refused."""
+    import pickle
+
+    import yaml
+    from rich.console import Console
+
+    from cockpit.comm.flight import flight_env, read_dumps
+    from cockpit.config import default_config
+    from cockpit.run.supervisor import Supervisor
+    from cockpit.run.watchdog import DEBUG_ENV
+    from cockpit.store.rundir import create_run_dir
+    from cockpit.ui import formatting
+    from cockpit.ui.state import RunState
+    from conftest import read_events
+
+    assert DEBUG_ENV["TORCH_NCCL_TRACE_BUFFER_SIZE"] != "0" and DEBUG_ENV["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    logs = tmp_path / "logs"
+    assert flight_env(DEBUG_ENV, logs) == {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{logs}/flight_rank_", "TORCH_FR_DUMP_TEMP_FILE": f"{logs}/flight_rank_"}
+    assert flight_env({}, logs) == {} and flight_env({**DEBUG_ENV, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/x/"}, logs) == {}
+
+    run = create_run_dir(tmp_path, "hang")
+    cfg = default_config()
+    cfg.update(dataset="x", nproc_per_node=2, telemetry_interval_s=0, env=dict(DEBUG_ENV))
+    run.config_path.write_text(yaml.safe_dump(cfg))
+    fixture = sorted((ROOT / "tests" / "fixtures" / "nccl").glob("*rccl*"))[0]
+    run.rank_log(0).write_text("\n".join(ln for ln in fixture.read_text().splitlines() if not ln.startswith("#")) + "\n")
+    _dump(run.logs_dir / "flight_rank_0", [_entry(11, "completed"), _entry(12, "started")])
+    _dump(run.logs_dir / "flight_rank_1", [_entry(10, "completed"), _entry(11, "completed")])
+    sup = Supervisor(run)
+    sup.follow_comm_logs()
+    comm = [e for e in read_events(run.path) if e["kind"] == "comm"][-1]
+    flight = comm["details"]["flight"]
+    assert flight["0"]["op"] == "all_reduce" and (flight["0"]["seq"], flight["0"]["state"]) == (12, "started")
+    assert (flight["1"]["seq"], flight["1"]["state"]) == (11, "completed")
+    state = RunState()
+    state.comm = comm
+    console = Console(width=200, record=True)
+    console.print(formatting.comm(state))
+    shown = console.export_text()
+    assert "in flight at the timeout" in shown and "r0 all_reduce #12 started · r1 all_reduce #11 completed" in shown
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("built",))
+
+    (run.logs_dir / "flight_rank_2").write_bytes(pickle.dumps({"entries": [Evil()]}))
+    assert "not plain data" in read_dumps(run.logs_dir)["2"]["error"]

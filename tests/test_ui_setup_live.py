@@ -340,6 +340,7 @@ def test_relaunch_after_a_hang_alert_adds_the_remedy_env(env, monkeypatch, tiny_
         assert new != run.path and [r.path for r in list_runs(runs)][-1] == new
         cfg = yaml.safe_load((new / "config.yaml").read_text())
         assert cfg["env"] == {"MY_SETTING": "kept", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL",
+                              "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
                               "NCCL_NET_PLUGIN": "none", "RCCL_NET_PLUGIN": "none"}
         assert cfg["model_name_or_path"] == str(tiny_model_dir) and cfg["max_steps"] == 2
     finally:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cockpit.store.events import encode
+from cockpit.comm.flight import FLIGHT_ENV
 from cockpit.run.watchdog import HangWatchdog, relaunch_env
 
 
@@ -87,7 +88,7 @@ def test_alert_names_ranks_last_lines_remedies_and_is_a_valid_event():
     for needle in ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL", "NCCL_NET_PLUGIN=none", "RCCL_NET_PLUGIN=none",
                    "NCCL_SOCKET_IFNAME", "echo 0 > /proc/sys/kernel/numa_balancing"):
         assert needle in remedies
-    assert alert["relaunch_env"] == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL"}
+    assert alert["relaunch_env"] == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL", **FLIGHT_ENV}
     event = json.loads(encode("alert", **alert))
     assert event["kind"] == "alert" and event["remedies"] == alert["remedies"]
 
@@ -96,6 +97,7 @@ def test_relaunch_env_variants():
     assert relaunch_env(disable_plugin=True, socket_ifname="eth0") == {
         "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_SUBSYS": "INIT,COLL",
+        **FLIGHT_ENV,  # PyTorch's flight recorder (docs/rocm.md item 10)
         "NCCL_NET_PLUGIN": "none",
         "RCCL_NET_PLUGIN": "none",
         "NCCL_SOCKET_IFNAME": "eth0",

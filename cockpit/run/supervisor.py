@@ -195,6 +195,7 @@ class Supervisor:
         }
 
     def start(self) -> None:
+        from cockpit.comm.flight import flight_env
         from cockpit.run.liveness import start_time
 
         cmd, env_add = rank_command(self.run, self.cfg)
@@ -203,6 +204,7 @@ class Supervisor:
         env["PYTHONUNBUFFERED"] = "1"
         env["COCKPIT_RUN_DIR"] = str(self.run.path)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env.update(flight_env(env, self.run.logs_dir))  # flight recorder dumps into logs/ (docs/rocm.md item 10)
         single = "torch.distributed.run" not in cmd
         launcher_log = self.run.logs_dir / ("rank0.log" if single else "launcher.log")
         self.proc = warm_start.start(cmd, env, str(self.run.path), str(launcher_log)) if single else None
@@ -447,6 +449,7 @@ class Supervisor:
     def follow_comm_logs(self) -> None:
         """Feed the new bytes of every rank log to an NCCL/RCCL INFO parser; emit a ``comm``
         event when what it knows changes (version, init state, transports)."""
+        from cockpit.comm.flight import read_dumps
         from cockpit.comm.nccl_log import NcclLogParser, merge_snapshots
 
         world = self.cfg.world_size
@@ -471,6 +474,9 @@ class Supervisor:
         if not self.comm_parsers:
             return
         merged = merge_snapshots([p.snapshot() for p in self.comm_parsers.values()])
+        flight = read_dumps(self.run.logs_dir)  # which collective each rank was in at a timeout
+        if flight:
+            merged["details"]["flight"] = flight
         key = (
             merged.get("status"),
             merged.get("version"),

@@ -32,12 +32,18 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL"}
+from cockpit.comm.flight import FLIGHT_ENV
+
+# NCCL's INFO log of init and collectives, and PyTorch's flight recorder (each rank's last collectives,
+# dumped into logs/ when one times out: cockpit.comm.flight; docs/rocm.md item 10)
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL", **FLIGHT_ENV}
 NO_PLUGIN_ENV = {"NCCL_NET_PLUGIN": "none", "RCCL_NET_PLUGIN": "none"}
 
 REMEDIES = (
     "Relaunch with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and look at the last NCCL lines of each rank "
-    "(the rank that never logged its collective is the one holding the others).",
+    "(the rank that never logged its collective is the one holding the others); the relaunch also keeps "
+    "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE): at the collective timeout the Comm line shows "
+    "which collective each rank was in.",
     "Rule out the network plugin: relaunch with NCCL_NET_PLUGIN=none RCCL_NET_PLUGIN=none.",
     "Pin the network interface with NCCL_SOCKET_IFNAME (e.g. NCCL_SOCKET_IFNAME=eth0; see `ip -br addr`).",
     "Disable NUMA balancing, a known cause of ROCm stalls: echo 0 > /proc/sys/kernel/numa_balancing (as root).",

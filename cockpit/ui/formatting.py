@@ -372,13 +372,18 @@ def comm(state: RunState) -> Text:
     t.append(f"  world {c.get('world_size') or '?'}  ")
     t.append(status, style=themed("$text-success" if status in ("ok", "healthy") else "$text-warning"))
     details = c.get("details")
+    flight = dict(details).get("flight") if isinstance(details, dict) else None
     if details:
+        shown = {k: v for k, v in dict(details).items() if k != "flight"} if flight else details
         t.append(
-            f"  {details if isinstance(details, str) else ', '.join(f'{k}={v}' for k, v in dict(details).items())}"[
-                :200
-            ],
+            f"  {shown if isinstance(shown, str) else ', '.join(f'{k}={v}' for k, v in dict(shown).items())}"[:200],
             style="dim",
         )
+    if flight:  # the flight recorder's dumps: the collective each rank was in (docs/rocm.md item 10)
+        from cockpit.comm.flight import words
+
+        t.append("\n  in flight at the timeout: ", style=themed("bold $text-warning"))
+        t.append(words(flight)[:300])
     return t
 
 
