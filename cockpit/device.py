@@ -70,6 +70,22 @@ def resolve_device(use_cpu: Any, quantization_bit: Any, gpus_visible: int, reaso
     return GPU if gpus_visible > 0 else CPU
 
 
+def device_problems(
+    use_cpu: Any, quantization_bit: Any, nproc_per_node: Any, gpus_visible: int, reasons: list[str] | None = None
+) -> list[Problem]:
+    """What ``cockpit check`` refuses about where a config trains, on a machine with ``gpus_visible``
+    GPUs: :func:`resolve_device`'s refusal of a config that needs GPUs where none is visible (``reasons``
+    added), or more GPU ranks than GPUs. The preflight and Setup's problems pane both ask it."""
+    try:
+        on_cpu = resolve_device(use_cpu, quantization_bit, gpus_visible, reasons=reasons) == CPU
+    except NoGPU as exc:
+        return list(exc.problems)
+    ranks = int(nproc_per_node or 1)
+    if not on_cpu and ranks > gpus_visible:
+        return [Problem(f"nproc_per_node {ranks} but only {gpus_visible} GPU(s) visible", key="nproc_per_node")]
+    return []
+
+
 def trains_on_cpu(use_cpu: Any, quantization_bit: Any, gpus_visible: int) -> bool:
     """Whether a config with these keys trains on the CPU on a host with ``gpus_visible`` GPUs: the rule of
     :func:`resolve_device` (a config that needs GPUs and has none is not a CPU run: it is refused).

@@ -117,7 +117,8 @@ def test_setup_blocks_a_gpu_preset_here_and_launch_anyway_still_launches(tmp_pat
         app = make_app(tmp_path / "runs", checks, start_preset=str(preset))
         async with app.run_test(size=(120, 40)) as pilot:
             scr = app.screen
-            await wait_for(pilot, lambda: "config valid" in text_of(scr, "#problems"), 15, "a valid config")
+            # cockpit check's refusal, shown before any launch (issue 62, item 3); F8 still offers "Launch anyway"
+            await wait_for(pilot, lambda: "this config needs GPUs" in text_of(scr, "#problems"), 15, "check's refusal")
             await pilot.press("f8")
             await wait_for(pilot, lambda: isinstance(app.screen, Decide), 15, "the doctor modal")
             body = str(app.screen.body)

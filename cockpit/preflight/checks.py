@@ -130,28 +130,21 @@ def device_checks(cfg: RunConfig) -> list[str]:
     """Precision / quantization against the devices this machine has (imports torch)."""
     import torch
 
-    from cockpit.device import CPU, FP16_ON_CPU, bf16_on_cpu_warning, resolve_device
+    from cockpit.device import CPU, FP16_ON_CPU, bf16_on_cpu_warning, device_problems, resolve_device
 
     warnings: list[str] = []
-    problems: list[Problem] = []
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    reasons = doctor_gpu_reasons(cfg) if gpus == 0 else None
-    cpu = resolve_device(cfg.use_cpu, cfg.quantization_bit, gpus, reasons=reasons) == CPU
-    if cpu:
+    needs = (cfg.use_cpu, cfg.quantization_bit)
+    problems = device_problems(*needs, cfg.nproc_per_node, gpus, reasons=doctor_gpu_reasons(cfg) if gpus == 0 else None)
+    if problems:  # the problems Setup's pane shows from the same function
+        raise InputError(problems)
+    if resolve_device(*needs, gpus) == CPU:
         if cfg.fp16:
             warnings.append(f"fp16: {FP16_ON_CPU}")
         if cfg.bf16:
             warnings += [w for w in [bf16_on_cpu_warning(read_cpuinfo())] if w]
         if int(cfg.nproc_per_node) > (torch.get_num_threads() or 1) * 4:
             warnings.append(f"{cfg.nproc_per_node} CPU ranks on {torch.get_num_threads()} threads will be slow")
-    else:
-        n = torch.cuda.device_count()
-        if int(cfg.nproc_per_node) > n:
-            problems.append(
-                Problem(f"nproc_per_node {cfg.nproc_per_node} but only {n} GPU(s) visible", key="nproc_per_node")
-            )
-    if problems:
-        raise InputError(problems)
     return warnings
 
 

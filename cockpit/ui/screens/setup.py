@@ -47,6 +47,7 @@ def slurm_submit_available() -> bool:
 
 
 TABS = Binding.Group("Tab")  # Ctrl+← and Ctrl+→: one footer entry
+DATA_PROMPT = "F5 runs `cockpit check --json` on this config (tokenizer + data, in a subprocess)."
 
 
 def preset_dirs() -> tuple[Path, ...]:
@@ -83,7 +84,11 @@ class SetupScreen(SetupLaunch):
         """The fit line for the form's config."""
 
     class DataChecked(WorkerMessage):
-        """``cockpit check --json``'s data report (a dict)."""
+        """``cockpit check --json``'s answer (a dict), for the form as it was (``raw``) when F5 asked."""
+
+        def __init__(self, result: dict, raw: dict) -> None:
+            super().__init__(result)
+            self.raw = raw
 
     class Previewed(WorkerMessage):
         """``cockpit preview --json``'s ranks (a dict), for the preview modal ``view``."""
@@ -102,6 +107,9 @@ class SetupScreen(SetupLaunch):
         self._data_for: str | None = None
         self._offered: list[presets.Preset] = []  # the presets this machine calls for (doctor)
         self._loaded_preset: str | None = None
+        self._opened: list[str] = []  # YAMLs opened from elsewhere (Ctrl+O, cockpit CONFIG): listed in the picker
+        self._check_answer: tuple[dict, dict] | None = None  # (the form, cockpit check's answer) from F5
+        self._torch_gpus: int | None = None  # the GPUs torch sees, as the doctor said (check counts them so)
         self._previewed: Path | None = None  # the form as a file, for the preview
         self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
         self.secrets: dict[str, str] = {}  # the env secrets of the config file last written (never on disk)
@@ -140,11 +148,7 @@ class SetupScreen(SetupLaunch):
                                 if f.id == "model_name_or_path":
                                     yield Static(id="model-kind", classes="field-note")
                             if group == "Dataset":
-                                yield Static(
-                                    "F5 runs `cockpit check --json` on this config (tokenizer + data, in a subprocess).",
-                                    id="data-report",
-                                    classes="pane",
-                                )
+                                yield Static(DATA_PROMPT, id="data-report", classes="pane")
             with Vertical(id="setup-side"):
                 yield Static(id="problems")
                 yield Static(id="fit", classes="dim")
@@ -166,7 +170,11 @@ class SetupScreen(SetupLaunch):
         found = sorted(
             presets.list_presets(), key=lambda p: offered.index(p.path) if p.path in offered else len(offered)
         )
-        return [(p.label + (" (for this machine)" if p.path in offered else ""), str(p.path)) for p in found]
+        options = [(p.label + (" (for this machine)" if p.path in offered else ""), str(p.path)) for p in found]
+        listed = {v for _label, v in options}
+        return options + [
+            (f"{Path(p).name} (opened: {_home_short(Path(p))})", p) for p in self._opened if p not in listed
+        ]
 
     def _widget(self, f: forms.Field):
         value = self.model.values.get(f.id)
@@ -233,6 +241,8 @@ class SetupScreen(SetupLaunch):
         if not self.is_attached:  # the app is closing
             return
         checks: list[dict] = message.result
+        self._torch_gpus = len(presets.detected_devices(checks))
+        self._show_problems()
         offered, why = presets.offered_presets(checks)
         self._offered = offered
         sel = self.query_one("#preset", Select)
@@ -268,14 +278,22 @@ class SetupScreen(SetupLaunch):
         self.model.fill(raw)
         self._auto = None
         self._loaded_preset = str(Path(path).resolve())
-        try:
-            self.query_one("#preset", Select).value = self._loaded_preset
-        except Exception:  # noqa: BLE001 - not in the picker (a file from elsewhere)
-            pass
+        self._show_source(self._loaded_preset)
         self.fill_widgets()
         self.validate_now()
         if not quiet:
             self.notify(f"preset {path.stem} loaded" if path.parent in preset_dirs() else f"loaded {path}")
+
+    def _show_source(self, path: str) -> None:
+        """The picker names the file the form came from (one opened from elsewhere joins its list); the
+        Data pane's report, about the file before, goes."""
+        sel = self.query_one("#preset", Select)
+        if path not in {v for _label, v in self._preset_options()}:
+            self._opened.append(path)
+            sel.set_options(self._preset_options())
+        sel.value = path
+        self._check_answer = None
+        self.query_one("#data-report", Static).update(DATA_PROMPT)
 
     def fill_widgets(self) -> None:
         for f in FIELDS.values():
@@ -346,18 +364,7 @@ class SetupScreen(SetupLaunch):
                 tab.label = f"{group} ({n})" if n else group
             except Exception:  # noqa: BLE001 - a label is cosmetic
                 pass
-        t = Text()
-        if checked.problems:
-            t.append(
-                f"✗ {len(checked.problems)} problem(s) (as cockpit check says):\n", style=themed("bold $text-error")
-            )
-            for p in checked.problems:
-                t.append(f"  {p}\n", style=themed("$text-error"))
-        else:
-            t.append("✓ config valid (the same checks as cockpit check)\n", style=themed("bold $text-success"))
-        for note in checked.notes:
-            t.append(f"! {note}\n", style=themed("$text-warning"))
-        self.query_one("#problems", Static).update(t)
+        self._show_problems()
         if self.screen.has_class("-wide"):
             y = Text("the config as YAML (F6: with the command):\n", style="dim")
             y.append(self.model.yaml())
@@ -367,6 +374,42 @@ class SetupScreen(SetupLaunch):
             self._fit(checked.cfg, self.model.gpu_memory(), self._loaded_preset)
         else:
             self.query_one("#fit", Static).update("fit: (fix the problems first)")
+
+    def _show_problems(self) -> None:
+        """What ``cockpit check`` says of the form, as far as it is known: validation's problems, the device
+        gate's (``cockpit.device.device_problems``, as check asks it, on the GPUs torch sees here: the
+        doctor's count, until it answers the kernel's), then F5's answer for this very form. A tick only
+        where check passed; before F5, no tick."""
+        from cockpit.device import device_problems
+
+        checked = self.checked
+        if checked is None:
+            return
+        problems = list(checked.problems)
+        if checked.cfg is not None:
+            cfg = checked.cfg
+            gpus = machine_of(self.app).gpus if self._torch_gpus is None else self._torch_gpus
+            gate = device_problems(cfg.use_cpu, cfg.quantization_bit, cfg.nproc_per_node, gpus)
+            problems += [str(p) for p in gate]
+        answer = self._check_answer[1] if self._check_answer and self._check_answer[0] == self.model.raw() else None
+        if not problems and answer is not None and not answer.get("ok", True):
+            problems = [str(p) for p in answer.get("problems") or []]
+        t = Text()
+        if problems:
+            t.append(f"✗ {len(problems)} problem(s) (as cockpit check says):\n", style=themed("bold $text-error"))
+            for p in problems:
+                t.append(f"  {p}\n", style=themed("$text-error"))
+        elif answer is not None:
+            t.append(
+                "✓ cockpit check passed (config, model, data: the Dataset tab)\n", style=themed("bold $text-success")
+            )
+        else:
+            t.append(
+                "· config valid so far (keys, devices); F5: the rest of cockpit check (model, data)\n", style="bold"
+            )
+        for note in checked.notes:
+            t.append(f"! {note}\n", style=themed("$text-warning"))
+        self.query_one("#problems", Static).update(t)
 
     @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
     def _fit(self, cfg: RunConfig, gpu_gb: float | None, config_path: str | None) -> None:
@@ -449,17 +492,24 @@ class SetupScreen(SetupLaunch):
             Text("running cockpit check --json … (loads the tokenizer in a subprocess)", style="italic")
         )
         path = self._config_file(Path(tempfile.mkdtemp(prefix="cockpit-ui-")), "check")
-        self._check(path)
+        self._check(path, self.model.raw())
 
     @work(thread=True, exclusive=True, group="check")
-    def _check(self, path: Path) -> None:
+    def _check(self, path: Path, raw: dict) -> None:
         res = cli_calls.check_config(path)
         data = res.data if res.data is not None else {"ok": False, "problems": [res.error_text]}
-        self.post_message(self.DataChecked(data))
+        self.post_message(self.DataChecked(data, raw))
 
     @on(DataChecked)
     def _show_data_report(self, message: DataChecked) -> None:
+        if message.raw != self.model.raw():  # the form changed (another file loaded) since F5 asked
+            self.query_one("#data-report", Static).update(
+                Text("the form changed while cockpit check ran: F5 checks it as it is now", style="italic")
+            )
+            return
+        self._check_answer = (message.raw, message.result)
         self.query_one("#data-report", Static).update(forms.data_report(message.result))
+        self._show_problems()
 
     def _preview_body(self, ranks: Text, written: Path | None = None) -> Text:
         argv = self._shell_command(written)
