@@ -99,6 +99,13 @@ elif "$PY" -m pytest -q -p no:cacheprovider -m gpu tests > "$OUT/gpu_tests.txt" 
   row "pytest -m gpu (GPU twins)" ok "$(tail -n 1 "$OUT/gpu_tests.txt")"
 else row "pytest -m gpu (GPU twins)" FAIL "see $OUT/gpu_tests.txt"; fi
 
+# 6. the ROCm field guide's measurements (docs/rocm.md items 2, 6, 9): the allocator settings' reserved memory
+#    (is expandable_segments:True the right default?); the attention backends are in doctor.txt (step 1), a
+#    slow_step alert would be in the LoRA run's events (step 2)
+if "$PY" bench/alloc_conf.py --cycles 60 --json > "$OUT/alloc_conf.json" 2> "$OUT/alloc_conf.err"; then
+  row "allocator settings (rocm.md item 2)" ok "$OUT/alloc_conf.json"
+else row "allocator settings (rocm.md item 2)" FAIL "see $OUT/alloc_conf.err"; fi
+
 echo "cockpit gpu_check on $("$PY" -c 'import torch; print(torch.cuda.get_device_name(0))') x $GPUS (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 printf '%-34s %-5s %s\n' "check" "result" "details"
 for r in "${ROWS[@]}"; do echo "$r"; done

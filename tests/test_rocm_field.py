@@ -372,3 +372,21 @@ def test_flight_recorder_from_relaunch_to_the_comm_line(tmp_path):
 
     (run.logs_dir / "flight_rank_2").write_bytes(pickle.dumps({"entries": [Evil()]}))
     assert "not plain data" in read_dumps(run.logs_dir)["2"]["error"]
+
+
+def test_alloc_conf_bench_is_ready_for_a_gpu():
+    """bench/alloc_conf.py (item 2's measurement, run by scripts/gpu_check.sh): its settings hold the
+    combination pytorch#123548 names, its child program compiles, and without a GPU it says so and exits 0."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.spec_from_file_location("alloc_conf", ROOT / "bench" / "alloc_conf.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert guide.alloc_conf_problem({"PYTORCH_HIP_ALLOC_CONF": bench.SETTINGS["both (pytorch#123548)"]})
+    assert not any(guide.alloc_conf_problem({"PYTORCH_HIP_ALLOC_CONF": v}) for k, v in bench.SETTINGS.items() if "both" not in k)
+    compile(bench.CHILD, "alloc_conf child", "exec")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "alloc_conf.py")], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0 and out.stdout.startswith("alloc_conf: skipped: no GPU"), out.stderr
