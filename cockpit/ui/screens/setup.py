@@ -404,9 +404,7 @@ class SetupScreen(SetupLaunch):
                 "✓ cockpit check passed (config, model, data: the Dataset tab)\n", style=themed("bold $text-success")
             )
         else:
-            t.append(
-                "· config valid so far (keys, devices); F5: the rest of cockpit check (model, data)\n", style="bold"
-            )
+            t.append("· config valid so far; F5 checks model + data\n", style="bold")  # no tick: check has not run
         for note in checked.notes:
             t.append(f"! {note}\n", style=themed("$text-warning"))
         self.query_one("#problems", Static).update(t)
