@@ -156,6 +156,10 @@ def check_space(spec: SweepSpec, log: Callable[[str], None] = print) -> None:
     for params in corners:
         try:
             cfg = spec.trial_config(params)
+        except InputError as err:  # its problems name the trial's values already
+            problems += err.problems
+            continue
+        try:
             static_checks(cfg)
             configs.append((params, cfg))
         except InputError as err:
