@@ -124,7 +124,10 @@ def _worker(run: Path, *extra: str) -> subprocess.Popen:
 def test_chat_worker_streams_both_sides(tiny_run, tiny_model_dir):
     proc = _worker(tiny_run, "--max-new-tokens", "10")
     try:
-        ready = json.loads(proc.stdout.readline())
+        progress = []
+        while "progress" in (ready := json.loads(proc.stdout.readline())):
+            progress.append(ready["progress"])  # the load's stages, before ready
+        assert any(p.startswith("loading the base model") for p in progress), progress
         assert ready["ready"] and ready["run_id"] == tiny_run.name and ready["sides"] == ["base", "tuned"]
         proc.stdin.write('{"nonsense": 1}\n' + json.dumps({"id": "a", "prompt": "Who are you?"}) + "\n")
         proc.stdin.flush()
@@ -143,6 +146,9 @@ def test_chat_worker_streams_both_sides(tiny_run, tiny_model_dir):
         for side in ("base", "tuned"):
             assert "".join(e["delta"] for e in events if e.get("side") == side and "delta" in e) == ends[side]["text"]
             assert 0 < ends[side]["tokens"] <= 10
+            assert ends[side]["cut"] == (ends[side]["tokens"] == 10)  # stopped by the limit, not its end of sequence
+        starts = [e["side"] for e in events if e.get("start")]
+        assert starts == ["base", "tuned"] and events[0].get("start")  # each side said before its first token
         assert ends["base"]["token_ids"] != ends["tuned"]["token_ids"]
         # the worker's tuned tokens are the adapter-on-base greedy tokens
         model, tok = _adapter_on_base(tiny_run, tiny_model_dir)
@@ -163,6 +169,18 @@ def test_chat_cli_local_json(tiny_run):
     assert out["backend"] == "local" and out["results"][0]["prompt"] == "Hi there"
     assert out["results"][0]["base"] != out["results"][0]["tuned"]
     assert (tiny_run / "logs" / "chat_worker.log").exists()
+
+
+@pytest.mark.slow
+def test_chat_cli_says_what_it_does_and_where_the_limit_cut(tiny_run):
+    """Issue 62 item 8: `cockpit chat RUN --prompt` says each stage of the load on stderr (the base
+    model by name), each side as it starts, and an answer stopped by the token limit says so."""
+    res = cockpit("chat", tiny_run.name, "--runs-dir", str(tiny_run.parent), "--prompt", "Hi there", "--max-new-tokens", "3")
+    assert res.returncode == 0, res.stderr
+    assert "loading the base model" in res.stderr and "loading the tuned adapter" in res.stderr, res.stderr
+    assert "ready in" in res.stderr
+    assert "[base] " in res.stdout and "[tuned] " in res.stdout
+    assert res.stdout.count("[cut at max_new_tokens=3") == 2, res.stdout  # a random model's 3 tokens: no end of sequence
 
 
 def test_chat_worker_fatal_without_adapter(tmp_path, tiny_model_dir):

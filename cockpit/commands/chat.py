@@ -99,7 +99,6 @@ def _jsonl_vllm(backend) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.serve.artifacts import load_run, load_run_probes
-    from cockpit.serve.side_by_side import LocalBackend
     from cockpit.serve.vllm import VLLMError
 
     try:
@@ -116,8 +115,7 @@ def run(args: argparse.Namespace) -> int:
         if interactive and sys.stdin.isatty():
             print("type a prompt, Enter to send; Ctrl-D to quit", file=sys.stderr)
         if backend is None:
-            print("loading base and tuned models ...", file=sys.stderr)
-            backend = LocalBackend(art, device=args.device, max_new_tokens=max_new)
+            backend = _local_backend(args, art, max_new)
     except InputError as err:
         return print_input_error(err)
     except (VLLMError, RuntimeError) as err:
@@ -141,6 +139,21 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any("error" in r for r in results) else EXIT_OK
 
 
+def _local_backend(args: argparse.Namespace, art: Any, max_new: int) -> Any:
+    """The chat worker, each stage of its load said on stderr as it begins (a model can take minutes)."""
+    from cockpit.serve.side_by_side import LocalBackend
+
+    def said(ev: dict[str, Any]) -> None:
+        print(f"[{ev.get('elapsed_s', 0):5.1f} s] {ev['progress']} ...", file=sys.stderr, flush=True)
+
+    backend = LocalBackend(art, device=args.device, max_new_tokens=max_new, on_progress=said)
+    r = backend.ready
+    print(
+        f"ready in {r.get('load_s', 0):.1f} s: base and tuned on {r.get('device')} ({r.get('dtype')})", file=sys.stderr
+    )
+    return backend
+
+
 def _exec_chat_worker(args: argparse.Namespace, art: Any, max_new: int) -> None:
     """``--jsonl`` with local models: this process becomes the chat worker (JSON lines on stdin/stdout)."""
     argv = [sys.executable, "-m", "cockpit.serve.chat_worker", str(art.run.path), "--max-new-tokens", str(max_new)]
@@ -148,6 +161,15 @@ def _exec_chat_worker(args: argparse.Namespace, art: Any, max_new: int) -> None:
         argv += ["--device", args.device]
     sys.stdout.flush()
     os.execv(sys.executable, argv)
+
+
+def end_note(ev: dict[str, Any]) -> str:
+    """After a side's answer: its token count and time, and whether the token limit cut it."""
+    tokens, seconds = ev.get("tokens"), ev.get("seconds")
+    note = f"{tokens} tokens in {seconds:.1f} s" if tokens is not None and seconds is not None else ""
+    if ev.get("cut"):
+        note = f"cut at max_new_tokens={tokens}" + (f", {seconds:.1f} s" if seconds is not None else "")
+    return f"  [{note}]" if note else ""
 
 
 def _prompts(prompts: list[dict[str, Any]], interactive: bool):
@@ -170,11 +192,14 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
         if args.json:
             return
         side = ev.get("side")
-        if "delta" in ev:
-            if state["side"] != side:
-                print(f"\n[{side}] ", end="")
+        if ev.get("start") or ("delta" in ev and state["side"] != side):
+            if state["side"] != side:  # a side begins: said before its first token (a CPU can take a while)
+                print(f"\n[{side}] ", end="", flush=True)
                 state["side"] = side
+        if "delta" in ev:
             print(ev["delta"], end="", flush=True)
+        elif ev.get("end"):
+            print(end_note(ev), end="", flush=True)
         elif "error" in ev:
             print(f"\nerror: {ev['error']}", file=sys.stderr)
 
@@ -189,7 +214,8 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
     if not args.json:
         print()
         if many or "expect" in item:
-            print(side_by_side(res.get("base", ""), res.get("tuned", "")))
+            cut = {side: " [cut]" if res.get(f"{side}_cut") else "" for side in ("base", "tuned")}
+            print(side_by_side(res.get("base", "") + cut["base"], res.get("tuned", "") + cut["tuned"]))
         if "expect" in item:
             print(
                 f"expect {item['expect']}: base {'PASS' if res['base_ok'] else 'fail'}, tuned {'PASS' if res['tuned_ok'] else 'fail'}"

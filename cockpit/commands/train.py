@@ -35,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="with --detach: print {run_id, run_dir} as JSON")
     p.add_argument("--skip-check", action="store_true", help="do not load the tokenizer and data before launch")
     p.add_argument(
+        "--progress",
+        action="store_true",
+        help="say each stage of the launch on stderr as it begins ('stage: ...'; the cockpit's F8 shows them)",
+    )
+    p.add_argument(
         "--notify-command",
         default=None,
         metavar="CMD",
@@ -58,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     held = False
     loaded = None
     try:
+        stage(args, "checking the config and every data row")
         cfg = config_from_args(slurm_args(args))
         refuse_shared_output(cfg, runs_dir(args), args.config)  # another run (or queue entry) writes its output_dir
         if args.skip_check:
@@ -81,11 +87,14 @@ def run(args: argparse.Namespace) -> int:
         from cockpit.commands.slurm_submit import submit
 
         return submit(args, cfg, runs_dir(args))
+    stage(args, "creating the run dir and starting its supervisor")
     run = start_run(cfg, config_path=args.config, runs_dir=runs_dir(args), held=held)
     if held:
+        stage(args, f"run {run.run_id} started: its ranks load the model while the tokenizer checks the data")
         failed = check_held(run, cfg, loaded, args)
         if failed is not None:
             return failed
+        stage(args, "check passed: the run trains")
     if args.detach:
         if args.json:
             print(json.dumps({"run_id": run.run_id, "run_dir": str(run.path)}))
@@ -93,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"run {run.run_id} started (detached)\nrun dir: {run.path}\nfollow it: cockpit attach {run.run_id}")
         return EXIT_OK
     return follow_interactively(run)
+
+
+def stage(args: argparse.Namespace, what: str) -> None:
+    """``--progress``: a stage of the launch, on stderr as it begins."""
+    if getattr(args, "progress", False):
+        print(f"stage: {what}", file=sys.stderr, flush=True)
 
 
 def check_full(cfg: RunConfig, quiet: bool, loaded=None, gpus: int | None = None):

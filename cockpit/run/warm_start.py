@@ -15,7 +15,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 ENV_VAR = "COCKPIT_WARM_START"
@@ -161,37 +161,88 @@ def _wait_listening(path: str, server_pid: int, timeout: float = 180.0) -> None:
 
 
 def run(
-    command: list[str], env: Mapping[str, str], cwd: str | None, timeout: float
+    command: list[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    timeout: float,
+    on_stderr: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(command, capture_output=True, text=True, stdin=DEVNULL, ...)``: the process forked
     by the warm start server where ``env`` names one and it takes the command, else started cold. A
-    timeout kills the warm process's session and raises :class:`subprocess.TimeoutExpired`, as ``run`` does."""
-    import signal
+    timeout kills the warm process's session and raises :class:`subprocess.TimeoutExpired`, as ``run`` does.
+    ``on_stderr``: called with each line of stderr as the process writes it (its stages, shown live)."""
     import tempfile
 
     where = cwd or os.getcwd()
     with tempfile.TemporaryDirectory(prefix="cockpit-warm-") as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        proc = start(command, env, where, out, err)
+        proc: WarmProcess | subprocess.Popen[bytes] | None = start(command, env, where, out, err)
         if proc is None:
-            return subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-            )
+            if on_stderr is None:
+                return subprocess.run(
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    env=dict(env),
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                )
+            with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
+                proc = subprocess.Popen(
+                    command, stdout=out_fh, stderr=err_fh, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL
+                )
         try:
-            code = proc.wait(timeout)
+            code = _wait(proc, timeout, err, on_stderr)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(proc)
             raise subprocess.TimeoutExpired(command, timeout, output=_text(out), stderr=_text(err)) from None
         return subprocess.CompletedProcess(command, code, _text(out), _text(err))
+
+
+def _wait(
+    proc: WarmProcess | subprocess.Popen[bytes], timeout: float, err: str, on_stderr: Callable[[str], None] | None
+) -> int:
+    """``proc``'s exit code; with ``on_stderr``, each complete line of the ``err`` file handed to it
+    as it comes (every 0.2 s), the rest at the end."""
+    if on_stderr is None:
+        return proc.wait(timeout)
+    deadline, offset, partial = time.monotonic() + timeout, 0, b""
+    while True:
+        try:
+            code: int | None = proc.wait(max(0.0, min(0.2, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            code = None
+        try:
+            with open(err, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            chunk = b""
+        offset += len(chunk)
+        *lines, partial = (partial + chunk).split(b"\n")
+        if code is not None and partial:
+            lines, partial = [*lines, partial], b""
+        for line in lines:
+            on_stderr(line.decode("utf-8", "replace"))
+        if code is not None:
+            return code
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(["warm start"], timeout)
+
+
+def _kill(proc: WarmProcess | subprocess.Popen[bytes]) -> None:
+    """A warm process's session (it is a session leader), or a cold child."""
+    import signal
+
+    if isinstance(proc, subprocess.Popen):
+        proc.kill()
+        proc.wait()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _text(path: str) -> str:

@@ -28,11 +28,16 @@ In (stdin)::
 
 Out (stdout)::
 
+    {"progress": "loading the base model ... on cpu (float32)", "elapsed_s": 2.1}   while loading
     {"ready": true, "run_id": ..., "base_model": ..., "adapter": ..., "device": "cpu",
-     "dtype": "float32", "load_s": 1.9, "sides": ["base", "tuned"]}          once, first line
+     "dtype": "float32", "load_s": 1.9, "sides": ["base", "tuned"]}          once, after the progress
+    {"id": 7, "side": "base", "start": true, "prompt_tokens": 9,
+     "max_new_tokens": 128}                                                   a side's generation begins
     {"id": 7, "side": "base", "delta": "I am"}                                streamed text pieces
     {"id": 7, "side": "base", "end": true, "text": "...", "token_ids": [...],
-     "tokens": 12, "seconds": 0.8, "cancelled": false}                        once per side
+     "tokens": 12, "seconds": 0.8, "cancelled": false,
+     "cut": false}                                                            once per side; cut: the
+                                                                              answer stopped at max_new_tokens
     ... the same for "tuned" ...
     {"id": 7, "done": true, "cancelled": false}                               after all sides
     {"id": 7, "error": "..."}                     a bad request; the worker keeps serving
@@ -72,7 +77,7 @@ class Emitter:
 class Generator:
     """The loaded models and tokenizer of one run; ``generate`` streams one side."""
 
-    def __init__(self, art, device: str = "cpu", dtype: str = "auto", log=lambda *_: None):
+    def __init__(self, art, device: str = "cpu", dtype: str = "auto", log=lambda *_: None, progress=lambda _: None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -93,8 +98,10 @@ class Generator:
         else:
             tdtype = getattr(torch, dtype)
         self.dtype = str(tdtype).replace("torch.", "")
+        progress(f"finding the base model {art.base_model}")
         ref = hub_ready(resolve_model(art.base_model, log=log, revision=cfg.model_revision))
         kw = {"trust_remote_code": bool(cfg.trust_remote_code), **ref.model_kwargs()}
+        progress("loading the tokenizer")
         if (art.adapter_dir / "tokenizer_config.json").exists():
             self.tok = AutoTokenizer.from_pretrained(str(art.adapter_dir))
         else:
@@ -102,11 +109,13 @@ class Generator:
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
         apply_template_choice(self.tok, cfg.template, cfg.default_system, cfg.enable_thinking)
+        progress(f"loading the base model {art.base_model} on {device} ({self.dtype})")
         base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
         from cockpit.models.vocab import resize_to_tokenizer
 
         # rows for the run's added tokens (the adapter holds their weights) or its template's stop words
         resize_to_tokenizer(base, self.tok, mean_resizing=False)
+        progress(f"loading the tuned {'adapter' if art.is_lora else 'model'} {art.adapter_dir}")
         if art.is_lora:
             from peft import PeftModel
 
@@ -124,7 +133,8 @@ class Generator:
         return render_prompt_ids(self.tok, messages)
 
     def generate(self, side: str, messages, max_new_tokens: int, temperature: float, cancel: threading.Event, on_delta):
-        """Stream one side; returns (text, token_ids, cancelled)."""
+        """Stream one side; returns (text, token_ids, cancelled, cut): ``cut``, the answer stopped at
+        ``max_new_tokens`` (neither its end of sequence nor a cancel)."""
         import contextlib
 
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
@@ -179,11 +189,13 @@ class Generator:
         if "error" in result:
             raise result["error"]
         new = result["out"][0, ids.shape[1] :].tolist()
-        if new and new[-1] == tok.eos_token_id:
+        ended = bool(new) and new[-1] == tok.eos_token_id
+        if ended:
             new = new[:-1]
         full = "".join(text)
+        cut = not ended and not cancel.is_set() and len(new) >= max_new_tokens
         # the streamer holds back a trailing partial word until the end; it flushed it above
-        return full, new, cancel.is_set()
+        return full, new, cancel.is_set(), cut
 
 
 def _messages(req: dict[str, Any]) -> list[dict[str, str]]:
@@ -259,7 +271,8 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
                     cancelled = True
                     break
                 t0 = time.perf_counter()
-                text, ids, was_cancelled = gen.generate(
+                emit(id=rid, side=side, start=True, prompt_tokens=len(gen.prompt_ids(msgs)), max_new_tokens=max_new)
+                text, ids, was_cancelled, cut = gen.generate(
                     side,
                     msgs,
                     max_new,
@@ -276,6 +289,7 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
                     tokens=len(ids),
                     seconds=round(time.perf_counter() - t0, 3),
                     cancelled=was_cancelled,
+                    cut=cut,
                 )
                 cancelled = cancelled or was_cancelled
         except Exception as exc:  # noqa: BLE001 - a generation failure ends this request, not the worker
@@ -308,12 +322,19 @@ def main(argv: list[str] | None = None) -> int:
     from cockpit.store.rundir import default_runs_dir, resolve_run
 
     t0 = time.perf_counter()
+
+    def progress(what: str) -> None:
+        emit(progress=what, elapsed_s=round(time.perf_counter() - t0, 1))
+
     try:
         art = load_run(resolve_run(args.run, args.runs_dir or default_runs_dir()))
+        progress("importing torch and transformers")
         import torch
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        gen = Generator(art, device=device, dtype=args.dtype, log=lambda m: print(m, file=sys.stderr))
+        gen = Generator(
+            art, device=device, dtype=args.dtype, log=lambda m: print(m, file=sys.stderr), progress=progress
+        )
     except (LookupError, InputError) as exc:
         emit(error=str(exc), fatal=True)
         return 1

@@ -31,7 +31,9 @@ class LocalBackend:
         max_new_tokens: int = 128,
         python: str | None = None,
         ready_timeout: float = 600,
+        on_progress=None,
     ):
+        """``on_progress``: called with each of the worker's ``progress`` events while it loads."""
         self.art = art
         argv = [
             python or sys.executable,
@@ -56,6 +58,10 @@ class LocalBackend:
             bufsize=1,
         )
         self.ready = self._read()
+        while self.ready is not None and "progress" in self.ready:
+            if on_progress:
+                on_progress(self.ready)
+            self.ready = self._read()
         if not self.ready or not self.ready.get("ready"):
             err = (self.ready or {}).get("error") or f"the chat worker exited (log: {self.log_path})"
             self.close()
@@ -151,6 +157,8 @@ def collect(events: Iterator[dict[str, Any]], on_event=None) -> dict[str, Any]:
             out[ev["side"]] = ev.get("text", "")
             if ev.get("token_ids") is not None:
                 out[ev["side"] + "_token_ids"] = ev["token_ids"]
+            if ev.get("cut"):
+                out[ev["side"] + "_cut"] = True
         if "error" in ev:
             out["error"] = ev["error"]
     return out

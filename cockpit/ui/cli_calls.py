@@ -61,10 +61,14 @@ def cli_env(env: dict | None = None) -> dict[str, str]:
     return full_env
 
 
-def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None) -> CliResult:
+def run_cli(
+    *args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None, on_stderr=None
+) -> CliResult:
+    """``on_stderr``: called (in this thread) with each stderr line as the command writes it."""
     full_env = cli_env(env)
     try:
-        proc = warm_start.run(cockpit_argv(*args), full_env, cwd, timeout)  # cold unless a test's server is named
+        # cold unless a test's server is named
+        proc = warm_start.run(cockpit_argv(*args), full_env, cwd, timeout, on_stderr=on_stderr)
     except subprocess.TimeoutExpired as exc:
         out = (
             exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -103,11 +107,14 @@ def write_config(path: Path, raw: Mapping[str, Any]) -> dict[str, str]:
 
 
 def train_detached(
-    path: Path, runs_dir: Path, timeout: float = 600, secrets: dict[str, str] | None = None
+    path: Path, runs_dir: Path, timeout: float = 600, secrets: dict[str, str] | None = None, on_stage=None
 ) -> CliResult:
     """``cockpit train PATH --detach``; ``secrets`` (from :func:`write_config`) reach the run through
-    the command's environment."""
-    return run_cli("train", str(path), "--detach", "--json", "--runs-dir", str(runs_dir), timeout=timeout, env=secrets)
+    the command's environment; ``on_stage``: called with each stage of the launch as it begins
+    (``--progress``: the data check, the supervisor's start, the tokenizer check)."""
+    progress = ["--progress"] if on_stage else []
+    args = ("train", str(path), "--detach", "--json", *progress, "--runs-dir", str(runs_dir))
+    return run_cli(*args, timeout=timeout, env=secrets, on_stderr=on_stage)
 
 
 def queue_add(path: Path, runs_dir: Path, timeout: float = 600) -> CliResult:

@@ -74,6 +74,8 @@ def turn_text(turn: Turn, side: str) -> Text:
         meta_s = ", ".join(m for m in meta if m)
         if end.get("cancelled"):
             meta_s = ", ".join(filter(None, [meta_s, "cancelled"]))
+        elif end.get("cut"):
+            meta_s = ", ".join(filter(None, [meta_s, "cut at max_new_tokens"]))
         if meta_s:
             t.append(("  " if ok is not None else "\n") + f"({meta_s})", style="dim")
     elif turn.error:
@@ -177,6 +179,9 @@ class ChatScreen(Screen):
 
     def on_chat_screen_event(self, message: Event) -> None:
         ev = message.ev
+        if "progress" in ev and self.ready is None:  # the worker's load, stage by stage
+            self.set_status(f"{ev['progress']} … ({ev.get('elapsed_s', 0):.0f} s)")
+            return
         if ev.get("ready"):
             self.ready = ev
             for side in SIDES:

@@ -85,6 +85,9 @@ class SetupLaunch(Screen):
         def _run_name(self) -> str: ...
         def validate_now(self) -> None: ...
 
+    _launch_line = ""  # "launching: cockpit train NAME --detach …", above the launch's current stage
+    _launch_t0 = 0.0
+
     # what the workers tell the screen (each a subprocess's answer, handled on the UI thread below)
     class Preflighted(WorkerMessage):
         """The doctor's checks that block this config (``result``), or why the doctor did not run."""
@@ -95,6 +98,9 @@ class SetupLaunch(Screen):
 
     class Launched(WorkerMessage):
         """``cockpit train --detach`` answered (a ``cli_calls.CliResult``)."""
+
+    class LaunchStage(WorkerMessage):
+        """A line of ``cockpit train --detach --progress``'s stderr, as it is written (``result``)."""
 
     class SlurmSubmitted(WorkerMessage):
         """``cockpit train --slurm`` answered (a ``cli_calls.CliResult``)."""
@@ -166,14 +172,25 @@ class SetupLaunch(Screen):
         # the run is named by the preset (or the user's run_name): the run id adds the one timestamp
         name = self._run_name()
         path = self._config_file(runs_dir / ".ui-configs", f"{name}-{stamp}", {"run_name": name})
-        self._set_launching(
-            True, f"launching: cockpit train {path.name} --detach …\n(checks the data, starts the supervisor)"
-        )
+        self._launch_line = f"launching: cockpit train {path.name} --detach …"
+        self._launch_t0 = time.monotonic()
+        self._set_launching(True, f"{self._launch_line}\n(checks the data, starts the supervisor)")
         self._launch(path, runs_dir)
 
     @work(thread=True, exclusive=True, group="launch")
     def _launch(self, path: Path, runs_dir: Path) -> None:
-        self.post_message(self.Launched(cli_calls.train_detached(path, runs_dir, secrets=self.secrets)))
+        def said(line: str) -> None:
+            self.post_message(self.LaunchStage(line))
+
+        res = cli_calls.train_detached(path, runs_dir, secrets=self.secrets, on_stage=said)
+        self.post_message(self.Launched(res))
+
+    @on(LaunchStage)
+    def _on_launch_stage(self, message: LaunchStage) -> None:
+        line = str(message.result)
+        if self._launching and line.startswith("stage: "):
+            elapsed = time.monotonic() - self._launch_t0
+            self._set_launching(True, f"{self._launch_line}\n{line.removeprefix('stage: ')} … ({elapsed:.0f} s)")
 
     @on(Launched)
     def _on_launched(self, message: Launched) -> None:
