@@ -17,7 +17,7 @@ from cockpit.config.run_config import RunConfig
 from cockpit.doctor import FAIL, PASS, SKIP, WARN, run_checks
 from cockpit.doctor import field as guide
 from cockpit.preflight.rocm import Facts, field_problems
-from tests.test_doctor import build_machine, by_id, cpu_facts, rocm_facts, run, write
+from tests.test_doctor import MI300X, build_machine, by_id, cpu_facts, fake_bnb, rocm_facts, run, site, write  # noqa: F401 (site: a fixture)
 
 
 @pytest.fixture
@@ -130,6 +130,22 @@ def test_qlora_on_cdna_needs_a_recent_bitsandbytes():
     assert field_problems(cfg, Facts("rocm", targets=["gfx942"], bnb_version="0.50.0")) == []
     assert field_problems(cfg, Facts("rocm", targets=["gfx1100"], bnb_version="0.48.2")) == []  # RDNA: warp 32
     assert field_problems(RunConfig(quantization_bit=8), Facts("rocm", targets=["gfx90a"], bnb_version="0.48.2")) == []
+
+
+def test_qlora_cdna_doctor_check(machine, site, tmp_path):
+    """The doctor's item 3 on an MI300X: an old bitsandbytes warns (fails for a QLoRA config), a recent one passes."""
+    facts = rocm_facts(tmp_path, kinds=(MI300X,))
+    fake_bnb(site, "0.49.2")
+    c = run(machine, facts, only=["qlora_cdna"])["qlora_cdna"]
+    assert c.status == WARN and "0.49.2" in c.seen and "gfx942" in c.seen and "bitsandbytes>=0.50.0" in c.fix
+    assert run(machine, facts, only=["qlora_cdna"], needs={"qlora"})["qlora_cdna"].status == FAIL
+    fake_bnb(site, "0.50.0")
+    for name in [m for m in __import__("sys").modules if m.startswith("bitsandbytes")]:
+        del __import__("sys").modules[name]
+    import shutil
+
+    shutil.rmtree(site / "bitsandbytes-0.49.2.dist-info")
+    assert run(machine, facts, only=["qlora_cdna"])["qlora_cdna"].status == PASS
 
 
 def test_kfd_topology_gives_the_targets(tmp_path):
