@@ -45,4 +45,4 @@ def check_config(ctx: Context) -> Check:
     if missing:
         fix = "\n".join(f"{m}: {install_command(m, ctx)}" for m in missing)
         return Check("config", title, FAIL, f"{seen}; not installed: {', '.join(missing)}", fix, data=data)
-    return Check("config", title, PASS, seen + " (the checks below fail where a piece is missing)", data=data)
+    return Check("config", title, PASS, seen + " (the other checks fail where a piece is missing)", data=data)
