@@ -231,9 +231,13 @@ def test_a_sweep_prunes_survives_its_driver_killed_and_saves_the_best_as_a_prese
     GPUs, median pruner: the detached driver is killed once two trials run, a trial is asked and left unstarted
     (what a driver killed between asking and starting leaves), and ``--resume`` finishes the sweep
     with every trial run exactly once, at least one pruned with its checkpoint, a best trial, and
-    the best saved as a preset that passes check and trains."""
+    the best saved as a preset that passes check and trains. The base names one ``output_dir``
+    (issue 62): each trial writes its own folder under it; the best trial's export merges its own adapter."""
     runs = tmp_path / "runs"
-    base = tiny_config(tmp_path, tiny_model_dir, "base", **{**QUICK, "use_cpu": None})
+    saves = tmp_path / "saves" / "lr"
+    base = tiny_config(
+        tmp_path, tiny_model_dir, "base", **{**QUICK, "use_cpu": None}, output_dir=str(saves), overwrite_output_dir=True
+    )
     spec = spec_file(tmp_path, base, "lr", sampler="random", seed=0, pruner_startup_trials=2)
     env = {**os.environ, **ENV, q.DEVICES_ENV: "0,1"}
     argv = [sys.executable, "-m", "cockpit.cli", "sweep", "--runs-dir", str(runs), "--poll", "0.2"]
@@ -277,15 +281,24 @@ def test_a_sweep_prunes_survives_its_driver_killed_and_saves_the_best_as_a_prese
     pruned = [n for n, t in rows.items() if t["state"] == "pruned"]
     complete = [n for n, t in rows.items() if t["state"] == "complete"]
     assert pruned and len(pruned) + len(complete) == 6, rows
-    for n in pruned:  # stopped cleanly at the stop request, its checkpoint kept
+    for n in pruned:  # stopped cleanly at the stop request, its checkpoint kept in its own folder
         assert status[n]["state"] == "stopped" and status[n]["step"] < 8
-        assert any((runs / status[n]["run_id"] / "checkpoints").glob("checkpoint-*"))
+        assert status[n]["output_dir"] == str(saves / f"lr-t{n}")
+        assert any((saves / f"lr-t{n}" / "checkpoints").glob("checkpoint-*"))
     for n in complete:
         assert status[n]["state"] == "finished" and rows[n]["steps"] == 8
         final = [e for e in read_events(runs / status[n]["run_id"]) if e["kind"] == "eval"][-1]
         assert rows[n]["objective"] == pytest.approx(final["eval_loss"])
     best = table["best"]
     assert best["number"] in complete and best["value"] == min(rows[n]["objective"] for n in complete)
+    adapters = {n: json.loads((runs / st["run_id"] / "summary.json").read_text()) for n, st in status.items()}
+    assert all(a["adapter_dir"] == str(saves / f"lr-t{n}" / "adapter") for n, a in adapters.items())
+    assert len({a["adapter_fingerprint"] for a in adapters.values()}) == 6  # six adapters, none another's
+    own = status[best["number"]]["run_id"]
+    res = cockpit("export", own, "--merge", "--runs-dir", str(runs), env=ENV)
+    assert res.returncode == 0 and f"exported merged of {own}" in res.stdout, res.stdout + res.stderr
+    record = json.loads((saves / f"lr-t{best['number']}" / "merged" / "cockpit_export.json").read_text())
+    assert record["run_id"] == own and record["adapter_dir"] == adapters[best["number"]]["adapter_dir"]
 
     preset = tmp_path / "best.yaml"
     res = cockpit("sweep", "best", "lr", "--save-preset", str(preset), "--runs-dir", str(runs), env=ENV)
@@ -293,6 +306,7 @@ def test_a_sweep_prunes_survives_its_driver_killed_and_saves_the_best_as_a_prese
     saved = yaml.safe_load(preset.read_text())
     assert saved["learning_rate"] == pytest.approx(best["params"]["learning_rate"])
     assert saved.get("lora_rank", 8) == best["params"]["lora_rank"] and "run_name" not in saved
+    assert saved["output_dir"] == str(saves)  # the base's folder, not the trial's
     assert cockpit("check", str(preset), env=ENV).returncode == 0
     trained = cockpit("train", str(preset), "--runs-dir", str(tmp_path / "again"), env=ENV)
     assert trained.returncode == 0, trained.stdout + trained.stderr
