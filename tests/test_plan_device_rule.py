@@ -38,11 +38,12 @@ def test_plan_and_setup_agree_where_the_run_trains(gpus):
     line = fit_line(cfg, machine, model.gpu_memory())
     planned = plan(raw, gpus_visible=gpus, host_memory_gb=23.5, base_dir=str(ROOT / "presets"), use_meta=False)
     if gpus == 0:  # a CPU run: both against the host's RAM, the same verdict
-        assert "of 23.5 GiB host RAM" in line, line
+        assert "on 23.5 GiB of host RAM" in line, line
         assert planned.verdict is not None and planned.capacity_gib == 23.5
-        assert f"-> {planned.verdict['status']} ({100 * planned.verdict['headroom']:.0f}% headroom)" in line, line
+        assert f"-> {planned.verdict['status']} on" in line, line
+        assert f"({100 * planned.verdict['headroom']:.0f}% headroom)" in line, line
     else:  # a GPU run: neither compares with the RAM; both with the GPUs this machine has
-        assert "host RAM" not in line and "of 64 GiB the 1 GPU(s) of this machine" in line, line
+        assert "host RAM" not in line and "on 64 GiB of the 1 GPU(s) of this machine" in line, line
         assert planned.verdict is None  # plan's caller gave no GPU memory
 
 

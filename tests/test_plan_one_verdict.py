@@ -83,7 +83,12 @@ def test_setup_fit_line_says_what_plan_says(gpus):
         config_path=str(MI300X),
     ).as_dict()
     v = d["verdict"]
-    assert f"of 192 GiB {d['capacity_source']} -> {v['status']} ({100 * v['headroom']:.0f}% headroom)" in line, line
+    assert f"-> {v['status']} on 192 GiB of {d['capacity_source']} ({100 * v['headroom']:.0f}% headroom)" in line, line
     assert "MI250" not in line and "64 GiB" not in line, line
     if gpus == 0:
         assert "an MI300X, as mi300x-lora-8b.yaml's header names it" in line and v["status"] == "fits"
+    else:  # 8 ranks on this 23.6 GiB host: the host line decides the one verdict, and the line says it first
+        model.values.update(nproc_per_node="8", strategy="ddp")
+        eight = fit_line(model.check(check_paths=False).cfg, machine, model.gpu_memory(), str(MI300X))
+        assert eight.startswith("fit: does not fit (host RAM at load 127.7 GiB on 23.6 GiB); peak"), eight
+        assert "-> fits on 192 GiB of the 8 GPU(s) of this machine" in eight, eight

@@ -180,14 +180,14 @@ def test_fit_line_on_cpu_uses_host_ram_and_names_the_source():
     checked = m.check()
     assert checked.ok, checked.problems
     line = fit_line(checked.cfg, cpu_box(), m.gpu_memory())
-    assert "of 24 GiB host RAM (a CPU run)" in line and "64" not in line, line
+    assert "on 24 GiB of host RAM (a CPU run)" in line and "64" not in line, line
     # a GPU run: the detected GPUs, unless the field says otherwise
     m.values["device"] = "gpu"
     gpu = cpu_box(gpus=8, gpu_kind="AMD", gpu_memory_gb=192.0)
     cfg = m.check().cfg
-    assert "of 192 GiB the 8 GPU(s) of this machine" in fit_line(cfg, gpu, m.gpu_memory())
+    assert "on 192 GiB of the 8 GPU(s) of this machine" in fit_line(cfg, gpu, m.gpu_memory())
     m.values["gpu_memory_gb"] = "64"
-    assert "of 64 GiB the GPU memory field" in fit_line(cfg, gpu, m.gpu_memory())
+    assert "on 64 GiB of the GPU memory field" in fit_line(cfg, gpu, m.gpu_memory())
 
 
 # -- 4. the log pane: step lines, warnings folded and counted, the raw log one key away ------------

@@ -42,7 +42,7 @@ def test_setup_shows_what_cockpit_check_says_and_the_file_it_came_from(env):
             problems = text_of(app, "#problems")
             assert "this config needs GPUs (use_cpu: false)" in problems and TICK not in problems, problems
             await wait_for(pilot, lambda: "GiB" in text_of(app, "#fit"), 20, "the fit line")
-            assert "of 192 GiB an MI300X" in text_of(app, "#fit"), text_of(app, "#fit")
+            assert "on 192 GiB of an MI300X" in text_of(app, "#fit"), text_of(app, "#fit")
             # Ctrl+O: a YAML of one's own with a bad row at line 7
             await pilot.press("ctrl+o")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "OpenConfig", 5, "the open dialog")

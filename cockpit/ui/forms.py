@@ -399,16 +399,17 @@ def fit_line(cfg: RunConfig, machine: Any, gpu_memory_gb: float | None = None, c
     source = d.get("capacity_source") or "the GPU memory field"
     where = "per rank" if source.startswith("host RAM") else "per device"
     v, host = d.get("verdict"), d.get("host") or {}
-    line = f"fit: peak {res.estimate.peak / 2**30:.1f} GiB {where}"
-    if v:
-        line += f" of {res.capacity_gib:.3g} GiB {source} -> {v['status']} ({100 * v['headroom']:.0f}% headroom)"
+    line = f"peak {res.estimate.peak / 2**30:.1f} GiB {where}"
+    if v:  # as cockpit plan's verdict line words it
+        line += f" -> {v['status']} on {res.capacity_gib:.3g} GiB of {source} ({100 * v['headroom']:.0f}% headroom)"
     else:
         line += (
             " -> no verdict: set GPU memory (or name the device in the YAML's first comment line, as the presets do)"
         )
-    hv = host.get("verdict")
-    if hv and hv["status"] != "fits":
-        line += f"; host RAM at load {host['peak_gib']:.1f} GiB of {host['capacity_gib']:.3g} GiB -> {hv['status']}"
+    overall, hv = d.get("overall") or {}, host.get("verdict")
+    if hv and "device" not in overall.get("by", ["device"]):  # the host line decides the one verdict: said first
+        line = f"{overall['status']} (host RAM at load {host['peak_gib']:.1f} GiB on {host['capacity_gib']:.3g} GiB); {line}"
+    line = "fit: " + line
     if res.suggestion and res.suggestion.get("why"):
         line += f"; try: {res.suggestion['why']}"
     return line

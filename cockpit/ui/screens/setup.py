@@ -424,7 +424,7 @@ class SetupScreen(SetupLaunch):
             "$text-error"
             if "does not fit" in line
             else "$text-warning"
-            if "-> tight" in line
+            if "tight" in line
             else "$text-success"
             if "-> fits" in line
             else "dim"
