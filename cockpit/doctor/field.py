@@ -122,19 +122,19 @@ def listed(value: str | None) -> list[str]:
 
 # -- the rules (pure) ------------------------------------------------------------------------------
 def iommu_problem(cmdline: str, amd_cpu: bool) -> tuple[list[str], str] | None:
-    """Item 1: the kernel settings missing from /proc/cmdline, and the GRUB line that adds them."""
+    """Item 1: ``iommu=pt`` missing from /proc/cmdline, and the GRUB line that adds it (with
+    ``amd_iommu=on`` where the CPU is AMD's and it is not set: some platforms need it, others have it on
+    by default, so its absence alone is no warning)."""
     args = cmdline.split()
-    missing = [] if "iommu=pt" in args else ["iommu=pt"]
-    if amd_cpu and not any(a.startswith("amd_iommu=") for a in args):
-        missing.append("amd_iommu=on")
-    if not missing:
+    if "iommu=pt" in args:
         return None
-    add = " ".join(missing)
+    add = ["iommu=pt"] + (["amd_iommu=on"] if amd_cpu and not any(a.startswith("amd_iommu=") for a in args) else [])
     fix = (
-        f'add "{add}" to GRUB_CMDLINE_LINUX in /etc/default/grub, then sudo update-grub '
+        f'add "{" ".join(add)}" to GRUB_CMDLINE_LINUX in /etc/default/grub, then sudo update-grub '
         "(grub2-mkconfig -o /boot/grub2/grub.cfg on RHEL) and reboot"
+        + (" (amd_iommu=on: on the platforms that need it)" if len(add) > 1 else "")
     )
-    return missing, fix
+    return ["iommu=pt"], fix
 
 
 def alloc_conf_problem(env: Mapping[str, str]) -> tuple[str, str] | None:
