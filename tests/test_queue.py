@@ -67,6 +67,30 @@ def test_move_and_rm_change_the_order(tmp_path):
     assert not q.runner_alive(runs)
 
 
+def test_runs_and_queue_list_the_queued_entries_with_their_overrides(tmp_path):
+    """Issue 62, item 9: `cockpit runs` lists the queued entries (above the runs, as the Runs screen
+    does) and `cockpit queue`'s plain output shows each entry's --set overrides."""
+    import fcntl
+
+    runs = tmp_path / "runs"
+    first = q.add_entry(runs, "a.yaml", ["learning_rate=1e-4", "run_name=two words"], str(tmp_path))["id"]
+    lock = os.open(runs / "queue" / ".runner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a live runner (this process): nothing starts
+    try:
+        listed = cockpit("runs", "--runs-dir", str(runs))
+        as_json = json.loads(cockpit("runs", "--runs-dir", str(runs), "--json").stdout)
+        shown = queue_cli(runs)
+    finally:
+        os.close(lock)
+    overrides = "--set learning_rate=1e-4 --set 'run_name=two words'"
+    assert f"queue:{first}" in listed.stdout and "queued #1" in listed.stdout, listed.stdout
+    assert f"{tmp_path / 'a.yaml'} {overrides}" in listed.stdout
+    assert as_json == [{"queue_entry": first, "run_id": None, "state": "queued", "position": 1,
+                        "config": str(tmp_path / "a.yaml"), "overrides": ["learning_rate=1e-4", "run_name=two words"],
+                        "added": as_json[0]["added"]}]
+    assert shown.returncode == 0 and f"{tmp_path / 'a.yaml'} {overrides}" in shown.stdout, shown.stdout
+
+
 def test_add_refuses_what_check_refuses_slurm_and_multi_node_runs(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
     bad = config(tmp_path, tiny_model_dir, "bad", learning_rate="fast")
@@ -324,7 +348,15 @@ def test_runs_screen_shows_the_queue_above_the_runs_delete_removes_and_brackets_
             rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
             assert [r[1:3] for r in rows[:3]] == [["sweep-a", "◷ queued #1"], ["sweep-b", "◷ queued #2"], ["sweep-c", "◷ queued #3"]]
             assert table.row_count == 3 + len([p for p in runs.iterdir() if (p / "status.json").exists()])
-            await pilot.press("delete")  # the cursor is on the first queued entry
+            await pilot.press("delete")  # the cursor is on the first queued entry: asked first (issue 62, item 9)
+            await pilot.pause(0.3)
+            from cockpit.ui.screens.modals import Confirm
+
+            assert isinstance(app.screen, Confirm) and "sweep-a.yaml" in app.screen.question
+            await pilot.press("n")  # no: it stays
+            await pilot.pause(0.3)
+            assert [e["id"] for e in q.read_queue(runs)["entries"]] == [first, second, third]
+            await pilot.press("delete", "y")
             await pilot.pause(0.3)
             assert [e["id"] for e in q.read_queue(runs)["entries"]] == [second, third]
             assert [str(c) for c in table.get_row_at(0)][1:3] == ["sweep-b", "◷ queued #1"]

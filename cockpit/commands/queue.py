@@ -92,6 +92,7 @@ def move(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    from cockpit.commands.runs import command_text
     from cockpit.run.queue import gpus_text, listing, runner_alive
 
     runs = runs_dir(args)
@@ -106,7 +107,7 @@ def show(args: argparse.Namespace) -> int:
     for r in rows:
         gpus = gpus_text(r) or "-"
         print(
-            f"{r['id']:8} {r['position'] or '-':>4} {r['run_state']:10} {gpus:14} {r['run_id'] or '-':44} {r['config']}"
+            f"{r['id']:8} {r['position'] or '-':>4} {r['run_state']:10} {gpus:14} {r['run_id'] or '-':44} {command_text(r)}"
         )
     if not runner_alive(runs):
         print("(no queue runner alive: starting one)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from cockpit.commands.common import EXIT_OK, add_runs_dir, runs_dir
 from cockpit.store.rundir import list_runs, running_s
@@ -31,6 +32,35 @@ def run_row(run, status: dict | None = None) -> dict:
     }
 
 
+def queued_rows(runs: Path) -> list[dict]:
+    """The queue's entries that are no run yet (queued, launching), in queue order; a started one is
+    listed as its run."""
+    from cockpit.run.queue import listing
+
+    return [
+        {
+            "queue_entry": e["id"],
+            "run_id": None,
+            "state": "queued",
+            "position": e["position"],
+            "config": e["config"],
+            "overrides": list(e.get("overrides") or []),
+            "added": e.get("added"),
+        }
+        for e in listing(runs)
+        if e["state"] in ("queued", "launching")
+    ]
+
+
+def command_text(entry: dict) -> str:
+    """A queue entry's config and its ``--set`` overrides, as ``cockpit queue add`` was given them."""
+    import shlex
+
+    return " ".join(
+        [shlex.quote(str(entry["config"])), *(f"--set {shlex.quote(o)}" for o in entry.get("overrides") or [])]
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_runs_dir(p)
     p.add_argument("--json", action="store_true")
@@ -43,13 +73,19 @@ def run(args: argparse.Namespace) -> int:
     runs = list_runs(runs_dir(args))
     statuses = effective_statuses(runs)  # Slurm runs: queued / ended by the scheduler
     rows = [run_row(r, statuses[r.run_id]) for r in runs]
+    queued = queued_rows(runs_dir(args))
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(queued + rows, indent=1))
         return EXIT_OK
-    if not rows:
+    if not rows and not queued:
         print(f"no runs in {runs_dir(args)}")
         return EXIT_OK
     print(f"{'RUN':44} {'STATE':9} {'STEP':>11} {'LOSS':>8} {'TIME':>8}  STARTED")
+    for q in queued:  # above the runs, in queue order, as the Runs screen lists them
+        added = time.strftime("%Y-%m-%d %H:%M", time.localtime(q["added"])) if q.get("added") else "-"
+        where = f"queued #{q['position']}" if q["position"] else "starting"
+        print(f"{'queue:' + q['queue_entry']:44} {where:21} {'-':>8} {'-':>8}  {added}")
+        print(f"{'':44} {command_text(q)}")
     for r in rows:
         step = f"{r['step'] or 0}/{r['total_steps'] or '?'}"
         loss = f"{r['last_loss']:.4f}" if isinstance(r["last_loss"], (int, float)) else "-"

@@ -264,15 +264,31 @@ class RunsScreen(RunActionsMixin, Screen):
         key = self._selected_key()
         if key is None or not key.startswith(QUEUED):
             return super().action_delete()
-        from cockpit.run.queue import remove_entry
+        from cockpit.run.queue import listing, remove_entry
+        from cockpit.ui.screens.modals import Confirm
 
-        try:
-            entry = remove_entry(self.app.runs_dir, key[len(QUEUED) :])
-        except LookupError as exc:
-            self.notify(str(exc.args[0]), severity="warning")
-        else:
-            self.notify(f"removed from the queue: {entry['config']}")
-        self.refresh_runs()
+        entry_id = key[len(QUEUED) :]
+        entry = next((e for e in listing(self.app.runs_dir) if e["id"] == entry_id), None)
+        if entry is None:
+            self.notify(f"queue entry {entry_id} is no longer queued", severity="warning")
+            self.refresh_runs()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                removed = remove_entry(self.app.runs_dir, entry_id)
+            except LookupError as exc:
+                self.notify(str(exc.args[0]), severity="warning")
+            else:
+                self.notify(f"removed from the queue: {removed['config']}")
+            self.refresh_runs()
+
+        sets = "".join(f" --set {o}" for o in entry.get("overrides") or [])
+        where = f"#{entry['position']}" if entry.get("position") else "starting"
+        question = f"Take queue entry {entry_id} ({where}) out of the queue?\n{entry['config']}{sets}"
+        self.app.push_screen(Confirm(question, "Remove"), answered)
 
     def action_target(self) -> RunDir | None:  # merge / export / serve / chat act on the selected run
         return self._selected()
