@@ -24,6 +24,12 @@ ACTION_BINDINGS = [
     Binding("R", "resume", "Resume"),
     Binding("delete", "delete", "Delete"),
 ]
+ENDED_HOW = {
+    "stopped": "was stopped",
+    "killed": "was killed",
+    "failed": "failed",
+    "lost": "was lost",
+}  # the resume question
 RESUMABLE = TERMINAL_STATES - {"finished"}  # what cockpit resume continues: stopped, failed, killed, lost, ...
 
 
@@ -210,9 +216,12 @@ class RunActionsMixin(Screen):
                 self.show_action_progress(f"resuming {run.run_id} from its last good checkpoint … (cockpit resume)")
                 self._resume(run)
 
-        self.app.push_screen(
-            Confirm(f"Resume {run.run_id} ({state}) from its last good checkpoint?", "Resume", danger=False), answered
+        how = ENDED_HOW.get(str(state), f"ended {state}")
+        question = (
+            f"Resume {run.run_id}?\nIt {how} before its last step. It goes on from its last good checkpoint,"
+            " as a new attempt in the same run dir."
         )
+        self.app.push_screen(Confirm(question, "Resume", danger=False), answered)
 
     @work(thread=True, exclusive=True, group="resume")
     def _resume(self, run: RunDir) -> None:
