@@ -52,7 +52,7 @@ def check_one(path: Path, workdir: Path) -> str | None:
             cfg = load_config(swapped)
             check_run(cfg, log=lambda *_: None, with_devices=False)
         except InputError as err:
-            return " | ".join(str(p).replace(str(swapped), path.name) for p in err.problems)[:400]
+            return " | ".join(str(p).replace(str(swapped), path.name).splitlines()[0] for p in err.problems)[:400]
         except Exception as err:  # noqa: BLE001 (a library's own error: reported, not hidden)
             return f"{type(err).__name__}: {err}".splitlines()[0][:400]
     return None

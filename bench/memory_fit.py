@@ -16,6 +16,7 @@ second step, at full length, carries them, as every step after the first does in
 
     python bench/memory_fit.py            # full grid (32 points)
     python bench/memory_fit.py --quick    # tiny grid + 4 SmolLM2 points
+    python bench/memory_fit.py --smoke    # two tiny points: the suite's check that it runs
 Exit 1 if any point is off by more than --tolerance (15 %).
 """
 
@@ -64,7 +65,9 @@ def rank_prepare(run_cfg: dict, skip_cast: bool = True):
     return over_base(RunConfig.from_mapping({**default_config(), **run_cfg}), peft_input_cast=not skip_cast)
 
 
-def grid(quick: bool) -> list[tuple[str, str, bool, int, int]]:
+def grid(quick: bool, smoke: bool = False) -> list[tuple[str, str, bool, int, int]]:
+    if smoke:  # the suite's check that the script runs: two tiny points (an activations peak, a gradients peak)
+        return [("tiny", "lora", False, 1, 128), ("tiny", "full", True, 1, 128)]
     pts = []
     for model in ("tiny", "smollm2"):
         for ft, ck, mb, s in itertools.product(("lora", "full"), (False, True), (1, 4), (128, 512)):
@@ -77,6 +80,7 @@ def grid(quick: bool) -> list[tuple[str, str, bool, int, int]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny grid + SmolLM2 at micro-batch 1, cutoff 128")
+    ap.add_argument("--smoke", action="store_true", help="two tiny points: that the script runs (the suite)")
     ap.add_argument("--tolerance", type=float, default=15.0, help="allowed |error| in percent")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args(argv)
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         hdr = f"{'model':8} {'method':5} {'ckpt':4} {'mb':>2} {'cutoff':>6}  {'predicted MB':>12} {'measured MB':>11} {'error %':>8}  {'peak moment':<26} {'s':>5}"
         print(hdr)
         print("-" * len(hdr))
-        for model, ft, ck, mb, s in grid(args.quick):
+        for model, ft, ck, mb, s in grid(args.quick, args.smoke):
             cfg = {"model_name_or_path": srcs[model], "finetuning_type": ft, "gradient_checkpointing": ck,
                    "per_device_train_batch_size": mb, "cutoff_len": s, "lora_rank": 8, "lora_alpha": 16,
                    "lora_target": "all"}

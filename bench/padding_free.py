@@ -1,6 +1,6 @@
 """Padded vs padding-free micro-batches, forward + backward of the same samples, alternated.
 
-    python bench/padding_free.py [--cutoffs 256,1024,2048] [--batch 4] [--synthetic] [--rounds 2] [--bf16]
+    python bench/padding_free.py [--cutoffs 256,1024,2048] [--batch 4] [--synthetic] [--rounds 2] [--bf16] [--model DIR]
 
 The numbers behind ``packing``'s auto rule (``cockpit/data/padding.py``): SmolLM2-135M-Instruct
 (the embedded model, fp32), LoRA r8 on all linear layers, one process. Each cutoff builds
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--synthetic", action="store_true", help="random rows of cutoff/4 .. cutoff tokens")
     ap.add_argument("--lf-data", type=Path, default=LF_DATA)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 weights, as a rank on the CPU)")
+    ap.add_argument("--model", help="a model folder (default: the embedded SmolLM2; the suite: a tiny random Llama)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     import torch
@@ -45,7 +46,7 @@ def main() -> None:
     from cockpit.models.embedded import ensure_embedded_model
     from cockpit.train.packed_attention import register
 
-    folder = str(ensure_embedded_model())
+    folder = a.model or str(ensure_embedded_model())
     tok = AutoTokenizer.from_pretrained(folder)
     real_rows: list[list[int]] = []
     if not a.synthetic:
