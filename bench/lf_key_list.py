@@ -1,6 +1,7 @@
 """The names of every LLaMA-Factory 0.9.5 config key, read from its own argument dataclasses (issue 37).
 
     python bench/lf_key_list.py     # builds the side venv (bench/lf_venv.py) and re-runs itself there
+    python bench/lf_key_list.py --dry-run   # what it would write and run; no LLaMA-Factory
 
 A LLaMA-Factory training YAML is parsed by ``HfArgumentParser`` into ``ModelArguments``, ``DataArguments``,
 ``TrainingArguments`` (HF's ``Seq2SeqTrainingArguments`` plus LLaMA-Factory's Ray / profiler / FP8 fields),
@@ -15,11 +16,10 @@ refused by name with a reason), without this venv. The v1 trainer's keys (``USE_
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -90,12 +90,16 @@ def generate_v1() -> dict:
 
 
 def main() -> int:
-    if importlib.util.find_spec("llamafactory") is None:  # not the side venv: run this file with its python
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="say what would be written and run; no LLaMA-Factory")
+    args = ap.parse_args()
+    if args.dry_run or importlib.util.find_spec("llamafactory") is None:  # not the side venv: run this file with its python
         sys.path.insert(0, str(ROOT / "bench"))
-        from lf_venv import ensure
+        from lf_venv import rerun_in_side_venv
 
-        lf_python = ensure().with_name("python")
-        return subprocess.call([str(lf_python), __file__], env={**os.environ, "PYTHONPATH": ""})
+        if args.dry_run:
+            print(f"would write {OUT.relative_to(ROOT)} and {V1_OUT.relative_to(ROOT)}")
+        return rerun_in_side_venv(__file__, [], dry_run=args.dry_run)
     data = generate()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")

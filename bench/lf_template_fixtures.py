@@ -4,6 +4,7 @@
     python bench/lf_template_fixtures.py --own      # only the tokenizer's-own-template file (no template key)
     python bench/lf_template_fixtures.py --mistral  # only the file made with Mistral's real tokenizer
     python bench/lf_template_fixtures.py --qwen     # only the file made with Qwen3.5 / 3.6's real tokenizer
+    python bench/lf_template_fixtures.py --dry-run  # what it would write, its own inputs checked; no LLaMA-Factory
 
 For every text template LLaMA-Factory registers (``llamafactory.data.template.TEMPLATES`` without a
 multimodal plugin: 73 in 0.9.5) and every case in ``CASES``, a raw dataset row goes through
@@ -25,7 +26,6 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -485,17 +485,52 @@ def _write(path: Path, data: dict) -> None:
     path.write_bytes(gzip.compress(raw, mtime=0))
 
 
+EVERY = ("--smollm2", "--own", "--mistral", "--qwen")
+
+
+def chosen_files(argv: list[str]) -> set[str]:
+    """Which golden files ``argv`` asks for (none named: all); an unknown argument is an error."""
+    if unknown := [a for a in argv if a not in (*EVERY, "--dry-run")]:
+        raise SystemExit(f"unknown argument {' '.join(unknown)}: choose from {' '.join(EVERY)} [--dry-run]")
+    return set(EVERY) & set(argv) or set(EVERY)
+
+
+def dry_run(chosen: set[str]) -> int:
+    """What the run would write and from what, checked short of LLaMA-Factory: the cases, the tokenizer
+    fixtures (unpacked and read), the side venv's command line."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import lf_venv
+
+    print(f"{len(CASES)} cases, {len(OWN_TEMPLATES)} own templates ({len(OWN_TEMPLATES_MISTRAL)} on Mistral's tokenizer)")
+    outs = {"--smollm2": OUT, "--own": OUT_OWN, "--mistral": OUT_MISTRAL, "--qwen": OUT_QWEN}
+    fixtures = {"--mistral": MISTRAL_TOKENIZER, "--qwen": QWEN_TOKENIZER}
+    for flag in EVERY:
+        if flag not in chosen:
+            continue
+        line = f"{flag}: would write {outs[flag].relative_to(ROOT)}"
+        if flag in fixtures:
+            if (fixtures[flag] / "tokenizer.json.gz").exists():
+                with tempfile.TemporaryDirectory() as tmp:
+                    folder = Path(unpacked_tokenizer(fixtures[flag], Path(tmp)))
+                    vocab = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+                line += f" with {fixtures[flag].relative_to(ROOT)} ({len(vocab)} tokens)"
+            else:
+                line += f"; {fixtures[flag].relative_to(ROOT)} missing: made first"
+        print(line)
+    return lf_venv.rerun_in_side_venv(__file__, sorted(chosen), dry_run=True)
+
+
 def main() -> int:
+    chosen = chosen_files(sys.argv[1:])
+    if "--dry-run" in sys.argv[1:]:
+        return dry_run(chosen)
     try:
         import llamafactory  # noqa: F401
     except ImportError:  # re-run inside the side venv
         sys.path.insert(0, str(ROOT / "bench"))
         import lf_venv
 
-        py = lf_venv.ensure().parent / "python"
-        return subprocess.call([str(py), __file__, *sys.argv[1:]], env={**os.environ, "PYTHONPATH": ""})
-    every = {"--smollm2", "--own", "--mistral", "--qwen"}
-    chosen = every & set(sys.argv) or every
+        return lf_venv.rerun_in_side_venv(__file__, sys.argv[1:])
     if "--smollm2" in chosen:
         data = generate()
         _write(OUT, data)

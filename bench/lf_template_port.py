@@ -1,6 +1,7 @@
 """Writes cockpit/data/lf_templates.py: LLaMA-Factory 0.9.5's text chat templates as plain data (issue 31).
 
     python bench/lf_template_port.py      # re-runs itself in the side venv of bench/lf_venv.py
+    python bench/lf_template_port.py --dry-run   # what it would write and run; no LLaMA-Factory
 
 Reads ``llamafactory.data.template.TEMPLATES`` (the templates without a multimodal plugin) and writes
 each one's slots, default system, stop words, thought / tool-call words, eos handling and template
@@ -12,8 +13,6 @@ or ``{"special": "eos_token"}`` (the tokenizer's).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,14 +129,20 @@ def multimodal() -> dict[str, str]:
 
 
 def main() -> int:
+    dry = sys.argv[1:] == ["--dry-run"]
+    if sys.argv[1:] and not dry:
+        raise SystemExit(f"usage: python {sys.argv[0]} [--dry-run]")
     try:
+        if dry:
+            raise ImportError("--dry-run: LLaMA-Factory is not imported")
         import llamafactory  # noqa: F401
     except ImportError:
         sys.path.insert(0, str(ROOT / "bench"))
         import lf_venv
 
-        py = lf_venv.ensure().parent / "python"
-        return subprocess.call([str(py), __file__, *sys.argv[1:]], env={**os.environ, "PYTHONPATH": ""})
+        if dry:  # the module's kept header, what would be written, the side venv's command
+            print(f"would write {OUT.relative_to(ROOT)}; its header kept ({len(_header().splitlines())} lines)")
+        return lf_venv.rerun_in_side_venv(__file__, [], dry_run=dry)
     data = port()
     lines = [_header(), OPEN]
     for name, d in _based(data).items():

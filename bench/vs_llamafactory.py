@@ -1,7 +1,8 @@
 """Cockpit vs LLaMA-Factory 0.9.5 on the same job, through both CLIs, run alternately.
 
     python bench/vs_llamafactory.py [--shape lora|lora-fp32|full|short|packing|all] [--rounds 3] [--real-data]
-                                    [--fp32-model] [--same-settings]
+                                    [--fp32-model] [--same-settings] [--model DIR] [--no-lf]
+    python bench/vs_llamafactory.py --no-lf --model DIR --shape lora-fp32 --steps 1 --rounds 1   # the suite's smoke run
 
 LLaMA-Factory lives in its own venv under the bench cache dir (``bench/lf_venv.py`` installs it
 on first use; it is never a dependency of the project). Both tools read the same YAML (LLaMA-
@@ -182,8 +183,8 @@ def run_cockpit(cfg_path: Path, work: Path) -> dict[str, float]:
     }
 
 
-def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
-    shutil.rmtree(out, ignore_errors=True)
+def llamafactory_command(cli: Path, cfg_path: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    """``llamafactory-cli train``'s command line and environment for ``cfg_path`` (its output in ``out``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(
         HF_HUB_OFFLINE="1",
@@ -191,15 +192,19 @@ def run_llamafactory(cli: Path, cfg_path: Path, out: Path) -> dict[str, float]:
         CUDA_VISIBLE_DEVICES="",
         PATH=f"{cli.parent}:{env.get('PATH', '')}",
     )
-    t0 = time.perf_counter()
     # LLaMA-Factory counts its own tokens (HF's num_input_tokens_seen, padding left out, as Cockpit's count)
-    res = subprocess.run(
-        [str(cli), "train", str(cfg_path), f"output_dir={out}", "include_num_input_tokens_seen=non_padding"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(out.parent),
-    )
+    return [str(cli), "train", str(cfg_path), f"output_dir={out}", "include_num_input_tokens_seen=non_padding"], env
+
+
+def run_llamafactory(cli: Path, cfg_path: Path, out: Path, no_lf: bool = False) -> dict[str, float] | None:
+    """LLaMA-Factory's run of ``cfg_path``; ``no_lf``: its command line printed, not run (None)."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv, env = llamafactory_command(cli, cfg_path, out)
+    if no_lf:
+        print(f"LLaMA-Factory (--no-lf: not run): cd {out.parent} && {' '.join(argv)}", flush=True)
+        return None
+    t0 = time.perf_counter()
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(out.parent))
     wall = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"llamafactory-cli train failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
@@ -235,7 +240,8 @@ def bench_shape(
     model_dir: Path = MODEL_DIR,
     settings: dict | None = None,
     cockpit_only: dict[str, dict] | None = None,
-) -> dict[str, list[tuple[dict, dict]]]:
+    no_lf: bool = False,
+) -> dict[str, list[tuple[dict, dict | None]]]:
     """Alternated rounds of LLaMA-Factory and Cockpit on ``settings`` written into the shape's YAML;
     ``cockpit_only``: more Cockpit configs (label: settings) each compared with the same LF run."""
     label = f"{shape}"
@@ -249,23 +255,32 @@ def bench_shape(
             work / f"{shape}-{len(variants)}.yaml",
             f"{extra} (cockpit; LF's run as above)",
         )
-    results: dict[str, list[tuple[dict, dict]]] = {v: [] for v in variants}
+    results: dict[str, list[tuple[dict, dict | None]]] = {v: [] for v in variants}
     for r in range(rounds):
         order = [*variants, "lf"] if r % 2 == 0 else ["lf", *variants]  # alternate who goes first
-        got: dict[str, dict] = {}
+        got: dict[str, dict | None] = {}
         for who in order:
             got[who] = (
-                run_llamafactory(cli, cfg_path, work / f"lf-{shape}")
+                run_llamafactory(cli, cfg_path, work / f"lf-{shape}", no_lf)
                 if who == "lf"
                 else run_cockpit(variants[who], work)
             )
         lf = got["lf"]
+        if lf is None:  # --no-lf: Cockpit's side only
+            for v in variants:
+                c = got[v]
+                assert c is not None
+                results[v].append((c, None))
+                print(f"round {r + 1} {v}: cockpit wall {c['wall']:.1f} s, train {c['train']:.1f} s, {c['steps']} steps, "
+                      f"tokens/s {c['tokens_per_s']:.0f} (LLaMA-Factory not run)", flush=True)
+            continue
         if not lf["tokens"]:
             raise SystemExit(
                 "LLaMA-Factory's trainer_state.json has no num_input_tokens_seen: its tokens/s cannot be its own"
             )
         for v in variants:
             c = got[v]
+            assert c is not None
             results[v].append((c, lf))
             print(
                 f"round {r + 1} {v}: wall LF {lf['wall']:.1f} s  cockpit {c['wall']:.1f} s  (LF/cockpit {lf['wall'] / c['wall']:.3f}) | "
@@ -293,13 +308,20 @@ def main() -> None:
         action="store_true",
         help="both tools read an fp32 copy of the model folder (CPUs without fast bf16: see fp32_copy)",
     )
+    ap.add_argument(
+        "--no-lf",
+        action="store_true",
+        help="Cockpit's side only: LLaMA-Factory's command line is printed, not run, and its side venv neither made "
+        "nor asked for (the suite's smoke run: no LLaMA-Factory there)",
+    )
+    ap.add_argument("--model", type=Path, default=MODEL_DIR, help="the model folder both tools read (default: %(default)s)")
     a = ap.parse_args()
-    if not (MODEL_DIR / "config.json").exists():
+    if not (a.model / "config.json").exists():
         raise SystemExit(
-            f"{MODEL_DIR} missing: run `cockpit doctor` or any cockpit train on smollm2-135m-instruct once to convert it"
+            f"{a.model} missing: run `cockpit doctor` or any cockpit train on smollm2-135m-instruct once to convert it"
         )
-    cli = lf_venv.ensure()
-    model_dir = fp32_copy(MODEL_DIR) if a.fp32_model else MODEL_DIR
+    cli = lf_venv.cli_path() if a.no_lf else lf_venv.ensure()
+    model_dir = fp32_copy(a.model) if a.fp32_model else a.model
     print("model:", model_dir)
     shapes = list(SHAPES) if a.shape == "all" else a.shape.split(",")
     if unknown := [s for s in shapes if s not in SHAPES]:
@@ -324,15 +346,19 @@ def main() -> None:
                         model_dir,
                         SAME_SETTINGS,
                         cockpit_only={user: USER_SETTINGS},
+                        no_lf=a.no_lf,
                     )
                 )
                 runs[-1][f"{shape} (same settings: checkpointing, padded)"] = runs[-1].pop(shape)
-            defaults = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir)
+            defaults = bench_shape(shape, a.rounds, cli, work, work / "data", a.steps, model_dir, no_lf=a.no_lf)
             if a.same_settings:
                 defaults[f"{shape} (each tool's defaults)"] = defaults.pop(shape)
             runs.append(defaults)
             for by_label in runs:
                 for label, res in by_label.items():
+                    if a.no_lf:
+                        table.append((label, res, None, None))
+                        continue
                     wall = statistics.median(lf["wall"] / c["wall"] for c, lf in res)
                     tps = statistics.median(c["tokens_per_s"] / lf["tokens_per_s"] for c, lf in res)
                     table.append((label, res, wall, tps))
@@ -341,8 +367,11 @@ def main() -> None:
         )
         print("|---|---|---|---|---|")
         for shape, res, wall, tps in table:
-            lf_walls = ", ".join(format(lf["wall"], ".1f") for _, lf in res)
             ck_walls = ", ".join(format(c["wall"], ".1f") for c, _ in res)
+            if wall is None:  # --no-lf
+                print(f"| {shape} | not run | {ck_walls} | - | - |")
+                continue
+            lf_walls = ", ".join(format(lf["wall"], ".1f") for _, lf in res)
             print(f"| {shape} | {lf_walls} | {ck_walls} | **{wall:.2f}** | {tps:.2f} |")
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
