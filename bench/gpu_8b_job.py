@@ -22,6 +22,7 @@ Levers, each alone on top of the defaults (issue 53: the defaults are chosen by 
     python bench/gpu_8b_job.py --out /tmp/job8b --json job8b.json        # on a GPU, ~1 min a variant
     python bench/gpu_8b_job.py --out /tmp/job8b --variants lora,levers   # the defaults and each lever alone
     python bench/gpu_8b_job.py --out /tmp/jt --shape tiny --cpu           # the same flow on the CPU (fp32)
+    python bench/gpu_8b_job.py --out /tmp/jt --shape tiny --dry-run       # all but the training: plans, table
 """
 
 from __future__ import annotations
@@ -195,6 +196,12 @@ def trained(cfg: Path, runs: Path, timeout: float) -> dict:
     return out
 
 
+def not_trained(cfg: Path, runs: Path) -> dict:
+    """``--dry-run``: the command ``trained`` would run, not run (a lent GPU's minutes are for the GPU work)."""
+    argv = [sys.executable, "-m", "cockpit.cli", "train", str(cfg), "--runs-dir", str(runs), "--detach", "--json"]
+    return {"state": "dry run", "train_command": " ".join(argv)}
+
+
 def _gib(mb: float | None) -> float | None:
     return round(mb / 1024, 2) if mb else None
 
@@ -214,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the embedded model's)")
     ap.add_argument("--run-timeout", type=float, default=240.0)
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="every step but the training: model, data, each variant's YAML (the GPU's: bf16, use_cpu false) and its "
+        "plan, the table; the train command printed (scripts/gpu_lent.sh --cpu-dry-run, on the CPU)",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -235,11 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = []
     for name in args.variants.replace("levers", LEVERS).split(","):
+        on_cpu = device == "cpu" and not args.dry_run  # a dry run writes and plans the GPU's YAML
         cfg = job_yaml(
-            out / f"{name}.yaml", out / f"model-{args.shape}", out / "data", args.steps, device == "cpu", VARIANTS[name]
+            out / f"{name}.yaml", out / f"model-{args.shape}", out / "data", args.steps, on_cpu, VARIANTS[name]
         )
         t0 = time.time()
-        row = {"variant": name, "shape": args.shape, **planned(cfg), **trained(cfg, out / "runs", args.run_timeout)}
+        ran = not_trained(cfg, out / "runs") if args.dry_run else trained(cfg, out / "runs", args.run_timeout)
+        row = {"variant": name, "shape": args.shape, **planned(cfg), **ran}
         row["seconds"] = round(time.time() - t0, 1)
         if row.get("measured_max_allocated_gib"):
             row["allocated_error_pct"] = round(
@@ -261,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.get('allocated_error_pct')!s:>6} {r['planned_peak_gib']:>9} {r.get('measured_max_reserved_gib')!s:>9} "
             f"{r.get('tokens_per_s_per_device')!s:>8} {r.get('mfu')!s:>6} {r['state']}"
         )
-    return 0 if all(r["state"] == "finished" for r in rows) else 1
+    return 0 if all(r["state"] == ("dry run" if args.dry_run else "finished") for r in rows) else 1
 
 
 if __name__ == "__main__":
