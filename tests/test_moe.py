@@ -166,3 +166,38 @@ def test_lora_target_all_adapts_the_experts_and_leaves_the_router_frozen(family)
     assert experts and all(p.grad is not None and p.grad.abs().sum() > 0 for p in experts)
     _, router_asked = _trainable(adapted("q_proj,gate"))
     assert any(".gate." in n for n in router_asked)  # named, the router is adapted (PEFT's target for it)
+
+
+@pytest.mark.parametrize(
+    "name,total,active",
+    [("mi300x-lora-qwen3-30b-a3b", 30.5e9, 3.3e9), ("mi300x-lora-qwen3-235b-a22b-zero3-8", 235e9, 22e9)],
+)
+def test_cockpit_plan_names_total_and_active_parameters_of_the_moe_presets(name, total, active):
+    from pathlib import Path
+
+    from cockpit.commands.plan import render
+    from cockpit.config.load import load_config
+    from cockpit.plan import plan
+
+    preset = Path(__file__).resolve().parent.parent / "presets" / f"{name}.yaml"
+    res = plan(load_config(preset, check_paths=False), gpu_memory_gb=192, use_meta=False)
+    d = res.as_dict()
+    experts = d["params"]["experts"]
+    # Qwen's published sizes (30.5B / 3.3B, 235B / 22B), from the config alone
+    assert experts["total_params"] == pytest.approx(total, rel=0.01)
+    assert experts["active_params"] == pytest.approx(active, rel=0.04)
+    assert experts["routed"] == 128 and experts["top_k"] == 8 and experts["router_logits_kept"]
+    assert 0 < experts["router_logits_bytes"] < experts["routed_activations_bytes"] < experts["expert_weights_bytes"]
+    text = render(d)
+    assert "B total params" in text and "B active a token" in text and "expert weights" in text
+    assert "router logits" in text and "routed-expert activations" in text and "merged weights" in text
+    assert res.verdict["status"] == "fits"
+    verdict = next(line for line in text.splitlines() if line.startswith("verdict:"))
+    assert verdict.split("->")[1].split("(")[0].strip().startswith("FITS")
+    import re
+
+    header = preset.read_text().split("### model")[0].replace("\n# ", " ")  # the planner's verdict in the comment
+    said = re.search(r"([\d.]+)B active params a token.* planned peak ([\d.]+) GiB per GPU -> FITS on 192 GiB", header)
+    assert said, header
+    assert float(said.group(1)) == pytest.approx(experts["active_params"] / 1e9, abs=0.05)
+    assert float(said.group(2)) == pytest.approx(res.estimate.peak / 2**30, abs=0.05)

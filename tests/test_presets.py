@@ -18,9 +18,19 @@ PRESETS = Path(__file__).resolve().parent.parent / "presets"
 FAMILIES = {"mi300x": ("gfx942", 192), "mi325x": ("gfx942", 256), "mi355x": ("gfx950", 288), "mi250": ("gfx90a", 64),
             "mi210": ("gfx90a", 64)}  # fmt: skip
 EXPECTED = {
-    "mi300x-lora-8b", "mi300x-qlora-70b", "mi300x-full-8b-fsdp8", "mi300x-lora-70b-zero3-8",
-    "mi250-lora-8b", "mi250-qlora-70b", "mi250-full-8b-fsdp8", "mi250-lora-70b-zero3-8",
-    "mi210-lora-8b", "mi325x-lora-8b", "mi355x-lora-8b",
+    "mi300x-lora-8b",
+    "mi300x-qlora-70b",
+    "mi300x-full-8b-fsdp8",
+    "mi300x-lora-70b-zero3-8",
+    "mi250-lora-8b",
+    "mi250-qlora-70b",
+    "mi250-full-8b-fsdp8",
+    "mi250-lora-70b-zero3-8",
+    "mi210-lora-8b",
+    "mi325x-lora-8b",
+    "mi355x-lora-8b",
+    "mi300x-lora-qwen3-30b-a3b",
+    "mi300x-lora-qwen3-235b-a22b-zero3-8",  # mixture-of-experts (issue 64)
 }
 GPU_PRESETS = sorted(p for p in PRESETS.glob("*.yaml") if p.name.split("-")[0] in FAMILIES)
 

@@ -132,6 +132,7 @@ def render(d: dict[str, Any]) -> str:
         f"model {d['model']} ({d['model_source']}), {d['params']['total'] / 1e9:.3f}B params "
         f"({d['params']['source']}), trainable {d['params']['trainable'] / 1e6:.2f}M, "
         f"{d['finetuning_type']}, {d['precision']}, data-parallel {d['data_parallel']}",
+        *experts_lines(d["params"].get("experts")),
         f"peak at: {d['moment']}",
         "",
     ]
@@ -180,6 +181,28 @@ def render(d: dict[str, Any]) -> str:
             else:
                 lines.append(f"suggestion: {s['why']}")
     return "\n".join(lines)
+
+
+def experts_lines(e: dict[str, Any] | None) -> list[str]:
+    """A mixture-of-experts model's lines: total and active parameters, what its experts and routers take."""
+    if not e:
+        return []
+    shared = f" + {e['shared']} shared" if e.get("shared") else ""
+    kept = "every layer's kept for the aux loss (moe_aux_loss_coef)" if e["router_logits_kept"] else "fp32 softmax"
+    lines = [
+        f"mixture of experts: {e['routed']} routed experts, top-{e['top_k']}{shared}; "
+        f"{e['total_params'] / 1e9:.2f}B total params, {e['active_params'] / 1e9:.2f}B active a token "
+        f"(MFU counts these)",
+        f"  expert weights {_fmt(e['expert_weights_bytes']).strip()} per device; per micro-batch: router logits "
+        f"{_fmt(e['router_logits_bytes']).strip()} ({kept}), routed-expert activations "
+        f"{_fmt(e['routed_activations_bytes']).strip()}",
+    ]
+    if e.get("merged_lora_experts_bytes"):
+        lines.append(
+            f"  LoRA on the fused experts: each MoE layer's merged weights (W + BA) saved until its backward, "
+            f"{_fmt(e['merged_lora_experts_bytes']).strip()} (gradient checkpointing keeps one layer's)"
+        )
+    return lines
 
 
 def verdict_lines(d: dict[str, Any]) -> list[str]:

@@ -87,3 +87,17 @@ def aux_loss_overrides(coef: float | None) -> dict[str, Any]:
     if coef is None:
         return {}
     return {"router_aux_loss_coef": float(coef), "output_router_logits": True}
+
+
+def expert_parameters(model: Any) -> list[str]:
+    """PEFT ``target_parameters`` for a model's fused expert tensors (``mlp.experts.gate_up_proj``, ...):
+    the 3-D weights of each ``...experts`` module (biases and routers left out; per-expert linear layers,
+    an ``nn.ModuleList``, are linear targets instead). Reads the module tree only (no torch import)."""
+    names: set[str] = set()
+    for name, module in model.named_modules():
+        if not name.endswith("experts") or type(module).__name__ == "ModuleList":
+            continue
+        for pname, p in module.named_parameters(recurse=False):
+            if p.ndim == 3:
+                names.add(".".join([*name.rsplit(".", 2)[-2:], pname]))
+    return sorted(names)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cockpit.config.run_config import RunConfig
+from cockpit.models.moe import ROUTER_NAMES
 from cockpit.plan.catalogue import CATALOGUE, known_models, resolve_model_config
 from cockpit.plan.estimate import Estimate, GiB, estimate
 from cockpit.plan.params import count_lora, count_params, dims_of, resolve_targets
@@ -89,8 +90,11 @@ def estimate_config(
     lora, n_targets = 0, 0
     if run.finetuning_type == "lora":
         targets = resolve_targets(run.lora_target, counts.linear_names)
+        every = str(run.lora_target or "all").strip().lower() == "all"
+        if every and counts.experts:  # an MoE model: the experts adapted, the routers not (cockpit.train.moe)
+            targets = [t for t in targets if t not in ROUTER_NAMES]
         n_targets = len(targets)
-        lora, lsrc = count_lora(mcfg, targets, run.lora_rank, allow_meta=use_meta)
+        lora, lsrc = count_lora(mcfg, targets, run.lora_rank, allow_meta=use_meta, experts=every)
     est = estimate(run, d, counts, lora, n_targets)
     if run.finetuning_type == "lora":
         est.params["lora_source"] = lsrc

@@ -45,7 +45,7 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
         attn = c * (qd + 2 * kv_eff + qd) + 4 * a  # q, k, v, output (= o_proj input), logsumexp
         if mask and run.attn == "sdpa" and not run.packing:
             attn += c * s  # boolean mask turned into an additive float mask, saved
-    mlp = 4 * i * c
+    mlp = 4 * i * c if not d.experts else routed_mlp_bytes(run, d)
     lora = n_targets * run.lora_rank * c if run.finetuning_type == "lora" else 0
     layer = 2 * per_norm + autocast_copies + attn + mlp + lora + 2 * 4  # + two rsqrt values
     ckpt_layer = nb * h  # checkpointing keeps each layer's input only
@@ -72,6 +72,34 @@ def activation_terms(run: RunSpec, d: Dims, n_targets: int) -> dict[str, float]:
         "logits": logits,
         "bwd_transient": bwd_transient,
     }
+
+
+def routed_mlp_bytes(run: RunSpec, d: Dims) -> float:
+    """A mixture-of-experts layer's MLP, bytes per token: each of the top-k experts it goes to keeps
+    the gathered input, gate and up, their product, and its output before the router's weight (the
+    dense MLP's four intermediate tensors and two hidden-sized ones, per chosen expert), the shared experts
+    theirs, and the router its softmax (fp32, saved) and, with ``moe_aux_loss_coef``, its logits (kept
+    for the aux loss)."""
+    c = run.compute_bytes
+    routed = d.top_k * (4 * d.expert_intermediate + 2 * d.hidden) * c
+    shared = d.shared_experts * 4 * d.expert_intermediate * c
+    return routed + shared + router_bytes(run, d)
+
+
+def router_bytes(run: RunSpec, d: Dims) -> float:
+    """The router's bytes per token and layer: the fp32 softmax saved for backward, the logits kept
+    until the loss with ``moe_aux_loss_coef`` (transformers' output_router_logits)."""
+    return 4 * d.experts + (run.compute_bytes * d.experts if run.router_logits_kept else 0)
+
+
+def merged_experts_bytes(run: RunSpec, d: Dims, counts: ParamCounts) -> float:
+    """LoRA on the fused expert tensors (PEFT's ``target_parameters``): each forward of an MoE layer
+    builds its experts' merged weights (W + BA, the whole stack: ``parametrize.cached``), which the
+    expert matmuls save until that layer's backward: one layer's expert weights in the compute dtype."""
+    every = str(run.lora_target or "all").strip().lower() == "all"
+    if run.finetuning_type != "lora" or not every or not counts.experts or not counts.layers:
+        return 0.0
+    return counts.experts / counts.layers * run.compute_bytes
 
 
 @dataclass
@@ -141,6 +169,11 @@ def activations(run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, n_ta
     else:
         saved = layers * per_token["layer"] * tokens
         formula = f"{layers} layers x {per_token['layer']:.0f} B/token x {tokens} tokens"
+    merged = merged_experts_bytes(run, d, counts)
+    if merged:  # every layer's merged experts, or under checkpointing the one layer being recomputed
+        held = 1 if run.gradient_checkpointing else layers
+        saved += held * merged
+        formula += f" + {held} x {merged / 2**30:.2f} GiB merged LoRA experts (W + BA per MoE layer)"
     autocast = 0.0
     plain = run.zero is None and (run.fsdp is None or run.fsdp.strategy == "no_shard")
     if run.mixed and plain and ft in ("full", "freeze"):

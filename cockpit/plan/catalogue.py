@@ -97,7 +97,42 @@ SMOLLM2_135M = {
     "rope_theta": 100000.0,
 }
 
+# Qwen3's mixture-of-experts models (128 routed experts, 8 a token, no shared experts, q/k norms)
+_QWEN3_MOE = {
+    "model_type": "qwen3_moe",
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "head_dim": 128,
+    "num_key_value_heads": 4,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "norm_topk_prob": True,
+    "rope_theta": 1000000.0,
+    "max_position_embeddings": 40960,
+}
+_QWEN3_30B_A3B = {
+    **_QWEN3_MOE,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+}
+_QWEN3_235B_A22B = {
+    **_QWEN3_MOE,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "num_hidden_layers": 94,
+    "num_attention_heads": 64,
+}
+
 CATALOGUE: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen3-30B-A3B": dict(_QWEN3_30B_A3B),
+    "Qwen/Qwen3-30B-A3B-Base": dict(_QWEN3_30B_A3B),
+    "Qwen/Qwen3-235B-A22B": dict(_QWEN3_235B_A22B),
     "meta-llama/Meta-Llama-3-8B": {**_LLAMA3_8B, "max_position_embeddings": 8192},
     "meta-llama/Meta-Llama-3-8B-Instruct": {**_LLAMA3_8B, "max_position_embeddings": 8192},
     "meta-llama/Llama-3.1-8B": {**_LLAMA3_8B, "max_position_embeddings": 131072},

@@ -40,6 +40,8 @@ from cockpit.plan.activations import (
     chunk_logit_bytes,
     chunk_logit_words,
     chunked_loss_why_not,
+    merged_experts_bytes,
+    router_bytes,
 )
 from cockpit.plan.optim_states import StateModel, badam_active, badam_states, low_rank_states
 from cockpit.plan.params import Dims, ParamCounts
@@ -148,6 +150,8 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         "tokens_per_micro_batch": acts.tokens,
     }
     by_name = {t.name: t.bytes for t in weight_terms + states.terms + comm}
+    if counts.experts:  # a mixture-of-experts model: what its experts and routers take
+        params["experts"] = experts_summary(run, d, counts, acts, by_name.get("weights", 0.0))
     components = {
         "weights": by_name.get("weights", 0.0),
         "lora": by_name.get("lora weights", 0.0),
@@ -177,6 +181,27 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         notes=planner_notes(run),
         components=components,
     )
+
+
+def experts_summary(run: RunSpec, d: Dims, counts: ParamCounts, acts: Activations, weights: float) -> dict[str, Any]:
+    """An MoE model's lines of the plan: total and active parameters, the expert weights' share of the
+    weights per device, the router logits and the routed experts' activations of one micro-batch
+    (every layer's, or one layer's under gradient checkpointing), LoRA's merged expert copies."""
+    held = 1 if run.gradient_checkpointing else acts.layers
+    routed = d.top_k * (4 * d.expert_intermediate + 2 * d.hidden) * run.compute_bytes
+    return {
+        "routed": d.experts,
+        "top_k": d.top_k,
+        "shared": d.shared_experts,
+        "total_params": counts.total,
+        "active_params": counts.active,
+        "expert_params": counts.experts,
+        "expert_weights_bytes": weights * counts.experts / max(counts.total, 1),
+        "router_logits_bytes": router_bytes(run, d) * counts.layers * acts.tokens,
+        "router_logits_kept": run.router_logits_kept,
+        "routed_activations_bytes": routed * held * acts.tokens,
+        "merged_lora_experts_bytes": merged_experts_bytes(run, d, counts) * held,
+    }
 
 
 def trainable_params(run: RunSpec, counts: ParamCounts, lora_params: int) -> tuple[int, int]:

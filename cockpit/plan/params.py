@@ -39,6 +39,12 @@ class Dims:
     qkv_bias: bool
     model_type: str
     logits_scaled_by: str | None = None  # a config key that scales the logits before the loss (models.lm_head)
+    # a mixture-of-experts model (cockpit.models.moe): routed experts per layer, the top-k a token goes
+    # to, one expert's width and the always-on shared experts; 0 for a dense model
+    experts: int = 0
+    top_k: int = 0
+    expert_intermediate: int = 0
+    shared_experts: int = 0
 
     @property
     def q_dim(self) -> int:
@@ -54,6 +60,9 @@ def dims_of(model_config: Mapping[str, Any]) -> Dims:
     a = int(model_config["num_attention_heads"])
     hd = model_config.get("head_dim") or h // a
     mt = str(model_config.get("model_type", "llama"))
+    from cockpit.models.moe import experts_of
+
+    moe = experts_of(model_config)
     return Dims(
         hidden=h,
         intermediate=int(model_config["intermediate_size"]),
@@ -66,6 +75,12 @@ def dims_of(model_config: Mapping[str, Any]) -> Dims:
         qkv_bias=bool(model_config.get("attention_bias", False)) or mt == "qwen2",
         model_type=mt,
         logits_scaled_by=scaled_by(model_config),
+        experts=moe.routed if moe else 0,
+        top_k=moe.top_k if moe else 0,
+        expert_intermediate=int(model_config.get("moe_intermediate_size") or model_config["intermediate_size"])
+        if moe
+        else 0,
+        shared_experts=moe.shared if moe else 0,
     )
 
 
@@ -285,34 +300,42 @@ def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:
     return names
 
 
-def analytic_lora(d: Dims, targets: list[str], rank: int) -> int:
+def analytic_lora(d: Dims, targets: list[str], rank: int, experts: bool = False) -> int:
+    """r * (in + out) per target; ``experts``: an MoE model's fused expert tensors too, as PEFT adapts
+    them (per expert, gate_up (h -> 2 I) and down (I -> h))."""
     shapes = linear_shapes(d)
-    return d.layers * sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets if t in shapes)
+    fused = d.experts * rank * ((d.hidden + 2 * d.expert_intermediate) + (d.expert_intermediate + d.hidden))
+    return d.layers * (sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets if t in shapes) + fused * experts)
 
 
 @functools.lru_cache(maxsize=64)
-def _peft_lora(key: str, targets: tuple[str, ...], rank: int) -> int:
+def _peft_lora(key: str, targets: tuple[str, ...], rank: int, experts: bool = False) -> int:
     from peft import LoraConfig, get_peft_model
+
+    from cockpit.models.moe import expert_parameters
 
     model_config = json.loads(key)
     layers = int(model_config["num_hidden_layers"])
     model = _meta_model(model_config, layers=1)
+    # lora_target: all on an MoE model: the fused expert tensors too (cockpit.train.model.moe_lora_targets)
+    fused = {"target_parameters": expert_parameters(model)} if experts and expert_parameters(model) else {}
     with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias (a FutureWarning in every plan)
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         pm = get_peft_model(
-            model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets), lora_dropout=0.0)
+            model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets), lora_dropout=0.0, **fused)
         )
     per_layer = sum(p.numel() for n, p in pm.named_parameters() if "lora_" in n)
     return per_layer * layers
 
 
 def count_lora(
-    model_config: Mapping[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True
+    model_config: Mapping[str, Any], targets: list[str], rank: int, *, allow_meta: bool = True, experts: bool = False
 ) -> tuple[int, str]:
-    """Trainable LoRA parameters and where the number came from ("peft-meta" or "analytic")."""
+    """Trainable LoRA parameters and where the number came from ("peft-meta" or "analytic").
+    ``experts``: an MoE model's fused expert tensors adapted too (``lora_target: all``)."""
     if allow_meta:
         try:
-            return _peft_lora(_key(model_config), tuple(targets), int(rank)), "peft-meta"
+            return _peft_lora(_key(model_config), tuple(targets), int(rank), experts), "peft-meta"
         except Exception:  # noqa: BLE001
             pass
-    return analytic_lora(dims_of(model_config), targets, rank), "analytic"
+    return analytic_lora(dims_of(model_config), targets, rank, experts), "analytic"

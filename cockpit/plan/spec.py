@@ -99,6 +99,7 @@ class RunSpec:
     # LoRA: the input embedding in host memory, only the rows a forward reads on the device
     # (cockpit.models.embedding_place, as far as the config tells; a tied head keeps it: plan.estimate)
     embedding_on_host: bool = False
+    router_logits_kept: bool = False  # moe_aux_loss_coef: every MoE layer's router logits kept for the aux loss
 
     @property
     def world(self) -> int:
@@ -286,6 +287,7 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         muon=cfg.use_muon,
         chunked_loss_off=chunked_loss_off(cfg, zero, fsdp),
         embedding_on_host=not host_embedding_off(cfg, (zero is not None and zero.stage == 3) or fsdp is not None),
+        router_logits_kept=cfg.moe_aux_loss_coef is not None,
         completion_len=cfg.max_completion_length if cfg.stage == "grpo" else 0,
         generation_seqs=cfg.per_device_train_batch_size * (cfg.steps_per_generation or cfg.gradient_accumulation_steps)
         if cfg.stage == "grpo"

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from cockpit.models.moe import ROUTER_NAMES, experts_of
+from cockpit.models.moe import ROUTER_NAMES, expert_parameters, experts_of
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -137,19 +137,6 @@ def _first_device(model: Any) -> Any:
     for p in model.parameters():
         return p.device
     return torch.device("cpu")
-
-
-def expert_parameters(model: Any) -> list[str]:
-    """PEFT ``target_parameters`` for the fused expert tensors (``mlp.experts.gate_up_proj``, ...): the
-    3-D weights of each ``...experts`` module (biases and routers left out)."""
-    names: set[str] = set()
-    for name, module in model.named_modules():
-        if not name.endswith("experts") or isinstance(module, torch.nn.ModuleList):
-            continue
-        for pname, p in module.named_parameters(recurse=False):
-            if p.ndim == 3:
-                names.add(".".join(name.rsplit(".", 2)[-2:] + [pname]))
-    return sorted(names)
 
 
 def lora_targets(model: Any) -> tuple[list[str], list[str]] | None:
