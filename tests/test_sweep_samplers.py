@@ -23,11 +23,13 @@ FAST = dict(
 )
 
 
-def run_sweep(tmp_path: Path, base: Path, name: str, *extra: str, **spec) -> tuple[str, dict]:
-    """``cockpit sweep`` of ``spec`` to its end (exit 0 asserted); its output and ``status --json``."""
+def run_sweep(tmp_path: Path, base: Path, name: str, check: bool = False, **spec) -> tuple[str, dict]:
+    """``cockpit sweep`` of ``spec`` to its end (exit 0 asserted; without its check of the space unless
+    ``check``); its output and ``status --json``."""
     runs = tmp_path / "runs"
     path = write_yaml(tmp_path / f"{name}.sweep.yaml", {"name": name, "base": base.name, **spec})
-    res = cockpit("sweep", str(path), "--skip-check", "--poll", "0.2", "--runs-dir", str(runs), *extra, env=ENV, timeout=400)
+    skip = () if check else ("--skip-check",)
+    res = cockpit("sweep", str(path), *skip, "--poll", "0.2", "--runs-dir", str(runs), env=ENV, timeout=400)
     assert res.returncode == 0, res.stdout + res.stderr
     st = cockpit("sweep", "status", name, "--json", "--runs-dir", str(runs), env=ENV)
     assert st.returncode == 0, st.stdout + st.stderr
@@ -66,6 +68,68 @@ def test_a_grid_sweep_runs_every_point_once_and_ends(tmp_path, tiny_model_dir):
     assert len(sweep_runs(runs, "g")) == 2 and len(read_sweep_spec(runs, "g").space) == 1
     best = cockpit("sweep", "best", "g", "--json", "--runs-dir", str(runs), env=ENV)
     assert best.returncode == 0 and json.loads(best.stdout)["number"] == st["best"]["number"], best.stdout + best.stderr
+
+
+def judged(runs: Path, st: dict, count: int) -> None:
+    """Every trial ended (complete or pruned), a best among them, and every trial reported the objective
+    at both steps to the study (what the pruner judges: the second trial's against the first's)."""
+    from cockpit.sweep.driver import open_study, read_sweep_spec
+
+    states = [t["state"] for t in st["trials"]]
+    assert len(states) == count and set(states) <= {"complete", "pruned"} and "complete" in states, st["trials"]
+    assert st["best"] is not None and st["best"]["number"] in [t["number"] for t in st["trials"] if t["state"] == "complete"]
+    study = open_study(runs, read_sweep_spec(runs, st["name"]))
+    assert all(sorted(t.intermediate_values) == [1, 2] for t in study.trials), [t.intermediate_values for t in study.trials]
+
+
+LR = {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
+
+
+@pytest.mark.slow
+@pytest.mark.budget(150, "two grid sweeps of the tiny Llama (three trials two at a time, then two of a four-point grid)")
+def test_a_grid_two_at_a_time_and_a_grid_larger_than_the_budget(tmp_path, tiny_model_dir):
+    """``parallel: 2`` over a three-point grid with the median pruner: the last point's tell (told while
+    no other trial runs, as Optuna's GridSampler decides) ends the sweep, each point once. A four-point
+    grid with a budget of two and Hyperband: the budget ends it, two distinct points of the grid, no stop
+    asked by the sampler."""
+    runs = tmp_path / "runs"
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **FAST)
+    grid = [5e-3, 1e-3, 1e-8]
+    out, st = run_sweep(
+        tmp_path, base, "gp", space={"learning_rate": grid}, trials=3, parallel=2, sampler="grid", pruner="median",
+        pruner_startup_trials=1, seed=0,
+    )
+    assert "the grid is used up" in out and out.count(": run ") == 3, out
+    status = one_run_each(runs, "gp", 3)
+    assert status[0]["started"] < status[1]["ended"] and status[1]["started"] < status[0]["ended"]  # two at once
+    assert sorted(t["params"]["learning_rate"] for t in st["trials"]) == sorted(grid)
+    judged(runs, st, 3)
+
+    space = {"learning_rate": [5e-3, 1e-8], "lora_rank": [2, 4]}
+    out, st = run_sweep(tmp_path, base, "gh", space=space, trials=2, sampler="grid", pruner="hyperband", seed=0)
+    assert "the grid is used up" not in out and st["trials_budget"] == 2 and st["grid_points"] == 4, out
+    one_run_each(runs, "gh", 2)
+    points = {tuple(t["params"][k] for k in sorted(space)) for t in st["trials"]}
+    assert len(points) == 2 and all(lr in space["learning_rate"] and r in space["lora_rank"] for lr, r in points)
+    judged(runs, st, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.budget(180, "four two-trial sweeps of the tiny Llama: TPE with each pruner, random with Hyperband")
+def test_tpe_with_each_pruner_and_random_with_hyperband(tmp_path, tiny_model_dir):
+    """The combinations no other test runs (random with the median pruner: test_sweep; random with none:
+    the tie test below): two trials each, one at a time, so the second is drawn by TPE itself (one
+    start-up trial) and judged by the pruner against the first."""
+    runs = tmp_path / "runs"
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **FAST)
+    for name, sampler, pruner in (("tm", "tpe", "median"), ("th", "tpe", "hyperband"), ("tn", "tpe", "none"),
+                                  ("rh", "random", "hyperband")):
+        extra = {"sampler_startup_trials": 1} if sampler == "tpe" else {}
+        extra |= {"pruner_startup_trials": 1} if pruner == "median" else {}
+        out, st = run_sweep(tmp_path, base, name, space=LR, trials=2, sampler=sampler, pruner=pruner, seed=1, **extra)
+        one_run_each(runs, name, 2)
+        judged(runs, st, 2)
+        assert f"{sampler} / {pruner}" in out, out
 
 
 def test_a_resumed_grid_keeps_its_order(tmp_path):
@@ -191,3 +255,23 @@ def test_status_best_and_the_sweep_screen_say_when_trials_tie(tmp_path, capsys):
     res = cockpit("sweep", "best", "all", "--json", "--runs-dir", str(runs), env=ENV)
     assert json.loads(res.stdout)["tie"] == st["best"]["tie"], res.stdout + res.stderr
     assert told("none", (3.0, 3.01))["best"]["tie"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.budget(90, "a checked two-trial sweep of the tiny Llama")
+def test_trials_the_warm_up_swallows_tie_and_the_sweep_says_so(tmp_path, tiny_model_dir):
+    """The issue's sweep, random sampler and no pruner: ``max_steps: 2``, ``warmup_ratio: 0.1``, the
+    training loss as the objective. The check warns before the trials run; the two trials' learning
+    rates are far apart and their losses are the same, which status and the table say."""
+    runs = tmp_path / "runs"
+    no_eval = {k: v for k, v in FAST.items() if not k.startswith(("val_", "eval_"))}
+    base = tiny_config(tmp_path, tiny_model_dir, "base", **{**no_eval, "warmup_ratio": 0.1})
+    out, st = run_sweep(tmp_path, base, "tie", check=True, space=LR, trials=2, sampler="random", pruner="none", seed=0, objective="loss")
+    assert "warning: in every trial, the only update before loss's last value (step 2 of 2) is in the warm-up" in out, out
+    one_run_each(runs, "tie", 2)
+    values = [t["objective"] for t in st["trials"]]
+    rates = sorted(t["params"]["learning_rate"] for t in st["trials"])
+    assert rates[1] > 2 * rates[0], rates  # seed 0 draws rates far apart
+    assert [t["state"] for t in st["trials"]] == ["complete", "complete"] and values[0] == values[1], st["trials"]
+    assert st["best"]["tie"].startswith("a tie: every completed trial has the same loss") and st["best"]["number"] == 0
+    assert st["best"]["tie"] in out  # the table at the sweep's end
