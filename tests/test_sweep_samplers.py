@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY_CONFIG, cockpit, tiny_config, write_yaml
 from test_sweep import ENV, sweep_runs
 
