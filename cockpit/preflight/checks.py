@@ -6,6 +6,7 @@ calls ``cockpit check --json`` in a subprocess instead.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,8 @@ def static_checks(cfg: RunConfig, gpus: int | None = None) -> list[str]:
         )
     if cfg.trust_remote_code:
         warnings.append("trust_remote_code is true: Python code shipped with the model will run in the training ranks")
+    if gpus is None:  # a run on this machine (a Slurm job's node has its own cores)
+        warnings += loader_workers_note(cfg, len(os.sched_getaffinity(0)))
     out = cfg.output_dir
     if out and has_checkpoints(Path(out)) and not cfg.overwrite_output_dir and not cfg.resume_from_checkpoint:
         problems.append(
@@ -83,6 +86,20 @@ def static_checks(cfg: RunConfig, gpus: int | None = None) -> list[str]:
     if problems:
         raise InputError(problems)
     return warnings
+
+
+def loader_workers_note(cfg: RunConfig, cores: int) -> list[str]:
+    """``dataloader_num_workers`` loader processes per rank, each beside its rank: more processes than
+    the CPU cores this machine gives (``cores``) compete with the training for them."""
+    workers, ranks = int(cfg.dataloader_num_workers or 0), int(cfg.nproc_per_node or 1)
+    procs = ranks * (workers + 1)
+    if not workers or procs <= cores:
+        return []
+    return [
+        f"dataloader_num_workers: {workers} starts {workers} loader processes beside each of the {ranks} rank(s): "
+        f"{procs} processes on {cores} CPU cores, competing with the training for them "
+        f"(at most {max(0, cores // ranks - 1)} here; 0 loads in the rank itself)"
+    ]
 
 
 def adapter_problems(cfg: RunConfig) -> list[Problem]:
