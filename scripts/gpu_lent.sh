@@ -63,12 +63,13 @@ else
   "${INSTALL[@]}" .whl/*.whl || exit 1
   cp -r .devcarry/site/bitsandbytes .devcarry/site/bitsandbytes-*.dist-info "$W/site/"
 fi
+CALLER_CACHE="${COCKPIT_CACHE_DIR:-}"  # a dry run's embedded model, where this machine keeps it
 export PYTHONPATH="$W/site:$PWD" COCKPIT_CACHE_DIR="$W/cockpit-cache" COCKPIT_LOWRANK_SITE="$W/site"
 EMB="$COCKPIT_CACHE_DIR/models/smollm2-135m-instruct"
 mkdir -p "$EMB"
 if [ -d .devcarry/embedded ]; then cp .devcarry/embedded/* "$EMB/"
 elif [ "$DRY" = 1 ]; then  # not prepared here: what --prepare would carry, from this machine's embedded model
-  src="$(COCKPIT_CACHE_DIR= python3 -c 'from cockpit.models.embedded import ensure_embedded_model as e; print(e(log=lambda *_: None))')" || exit 1
+  src="$(COCKPIT_CACHE_DIR="$CALLER_CACHE" python3 -c 'from cockpit.models.embedded import ensure_embedded_model as e; print(e(log=lambda *_: None))')" || exit 1
   for f in config.json tokenizer.json tokenizer_config.json chat_template.jinja generation_config.json; do cp "$src/$f" "$EMB/"; done
 else echo ".devcarry/embedded missing: run bash scripts/gpu_lent.sh --prepare here first" >&2; exit 1
 fi
