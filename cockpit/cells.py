@@ -5,6 +5,14 @@ so neither cuts a cell silently. Uses ``rich.cells`` (installed with textual), n
 from __future__ import annotations
 
 
+def value_text(value: object) -> str:
+    """A swept value or an objective as every listing prints it (the sweep's driver log, ``cockpit
+    sweep status``, the Sweep screen): a float to 4 significant digits (9.732e-05), None as "-"."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def clip(text: str, width: int) -> str:
     """``text`` in at most ``width`` cells, an ellipsis where it was cut."""
     from rich.cells import cell_len, set_cell_size

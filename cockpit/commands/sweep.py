@@ -171,7 +171,9 @@ def print_table(st: dict) -> None:
 
 
 def _cell(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    from cockpit.cells import value_text
+
+    return value_text(v)
 
 
 def show_best(args: argparse.Namespace, name: str) -> int:

@@ -472,7 +472,9 @@ def objective_points(
 
 
 def _short(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    from cockpit.cells import value_text
+
+    return value_text(v)  # the digits the Sweep screen and `cockpit sweep status` show
 
 
 # ------------------------------------------------------------------ status and the best trial

@@ -57,9 +57,9 @@ def sweep_of(run: RunDir) -> str | None:
 
 
 def cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    from cockpit.cells import value_text
+
+    return value_text(value)  # the digits of the driver's log and `cockpit sweep status`
 
 
 def trial_state(trial: dict[str, Any]) -> Text:
