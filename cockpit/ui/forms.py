@@ -103,8 +103,9 @@ GROUPS: dict[str, list[Field]] = {
         Field(
             "gpu_memory_gb",
             "GPU memory GiB",
-            help="for the fit line only on a GPU run (default: the detected GPUs', else 64: MI250 GCD; 192: MI300X)",
-            placeholder="detected",
+            help="for the fit line only on a GPU run (default: the detected GPUs', else the device the YAML's "
+            "header names: 192 for an MI300X preset, 64 for an MI250 GCD)",
+            placeholder="detected, else the preset's device",
         ),
     ],
     "Training": [
