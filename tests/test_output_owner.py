@@ -65,6 +65,27 @@ def test_a_second_writer_of_an_output_dir_is_refused_at_check_train_and_queue_ad
     assert [r.run_id for r in list_runs(runs)] == [first.run_id]
 
 
+def test_a_run_resumes_only_into_an_output_dir_still_its_own(tmp_path, tiny_model_dir):
+    """``cockpit resume`` of a stopped run is refused while another run writes its output_dir, and
+    after another run has written there (its checkpoints would be that run's), naming it."""
+    from cockpit.config import load_config
+    from cockpit.config.load import dump_resolved
+
+    runs, out = tmp_path / "runs", tmp_path / "saves"
+    stopped = create_run_dir(runs, "stopped")
+    stopped.config_path.write_text(dump_resolved(load_config(str(tiny_config(tmp_path, tiny_model_dir, output_dir=str(out))))))
+    stopped.update_status(state="stopped", output_dir=str(out))
+    out.mkdir()
+    output_mark.claim(out, stopped)
+    other = active_run(runs, out)
+    res = cockpit("resume", stopped.run_id, "--runs-dir", str(runs))
+    assert res.returncode == 2 and f"{out} is also the output_dir of run {other.run_id} (running" in res.stderr, res.stderr
+    other.update_status(state="finished", ended=time.time())
+    output_mark.claim(out, other)  # it trained there
+    res = cockpit("resume", stopped.run_id, "--runs-dir", str(runs))
+    assert res.returncode == 2 and f"run {other.run_id} has written into its output_dir {out} since" in res.stderr, res.stderr
+
+
 def test_an_adapter_overwritten_after_its_run_is_not_its_own(tmp_path):
     """The mark and the fingerprint (no training): a run's adapter is its own until another run
     marks the folder and writes other files there; a changed file without a mark is said too."""

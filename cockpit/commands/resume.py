@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from cockpit.commands.common import EXIT_OK, add_runs_dir, find_run, print_input_error
-from cockpit.errors import InputError
+from cockpit.errors import InputError, Problem
 from cockpit.redact import redact_env, secret_values, unredacted
 from cockpit.store.events import EventWriter
 from cockpit.store.rundir import TERMINAL_STATES, RunDir, atomic_write_text
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.config.run_config import RunConfig
     from cockpit.run.launch import outside_queue_gpus, record_supervisor, spawn_supervisor
     from cockpit.run.liveness import reconcile
+    from cockpit.run.shared_output import resume_refusal
     from cockpit.train.arguments import artefact_dirs
     from cockpit.train.outcome import last_checkpoint
 
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(
                 f"run {run_dir.run_id} is {status.get('state')}; only a stopped, failed or lost run can be resumed"
             )
+        if why := resume_refusal(run_dir, saved.get("output_dir")):  # another run writes (or wrote) there
+            raise InputError(Problem(why, key="output_dir"))
         ckpt = last_checkpoint(artefact_dirs(run_dir, RunConfig.from_resolved(saved))["checkpoints"])
         if ckpt is None:
             raise InputError(f"run {run_dir.run_id} has no complete checkpoint to resume from")

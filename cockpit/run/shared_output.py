@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
-from cockpit.store.rundir import TERMINAL_STATES, list_runs
+from cockpit.store.output_mark import read_mark
+from cockpit.store.rundir import TERMINAL_STATES, RunDir, list_runs
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
@@ -35,16 +36,17 @@ def _same(a: str | Path, b: str | Path) -> bool:
     return os.path.realpath(os.path.expanduser(str(a))) == os.path.realpath(os.path.expanduser(str(b)))
 
 
-def active_writers(runs_dir: Path, output_dir: str | Path) -> list[str]:
-    """Who else writes ``output_dir``: one phrase per active (or Slurm-queued) run and per queue
-    entry not started yet, with what to do about it."""
+def active_writers(runs_dir: Path, output_dir: str | Path, skip: str | None = None) -> list[str]:
+    """Who else writes ``output_dir``: one phrase per active (or Slurm-queued) run (but ``skip``) and
+    per queue entry not started yet, with what to do about it."""
     from cockpit.run.queue import read_queue
     from cockpit.run.remove import current_statuses
 
     runs = [
         r
         for r in list_runs(runs_dir)
-        if (st := r.read_status()).get("state") not in TERMINAL_STATES
+        if r.run_id != skip
+        and (st := r.read_status()).get("state") not in TERMINAL_STATES
         and _same(st.get("output_dir") or r.path, output_dir)
     ]
     found = [
@@ -95,3 +97,20 @@ def refuse_shared_output(cfg: RunConfig, runs_dir: Path, config_path: str | None
     """Raise InputError (key ``output_dir``) when another run writes the config's ``output_dir``."""
     if problem := shared_output_problem(cfg, runs_dir, config_path):
         raise InputError(problem)
+
+
+def resume_refusal(run: RunDir, output_dir: str | None) -> str | None:
+    """Why ``run`` may not resume in its ``output_dir``: another run writes it now, or has written
+    there since (the folder's mark names it: its checkpoints are not all this run's); None when it may."""
+    if not output_dir:
+        return None
+    others = active_writers(run.path.parent, output_dir, skip=run.run_id)
+    if others:
+        return f"its output_dir {output_dir} is also the output_dir of {', '.join(others)}"
+    other = read_mark(Path(output_dir)).get("run_id")
+    if other and other != run.run_id:
+        return (
+            f"run {other} has written into its output_dir {output_dir} since: the checkpoints there are not "
+            f"all {run.run_id}'s; train it again instead"
+        )
+    return None
