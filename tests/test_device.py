@@ -109,7 +109,7 @@ def test_setup_blocks_a_gpu_preset_here_and_launch_anyway_still_launches(tmp_pat
     preset = ROOT / "presets" / "mi250-lora-8b.yaml"
     checks = [c.to_dict() for c in run_checks(needs=config_tags(_preset(preset).keys_only()))]
     launched: list[str] = []
-    monkeypatch.setattr(cli_calls, "train_detached", lambda path, runs_dir, timeout=600, secrets=None: launched.append(str(path)) or cli_calls.CliResult(2, None, "", "use_cpu: this config needs GPUs"))
+    monkeypatch.setattr(cli_calls, "train_detached", lambda path, runs_dir, timeout=600, secrets=None, on_stage=None: launched.append(str(path)) or cli_calls.CliResult(2, None, "", "use_cpu: this config needs GPUs"))
 
     async def scenario() -> None:
         from cockpit.ui.screens.modals import Decide

@@ -110,7 +110,7 @@ def test_doctor_failures_that_matter_block_launch(env, monkeypatch):
     assert blocking_for_config(doctor_with(**no_numactl), {"numa_bind": "auto"}) == []
 
     launched: list[str] = []
-    monkeypatch.setattr(cli_calls, "train_detached", lambda path, runs_dir, timeout=600, secrets=None: launched.append(str(path)) or cli_calls.CliResult(1, None, "", "fake: not started"))
+    monkeypatch.setattr(cli_calls, "train_detached", lambda path, runs_dir, timeout=600, secrets=None, on_stage=None: launched.append(str(path)) or cli_calls.CliResult(1, None, "", "fake: not started"))
     full_disk = {"disk_runs": {"status": "fail", "seen": "0.2 GiB free at /runs", "fix": "free some space or set COCKPIT_RUNS_DIR"}}
     runs = env / "runs"
 
