@@ -174,8 +174,16 @@ def test_chat_cli_local_json(tiny_run):
 @pytest.mark.slow
 def test_chat_cli_says_what_it_does_and_where_the_limit_cut(tiny_run):
     """Issue 62 item 8: `cockpit chat RUN --prompt` says each stage of the load on stderr (the base
-    model by name), each side as it starts, and an answer stopped by the token limit says so."""
-    res = cockpit("chat", tiny_run.name, "--runs-dir", str(tiny_run.parent), "--prompt", "Hi there", "--max-new-tokens", "3")
+    model by name), each side as it starts, and an answer stopped by the token limit says so. Run
+    from a folder holding a `cockpit/` folder that cannot be imported (item 2: the clone's parent):
+    the chat worker it starts is the installed cockpit's."""
+    from cockpit.run import warm_start
+
+    here = tiny_run.parent.parent / "parent"
+    (here / "cockpit").mkdir(parents=True)
+    (here / "cockpit" / "__init__.py").write_text("raise ImportError('the local cockpit/ folder was imported')\n")
+    argv = [sys.executable, "-P", "-m", "cockpit.cli", "chat", tiny_run.name, "--runs-dir", str(tiny_run.parent)]
+    res = warm_start.run([*argv, "--prompt", "Hi there", "--max-new-tokens", "3"], dict(os.environ), str(here), 600)
     assert res.returncode == 0, res.stderr
     assert "loading the base model" in res.stderr and "loading the tuned adapter" in res.stderr, res.stderr
     assert "ready in" in res.stderr

@@ -156,7 +156,15 @@ def _local_backend(args: argparse.Namespace, art: Any, max_new: int) -> Any:
 
 def _exec_chat_worker(args: argparse.Namespace, art: Any, max_new: int) -> None:
     """``--jsonl`` with local models: this process becomes the chat worker (JSON lines on stdin/stdout)."""
-    argv = [sys.executable, "-m", "cockpit.serve.chat_worker", str(art.run.path), "--max-new-tokens", str(max_new)]
+    argv = [
+        sys.executable,
+        "-P",
+        "-m",
+        "cockpit.serve.chat_worker",
+        str(art.run.path),
+        "--max-new-tokens",
+        str(max_new),
+    ]
     if args.device:
         argv += ["--device", args.device]
     sys.stdout.flush()

@@ -117,7 +117,8 @@ def detach(runs, name: str, poll: float | None) -> int:
 
     from cockpit.sweep.driver import sweep_dir
 
-    argv = [sys.executable, "-m", "cockpit.cli", "sweep", "--resume", name, "--runs-dir", str(runs)]
+    # -P: the installed cockpit, whatever the working folder holds (a cockpit/ folder: the clone's parent)
+    argv = [sys.executable, "-P", "-m", "cockpit.cli", "sweep", "--resume", name, "--runs-dir", str(runs)]
     with open(sweep_dir(runs, name) / "driver.log", "ab", buffering=0) as log:
         proc = subprocess.Popen(
             [*argv, *(["--poll", str(poll)] if poll else [])],

@@ -37,6 +37,7 @@ class LocalBackend:
         self.art = art
         argv = [
             python or sys.executable,
+            "-P",  # the installed cockpit, whatever the working folder holds (a cockpit/ folder: the clone's parent)
             "-m",
             "cockpit.serve.chat_worker",
             str(art.run.path),
