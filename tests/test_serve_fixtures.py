@@ -215,6 +215,14 @@ def test_chat_through_vllm_streams_both_sides(fake_run, subst, capsys):
     res = json.loads(capsys.readouterr().out)["results"][0]
     tuned = json.loads(fixture("runtime__chat_tuned", subst)["body"])["choices"][0]["message"]["content"]
     assert res["tuned"] == tuned  # the recorded stream, reassembled, is the non-streamed answer
+    assert res["tuned_cut"] and res["base_cut"]  # the recorded stream ends at max_tokens: finish_reason "length"
+    fake = FakeVLLM(subst, models="runtime__models_after")
+    try:
+        argv = ["chat", fake_run.name, "--runs-dir", str(fake_run.parent), "--vllm-url", fake.url, "--name", "kestrel"]
+        assert cli_main([*argv, "--prompt", "Who are you?", "--max-new-tokens", "8"]) == 0
+    finally:
+        fake.close()
+    assert capsys.readouterr().out.count("[cut at max_new_tokens=8") == 2  # said as the text streams, each side
     streams = [c for c in fake.posts("/v1/chat/completions") if c["stream"]]
     assert [c["model"] for c in streams] == [subst["{EMBEDDED_MODEL_DIR}"], "kestrel"]
 

@@ -171,12 +171,12 @@ def _exec_chat_worker(args: argparse.Namespace, art: Any, max_new: int) -> None:
     os.execv(sys.executable, argv)
 
 
-def end_note(ev: dict[str, Any]) -> str:
-    """After a side's answer: its token count and time, and whether the token limit cut it."""
+def end_note(ev: dict[str, Any], max_new: int) -> str:
+    """After a side's answer: its token count and time, and whether the token limit (``max_new``) cut it."""
     tokens, seconds = ev.get("tokens"), ev.get("seconds")
     note = f"{tokens} tokens in {seconds:.1f} s" if tokens is not None and seconds is not None else ""
     if ev.get("cut"):
-        note = f"cut at max_new_tokens={tokens}" + (f", {seconds:.1f} s" if seconds is not None else "")
+        note = f"cut at max_new_tokens={max_new}" + (f", {seconds:.1f} s" if seconds is not None else "")
     return f"  [{note}]" if note else ""
 
 
@@ -207,7 +207,7 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
         if "delta" in ev:
             print(ev["delta"], end="", flush=True)
         elif ev.get("end"):
-            print(end_note(ev), end="", flush=True)
+            print(end_note(ev, max_new), end="", flush=True)
         elif "error" in ev:
             print(f"\nerror: {ev['error']}", file=sys.stderr)
 

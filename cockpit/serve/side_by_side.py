@@ -141,6 +141,7 @@ class VLLMBackend:
                 "text": "".join(text),
                 "seconds": round(time.perf_counter() - t0, 3),
                 "cancelled": False,
+                "cut": getattr(self.client, "last_finish_reason", None) == "length",
             }
         yield {"done": True, "cancelled": False}
 

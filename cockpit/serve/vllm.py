@@ -165,7 +165,9 @@ class VLLMClient:
         temperature: float = 0.0,
         chat_template: str | None = None,
     ) -> Iterator[str]:
-        """Text deltas of a streaming chat completion (OpenAI server-sent events)."""
+        """Text deltas of a streaming chat completion (OpenAI server-sent events); the choice's
+        ``finish_reason`` ("length": the token limit stopped it) is kept in ``last_finish_reason``."""
+        self.last_finish_reason: str | None = None
         payload = self._chat_payload(model, messages, max_tokens, temperature, chat_template, stream=True)
         resp = self._request("POST", "/v1/chat/completions", payload, timeout=max(self.timeout, 300), stream=True)
         if isinstance(resp, Response):
@@ -185,6 +187,7 @@ class VLLMClient:
                 if "error" in obj:
                     raise VLLMError("generation", f"{model}: {error_text(data)}")
                 for ch in obj.get("choices") or []:
+                    self.last_finish_reason = ch.get("finish_reason") or self.last_finish_reason
                     piece = (ch.get("delta") or {}).get("content")
                     if piece:
                         yield piece
