@@ -201,3 +201,44 @@ def test_cockpit_plan_names_total_and_active_parameters_of_the_moe_presets(name,
     assert said, header
     assert float(said.group(1)) == pytest.approx(experts["active_params"] / 1e9, abs=0.05)
     assert float(said.group(2)) == pytest.approx(res.estimate.peak / 2**30, abs=0.05)
+
+
+def test_a_per_expert_checkpoint_is_loaded_whole_not_streamed(tiny_moe_dir):
+    """transformers 5 saves an MoE model's experts apart (``mlp.experts.0.gate_proj.weight``) and fuses them
+    as it loads; a streamed ZeRO-3 / FSDP2 load reads tensors by the model's names, so it would leave the fused
+    experts to their random init (found so: the step-1 loss of a streamed ZeRO-3 run differed from FSDP2's)."""
+    from types import SimpleNamespace
+
+    from cockpit.models.weights import sharded_load_mode, weights_of
+
+    weights = weights_of(SimpleNamespace(gguf_file=None, path=str(tiny_moe_dir), hub=False), fetch=False)
+    assert weights.folder is None and "stores each expert's weights apart" in weights.why_whole
+    assert sharded_load_mode(weights, world_size=2, quantized=False, fsdp=True, zero3=False) == "full"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp2"])
+def test_sharded_strategies_train_the_moe_on_two_ranks(tmp_path, tiny_moe_dir, strategy):
+    """ZeRO-3 (the MoE blocks ZeRO-3 leaf modules, as LLaMA-Factory marks them) and FSDP2 on 2 CPU ranks:
+    LoRA on every linear layer and the fused experts, the router loss on, 2 steps."""
+    from conftest import ROOT, cockpit, read_events, tiny_config
+
+    over = {"zero_stage": 3} if strategy == "zero3" else {"fsdp": "full_shard auto_wrap"}
+    cfg = tiny_config(tmp_path, tiny_moe_dir, strategy, nproc_per_node=2, max_steps=2, cutoff_len=64, probes=None,
+                      save_strategy="no", telemetry_interval_s=0, numa_bind="off", moe_aux_loss_coef=0.01, **over)  # fmt: skip
+    env = {"TORCH_EXTENSIONS_DIR": str(ROOT / ".cache" / "torch_extensions"), "OMP_NUM_THREADS": "1"}
+    res = cockpit("train", str(cfg), "--runs-dir", str(tmp_path / "runs"), env=env, timeout=420)
+    run = next((tmp_path / "runs").iterdir())
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2]
+    assert all(e["aux_loss"] > 1.0 and e["expert_load"]["layers"] == [0, 1, 2, 3] for e in steps)
+    # every token's top-2 counted once over both ranks' batches: the 4 layers see the same tokens
+    assert steps[0]["expert_load"]["assignments"] % 4 == 0
+    for rank in (0, 1):
+        log = (run / "logs" / f"rank{rank}.log").read_text()
+        assert "mlp.experts.gate_up_proj" in next(ln for ln in log.splitlines() if "trainable parameters" in ln)
+        if strategy == "zero3":
+            assert "MoE blocks gathered whole (leaf modules): Qwen3MoeSparseMoeBlock" in log
+        else:
+            assert "FSDP2: 4 x ['Qwen3MoeDecoderLayer']" in log

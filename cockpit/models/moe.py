@@ -98,6 +98,6 @@ def expert_parameters(model: Any) -> list[str]:
         if not name.endswith("experts") or type(module).__name__ == "ModuleList":
             continue
         for pname, p in module.named_parameters(recurse=False):
-            if p.ndim == 3:
+            if len(getattr(p, "ds_shape", None) or p.shape) == 3:  # ZeRO-3 keeps a partitioned one's shape there
                 names.add(".".join([*name.rsplit(".", 2)[-2:], pname]))
     return sorted(names)

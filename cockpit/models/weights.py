@@ -16,6 +16,7 @@ see as the ranks will load it once fetched (``pending``).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +104,35 @@ def weights_of(ref: Any, *, fetch: bool) -> Weights:
     lacking = missing_shards(d)
     if lacking:
         return Weights(None, f"{d} lacks {len(lacking)} of its safetensors shards (e.g. {lacking[0]}): loaded whole")
+    if experts_stored_apart(d):
+        return Weights(
+            None,
+            f"{d} stores each expert's weights apart and transformers fuses them as it loads (a mixture-of-experts "
+            "model): every rank loads it whole, partitioned (ZeRO-3) or sharded (FSDP2) after",
+        )
     return Weights(str(d))
+
+
+_EXPERT_KEY = re.compile(r"\.experts\.\d+\.")
+
+
+def experts_stored_apart(folder: Path) -> bool:
+    """A mixture-of-experts checkpoint in the per-expert layout (``mlp.experts.0.gate_proj.weight``, as
+    transformers 5 still saves Qwen3-MoE / Mixtral) whose model fuses its experts (``mlp.experts.gate_up_proj``):
+    a streamed load reads tensors by the model's names, so it cannot fill them (from_pretrained converts)."""
+    names: list[str] = []
+    index = folder / INDEX
+    try:
+        if index.is_file():
+            names = list(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
+        else:
+            for path in sorted(folder.glob("*.safetensors"))[:1]:
+                with open(path, "rb") as f:
+                    size = int.from_bytes(f.read(8), "little")
+                    names = list(json.loads(f.read(size)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return any(_EXPERT_KEY.search(n) for n in names)
 
 
 def strategy_shards_load(*, world_size: int, quantized: bool, fsdp: bool, zero3: bool) -> bool:

@@ -81,6 +81,10 @@ def build_model(
     new_token_ids = grown_vocabulary(model, cfg, tokenizer, load)  # add_tokens / add_special_tokens / resize_vocab
     del tokenizer
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
+    if load == "zero3" or (load == "full" and is_zero3()):  # an MoE model's blocks gathered whole (cockpit.train.moe)
+        from cockpit.train.moe import mark_zero3_leaves
+
+        mark_zero3_leaves(model, print)
     if cfg.quantization_bit:
         prepare_quantized_base(model, cfg)
     if cfg.finetuning_type == "lora":
@@ -109,6 +113,12 @@ def lora_model(
 ) -> Any:
     """The base with its LoRA adapter as training runs it: the input embedding in host memory
     (:mod:`cockpit.train.host_embedding`), the adapter (:func:`with_lora_adapter`), its
+def is_zero3() -> bool:
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(is_deepspeed_zero3_enabled())
+
+
     trainable parameters in fp32 where training keeps them so, and no fp32 copy of each adapted input
     under autocast (:mod:`cockpit.train.adapter_input_cast`; ``peft_input_cast``: PEFT's copies kept,
     as PEFT and LLaMA-Factory run, for a benchmark; ``host_embedding=False``: the table on the device,

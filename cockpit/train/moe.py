@@ -153,3 +153,32 @@ def lora_targets(model: Any) -> tuple[list[str], list[str]] | None:
         if isinstance(module, torch.nn.Linear) and module is not head and leaf not in ROUTER_NAMES:
             modules.add(leaf)
     return sorted(modules), expert_parameters(base)
+
+
+def moe_block_classes(model: Any) -> list[type]:
+    """The classes of an MoE model's sparse blocks: a module with an ``experts`` child and a router
+    (``gate`` / ``router``) child (Qwen3MoeSparseMoeBlock, MixtralSparseMoeBlock, GptOssMLP, ...)."""
+    found: dict[str, type] = {}
+    for module in model.modules():
+        children = dict(module.named_children())
+        if "experts" in children and ROUTER_NAMES & children.keys():
+            found.setdefault(type(module).__qualname__, type(module))
+    return list(found.values())
+
+
+def mark_zero3_leaves(model: Any, log: Any = None) -> list[str]:
+    """ZeRO-3: each MoE block a leaf module (``deepspeed.utils.set_z3_leaf_modules``, as LLaMA-Factory's
+    ``add_z3_leaf_module`` does for Mixtral / Qwen MoE): its parameters, every expert's and LoRA's
+    parametrized expert tensors among them, are gathered at once when the block runs, instead of module
+    by module on a trace that changes with the routing (experts no token reached are never called:
+    the prefetch waits for them, and the run hangs). The class names marked."""
+    classes = moe_block_classes(model)
+    if not classes:
+        return []
+    from deepspeed.utils import set_z3_leaf_modules
+
+    set_z3_leaf_modules(model, classes)
+    names = [c.__name__ for c in classes]
+    if log is not None:
+        log(f"ZeRO-3: MoE blocks gathered whole (leaf modules): {', '.join(names)}")
+    return names

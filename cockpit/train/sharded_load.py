@@ -59,9 +59,12 @@ def _header(path: Path) -> dict[str, Any]:
 
 
 def canonical(key: str) -> str:
-    """A model state-dict key as the checkpoint names it (PEFT's wrapper prefix and ``base_layer`` removed)."""
+    """A model state-dict key as the checkpoint names it (PEFT's wrapper prefix and ``base_layer`` removed;
+    nested ones too: LoRA on two fused expert tensors of one module wraps it twice, ``experts.base_layer.base_layer``)."""
     key = key.removeprefix(PEFT_PREFIX)
-    return key.replace(".base_layer.", ".")
+    while ".base_layer." in key:
+        key = key.replace(".base_layer.", ".")
+    return key
 
 
 # -- FSDP2 -------------------------------------------------------------------------------------
