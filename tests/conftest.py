@@ -184,6 +184,43 @@ def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_llava_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random LLaVA (issue 63): the SmolLM2 tokenizer with an ``<image>`` token added, a Llama
+    language model as tiny_model_dir's, a 2-layer CLIP vision tower (32x32 images, 8x8 patches: 16 image
+    tokens each) and LLaVA's projector, built from their transformers configs, saved with a LlavaProcessor
+    (its PIL image processor: no torchvision)."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    out = tmp_path_factory.mktemp("tiny-llava")
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir))
+    tok.add_tokens(["<image>"], special_tokens=True)
+    text = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=32, patch_size=8)
+    cfg = LlavaConfig(text_config=text, vision_config=vision, image_token_index=tok.convert_tokens_to_ids("<image>"),
+                      vision_feature_select_strategy="default", vision_feature_layer=-1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(cfg).save_pretrained(out)
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
+                   image_token="<image>", num_additional_image_tokens=1).save_pretrained(out)
+    return out
+
+
 def build_tiny_moe(out: Path, tok, family: str = "qwen3_moe", **over):
     """A tiny random mixture-of-experts model (8 experts, top-2, 4 layers) of ``family`` (qwen3_moe,
     mixtral), built from its transformers config, saved with ``tok``."""

@@ -250,7 +250,8 @@ def test_every_refused_key_has_its_own_reason():
 def test_a_refused_key_names_its_reason(tiny_model_dir):
     refused(tiny_model_dir, "swanlab_lark_secret: a LLaMA-Factory key that Cockpit refuses: SwanLab's Lark",
             swanlab_lark_secret="s")
-    refused(tiny_model_dir, "image_max_pixels: .*does not train a vision-language model yet", image_max_pixels=1024)
+    refused(tiny_model_dir, "image_do_pan_and_scan: .*a vision-language model Cockpit does not train yet",
+            image_do_pan_and_scan=True)
 
 
 def test_readme_key_table_is_current():

@@ -232,12 +232,26 @@ def test_templates_matched(capsys):
     assert set(matched) == set(TEMPLATES) - set(KNOWN_DIFFERENT)
 
 
-@pytest.mark.parametrize("name", ["qwen2_vl", "llava", "gemma3", "qwen3_vl_nothink"])
+@pytest.mark.parametrize("name", ["qwen2_vl", "gemma3", "qwen3_vl_nothink"])
 def test_multimodal_templates_are_refused_with_the_reason(name):
     from cockpit.data.render import apply_template_choice
 
-    with pytest.raises(ValueError, match="multimodal templates .* Cockpit trains text only"):
+    with pytest.raises(ValueError, match="multimodal templates .* Cockpit trains images with llava only so far"):
         apply_template_choice(_tokenizer(), name)
+
+
+def test_llava_renders_as_vicuna_with_its_name():
+    """LLaMA-Factory's llava template is vicuna's slots with the llava plugin (issue 63: its images expand to
+    image tokens in cockpit.data.prepare); the text renders as vicuna's, named llava."""
+    from cockpit.data.render import apply_template_choice, template_description
+
+    conversation = [{"role": "user", "content": "<image>Hi"}, {"role": "assistant", "content": "Hello"}]
+    tok = _tokenizer()
+    apply_template_choice(tok, "llava")
+    assert template_description(tok).startswith("llava ")
+    llava = tok.apply_chat_template(conversation, tokenize=False)
+    apply_template_choice(tok, "vicuna")
+    assert llava == tok.apply_chat_template(conversation, tokenize=False)
 
 
 CONVERSATION = [
@@ -405,7 +419,7 @@ def test_the_readme_lists_the_templates_and_states_the_rule():
 
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_path, tiny_model_dir):
-    """``cockpit check`` (its code, in-process) names the key and why: LLaMA-Factory's plugin, text only."""
+    """``cockpit check`` (its code, in-process) names the key and why: LLaMA-Factory's plugin, llava only so far."""
     from conftest import tiny_config
 
     from cockpit.config import load_config
@@ -417,7 +431,8 @@ def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_
     with pytest.raises(InputError) as err:
         check_run(cfg, log=lambda *_: None, with_devices=False)
     text = "\n".join(str(p) for p in err.value.problems)
-    assert text.startswith("template: ") and "multimodal templates (its qwen2vl plugin" in text and "text only" in text
+    assert text.startswith("template: ") and "multimodal templates (its qwen2vl plugin" in text
+    assert "Cockpit trains images with llava only so far" in text
 
 
 # A real tokenizer where the templates' special tokens matter: Mistral's v3, whose [INST], [/INST],

@@ -132,7 +132,7 @@ def test_a_text_stage_refuses_rows_with_images(tmp_path):
 
 @pytest.mark.parametrize("row, expected", [
     (_sharegpt("<image>what?", ["cat.png"]), "no such image 'cat.png'"),
-    (_sharegpt("<image>what?", ["ok.png"]), "does not train a vision-language model yet"),
+    (_sharegpt("<image>what?", ["ok.png"]), "template 'chatml' renders text only"),
 ])
 def test_image_rows_are_refused_at_check_before_a_run_dir(tmp_path, capsys, row, expected):
     """``cockpit check`` and ``cockpit train`` exit 2 naming the row's file:line; no run dir."""

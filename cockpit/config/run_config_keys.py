@@ -228,3 +228,9 @@ class RunConfigKeys:
     resize_vocab: bool = False
     moe_aux_loss_coef: float | None = None
     media_dir: str | None = None
+    image_max_pixels: int = 589824
+    image_min_pixels: int = 1024
+    freeze_vision_tower: bool = True
+    freeze_multi_modal_projector: bool = True
+    freeze_language_model: bool = False
+    train_mm_proj_only: bool = False

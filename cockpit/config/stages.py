@@ -80,7 +80,18 @@ _GRPO_UNHONOURED = {
 _SFT_LOSS = "DFT / EAFT weigh SFT's token cross-entropy (LLaMA-Factory's SFT trainer); this stage's loss is its own"
 _SFT_LOSS_KEYS = {key: _SFT_LOSS for key in ("use_dft_loss", "use_eaft_loss", "eaft_alpha")}
 # images are read for sft only (issue 63): the other stages refuse rows with images, so where to find them is moot
-_SFT_IMAGES = {"media_dir": "images are read for stage sft only; this stage refuses rows with images"}
+_SFT_IMAGES = {
+    key: "images train in stage sft only (issue 63); this stage refuses rows with images"
+    for key in (
+        "media_dir",
+        "image_max_pixels",
+        "image_min_pixels",
+        "freeze_vision_tower",
+        "freeze_multi_modal_projector",
+        "freeze_language_model",
+        "train_mm_proj_only",
+    )
+}
 STRATEGIES = ("ddp", "deepspeed", "fsdp")  # DDP: one process or several, each with the whole model
 # the keys that choose a strategy other than DDP
 STRATEGY_KEYS = {"deepspeed": "deepspeed", "zero_stage": "deepspeed", "fsdp": "fsdp"}

@@ -21,6 +21,7 @@ from typing import Any
 
 from cockpit.data import lf_tools
 from cockpit.data.lf_templates import LF_TEMPLATES
+from cockpit.data.media import IMAGE_TEMPLATES
 
 IGNORE_INDEX = -100
 Slot = Any  # str | {"token": str} | {"special": "bos_token" | "eos_token"}
@@ -69,7 +70,7 @@ class LfTemplate:
 
 
 def _fields(name: str) -> dict[str, Any]:
-    d = LF_TEMPLATES[name]
+    d = LF_TEMPLATES[IMAGE_TEMPLATES.get(name, name)]  # llava: vicuna's slots (its images: cockpit.data.media)
     return {**_fields(d["like"]), **d} if "like" in d else d
 
 

@@ -25,8 +25,9 @@ IMAGE_PLACEHOLDER = "<image>"
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://|data:)")  # http(s)://, s3://, file://, a data: URI
 IMAGE_COLUMN = "images"
 OTHER_MEDIA_COLUMNS = ("videos", "audios")  # LLaMA-Factory's other multimodal columns: refused by name
-# the templates whose images Cockpit trains (issue 63 builds them one by one; none yet)
-IMAGE_TEMPLATES: frozenset[str] = frozenset()
+# the templates whose images Cockpit trains (issue 63 builds them one by one): name -> the text template
+# whose slots it renders with (LLaMA-Factory's llava is vicuna's slots with the llava plugin)
+IMAGE_TEMPLATES: dict[str, str] = {"llava": "vicuna"}
 
 
 def media_dir_of(media_dir: str | None, dataset_dir: str | None, registry_dir: Path | None, file: Path) -> Path:
@@ -157,8 +158,39 @@ def template_problem(template: str | None) -> str | None:
     """Why rows with images cannot train with this config's template (None when they can)."""
     if template in IMAGE_TEMPLATES:
         return None
+    known = ", ".join(sorted(IMAGE_TEMPLATES))
     return (
-        f"the row has images, but template {template or '(unset)'!r} trains text only: Cockpit reads image "
-        "datasets as LLaMA-Factory writes them but does not train a vision-language model yet (issue 63); "
-        "drop the images column to train on the text"
+        f"the row has images, but template {template or '(unset)'!r} renders text only: images train with a "
+        f"vision-language model and its template ({known}); drop the images column to train on the text"
     )
+
+
+def expanded(messages: Sequence[Mapping[str, Any]], seqlen: int) -> list[dict[str, Any]]:
+    """The messages with each ``<image>`` repeated ``seqlen`` times (LLaMA-Factory's ``LlavaPlugin.process_messages``:
+    the tokenizer's image token, one per image feature)."""
+    return [
+        {**m, "content": str(m["content"]).replace(IMAGE_PLACEHOLDER, IMAGE_PLACEHOLDER * seqlen)}
+        if isinstance(m.get("content"), str)
+        else dict(m)
+        for m in messages
+    ]
+
+
+def regularized(path: str, max_pixels: int, min_pixels: int) -> Any:
+    """The image as LLaMA-Factory's ``_preprocess_image`` hands it to the processor: scaled down to
+    ``image_max_pixels`` or up to ``image_min_pixels`` (aspect kept, its int truncation), then RGB."""
+    import math
+
+    from PIL import Image
+
+    image: Image.Image = Image.open(path)
+    image.load()
+    width, height = image.size
+    if width * height > max_pixels:
+        factor = math.sqrt(max_pixels / (width * height))
+        image = image.resize((int(width * factor), int(height * factor)))
+    width, height = image.size
+    if width * height < min_pixels:
+        factor = math.sqrt(min_pixels / (width * height))
+        image = image.resize((int(width * factor), int(height * factor)))
+    return image.convert("RGB") if image.mode != "RGB" else image

@@ -5,15 +5,16 @@ One code path for ``cockpit check`` and the training ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cockpit.data import tokenized
+from cockpit.data import media, tokenized
 from cockpit.data.collect import collect_samples
 from cockpit.data.formats import LoadResult
-from cockpit.data.render import Rendered, apply_template_choice, render_sample, template_default_system
+from cockpit.data.render import IGNORE_INDEX, Rendered, apply_template_choice, render_sample, template_default_system
 from cockpit.data.report import TruncationReport, truncation_report
 from cockpit.errors import InputError, Problem
 
@@ -84,6 +85,86 @@ def render_all(
         return pool.map(_render_one, [(None, s, cutoff, mask) for s in samples], chunksize=chunk)
 
 
+@dataclass(frozen=True)
+class ImagePlan:
+    """How the config's model reads images: its image token's id and how many tokens one image becomes."""
+
+    token_id: int
+    seqlen: int
+
+
+def image_plan(cfg: RunConfig, samples: list[dict[str, Any]]) -> ImagePlan | None:
+    """The model's image plan when some sample has images (None when none has); InputError when the
+    model takes no images."""
+    if not any(s.get("images") for s in samples):
+        return None
+    from cockpit.models.resolve import config_model, load_model_config
+    from cockpit.models.vlm import composite_of, image_seqlen, load_processor
+
+    if cfg.tokenized_path:
+        raise InputError(Problem("a dataset with images: not cached as tokens yet (issue 63)", key="tokenized_path"))
+    ref = config_model(cfg, log=lambda *_: None)
+    model_config = load_model_config(cfg, ref)
+    if composite_of(model_config) is None:
+        kind = getattr(model_config, "model_type", None)
+        raise InputError(
+            Problem(
+                f"the dataset has images, but {cfg.model_name_or_path} (model type {kind!r}) is a text model; images "
+                "train with a vision-language model (LLaVA)",
+                key="model_name_or_path",
+            )
+        )
+    return ImagePlan(int(model_config.image_token_index), image_seqlen(load_processor(cfg, ref)))
+
+
+def _image_problem(sample: dict[str, Any], result: Rendered, plan: ImagePlan, cutoff: int) -> str | None:
+    """A rendered row whose image tokens are not all there (cut by cutoff_len, or the tokenizer has no ``<image>``)."""
+    want = len(sample["images"]) * plan.seqlen
+    have = result.input_ids.count(plan.token_id)
+    if have == want:
+        return None
+    if have == 0 and result.full_length <= cutoff:
+        return f"the tokenizer does not read {media.IMAGE_PLACEHOLDER} as the model's image token (id {plan.token_id})"
+    return (
+        f"cutoff_len {cutoff} cuts this row's image tokens: {have} of {want} kept ({len(sample['images'])} image(s) of "
+        f"{plan.seqlen} tokens); a cut image cannot train: raise cutoff_len"
+    )
+
+
+def _unlabelled(result: Rendered, token_id: int) -> list[int]:
+    """The row's labels with its image tokens out of the loss (train_on_prompt would train them)."""
+    return [IGNORE_INDEX if t == token_id else label for t, label in zip(result.input_ids, result.labels)]
+
+
+def _render_kept(
+    cfg: RunConfig, tokenizer: Any, samples: list[dict[str, Any]], cutoff: int
+) -> tuple[list[Rendered], list[dict[str, Any]], list[Problem]]:
+    """(rendered, the samples rendered, problems by row): ``rendered[i]`` is ``kept[i]``'s (prediction reads
+    both); a row's images become its image tokens (:func:`image_plan`)."""
+    plan = image_plan(cfg, samples)
+    to_render = [
+        {**s, "messages": media.expanded(s["messages"], plan.seqlen)} if plan and s.get("images") else s
+        for s in samples
+    ]
+    rendered: list[Rendered] = []
+    kept: list[dict[str, Any]] = []
+    problems: list[Problem] = []
+    workers = int(cfg.preprocessing_num_workers or 1)
+    for sample, (result, error) in zip(samples, render_all(tokenizer, to_render, cutoff, workers, render_options(cfg))):
+        if error is not None:  # a template error on one row: reported by its line
+            error = f"cannot render with the chat template: {error}"
+        elif plan and sample.get("images"):
+            error = _image_problem(sample, result, plan, cutoff)
+            result = dataclasses.replace(result, labels=_unlabelled(result, plan.token_id))
+        if error is None:
+            rendered.append(result)
+            kept.append(sample)
+        else:
+            file, _, line = sample["source"].rpartition(":")
+            problems.append(Problem(error, file=file, line=int(line)))
+    return rendered, kept, problems
+
+
 def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
     try:
         apply_template_choice(tokenizer, cfg.template, cfg.default_system, cfg.enable_thinking)
@@ -98,19 +179,7 @@ def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = 
             return Prepared(hit[0], hit[1], truncation_report(hit[1], cutoff))
     if loaded is None:
         loaded = collect_samples(cfg)
-    rendered: list[Rendered] = []
-    kept: list[dict[str, Any]] = []  # the samples rendered, so that rendered[i] is kept[i]'s (prediction reads both)
-    problems: list[Problem] = []
-    workers = int(cfg.preprocessing_num_workers or 1)
-    for sample, (result, error) in zip(
-        loaded.samples, render_all(tokenizer, loaded.samples, cutoff, workers, render_options(cfg))
-    ):
-        if error is None:
-            rendered.append(result)
-            kept.append(sample)
-        else:  # a template error on one row: report it by its line
-            file, _, line = sample["source"].rpartition(":")
-            problems.append(Problem(f"cannot render with the chat template: {error}", file=file, line=int(line)))
+    rendered, kept, problems = _render_kept(cfg, tokenizer, loaded.samples, cutoff)
     if problems:
         if not cfg.allow_bad_rows:
             raise InputError(problems)

@@ -23,6 +23,7 @@ from typing import Any
 from cockpit.data import lf_render
 from cockpit.data import tools as tools_mod
 from cockpit.data.lf_templates import LF_MULTIMODAL_TEMPLATES, LF_TEMPLATES
+from cockpit.data.media import IMAGE_TEMPLATES
 
 IGNORE_INDEX = lf_render.IGNORE_INDEX
 infer_seqlen = lf_render.infer_seqlen  # LLaMA-Factory's split of a turn's budget
@@ -118,7 +119,8 @@ def template_default_system(template: str | None, default_system: str | None) ->
     named template's own (LLaMA-Factory's ``default_system`` of that template)."""
     if default_system is not None or not template:
         return default_system
-    data = LF_TEMPLATES.get(TEMPLATE_ALIASES.get(template, template))
+    name = TEMPLATE_ALIASES.get(template, template)
+    data = LF_TEMPLATES.get(IMAGE_TEMPLATES.get(name, name))
     return (data.get("default_system") or None) if data else None
 
 
@@ -142,13 +144,14 @@ def apply_template_choice(
         tokenizer.chat_template = unwrapped(tokenizer.chat_template)  # a template Cockpit saved before
     if template:
         name = TEMPLATE_ALIASES.get(template, template)
-        if name in LF_MULTIMODAL_TEMPLATES:
+        if name in LF_MULTIMODAL_TEMPLATES and name not in IMAGE_TEMPLATES:
             raise ValueError(
                 f"template {template!r} is one of LLaMA-Factory's multimodal templates (its "
-                f"{LF_MULTIMODAL_TEMPLATES[name]} plugin, for images / video / audio): Cockpit trains text only; "
-                "use the text template of the model family or leave template unset (the tokenizer's own)"
+                f"{LF_MULTIMODAL_TEMPLATES[name]} plugin, for images / video / audio): Cockpit trains images with "
+                f"{', '.join(sorted(IMAGE_TEMPLATES))} only so far (issue 63); for text, use the text template of the "
+                "model family or leave template unset (the tokenizer's own)"
             )
-        if name not in LF_TEMPLATES:
+        if name not in LF_TEMPLATES and name not in IMAGE_TEMPLATES:
             raise ValueError(f"unknown template {template!r}; known: {', '.join(template_names())}")
         lf = lf_render.lf_template(name, default_system, enable_thinking)
         lf_render.fix_tokenizer(tokenizer, lf)

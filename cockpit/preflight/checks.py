@@ -206,6 +206,7 @@ def check_run(
     from cockpit.data.prepare import prepare_dataset, render_options
     from cockpit.data.render import template_description, trainable_spans
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
+    from cockpit.models.vlm import refuse_unhonoured
 
     warnings = static_checks(cfg, gpus)
     data_cfg = prediction_data_config(cfg)
@@ -217,6 +218,7 @@ def check_run(
     tok = load_tokenizer(cfg, ref, log=log)
     mcfg = load_model_config(cfg, ref)
     check_moe_keys(cfg, mcfg)
+    refuse_unhonoured(cfg, mcfg)  # the vision-language keys: each with an effect on this model (cockpit.models.vlm)
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from cockpit.config.run_config import RunConfig
     from cockpit.models.resolve import ModelRef
+    from cockpit.models.vlm import Composite
 
 
 def build_model(
@@ -63,6 +64,10 @@ def build_model(
             model = AutoModelForSequenceClassification.from_pretrained(
                 ref.path, num_labels=1, **kwargs, **model_load_kwargs(cfg, ref)
             )
+        elif is_vlm(cfg, ref):  # a vision-language model (issue 63): its image-text head
+            from cockpit.train.vlm import load_base
+
+            model = load_base(ref, {**kwargs, **model_load_kwargs(cfg, ref)})
         else:
             model = AutoModelForCausalLM.from_pretrained(ref.path, **kwargs, **model_load_kwargs(cfg, ref))
     elif value_head:
@@ -76,17 +81,18 @@ def build_model(
     from cockpit.train.private_memory import trace
 
     trace(f"build_model: base ({load})")
+    if load == "zero3" or (load == "full" and is_zero3()):  # an MoE model's blocks gathered whole (cockpit.train.moe)
+        from cockpit.train.moe import mark_zero3_leaves
+
+        mark_zero3_leaves(model, print)
     model.config.use_cache = False
     attend_per_sample(model, cfg)
     new_token_ids = grown_vocabulary(model, cfg, tokenizer, load)  # add_tokens / add_special_tokens / resize_vocab
     del tokenizer
     upcast(model, cfg)  # upcast_layernorm / upcast_lmhead_output
-    if load == "zero3" or (load == "full" and is_zero3()):  # an MoE model's blocks gathered whole (cockpit.train.moe)
-        from cockpit.train.moe import mark_zero3_leaves
-
-        mark_zero3_leaves(model, print)
     if cfg.quantization_bit:
         prepare_quantized_base(model, cfg)
+    parts = vlm_parts(model, cfg)
     if cfg.finetuning_type == "lora":
         return lora_model(model, cfg, new_token_ids, task_type="SEQ_CLS" if value_head else "CAUSAL_LM")
     if cfg.finetuning_type == "oft":
@@ -94,6 +100,10 @@ def build_model(
         if trainable_in_fp32(cfg):
             upcast_trainable(model)
         return model
+    if parts is not None:  # full fine-tuning of a vision-language model: its frozen parts
+        from cockpit.train.vlm import freeze_parts
+
+        freeze_parts(model, cfg, parts)
     if cfg.finetuning_type == "freeze":
         freeze_all_but_chosen_layers(model, cfg)
         if new_token_ids:
@@ -101,6 +111,12 @@ def build_model(
 
             train_embedding_rows(model)
     return model
+
+
+def is_zero3() -> bool:
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(is_deepspeed_zero3_enabled())
 
 
 def lora_model(
@@ -113,12 +129,6 @@ def lora_model(
 ) -> Any:
     """The base with its LoRA adapter as training runs it: the input embedding in host memory
     (:mod:`cockpit.train.host_embedding`), the adapter (:func:`with_lora_adapter`), its
-def is_zero3() -> bool:
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    return bool(is_deepspeed_zero3_enabled())
-
-
     trainable parameters in fp32 where training keeps them so, and no fp32 copy of each adapted input
     under autocast (:mod:`cockpit.train.adapter_input_cast`; ``peft_input_cast``: PEFT's copies kept,
     as PEFT and LLaMA-Factory run, for a benchmark; ``host_embedding=False``: the table on the device,
@@ -190,7 +200,8 @@ def tokenizer_needing_rows(cfg: RunConfig, ref: ModelRef) -> Any | None:
     if not grows and not cfg.template:
         return None
     tokenizer = tokenizer_as_trained(cfg, ref)  # the same tokens, in the same order, as the rank's
-    if grows or len(tokenizer) > int(load_model_config(cfg, ref).vocab_size):
+    vocab_size = load_model_config(cfg, ref).get_text_config().vocab_size  # a VLM: its language model's
+    if grows or len(tokenizer) > int(vocab_size):
         return tokenizer
     del tokenizer
     return_freed_memory()
@@ -330,6 +341,10 @@ def with_lora_adapter(
     expert_tensors: dict[str, Any] = {}
     if cfg.use_llama_pro:
         targets = expanded_block_modules(model, targets, cfg.freeze_trainable_layers)
+    elif (parts := vlm_parts(model, cfg)) is not None:  # a vision-language model: the parts that train (issue 63)
+        from cockpit.train.vlm import lora_target_names
+
+        targets = lora_target_names(model, cfg, parts)
     elif targets == "all-linear":
         targets, expert_tensors = moe_lora_targets(model, targets)
     lora = LoraConfig(
@@ -489,6 +504,25 @@ def expanded_block_modules(model: Any, targets: Any, n_expanded: int) -> list[st
             if (targets == "all-linear" and isinstance(module, torch.nn.Linear)) or (name and leaf in targets):
                 out.append(f"layers.{i}.{name}")
     return out
+
+
+def is_vlm(cfg: RunConfig, ref: ModelRef) -> bool:
+    """Whether the model is a vision-language model Cockpit trains (its config read from its folder)."""
+    from cockpit.models.resolve import load_model_config
+    from cockpit.models.vlm import composite_of
+
+    return composite_of(load_model_config(cfg, ref)) is not None
+
+
+def vlm_parts(model: Any, cfg: RunConfig) -> Composite | None:
+    """The vision-language model's parts (None for a text model), its keys' rule asked again first."""
+    from cockpit.models.vlm import refuse_unhonoured
+    from cockpit.train.vlm import parts_of
+
+    parts = parts_of(model)
+    if parts is not None:
+        refuse_unhonoured(cfg, model.config)
+    return parts
 
 
 def config_only(ref: ModelRef) -> SimpleNamespace:

@@ -451,4 +451,37 @@ KEYS: tuple[Key, ...] = (
         "freeze: modules outside the decoder layers also trained fully, a comma list (e.g. embed_tokens,norm)",
         "method",
     ),
+    # a vision-language model's parts (issue 63; cockpit/models/vlm.py): LLaMA-Factory's defaults
+    _k(
+        "freeze_vision_tower",
+        "bool",
+        True,
+        "a vision-language model: the vision tower does not train (false: full fine-tuning trains it, LoRA adapts it)",
+        "method",
+        nullable=False,
+    ),
+    _k(
+        "freeze_multi_modal_projector",
+        "bool",
+        True,
+        "a vision-language model: the projector does not train (false: full fine-tuning trains it; no effect with LoRA)",
+        "method",
+        nullable=False,
+    ),
+    _k(
+        "freeze_language_model",
+        "bool",
+        False,
+        "a vision-language model: the language model does not train (full fine-tuning; LoRA leaves it unadapted)",
+        "method",
+        nullable=False,
+    ),
+    _k(
+        "train_mm_proj_only",
+        "bool",
+        False,
+        "a vision-language model, finetuning_type full: only the projector trains (the tower and language model frozen)",
+        "method",
+        nullable=False,
+    ),
 )

@@ -14,7 +14,7 @@ REFUSED_NAMES = frozenset(
     disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
     train_from_scratch infer_backend offload_folder use_cache infer_dtype hf_hub_token ms_hub_token om_hub_token
     print_param_status use_kv_cache model_revision low_cpu_mem_usage rope_scaling resize_vocab split_special_tokens
-    add_tokens add_special_tokens new_special_tokens image_max_pixels image_min_pixels video_max_pixels
+    add_tokens add_special_tokens new_special_tokens video_max_pixels
     video_min_pixels video_fps video_maxlen audio_sampling_rate crop_to_patches use_audio_in_video
     export_dir export_size export_device export_quantization_bit export_quantization_dataset
     export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
@@ -24,8 +24,8 @@ REFUSED_NAMES = frozenset(
     train_on_prompt mask_history tool_format default_system ignore_pad_token_for_loss
     data_shared_file_system
     use_dora use_rslora pissa_init pissa_iter pissa_convert loraplus_lr_ratio loraplus_lr_embedding
-    additional_target create_new_adapter freeze_extra_modules freeze_vision_tower freeze_multi_modal_projector
-    freeze_language_model train_mm_proj_only num_beams length_penalty max_length skip_special_tokens
+    additional_target create_new_adapter freeze_extra_modules
+    num_beams length_penalty max_length skip_special_tokens
     ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
     reward_model reward_model_adapters
     reward_model_quantization_bit reward_model_type use_badam badam_mode
@@ -78,13 +78,8 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         (
             "image_*",
             "crop_to_patches",
-            "freeze_vision_tower",
-            "freeze_multi_modal_projector",
-            "freeze_language_model",
-            "train_mm_proj_only",
         ),
-        "a vision-language model's setting: Cockpit reads image datasets (the images column, media_dir) but does not "
-        "train a vision-language model yet, so it would have no effect (issue 63)",
+        "an image setting of a vision-language model Cockpit does not train yet (it trains LLaVA: issue 63)",
     ),
     (("export_*",), "export settings of llamafactory-cli export; use `cockpit export RUN [--merge]`"),
     (

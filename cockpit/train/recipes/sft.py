@@ -51,13 +51,14 @@ def sft_trainer(
     from cockpit.data.padding import padding_free
     from cockpit.train.token_weights import token_weighting
     from cockpit.train.variants import accuracy_kwargs, trainer_kwargs
+    from cockpit.train.vlm import with_images
 
     trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=ListDataset(train_rows),
         eval_dataset=ListDataset(eval_rows) if eval_rows else None,
-        data_collator=build_collator(cfg, tokenizer, model),
+        data_collator=with_images(build_collator(cfg, tokenizer, model), cfg, model),  # a VLM: pixel_values
         processing_class=tokenizer,
         callbacks=list(callbacks or []),
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
@@ -69,6 +70,11 @@ def sft_trainer(
     return trainer
 
 
+def image_paths(sample: dict[str, Any]) -> dict[str, Any]:
+    """A training row's images (their paths, in their tokens' order), when the sample has any."""
+    return {"images": [image["path"] for image in sample["images"]]} if sample.get("images") else {}
+
+
 class SFTRecipe(Recipe):
     stage = "sft"
 
@@ -76,7 +82,11 @@ class SFTRecipe(Recipe):
         from cockpit.data.prepare import prepare_dataset
 
         prepared = prepare_dataset(ctx.cfg, ctx.tokenizer)
-        rows = [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
+        rows = [
+            {"input_ids": r.input_ids, "labels": r.labels, **image_paths(sample)}
+            for sample, r in zip(prepared.loaded.samples, prepared.rendered)
+            if r.target_kept > 0  # prepared.trainable's rule
+        ]
         if not rows:
             raise InputError(
                 f"cutoff_len {ctx.cfg.cutoff_len}: every sample loses all its assistant tokens; nothing to train on"

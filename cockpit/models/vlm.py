@@ -1,0 +1,131 @@
+"""Vision-language models as LLaMA-Factory 0.9.5 trains them (issue 63): which models are composite
+(a vision tower, a projector, a language model), which of their modules the freeze keys freeze, and
+how many ``<image>`` tokens one image becomes. No torch imports (transformers lazily).
+
+LLaMA-Factory's ``model_utils/visual.py`` registers each composite model with its projector key,
+vision model keys and language model keys (LLaVA: ``multi_modal_projector``, ``vision_tower``,
+``language_model`` + ``lm_head``); ``get_forbidden_modules`` freezes, by substring of a parameter's
+name, the vision tower (``freeze_vision_tower``, default true), the projector
+(``freeze_multi_modal_projector``, default true) and the language model (``freeze_language_model``);
+``train_mm_proj_only`` (full fine-tuning only) freezes the tower and the language model and trains the
+projector. LoRA's targets leave the frozen parts out (``patch_target_modules``); ``lora_target: all``
+never adapts the projector (``find_all_linear_modules``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.run_config import RunConfig
+    from cockpit.models.resolve import ModelRef
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A vision-language model's parts, as LLaMA-Factory's ``CompositeModel`` names them."""
+
+    model_type: str
+    template: str  # the LLaMA-Factory template whose plugin renders its images
+    projector_key: str = "multi_modal_projector"
+    vision_model_keys: tuple[str, ...] = ("vision_tower",)
+    language_model_keys: tuple[str, ...] = ("language_model", "lm_head")
+
+
+COMPOSITE: dict[str, Composite] = {"llava": Composite("llava", "llava")}
+VLM_KEYS = ("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only")
+
+
+def composite_of(model_config: Any) -> Composite | None:
+    """The model's parts when it is a vision-language model Cockpit trains, else None."""
+    return COMPOSITE.get(str(getattr(model_config, "model_type", "") or ""))
+
+
+def forbidden_modules(cfg: RunConfig, parts: Composite) -> set[str]:
+    """LLaMA-Factory's ``get_forbidden_modules`` with its ``train_mm_proj_only`` rules folded in: the name
+    parts whose parameters do not train."""
+    frozen: set[str] = set()
+    if cfg.freeze_vision_tower or cfg.train_mm_proj_only:
+        frozen.update(parts.vision_model_keys)
+    if cfg.freeze_multi_modal_projector and not cfg.train_mm_proj_only:
+        frozen.add(parts.projector_key)
+    if cfg.freeze_language_model or cfg.train_mm_proj_only:
+        frozen.update(parts.language_model_keys)
+    return frozen
+
+
+def lora_targets(cfg: RunConfig, parts: Composite, module_names: list[tuple[str, bool]]) -> list[str]:
+    """The modules LoRA adapts (LLaMA-Factory's ``find_all_linear_modules`` + ``patch_target_modules``):
+    ``module_names`` are (name, is a linear layer) for every module of the model."""
+    frozen = forbidden_modules(cfg, parts)
+    if cfg.lora_target.strip() == "all":
+        skip = {"lm_head", parts.projector_key} | (set(parts.vision_model_keys) if cfg.freeze_vision_tower else set())
+        wanted = {n.rsplit(".", 1)[-1] for n, linear in module_names if linear and not any(s in n for s in skip)}
+    else:
+        wanted = {t.strip() for t in cfg.lora_target.split(",") if t.strip()}
+    return [n for n, _ in module_names if any(t in n for t in wanted) and not any(f in n for f in frozen)]
+
+
+def model_problems(cfg: RunConfig, model_config: Any) -> list[tuple[str, str]]:
+    """(key, why) for each vision-language key that would have no effect with this model and
+    ``finetuning_type``: a text model, LoRA's projector, a freeze run's tower."""
+    parts = composite_of(model_config)
+    from cockpit.config.schema import SCHEMA
+
+    changed = [k for k in (*VLM_KEYS, "image_max_pixels", "image_min_pixels") if getattr(cfg, k) != SCHEMA[k].default]
+    if parts is None:
+        model_type = getattr(model_config, "model_type", None)
+        return [(k, f"a vision-language model's key, and model type {model_type!r} is a text model") for k in changed]
+    problems = []
+    if cfg.finetuning_type not in ("lora", "full"):
+        problems.append(
+            ("finetuning_type", f"{cfg.finetuning_type} with a vision-language model: not built yet (lora or full)")
+        )
+    if cfg.train_mm_proj_only and cfg.finetuning_type != "full":
+        problems.append(
+            ("train_mm_proj_only", "trains the projector in full: finetuning_type full only, as in LLaMA-Factory")
+        )
+    if cfg.finetuning_type == "lora" and not cfg.freeze_multi_modal_projector:
+        problems.append(
+            (
+                "freeze_multi_modal_projector",
+                "false has no effect with LoRA (LLaMA-Factory's LoRA never adapts the projector); use finetuning_type full",
+            )
+        )
+    return problems
+
+
+def refuse_unhonoured(cfg: RunConfig, model_config: Any) -> None:
+    """InputError naming each vision-language key with no effect on this model (:func:`model_problems`):
+    ``cockpit check`` asks it with the model's config, the rank again with the loaded model's."""
+    from cockpit.errors import InputError, Problem
+
+    problems = model_problems(cfg, model_config)
+    if problems:
+        raise InputError([Problem(why, key=key) for key, why in problems])
+
+
+def load_processor(cfg: RunConfig, ref: ModelRef) -> Any:
+    """The model's processor (``AutoProcessor``: LlavaProcessor's image processor needs no torchvision)."""
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs())
+
+
+def image_seqlen(processor: Any) -> int:
+    """How many ``<image>`` tokens one image becomes, as LLaMA-Factory's ``LlavaPlugin`` counts them from a
+    processed image's size: its patches, plus ``num_additional_image_tokens`` (CLIP's class token), less
+    one when ``vision_feature_select_strategy`` is ``default`` (the class token dropped)."""
+    image_processor = processor.image_processor
+    crop = getattr(image_processor, "crop_size", None) if getattr(image_processor, "do_center_crop", False) else None
+    size = crop or getattr(image_processor, "size", None) or {}
+    height, width = size.get("height"), size.get("width")
+    if not (height and width):  # a shortest-edge resize without a crop: the count varies by image
+        raise ValueError(
+            f"{type(image_processor).__name__} resizes by {size} without a crop: its image token count varies per "
+            "image, which Cockpit does not count yet"
+        )
+    patch = int(processor.patch_size)
+    seqlen = (int(height) // patch) * (int(width) // patch) + int(getattr(processor, "num_additional_image_tokens", 0))
+    return seqlen - 1 if getattr(processor, "vision_feature_select_strategy", "default") == "default" else seqlen

@@ -1,0 +1,171 @@
+"""A tiny LLaVA that trains (issue 63): the llava template's rows with their images expanded to image
+tokens as LLaMA-Factory's LlavaPlugin does, pixel_values through the collator, the vision-language freeze
+keys as LLaMA-Factory applies them, and `cockpit train` for 2 steps on rows with 1 and 2 images."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import read_events, write_yaml
+from PIL import Image
+
+from cockpit.cli import main
+from cockpit.config import validate
+from cockpit.errors import InputError
+
+IMAGE_SEQLEN = 16  # the fixture's 32x32 images in 8x8 patches, CLIP's class token dropped ("default")
+
+
+def _data(tmp_path: Path) -> Path:
+    """A sharegpt dataset in data/ (dataset_info.json, images under data/img/): rows with 1, 2 and no images."""
+    data = tmp_path / "data"
+    (data / "img").mkdir(parents=True)
+    for name, colour, size in (("red", (220, 30, 30), (40, 30)), ("blue", (30, 30, 220), (20, 50))):
+        noise = Image.effect_noise(size, 60).convert("RGB")  # texture: resampling changes the pixels
+        Image.blend(Image.new("RGB", size, colour), noise, 0.3).save(data / "img" / f"{name}.png")
+    rows = [
+        {"messages": [{"role": "user", "content": "<image>What colour?"}, {"role": "assistant", "content": "red"}],
+         "images": ["img/red.png"]},
+        {"messages": [{"role": "user", "content": "<image> then <image>: which?"},
+                      {"role": "assistant", "content": "blue, red"}], "images": ["img/blue.png", "img/red.png"]},
+        {"messages": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": "<image>And this?"}, {"role": "assistant", "content": "blue"}],
+         "images": ["img/blue.png"]},
+    ]
+    (data / "vlm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    entry = {"file_name": "vlm.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "images": "images"},
+             "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}
+    (data / "dataset_info.json").write_text(json.dumps({"vlm": entry}))
+    return data
+
+
+def _raw(model_dir: Path, data: Path, **over) -> dict:
+    return {"model_name_or_path": str(model_dir), "template": "llava", "dataset": "vlm", "dataset_dir": str(data),
+            "finetuning_type": "lora", "lora_rank": 4, "lora_target": "all", "cutoff_len": 96,
+            "per_device_train_batch_size": 2, "max_steps": 2, "logging_steps": 1, "save_steps": 2,
+            "learning_rate": 5e-3, "use_cpu": True, **over}
+
+
+def _prepared(model_dir: Path, data: Path, **over):
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+
+    cfg = validate(_raw(model_dir, data, **over))
+    tok = load_tokenizer(cfg, resolve_model(str(model_dir), log=lambda *_: None), log=lambda *_: None)
+    return prepare_dataset(cfg, tok), tok
+
+
+def test_llava_rows_become_image_tokens_as_llamafactory_expands_them(tiny_llava_dir, tmp_path):
+    """Each <image> becomes 16 image tokens inside vicuna's slots (LLaMA-Factory's llava template), never in
+    the loss (train_on_prompt too); a row whose image tokens cutoff_len would cut is refused by its line."""
+    data = _data(tmp_path)
+    prepared, tok = _prepared(tiny_llava_dir, data, train_on_prompt=True)
+    image_id = tok.convert_tokens_to_ids("<image>")
+    one, two, text, _ = prepared.rendered
+    assert one.input_ids.count(image_id) == IMAGE_SEQLEN and two.input_ids.count(image_id) == 2 * IMAGE_SEQLEN
+    assert image_id not in text.input_ids
+    prompt = tok.decode(one.input_ids)
+    assert prompt.startswith("A chat between a curious user") and f"USER: {'<image>' * IMAGE_SEQLEN}What colour? ASSISTANT:" in prompt
+    for r in (one, two):
+        assert all(label == -100 for t, label in zip(r.input_ids, r.labels) if t == image_id)
+        assert any(label != -100 for label in r.labels)  # train_on_prompt: the text of the prompt trains
+    assert [s.get("images", [{}])[0].get("size") for s in prepared.loaded.samples] == [[40, 30], [20, 50], None, [20, 50]]
+    with pytest.raises(InputError) as err:
+        _prepared(tiny_llava_dir, data, cutoff_len=64)
+    lines = {p.line for p in err.value.problems}
+    assert lines == {2} and "cuts this row's image tokens" in str(err.value), err.value  # 2 images: 32 tokens
+
+
+def test_images_need_a_vision_language_model(tiny_model_dir, tmp_path, capsys):
+    """A text model: rows with images are refused by the model's name, and so is each VLM key set."""
+    data = _data(tmp_path)
+    with pytest.raises(InputError, match="is a text model; images train with a vision-language model"):
+        _prepared(tiny_model_dir, data)
+    cfg = write_yaml(tmp_path / "c.yaml", _raw(tiny_model_dir, tmp_path / "data", dataset="vlm",
+                                               freeze_vision_tower=False))
+    assert main(["check", str(cfg)]) == 2
+    assert "freeze_vision_tower: a vision-language model's key, and model type 'llama' is a text model" in capsys.readouterr().err
+
+
+def _trainable(model_dir: Path, data: Path, **over) -> set[str]:
+    """Which parts train: vision_tower / multi_modal_projector / language_model, and whether by LoRA."""
+    from cockpit.models.resolve import resolve_model
+    from cockpit.train.model import build_model
+
+    cfg = validate(_raw(model_dir, data, **over))
+    model = build_model(cfg, resolve_model(str(model_dir), log=lambda *_: None), True, 0)
+    parts = set()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            part = next((k for k in ("vision_tower", "multi_modal_projector", "language_model", "lm_head") if k in name), name)
+            parts.add(part + (" lora" if "lora_" in name else ""))
+    return parts
+
+
+@pytest.mark.slow  # six model builds: over 10 s on the shared 2-core CPU
+def test_freeze_keys_choose_the_parts_that_train(tiny_llava_dir, tmp_path):
+    """LLaMA-Factory's defaults (tower and projector frozen; LoRA on the language model) and each key's effect."""
+    data = _data(tmp_path)
+    assert _trainable(tiny_llava_dir, data) == {"language_model lora"}
+    assert _trainable(tiny_llava_dir, data, freeze_vision_tower=False) == {"language_model lora", "vision_tower lora"}
+    # full: the tied lm_head is the language model's embedding (one parameter, named there)
+    assert _trainable(tiny_llava_dir, data, finetuning_type="full") == {"language_model"}
+    assert _trainable(tiny_llava_dir, data, finetuning_type="full", freeze_multi_modal_projector=False) == {
+        "language_model", "multi_modal_projector"}
+    assert _trainable(tiny_llava_dir, data, finetuning_type="full", freeze_vision_tower=False,
+                      freeze_language_model=True) == {"vision_tower"}
+    assert _trainable(tiny_llava_dir, data, finetuning_type="full", train_mm_proj_only=True) == {"multi_modal_projector"}
+    from transformers import AutoConfig
+
+    from cockpit.models.vlm import model_problems
+
+    llava = AutoConfig.from_pretrained(tiny_llava_dir)  # keys without an effect: refused (check, then the rank)
+    for over, key in (({"train_mm_proj_only": True}, "train_mm_proj_only"),
+                      ({"freeze_multi_modal_projector": False}, "freeze_multi_modal_projector"),
+                      ({"finetuning_type": "freeze"}, "finetuning_type")):
+        assert [k for k, _ in model_problems(validate(_raw(tiny_llava_dir, data, **over)), llava)] == [key], over
+    assert model_problems(validate(_raw(tiny_llava_dir, data)), llava) == []
+
+
+def test_the_collator_feeds_each_rows_images_as_pixel_values(tiny_llava_dir, tmp_path):
+    """Rows of 1 and 2 images: 3 images' pixel_values in the rows' order; image_max_pixels / image_min_pixels
+    resize before the processor (LLaMA-Factory's _preprocess_image), so they change the pixels."""
+    from cockpit.data.packing import build_collator
+    from cockpit.models.resolve import resolve_model
+    from cockpit.train.model import build_model
+    from cockpit.train.recipes.sft import image_paths
+    from cockpit.train.vlm import with_images
+
+    data = _data(tmp_path)
+    prepared, tok = _prepared(tiny_llava_dir, data)
+    rows = [{"input_ids": r.input_ids, "labels": r.labels, **image_paths(s)}
+            for s, r in zip(prepared.loaded.samples, prepared.rendered)][:2]
+    cfg = validate(_raw(tiny_llava_dir, data, packing=False))
+    model = build_model(cfg, resolve_model(str(tiny_llava_dir), log=lambda *_: None), True, 0)  # LoRA-wrapped
+    batch = with_images(build_collator(cfg, tok, model), cfg, model)(rows)
+    assert tuple(batch["pixel_values"].shape) == (3, 3, 32, 32)
+    assert batch["pixel_values"][0].mean() > batch["pixel_values"][1].mean()  # red first (row 1), then blue
+    assert model(**batch).loss.isfinite()  # 48 image tokens, 3 images' features: LLaVA checks they match
+    for key, value in (("image_max_pixels", 64), ("image_min_pixels", 64 * 64)):
+        other = with_images(build_collator(cfg, tok, model), validate(_raw(tiny_llava_dir, data, **{key: value})), model)
+        assert not other(rows)["pixel_values"].equal(batch["pixel_values"]), key
+
+
+@pytest.mark.slow
+def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_path, capsys, monkeypatch):
+    """`cockpit check` passes and `cockpit train` runs 2 steps on rows with 1 and 2 images (the loss in the events)."""
+    monkeypatch.chdir(tmp_path)
+    _data(tmp_path)
+    cfg = write_yaml(tmp_path / "c.yaml", _raw(tiny_llava_dir, Path("data")))
+    assert main(["check", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "template: llava" in out and "samples: 4" in out, out
+    runs = tmp_path / "runs"
+    assert main(["train", str(cfg), "--runs-dir", str(runs)]) == 0
+    (run,) = [p for p in runs.iterdir() if p.name != "queue"]
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps), steps
+    log = (run / "logs" / "rank0.log").read_text()
+    assert "padded batches" in log and "adapting model.language_model.layers.0" in log and "vision_tower" not in log
