@@ -27,3 +27,42 @@ def test_the_resume_question_reads_whole_at_80x24(env):
     text = asyncio.run(scenario())
     assert f"Resume {RUN_ID}?" in text and "It was stopped before its last step." in text, text
     assert "from its last good checkpoint, as a new attempt in the same run dir." in text, text
+
+
+def test_f8_shows_each_stage_of_the_launch_as_it_begins(env, monkeypatch):
+    """Issue 62, item 8: Setup's F8 said "launching …" for the whole launch (~53 s). The stages
+    `cockpit train --progress` writes (cli_calls.train_detached's on_stage, streamed as they come:
+    tests/test_launch_progress.py) replace that line as each begins; other stderr lines do not."""
+    import threading
+
+    from test_ui_setup_live import make_app, text_of
+
+    from cockpit.ui import cli_calls
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    go = threading.Event()
+
+    def train_detached(path, runs_dir, timeout=600, secrets=None, on_stage=None):
+        on_stage("stage: checking the config and every data row")
+        on_stage("a library's warning")
+        go.wait(60)  # the command still runs: the stage is on screen meanwhile
+        return cli_calls.CliResult(1, None, "", "fake: ended here")
+
+    monkeypatch.setattr(cli_calls, "train_detached", train_detached)
+
+    async def scenario():
+        app = make_app(env / "runs")
+        async with app.run_test(size=(120, 40)) as pilot:
+            scr = app.screen
+            await wait_for(pilot, lambda: "config valid" in text_of(scr, "#problems"), 30, "a valid config")
+            await pilot.press("f8")
+            try:
+                await wait_for(pilot, lambda: "checking the config and every data row" in text_of(scr, "#problems"), 30, "the stage")
+                shown = text_of(scr, "#problems")
+            finally:
+                go.set()
+            await wait_for(pilot, lambda: "launch failed" in text_of(scr, "#problems"), 30, "the end")
+            return shown
+
+    shown = asyncio.run(scenario())
+    assert "launching: cockpit train" in shown and "warning" not in shown, shown
