@@ -44,21 +44,15 @@ def warmup_updates(cfg: Mapping[str, Any], total: int) -> int:
     return int(ratio) if ratio >= 1 else math.ceil(total * ratio)
 
 
-def last_measured(objective: str, cfg: Mapping[str, Any], total: int) -> tuple[int, int]:
+def last_measured(objective: str, total: int) -> tuple[int, int]:
     """(the step of the objective's last value in a run of ``total`` steps, the updates that value
-    sees). A training loss (a step event's field) is computed before its step's update; an evaluation
+    sees). The run's last value is its last step's: HF evaluates at the last step whatever
+    ``eval_steps`` says, and Cockpit logs the last step's loss whatever ``logging_steps`` says. A
+    training loss (a step event's field) is computed before its step's update; an evaluation
     (``eval_*``) after it; a ``kind.field`` (probes, held-out measures) after training."""
-    from cockpit.config.evaluation import eval_schedule
-
-    if "." in objective:
+    if "." in objective or objective.startswith("eval_"):
         return total, total
-    if objective.startswith("eval_"):
-        strategy, every = eval_schedule(cfg)
-        step = (total // every) * every if strategy == "steps" and every else total
-        return step, step
-    every = max(int(cfg.get("logging_steps") or 1), 1)
-    step = max((total // every) * every, 1)  # logging_first_step: step 1 at least
-    return step, step - 1
+    return total, total - 1
 
 
 def flat_reason(objective: str, cfg: Mapping[str, Any]) -> str | None:
@@ -68,7 +62,7 @@ def flat_reason(objective: str, cfg: Mapping[str, Any]) -> str | None:
     total = int(cfg.get("max_steps") or -1)
     if total <= 0:
         return None
-    step, updates = last_measured(objective, cfg, total)
+    step, updates = last_measured(objective, total)
     if updates <= 0:
         return f"{objective} is last measured at step {step}, before any update"
     warm = warmup_updates(cfg, total)
