@@ -72,10 +72,20 @@ def test_llava_rows_become_image_tokens_as_llamafactory_expands_them(tiny_llava_
         assert all(label == -100 for t, label in zip(r.input_ids, r.labels) if t == image_id)
         assert any(label != -100 for label in r.labels)  # train_on_prompt: the text of the prompt trains
     assert [s.get("images", [{}])[0].get("size") for s in prepared.loaded.samples] == [[40, 30], [20, 50], None, [20, 50]]
+    from cockpit.data.media import image_report
+
+    assert image_report(prepared.loaded.samples, prepared.image_seqlen) == {
+        "rows": 3, "images": 4, "smallest": [20, 50], "largest": [40, 30], "tokens_per_image": IMAGE_SEQLEN,
+        "image_tokens_per_row": {"p50": IMAGE_SEQLEN, "max": 2 * IMAGE_SEQLEN}}
     with pytest.raises(InputError) as err:
         _prepared(tiny_llava_dir, data, cutoff_len=64)
     lines = {p.line for p in err.value.problems}
     assert lines == {2} and "cuts this row's image tokens" in str(err.value), err.value  # 2 images: 32 tokens
+    with pytest.raises(InputError) as err:  # row 2's 32 image tokens alone reach cutoff_len 32
+        _prepared(tiny_llava_dir, data, cutoff_len=32)
+    why = {p.line: p.message for p in err.value.problems}
+    assert sorted(why) == [1, 2, 4] and "its 32 image tokens (2 image(s) of 16 tokens) alone reach cutoff_len 32" in why[2]
+    assert "cutoff_len 32 cuts this row's image tokens" in why[1], why
 
 
 def test_images_need_a_vision_language_model(tiny_model_dir, tmp_path, capsys):
@@ -162,6 +172,7 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     assert main(["check", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "template: llava" in out and "samples: 4" in out, out
+    assert "images: 4 in 3 rows, 20x50 to 40x30 px; 16 image tokens each; per row p50 16 max 32" in out, out
     runs = tmp_path / "runs"
     assert main(["train", str(cfg), "--runs-dir", str(runs)]) == 0
     (run,) = [p for p in runs.iterdir() if p.name != "queue"]

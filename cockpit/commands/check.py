@@ -14,6 +14,7 @@ from cockpit.commands.common import (
     print_input_error,
     runs_dir,
 )
+from cockpit.data.media import image_report_lines
 from cockpit.errors import InputError
 
 
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if result.template:
         print(f"template: {result.template}")
     for line in result.report.lines():
+        print(line)
+    for line in image_report_lines(result.images):  # the data's images (issue 63)
         print(line)
     if cfg.stage == "sft":
         from cockpit.data.padding import batching_words

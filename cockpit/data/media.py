@@ -194,3 +194,33 @@ def regularized(path: str, max_pixels: int, min_pixels: int) -> Any:
         factor = math.sqrt(min_pixels / (width * height))
         image = image.resize((int(width * factor), int(height * factor)))
     return image.convert("RGB") if image.mode != "RGB" else image
+
+
+def image_report(samples: Sequence[Mapping[str, Any]], seqlen: int | None) -> dict[str, Any] | None:
+    """``cockpit check``'s image facts: rows with images, images, their sizes (smallest and largest by
+    area), image tokens per image and per row (they count against cutoff_len). None without images."""
+    rows = [s["images"] for s in samples if s.get("images")]
+    if not rows or not seqlen:
+        return None
+    sizes = sorted((tuple(i["size"]) for r in rows for i in r), key=lambda wh: wh[0] * wh[1])
+    per_row = sorted(len(r) * seqlen for r in rows)
+    return {
+        "rows": len(rows),
+        "images": len(sizes),
+        "smallest": list(sizes[0]),
+        "largest": list(sizes[-1]),
+        "tokens_per_image": seqlen,
+        "image_tokens_per_row": {"p50": per_row[len(per_row) // 2], "max": per_row[-1]},
+    }
+
+
+def image_report_lines(report: Mapping[str, Any] | None) -> list[str]:
+    """The report's lines for ``cockpit check`` (none without images)."""
+    if not report:
+        return []
+    (sw, sh), (lw, lh), per_row = report["smallest"], report["largest"], report["image_tokens_per_row"]
+    return [
+        f"images: {report['images']} in {report['rows']} rows, {sw}x{sh} to {lw}x{lh} px; "
+        f"{report['tokens_per_image']} image tokens each; per row p50 {per_row['p50']} max {per_row['max']} "
+        "(counted in cutoff_len)"
+    ]

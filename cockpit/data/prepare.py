@@ -27,6 +27,7 @@ class Prepared:
     loaded: LoadResult
     rendered: list[Rendered]
     report: TruncationReport
+    image_seqlen: int | None = None  # image tokens per image, when the data have images (cockpit.data.media)
 
     @property
     def trainable(self) -> list[Rendered]:
@@ -123,6 +124,11 @@ def _image_problem(sample: dict[str, Any], result: Rendered, plan: ImagePlan, cu
     have = result.input_ids.count(plan.token_id)
     if have == want:
         return None
+    if want >= cutoff:
+        return (
+            f"its {want} image tokens ({len(sample['images'])} image(s) of {plan.seqlen} tokens) alone reach cutoff_len "
+            f"{cutoff}: a cut image cannot train; raise cutoff_len or give the row fewer images"
+        )
     if have == 0 and result.full_length <= cutoff:
         return f"the tokenizer does not read {media.IMAGE_PLACEHOLDER} as the model's image token (id {plan.token_id})"
     return (
@@ -138,7 +144,7 @@ def _unlabelled(result: Rendered, token_id: int) -> list[int]:
 
 def _render_kept(
     cfg: RunConfig, tokenizer: Any, samples: list[dict[str, Any]], cutoff: int
-) -> tuple[list[Rendered], list[dict[str, Any]], list[Problem]]:
+) -> tuple[list[Rendered], list[dict[str, Any]], list[Problem], ImagePlan | None]:
     """(rendered, the samples rendered, problems by row): ``rendered[i]`` is ``kept[i]``'s (prediction reads
     both); a row's images become its image tokens (:func:`image_plan`)."""
     plan = image_plan(cfg, samples)
@@ -162,7 +168,7 @@ def _render_kept(
         else:
             file, _, line = sample["source"].rpartition(":")
             problems.append(Problem(error, file=file, line=int(line)))
-    return rendered, kept, problems
+    return rendered, kept, problems, plan
 
 
 def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = None) -> Prepared:
@@ -179,7 +185,7 @@ def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = 
             return Prepared(hit[0], hit[1], truncation_report(hit[1], cutoff))
     if loaded is None:
         loaded = collect_samples(cfg)
-    rendered, kept, problems = _render_kept(cfg, tokenizer, loaded.samples, cutoff)
+    rendered, kept, problems, plan = _render_kept(cfg, tokenizer, loaded.samples, cutoff)
     if problems:
         if not cfg.allow_bad_rows:
             raise InputError(problems)
@@ -189,4 +195,4 @@ def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = 
     loaded.samples = kept
     if cache is not None:
         tokenized.save(cache, want, loaded, rendered)
-    return Prepared(loaded, rendered, truncation_report(rendered, cutoff))
+    return Prepared(loaded, rendered, truncation_report(rendered, cutoff), plan.seqlen if plan else None)

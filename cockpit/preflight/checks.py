@@ -28,6 +28,7 @@ class CheckResult:
     model_path: str | None = None
     preview: dict[str, Any] | None = None  # first rendered sample: text pieces, trained or not
     template: str | None = None  # which chat template rendered the data (render.template_description)
+    images: dict[str, Any] | None = None  # the data's images: sizes, image tokens (cockpit.data.media.image_report)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class CheckResult:
             "model_path": self.model_path,
             "preview": self.preview,
             "template": self.template,
+            "images": self.images,
         }
 
 
@@ -203,6 +205,7 @@ def check_run(
         from cockpit.preflight.stage import check_stage
 
         return check_stage(cfg, log, with_devices, gpus=gpus)
+    from cockpit.data.media import image_report
     from cockpit.data.prepare import prepare_dataset, render_options
     from cockpit.data.render import template_description, trainable_spans
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
@@ -266,4 +269,5 @@ def check_run(
         model_path=ref.path,
         preview={"source": prepared.loaded.samples[0]["source"], "pieces": [p for p in pieces if p["text"]]},
         template=template_description(tok),
+        images=image_report(prepared.loaded.samples, prepared.image_seqlen),
     )
