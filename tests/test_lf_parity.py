@@ -411,3 +411,11 @@ def test_galore_rules_name_their_key(tiny_model_dir):
     refused(tiny_model_dir, "galore_layerwise.*gradient_accumulation_steps", finetuning_type="full", use_galore=True,
             galore_layerwise=True, gradient_accumulation_steps=2)
     refused(tiny_model_dir, "use_badam: BAdam trains the whole model.*got lora", use_badam=True)
+
+
+def test_warmup_ratio_is_the_share_of_steps_that_warm_up_up_to_the_whole_run(tiny_model_dir, tmp_path):
+    # HF's warmup_steps reads a value >= 1 as a step count: a warmup_ratio of 1.0 passed as is warmed
+    # up for one step only (found by the sweep's warm-up rule, issue 62 item 7)
+    for ratio, steps in ((0.1, 10), (0.5, 50), (1.0, 100)):
+        args = args_for(cfg_for(tiny_model_dir, warmup_ratio=ratio), tmp_path)
+        assert args.get_warmup_steps(100) == steps, ratio

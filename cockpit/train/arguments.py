@@ -4,6 +4,7 @@ configs start from these, :func:`cockpit.train.recipes.base.stage_arguments`).""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,12 +98,18 @@ SAME_NAME_ARGUMENTS = (
 )
 
 
+def warmup_fraction(warmup_ratio: float) -> float:
+    """warmup_ratio as HF's warmup_steps reads it: a value >= 1 there is a step count, so a ratio of 1.0
+    (the whole run warms up) goes as the largest float below 1 (ceil(steps x it) is every step)."""
+    return math.nextafter(1.0, 0.0) if warmup_ratio >= 1.0 else float(warmup_ratio)
+
+
 def training_arguments(cfg: RunConfig, dirs: dict[str, Path], use_cpu: bool, world_size: int) -> TrainingArguments:
     from transformers import TrainingArguments
 
     from cockpit.train.trackers import report_to
 
-    warmup = cfg.warmup_steps if cfg.warmup_steps > 0 else float(cfg.warmup_ratio)
+    warmup = cfg.warmup_steps if cfg.warmup_steps > 0 else warmup_fraction(cfg.warmup_ratio)
     trackers_dir = dirs.get("trackers") or dirs["checkpoints"].parent / "trackers"
     kwargs: dict[str, Any] = {key: getattr(cfg, key) for key in SAME_NAME_ARGUMENTS}
     if cfg.pure_bf16:  # the model is bf16 itself (cockpit.train.model.base_load_kwargs): no autocast
