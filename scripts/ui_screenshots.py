@@ -357,6 +357,68 @@ async def _nodes_drill(pilot) -> None:
     await pilot.pause(0.3)
 
 
+# -- a mixture-of-experts run (issue 64): Mixtral-shaped (32 layers, 8 experts, top-2), LoRA with
+# moe_aux_loss_coef, its step events carrying aux_loss and expert_load as rank 0 writes them
+# (cockpit/store/expert_load.py's encode and LoadWatch on made-up router counts: layer 7's expert 3
+# starves, layer 12's expert 5 takes most tokens, so both alerts fire), at step 60 of 200 -----------------
+MOE_RUN_ID = "20261206-061500-mixtral-lora-moe-4c2a"
+
+
+def moe_counts(step: int, layers: int = 32, experts: int = 8, tokens: int = 8192) -> list[list[float]]:
+    """Deterministic top-2 assignment counts per layer: near fair, with a starving and a hot expert."""
+    import math
+
+    out = []
+    for layer in range(layers):
+        row = [1.0 + 0.35 * math.sin(1.3 * layer + 0.7 * e + 0.05 * step) for e in range(experts)]
+        if layer == 7:
+            row[3] = max(0.005, 0.4 - 0.03 * step)
+        if layer == 12:
+            row[5] = 6.0 + 0.2 * step
+        total = sum(row)
+        out.append([round(2 * tokens * x / total) for x in row])
+    return out
+
+
+def write_moe_run(runs: Path, steps: int = 12, total: int = 200, every: int = 5) -> Path:
+    """An MoE run dir under ``runs``, logging every ``every`` steps up to ``steps`` logs, still running."""
+    from cockpit.store.expert_load import LoadWatch, encode
+
+    run = runs / MOE_RUN_ID
+    (run / "logs").mkdir(parents=True, exist_ok=True)
+    t0 = FROZEN_NOW - 60 - 30.0 * steps * every
+    status = {"state": "running", "run_id": MOE_RUN_ID, "attempt": 1, "step": steps * every, "total_steps": total,
+              "started": t0}
+    (run / "status.json").write_text(json.dumps(status), encoding="utf-8")
+    (run / "config.yaml").write_text("model_name_or_path: mistralai/Mixtral-8x7B-Instruct-v0.1\n"
+                                     "moe_aux_loss_coef: 0.001\n", encoding="utf-8")
+    events: list[dict[str, Any]] = [
+        {"t": t0, "kind": "run_started", "run_id": MOE_RUN_ID, "attempt": 1,
+         "model": "mistralai/Mixtral-8x7B-Instruct-v0.1", "dataset": "cockpit_identity", "method": "lora",
+         "world_size": 1, "nproc_per_node": 1, "nnodes": 1, "output_dir": None},
+        {"t": t0, "kind": "state", "state": "running", "reason": None},
+        {"t": t0 + 40, "kind": "train_begin", "total_steps": total, "epochs": 1.0, "world_size": 1, "global_batch": 8,
+         "start_step": 0},
+    ]
+    watch = LoadWatch()
+    layers = list(range(32))
+    for i in range(1, steps + 1):
+        step, t = i * every, t0 + 40 + 30.0 * i * every
+        counts = moe_counts(step)
+        events.append({"t": t, "kind": "step", "step": step, "total_steps": total, "epoch": round(step / total, 4),
+                       "loss": round(1.42 - 0.3 * i / steps, 4), "aux_loss": round(2.03 + 0.004 * i, 4), "lr": 1e-4,
+                       "grad_norm": 0.41, "tokens_per_s": 2730.0, "samples_per_s": 1.33, "tokens_seen": 8192 * step,
+                       "expert_load": encode(counts, layers, 2)})
+        events += [{"t": t, "kind": "alert", "policy": "warn", **a} for a in watch.observe(counts, layers, step)]
+    lines = [json.dumps({"v": 1, **ev, "t": round(ev["t"], 3)}, separators=(",", ":")) for ev in events]
+    (run / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return run
+
+
+async def _moe_live(pilot) -> None:
+    await _open_written(pilot, write_moe_run, "cockpit-moe-")
+
+
 # name -> (start mode, extra app options, run_before)
 # -- a sweep (cockpit sweep, docs/sweeps.md) as its driver leaves it: Optuna's SQLite study made through
 # cockpit/sweep's own code, seven trials asked of it (four complete, one pruned at step 20, two running), each
@@ -453,6 +515,7 @@ SCENES: dict[str, tuple[str, dict[str, Any], Callable[[Any], Awaitable[None]]]] 
     "summary-nocolor": ("runs", {"colours": "no"}, _summary),
     "runs-16colour": ("runs", {"colours": "16"}, _runs),
     "sweep": ("runs", {}, _sweep),
+    "moe-live": ("runs", {}, _moe_live),
 }
 
 

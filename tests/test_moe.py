@@ -242,3 +242,70 @@ def test_sharded_strategies_train_the_moe_on_two_ranks(tmp_path, tiny_moe_dir, s
             assert "MoE blocks gathered whole (leaf modules): Qwen3MoeSparseMoeBlock" in log
         else:
             assert "FSDP2: 4 x ['Qwen3MoeDecoderLayer']" in log
+
+
+def _logging_steps(model, watch, callback, steps: int, batch: int = 4, seq: int = 32) -> None:
+    """``steps`` logging steps as a run makes them: training forwards, then (every rank) the watch's
+    sums read at the log, then rank 0's callback writing the step event and its alerts."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    args = SimpleNamespace(per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_train_epochs=1)
+    state = SimpleNamespace(global_step=0, max_steps=steps, num_input_tokens_seen=0, epoch=0.0)
+    control = TrainerControl()
+    callback.on_train_begin(args, state, control)
+    model.train()
+    for step in range(1, steps + 1):
+        ids = torch.randint(0, 512, (batch, seq), generator=torch.Generator().manual_seed(step))
+        with torch.no_grad():
+            model(input_ids=ids)
+        watch.take(1)
+        state.global_step = step
+        callback.on_log(args, state, control, logs={"loss": 6.0, "grad_norm": 1.0})
+
+
+@pytest.mark.parametrize("rigged", [True, False], ids=["one-expert", "random-router"])
+def test_a_router_that_sends_everything_to_one_expert_raises_the_expert_load_alerts(tmp_path, rigged):
+    from cockpit.config.run_config import RunConfig
+    from cockpit.store.events import EventWriter, read_all
+    from cockpit.store.rundir import RunDir
+    from cockpit.train import callbacks as cb
+    from cockpit.train.moe import RouterWatch
+
+    model = _random_moe("qwen3_moe")
+    if rigged:  # every token's top-2 both expert 0, in every layer (the router's own output, changed)
+
+        def everything_to_expert_0(_module, _inputs, output):
+            logits, weights, chosen = output
+            return logits, weights, torch.zeros_like(chosen)
+
+        for module in model.modules():
+            if type(module).__name__.endswith("Router"):
+                module.register_forward_hook(everything_to_expert_0)
+    watch = RouterWatch.attach(model)
+    assert watch is not None and watch.layers == [0, 1, 2, 3] and watch.experts == 8
+    run = RunDir(tmp_path)
+    callback = cb.CockpitCallback(run, RunConfig(), 0, 1, EventWriter(run.events_path))
+    callback.router_watch = watch
+    callback._gather_memory = lambda: {}  # an all_gather of every rank's allocator figures: one rank here
+    _logging_steps(model, watch, callback, steps=3)
+    events = read_all(run.events_path)
+    steps = [e for e in events if e["kind"] == "step"]
+    alerts = [e for e in events if e["kind"] == "alert"]
+    assert [e["expert_load"]["assignments"] for e in steps] == [4 * 32 * 2 * 4] * 3  # tokens x top-2 x layers
+    if not rigged:  # a random router spreads the tokens: no alert
+        assert not alerts and all(max(h[1] for h in e["expert_load"]["hot"]) < 4 for e in steps)
+        return
+    assert all(e["expert_load"]["rows"] == ["90000000"] * 4 for e in steps)  # expert 0 at 8x its fair share
+    assert events.index(alerts[0]) > events.index(steps[2])  # after the third logging step in a row, not before
+    by_code = {a["code"]: a for a in alerts}
+    assert set(by_code) == {"expert_overloaded", "expert_idle"} and len(alerts) == 2  # once each
+    assert "4 expert(s) overloaded" in by_code["expert_overloaded"]["message"]
+    assert "layer 0 expert 0 (8.00x)" in by_code["expert_overloaded"]["message"]
+    assert "28 expert(s) nearly unused" in by_code["expert_idle"]["message"]
+    for alert in alerts:
+        assert alert["level"] == "warn" and any("moe_aux_loss_coef" in r for r in alert["remedies"])
+        assert any("learning rate" in r for r in alert["remedies"])
+    _logging_steps(model, watch, callback, steps=2)  # still so: said once, not at every log
+    assert len([e for e in read_all(run.events_path) if e["kind"] == "alert"]) == 2

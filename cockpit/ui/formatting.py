@@ -581,3 +581,51 @@ def tune_table(data: dict[str, Any]) -> Text:
     if chosen:
         t.append(f"\nchosen: micro-batch {key[0]}, accumulation {key[1]}", style=themed("bold $text-success"))
     return t
+
+
+# an expert's load level (cockpit/store/expert_load.py LEVELS, 0 nearly unused .. 4 fair .. 9 six times fair) as a bar
+LOAD_BARS = dict(zip("0123456789", "·▁▂▃▄▅▆▇██", strict=True))
+
+
+def _uneven(load: dict[str, Any], i: int) -> float:
+    hot, cold = (load.get("hot") or [])[i], (load.get("cold") or [])[i]
+    return float(hot[1]) / max(float(cold[1]), 0.01)
+
+
+def expert_load(state: RunState, width: int, max_lines: int) -> Text:
+    """The expert-load pane: a title, then a line per MoE layer (the most uneven first kept, shown in
+    layer order): each expert's load as a bar (· nearly unused, ▄ its fair share, █ six times it) when
+    the row fits, and the hottest / coldest expert as a multiple of the fair share."""
+    load = state.expert_load or {}
+    layers = list(load.get("layers") or [])
+    rows = load.get("rows") or []
+    hot, cold = load.get("hot") or [], load.get("cold") or []
+    if not layers or len(hot) != len(layers) or len(cold) != len(layers):
+        return Text("")
+    keep = sorted(range(len(layers)), key=lambda i: -_uneven(load, i))[: max(1, max_lines - 1)]
+    t = Text()
+    shown = "" if len(keep) == len(layers) else f"; the {len(keep)} most uneven of {len(layers)} layers"
+    t.append(
+        clip(
+            f"expert load at step {state.expert_load_step} (top-{load.get('top_k')} of {load.get('experts')})"
+            f"{shown}: · unused ▄ fair █ 6x",
+            width,
+        ),
+        style="bold",
+    )
+    label = max(len(str(x)) for x in layers) + 1
+    for i in sorted(keep):
+        figures = f"  hot {hot[i][0]} {float(hot[i][1]):.1f}x  cold {cold[i][0]} {float(cold[i][1]):.2f}x"
+        row = rows[i] if i < len(rows) else ""
+        bar = (
+            "".join(LOAD_BARS.get(c, "?") for c in row) if row and label + 2 + len(row) + len(figures) <= width else ""
+        )
+        line = Text(f"\nL{layers[i]:<{label}}")
+        line.append(bar + (" " if bar else ""))
+        warn = (
+            float(hot[i][1]) > 4.0 or float(cold[i][1]) < 0.1
+        )  # what the expert_idle / expert_overloaded alert watches
+        line.append(figures.lstrip() if not bar else figures.strip(), style=themed("$text-warning") if warn else "")
+        line.truncate(width)
+        t.append_text(line)
+    return t

@@ -16,6 +16,8 @@ objects, so a reducer that mutates instead of replacing cannot freeze a pane).
   every update.
 - :class:`CompletionsPane`: grpo's latest sampled completions and their rewards (``formatting.completions``),
   scrollable; hidden until the run reports completions (only grpo does).
+- :class:`ExpertsPane`: a mixture-of-experts run's expert load per layer (``formatting.expert_load``); hidden
+  until the run reports one.
 
 ``cockpit/ui/formatting.py`` stays pure (state -> text); these widgets only place its output.
 """
@@ -147,6 +149,22 @@ class CompletionsPane(VerticalScroll):
     def on_blur(self) -> None:
         self.can_focus = False
         self.on_resize()
+
+
+class ExpertsPane(TextPane):
+    """A mixture-of-experts run's expert load per layer (``formatting.expert_load``); hidden until the run
+    reports one (only an MoE model's does)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(classes="hidden", **kw)
+
+    def show_state(self, state: RunState, max_lines: int) -> None:
+        if not state.expert_load:
+            return
+        if self.has_class("hidden"):
+            self.remove_class("hidden")
+        width = self.size.width or self.screen.size.width - 2
+        self.show(formatting.expert_load(state, max(20, width), max_lines))
 
 
 class SparkGrid(Grid):

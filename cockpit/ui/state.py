@@ -121,6 +121,9 @@ class RunState:
     recent: deque = field(default_factory=lambda: deque(maxlen=400))  # (log_seq, event): the log pane's events
     # grpo: the latest sampled completions, oldest first ({step, prompt, completion, reward, rewards, advantage})
     completions: deque = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
+    # a mixture-of-experts run: the latest step's expert load (cockpit/store/expert_load.py) and its step
+    expert_load: dict[str, Any] | None = None
+    expert_load_step: int | None = None
     version: int = 0  # bumped by every apply() that changed something
     series: dict[str, BucketSeries] = field(default_factory=dict)
     pace: Pace = field(default_factory=Pace)  # ETA and what the ranks do between steps (cockpit.run.pace)
@@ -188,6 +191,8 @@ class RunState:
                 self._add_rewards(step, ev["rewards"])
             if isinstance(ev.get("mem"), dict):
                 self.mem = ev["mem"]
+            if isinstance(ev.get("expert_load"), dict):  # an MoE model's routers (cockpit/train/moe.py)
+                self.expert_load, self.expert_load_step = ev["expert_load"], step
             if "samples_per_s_per_device" in ev:
                 self.per_device = {k: ev.get(k) for k in PER_DEVICE_FIELDS}
             if self.state in ("starting",):

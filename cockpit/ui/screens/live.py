@@ -35,6 +35,7 @@ from cockpit.ui.panes import (
     AlertsPane,
     CompletionsPane,
     DevicesPane,
+    ExpertsPane,
     SparkGrid,
     StepBar,
     TextPane,
@@ -114,6 +115,7 @@ class LiveScreen(Screen):
             yield DevicesPane(id="devices", classes="pane")
             yield AlertsPane(id="alerts", classes="pane")
         yield CompletionsPane(id="completions")  # grpo: shown once the run reports sampled completions
+        yield ExpertsPane(id="experts")  # a mixture-of-experts run: shown once it reports its expert load
         yield Input(
             placeholder="search the log; Enter keeps the filter, Esc clears it",
             id="log-search",
@@ -132,6 +134,7 @@ class LiveScreen(Screen):
         self._grids = list(self.query(SparkGrid))
         self._devices, self._alerts = self.query_one(DevicesPane), self.query_one(AlertsPane)
         self._completions = self.query_one(CompletionsPane)
+        self._experts = self.query_one(ExpertsPane)
         self._bar = self.query_one("#live-progress", StepBar)
         try:
             big = os.path.getsize(self.run.events_path) > (4 << 20)
@@ -336,6 +339,7 @@ class LiveScreen(Screen):
             )  # #live-mid's max-height, less comm
             self._alerts.show_state(st, 6 if tall else 3)
             self._completions.show_state(st)
+            self._experts.show_state(st, 9 if tall else 3)
 
     # -- actions ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="slurm-queue")
