@@ -22,6 +22,9 @@ TAIL_BYTES = 4096
 RESET = "\x1b[?1049l\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[?1015l\x1b[?2004l\x1b[?25h\x1b[0m\x1b[2J\x1b[H"
 
 
+ENDING = (RESET + "cockpit is ending (its last work finishing) …\r\n").encode()
+
+
 class StderrTail:
     """``process.stderr`` as ``AppService.run`` reads it (``read(n)``), keeping the last bytes."""
 
@@ -72,7 +75,8 @@ class TabService(AppService):
 
     async def on_meta(self, data: bytes) -> None:
         if json.loads(data).get("type") == "exit":
-            self._exit_said = True  # closed by run() once the process's exit code is known
+            self._exit_said = True  # the page is closed by run() once the process's exit code is known
+            await self.remote_write_bytes(ENDING)  # its last threads may take seconds: not a frozen page
             return
         await super().on_meta(data)
 
