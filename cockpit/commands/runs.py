@@ -37,6 +37,10 @@ def queued_rows(runs: Path) -> list[dict]:
     listed as its run."""
     from cockpit.run.queue import listing
 
+    try:
+        entries = listing(runs)
+    except NotADirectoryError:  # a runs dir under a file holds no queue (nor runs)
+        return []
     return [
         {
             "queue_entry": e["id"],
@@ -47,7 +51,7 @@ def queued_rows(runs: Path) -> list[dict]:
             "overrides": list(e.get("overrides") or []),
             "added": e.get("added"),
         }
-        for e in listing(runs)
+        for e in entries
         if e["state"] in ("queued", "launching")
     ]
 
