@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     held = False
     loaded = None
     try:
-        stage(args, "checking the config and every data row")
+        stage(args, "checking the config" + ("" if args.skip_check else " and every data row"))
         cfg = config_from_args(slurm_args(args))
         refuse_shared_output(cfg, runs_dir(args), args.config)  # another run (or queue entry) writes its output_dir
         if args.skip_check:
