@@ -61,6 +61,11 @@ def test_an_llamafactory_moe_yaml_trains_with_the_router_loss_in_the_events(tmp_
         assert load["experts"] == 8 and load["top_k"] == 2 and load["layers"] == [0, 1, 2, 3]
         assert len(load["rows"]) == 4 and all(len(r) == 8 for r in load["rows"])
         assert "aux " in format_event(e, None)  # Live's log and attach show it beside the loss
+    from cockpit.compare import read_curves
+    from cockpit.store.rundir import RunDir
+
+    curves = read_curves(RunDir(run))["curves"]  # cockpit compare's curves: the aux loss one of them
+    assert curves["aux_loss"] == [e["aux_loss"] for e in steps] and "expert_load" not in curves
     # the loss the model trained on has the router loss in it: the config took the coefficient
     config = (run / "config.yaml").read_text()
     assert "moe_aux_loss_coef: 0.01" in config
