@@ -180,3 +180,33 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps), steps
     log = (run / "logs" / "rank0.log").read_text()
     assert "padded batches" in log and "adapting model.language_model.layers.0" in log and "vision_tower" not in log
+
+
+def test_the_planner_counts_the_vision_tower_and_projector(tiny_llava_dir, tmp_path):
+    """cockpit plan on a LLaVA: the vision tower's and the projector's parameters in the weights (as the real
+    model has them), and full fine-tuning's trainable parameters leave out the parts the freeze keys freeze."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from cockpit.plan import estimate_config
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(tiny_llava_dir))
+    size = {part: sum(p.numel() for n, p in model.named_parameters() if part in n)
+            for part in ("vision_tower", "multi_modal_projector")}
+    total = sum(p.numel() for p in model.parameters())
+    data = _data(tmp_path)
+
+    def planned(**over):
+        _, est, _ = estimate_config(_raw(tiny_llava_dir, data, **over))
+        return est.params
+
+    run, est, _ = estimate_config(_raw(tiny_llava_dir, data))
+    lora = est.params
+    assert lora["total"] == total and lora["trainable"] == lora["lora"] > 0
+    # as the rank trains it: padded batches and the full logits (LLaVA's head is not a plain lm_head)
+    assert not run.packing and not any("chunked loss" in t.formula for t in est.terms if t.name == "logits / loss")
+    assert any(n.startswith("vision-language model: vision tower 0.02M + projector 0.01M") for n in est.notes)
+    assert planned(finetuning_type="full")["trainable"] == total - size["vision_tower"] - size["multi_modal_projector"]
+    assert planned(finetuning_type="full", train_mm_proj_only=True)["trainable"] == size["multi_modal_projector"]
+    assert planned(finetuning_type="full", freeze_vision_tower=False, freeze_multi_modal_projector=False)["trainable"] == total

@@ -99,8 +99,8 @@ def image_plan(cfg: RunConfig, samples: list[dict[str, Any]]) -> ImagePlan | Non
     model takes no images."""
     if not any(s.get("images") for s in samples):
         return None
-    from cockpit.models.resolve import config_model, load_model_config
-    from cockpit.models.vlm import composite_of, image_seqlen, load_processor
+    from cockpit.models.resolve import config_model, load_model_config, load_processor
+    from cockpit.models.vlm import composite_of, image_seqlen
 
     if cfg.tokenized_path:
         raise InputError(Problem("a dataset with images: not cached as tokens yet (issue 63)", key="tokenized_path"))

@@ -239,3 +239,10 @@ def load_model_config(cfg: RunConfig, ref: ModelRef):
         raise InputError(
             Problem(f"cannot read the model config from {ref.path}: {exc}", key="model_name_or_path")
         ) from None
+
+
+def load_processor(cfg: RunConfig, ref: ModelRef) -> Any:
+    """The model's processor (``AutoProcessor``: LlavaProcessor's image processor needs no torchvision)."""
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs())

@@ -1,6 +1,7 @@
 """Vision-language models as LLaMA-Factory 0.9.5 trains them (issue 63): which models are composite
 (a vision tower, a projector, a language model), which of their modules the freeze keys freeze, and
-how many ``<image>`` tokens one image becomes. No torch imports (transformers lazily).
+how many ``<image>`` tokens one image becomes. No torch / transformers imports (the planner, and so the
+UI, read it; the processor loads in :func:`cockpit.models.resolve.load_processor`).
 
 LLaMA-Factory's ``model_utils/visual.py`` registers each composite model with its projector key,
 vision model keys and language model keys (LLaVA: ``multi_modal_projector``, ``vision_tower``,
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
-    from cockpit.models.resolve import ModelRef
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,27 @@ def composite_of(model_config: Any) -> Composite | None:
     return COMPOSITE.get(str(getattr(model_config, "model_type", "") or ""))
 
 
-def forbidden_modules(cfg: RunConfig, parts: Composite) -> set[str]:
-    """LLaMA-Factory's ``get_forbidden_modules`` with its ``train_mm_proj_only`` rules folded in: the name
-    parts whose parameters do not train."""
-    frozen: set[str] = set()
+def frozen_parts(cfg: RunConfig) -> tuple[str, ...]:
+    """Which parts of a vision-language model do not train (``vision``, ``projector``, ``language``):
+    LLaMA-Factory's freeze keys with its ``train_mm_proj_only`` rules folded in."""
+    frozen = []
     if cfg.freeze_vision_tower or cfg.train_mm_proj_only:
-        frozen.update(parts.vision_model_keys)
+        frozen.append("vision")
     if cfg.freeze_multi_modal_projector and not cfg.train_mm_proj_only:
-        frozen.add(parts.projector_key)
+        frozen.append("projector")
     if cfg.freeze_language_model or cfg.train_mm_proj_only:
-        frozen.update(parts.language_model_keys)
-    return frozen
+        frozen.append("language")
+    return tuple(frozen)
+
+
+def forbidden_modules(cfg: RunConfig, parts: Composite) -> set[str]:
+    """LLaMA-Factory's ``get_forbidden_modules``: the name parts whose parameters do not train."""
+    keys = {
+        "vision": parts.vision_model_keys,
+        "projector": (parts.projector_key,),
+        "language": parts.language_model_keys,
+    }
+    return {key for part in frozen_parts(cfg) for key in keys[part]}
 
 
 def lora_targets(cfg: RunConfig, parts: Composite, module_names: list[tuple[str, bool]]) -> list[str]:
@@ -104,13 +114,6 @@ def refuse_unhonoured(cfg: RunConfig, model_config: Any) -> None:
     problems = model_problems(cfg, model_config)
     if problems:
         raise InputError([Problem(why, key=key) for key, why in problems])
-
-
-def load_processor(cfg: RunConfig, ref: ModelRef) -> Any:
-    """The model's processor (``AutoProcessor``: LlavaProcessor's image processor needs no torchvision)."""
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs())
 
 
 def image_seqlen(processor: Any) -> int:

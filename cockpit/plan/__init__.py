@@ -11,6 +11,7 @@ meta device only, and are optional):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,8 @@ def estimate_config(
     cfg = planning_config(config, base_dir)
     run = parse_run(cfg, base_dir)
     mcfg, src = resolve_model_config(run.model_name_or_path, revision=cfg.model_revision)
+    if mcfg.get("_vlm_type"):  # a LLaVA attends per sample in no packed row: padded batches (data.packing)
+        run = dataclasses.replace(run, packing=False)
     d = dims_of(mcfg)
     counts = count_params(mcfg, allow_meta=use_meta)
     lora, n_targets = 0, 0

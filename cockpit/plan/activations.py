@@ -119,7 +119,7 @@ class Activations:
 
 def chunked_loss_why_not(run: RunSpec, d: Dims) -> str:
     """Why training builds the full logits of a micro-batch ("" when the chunked loss applies)."""
-    return run.chunked_loss_off or model_why_not(d.model_type, d.logits_scaled_by)
+    return run.chunked_loss_off or model_why_not(d.head_type or d.model_type, d.logits_scaled_by)
 
 
 def chunk_logit_bytes(run: RunSpec) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError, Problem
@@ -201,6 +202,7 @@ def resolve_model_config(
             model_config = {
                 **model_config["text_config"],
                 "model_type": model_config["text_config"].get("model_type", model_config.get("model_type")),
+                **vision_part(model_config),  # a LLaVA's vision tower and projector (plan.params.vision_counts)
             }
         missing = [k for k in REQUIRED_KEYS if not isinstance(model_config.get(k), int)]
         if missing:
@@ -216,3 +218,16 @@ def resolve_model_config(
             )
         )
     return dict(CATALOGUE[hit]), "catalogue"
+
+
+def vision_part(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """What the planner keeps of a vision-language model's own config beside its language model's: the
+    vision tower's config and the wrapper's type (``_vision_config``, ``_vlm_type``; LLaVA only so far)."""
+    if model_config.get("model_type") != "llava" or not isinstance(model_config.get("vision_config"), dict):
+        return {}
+    layers = model_config.get("vision_feature_layer", -1)  # a list: the features of several layers side by side
+    return {
+        "_vision_config": model_config["vision_config"],
+        "_vlm_type": "llava",
+        "_vision_feature_layers": len(layers) if isinstance(layers, list) else 1,
+    }

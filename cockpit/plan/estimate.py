@@ -178,7 +178,7 @@ def estimate(run: RunSpec, d: Dims, counts: ParamCounts, lora_params: int, n_tar
         peak=tensor_peak + overhead,
         host_bytes=weights_host + states.host + acts.host,
         params=params,
-        notes=planner_notes(run),
+        notes=planner_notes(run) + vlm_notes(run, counts),
         components=components,
     )
 
@@ -208,7 +208,7 @@ def trainable_params(run: RunSpec, counts: ParamCounts, lora_params: int) -> tup
     """(trainable parameters, frozen base parameters)."""
     ft = run.finetuning_type
     if ft == "full":
-        trainable = counts.total
+        trainable = counts.total - vlm_frozen_params(run, counts)
     elif ft == "freeze":
         trainable = min(abs(run.freeze_trainable_layers), counts.layers) * counts.per_layer
         extra = {"embed_tokens": counts.embedding, "lm_head": counts.lm_head}
@@ -268,6 +268,15 @@ def weight_shards(run: RunSpec) -> int:
     return 1
 
 
+def vlm_frozen_params(run: RunSpec, counts: ParamCounts) -> int:
+    """A vision-language model's parameters that full fine-tuning leaves frozen (its freeze keys)."""
+    if not (counts.vision or counts.projector):
+        return 0
+    language = counts.total - counts.vision - counts.projector
+    sizes = {"vision": counts.vision, "projector": counts.projector, "language": language}
+    return sum(sizes[part] for part in run.vlm_frozen)
+
+
 def weights(
     run: RunSpec, d: Dims, counts: ParamCounts, trainable: int, frozen: int, n_targets: int
 ) -> tuple[list[Term], float, int]:
@@ -290,7 +299,7 @@ def weights(
         size = frozen * c + (trainable if ft != "lora" else 0) * 4
         if ft == "lora":
             formula = f"{total / 1e9:.3f}B frozen base params x {c} B ({run.precision})"
-        elif ft == "full":
+        elif ft == "full" and not frozen:
             formula = f"{total / 1e9:.3f}B params x 4 B (fp32" + (", upcast for training)" if run.mixed else ")")
         else:
             formula = f"{frozen / 1e9:.3f}B frozen x {c} B + {trainable / 1e9:.3f}B trainable x 4 B"
@@ -706,6 +715,20 @@ def overhead_term(run: RunSpec, overhead: float) -> Term:
         + f" + {FRAGMENTATION:.0%} of tensor peak (allocator fragmentation)",
         "rule of thumb, see planner notes",
     )
+
+
+def vlm_notes(run: RunSpec, counts: ParamCounts) -> list[str]:
+    """A vision-language model: its vision tower and projector in the weights, which of them train, and
+    that its image tokens are in the tokens planned (each sample's, up to cutoff_len)."""
+    if not (counts.vision or counts.projector):
+        return []
+    frozen = [p for p in ("vision", "projector", "language") if p in run.vlm_frozen or run.finetuning_type != "full"]
+    return [
+        f"vision-language model: vision tower {counts.vision / 1e6:.2f}M + projector {counts.projector / 1e6:.2f}M "
+        f"params in the weights ({', '.join(frozen) or 'nothing'} frozen"
+        + (", LoRA on the parts that train" if run.finetuning_type == "lora" else "")
+        + "); image tokens are tokens of the sample (cutoff_len bounds them with the text: cockpit check's images line)"
+    ]
 
 
 def planner_notes(run: RunSpec) -> list[str]:

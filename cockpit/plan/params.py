@@ -17,7 +17,7 @@ import functools
 import json
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cockpit.models.lm_head import scaled_by
@@ -45,6 +45,7 @@ class Dims:
     top_k: int = 0
     expert_intermediate: int = 0
     shared_experts: int = 0
+    head_type: str | None = None  # a LLaVA's own type: its LM head is the wrapper's (models.lm_head's rule)
 
     @property
     def q_dim(self) -> int:
@@ -81,6 +82,7 @@ def dims_of(model_config: Mapping[str, Any]) -> Dims:
         if moe
         else 0,
         shared_experts=moe.shared if moe else 0,
+        head_type=model_config.get("_vlm_type"),
     )
 
 
@@ -113,11 +115,16 @@ class ParamCounts:
     # the part of them a token runs through (top_k / experts of them); 0 for a dense model
     experts: int = 0
     experts_active: int = 0
+    # a vision-language model (LLaVA): its vision tower's and projector's parameters, in ``total`` (the
+    # language model's counts above); a token of text runs through neither (cockpit.plan.flops)
+    vision: int = 0
+    projector: int = 0
 
     @property
     def active(self) -> int:
-        """The parameters a token runs through: all but the routed experts it is not sent to."""
-        return self.total - self.experts + self.experts_active
+        """The parameters a token runs through: all but the routed experts it is not sent to (and a
+        vision-language model's vision tower and projector, which its image tokens' features come from)."""
+        return self.total - self.experts + self.experts_active - self.vision - self.projector
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,13 +278,46 @@ def _active_experts(model_config: Mapping[str, Any], experts: int) -> int:
 
 
 def count_params(model_config: Mapping[str, Any], *, allow_meta: bool = True) -> ParamCounts:
-    """Parameter counts of the model ``model_config`` (a config.json dict)."""
+    """Parameter counts of the model ``model_config`` (a config.json dict; a LLaVA's: its language
+    model's, with its vision tower and projector added: :func:`vision_counts`)."""
+    counts = None
     if allow_meta:
         try:
-            return _meta_counts(_key(model_config))
+            counts = _meta_counts(_key(model_config))
         except Exception:  # noqa: BLE001 - no torch/transformers, unknown arch: fall back
             pass
-    return analytic_counts(dims_of(model_config), model_config)
+    counts = counts or analytic_counts(dims_of(model_config), model_config)
+    vision, projector = vision_counts(model_config) if allow_meta else (0, 0)
+    if not (vision or projector):
+        return counts
+    return replace(counts, total=counts.total + vision + projector, vision=vision, projector=projector)
+
+
+def vision_counts(model_config: Mapping[str, Any]) -> tuple[int, int]:
+    """(vision tower, projector) parameters of a LLaVA (``_vision_config`` from plan.catalogue): the tower
+    built on the meta device from its config, LLaVA's two-layer projector from the two widths; (0, 0)
+    for a text model or without torch."""
+    vision_config = model_config.get("_vision_config")
+    if not isinstance(vision_config, dict):
+        return 0, 0
+    try:
+        tower = _meta_vision_params(_key(vision_config))
+    except Exception:  # noqa: BLE001 - no torch / transformers, an unknown tower: not counted
+        return 0, 0
+    layers = model_config.get("_vision_feature_layers", 1)
+    width, text = int(vision_config.get("hidden_size", 0)) * int(layers), int(model_config.get("hidden_size", 0))
+    return tower, width * text + text + text * text + text  # linear_1 and linear_2, each with its bias
+
+
+@functools.lru_cache(maxsize=8)
+def _meta_vision_params(key: str) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    kw = {k: v for k, v in json.loads(key).items() if k not in ("architectures", "transformers_version")}
+    config = AutoConfig.for_model(kw.pop("model_type"), **kw)
+    with torch.device("meta"), _without_zero3_init():
+        return sum(p.numel() for p in AutoModel.from_config(config).parameters())
 
 
 def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:

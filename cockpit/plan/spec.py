@@ -16,6 +16,7 @@ from cockpit.config.stages import reference_copy, reference_words
 from cockpit.data.padding import padding_free
 from cockpit.errors import InputError, Problem
 from cockpit.models.embedding_place import host_embedding_off
+from cockpit.models.vlm import frozen_parts
 
 HF_DEFAULT_OPTIM = "adamw_torch_fused"  # TrainingArguments' optim when the config leaves it unset
 ADAM_32 = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw"}
@@ -96,6 +97,8 @@ class RunSpec:
     # why training keeps the full logits for reasons of the run (not of the model: plan.estimate asks
     # models.lm_head); "" when the chunked loss applies as far as the run goes
     chunked_loss_off: str = ""
+    # a vision-language model: the parts full fine-tuning leaves frozen (cockpit.models.vlm.frozen_parts)
+    vlm_frozen: tuple[str, ...] = ()
     # LoRA: the input embedding in host memory, only the rows a forward reads on the device
     # (cockpit.models.embedding_place, as far as the config tells; a tied head keeps it: plan.estimate)
     embedding_on_host: bool = False
@@ -286,6 +289,7 @@ def parse_run(cfg: RunConfig, base_dir: str | None = None) -> RunSpec:
         badam=parse_badam(cfg),
         muon=cfg.use_muon,
         chunked_loss_off=chunked_loss_off(cfg, zero, fsdp),
+        vlm_frozen=frozen_parts(cfg),
         embedding_on_host=not host_embedding_off(cfg, (zero is not None and zero.stage == 3) or fsdp is not None),
         router_logits_kept=cfg.moe_aux_loss_coef is not None,
         completion_len=cfg.max_completion_length if cfg.stage == "grpo" else 0,
