@@ -322,3 +322,26 @@ def test_a_router_that_sends_everything_to_one_expert_raises_the_expert_load_ale
         assert any("learning rate" in r for r in alert["remedies"])
     _logging_steps(model, watch, callback, steps=2)  # still so: said once, not at every log
     assert len([e for e in read_all(run.events_path) if e["kind"] == "alert"]) == 2
+
+
+def test_the_expert_pane_keeps_the_most_uneven_layers_and_drops_bars_that_do_not_fit():
+    """Qwen3-30B-A3B's shape: 48 layers x 128 experts, over the event's cell budget (no level rows), and at
+    80 columns no bar would fit anyway: each kept layer says its hottest and coldest expert."""
+    from cockpit.store.expert_load import encode
+    from cockpit.ui.formatting import expert_load
+    from cockpit.ui.state import RunState
+
+    counts = [[100.0] * 128 for _ in range(48)]
+    counts[30][7], counts[11][90] = 3000.0, 0.0  # one overloaded expert, one starved
+    load = encode(counts, list(range(48)), 8)
+    assert "rows" not in load and len(load["hot"]) == 48  # compact: 48 x [expert, load] twice
+    state = RunState()
+    state.apply([{"kind": "step", "step": 40, "loss": 1.0, "expert_load": load}])
+    lines = expert_load(state, 80, 3).plain.splitlines()
+    assert lines[0].startswith("expert load at step 40 (top-8 of 128); the 2 most uneven of 48 layers")
+    assert lines[1].startswith("L11 ") and "cold 90 0.00x" in lines[1]
+    assert lines[2].startswith("L30 ") and "hot 7 24.5x" in lines[2]  # 3000 of 15,700: 24.5 x the mean
+    assert all(len(line) <= 80 for line in lines)
+    small = encode([[10.0, 30.0], [20.0, 20.0]], [0, 1], 1)  # two experts: the bars fit
+    state.apply([{"kind": "step", "step": 41, "loss": 1.0, "expert_load": small}])
+    assert expert_load(state, 80, 3).plain.splitlines()[1].startswith("L0 ▃▅ hot 1 1.5x")
