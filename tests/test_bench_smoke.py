@@ -139,9 +139,12 @@ def test_memory_fit_runs():
 
 @pytest.mark.slow
 def test_padding_free_runs(tiny_model_dir):
-    args = ("--model", str(tiny_model_dir), "--cutoffs", "64", "--batch", "2", "--rounds", "1", "--synthetic")
+    """Its default rows, LLaMA-Factory's alpaca_en_demo (the fixtures' copy), not --synthetic's."""
+    data = ("--lf-data", str(FIXTURES / "data"))
+    args = ("--model", str(tiny_model_dir), "--cutoffs", "64", "--batch", "2", "--rounds", "1", *data)
     padding = bench("padding_free.py", *args).stdout
-    assert "cutoff 64: fill " in padding and "/ padded: padding-free " in padding, padding
+    assert "alpaca_en_demo rows" in padding and "cutoff 64: fill " in padding, padding
+    assert "/ padded: padding-free " in padding, padding
 
 
 @pytest.mark.slow
