@@ -172,6 +172,26 @@ def test_compile_cudagraphs_refused_on_rocm_only(machine, tmp_path):
     assert c.status == WARN and "TORCHINDUCTOR_CUDAGRAPHS" in c.fix
 
 
+def test_compile_modes_with_cuda_graphs_refused_on_rocm_only(machine, tmp_path):
+    """torch_compile_mode reduce-overhead / max-autotune turn inductor's CUDA graphs on: refused on a ROCm
+    build by key, with the modes that do not as the fix; the CPU and CUDA keep them; the others pass."""
+    from cockpit.config.load import validate
+
+    for mode in guide.CUDAGRAPH_MODES:
+        cfg = RunConfig(torch_compile=True, torch_compile_mode=mode)
+        (p,) = field_problems(cfg, Facts("rocm", env={}))
+        assert p.key == "torch_compile_mode" and f"torch_compile_mode {mode}" in p.message
+        assert "pytorch/pytorch#187715" in p.message and "torch_compile_mode: default" in p.message
+        assert "max-autotune-no-cudagraphs" in p.message
+        assert field_problems(cfg, Facts("cuda", env={})) == field_problems(cfg, Facts("cpu", env={})) == []
+        assert field_problems(cfg.replace(use_cpu=True), Facts("rocm", env={})) == []
+        keys = validate({"dataset": "x", "torch_compile": True, "torch_compile_mode": mode})
+        c = run(machine, rocm_facts(tmp_path), {}, only=["compile_mode"], keys=keys.keys_only())["compile_mode"]
+        assert c.status != PASS and "torch_compile_mode: default" in c.fix, c
+    for mode in ("default", "max-autotune-no-cudagraphs"):
+        assert field_problems(RunConfig(torch_compile=True, torch_compile_mode=mode), Facts("rocm", env={})) == []
+
+
 # -- 5. device masks ---------------------------------------------------------------------------------
 def test_device_masks_contradiction(machine, tmp_path):
     both = {"ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "2,3"}

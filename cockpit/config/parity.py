@@ -69,6 +69,7 @@ def parity_problems(
     out += eval_problems(raw, cfg, where)
     out += early_stopping_problems(cfg, where)
     out += pure_bf16_problems(cfg, where)
+    out += _compile_mode_problems(cfg, where)
     out += token_weighting_problems(cfg, where)
     out += oft_problems(raw, cfg, where)
     out += custom_optimizer_problems(cfg, where, installed)
@@ -563,6 +564,14 @@ def _freeze_modules_problems(
             )
         )
     return out
+
+
+def _compile_mode_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:
+    """``torch_compile_mode`` is the mode of the compile ``torch_compile: true`` asks for (HF's TrainingArguments
+    would turn compilation on for it alone; Cockpit asks for the switch: its planner and rules read it)."""
+    if cfg.get("torch_compile_mode") is None or cfg.get("torch_compile"):
+        return []
+    return [Problem("sets the mode of torch.compile: needs torch_compile: true", **where("torch_compile_mode"))]
 
 
 def pure_bf16_problems(cfg: Mapping[str, Any], where: Callable[[str], dict[str, Any]]) -> list[Problem]:

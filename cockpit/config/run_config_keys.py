@@ -113,6 +113,7 @@ class RunConfigKeys:
     gradient_checkpointing: bool = False
     enable_liger_kernel: bool = False
     torch_compile: bool = False
+    torch_compile_mode: str | None = None
     seed: int = 42
     resume_from_checkpoint: str | None = None
     ddp_timeout: int = 1800

@@ -16,8 +16,9 @@ Sources (searched 2026-12-06; cited in each message and in docs/rocm.md):
 3. 4-bit on CDNA: bitsandbytes-foundation/bitsandbytes#1887 (GEMV kernel's warp-64 fix; blocksize-64
    4-bit on warp-64 from #1856): :data:`cockpit.doctor.packages.BNB_GOOD_ROCM`.
 4. compile: pytorch/pytorch#187715 (reduce-overhead's cudagraph trees on ROCm slow convergence; MI300X,
-   ROCm 7.0, PyTorch 2.10). Cockpit refuses ``torch_compile_mode`` by name; CUDA graphs reach inductor
-   through ``TORCHINDUCTOR_CUDAGRAPHS=1``, which this rule refuses on ROCm.
+   ROCm 7.0, PyTorch 2.10). CUDA graphs reach inductor through ``torch_compile_mode`` reduce-overhead or
+   max-autotune (``torch._inductor.list_mode_options``: ``triton.cudagraphs``) and through
+   ``TORCHINDUCTOR_CUDAGRAPHS=1``; this rule refuses both on ROCm.
 5. device masks: ray-project/ray#53737 (both ROCR_ and HIP_VISIBLE_DEVICES set: Ray refuses to import),
    ray-project/ray#52701, Parsl/parsl#3858 (ROCR + CUDA_VISIBLE_DEVICES: no GPU left).
 6. slow steps: ROCm/rocm-systems#4084 (bf16 GEMMs ~600 ms each on gfx942, ROCm >= 7.1, a hipBLASLt
@@ -168,8 +169,18 @@ def qlora_cdna_problem(targets: list[str], bnb_version: str | None, minimum: str
     )
 
 
-def compile_mode_problem(env: Mapping[str, str]) -> str | None:
-    """Item 4: CUDA graphs under torch.compile (reduce-overhead's cudagraph trees) on a ROCm build."""
+# torch_compile_mode values whose inductor options turn CUDA graphs on (torch._inductor.list_mode_options)
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def compile_mode_problem(env: Mapping[str, str], mode: str | None = None) -> str | None:
+    """Item 4: CUDA graphs under torch.compile (reduce-overhead's cudagraph trees) on a ROCm build: from
+    the config's ``torch_compile_mode``, or from the environment."""
+    if mode in CUDAGRAPH_MODES:
+        return (
+            f"torch_compile_mode {mode} compiles with CUDA graphs (cudagraph trees), which slow convergence "
+            "silently on ROCm; use torch_compile_mode: default (or max-autotune-no-cudagraphs) " + cite("compile_mode")
+        )
     if env.get("TORCHINDUCTOR_CUDAGRAPHS") != "1":
         return None
     return (
@@ -312,15 +323,13 @@ def check_qlora_cdna(ctx: Context) -> Check:
 def check_compile_mode(ctx: Context) -> Check:
     if (na := _no_rocm(ctx, "compile_mode")) is not None:
         return na
-    problem = compile_mode_problem(ctx.env)
+    mode = _key(ctx, "torch_compile_mode")
+    problem = compile_mode_problem(ctx.env, mode)
     if problem is None:
-        return _check(
-            "compile_mode", PASS, "torch.compile keeps its default mode (no CUDA graphs)", "", frozenset({"rocm"})
-        )
+        return _check("compile_mode", PASS, "torch.compile without CUDA graphs", "", frozenset({"rocm"}))
     status = WARN if not _key(ctx, "torch_compile") else ctx.severity("rocm")
-    return _check(
-        "compile_mode", status, problem, "unset TORCHINDUCTOR_CUDAGRAPHS " + cite("compile_mode"), frozenset({"rocm"})
-    )
+    fix = "torch_compile_mode: default" if mode in CUDAGRAPH_MODES else "unset TORCHINDUCTOR_CUDAGRAPHS"
+    return _check("compile_mode", status, problem, f"{fix} {cite('compile_mode')}", frozenset({"rocm"}))
 
 
 def check_device_masks(ctx: Context) -> Check:

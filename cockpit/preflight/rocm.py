@@ -89,8 +89,9 @@ def _rocm_problems(cfg: RunConfig, facts: Facts, env_keys: set[str]) -> list[Pro
         reason := guide.qlora_cdna_problem(facts.targets, facts.bnb_version, BNB_GOOD_ROCM)
     ):
         out.append(Problem(reason, key="quantization_bit"))
-    if cfg.torch_compile and (reason := guide.compile_mode_problem(facts.env)):
-        out.append(Problem(reason, key="torch_compile"))
+    if cfg.torch_compile and (reason := guide.compile_mode_problem(facts.env, cfg.torch_compile_mode)):
+        key = "torch_compile_mode" if cfg.torch_compile_mode in guide.CUDAGRAPH_MODES else "torch_compile"
+        out.append(Problem(reason, key=key))
     if reason := guide.vllm_colocate_problem(cfg.stage, cfg.use_vllm, cfg.vllm_mode):
         out.append(Problem(reason, key="vllm_mode"))
     if cfg.flash_attn == "fa2" and facts.flash_attn and (reason := guide.fa2_problem(facts.targets, facts.env)):

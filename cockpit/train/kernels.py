@@ -5,7 +5,7 @@ SwiGLU, RoPE and fused linear cross-entropy patched into the model; ``torch_comp
 ``torch.compile`` through accelerate, regionally: each decoder layer compiled on its own, the layers
 sharing one compiled graph, as torchtune and torchtitan compile them, so the warm-up compiles one layer
 instead of the whole model; ``ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION``, which a run's ``env:`` can
-set to false), or an :class:`InputError` saying what is missing, before any model is loaded. Liger's kernels are Triton: they need a GPU (CUDA or ROCm) and the
+set to false; ``torch_compile_mode``, HF's key, the mode each region compiles with), or an :class:`InputError` saying what is missing, before any model is loaded. Liger's kernels are Triton: they need a GPU (CUDA or ROCm) and the
 ``liger-kernel`` package. ``torch.compile`` on the CPU needs a C++ compiler for inductor.
 The refusals are the gate's (``cockpit.preflight.environment``), asked before any run dir exists;
 the rank asks them again.
@@ -38,6 +38,8 @@ def kernel_arguments(cfg: RunConfig, use_cpu: bool) -> dict[str, Any]:
         if reason:
             raise InputError(Problem(reason, key="torch_compile"))
         kwargs["torch_compile"] = True
+        if cfg.torch_compile_mode is not None:  # the Trainer's TorchDynamoPlugin(mode=...): torch.compile(mode=...)
+            kwargs["torch_compile_mode"] = cfg.torch_compile_mode
         os.environ.setdefault(REGIONAL, "true")  # read by accelerate's TorchDynamoPlugin, which the Trainer makes
     return kwargs
 

@@ -28,7 +28,7 @@ _ORDER = """
     swanlab_workspace swanlab_run_name swanlab_mode swanlab_api_key swanlab_logdir run_name
     per_device_train_batch_size gradient_accumulation_steps learning_rate num_train_epochs max_steps
     lr_scheduler_type warmup_ratio warmup_steps weight_decay max_grad_norm bf16 fp16 pure_bf16
-    gradient_checkpointing enable_liger_kernel torch_compile seed resume_from_checkpoint ddp_timeout use_cpu
+    gradient_checkpointing enable_liger_kernel torch_compile torch_compile_mode seed resume_from_checkpoint ddp_timeout use_cpu
     deepspeed fsdp nproc_per_node nnodes node_rank master_addr master_port env zero_stage offload slurm_gres
     numa_memory numa_bind probes probe_max_new_tokens nan_policy spike_policy spike_factor hang_timeout_s
     comm_probe telemetry_interval_s load_timeout_s memory_alert_headroom memory_alert_swing reward_hack_window

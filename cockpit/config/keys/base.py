@@ -69,6 +69,10 @@ OPTIMIZERS = (
 )
 
 
+# torch.compile's modes (torch._inductor.list_mode_options; pinned by tests/test_kernels.py): HF's
+# torch_compile_mode reaches torch.compile(mode=...) through accelerate's TorchDynamoPlugin.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
 # report_to: the experiment trackers HF's Trainer logs to (cockpit/config/trackers.py, cockpit/train/trackers.py)
 TRACKER_NAMES = ("tensorboard", "wandb", "mlflow", "trackio", "swanlab")
 REPORT_TO_HELP = (

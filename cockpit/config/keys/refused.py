@@ -57,7 +57,7 @@ REFUSED_NAMES = frozenset(
     logging_first_step logging_nan_inf_filter logging_strategy neftune_noise_alpha optim_args optim_target_modules
     parallelism_config prediction_loss_only project push_to_hub remove_unused_columns
     restore_callback_states_from_checkpoint save_on_each_node skip_memory_metrics sortish_sampler
-    torch_compile_backend torch_compile_mode torch_empty_cache_steps trackio_bucket_id trackio_space_id
+    torch_compile_backend torch_empty_cache_steps trackio_bucket_id trackio_space_id
     trackio_static_space_id train_sampling_strategy use_liger_kernel
     """.split()
 )
@@ -225,8 +225,9 @@ REFUSAL_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
         "for other optimizers",
     ),
     (
-        ("torch_compile_backend", "torch_compile_mode"),
-        "not settable yet: torch_compile: true compiles with torch's default backend and mode",
+        ("torch_compile_backend",),
+        "not settable yet: torch_compile: true compiles with inductor (torch's default backend); the mode is "
+        "torch_compile_mode",
     ),
     (
         ("train_sampling_strategy", "sortish_sampler", "length_column_name"),

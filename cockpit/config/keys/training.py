@@ -6,7 +6,7 @@ Each key once: type, default, help, range or choices, and whether LLaMA-Factory 
 
 from __future__ import annotations
 
-from cockpit.config.keys.base import OPTIMIZERS, REPORT_TO_HELP, SCHEDULERS, TRACKER_NAMES, Key, _k
+from cockpit.config.keys.base import COMPILE_MODES, OPTIMIZERS, REPORT_TO_HELP, SCHEDULERS, TRACKER_NAMES, Key, _k
 
 KEYS: tuple[Key, ...] = (
     _k("output_dir", "str", None, "checkpoints, adapter and loss plot go here (default: the run dir)", "output"),
@@ -135,6 +135,15 @@ KEYS: tuple[Key, ...] = (
         "torch.compile the model (first steps compile; CPU needs a C++ compiler)",
         "training",
         nullable=False,
+    ),
+    _k(
+        "torch_compile_mode",
+        "choice",
+        None,
+        "torch.compile's mode with torch_compile: true (default: torch's default); reduce-overhead and "
+        "max-autotune use CUDA graphs, refused on ROCm (pytorch#187715)",
+        "training",
+        choices=COMPILE_MODES,
     ),
     _k("seed", "int", 42, "random seed", "training", min=0, nullable=False),
     _k("resume_from_checkpoint", "str", None, "a checkpoint folder, or 'last'", "training"),
