@@ -94,7 +94,7 @@ has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 
 # 1. the 8B job with Cockpit's defaults, alone on the machine (its tokens/s and MFU are clean)
 if has job8b; then
-  timeout 230 "$PY3" bench/gpu_8b_job.py --out "$W/job8b" --variants lora --json "$OUT/job8b_lora.json" "${DRYARGS[@]}" \
+  timeout 230 "$PY3" bench/gpu_8b_job.py --out "$W/job8b" --variants lora --json "$OUT/job8b_lora.json" ${DRYARGS[@]+"${DRYARGS[@]}"} \
     > "$OUT/job8b_lora.log" 2>&1
   echo "8b lora: rc=$?"; tail -n 4 "$OUT/job8b_lora.log"
 fi
@@ -102,7 +102,7 @@ fi
 # 1b. the speed levers, each alone on the machine after the defaults (issue 53's table)
 if has levers; then
   timeout 560 "$PY3" bench/gpu_8b_job.py --out "$W/job8b" --variants lora,levers --steps 10 --json "$OUT/job8b_levers.json" \
-    "${DRYARGS[@]}" > "$OUT/job8b_levers.log" 2>&1
+    ${DRYARGS[@]+"${DRYARGS[@]}"} > "$OUT/job8b_levers.log" 2>&1
   echo "8b levers: rc=$?"; tail -n 8 "$OUT/job8b_levers.log"
 fi
 
@@ -120,7 +120,7 @@ if has check; then
 fi
 if has job8b; then
   timeout 300 "$PY3" bench/gpu_8b_job.py --out "$W/job8b" --variants unsloth_gc,qlora --json "$OUT/job8b_more.json" \
-    "${DRYARGS[@]}" > "$OUT/job8b_more.log" 2>&1
+    ${DRYARGS[@]+"${DRYARGS[@]}"} > "$OUT/job8b_more.log" 2>&1
   echo "8b unsloth_gc,qlora: rc=$?"; tail -n 4 "$OUT/job8b_more.log"
 fi
 for pid in "${PIDS[@]}"; do wait "$pid"; echo "part $pid: rc=$?"; done
