@@ -123,7 +123,7 @@ if has job8b; then
     ${DRYARGS[@]+"${DRYARGS[@]}"} > "$OUT/job8b_more.log" 2>&1
   echo "8b unsloth_gc,qlora: rc=$?"; tail -n 4 "$OUT/job8b_more.log"
 fi
-for pid in "${PIDS[@]}"; do wait "$pid"; echo "part $pid: rc=$?"; done
+for pid in ${PIDS[@]+"${PIDS[@]}"}; do wait "$pid"; echo "part $pid: rc=$?"; done
 [ -f "$OUT/gpu_tests.log" ] && grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -n 20
 [ -f "$OUT/gpu_check.log" ] && tail -n 12 "$OUT/gpu_check.log"
 tar czf "$OUT/artefacts.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' --exclude='*.pth' \
