@@ -173,6 +173,7 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     out = capsys.readouterr().out
     assert "template: llava" in out and "samples: 4" in out, out
     assert "images: 4 in 3 rows, 20x50 to 40x30 px; 16 image tokens each; per row p50 16 max 32" in out, out
+    assert "batches: packing auto: llava cannot attend per sample in a packed row; padded batches" in out, out
     runs = tmp_path / "runs"
     assert main(["train", str(cfg), "--runs-dir", str(runs)]) == 0
     (run,) = [p for p in runs.iterdir() if p.name != "queue"]
@@ -210,3 +211,21 @@ def test_the_planner_counts_the_vision_tower_and_projector(tiny_llava_dir, tmp_p
     assert planned(finetuning_type="full")["trainable"] == total - size["vision_tower"] - size["multi_modal_projector"]
     assert planned(finetuning_type="full", train_mm_proj_only=True)["trainable"] == size["multi_modal_projector"]
     assert planned(finetuning_type="full", freeze_vision_tower=False, freeze_multi_modal_projector=False)["trainable"] == total
+
+
+def test_a_llava_trains_on_padded_batches(tiny_llava_dir, tmp_path):
+    """packing auto falls back to padded batches for a LLaVA, FlashAttention or not (its image features go to
+    their tokens row by row); packing: true is refused by name."""
+    from transformers import AutoConfig
+
+    from cockpit.data.packing import resolve_for_model
+    from cockpit.data.padding import padding_free
+
+    llava = AutoConfig.from_pretrained(tiny_llava_dir)
+    cfg = validate(_raw(tiny_llava_dir, _data(tmp_path)))
+    for asked in (cfg, cfg.replace(flash_attn="fa2")):
+        said: list[str] = []
+        assert padding_free(asked) and not padding_free(resolve_for_model(asked, llava, said.append))
+        assert said == ["packing auto: llava cannot attend per sample in a packed row; padded batches"], said
+    with pytest.raises(InputError, match="packing: llava: a vision-language model trains on padded batches"):
+        resolve_for_model(cfg.replace(packing=True), llava)

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.stage == "sft":
         from cockpit.data.padding import batching_words
 
-        print(f"batches: {batching_words(cfg)}")
+        print(f"batches: {result.batches or batching_words(cfg)}")  # the model asked (check_run)
     for p in result.bad_rows:
         print(f"skipped bad row: {p}")
     for w in result.warnings:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.data.padding import PACKED_SDPA, asks_flash_attention, packing_asked, padding_free
 from cockpit.errors import InputError, Problem
+from cockpit.models.vlm import composite_of
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
@@ -71,9 +72,14 @@ def resolve_for_model(cfg: RunConfig, model_config: Any, log=print) -> RunConfig
     is an input error (its samples would attend to each other)."""
     if not padding_free(cfg):
         return cfg
-    if model_packs(model_config, asks_flash_attention(cfg)):
-        return cfg
     model_type = getattr(model_config, "model_type", "this model")
+    vlm = composite_of(model_config) is not None  # its images' features go to their tokens: padded rows only, so far
+    if not vlm and model_packs(model_config, asks_flash_attention(cfg)):
+        return cfg
+    if packing_asked(cfg) and vlm:
+        raise InputError(
+            Problem(f"{model_type}: a vision-language model trains on padded batches (packing: false)", key="packing")
+        )
     if packing_asked(cfg):
         raise InputError(
             Problem(

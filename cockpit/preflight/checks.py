@@ -29,6 +29,7 @@ class CheckResult:
     preview: dict[str, Any] | None = None  # first rendered sample: text pieces, trained or not
     template: str | None = None  # which chat template rendered the data (render.template_description)
     images: dict[str, Any] | None = None  # the data's images: sizes, image tokens (cockpit.data.media.image_report)
+    batches: str | None = None  # how the rank batches, in words, its model asked (data.packing.resolve_for_model)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -195,6 +196,17 @@ def check_moe_keys(cfg: RunConfig, model_config: Any) -> None:
         raise InputError(Problem(why, key="moe_aux_loss_coef"))
 
 
+def batches_for_model(cfg: RunConfig, model_config: Any) -> str:
+    """How the rank will batch, in words, with ``packing`` auto decided for this model as the rank decides
+    it (a model that cannot attend per sample in a packed row: padded; ``packing: true`` there is refused)."""
+    from cockpit.data.packing import resolve_for_model
+    from cockpit.data.padding import batching_words
+
+    said: list[str] = []
+    resolved = resolve_for_model(cfg, model_config, log=said.append)
+    return said[0] if said else batching_words(resolved)
+
+
 def check_run(
     cfg: RunConfig, log=print, with_devices: bool = True, loaded: Any = None, gpus: int | None = None
 ) -> CheckResult:
@@ -270,4 +282,5 @@ def check_run(
         preview={"source": prepared.loaded.samples[0]["source"], "pieces": [p for p in pieces if p["text"]]},
         template=template_description(tok),
         images=image_report(prepared.loaded.samples, prepared.image_seqlen),
+        batches=batches_for_model(cfg, mcfg),
     )
