@@ -26,7 +26,7 @@ def other_value(key: str):
     """A value of ``key`` other than its default (and other than a value the stage honours anyway)."""
     spec = SCHEMA[key]
     if spec.type == "bool":
-        return True
+        return not spec.default  # freeze_vision_tower's default is true
     if spec.choices:
         return next(c for c in spec.choices if c != spec.default and c not in HONOURED_VALUES.get(key, ()))
     if spec.type == "int":
