@@ -52,6 +52,21 @@ def config_tags(keys: Mapping[str, Any]) -> set[str]:
     return tags
 
 
+# the doctor's checks that say why torch sees no GPU (``cockpit check`` adds the blocking ones to its refusal)
+GPU_CHECK_IDS = ("torch", "gpu_visible", "gpu_devices", "torch_arch", "kfd", "rocm_version")
+
+
+def no_gpu_reasons(checks: Iterable[Check | Mapping[str, Any]], keys: Mapping[str, Any]) -> list[str]:
+    """Why no GPU is usable for ``keys``: a line per GPU check that blocks it, from the doctor's answer for
+    the config's needs (``config_tags``). ``cockpit check`` (the preflight) and Setup's problems pane (the
+    doctor's JSON from a subprocess) add them to the gate's refusal (:func:`cockpit.device.device_problems`)."""
+    gpu = [c for c in checks if (c.id if isinstance(c, Check) else c.get("id")) in GPU_CHECK_IDS]
+    return [
+        f"{c.title}: {c.seen}" + (f" (fix: {c.fix.splitlines()[0]})" if c.fix else "")
+        for c in blocking_for_config(gpu, keys)
+    ]
+
+
 def blocking_for_config(checks: Iterable[Check | Mapping[str, Any]], keys: Mapping[str, Any]) -> list[Check]:
     """The checks that stop a launch of ``keys``, in the doctor's order."""
     from cockpit.doctor import blocking_failures

@@ -127,15 +127,10 @@ def prediction_data_config(cfg: RunConfig) -> RunConfig:
 def doctor_gpu_reasons(cfg: RunConfig) -> list[str]:
     """The doctor's failing GPU checks for this config, one line each (why no GPU is usable)."""
     from cockpit.doctor import run_checks
-    from cockpit.doctor.relevance import blocking_for_config, config_tags
+    from cockpit.doctor.relevance import GPU_CHECK_IDS, config_tags, no_gpu_reasons
 
-    gpu_ids = ("torch", "gpu_visible", "gpu_devices", "torch_arch", "kfd", "rocm_version")
     keys = cfg.keys_only()
-    checks = run_checks(needs=config_tags(keys), only=gpu_ids)
-    return [
-        f"{c.title}: {c.seen}" + (f" (fix: {c.fix.splitlines()[0]})" if c.fix else "")
-        for c in blocking_for_config(checks, keys)
-    ]
+    return no_gpu_reasons(run_checks(needs=config_tags(keys), only=GPU_CHECK_IDS), keys)
 
 
 def read_cpuinfo() -> str | None:

@@ -8,7 +8,7 @@ transformers or peft, and quitting it never stops a run (runs belong to their su
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,7 @@ class CockpitApp(App):
         runs_refresh_s: float = 2.0,
         follow: bool = True,
         start_preset: str | Path | None = None,
-        doctor_checks: list[dict] | None = None,
+        doctor_checks: list[dict] | Mapping[str, list[dict]] | None = None,  # the doctor's answer (tests; setup_launch)
         open_run: str | None = None,
         machine: Any = None,
         notify_poll_s: float = 2.0,

@@ -80,6 +80,10 @@ class SetupScreen(SetupLaunch):
     class Detected(WorkerMessage):
         """``cockpit doctor --json``'s checks: which presets this machine calls for."""
 
+    class GpuReasons(WorkerMessage):
+        """The doctor's reasons no GPU is usable (``cockpit doctor --json --needs TAGS``), for a set of needs:
+        (its key, the lines)."""
+
     class FitEstimated(WorkerMessage):
         """The fit line for the form's config."""
 
@@ -110,6 +114,7 @@ class SetupScreen(SetupLaunch):
         self._opened: list[str] = []  # YAMLs opened from elsewhere (Ctrl+O, cockpit CONFIG): listed in the picker
         self._check_answer: tuple[dict, dict] | None = None  # (the form, cockpit check's answer) from F5
         self._torch_gpus: int | None = None  # the GPUs torch sees, as the doctor said (check counts them so)
+        self._gpu_reasons: dict[str, list[str] | None] = {}  # needs -> the doctor's reasons (None: asked)
         self._previewed: Path | None = None  # the form as a file, for the preview
         self._auto: tuple[str, dict] | None = None  # (preset path, form) while untouched since loaded for you
         self.secrets: dict[str, str] = {}  # the env secrets of the config file last written (never on disk)
@@ -378,8 +383,8 @@ class SetupScreen(SetupLaunch):
     def _show_problems(self) -> None:
         """What ``cockpit check`` says of the form, as far as it is known: validation's problems, the device
         gate's (``cockpit.device.device_problems``, as check asks it, on the GPUs torch sees here: the
-        doctor's count, until it answers the kernel's), then F5's answer for this very form. A tick only
-        where check passed; before F5, no tick."""
+        doctor's count, until it answers the kernel's; with the doctor's reasons once it answers for the
+        config's needs), then F5's answer for this very form. A tick only where check passed; before F5, no tick."""
         from cockpit.device import device_problems
 
         checked = self.checked
@@ -389,7 +394,8 @@ class SetupScreen(SetupLaunch):
         if checked.cfg is not None:
             cfg = checked.cfg
             gpus = machine_of(self.app).gpus if self._torch_gpus is None else self._torch_gpus
-            gate = device_problems(cfg.use_cpu, cfg.quantization_bit, cfg.nproc_per_node, gpus)
+            reasons = self._no_gpu_reasons(cfg, gpus)
+            gate = device_problems(cfg.use_cpu, cfg.quantization_bit, cfg.nproc_per_node, gpus, reasons=reasons)
             problems += [str(p) for p in gate]
         answer = self._check_answer[1] if self._check_answer and self._check_answer[0] == self.model.raw() else None
         if not problems and answer is not None and not answer.get("ok", True):
@@ -408,6 +414,36 @@ class SetupScreen(SetupLaunch):
         for note in checked.notes:
             t.append(f"! {note}\n", style=themed("$text-warning"))
         self.query_one("#problems", Static).update(t)
+
+    def _no_gpu_reasons(self, cfg: RunConfig, gpus: int) -> list[str] | None:
+        """The doctor's reasons no GPU is usable, as ``cockpit check`` adds them to the gate's refusal of a config
+        that needs GPUs where torch sees none: from the doctor's answer for the config's needs (a worker asks
+        it once per set of needs; None until it answers)."""
+        from cockpit.device import needs_gpu
+        from cockpit.doctor.relevance import config_tags
+
+        if gpus > 0 or not needs_gpu(cfg.use_cpu, cfg.quantization_bit):
+            return None
+        keys = cfg.keys_only()
+        needs = ",".join(sorted(config_tags(keys)))
+        if needs not in self._gpu_reasons:
+            self._gpu_reasons[needs] = None
+            self._ask_gpu_reasons(needs, keys)
+        return self._gpu_reasons[needs]
+
+    @work(thread=True, exit_on_error=False)
+    def _ask_gpu_reasons(self, needs: str, keys: Mapping[str, Any]) -> None:
+        from cockpit.doctor.relevance import no_gpu_reasons
+
+        checks, _err = doctor_checks(self.app, needs.split(",") if needs else ())
+        self.post_message(self.GpuReasons((needs, no_gpu_reasons(checks or [], keys))))
+
+    @on(GpuReasons)
+    def _got_gpu_reasons(self, message: GpuReasons) -> None:
+        needs, reasons = message.result
+        self._gpu_reasons[needs] = reasons
+        if self.is_attached:
+            self._show_problems()
 
     @work(thread=True, exclusive=True, group="fit", exit_on_error=False)
     def _fit(self, cfg: RunConfig, gpu_gb: float | None, config_path: str | None) -> None:

@@ -49,13 +49,16 @@ _doctor_lock = threading.Lock()
 
 
 def doctor_checks(app, needs=()) -> tuple[list[dict] | None, str]:
-    """``cockpit doctor --json [--needs TAGS]`` for this session: the app's injected checks, else
-    run once per set of needs (a subprocess: the doctor imports torch) and kept on the app.
+    """``cockpit doctor --json [--needs TAGS]`` for this session: the app's injected checks (a list: for
+    every set of needs; a mapping: per set, ``"cuda,gpu,rocm"``, ``""`` none; a set it lacks asks the
+    doctor), else run once per set of needs (a subprocess: the doctor imports torch) and kept on the app.
     Blocking: call it from a thread worker. Returns (checks or None, error text)."""
+    key = ",".join(sorted(needs))
     injected = getattr(app, "doctor_checks", None)
+    if isinstance(injected, Mapping):
+        injected = injected.get(key)
     if injected is not None:
         return injected, ""
-    key = ",".join(sorted(needs))
     with _doctor_lock:
         cache = getattr(app, "_doctor_cache", None)
         if cache is None:
