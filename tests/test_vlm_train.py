@@ -165,7 +165,8 @@ def test_the_collator_feeds_each_rows_images_as_pixel_values(tiny_llava_dir, tmp
 
 @pytest.mark.slow
 def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_path, capsys, monkeypatch):
-    """`cockpit check` passes and `cockpit train` runs 2 steps on rows with 1 and 2 images (the loss in the events)."""
+    """`cockpit check` passes and `cockpit train` runs 2 steps on rows with 1 and 2 images (the loss in the events);
+    `cockpit export --merge` writes a folder that AutoModelForImageTextToText / AutoProcessor load and that answers."""
     monkeypatch.chdir(tmp_path)
     _data(tmp_path)
     cfg = write_yaml(tmp_path / "c.yaml", _raw(tiny_llava_dir, Path("data")))
@@ -181,6 +182,18 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps), steps
     log = (run / "logs" / "rank0.log").read_text()
     assert "padded batches" in log and "adapting model.language_model.layers.0" in log and "vision_tower" not in log
+    # export --merge: the merged LLaVA and its processor load with the Auto classes and answer about an image
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    out = tmp_path / "merged"
+    assert main(["export", run.name, "--runs-dir", str(runs), "--merge", "--out", str(out)]) == 0
+    model, processor = AutoModelForImageTextToText.from_pretrained(out), AutoProcessor.from_pretrained(out)
+    inputs = processor(text="USER: <image>What colour? ASSISTANT:", images=[Image.open("data/img/red.png")], return_tensors="pt")
+    assert inputs["input_ids"][0].tolist().count(model.config.image_token_index) == IMAGE_SEQLEN
+    with torch.no_grad():
+        answer = model.generate(**inputs, max_new_tokens=2, do_sample=False)
+    assert answer.shape[1] == inputs["input_ids"].shape[1] + 2
 
 
 def test_the_planner_counts_the_vision_tower_and_projector(tiny_llava_dir, tmp_path):

@@ -153,9 +153,10 @@ def _merge_into_base(adapter: Path, cfg: RunConfig, tmp: Path, dtype: str, log) 
     """Merge the LoRA adapter into the base model and save it with the tokenizer in TMP: (dtype, notes)."""
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from cockpit.models.resolve import config_model
+    from cockpit.models.resolve import config_model, load_model_config, load_processor
+    from cockpit.models.vlm import composite_of
 
     notes: list[str] = []
     ref = config_model(cfg, log=log)
@@ -168,9 +169,10 @@ def _merge_into_base(adapter: Path, cfg: RunConfig, tmp: Path, dtype: str, log) 
             f"not into dequantized {cfg.quantization_bit}-bit weights"
         )
     # no quantization_config here: a QLoRA adapter merges into the unquantized weights
-    base = AutoModelForCausalLM.from_pretrained(
-        ref.path, dtype=tdtype, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs()
-    )
+    # a vision-language model (issue 63): its image-text class, and its processor beside it
+    vlm = composite_of(load_model_config(cfg, ref)) is not None
+    auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
+    base = auto.from_pretrained(ref.path, dtype=tdtype, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs())
     if getattr(base.config, "quantization_config", None):
         notes.append("the base model folder itself is quantized; the merge is into those weights as loaded")
     from cockpit.models.vocab import resize_to_tokenizer
@@ -179,5 +181,7 @@ def _merge_into_base(adapter: Path, cfg: RunConfig, tmp: Path, dtype: str, log) 
     resize_to_tokenizer(base, run_tokenizer(adapter, cfg, ref), mean_resizing=False)
     model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     model.save_pretrained(tmp, safe_serialization=True)
+    if vlm:  # the processor (its image processor's settings); the run's tokenizer then replaces the base's
+        load_processor(cfg, ref).save_pretrained(tmp)
     _save_tokenizer(adapter, cfg, tmp, ref)
     return str(tdtype).replace("torch.", ""), notes
