@@ -134,7 +134,9 @@ def test_freeze_keys_choose_the_parts_that_train(tiny_llava_dir, tmp_path):
     llava = AutoConfig.from_pretrained(tiny_llava_dir)  # keys without an effect: refused (check, then the rank)
     for over, key in (({"train_mm_proj_only": True}, "train_mm_proj_only"),
                       ({"freeze_multi_modal_projector": False}, "freeze_multi_modal_projector"),
-                      ({"finetuning_type": "freeze"}, "finetuning_type")):
+                      ({"finetuning_type": "freeze"}, "finetuning_type"),
+                      ({"nproc_per_node": 2}, "nproc_per_node"),
+                      ({"do_predict": True, "predict_with_generate": True, "val_size": 1}, "do_predict")):
         assert [k for k, _ in model_problems(validate(_raw(tiny_llava_dir, data, **over)), llava)] == [key], over
     assert model_problems(validate(_raw(tiny_llava_dir, data)), llava) == []
 
@@ -145,13 +147,12 @@ def test_the_collator_feeds_each_rows_images_as_pixel_values(tiny_llava_dir, tmp
     from cockpit.data.packing import build_collator
     from cockpit.models.resolve import resolve_model
     from cockpit.train.model import build_model
-    from cockpit.train.recipes.sft import image_paths
     from cockpit.train.vlm import with_images
 
     data = _data(tmp_path)
     prepared, tok = _prepared(tiny_llava_dir, data)
-    rows = [{"input_ids": r.input_ids, "labels": r.labels, **image_paths(s)}
-            for s, r in zip(prepared.loaded.samples, prepared.rendered)][:2]
+    rows = prepared.rows()[:2]  # the trainer's rows (SFT's and eval_dataset's): 1 image, then 2
+    assert [len(r.get("images", [])) for r in prepared.rows()] == [1, 2, 0, 1]
     cfg = validate(_raw(tiny_llava_dir, data, packing=False))
     model = build_model(cfg, resolve_model(str(tiny_llava_dir), log=lambda *_: None), True, 0)  # LoRA-wrapped
     batch = with_images(build_collator(cfg, tok, model), cfg, model)(rows)

@@ -29,6 +29,16 @@ class Prepared:
     report: TruncationReport
     image_seqlen: int | None = None  # image tokens per image, when the data have images (cockpit.data.media)
 
+    def rows(self) -> list[dict[str, Any]]:
+        """The trainer's rows: each trainable sample's ``input_ids`` and ``labels``, and its images' paths
+        when it has images (in their tokens' order: the collator makes their ``pixel_values``)."""
+        return [
+            {"input_ids": r.input_ids, "labels": r.labels}
+            | ({"images": [i["path"] for i in s["images"]]} if s.get("images") else {})
+            for s, r in zip(self.loaded.samples, self.rendered)
+            if r.target_kept > 0  # trainable's rule
+        ]
+
     @property
     def trainable(self) -> list[Rendered]:
         """The rendered samples that keep an assistant token after cutoff_len: what the ranks train on

@@ -154,12 +154,11 @@ def training_kwargs(cfg: RunConfig) -> dict[str, Any]:
     return out
 
 
-def eval_dataset_rows(cfg: RunConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
+def eval_dataset_rows(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
     """The ``eval_dataset`` rendered like the training data (same template, cutoff, max_samples)."""
     from cockpit.data.prepare import prepare_dataset
 
-    prepared = prepare_dataset(cfg.replace(dataset=cfg.eval_dataset), tokenizer)
-    return [{"input_ids": r.input_ids, "labels": r.labels} for r in prepared.trainable]
+    return prepare_dataset(cfg.replace(dataset=cfg.eval_dataset), tokenizer).rows()  # with its images
 
 
 def accuracy_kwargs(cfg: RunConfig) -> dict[str, Any]:

@@ -70,11 +70,6 @@ def sft_trainer(
     return trainer
 
 
-def image_paths(sample: dict[str, Any]) -> dict[str, Any]:
-    """A training row's images (their paths, in their tokens' order), when the sample has any."""
-    return {"images": [image["path"] for image in sample["images"]]} if sample.get("images") else {}
-
-
 class SFTRecipe(Recipe):
     stage = "sft"
 
@@ -82,11 +77,7 @@ class SFTRecipe(Recipe):
         from cockpit.data.prepare import prepare_dataset
 
         prepared = prepare_dataset(ctx.cfg, ctx.tokenizer)
-        rows = [
-            {"input_ids": r.input_ids, "labels": r.labels, **image_paths(sample)}
-            for sample, r in zip(prepared.loaded.samples, prepared.rendered)
-            if r.target_kept > 0  # prepared.trainable's rule
-        ]
+        rows = prepared.rows()  # a sample's images too
         if not rows:
             raise InputError(
                 f"cutoff_len {ctx.cfg.cutoff_len}: every sample loses all its assistant tokens; nothing to train on"
