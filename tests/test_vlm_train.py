@@ -170,7 +170,8 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     `cockpit export --merge` writes a folder that AutoModelForImageTextToText / AutoProcessor load and that answers."""
     monkeypatch.chdir(tmp_path)
     _data(tmp_path)
-    cfg = write_yaml(tmp_path / "c.yaml", _raw(tiny_llava_dir, Path("data")))
+    probes = {"probes": "@demo/identity_probes.jsonl", "probe_max_new_tokens": 2}  # text probes: the LM answers
+    cfg = write_yaml(tmp_path / "c.yaml", _raw(tiny_llava_dir, Path("data"), **probes))
     assert main(["check", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "template: llava" in out and "samples: 4" in out, out
@@ -181,6 +182,7 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     (run,) = [p for p in runs.iterdir() if p.name != "queue"]
     steps = [e for e in read_events(run) if e["kind"] == "step"]
     assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps), steps
+    assert {e["phase"] for e in read_events(run) if e["kind"] == "probe_results"} == {"before", "after"}
     log = (run / "logs" / "rank0.log").read_text()
     assert "padded batches" in log and "adapting model.language_model.layers.0" in log and "vision_tower" not in log
     # export --merge: the merged LLaVA and its processor load with the Auto classes and answer about an image
@@ -243,3 +245,10 @@ def test_a_llava_trains_on_padded_batches(tiny_llava_dir, tmp_path):
         assert said == ["packing auto: llava cannot attend per sample in a packed row; padded batches"], said
     with pytest.raises(InputError, match="packing: llava: a vision-language model trains on padded batches"):
         resolve_for_model(cfg.replace(packing=True), llava)
+
+
+def test_cockpit_tune_refuses_a_dataset_with_images(tiny_llava_dir, tmp_path, capsys):
+    """Its trial rows would carry no images (the vision tower unmeasured): refused by name, not measured wrong."""
+    cfg = write_yaml(tmp_path / "c.yaml", _raw(tiny_llava_dir, _data(tmp_path)))
+    assert main(["tune", str(cfg), "--candidates", "1", "--steps", "2"]) == 2
+    assert "cockpit tune on a dataset with images: not built yet" in capsys.readouterr().err

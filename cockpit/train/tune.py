@@ -158,7 +158,10 @@ def run_trials(
     device = TrialDevice.open(cfg, cap_gb)
     ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
-    rows = trial_rows(prepare_dataset(cfg, tok).rendered, steps * local_batch)
+    prepared = prepare_dataset(cfg, tok)
+    if prepared.image_seqlen:  # its trial rows carry no images: the vision tower would go unmeasured
+        raise InputError(Problem("cockpit tune on a dataset with images: not built yet (issue 63)", key="dataset"))
+    rows = trial_rows(prepared.rendered, steps * local_batch)
     model = build_model(cfg, ref, device.use_cpu, 0)
     plan_cfg = cfg.replace(model_name_or_path=ref.path) if not ref.hub else cfg
     trials: list[dict[str, Any]] = []
