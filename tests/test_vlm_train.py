@@ -114,7 +114,6 @@ def _trainable(model_dir: Path, data: Path, **over) -> set[str]:
     return parts
 
 
-@pytest.mark.slow  # six model builds: over 10 s on the shared 2-core CPU
 def test_freeze_keys_choose_the_parts_that_train(tiny_llava_dir, tmp_path):
     """LLaMA-Factory's defaults (tower and projector frozen; LoRA on the language model) and each key's effect."""
     data = _data(tmp_path)
