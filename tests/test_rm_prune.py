@@ -63,9 +63,9 @@ def test_global_runs_dir_is_the_commands_runs_dir_at_either_place(tmp_path, caps
 
 def test_global_runs_dir_refused_where_it_does_nothing_or_disagrees(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.parse_args(["--runs-dir", str(tmp_path), "check", "x.yaml"])
+        cli.parse_args(["--runs-dir", str(tmp_path), "plan", "x.yaml"])
     assert exc.value.code == 2
-    assert "--runs-dir does nothing for `cockpit check`" in capsys.readouterr().err
+    assert "--runs-dir does nothing for `cockpit plan`" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         cli.parse_args(["--runs-dir", str(tmp_path / "a"), "runs", "--runs-dir", str(tmp_path / "b")])
     assert exc.value.code == 2
