@@ -64,6 +64,14 @@ def test_the_summary_table_shows_the_held_out_samples_of_a_run_without_probes(tm
             assert "(no probes in this run)" not in text
             assert "held-out prompts (3): mean reward" in text
             assert "Say a number, 7?" in text and "→ 0.07" in text  # a sample's prompt and its reward
+            # the layout moves the table without the screen resizing (the narrow class: half the width, then
+            # all of it; CI, 2026-12-06: rows cut to the half stayed so): the cells are cut anew each time
+            table = app.screen.query_one("#probes")
+            app.screen.remove_class("-narrow")
+            await wait_for(pilot, lambda: table.size.width < 60, 10, "the table beside the plot")
+            await wait_for(pilot, lambda: "Say a numbe…" in screen_text(app), 10, "the prompt cut to the half width")
+            app.screen.add_class("-narrow")
+            await wait_for(pilot, lambda: "Say a number, 7?" in screen_text(app), 10, "the whole prompt again")
 
     asyncio.run(scenario())
 

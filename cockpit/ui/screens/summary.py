@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -217,6 +218,18 @@ PROBE_COLUMNS = ("prompt", "expected", "before", "after")
 PROBE_WANTS, PROBE_MINS = [48, 20, 60, 60], [12, 6, 10, 14]  # the most and the least cells
 
 
+class ProbeTable(DataTable):
+    """The probe table, whose cells are cut to its width: it says when that width changes, which the
+    screen's own resize does not cover (the narrow layout's class moves the table from half the screen
+    to all of it after the first fill; under load the rows stayed cut to the half: CI, 2026-12-06)."""
+
+    class WidthChanged(Message):
+        """The table's width is not the one its cells were cut to."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.post_message(self.WidthChanged())
+
+
 class SummaryScreen(RunActionsMixin, Screen):
     if TYPE_CHECKING:  # as Textual types MessagePump.app, for mypy only: the attributes used on the app are checked
         app = getters.app(CockpitApp)
@@ -233,6 +246,7 @@ class SummaryScreen(RunActionsMixin, Screen):
         super().__init__(name=f"summary-{run.run_id}")
         self.run = run
         self.follower = RunFollower(run)
+        self.probe_width = 0  # the table width the probe cells were last cut to
 
     def compose(self) -> ComposeResult:
         from textual_plotext import PlotextPlot
@@ -241,7 +255,7 @@ class SummaryScreen(RunActionsMixin, Screen):
         with Horizontal(id="summary-body"):
             yield PlotextPlot(id="summary-plot")
             with Vertical(id="summary-right"):
-                yield DataTable(id="probes", zebra_stripes=True, cursor_type="row")
+                yield ProbeTable(id="probes", zebra_stripes=True, cursor_type="row")
         yield Static(id="export-result", classes="dim")
         yield Footer()
 
@@ -314,6 +328,7 @@ class SummaryScreen(RunActionsMixin, Screen):
                 ),
             )
         ]
+        self.probe_width = table.size.width
         room = (table.size.width or self.size.width) - 2 * table.cell_padding * len(PROBE_COLUMNS) - 2
         widths = dict(zip(PROBE_COLUMNS, share_width(room, wants, PROBE_MINS)))
 
@@ -374,6 +389,12 @@ class SummaryScreen(RunActionsMixin, Screen):
 
     def on_resize(self) -> None:
         if self.follower.state.probes or self.follower.state.held_out:
+            self.call_after_refresh(self._fill_probes)
+
+    @on(ProbeTable.WidthChanged)
+    def _probe_width_changed(self) -> None:
+        table = self.query_one("#probes", DataTable)
+        if table.size.width != self.probe_width and (self.follower.state.probes or self.follower.state.held_out):
             self.call_after_refresh(self._fill_probes)
 
     # merge / export / serve / chat: cockpit.ui.screens.run_actions.RunActionsMixin
