@@ -125,15 +125,19 @@ def other_media_problem(rec: Any, columns: Mapping[str, str]) -> str | None:
     )
 
 
+IMAGE_STAGES = ("sft", "dpo")  # the stages whose rows may have images (LLaMA-Factory's supervised and pairwise)
+
+
 def text_stage_problem(rec: Any, columns: Mapping[str, str], stage: str) -> str | None:
-    """A row with images, videos or audios in a stage that trains text only (all but sft)."""
+    """A row with images, videos or audios in a stage that trains text only (all but :data:`IMAGE_STAGES`)."""
     named = _named(rec, columns, (IMAGE_COLUMN, *OTHER_MEDIA_COLUMNS))
     if named is None:
         return None
     kind, col = named
     return (
-        f"the row names {kind} (column {col!r}), but stage {stage} trains text only: it would train without "
-        f"them; drop the {col!r} field (or set allow_bad_rows: true to skip such rows)"
+        f"the row names {kind} (column {col!r}), but stage {stage} trains text only (images train with stage "
+        f"{' or '.join(IMAGE_STAGES)}): it would train without them; drop the {col!r} field (or set "
+        "allow_bad_rows: true to skip such rows)"
     )
 
 
