@@ -221,6 +221,79 @@ def tiny_llava_dir(tmp_path_factory, embedded_dir) -> Path:
     return out
 
 
+def _tiny_text(tok, **over) -> dict:
+    """A tiny language model's config fields for a vision-language model (tiny_model_dir's sizes)."""
+    return dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **over)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random Qwen3-VL (issue 63): the SmolLM2 tokenizer (ChatML's <|im_start|> / <|im_end|>) with Qwen's
+    vision tokens added, a 2-layer language model with M-RoPE, a 2-block vision tower (patch 16, merge 2: a
+    32x32 image is 4 patches, 1 image token; one deepstack merger) built from Qwen3VLConfig. Saved as a real
+    Qwen3-VL folder is: preprocessor_config.json naming Qwen2VLImageProcessorFast and Qwen3VLProcessor, which
+    load as the PIL image processor without torchvision (AutoProcessor itself wants torchvision here)."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    out = tmp_path_factory.mktemp("tiny-qwen3-vl")
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir))
+    vision_tokens = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tok.add_tokens(vision_tokens, special_tokens=True)
+    start, end, image, video = tok.convert_tokens_to_ids(vision_tokens)
+    mrope = {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16, deepstack_visual_indexes=[0])  # fmt: skip
+    cfg = Qwen3VLConfig(text_config=_tiny_text(tok, rope_parameters=mrope), vision_config=vision, image_token_id=image,
+                        video_token_id=video, vision_start_token_id=start, vision_end_token_id=end,
+                        tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(0)
+    Qwen3VLForConditionalGeneration(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3,
+                             image_std=[0.5] * 3, size={"shortest_edge": 32 * 32, "longest_edge": 128 * 128},
+                             ).save_pretrained(out)  # fmt: skip
+    config = json.loads((out / "preprocessor_config.json").read_text())
+    config.update(image_processor_type="Qwen2VLImageProcessorFast", processor_class="Qwen3VLProcessor")
+    (out / "preprocessor_config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random Gemma 3 (issue 63): the SmolLM2 tokenizer with Gemma 3's <start_of_image>,
+    <image_soft_token> and <end_of_image> (its boi / image / eoi tokens), a 2-layer Gemma3 language model, a
+    2-layer SigLIP tower (32x32 images, 8x8 patches) and Gemma 3's pooling projector down to 4 image tokens
+    (mm_tokens_per_image; its projection weight drawn at random: Gemma 3 initialises it to zeros, which would
+    hide the image), built from Gemma3Config; saved with a Gemma3Processor (its PIL image processor,
+    image_seq_length 4), which loads without torchvision."""
+    import torch
+    from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    out = tmp_path_factory.mktemp("tiny-gemma3")
+    special = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir), extra_special_tokens=special)
+    boi, image, eoi = tok.convert_tokens_to_ids(list(special.values()))
+    text = _tiny_text(tok, sliding_window=64, query_pre_attn_scalar=16)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                  patch_size=8)  # fmt: skip
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=boi,
+                       eoi_token_index=eoi, image_token_index=image, tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(0)
+    model = Gemma3ForConditionalGeneration(cfg)
+    torch.nn.init.normal_(model.model.multi_modal_projector.mm_input_projection_weight, std=0.2)  # zeros by its init
+    model.save_pretrained(out)
+    images = Gemma3ImageProcessorPil(size={"height": 32, "width": 32})
+    Gemma3Processor(image_processor=images, tokenizer=tok, image_seq_length=4).save_pretrained(out)
+    return out
+
+
 def build_tiny_moe(out: Path, tok, family: str = "qwen3_moe", **over):
     """A tiny random mixture-of-experts model (8 experts, top-2, 4 layers) of ``family`` (qwen3_moe,
     mixtral), built from its transformers config, saved with ``tok``."""
