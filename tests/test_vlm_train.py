@@ -74,8 +74,9 @@ def test_llava_rows_become_image_tokens_as_llamafactory_expands_them(tiny_llava_
     assert [s.get("images", [{}])[0].get("size") for s in prepared.loaded.samples] == [[40, 30], [20, 50], None, [20, 50]]
     from cockpit.data.media import image_report
 
-    assert image_report(prepared.loaded.samples, prepared.image_seqlen) == {
-        "rows": 3, "images": 4, "smallest": [20, 50], "largest": [40, 30], "tokens_per_image": IMAGE_SEQLEN,
+    assert image_report(prepared.loaded.samples) == {
+        "rows": 3, "images": 4, "smallest": [20, 50], "largest": [40, 30],
+        "tokens_per_image": {"min": IMAGE_SEQLEN, "p50": IMAGE_SEQLEN, "max": IMAGE_SEQLEN},
         "image_tokens_per_row": {"p50": IMAGE_SEQLEN, "max": 2 * IMAGE_SEQLEN}}
     with pytest.raises(InputError) as err:
         _prepared(tiny_llava_dir, data, cutoff_len=64)

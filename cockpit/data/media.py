@@ -21,13 +21,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from cockpit.data import mm_plugins
+from cockpit.data.mm_plugins import PLUGINS
+
 IMAGE_PLACEHOLDER = "<image>"
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://|data:)")  # http(s)://, s3://, file://, a data: URI
 IMAGE_COLUMN = "images"
 OTHER_MEDIA_COLUMNS = ("videos", "audios")  # LLaMA-Factory's other multimodal columns: refused by name
-# the templates whose images Cockpit trains (issue 63 builds them one by one): name -> the text template
+# the templates whose images Cockpit trains (cockpit.data.mm_plugins, one entry each): name -> the text template
 # whose slots it renders with (LLaMA-Factory's llava is vicuna's slots with the llava plugin)
-IMAGE_TEMPLATES: dict[str, str] = {"llava": "vicuna"}
+IMAGE_TEMPLATES: dict[str, str] = {name: plugin.text_template for name, plugin in PLUGINS.items()}
 
 
 def media_dir_of(media_dir: str | None, dataset_dir: str | None, registry_dir: Path | None, file: Path) -> Path:
@@ -170,50 +173,36 @@ def template_problem(template: str | None) -> str | None:
 
 
 def expanded(messages: Sequence[Mapping[str, Any]], seqlen: int) -> list[dict[str, Any]]:
-    """The messages with each ``<image>`` repeated ``seqlen`` times (LLaMA-Factory's ``LlavaPlugin.process_messages``:
-    the tokenizer's image token, one per image feature)."""
-    return [
-        {**m, "content": str(m["content"]).replace(IMAGE_PLACEHOLDER, IMAGE_PLACEHOLDER * seqlen)}
-        if isinstance(m.get("content"), str)
-        else dict(m)
-        for m in messages
-    ]
+    """The messages with each ``<image>`` repeated ``seqlen`` times: a fixed count per image (LLaVA's
+    ``LlavaPlugin.process_messages``). A count that varies by image: :func:`cockpit.data.mm_plugins.expanded`."""
+    marks = sum(str(m.get("content") or "").count(IMAGE_PLACEHOLDER) for m in messages if m.get("role") != "system")
+    return mm_plugins.expanded(messages, [IMAGE_PLACEHOLDER * seqlen] * marks)
 
 
 def regularized(path: str, max_pixels: int, min_pixels: int) -> Any:
-    """The image as LLaMA-Factory's ``_preprocess_image`` hands it to the processor: scaled down to
-    ``image_max_pixels`` or up to ``image_min_pixels`` (aspect kept, its int truncation), then RGB."""
-    import math
-
-    from PIL import Image
-
-    image: Image.Image = Image.open(path)
-    image.load()
-    width, height = image.size
-    if width * height > max_pixels:
-        factor = math.sqrt(max_pixels / (width * height))
-        image = image.resize((int(width * factor), int(height * factor)))
-    width, height = image.size
-    if width * height < min_pixels:
-        factor = math.sqrt(min_pixels / (width * height))
-        image = image.resize((int(width * factor), int(height * factor)))
-    return image.convert("RGB") if image.mode != "RGB" else image
+    """The image as LLaMA-Factory's base ``_preprocess_image`` hands it to the processor (LLaVA's plugin:
+    ``image_max_pixels`` / ``image_min_pixels`` only); a plugin's own: :func:`cockpit.data.mm_plugins.regularized`."""
+    return mm_plugins.regularized(PLUGINS["llava"], path, max_pixels, min_pixels)
 
 
-def image_report(samples: Sequence[Mapping[str, Any]], seqlen: int | None) -> dict[str, Any] | None:
+def image_report(samples: Sequence[Mapping[str, Any]], seqlen: int | None = None) -> dict[str, Any] | None:
     """``cockpit check``'s image facts: rows with images, images, their sizes (smallest and largest by
-    area), image tokens per image and per row (they count against cutoff_len). None without images."""
+    area), image tokens per image (min / p50 / max: they vary with the size for Qwen2-VL) and per row
+    (they count against cutoff_len): each image's ``tokens`` (set by cockpit.data.prepare), else ``seqlen``
+    for every image. None without images."""
     rows = [s["images"] for s in samples if s.get("images")]
-    if not rows or not seqlen:
+    counts = [[int(i.get("tokens", seqlen or 0)) for i in r] for r in rows]
+    if not rows or not all(all(r) for r in counts):
         return None
     sizes = sorted((tuple(i["size"]) for r in rows for i in r), key=lambda wh: wh[0] * wh[1])
-    per_row = sorted(len(r) * seqlen for r in rows)
+    per_image = sorted(n for r in counts for n in r)
+    per_row = sorted(sum(r) for r in counts)
     return {
         "rows": len(rows),
         "images": len(sizes),
         "smallest": list(sizes[0]),
         "largest": list(sizes[-1]),
-        "tokens_per_image": seqlen,
+        "tokens_per_image": {"min": per_image[0], "p50": per_image[len(per_image) // 2], "max": per_image[-1]},
         "image_tokens_per_row": {"p50": per_row[len(per_row) // 2], "max": per_row[-1]},
     }
 
@@ -223,8 +212,13 @@ def image_report_lines(report: Mapping[str, Any] | None) -> list[str]:
     if not report:
         return []
     (sw, sh), (lw, lh), per_row = report["smallest"], report["largest"], report["image_tokens_per_row"]
+    each = report["tokens_per_image"]
+    tokens = (
+        f"{each['min']} image tokens each"
+        if each["min"] == each["max"]
+        else f"image tokens per image min {each['min']} p50 {each['p50']} max {each['max']}"
+    )
     return [
         f"images: {report['images']} in {report['rows']} rows, {sw}x{sh} to {lw}x{lh} px; "
-        f"{report['tokens_per_image']} image tokens each; per row p50 {per_row['p50']} max {per_row['max']} "
-        "(counted in cutoff_len)"
+        f"{tokens}; per row p50 {per_row['p50']} max {per_row['max']} (counted in cutoff_len)"
     ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cockpit.data import media, tokenized
+from cockpit.data import mm_plugins, tokenized
 from cockpit.data.collect import collect_samples
 from cockpit.data.formats import LoadResult
 from cockpit.data.render import IGNORE_INDEX, Rendered, apply_template_choice, render_sample, template_default_system
@@ -27,7 +27,7 @@ class Prepared:
     loaded: LoadResult
     rendered: list[Rendered]
     report: TruncationReport
-    image_seqlen: int | None = None  # image tokens per image, when the data have images (cockpit.data.media)
+    image_plan: ImagePlan | None = None  # how the model reads the rows' images, when they have images
 
     def rows(self) -> list[dict[str, Any]]:
         """The trainer's rows: each trainable sample's ``input_ids`` and ``labels``, and its images' paths
@@ -98,52 +98,121 @@ def render_all(
 
 @dataclass(frozen=True)
 class ImagePlan:
-    """How the config's model reads images: its image token's id and how many tokens one image becomes."""
+    """How the config's model reads images: its template's image plugin, the facts it counts with (read
+    from the model folder) and the id of the image token (cockpit.data.mm_plugins)."""
 
+    plugin: mm_plugins.ImagePlugin
+    facts: mm_plugins.ImageFacts
     token_id: int
-    seqlen: int
+
+    @property
+    def seqlen(self) -> int:
+        """The image tokens of every image, for a plugin whose count is fixed (LLaVA); ValueError when the
+        count varies by image (Qwen2-VL: :meth:`texts` gives each image's)."""
+        if not self.facts.seqlen:
+            raise ValueError(f"template {self.plugin.name}: the image token count varies by image (use texts())")
+        return self.facts.seqlen
+
+    def tokens(self, size: Any) -> int:
+        """Image tokens of one image of this size (width, height)."""
+        return mm_plugins.image_tokens(self.plugin, self.facts, tuple(size))
+
+    def texts(self, images: list[dict[str, Any]]) -> list[str]:
+        """What replaces each image's ``<image>``, in order."""
+        return [mm_plugins.image_text(self.plugin, self.facts, tuple(i["size"])) for i in images]
 
 
-def image_plan(cfg: RunConfig, samples: list[dict[str, Any]]) -> ImagePlan | None:
+def _model_problem(cfg: RunConfig, model_config: Any) -> str | None:
+    """Why this model cannot read the rows' images with the config's template (None when it can)."""
+    from cockpit.models.vlm import composite_of
+
+    parts = composite_of(model_config)
+    kind = getattr(model_config, "model_type", None)
+    if parts is None:
+        return (
+            f"the dataset has images, but {cfg.model_name_or_path} (model type {kind!r}) is a text model; images "
+            "train with a vision-language model (LLaVA, Qwen2-VL, Qwen2.5-VL)"
+        )
+    if parts.template != cfg.template:
+        return (
+            f"template {cfg.template!r} renders images for another model family: model type {kind!r} takes "
+            f"template {parts.template!r} (LLaMA-Factory's)"
+        )
+    return None
+
+
+def image_plan(cfg: RunConfig, samples: list[dict[str, Any]], tokenizer: Any = None) -> ImagePlan | None:
     """The model's image plan when some sample has images (None when none has); InputError when the
-    model takes no images."""
+    model takes no images, or not with this template."""
     if not any(s.get("images") for s in samples):
         return None
-    from cockpit.models.resolve import config_model, load_model_config, load_processor
-    from cockpit.models.vlm import composite_of, image_seqlen
+    from cockpit.models.resolve import config_model, load_model_config
+    from cockpit.models.vlm import image_token_id
 
     if cfg.tokenized_path:
         raise InputError(Problem("a dataset with images: not cached as tokens yet (issue 63)", key="tokenized_path"))
     ref = config_model(cfg, log=lambda *_: None)
     model_config = load_model_config(cfg, ref)
-    if composite_of(model_config) is None:
-        kind = getattr(model_config, "model_type", None)
-        raise InputError(
-            Problem(
-                f"the dataset has images, but {cfg.model_name_or_path} (model type {kind!r}) is a text model; images "
-                "train with a vision-language model (LLaVA)",
-                key="model_name_or_path",
-            )
-        )
-    return ImagePlan(int(model_config.image_token_index), image_seqlen(load_processor(cfg, ref)))
+    why = _model_problem(cfg, model_config)
+    if why:
+        raise InputError(Problem(why, key="model_name_or_path" if "text model" in why else "template"))
+    plugin = mm_plugins.plugin_for(cfg.template)
+    assert plugin is not None  # the composite's template is a plugin's (cockpit.models.vlm.COMPOSITE)
+    facts, _ = mm_plugins.load(
+        plugin,
+        ref.path,
+        cfg.image_max_pixels,
+        cfg.image_min_pixels,
+        trust_remote_code=bool(cfg.trust_remote_code),
+        **ref.kwargs(),
+    )
+    return ImagePlan(plugin, facts, image_token_id(model_config))
+
+
+def render_images(
+    tokenizer: Any, plan: ImagePlan, sample: dict[str, Any], cutoff: int, options: dict[str, Any]
+) -> tuple[Rendered, str | None]:
+    """One row with images rendered as LLaMA-Factory renders it: each ``<image>`` replaced by its plugin's
+    image tokens (their count by the image's size), the template applied, the image tokens out of the
+    loss; with why the row cannot train (its image tokens cut), or None. The path ``cockpit check`` and the
+    ranks take (:func:`prepare_dataset`); the sample's ``images`` are ``{"path", "size": [w, h]}``."""
+    result = render_sample(tokenizer, _with_image_tokens(sample, plan), cutoff, tools=sample.get("tools"), **options)
+    return _image_checked(sample, result, plan, cutoff)
+
+
+def _with_image_tokens(sample: dict[str, Any], plan: ImagePlan) -> list[dict[str, Any]]:
+    """The sample's messages with each ``<image>`` replaced by its image's tokens (the plugin's text)."""
+    return mm_plugins.expanded(sample["messages"], plan.texts(sample["images"]))
+
+
+def _image_checked(
+    sample: dict[str, Any], result: Rendered, plan: ImagePlan, cutoff: int
+) -> tuple[Rendered, str | None]:
+    """The rendered row with its image tokens out of the loss, and why it cannot train (or None); each of
+    the sample's images gets its ``tokens`` (cockpit check's report reads them)."""
+    error = _image_problem(sample, result, plan, cutoff)
+    sample["images"] = [{**i, "tokens": plan.tokens(i["size"])} for i in sample["images"]]
+    return dataclasses.replace(result, labels=_unlabelled(result, plan.token_id)), error
 
 
 def _image_problem(sample: dict[str, Any], result: Rendered, plan: ImagePlan, cutoff: int) -> str | None:
-    """A rendered row whose image tokens are not all there (cut by cutoff_len, or the tokenizer has no ``<image>``)."""
-    want = len(sample["images"]) * plan.seqlen
-    have = result.input_ids.count(plan.token_id)
+    """A rendered row whose image tokens are not all there (cut by cutoff_len, or the tokenizer lacks the token)."""
+    counts = [plan.tokens(i["size"]) for i in sample["images"]]
+    want, have = sum(counts), result.input_ids.count(plan.token_id)
     if have == want:
         return None
+    token = plan.plugin.image_token
+    each = f"{counts[0]} tokens" if len(set(counts)) == 1 else f"{'+'.join(map(str, counts))} tokens"
     if want >= cutoff:
         return (
-            f"its {want} image tokens ({len(sample['images'])} image(s) of {plan.seqlen} tokens) alone reach cutoff_len "
+            f"its {want} image tokens ({len(counts)} image(s) of {each}) alone reach cutoff_len "
             f"{cutoff}: a cut image cannot train; raise cutoff_len or give the row fewer images"
         )
     if have == 0 and result.full_length <= cutoff:
-        return f"the tokenizer does not read {media.IMAGE_PLACEHOLDER} as the model's image token (id {plan.token_id})"
+        return f"the tokenizer does not read {token} as the model's image token (id {plan.token_id})"
     return (
-        f"cutoff_len {cutoff} cuts this row's image tokens: {have} of {want} kept ({len(sample['images'])} image(s) of "
-        f"{plan.seqlen} tokens); a cut image cannot train: raise cutoff_len"
+        f"cutoff_len {cutoff} cuts this row's image tokens: {have} of {want} kept ({len(counts)} image(s) of "
+        f"{each}); a cut image cannot train: raise cutoff_len"
     )
 
 
@@ -158,10 +227,7 @@ def _render_kept(
     """(rendered, the samples rendered, problems by row): ``rendered[i]`` is ``kept[i]``'s (prediction reads
     both); a row's images become its image tokens (:func:`image_plan`)."""
     plan = image_plan(cfg, samples)
-    to_render = [
-        {**s, "messages": media.expanded(s["messages"], plan.seqlen)} if plan and s.get("images") else s
-        for s in samples
-    ]
+    to_render = [{**s, "messages": _with_image_tokens(s, plan)} if plan and s.get("images") else s for s in samples]
     rendered: list[Rendered] = []
     kept: list[dict[str, Any]] = []
     problems: list[Problem] = []
@@ -169,9 +235,8 @@ def _render_kept(
     for sample, (result, error) in zip(samples, render_all(tokenizer, to_render, cutoff, workers, render_options(cfg))):
         if error is not None:  # a template error on one row: reported by its line
             error = f"cannot render with the chat template: {error}"
-        elif plan and sample.get("images"):
-            error = _image_problem(sample, result, plan, cutoff)
-            result = dataclasses.replace(result, labels=_unlabelled(result, plan.token_id))
+        elif plan and sample.get("images"):  # render_images' steps, the rendering done in render_all's pool
+            result, error = _image_checked(sample, result, plan, cutoff)
         if error is None:
             rendered.append(result)
             kept.append(sample)
@@ -205,4 +270,4 @@ def prepare_dataset(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None = 
     loaded.samples = kept
     if cache is not None:
         tokenized.save(cache, want, loaded, rendered)
-    return Prepared(loaded, rendered, truncation_report(rendered, cutoff), plan.seqlen if plan else None)
+    return Prepared(loaded, rendered, truncation_report(rendered, cutoff), plan)

@@ -27,13 +27,27 @@ class Composite:
     """A vision-language model's parts, as LLaMA-Factory's ``CompositeModel`` names them."""
 
     model_type: str
-    template: str  # the LLaMA-Factory template whose plugin renders its images
-    projector_key: str = "multi_modal_projector"
+    template: str  # the LLaMA-Factory template whose plugin renders its images (cockpit.data.mm_plugins)
+    projector_keys: tuple[str, ...] = ("multi_modal_projector",)
     vision_model_keys: tuple[str, ...] = ("vision_tower",)
     language_model_keys: tuple[str, ...] = ("language_model", "lm_head")
+    lora_conflict_keys: tuple[str, ...] = ()  # never adapted by LoRA (LLaMA-Factory's patch_target_modules)
 
 
-COMPOSITE: dict[str, Composite] = {"llava": Composite("llava", "llava")}
+# LLaMA-Factory's model_utils/visual.py registrations; the keys are substrings of transformers 5's parameter
+# names (Qwen2-VL: model.visual.patch_embed / .blocks the tower, model.visual.merger the projector,
+# model.language_model + lm_head the language model)
+_QWEN2_VL_PARTS = dict(
+    projector_keys=("visual.merger",),
+    vision_model_keys=("visual.patch_embed", "visual.blocks"),
+    language_model_keys=("language_model", "lm_head"),
+    lora_conflict_keys=("patch_embed",),
+)
+COMPOSITE: dict[str, Composite] = {
+    "llava": Composite("llava", "llava"),
+    "qwen2_vl": Composite("qwen2_vl", "qwen2_vl", **_QWEN2_VL_PARTS),  # type: ignore[arg-type]
+    "qwen2_5_vl": Composite("qwen2_5_vl", "qwen2_vl", **_QWEN2_VL_PARTS),  # type: ignore[arg-type]
+}
 VLM_KEYS = ("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only")
 
 
@@ -59,7 +73,7 @@ def forbidden_modules(cfg: RunConfig, parts: Composite) -> set[str]:
     """LLaMA-Factory's ``get_forbidden_modules``: the name parts whose parameters do not train."""
     keys = {
         "vision": parts.vision_model_keys,
-        "projector": (parts.projector_key,),
+        "projector": parts.projector_keys,
         "language": parts.language_model_keys,
     }
     return {key for part in frozen_parts(cfg) for key in keys[part]}
@@ -68,9 +82,9 @@ def forbidden_modules(cfg: RunConfig, parts: Composite) -> set[str]:
 def lora_targets(cfg: RunConfig, parts: Composite, module_names: list[tuple[str, bool]]) -> list[str]:
     """The modules LoRA adapts (LLaMA-Factory's ``find_all_linear_modules`` + ``patch_target_modules``):
     ``module_names`` are (name, is a linear layer) for every module of the model."""
-    frozen = forbidden_modules(cfg, parts)
+    frozen = forbidden_modules(cfg, parts) | set(parts.lora_conflict_keys)
     if cfg.lora_target.strip() == "all":
-        skip = {"lm_head", parts.projector_key} | (set(parts.vision_model_keys) if cfg.freeze_vision_tower else set())
+        skip = {"lm_head", *parts.projector_keys} | (set(parts.vision_model_keys) if cfg.freeze_vision_tower else set())
         wanted = {n.rsplit(".", 1)[-1] for n, linear in module_names if linear and not any(s in n for s in skip)}
     else:
         wanted = {t.strip() for t in cfg.lora_target.split(",") if t.strip()}
@@ -150,3 +164,9 @@ def image_seqlen(processor: Any) -> int:
     patch = int(processor.patch_size)
     seqlen = (int(height) // patch) * (int(width) // patch) + int(getattr(processor, "num_additional_image_tokens", 0))
     return seqlen - 1 if getattr(processor, "vision_feature_select_strategy", "default") == "default" else seqlen
+
+
+def image_token_id(model_config: Any) -> int:
+    """The id the model puts image features at: ``image_token_id`` (Qwen2-VL), else ``image_token_index`` (LLaVA)."""
+    value = getattr(model_config, "image_token_id", None)
+    return int(value if value is not None else model_config.image_token_index)

@@ -276,6 +276,6 @@ def check_run(
         model_path=ref.path,
         preview={"source": prepared.loaded.samples[0]["source"], "pieces": [p for p in pieces if p["text"]]},
         template=template_description(tok),
-        images=image_report(prepared.loaded.samples, prepared.image_seqlen),
+        images=image_report(prepared.loaded.samples),
         batches=batches_for_model(cfg, mcfg),
     )

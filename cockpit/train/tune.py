@@ -159,7 +159,7 @@ def run_trials(
     ref = config_model(cfg, log=log)
     tok = load_tokenizer(cfg, ref, log=log)
     prepared = prepare_dataset(cfg, tok)
-    if prepared.image_seqlen:  # its trial rows carry no images: the vision tower would go unmeasured
+    if prepared.image_plan:  # its trial rows carry no images: the vision tower would go unmeasured
         raise InputError(Problem("cockpit tune on a dataset with images: not built yet (issue 63)", key="dataset"))
     rows = trial_rows(prepared.rendered, steps * local_batch)
     model = build_model(cfg, ref, device.use_cpu, 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cockpit.data import media
+from cockpit.data import mm_plugins
 from cockpit.errors import InputError, Problem
 from cockpit.models import vlm
 
@@ -57,34 +57,54 @@ def lora_target_names(model: Any, cfg: RunConfig, parts: vlm.Composite) -> list[
 
 class ImageCollator:
     """The text collator's batch plus ``pixel_values``: every row's images in order (the order of their
-    image tokens in the batch), each regularised as LLaMA-Factory does (``image_max_pixels`` /
-    ``image_min_pixels``) and processed by the model's image processor."""
+    image tokens in the batch), each regularised as the template's LLaMA-Factory plugin does
+    (``image_max_pixels`` / ``image_min_pixels``, then its own resizes) and processed by the model's image
+    processor; plus the plugin's other processor outputs (Qwen2-VL: ``image_grid_thw``) and its per-token
+    image mark (Qwen2-VL's M-RoPE: ``mm_token_type_ids``), as LLaMA-Factory's collator passes them."""
 
-    def __init__(self, inner: Callable[[list[dict[str, Any]]], Any], image_processor: Any, cfg: RunConfig) -> None:
+    def __init__(
+        self,
+        inner: Callable[[list[dict[str, Any]]], Any],
+        image_processor: Any,
+        cfg: RunConfig,
+        plugin: mm_plugins.ImagePlugin,
+        token_id: int,
+    ) -> None:
         self.inner = inner
         self.image_processor = image_processor
         self.max_pixels = int(cfg.image_max_pixels)
         self.min_pixels = int(cfg.image_min_pixels)
+        self.plugin = plugin
+        self.token_id = token_id
+
+    def image_inputs(self, paths: list[str]) -> dict[str, Any]:
+        """``pixel_values`` and the plugin's batch keys for these image files."""
+        images = [mm_plugins.regularized(self.plugin, p, self.max_pixels, self.min_pixels) for p in paths]
+        out = self.image_processor(images, return_tensors="pt")
+        return {key: out[key] for key in ("pixel_values", *self.plugin.batch_keys)}
 
     def pixel_values(self, paths: list[str]) -> Any:
-        images = [media.regularized(p, self.max_pixels, self.min_pixels) for p in paths]
-        return self.image_processor(images, return_tensors="pt")["pixel_values"]
+        return self.image_inputs(paths)["pixel_values"]
 
     def __call__(self, features: list[dict[str, Any]]) -> Any:
         paths = [p for f in features for p in f.get("images") or ()]
         batch = self.inner([{k: v for k, v in f.items() if k != "images"} for f in features])
         if paths:
-            batch["pixel_values"] = self.pixel_values(paths)
+            batch.update(self.image_inputs(paths))
+        if self.plugin.token_type_key:
+            batch[self.plugin.token_type_key] = (batch["input_ids"] == self.token_id).long()
         return batch
 
 
 def with_images(collator: Any, cfg: RunConfig, model: Any) -> Any:
-    """The collator, wrapped to add ``pixel_values`` when the model is a vision-language model (its
-    processor read from the folder the model was loaded from)."""
-    if parts_of(model) is None:
+    """The collator, wrapped to add the images' inputs when the model is a vision-language model (its
+    image processor read from the folder the model was loaded from, as the template's plugin reads it)."""
+    parts = parts_of(model)
+    if parts is None:
         return collator
-    from transformers import AutoProcessor
-
+    plugin = mm_plugins.PLUGINS[parts.template]
     folder = model.config.name_or_path
-    processor = AutoProcessor.from_pretrained(folder, trust_remote_code=bool(cfg.trust_remote_code))
-    return ImageCollator(collator, processor.image_processor, cfg)
+    _, image_processor = mm_plugins.load(
+        plugin, folder, cfg.image_max_pixels, cfg.image_min_pixels, trust_remote_code=bool(cfg.trust_remote_code)
+    )
+    return ImageCollator(collator, image_processor, cfg, plugin, vlm.image_token_id(model.config))
