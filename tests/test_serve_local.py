@@ -171,6 +171,23 @@ def test_chat_cli_local_json(tiny_run):
     assert (tiny_run / "logs" / "chat_worker.log").exists()
 
 
+def test_chat_image_on_a_text_model_is_refused(tiny_run, tmp_path, capsys):
+    """`cockpit chat RUN --image PATH` on a text model's run: exit 2 naming its model type, no worker started;
+    a missing image file: exit 2 naming it."""
+    from PIL import Image
+
+    from cockpit.cli import main
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    argv = ["chat", tiny_run.name, "--runs-dir", str(tiny_run.parent), "--prompt", "Hi"]
+    assert main([*argv, "--image", str(tmp_path / "a.png")]) == 2
+    err = capsys.readouterr().err
+    assert f"--image: {tiny_run.name}'s model" in err and "(model type 'llama') is a text model" in err, err
+    assert main([*argv, "--image", str(tmp_path / "b.png")]) == 2
+    assert f"no such image file: {tmp_path / 'b.png'}" in capsys.readouterr().err
+    assert not (tiny_run / "logs" / "chat_worker.log").exists()
+
+
 @pytest.mark.slow
 def test_chat_cli_says_what_it_does_and_where_the_limit_cut(tiny_run):
     """Issue 62 item 8: `cockpit chat RUN --prompt` says each stage of the load on stderr (the base

@@ -165,9 +165,11 @@ def test_the_collator_feeds_each_rows_images_as_pixel_values(tiny_llava_dir, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.budget(120, reason="trains 2 steps, exports and reloads the merged LLaVA, then chats (one worker start)")
 def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_path, capsys, monkeypatch):
     """`cockpit check` passes and `cockpit train` runs 2 steps on rows with 1 and 2 images (the loss in the events);
-    `cockpit export --merge` writes a folder that AutoModelForImageTextToText / AutoProcessor load and that answers."""
+    `cockpit export --merge` writes a folder that AutoModelForImageTextToText / AutoProcessor load and that answers;
+    `cockpit chat RUN --image PATH` answers about an image."""
     monkeypatch.chdir(tmp_path)
     _data(tmp_path)
     probes = {"probes": "@demo/identity_probes.jsonl", "probe_max_new_tokens": 2}  # text probes: the LM answers
@@ -197,6 +199,38 @@ def test_a_tiny_llava_trains_two_steps_on_rows_with_images(tiny_llava_dir, tmp_p
     with torch.no_grad():
         answer = model.generate(**inputs, max_new_tokens=2, do_sample=False)
     assert answer.shape[1] == inputs["input_ids"].shape[1] + 2
+    _chat_answers_about_an_image(run, runs, capsys)
+
+
+def _chat_answers_about_an_image(run: Path, runs: Path, capsys) -> None:
+    """`cockpit chat RUN --image PATH`: base and tuned answer a prompt given without <image> (put before its
+    text: 16 image tokens in the prompt); the worker's inputs carry the image's pixels (two images, two logits)."""
+    import torch
+
+    argv = ["chat", run.name, "--runs-dir", str(runs), "--device", "cpu", "--max-new-tokens", "3", "--json"]
+    capsys.readouterr()
+    assert main([*argv, "--image", "data/img/red.png", "--prompt", "What colour?"]) == 0
+    (res,) = json.loads(capsys.readouterr().out)["results"]
+    assert res["images"] == [str(Path("data/img/red.png").resolve())] and "error" not in res, res
+    assert len(res["base_token_ids"]) == len(res["tuned_token_ids"]) == 3, res
+    from cockpit.serve.artifacts import load_run
+    from cockpit.serve.chat_worker import Generator, with_images
+    from cockpit.store.rundir import RunDir
+
+    gen = Generator(load_run(RunDir(run)))
+    asked = [{"role": "user", "content": "<image>What colour?"}]
+    assert with_images(gen, [{"role": "user", "content": "What colour?"}], res["images"]) == asked
+    ids = gen.prompt_ids(asked, res["images"])  # the prompt the worker answered: its 16 image tokens
+    assert len(ids) == res["base_prompt_tokens"] and ids.count(gen.model.config.image_token_index) == IMAGE_SEQLEN
+    logits = []
+    for image in ("data/img/red.png", "data/img/blue.png"):
+        inputs = gen.inputs(with_images(gen, asked, [image]), [image])
+        assert tuple(inputs["pixel_values"].shape) == (1, 3, 32, 32)
+        with torch.no_grad():
+            logits.append(gen.model(**inputs).logits[0, -1])
+    assert not torch.allclose(logits[0], logits[1]), "the image did not reach the model"
+    with pytest.raises(ValueError, match="1 <image> placeholder"):
+        with_images(gen, asked, [])  # a VLM's <image> with no image: refused, not sent without pixels
 
 
 def test_the_planner_counts_the_vision_tower_and_projector(tiny_llava_dir, tmp_path):

@@ -1,5 +1,6 @@
-"""``cockpit chat RUN [--prompt P] [--probes] [--vllm-url URL] [--jsonl]``: the same prompt to the
-base and the tuned model, streamed, side by side.
+"""``cockpit chat RUN [--prompt P] [--image PATH] [--probes] [--vllm-url URL] [--jsonl]``: the same
+prompt to the base and the tuned model, streamed, side by side (``--image``: a vision-language model's
+run answers about a local image).
 
 Generation runs in the chat worker subprocess (``python -m cockpit.serve.chat_worker``), or on a
 vLLM server when ``--vllm-url`` is given (the adapter is hot-loaded first when missing). This
@@ -29,6 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="a prompt (repeatable); none and no --probes: read prompts from stdin",
+    )
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a local image for every prompt (a vision-language model's run; repeatable: several images); "
+        "the prompt gets <image> before its text unless it has one per image",
     )
     p.add_argument("--probes", action="store_true", help="ask the run's probes, report pass/fail for both sides")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's probe_max_new_tokens")
@@ -104,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         art = load_run(find_run(args))
         max_new = args.max_new_tokens or art.max_new_tokens()
+        args.image = _images(args, art)
         if args.jsonl and not args.vllm_url:
             _exec_chat_worker(args, art, max_new)  # the worker itself speaks the protocol
         backend = _vllm_backend(args, art, max_new) if args.vllm_url else None
@@ -137,6 +147,26 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return EXIT_FAILED if any("error" in r for r in results) else EXIT_OK
+
+
+def _images(args: argparse.Namespace, art: Any) -> list[str]:
+    """``--image``'s paths, absolute; InputError (exit 2) for a file that is not there, a text model (named
+    by its type) or a vLLM server."""
+    from pathlib import Path
+
+    from cockpit.errors import Problem
+
+    if not args.image:
+        return []
+    missing = [p for p in args.image if not Path(p).is_file()]
+    if missing:
+        raise InputError([Problem(f"no such image file: {p}", key="--image") for p in missing])
+    if args.vllm_url:
+        raise InputError(Problem("images on a vLLM server: not built yet (leave out --vllm-url)", key="--image"))
+    if args.jsonl:
+        raise InputError(Problem("with --jsonl, a request names its own images ('images')", key="--image"))
+    art.refuse_images()
+    return [str(Path(p).resolve()) for p in args.image]
 
 
 def _local_backend(args: argparse.Namespace, art: Any, max_new: int) -> Any:
@@ -212,8 +242,14 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
             print(f"\nerror: {ev['error']}", file=sys.stderr)
 
     if not args.json:
-        print(f"\n>>> {item['prompt']}", end="")
-    res = collect(backend.ask([{"role": "user", "content": item["prompt"]}], max_new, args.temperature), show)
+        seen = "".join(f"[image {os.path.basename(p)}] " for p in args.image)
+        print(f"\n>>> {seen}{item['prompt']}", end="")
+    asked = [{"role": "user", "content": item["prompt"]}]
+    if args.image:
+        res = collect(backend.ask(asked, max_new, args.temperature, images=args.image), show)
+        res["images"] = args.image
+    else:
+        res = collect(backend.ask(asked, max_new, args.temperature), show)
     res["prompt"] = item["prompt"]
     if "expect" in item:
         res["expect"] = item["expect"]

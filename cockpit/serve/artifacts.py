@@ -57,6 +57,29 @@ class RunArtifacts:
     def max_new_tokens(self) -> int:
         return int(self.config.probe_max_new_tokens or 40)
 
+    def model_type(self) -> str:
+        """The model type in the base model's config.json (read as JSON: no torch), e.g. ``llava``."""
+        path = Path(self.base_model_dir()) / "config.json"
+        try:
+            return str(json.loads(path.read_text(encoding="utf-8")).get("model_type") or "")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise InputError(f"cannot read the base model's {path}: {exc}") from exc
+
+    def refuse_images(self, key: str = "--image") -> None:
+        """InputError naming the model type unless the run's model reads images (a vision-language model)."""
+        from cockpit.errors import Problem
+        from cockpit.models.vlm import COMPOSITE
+
+        kind = self.model_type()
+        if kind not in COMPOSITE:
+            raise InputError(
+                Problem(
+                    f"{self.run_id}'s model {self.base_model} (model type {kind!r}) is a text model: it reads no "
+                    f"images (vision-language models: {', '.join(sorted(COMPOSITE))})",
+                    key=key,
+                )
+            )
+
 
 def load_run(run: RunDir) -> RunArtifacts:
     if not run.config_path.exists():

@@ -20,6 +20,8 @@ In (stdin)::
     {"id": 7, "prompt": "...",                       optional: id (echoed back, any JSON value)
      "messages": [{"role": "user", "content": "..."}],  a whole conversation instead of prompt
      "system": "...",                                a system message put before the prompt
+     "images": ["/abs/red.png"],                     a vision-language model: the images, one per
+                                                     <image> in the text (none there: put before it)
      "sides": ["base", "tuned"],                     which sides, in this order (default both)
      "max_new_tokens": 128,                          default: --max-new-tokens (128)
      "temperature": 0.0}                             0 = greedy (default); > 0 samples
@@ -30,7 +32,8 @@ Out (stdout)::
 
     {"progress": "loading the base model ... on cpu (float32)", "elapsed_s": 2.1}   while loading
     {"ready": true, "run_id": ..., "base_model": ..., "adapter": ..., "device": "cpu",
-     "dtype": "float32", "load_s": 1.9, "sides": ["base", "tuned"]}          once, after the progress
+     "dtype": "float32", "load_s": 1.9, "sides": ["base", "tuned"],
+     "model_type": "llava", "reads_images": true}                            once, after the progress
     {"id": 7, "side": "base", "start": true, "prompt_tokens": 9,
      "max_new_tokens": 128}                                                   a side's generation begins
     {"id": 7, "side": "base", "delta": "I am"}                                streamed text pieces
@@ -57,6 +60,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 SIDES = ("base", "tuned")
@@ -109,8 +113,9 @@ class Generator:
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
         apply_template_choice(self.tok, cfg.template, cfg.default_system, cfg.enable_thinking)
+        auto = self._image_reader(cfg, ref, progress) or AutoModelForCausalLM
         progress(f"loading the base model {art.base_model} on {device} ({self.dtype})")
-        base = AutoModelForCausalLM.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
+        base = auto.from_pretrained(ref.path, dtype=tdtype, **kw).to(device).eval()
         from cockpit.models.vocab import resize_to_tokenizer
 
         # rows for the run's added tokens (the adapter holds their weights) or its template's stop words
@@ -123,18 +128,58 @@ class Generator:
             self.base = None
         else:
             self.base = base
-            self.model = (
-                AutoModelForCausalLM.from_pretrained(str(art.adapter_dir), dtype=tdtype, **kw).to(device).eval()
-            )
+            self.model = auto.from_pretrained(str(art.adapter_dir), dtype=tdtype, **kw).to(device).eval()
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+    def _image_reader(self, cfg: Any, ref: Any, progress) -> Any:
+        """A vision-language model (its config's type, :mod:`cockpit.models.vlm`): its processor and image
+        token count kept for the requests' images; returns its auto class (None: a text model)."""
+        from transformers import AutoConfig
+
+        from cockpit.models.resolve import load_processor
+        from cockpit.models.vlm import composite_of, image_seqlen
+
+        model_config = AutoConfig.from_pretrained(
+            ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs()
+        )
+        self.model_type = str(getattr(model_config, "model_type", "") or "")
+        self.image_processor, self.image_seqlen = None, 0
+        if composite_of(model_config) is None:
+            return None
+        progress("loading the image processor")
+        processor = load_processor(cfg, ref)
+        self.image_processor, self.image_seqlen = processor.image_processor, image_seqlen(processor)
+        from transformers import AutoModelForImageTextToText
+
+        return AutoModelForImageTextToText
+
+    def prompt_ids(self, messages: list[dict[str, str]], images: Sequence[str] = ()) -> list[int]:
+        """The prompt's ids, rendered with the run's template; with images, each ``<image>`` repeated as
+        the model's image tokens (as the run's rows were: :func:`cockpit.data.media.expanded`)."""
+        from cockpit.data import media
         from cockpit.data.render import render_prompt_ids
 
-        return render_prompt_ids(self.tok, messages)
+        return render_prompt_ids(self.tok, media.expanded(messages, self.image_seqlen) if images else messages)
 
-    def generate(self, side: str, messages, max_new_tokens: int, temperature: float, cancel: threading.Event, on_delta):
+    def inputs(self, messages: list[dict[str, str]], images: Sequence[str] = ()) -> dict[str, Any]:
+        """The model's inputs for one prompt: ``input_ids``, ``attention_mask`` and, with images,
+        ``pixel_values`` (each image resized as the run's were: image_max_pixels / image_min_pixels)."""
+        from cockpit.data import media
+
+        ids = self.torch.tensor([self.prompt_ids(messages, images)], device=self.device)
+        out: dict[str, Any] = {"input_ids": ids, "attention_mask": self.torch.ones_like(ids)}
+        if images:
+            cfg = self.art.config
+            pictures = [media.regularized(p, int(cfg.image_max_pixels), int(cfg.image_min_pixels)) for p in images]
+            pixels = self.image_processor(pictures, return_tensors="pt")["pixel_values"]
+            out["pixel_values"] = pixels.to(self.device, dtype=next(self.model.parameters()).dtype)
+        return out
+
+    def generate(
+        self, side: str, messages, max_new_tokens: int, temperature: float, cancel: threading.Event, on_delta, images=()
+    ):
         """Stream one side; returns (text, token_ids, cancelled, cut): ``cut``, the answer stopped at
-        ``max_new_tokens`` (neither its end of sequence nor a cancel)."""
+        ``max_new_tokens`` (neither its end of sequence nor a cancel). ``images``: paths, one per
+        ``<image>`` in the messages (:func:`with_images`)."""
         import contextlib
 
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
@@ -145,7 +190,8 @@ class Generator:
             def __call__(self, input_ids, scores, **kwargs):
                 return cancel.is_set()
 
-        ids = torch.tensor([self.prompt_ids(messages)], device=self.device)
+        inputs = self.inputs(messages, images)
+        ids = inputs["input_ids"]
         if side == "base" and self.base is None:
             model, ctx = self.model, self.model.disable_adapter()
         elif side == "base":
@@ -155,8 +201,7 @@ class Generator:
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
         tok = self.tok
         gen_kw: dict[str, Any] = dict(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
+            **inputs,
             max_new_tokens=max_new_tokens,
             streamer=streamer,
             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
@@ -221,6 +266,31 @@ def _messages(req: dict[str, Any]) -> list[dict[str, str]]:
     return msgs
 
 
+def with_images(gen: Generator, msgs: list[dict[str, str]], images: Any) -> list[dict[str, str]]:
+    """The messages for a request's ``images`` (paths): ValueError for a text model, a path that is not a
+    file or a count of ``<image>`` that does not match; none in the text: one ``<image>`` per image put
+    before the first turn's text (LLaMA-Factory's chat does the same)."""
+    from cockpit.data import media
+
+    if gen.image_processor is None:
+        if images:
+            raise ValueError(f"the model (model type {gen.model_type!r}) is a text model: it reads no images")
+        return msgs
+    if not (isinstance(images, list) and all(isinstance(p, str) and p for p in images)):
+        raise ValueError("'images' must be a list of image file paths")
+    missing = [p for p in images if not os.path.isfile(p)]
+    if missing:
+        raise ValueError(f"no such image file: {', '.join(missing)}")
+    turns = [m for m in msgs if m["role"] != "system"]
+    if images and not any(media.IMAGE_PLACEHOLDER in m["content"] for m in turns):
+        first = msgs.index(turns[0])
+        msgs = [*msgs[:first], {**turns[0], "content": media.IMAGE_PLACEHOLDER * len(images) + turns[0]["content"]},
+                *msgs[first + 1 :]]  # fmt: skip
+    if why := media.placeholder_problem(msgs, len(images), "images"):
+        raise ValueError(why)
+    return msgs
+
+
 def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int) -> int:
     requests: queue.Queue = queue.Queue()
     cancel = threading.Event()
@@ -254,6 +324,8 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
         cancel.clear()
         try:
             msgs = _messages(req)
+            images = req.get("images") or []
+            msgs = with_images(gen, msgs, images)  # a VLM's text-only prompt: no <image> in it either
             sides = req.get("sides") or list(SIDES)
             if not (isinstance(sides, list) and sides and all(s in SIDES for s in sides)):
                 raise ValueError("'sides' must be a list of 'base' and/or 'tuned'")
@@ -271,7 +343,8 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
                     cancelled = True
                     break
                 t0 = time.perf_counter()
-                emit(id=rid, side=side, start=True, prompt_tokens=len(gen.prompt_ids(msgs)), max_new_tokens=max_new)
+                prompt_tokens = len(gen.prompt_ids(msgs, images))
+                emit(id=rid, side=side, start=True, prompt_tokens=prompt_tokens, max_new_tokens=max_new)
                 text, ids, was_cancelled, cut = gen.generate(
                     side,
                     msgs,
@@ -279,6 +352,7 @@ def serve_loop(gen: Generator, inp: TextIO, emit: Emitter, default_max_new: int)
                     temperature,
                     cancel,
                     lambda d, side=side, rid=rid: emit(id=rid, side=side, delta=d),
+                    images,
                 )
                 emit(
                     id=rid,
@@ -350,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         dtype=gen.dtype,
         load_s=round(time.perf_counter() - t0, 2),
         sides=list(SIDES),
+        model_type=gen.model_type,
+        reads_images=gen.image_processor is not None,
     )
     return serve_loop(gen, sys.stdin, emit, args.max_new_tokens)
 

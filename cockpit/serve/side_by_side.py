@@ -74,11 +74,18 @@ class LocalBackend:
         return json.loads(line) if line else None
 
     def ask(
-        self, messages: list[dict[str, str]], max_new_tokens: int | None = None, temperature: float = 0.0
+        self,
+        messages: list[dict[str, str]],
+        max_new_tokens: int | None = None,
+        temperature: float = 0.0,
+        images: list[str] | None = None,
     ) -> Iterator[dict[str, Any]]:
+        """``images``: image paths for a vision-language model (the chat worker's ``images``)."""
         self._next_id += 1
         rid = self._next_id
         req: dict[str, Any] = {"id": rid, "messages": messages, "temperature": temperature}
+        if images:
+            req["images"] = [str(p) for p in images]
         if max_new_tokens:
             req["max_new_tokens"] = max_new_tokens
         self.proc.stdin.write(json.dumps(req, ensure_ascii=False) + "\n")
@@ -122,8 +129,15 @@ class VLLMBackend:
         }
 
     def ask(
-        self, messages: list[dict[str, str]], max_new_tokens: int | None = None, temperature: float = 0.0
+        self,
+        messages: list[dict[str, str]],
+        max_new_tokens: int | None = None,
+        temperature: float = 0.0,
+        images: list[str] | None = None,
     ) -> Iterator[dict[str, Any]]:
+        if images:
+            yield {"error": "images on a vLLM server: not built yet (chat without --vllm-url: the local worker)"}
+            return
         n = max_new_tokens or self.max_new_tokens
         for side in SIDES:
             t0 = time.perf_counter()
@@ -155,6 +169,8 @@ def collect(events: Iterator[dict[str, Any]], on_event=None) -> dict[str, Any]:
     for ev in events:
         if on_event:
             on_event(ev)
+        if ev.get("start") and "prompt_tokens" in ev:
+            out[ev["side"] + "_prompt_tokens"] = ev["prompt_tokens"]
         if ev.get("end"):
             out[ev["side"]] = ev.get("text", "")
             if ev.get("token_ids") is not None:
