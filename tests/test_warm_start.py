@@ -102,15 +102,28 @@ def test_another_import_time_environment_is_served_by_a_pool_server_as_a_cold_st
 
 @pytest.mark.slow
 def test_a_full_pool_refuses_by_name_and_an_idle_pool_server_ends(tmp_path):
+    """... and a terminated server ends by ``os._exit`` as an idle one does, its pool servers too: not by the
+    interpreter's teardown of torch and the rest (atexit, modules: 4 s a server, a pool server's before its
+    parent's; every test process's last teardown waited 8-10 s for the session's server). A sitecustomize
+    on their PYTHONPATH registers an atexit handler that names the process that ran it."""
     socket_path = str(tmp_path / "own.sock")
+    site, ran_atexit = tmp_path / "site", tmp_path / "atexit"
+    site.mkdir()
+    ran_atexit.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import atexit, os\n"
+        "atexit.register(lambda: open(os.path.join(os.environ['ATEXIT_DIR'], str(os.getpid())), 'w'))\n"
+    )
+    path = os.pathsep.join(filter(None, (str(site), WARM_START_ENV.get("PYTHONPATH"))))
+    marked = {"PYTHONPATH": path, "ATEXIT_DIR": str(ran_atexit)}
     own = subprocess.Popen(
         [sys.executable, "-m", "cockpit.train.warm_start", socket_path, "--pool", "1", "--pool-idle-exit", "2"],
-        env=dict(WARM_START_ENV, PYTHONUNBUFFERED="1"), stdin=subprocess.DEVNULL,
+        env=dict(WARM_START_ENV, PYTHONUNBUFFERED="1", **marked), stdin=subprocess.DEVNULL,
         stdout=open(tmp_path / "server.log", "wb"), stderr=subprocess.STDOUT,
     )
     try:
         wait_for(lambda: Path(socket_path).exists(), 120, "the server's socket")
-        first = _start(tmp_path, socket_path, "0", HF_HOME=str(tmp_path / "a"))
+        first = _start(tmp_path, socket_path, "0", HF_HOME=str(tmp_path / "a"), **marked)
         assert first is not None, warm_start.last_refusal
         assert first.wait(120) == 0
         pool_server = _seen(tmp_path / "out")["ppid"]
@@ -120,13 +133,18 @@ def test_a_full_pool_refuses_by_name_and_an_idle_pool_server_ends(tmp_path):
         # unused for 2 s: it ends, its socket gone, and the pool has room again
         wait_for(lambda: not Path(f"{socket_path}.1").exists(), 60, "the idle pool server's end")
         wait_for(lambda: not Path(f"/proc/{pool_server}").exists(), 30, "the idle pool server reaped")
-        second = _start(tmp_path, socket_path, "0", HF_HOME=str(tmp_path / "b"))
+        second = _start(tmp_path, socket_path, "0", HF_HOME=str(tmp_path / "b"), **marked)
         assert second is not None, warm_start.last_refusal
         assert second.wait(120) == 0
-        assert _server_env(_seen_last(tmp_path / "out"))["HF_HOME"] == str(tmp_path / "b")
+        second_pool_server = _seen_last(tmp_path / "out")
+        assert _server_env(second_pool_server)["HF_HOME"] == str(tmp_path / "b")
     finally:
         own.terminate()  # and its pool server with it
         own.wait(30)
+    ran = {int(p.name) for p in ran_atexit.iterdir()}
+    assert own.returncode == 128 + signal.SIGTERM, own.returncode
+    assert first.pid in ran and second.pid in ran  # a warm child runs its atexit handlers (inherited): the marker works
+    assert not ran & {own.pid, pool_server, second_pool_server}, (ran, own.pid, pool_server, second_pool_server)
 
 
 def _seen_last(out: Path) -> int:

@@ -352,6 +352,10 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as end:  # SIGTERM (_terminated), argparse: os._exit too. The interpreter's teardown of the
+        code = end.code if isinstance(end.code, int) else 1  # preimports took 4 s a server, a pool's servers first
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
