@@ -193,12 +193,37 @@ def probe_lines(before: dict, after: dict) -> Text:
     return t
 
 
+def image_label(r: dict) -> str:
+    """An image probe's image as the Summary names it: its file name and width×height (the result's
+    ``image`` / ``image_size``); "" for a text probe."""
+    if not r.get("image"):
+        return ""
+    size = r.get("image_size")
+    return f"{r['image']} {size[0]}×{size[1]}" if isinstance(size, list) and len(size) == 2 else str(r["image"])
+
+
+def probe_prompt(r: dict) -> str:
+    """A probe's prompt as the probe table shows it: an image probe's image in place of its ``<image>``
+    (or before the prompt without one)."""
+    import re
+
+    prompt = str(r.get("prompt", ""))
+    if not r.get("image"):
+        return prompt
+    label = f"[{image_label(r)}] "
+    return re.sub(r"<image>\s*", lambda _: label, prompt, count=1) if "<image>" in prompt else label + prompt
+
+
 def probe_detail(found: list[tuple[str, dict]]) -> Text:
     """One probe, whole: the prompt, what it expects, and each side's answer with its verdict."""
     first = found[0][1]
     t = Text()
     if first.get("set"):
         t.append(f"set: {first['set']}\n", style="dim")
+    if first.get("image_path"):
+        t.append("image\n", style="bold")
+        t.append(f"{image_label(first)}  {first['image_path']}\n")
+        t.append("i on the probe's row: the image (cockpit web opens it in the browser)\n\n", style="dim")
     t.append("prompt\n", style="bold")
     t.append(f"{first.get('prompt', '')}\n\n")
     exp = first.get("expect", first.get("expected"))
@@ -239,6 +264,7 @@ class SummaryScreen(RunActionsMixin, Screen):
         Binding("p", "plot", "Plot"),
         Binding("l", "logs", "Logs"),
         Binding("v", "live", "Event view"),
+        Binding("i", "image", "Image"),  # an image probe's row (check_action): its image
         Binding("escape,q", "leave", "Back"),
     ]
 
@@ -321,7 +347,7 @@ class SummaryScreen(RunActionsMixin, Screen):
                 PROBE_WANTS,
                 PROBE_MINS,
                 (
-                    longest(every, "prompt"),
+                    max((cell_len(probe_prompt(r).replace("\n", " ")) for r in every), default=0),
                     longest(every, "expect") + 2,
                     longest(before, "answer", 2),
                     longest(after, "answer", 2),
@@ -364,7 +390,7 @@ class SummaryScreen(RunActionsMixin, Screen):
             exp = base.get("expect", base.get("expected"))
             exp_s = ", ".join(map(str, exp)) if isinstance(exp, list) else str(exp or "")
             table.add_row(
-                clip(str(base.get("prompt", "")), widths["prompt"]),
+                Text(clip(probe_prompt(base).replace("\n", " "), widths["prompt"])),  # Text: "[...]" is no markup
                 clip(exp_s, widths["expected"]),
                 cell(b, widths["before"]),
                 cell(a, widths["after"]),
@@ -386,6 +412,50 @@ class SummaryScreen(RunActionsMixin, Screen):
         found = [(when, rows[i]) for when, rows in sides if i < len(rows)]
         if found:
             self.app.push_screen(TextView(f"probe {i + 1}", probe_detail(found)))
+
+    def probe_row(self) -> dict | None:
+        """The result under the probe table's cursor (after training's, else before's), or None."""
+        table = self.query_one("#probes", DataTable)
+        if not table.row_count:
+            return None
+        key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        if not key.isdigit():
+            return None
+        st = self.follower.state
+        for when in ("after", "before"):
+            rows = (st.probes.get(when) or {}).get("results") or []
+            if int(key) < len(rows):
+                return rows[int(key)]
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Image: only on an image probe's row."""
+        if action == "image":
+            return bool(self.query("#probes")) and bool((self.probe_row() or {}).get("image_path"))
+        return True
+
+    def on_data_table_row_highlighted(self) -> None:
+        self.refresh_bindings()
+
+    def action_image(self) -> None:
+        """The image probe's image: opened in a new browser tab under ``cockpit web`` (Textual's
+        deliver_binary, served by textual-serve); in a terminal, its path."""
+        import mimetypes
+        from pathlib import Path
+
+        r = self.probe_row() or {}
+        path = r.get("image_path")
+        if not path:
+            return
+        where = self.query_one("#export-result", Static)
+        if not Path(path).is_file():
+            where.update(Text(f"{r.get('image')}: no longer at {path}", style=themed("$text-error")))
+        elif self.app.is_web:
+            mime = mimetypes.guess_type(path)[0] or "application/octet-stream"
+            self.app.deliver_binary(Path(path), open_method="browser", mime_type=mime, name="probe-image")
+            where.update(f"{r.get('image')}: opened in a new browser tab")
+        else:
+            where.update(f"{r.get('image')}: {path} (cockpit web opens it in the browser)")
 
     def on_resize(self) -> None:
         if self.follower.state.probes or self.follower.state.held_out:

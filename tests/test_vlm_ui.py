@@ -1,0 +1,133 @@
+"""A vision-language run where a user looks (issue 63): the Summary's image probes (the image's file name and
+size beside the prompt, answers before → after, ``i`` names the image's file) and the Setup form on a VLM.
+
+The run dir is the recorded cpu-demo run (tests/fixtures/ui_run) with its probe_results events replaced by
+image probes' results as the rank writes them: the probes file read by ``load_probes`` (which adds the image
+fields), each answer scored by ``passes`` / ``score`` and encoded as an event by the event writer's ``encode``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from cockpit.store.rundir import RunDir
+from tests.test_ui_rough_edges import copy_run, make_app, screen_text, wait_for
+
+
+def image_probe_run(tmp_path: Path) -> Path:
+    """The recorded run with two image probes and a text probe, answered before and after."""
+    from cockpit.data.probes import load_probes, passes, score
+    from cockpit.store.events import encode
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (40, 30), (220, 30, 30)).save(tmp_path / "img" / "red.png")
+    Image.new("RGB", (20, 50), (30, 30, 220)).save(tmp_path / "img" / "blue.png")
+    rows = [{"prompt": "<image>What colour is it?", "expect": ["red"], "image": "img/red.png", "set": "images"},
+            {"prompt": "<image>What colour is it?", "expect": ["blue"], "image": "img/blue.png", "set": "images"},
+            {"prompt": "Who are you?", "expect": ["Kestrel"], "set": "control"}]  # fmt: skip
+    (tmp_path / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    probes = load_probes(tmp_path / "probes.jsonl")
+    answers = {"before": ["green", "green", "I am Kestrel"], "after": ["red", "blue", "I am Kestrel"]}
+    run = copy_run(tmp_path / "runs")
+    lines = []
+    for line in (run / "events.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev["kind"] == "probe_results":
+            results = [{"prompt": p["prompt"], "expect": p["expect"], "answer": a, "ok": passes(a, p["expect"]),
+                        **{k: v for k, v in p.items() if k not in ("prompt", "expect")}}
+                       for p, a in zip(probes, answers[ev["phase"]])]  # fmt: skip
+            line = encode("probe_results", phase=ev["phase"], **score(results), results=results).rstrip("\n")
+        lines.append(line)
+    (run / "events.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_the_summary_names_each_probe_image_beside_its_answers(tmp_path, monkeypatch):
+    from cockpit.ui.screens.summary import probe_detail
+
+    run = image_probe_run(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+    async def scenario():
+        app = make_app(run.parent)
+        async with app.run_test(size=(160, 40)) as pilot:
+            app.open_summary(RunDir(run))
+            try:
+                await wait_for(pilot, lambda: "[blue.png 20×50]" in screen_text(app), 20, "the image probes' rows")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; the screen:\n{screen_text(app)}") from None
+            text = screen_text(app)
+            assert "[red.png 40×30] What colour" in text, text
+            assert "✗ green" in text and "✓ red" in text and "✓ blue" in text, text
+            table = app.screen.query_one("#probes")
+            assert not app.screen.check_action("image", ())  # the cursor on the set's row: no image
+            table.focus()
+            await pilot.press("down")  # the red image's row
+            await wait_for(pilot, lambda: app.screen.check_action("image", ()), 10, "Image on the image probe's row")
+            await pilot.press("i")
+            await wait_for(pilot, lambda: "(cockpit web opens it in the browser)" in screen_text(app), 10, "the image")
+            assert f"red.png: {tmp_path / 'img' / 'red.png'}" in screen_text(app)
+            await pilot.press("down", "down", "down")  # the text probe's row: no image
+            await wait_for(pilot, lambda: not app.screen.check_action("image", ()), 10, "no Image on a text probe")
+
+    asyncio.run(scenario())
+    results = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    after = next(e for e in results if e["kind"] == "probe_results" and e["phase"] == "after")["results"]
+    detail = probe_detail([("after", after[1])]).plain
+    assert f"blue.png 20×50  {tmp_path / 'img' / 'blue.png'}" in detail, detail
+
+
+@pytest.mark.slow  # 12 s: the web server, a cockpit tab started cold, the Summary
+def test_cockpit_web_opens_a_probe_image_in_the_browser(tmp_path):
+    """`cockpit web`: on the Summary, ``i`` on an image probe's row sends the image to the page (Textual's
+    deliver_binary, served by textual-serve): the page is told a download key, and /download/KEY answers
+    the PNG itself, inline (the browser opens it in a new tab). A websocket client speaks to the server as
+    the page does (tests/test_web.py's pattern): keys as ``stdin`` frames, the tab's output as binary frames."""
+    import aiohttp
+
+    from tests.test_web import free_port, stop, tab_until, wait_port
+
+    run = image_probe_run(tmp_path)
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("cockpit")), "web", "--runs-dir", str(run.parent), "--port", str(port)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+    async def drive() -> tuple[str, bytes, str]:
+        got = bytearray()
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{port}"
+            async with http.ws_connect(f"{url}/ws?width=160&height=40", max_msg_size=0) as ws:
+                await tab_until(ws, got, [b"cpu-demo-tiny"], timeout_s=90)  # Runs: the one run
+                await ws.send_str(json.dumps(["stdin", "\r"]))  # open it: its Summary
+                await tab_until(ws, got, [b"red.png 40"], timeout_s=30)
+                await ws.send_str(json.dumps(["stdin", "\x1b[B"]))  # the red image's row
+                await asyncio.sleep(0.5)
+                await ws.send_str(json.dumps(["stdin", "i"]))
+                end = time.time() + 30
+                while True:
+                    msg = await asyncio.wait_for(ws.receive(), max(0.1, end - time.time()))
+                    if msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)[0] == "deliver_file_start":
+                        key = json.loads(msg.data)[1]
+                        break
+                async with http.get(f"{url}/download/{key}") as resp:
+                    return resp.headers["Content-Type"], await resp.read(), resp.headers["Content-Disposition"]
+
+    try:
+        wait_port(port, server)
+        kind, body, disposition = asyncio.run(drive())
+    except (AssertionError, TimeoutError) as exc:
+        stop(server)
+        raise AssertionError(f"{exc!r}\n`cockpit web` said:\n{server.stdout.read() if server.stdout else ''}") from None
+    finally:
+        stop(server)
+    assert kind == "image/png" and disposition.startswith("inline") and "red.png" in disposition, (kind, disposition)
+    assert body == (tmp_path / "img" / "red.png").read_bytes()
