@@ -244,7 +244,7 @@ def tiny_qwen3_vl_dir(tmp_path_factory, embedded_dir) -> Path:
     out = tmp_path_factory.mktemp("tiny-qwen3-vl")
     tok = AutoTokenizer.from_pretrained(str(embedded_dir))
     vision_tokens = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-    tok.add_tokens(vision_tokens, special_tokens=True)
+    tok.add_tokens([*vision_tokens, "<think>", "</think>"], special_tokens=True)  # a Qwen3 tokenizer's
     start, end, image, video = tok.convert_tokens_to_ids(vision_tokens)
     mrope = {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
     vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
@@ -279,6 +279,7 @@ def tiny_gemma3_dir(tmp_path_factory, embedded_dir) -> Path:
     out = tmp_path_factory.mktemp("tiny-gemma3")
     special = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
     tok = AutoTokenizer.from_pretrained(str(embedded_dir), extra_special_tokens=special)
+    tok.add_tokens(["<start_of_turn>", "<end_of_turn>", *special.values()], special_tokens=True)  # Gemma's turns
     boi, image, eoi = tok.convert_tokens_to_ids(list(special.values()))
     text = _tiny_text(tok, sliding_window=64, query_pre_attn_scalar=16)
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,

@@ -47,3 +47,98 @@ def test_the_tiny_qwen3_vl_and_gemma3_take_images_forward_and_backward(tiny_qwen
 
     assert _forward_backward(tiny_qwen3_vl_dir, qwen3_vl) > 0
     assert _forward_backward(tiny_gemma3_dir, gemma3) > 0
+
+
+def _data(tmp_path: Path) -> Path:
+    """A sharegpt dataset (dataset_info.json, images under data/img/): rows with 1 image, 2 images, none."""
+    import json
+
+    data = tmp_path / "data"
+    (data / "img").mkdir(parents=True)
+    for name, colour, size in (("red", (220, 30, 30), (40, 30)), ("blue", (30, 30, 220), (20, 50))):
+        noise = Image.effect_noise(size, 60).convert("RGB")
+        Image.blend(Image.new("RGB", size, colour), noise, 0.3).save(data / "img" / f"{name}.png")
+    rows = [
+        {"messages": [{"role": "user", "content": "<image>What colour?"}, {"role": "assistant", "content": "red"}],
+         "images": ["img/red.png"]},
+        {"messages": [{"role": "user", "content": "<image> then <image>: which?"},
+                      {"role": "assistant", "content": "blue, red"}], "images": ["img/blue.png", "img/red.png"]},
+        {"messages": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "hi"}]},
+    ]  # fmt: skip
+    (data / "vlm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    entry = {"file_name": "vlm.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "images": "images"},
+             "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}  # fmt: skip
+    (data / "dataset_info.json").write_text(json.dumps({"vlm": entry}))
+    return data
+
+
+def _raw(model_dir: Path, data: Path, template: str, **over) -> dict:
+    return {"model_name_or_path": str(model_dir), "template": template, "dataset": "vlm", "dataset_dir": str(data),
+            "finetuning_type": "lora", "lora_rank": 4, "lora_target": "all", "cutoff_len": 128,
+            "per_device_train_batch_size": 2, "max_steps": 2, "logging_steps": 1, "save_steps": 2,
+            "learning_rate": 5e-3, "use_cpu": True, "probes": None, **over}  # fmt: skip
+
+
+# template -> (fixture, the image token, tokens per image of the 40x30 red and the 20x50 blue image, the text
+# around each image). Qwen3-VL: red 40x30 -> smart_resize (factor 16 x merge 2 = 32) 32x32: a 2x2 patch grid, 1
+# token; blue 20x50 -> image_min_pixels 1024 (int scaling keeps 20x50), at least 28 a side: 28x50 -> 32x64: 2x4,
+# 2 tokens. Gemma 3: image_seq_length 4 each, between "\n\n<start_of_image>" and "<end_of_image>\n\n".
+FAMILIES = {
+    "qwen3_vl": ("tiny_qwen3_vl_dir", "<|image_pad|>", (1, 2), ("<|vision_start|>", "<|vision_end|>")),
+    "qwen3_vl_nothink": ("tiny_qwen3_vl_dir", "<|image_pad|>", (1, 2), ("<|vision_start|>", "<|vision_end|>")),
+    "gemma3": ("tiny_gemma3_dir", "<image_soft_token>", (4, 4), ("\n\n<start_of_image>", "<end_of_image>\n\n")),
+}
+
+
+@pytest.mark.slow  # the fixtures take ~20 s to build
+@pytest.mark.parametrize("template", sorted(FAMILIES))
+def test_rows_of_one_and_two_images_render_each_familys_image_tokens(template, request, tmp_path):
+    """Each <image> becomes the family's image text (LLaMA-Factory's plugin: Qwen3-VL's count by image size,
+    Gemma 3's fixed count between boi and eoi) inside the template's slots; image tokens never in the loss."""
+    from cockpit.config import validate
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+
+    fixture, image, (red, blue), (start, end) = FAMILIES[template]
+    model_dir = request.getfixturevalue(fixture)
+    cfg = validate(_raw(model_dir, _data(tmp_path), template))
+    tok = load_tokenizer(cfg, resolve_model(str(model_dir), log=lambda *_: None), log=lambda *_: None)
+    one, two, text = prepare_dataset(cfg, tok).rendered
+    image_id = tok.convert_tokens_to_ids(image)
+    assert [r.input_ids.count(image_id) for r in (one, two, text)] == [red, blue + red, 0]
+    shown = tok.decode(two.input_ids)
+    assert f"{start}{image * blue}{end} then {start}{image * red}{end}: which?" in shown, shown
+    opening = {"gemma3": "<start_of_turn>user\n", "qwen3_vl": "<|im_start|>user\n"}
+    assert opening.get(template, "<|im_start|>user\n") in shown
+    for r in (one, two):
+        assert all(label == -100 for t, label in zip(r.input_ids, r.labels) if t == image_id)
+    answer = tok.decode([t for t, label in zip(one.input_ids, one.labels) if label != -100])
+    think = "<think>\n\n</think>\n\n" if template == "qwen3_vl" else ""  # the reasoning template's empty thought
+    assert answer.startswith(f"{think}red"), answer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["qwen3_vl", "gemma3"])
+def test_each_family_trains_two_lora_steps_on_images(template, request, tmp_path, monkeypatch):
+    """`cockpit train` 2 LoRA steps on rows with 1 and 2 images: the loss logged, LoRA on the language model only
+    (LLaMA-Factory's defaults: tower and projector frozen, never adapted), its weights moved by training."""
+    import torch
+    from conftest import read_events, write_yaml
+    from safetensors.torch import load_file
+
+    from cockpit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    model_dir = request.getfixturevalue(FAMILIES[template][0])
+    cfg = write_yaml(tmp_path / "c.yaml", _raw(model_dir, _data(tmp_path), template))
+    runs = tmp_path / "runs"
+    assert main(["train", str(cfg), "--runs-dir", str(runs)]) == 0
+    (run,) = [p for p in runs.iterdir() if p.name != "queue"]
+    steps = [e for e in read_events(run) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps), steps
+    (adapter,) = [a for a in run.rglob("adapter_model.safetensors") if "checkpoint-" not in str(a)]  # the final one
+    weights = load_file(str(adapter))
+    assert weights and all(".language_model." in k for k in weights), sorted(weights)[:5]  # no tower, no projector
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]  # zeros at the start (PEFT): trained if not
+    assert lora_b and any(bool(torch.any(v != 0)) for v in lora_b)
+

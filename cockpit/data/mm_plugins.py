@@ -224,6 +224,44 @@ PLUGINS: dict[str, ImagePlugin] = {
 }
 
 
+# -- Qwen3-VL: Qwen2-VL's images --------------------------------------------------------------------------------
+# LLaMA-Factory's Qwen3VLPlugin subclasses Qwen2VLPlugin and overrides only the video side (timestamps per frame,
+# its video smart_resize, the video processor): an image is Qwen2-VL's, the grid by its processor's own patch_size
+# (16 in Qwen3-VL's preprocessor_config.json, read by _load_qwen2_vl). Its templates' text slots are qwen3's and
+# qwen3_nothink's, field for field (template.py: "copied from qwen template").
+PLUGINS["qwen3_vl"] = replace(PLUGINS["qwen2_vl"], name="qwen3_vl", text_template="qwen3")
+PLUGINS["qwen3_vl_nothink"] = replace(PLUGINS["qwen2_vl"], name="qwen3_vl_nothink", text_template="qwen3_nothink")
+
+
+# -- Gemma 3: a fixed count between boi and eoi -------------------------------------------------------------------
+
+
+def _load_gemma3(folder: str, **kwargs: Any) -> tuple[ImageFacts, Any]:
+    """Gemma3Processor's ``image_seq_length`` (its ``full_image_sequence`` repeats the image token that many
+    times; AutoProcessor: Gemma 3's needs no torchvision) and the image processor's PIL backend."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(folder, **kwargs)
+    return ImageFacts(seqlen=int(processor.image_seq_length)), load_pil_image_processor(folder, **kwargs)
+
+
+# LLaMA-Factory's Gemma3Plugin: each <image> becomes the processor's full_image_sequence, "\n\n<start_of_image>"
+# + <image_soft_token> x image_seq_length + "<end_of_image>\n\n"; token_type_ids mark the image tokens (its
+# _get_gemma3_token_type_ids); the text slots are the gemma template's (gemma3's are the same, field for field).
+# Pan-and-scan (image_do_pan_and_scan) is refused by name at check.
+PLUGINS["gemma3"] = ImagePlugin(
+    "gemma3",
+    "gemma",
+    "<image_soft_token>",
+    _llava_count,
+    _vision_wrapped,
+    _load_gemma3,
+    token_type_key="token_type_ids",
+    vision_start="\n\n<start_of_image>",
+    vision_end="<end_of_image>\n\n",
+)
+
+
 def plugin_for(template: str | None) -> ImagePlugin | None:
     """The config template's image plugin (None: the template renders text only)."""
     return PLUGINS.get(template or "")

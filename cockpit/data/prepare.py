@@ -131,12 +131,12 @@ def _model_problem(cfg: RunConfig, model_config: Any) -> str | None:
     if parts is None:
         return (
             f"the dataset has images, but {cfg.model_name_or_path} (model type {kind!r}) is a text model; images "
-            "train with a vision-language model (LLaVA, Qwen2-VL, Qwen2.5-VL)"
+            "train with a vision-language model (LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Gemma 3)"
         )
-    if parts.template != cfg.template:
+    if cfg.template not in parts.templates:
         return (
             f"template {cfg.template!r} renders images for another model family: model type {kind!r} takes "
-            f"template {parts.template!r} (LLaMA-Factory's)"
+            f"template {' or '.join(repr(t) for t in parts.templates)} (LLaMA-Factory's)"
         )
     return None
 

@@ -32,6 +32,12 @@ class Composite:
     vision_model_keys: tuple[str, ...] = ("vision_tower",)
     language_model_keys: tuple[str, ...] = ("language_model", "lm_head")
     lora_conflict_keys: tuple[str, ...] = ()  # never adapted by LoRA (LLaMA-Factory's patch_target_modules)
+    other_templates: tuple[str, ...] = ()  # more templates with the same image plugin (qwen3_vl_nothink)
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        """Every LLaMA-Factory template that renders this model's images."""
+        return (self.template, *self.other_templates)
 
 
 # LLaMA-Factory's model_utils/visual.py registrations; the keys are substrings of transformers 5's parameter
@@ -47,6 +53,18 @@ COMPOSITE: dict[str, Composite] = {
     "llava": Composite("llava", "llava"),
     "qwen2_vl": Composite("qwen2_vl", "qwen2_vl", **_QWEN2_VL_PARTS),  # type: ignore[arg-type]
     "qwen2_5_vl": Composite("qwen2_5_vl", "qwen2_vl", **_QWEN2_VL_PARTS),  # type: ignore[arg-type]
+    # Qwen3-VL: model.visual.pos_embed / .patch_embed / .blocks / .deepstack_merger_list the tower (the deepstack
+    # mergers count as the tower there, not the projector), model.visual.merger the projector
+    "qwen3_vl": Composite(
+        "qwen3_vl",
+        "qwen3_vl",
+        projector_keys=("visual.merger",),
+        vision_model_keys=("visual.pos_embed", "visual.patch_embed", "visual.blocks", "visual.deepstack_merger_list"),
+        lora_conflict_keys=("patch_embed",),
+        other_templates=("qwen3_vl_nothink",),
+    ),
+    # Gemma 3: LLaMA-Factory's defaults (model.vision_tower, model.multi_modal_projector, model.language_model)
+    "gemma3": Composite("gemma3", "gemma3"),
 }
 VLM_KEYS = ("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only")
 
