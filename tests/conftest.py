@@ -221,6 +221,85 @@ def tiny_llava_dir(tmp_path_factory, embedded_dir) -> Path:
     return out
 
 
+def build_tiny_qwen_vl(out: Path, tok, family: str = "qwen2_vl") -> Path:
+    """A tiny random Qwen2-VL or Qwen2.5-VL (``family``): ``tok`` with Qwen's vision tokens added, a 2-layer
+    language model with M-RoPE (tiny_model_dir's sizes), a 2-block vision tower (patch 14, merge 2: one image
+    token per 28x28 pixels) and its merger, built from the transformers config; saved with the PIL image
+    processor, whose pixel bounds (28x28 to 56x84) keep an image to 1-6 image tokens."""
+    import torch
+    from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig, Qwen2VLConfig
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    vision_tokens = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tok.add_tokens(vision_tokens, special_tokens=True)
+    start, end, image, video = tok.convert_tokens_to_ids(vision_tokens)
+    mrope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]}  # head_dim 16
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
+                rope_parameters=mrope)  # fmt: skip
+    vision: dict = dict(depth=2, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    if family == "qwen2_vl":
+        config_cls, vision = Qwen2VLConfig, {**vision, "embed_dim": 32, "mlp_ratio": 2, "hidden_size": 64}
+    else:  # qwen2_5_vl: a gated MLP, window attention in block 0, full attention in block 1
+        config_cls = Qwen2_5_VLConfig
+        vision |= dict(hidden_size=32, intermediate_size=64, out_hidden_size=64, window_size=56, fullatt_block_indexes=[1])
+    cfg = config_cls(text_config=text, vision_config=vision, image_token_id=image, video_token_id=video,
+                     vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForImageTextToText.from_config(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    Qwen2VLImageProcessorPil(size={"shortest_edge": 28 * 28, "longest_edge": 56 * 84}).save_pretrained(out)
+    return out
+
+
+def write_vlm_dataset(tmp_path: Path, images: dict[str, tuple[tuple[int, int, int], tuple[int, int]]], rows: list) -> Path:
+    """A sharegpt image dataset as LLaMA-Factory lays one out (issue 63): ``tmp_path/data`` with ``images``
+    (name: (colour, size)) as data/img/NAME.png, a colour blended with noise (resampling changes the pixels),
+    and ``rows`` in vlm.jsonl, registered as ``vlm`` in dataset_info.json (images column ``images``)."""
+    from PIL import Image
+
+    data = tmp_path / "data"
+    (data / "img").mkdir(parents=True)
+    for name, (colour, size) in images.items():
+        noise = Image.effect_noise(size, 60).convert("RGB")
+        Image.blend(Image.new("RGB", size, colour), noise, 0.3).save(data / "img" / f"{name}.png")
+    (data / "vlm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    entry = {"file_name": "vlm.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "images": "images"},
+             "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}  # fmt: skip
+    (data / "dataset_info.json").write_text(json.dumps({"vlm": entry}))
+    return data
+
+
+def prepare_vlm(raw: dict):
+    """(prepared, tokenizer) of a config's dataset, as cockpit check and the ranks prepare it."""
+    from cockpit.config import validate
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+
+    cfg = validate(raw)
+    tok = load_tokenizer(cfg, resolve_model(str(raw["model_name_or_path"]), log=lambda *_: None), log=lambda *_: None)
+    return prepare_dataset(cfg, tok), tok
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random Qwen2-VL (issue 63; :func:`build_tiny_qwen_vl`) with the SmolLM2 tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir))
+    return build_tiny_qwen_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"), tok, "qwen2_vl")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_5_vl_dir(tmp_path_factory, embedded_dir) -> Path:
+    """A tiny random Qwen2.5-VL (issue 63; :func:`build_tiny_qwen_vl`) with the SmolLM2 tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_dir))
+    return build_tiny_qwen_vl(tmp_path_factory.mktemp("tiny-qwen2.5-vl"), tok, "qwen2_5_vl")
+
+
 def _tiny_text(tok, **over) -> dict:
     """A tiny language model's config fields for a vision-language model (tiny_model_dir's sizes)."""
     return dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import read_events, write_yaml
+from conftest import prepare_vlm, read_events, write_vlm_dataset, write_yaml
 from PIL import Image
 
 from cockpit.cli import main
@@ -20,11 +20,6 @@ IMAGE_SEQLEN = 16  # the fixture's 32x32 images in 8x8 patches, CLIP's class tok
 
 def _data(tmp_path: Path) -> Path:
     """A sharegpt dataset in data/ (dataset_info.json, images under data/img/): rows with 1, 2 and no images."""
-    data = tmp_path / "data"
-    (data / "img").mkdir(parents=True)
-    for name, colour, size in (("red", (220, 30, 30), (40, 30)), ("blue", (30, 30, 220), (20, 50))):
-        noise = Image.effect_noise(size, 60).convert("RGB")  # texture: resampling changes the pixels
-        Image.blend(Image.new("RGB", size, colour), noise, 0.3).save(data / "img" / f"{name}.png")
     rows = [
         {"messages": [{"role": "user", "content": "<image>What colour?"}, {"role": "assistant", "content": "red"}],
          "images": ["img/red.png"]},
@@ -34,11 +29,7 @@ def _data(tmp_path: Path) -> Path:
         {"messages": [{"role": "user", "content": "<image>And this?"}, {"role": "assistant", "content": "blue"}],
          "images": ["img/blue.png"]},
     ]
-    (data / "vlm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    entry = {"file_name": "vlm.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages", "images": "images"},
-             "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}
-    (data / "dataset_info.json").write_text(json.dumps({"vlm": entry}))
-    return data
+    return write_vlm_dataset(tmp_path, {"red": ((220, 30, 30), (40, 30)), "blue": ((30, 30, 220), (20, 50))}, rows)
 
 
 def _raw(model_dir: Path, data: Path, **over) -> dict:
@@ -49,12 +40,7 @@ def _raw(model_dir: Path, data: Path, **over) -> dict:
 
 
 def _prepared(model_dir: Path, data: Path, **over):
-    from cockpit.data.prepare import prepare_dataset
-    from cockpit.models.resolve import load_tokenizer, resolve_model
-
-    cfg = validate(_raw(model_dir, data, **over))
-    tok = load_tokenizer(cfg, resolve_model(str(model_dir), log=lambda *_: None), log=lambda *_: None)
-    return prepare_dataset(cfg, tok), tok
+    return prepare_vlm(_raw(model_dir, data, **over))
 
 
 def test_llava_rows_become_image_tokens_as_llamafactory_expands_them(tiny_llava_dir, tmp_path):

@@ -22,6 +22,7 @@ from typing import Any
 from cockpit.data import lf_tools
 from cockpit.data.lf_templates import LF_TEMPLATES
 from cockpit.data.media import IMAGE_TEMPLATES
+from cockpit.data.mm_plugins import IMAGE_TEXT_TEMPLATES
 
 IGNORE_INDEX = -100
 Slot = Any  # str | {"token": str} | {"special": "bos_token" | "eos_token"}
@@ -69,8 +70,17 @@ class LfTemplate:
         return self.thought_words[0].strip() in content or self.thought_words[1].strip() in content
 
 
+def template_data(name: str) -> dict[str, Any] | None:
+    """LLaMA-Factory's data of template ``name`` (None if none): a text template's, or an image template's
+    text slots (llava: vicuna's; qwen2_vl: its own, cockpit.data.mm_plugins.IMAGE_TEXT_TEMPLATES)."""
+    key = IMAGE_TEMPLATES.get(name, name)
+    return LF_TEMPLATES.get(key) or IMAGE_TEXT_TEMPLATES.get(key)
+
+
 def _fields(name: str) -> dict[str, Any]:
-    d = LF_TEMPLATES[IMAGE_TEMPLATES.get(name, name)]  # llava: vicuna's slots (its images: cockpit.data.media)
+    d = template_data(name)
+    if d is None:
+        raise KeyError(name)
     return {**_fields(d["like"]), **d} if "like" in d else d
 
 

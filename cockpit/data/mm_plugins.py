@@ -262,6 +262,14 @@ PLUGINS["gemma3"] = ImagePlugin(
 )
 
 
+# the text slots of the image templates that LLaMA-Factory registers with slots of their own (its template.py;
+# the text templates' data, cockpit.data.lf_templates, leaves the multimodal ones out): qwen2_vl is "copied from
+# qwen template" with its own default system
+IMAGE_TEXT_TEMPLATES: dict[str, dict[str, Any]] = {
+    "qwen2_vl": {"like": "qwen", "default_system": "You are a helpful assistant."},
+}
+
+
 def plugin_for(template: str | None) -> ImagePlugin | None:
     """The config template's image plugin (None: the template renders text only)."""
     return PLUGINS.get(template or "")

@@ -120,7 +120,7 @@ def template_default_system(template: str | None, default_system: str | None) ->
     if default_system is not None or not template:
         return default_system
     name = TEMPLATE_ALIASES.get(template, template)
-    data = LF_TEMPLATES.get(IMAGE_TEMPLATES.get(name, name))
+    data = lf_render.template_data(name)
     return (data.get("default_system") or None) if data else None
 
 
