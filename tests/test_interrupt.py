@@ -22,6 +22,15 @@ def alive(procs: dict[int, float | None]) -> list[int]:
     return [pid for pid, started in procs.items() if is_alive(pid, started)]
 
 
+def end_all(procs: dict[int, float | None], group: subprocess.Popen) -> None:
+    """What a test leaves running: the processes it watched, then the process group it started (its own session)."""
+    for pid in alive(procs):
+        os.kill(pid, signal.SIGKILL)
+    if group.poll() is None:
+        os.killpg(group.pid, signal.SIGKILL)
+        group.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.serial  # a time window: everything gone within seconds of the signal
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
@@ -72,11 +81,7 @@ def test_interrupting_the_test_script_ends_pytest_and_the_detached_runs(tmp_path
         assert code == (130 if how == "ctrl-c" else 143), out[-3000:]
         assert gone_after < 10, f"the script took {gone_after:.1f} s to end\n{out[-3000:]}"
     finally:
-        for pid in alive(procs):
-            os.kill(pid, signal.SIGKILL)
-        if script.poll() is None:
-            os.killpg(script.pid, signal.SIGKILL)
-            script.wait()
+        end_all(procs, script)
 
 
 @pytest.mark.slow  # about 15 s: the script, pytest and an xdist worker start
@@ -120,8 +125,4 @@ def test_ctrl_c_through_a_pipe_ends_pytest_before_the_script(tmp_path):
         wait_for(lambda: not alive(procs), 5, "the detached process's end")
         shell.wait(timeout=30)
     finally:
-        for pid in alive(procs):
-            os.kill(pid, signal.SIGKILL)
-        if shell.poll() is None:
-            os.killpg(shell.pid, signal.SIGKILL)
-            shell.wait()
+        end_all(procs, shell)
