@@ -131,3 +131,49 @@ def test_cockpit_web_opens_a_probe_image_in_the_browser(tmp_path):
         stop(server)
     assert kind == "image/png" and disposition.startswith("inline") and "red.png" in disposition, (kind, disposition)
     assert body == (tmp_path / "img" / "red.png").read_bytes()
+
+
+def test_setup_knows_a_vision_language_model(tiny_llava_dir, tiny_model_dir, tmp_path, monkeypatch):
+    """The Setup form on the tiny LLaVA folder: under the model, that it is a VLM with its tower / projector /
+    language model sizes (as the meta-device model has them) and its template; the image keys shown with
+    LLaMA-Factory's defaults (hidden for a text model); the fit line's planner (torch-free) counts the tower."""
+    import torch
+    from textual.widgets import Input
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from cockpit.plan import plan
+    from cockpit.ui import forms
+    from cockpit.ui.app import CockpitApp
+    from tests.test_ui_pilot import text_of, wait_for_form
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(tiny_llava_dir))
+    total = sum(p.numel() for p in model.parameters())
+    tower = sum(p.numel() for n, p in model.named_parameters() if "vision_tower" in n)
+    assert forms.vlm_note(str(tiny_llava_dir), "llava") == (
+        f"vision-language model (llava): vision tower {tower / 1e6:.2f}M + projector 0.01M + language model "
+        f"{(total - tower - 8320) / 1e6:.2f}M; template llava; image keys below"
+    ), forms.vlm_note(str(tiny_llava_dir), "llava")
+    assert "template: set one (LLaMA-Factory's for it: llava)" in forms.vlm_note(str(tiny_llava_dir), "")
+    assert forms.vlm_note(str(tiny_model_dir), "chatml") == ""
+    raw = {"model_name_or_path": str(tiny_llava_dir), "template": "llava", "dataset": "x", "use_cpu": True}
+    assert plan(raw, use_meta=False).estimate.params["total"] == total  # the UI's planner: tower and projector in
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("COCKPIT_RUNS_DIR", str(tmp_path / "runs"))
+
+    async def scenario() -> None:
+        app = CockpitApp(start="setup", doctor_checks=[])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for_form(pilot)
+            scr = app.screen
+            shown = lambda: {f for f in forms.VLM_FIELDS if scr.query_one(f"#row-{f}").display}  # noqa: E731
+            assert shown() == set()  # the preset's text model
+            scr.query_one("#f-model_name_or_path", Input).value = str(tiny_llava_dir)
+            await wait_for(pilot, lambda: "vision-language model (llava)" in text_of(app, "#model-kind"), 10, "VLM")
+            assert shown() == set(forms.VLM_FIELDS)
+            assert scr.query_one("#f-freeze_vision_tower").value and not scr.query_one("#f-train_mm_proj_only").value
+            assert scr.query_one("#f-image_max_pixels", Input).placeholder == str(768 * 768)
+            scr.query_one("#f-model_name_or_path", Input).value = str(tiny_model_dir)
+            await wait_for(pilot, lambda: not shown(), 10, "the image keys hidden for a text model")
+
+    asyncio.run(scenario())

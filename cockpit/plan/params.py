@@ -287,26 +287,46 @@ def count_params(model_config: Mapping[str, Any], *, allow_meta: bool = True) ->
         except Exception:  # noqa: BLE001 - no torch/transformers, unknown arch: fall back
             pass
     counts = counts or analytic_counts(dims_of(model_config), model_config)
-    vision, projector = vision_counts(model_config) if allow_meta else (0, 0)
+    vision, projector = vision_counts(model_config, allow_meta=allow_meta)
     if not (vision or projector):
         return counts
     return replace(counts, total=counts.total + vision + projector, vision=vision, projector=projector)
 
 
-def vision_counts(model_config: Mapping[str, Any]) -> tuple[int, int]:
+def vision_counts(model_config: Mapping[str, Any], *, allow_meta: bool = True) -> tuple[int, int]:
     """(vision tower, projector) parameters of a LLaVA (``_vision_config`` from plan.catalogue): the tower
-    built on the meta device from its config, LLaVA's two-layer projector from the two widths; (0, 0)
-    for a text model or without torch."""
+    built on the meta device from its config (``allow_meta`` false, or no torch: a CLIP tower counted from
+    its config's numbers, :func:`clip_tower_params`), LLaVA's two-layer projector from the two widths;
+    (0, 0) for a text model or a tower neither way counts."""
     vision_config = model_config.get("_vision_config")
     if not isinstance(vision_config, dict):
         return 0, 0
-    try:
-        tower = _meta_vision_params(_key(vision_config))
-    except Exception:  # noqa: BLE001 - no torch / transformers, an unknown tower: not counted
+    tower = None
+    if allow_meta:
+        try:
+            tower = _meta_vision_params(_key(vision_config))
+        except Exception:  # noqa: BLE001 - no torch / transformers, an unknown tower: counted below if CLIP
+            tower = None
+    tower = tower if tower is not None else clip_tower_params(vision_config)
+    if tower is None:
         return 0, 0
     layers = model_config.get("_vision_feature_layers", 1)
     width, text = int(vision_config.get("hidden_size", 0)) * int(layers), int(model_config.get("hidden_size", 0))
     return tower, width * text + text + text * text + text  # linear_1 and linear_2, each with its bias
+
+
+def clip_tower_params(vision_config: Mapping[str, Any]) -> int | None:
+    """A CLIP vision tower's parameters from its config's numbers (transformers' ``CLIPVisionModel``: patch
+    embedding without bias, class and position embeddings, pre- and post-layer norms, each layer's attention,
+    MLP and two norms), torch-free (the UI's planner); None for another tower."""
+    if vision_config.get("model_type", "clip_vision_model") != "clip_vision_model":
+        return None
+    h, i = int(vision_config.get("hidden_size", 768)), int(vision_config.get("intermediate_size", 3072))
+    patch, size = int(vision_config.get("patch_size", 32)), int(vision_config.get("image_size", 224))
+    channels, layers = int(vision_config.get("num_channels", 3)), int(vision_config.get("num_hidden_layers", 12))
+    embeddings = h + channels * h * patch * patch + ((size // patch) ** 2 + 1) * h
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
+    return embeddings + 2 * 2 * h + layers * layer
 
 
 @functools.lru_cache(maxsize=8)

@@ -66,6 +66,13 @@ GROUPS: dict[str, list[Field]] = {
         ),
         _key("template", "Template", placeholder="the tokenizer's own"),
         _key("adapter_name_or_path", "Start adapter", placeholder="none"),
+        # a vision-language model's keys (shown for one: VLM_FIELDS), LLaMA-Factory's defaults
+        _key("image_max_pixels", "Image max pixels"),
+        _key("image_min_pixels", "Image min pixels"),
+        _key("freeze_vision_tower", "Freeze tower"),
+        _key("freeze_multi_modal_projector", "Freeze projector"),
+        _key("freeze_language_model", "Freeze LM"),
+        _key("train_mm_proj_only", "Projector only"),
     ],
     "Dataset": [
         _key("dataset", "Dataset", placeholder="file.jsonl or names from dataset_info.json"),
@@ -140,10 +147,80 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+# a vision-language model's keys: the form shows them when the model is one (vlm_of)
+VLM_FIELDS = (
+    "image_max_pixels",
+    "image_min_pixels",
+    "freeze_vision_tower",
+    "freeze_multi_modal_projector",
+    "freeze_language_model",
+    "train_mm_proj_only",
+)
+SHOWN_IF = (*STAGE_FIELDS, *VLM_FIELDS)  # the fields hidden_fields may hide
+
+
 def hidden_fields(values: dict[str, Any]) -> set[str]:
-    """The form's fields that the chosen stage does not read (hidden, their values kept)."""
+    """The form's fields that the chosen stage does not read, and the vision-language keys unless the
+    model is a vision-language model (hidden, their values kept)."""
     stage = str(values.get("stage") or "sft")
-    return {fid for fid, stages in STAGE_FIELDS.items() if stage not in stages}
+    hidden = {fid for fid, stages in STAGE_FIELDS.items() if stage not in stages}
+    return hidden if vlm_of(str(values.get("model_name_or_path") or "")) else hidden | set(VLM_FIELDS)
+
+
+def _model_config_json(name: str) -> dict[str, Any] | None:
+    """The model's own config.json (a local folder's, or a hub id's in this machine's HF cache), read as
+    JSON (no transformers: the UI); None when there is none to read."""
+    name = name.strip()
+    folder = Path(name).expanduser()
+    if not folder.is_dir() and name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        from cockpit.models.weights import hub_snapshot
+
+        snap = hub_snapshot(name)
+        folder = Path(snap) if snap else folder
+    try:
+        found = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def vlm_of(name: str) -> Any:
+    """The model's parts (:class:`cockpit.models.vlm.Composite`) when its config.json names a
+    vision-language model type Cockpit trains, else None."""
+    from cockpit.models.vlm import COMPOSITE
+
+    found = _model_config_json(name) if name.strip() else None
+    return COMPOSITE.get(str(found.get("model_type") or "")) if found else None
+
+
+def vlm_note(name: str, template: str | None) -> str:
+    """What the form says under the model for a vision-language model: its type, its parts' sizes as the
+    planner counts them (torch-free), the template that renders its images; "" for a text model."""
+    parts = vlm_of(name)
+    if parts is None:
+        return ""
+    from cockpit.plan.catalogue import resolve_model_config
+    from cockpit.plan.params import count_params
+
+    note = f"vision-language model ({parts.model_type})"
+    try:
+        counts = count_params(resolve_model_config(name)[0], allow_meta=False)
+    except (InputError, ValueError, KeyError, TypeError):
+        counts = None
+    if counts is not None and (counts.vision or counts.projector):
+        language = counts.total - counts.vision - counts.projector
+        note += (
+            f": vision tower {counts.vision / 1e6:.2f}M + projector {counts.projector / 1e6:.2f}M + "
+            f"language model {language / 1e6:.2f}M"
+        )
+    chosen = (template or "").strip()
+    if not chosen:
+        note += f"; template: set one (LLaMA-Factory's for it: {parts.template})"
+    else:
+        note += f"; template {chosen}" + (
+            f" (LLaMA-Factory's for it: {parts.template})" if chosen != parts.template else ""
+        )
+    return note + "; image keys below"
 
 
 OWNED = frozenset({"finetuning_type", "quantization_bit", "fsdp", "bf16", "fp16", "use_cpu", "zero_stage", "offload"})

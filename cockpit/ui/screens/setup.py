@@ -352,12 +352,14 @@ class SetupScreen(SetupLaunch):
         self._validate_timer = None
         checked = self.model.check()
         self.checked = checked
+        name = self.model.values.get("model_name_or_path") or ""
+        vlm = forms.vlm_note(name, self.model.values.get("template"))
         self.query_one("#model-kind", Static).update(
-            Text("  → " + forms.model_kind(self.model.values.get("model_name_or_path") or ""), style="dim")
+            Text("  → " + forms.model_kind(name) + (f"\n  → {vlm}" if vlm else ""), style="dim")
         )
         bad_fields = {forms.field_for_key(k) for k in checked.keys}
         hidden = forms.hidden_fields(self.model.values)
-        for fid in forms.STAGE_FIELDS:
+        for fid in forms.SHOWN_IF:
             self.query_one(f"#row-{fid}").display = fid not in hidden
         for f in FIELDS.values():
             self.query_one(f"#{_wid(f.id)}").set_class(f.id in bad_fields, "-invalid")
