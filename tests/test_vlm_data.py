@@ -123,10 +123,10 @@ def test_a_text_stage_refuses_rows_with_images(tmp_path):
         {"instruction": "<image>which?", "chosen": "a", "rejected": "b", "images": ["x.png"]},
         {"instruction": "which?", "chosen": "a", "rejected": "b"},
     ])
-    (spec,) = resolve_datasets(RunConfig(dataset=str(data), stage="dpo"))
+    (spec,) = resolve_datasets(RunConfig(dataset=str(data), stage="rm"))  # dpo takes images: tests/test_vlm_dpo.py
     spec.ranking = True
-    res = load_stage_file(spec, "dpo")
-    assert [(p.line, "stage dpo trains text only" in p.message) for p in res.problems] == [(1, True)]
+    res = load_stage_file(spec, "rm")
+    assert [(p.line, "stage rm trains text only" in p.message) for p in res.problems] == [(1, True)]
     assert len(res.samples) == 1
 
 

@@ -3,7 +3,9 @@
 - pairs (stage dpo / rm; ``ranking: true`` in dataset_info.json): alpaca with ``chosen`` /
   ``rejected`` string columns, or sharegpt whose conversation ends on a user turn and whose
   ``chosen`` / ``rejected`` are one assistant turn each (``{"from": "gpt", "value": ...}``).
-  Sample: ``{"prompt": [messages], "chosen": str, "rejected": str, "source", "dataset"}``.
+  Sample: ``{"prompt": [messages], "chosen": str, "rejected": str, "source", "dataset"}``; stage dpo's
+  rows may have images (``images``: ``[{"path", "size"}]``, the prompt's ``<image>`` placeholders), the
+  other stages refuse them by name (:func:`cockpit.data.media.text_stage_problem`).
 - tagged answers (stage kto; a ``kto_tag`` column holding true / false): a conversation ending
   on the answer. Sample: ``{"prompt": [messages], "completion": str, "label": bool, ...}``.
 - raw text (stage pt; the ``prompt`` column, e.g. ``columns: {prompt: text}``).
@@ -21,6 +23,7 @@ No torch imports.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from cockpit.data.formats import (
@@ -33,7 +36,7 @@ from cockpit.data.formats import (
     read_records,
     sharegpt_to_messages,
 )
-from cockpit.data.media import text_stage_problem
+from cockpit.data.media import IMAGE_PLACEHOLDER, IMAGE_STAGES, row_images, text_stage_problem
 from cockpit.errors import Problem
 
 PAIRWISE = ("dpo", "rm")
@@ -210,19 +213,45 @@ READERS = {
 }
 
 
+def pair_images(rec: Any, sample: dict[str, Any], spec: DatasetSpec) -> tuple[list[dict[str, Any]], str | None]:
+    """A pair's images, as LLaMA-Factory's pairwise processor takes them: they go with the prompt (chosen and
+    rejected share them), so the prompt holds one ``<image>`` per image (its count rule) and an answer none."""
+    images, err = row_images(
+        rec, sample["prompt"], spec.columns, spec.media_dir or spec.path.parent, spec.base_dir or Path.cwd()
+    )
+    if err or not images:
+        return [], err
+    for side in ("chosen", "rejected"):
+        if IMAGE_PLACEHOLDER in sample[side]:
+            return [], f"the {side} answer holds {IMAGE_PLACEHOLDER}: a pair's images go with its prompt, not an answer"
+    return images, None
+
+
+def _stage_sample(rec: Any, fmt: str, spec: DatasetSpec, stage: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One row read for ``stage``: its images with a pair (stage dpo), refused by name in the text stages."""
+    sample, err = READERS[stage](rec, fmt, spec)
+    if err or sample is None:
+        return None, err
+    if stage not in IMAGE_STAGES:
+        err = text_stage_problem(rec, spec.columns, stage)
+        return (None, err) if err else (sample, None)
+    images, err = pair_images(rec, sample, spec)
+    if err:
+        return None, err
+    return ({**sample, "images": images} if images else sample), None
+
+
 def load_stage_file(spec: DatasetSpec, stage: str, max_samples: int | None = None) -> LoadResult:
     """Every row of one dataset file read for ``stage`` (not sft), bad rows as problems."""
     records, problems = read_records(spec.path)
     fmt = spec.formatting
     if fmt == "auto":
         fmt = _detect(records[0][1]) if records else "alpaca"
-    reader = READERS[stage]
     samples: list[dict[str, Any]] = []
     name = str(spec.path)
     for line, rec in records:
-        sample, err = reader(rec, fmt, spec)
-        err = err or text_stage_problem(rec, spec.columns, stage)
-        if err:
+        sample, err = _stage_sample(rec, fmt, spec, stage)
+        if err or sample is None:
             problems.append(Problem(err, file=name, line=line))
             continue
         samples.append({**sample, "source": f"{name}:{line}", "dataset": spec.name})

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cockpit.data.collect import mixed
+from cockpit.data.collect import image_template_problems, mixed
 from cockpit.data.dataset_info import resolve_datasets
 from cockpit.data.formats import LoadResult
 from cockpit.data.pairs import load_stage_file
@@ -36,6 +36,7 @@ def collect_stage_samples(cfg: RunConfig) -> LoadResult:
     total.samples = mixed(
         per_dataset, cfg
     )  # mix_strategy / interleave_probs, before packing and cutoff (as LLaMA-Factory)
+    total.problems += image_template_problems(total.samples, cfg.template)  # dpo's pairs with images
     if total.problems and not cfg.allow_bad_rows:
         raise InputError(total.problems)
     if not total.samples:
@@ -222,6 +223,56 @@ def pack_texts(tokenizer: Any, texts: Sequence[str], cutoff: int, workers: int =
     return [stream[i : i + cutoff] for i in range(0, usable, cutoff)]
 
 
+def with_image_tokens(cfg: RunConfig, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples with each pair's ``<image>`` placeholders replaced by its images' tokens in its prompt, by
+    the template's plugin as SFT's rows are (:func:`cockpit.data.prepare.image_plan`), and each image's
+    ``tokens`` (check's report reads them); unchanged without images. The expanded prompt is what the
+    lengths count and TRL tokenizes; the collator adds the images' pixel_values
+    (cockpit.train.recipes.preference.PairImages)."""
+    from cockpit.data import mm_plugins
+    from cockpit.data.prepare import image_plan
+
+    plan = image_plan(cfg, samples)
+    if plan is None:
+        return samples
+    if cfg.pref_loss in ("orpo", "simpo"):
+        raise InputError(
+            Problem(
+                f"pref_loss {cfg.pref_loss} on pairs with images: not built yet (issue 63); DPO's losses "
+                "(sigmoid, ipo, hinge) train them",
+                key="pref_loss",
+            )
+        )
+    return [
+        {
+            **s,
+            "prompt": mm_plugins.expanded(s["prompt"], plan.texts(s["images"])),
+            "images": [{**i, "tokens": plan.tokens(i["size"])} for i in s["images"]],
+        }
+        if s.get("images")
+        else s
+        for s in samples
+    ]
+
+
+def image_cut_problems(samples: Sequence[dict[str, Any]], cutoff: int) -> list[Problem]:
+    """The pairs with images that cutoff_len drops (their prompt reaches it: TRL keeps the prompt's start
+    and needs an answer after it), by file:line: as SFT's, a row whose image tokens cannot all train is
+    refused, never trained cut nor dropped unsaid."""
+    out = []
+    for s in samples:
+        if s.get("images") and not s.get("_kept", True):
+            counts = [int(i["tokens"]) for i in s["images"]]
+            file, _, line = s["source"].rpartition(":")
+            why = (
+                f"cutoff_len {cutoff} cuts this pair's prompt and its {sum(counts)} image tokens ({len(counts)} "
+                f"image(s) of {'+'.join(map(str, counts))} tokens): a cut image cannot train; raise cutoff_len or "
+                "give the row fewer images"
+            )
+            out.append(Problem(why, file=file, line=int(line)))
+    return out
+
+
 @dataclass
 class StagePrepared:
     loaded: LoadResult
@@ -247,10 +298,16 @@ def prepare_stage_data(cfg: RunConfig, tokenizer: Any, loaded: LoadResult | None
         blocks = pack_texts(tokenizer, [s["text"] for s in loaded.samples], cutoff, workers)
         report = StageReport("pt", len(loaded.samples), cutoff, blocks=len(blocks), tokens_total=sum(map(len, blocks)))
         return StagePrepared(loaded, report, blocks)
+    loaded.samples = with_image_tokens(cfg, loaded.samples)
     if stage == "grpo":
         report = prompts_report(tokenizer, loaded.samples, cutoff)
     else:
         report = answers_report(stage, tokenizer, loaded.samples, cutoff)
+    problems = image_cut_problems(loaded.samples, cutoff)
+    if problems:
+        if not cfg.allow_bad_rows:
+            raise InputError(problems)
+        loaded.problems += problems  # allow_bad_rows: the ranks train the others (dropped as the report says)
     if report.emptied == report.samples:
         raise InputError(
             Problem(

@@ -53,8 +53,10 @@ def grpo_checks(cfg: RunConfig) -> None:
 
 
 def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int | None = None):
+    from cockpit.data.media import image_report
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
+    from cockpit.models.vlm import refuse_unhonoured
     from cockpit.preflight.checks import CheckResult, check_moe_keys, device_checks, static_checks
 
     warnings = static_checks(cfg, gpus)
@@ -65,6 +67,7 @@ def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int 
     tok = load_tokenizer(cfg, ref, log=log)
     mcfg = load_model_config(cfg, ref)
     check_moe_keys(cfg, mcfg)
+    refuse_unhonoured(cfg, mcfg)  # the vision-language keys: each with an effect on this model (cockpit.models.vlm)
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(
@@ -89,4 +92,5 @@ def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int 
         samples=len(prepared.kept),  # what the ranks train on (survives_cutoff)
         model_path=ref.path,
         preview=_preview(tok, cfg.stage, loaded.samples[0]),
+        images=image_report(prepared.kept),  # dpo's pairs with images (issue 63)
     )

@@ -8,14 +8,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from cockpit.data.stage_data import _common_prefix, _ids
 from cockpit.train.progress import OnProgress, silent
 
 
-def _answer_logp(model: Any, tokenizer: Any, prompt: list[dict[str, str]], answer: str) -> float:
+def _answer_logp(
+    model: Any, tokenizer: Any, prompt: list[dict[str, str]], answer: str, images: Callable[[Any], Any] | None = None
+) -> float:
+    """The answer's summed log-probability; ``images``: input_ids -> the pair's image inputs (a VLM's)."""
     import torch
 
     p_ids = _ids(tokenizer, prompt, True)
@@ -23,14 +27,21 @@ def _answer_logp(model: Any, tokenizer: Any, prompt: list[dict[str, str]], answe
     start = max(1, _common_prefix(p_ids, full))
     device = next(model.parameters()).device
     ids = torch.tensor([full], device=device)
-    logits = model(input_ids=ids).logits[0, :-1].float()
+    extra = {k: v.to(device) for k, v in images(ids).items()} if images else {}
+    logits = model(input_ids=ids, **extra).logits[0, :-1].float()
     logps = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
     return float(logps[start - 1 :].sum())
 
 
 def policy_preference(
-    model: Any, tokenizer: Any, pairs: Sequence[dict[str, Any]], on_progress: OnProgress = silent
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[dict[str, Any]],
+    on_progress: OnProgress = silent,
+    images: Callable[[list[str], Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """``images``: (a pair's image paths, input_ids) -> the model's image inputs (a vision-language model:
+    its pair collator's, cockpit.train.recipes.preference.PairImages.inputs_for)."""
     import torch
 
     was_training = model.training
@@ -40,9 +51,11 @@ def policy_preference(
     try:
         with torch.no_grad():
             for p in pairs:
+                paths = [i["path"] for i in p.get("images") or ()]
+                pair_images = partial(images, paths) if paths and images is not None else None
                 margins.append(
-                    _answer_logp(model, tokenizer, p["prompt"], p["chosen"])
-                    - _answer_logp(model, tokenizer, p["prompt"], p["rejected"])
+                    _answer_logp(model, tokenizer, p["prompt"], p["chosen"], pair_images)
+                    - _answer_logp(model, tokenizer, p["prompt"], p["rejected"], pair_images)
                 )
                 on_progress(len(margins), len(pairs))
     finally:

@@ -37,18 +37,74 @@ PREF_FIELDS = {
 }
 
 
+IMAGE_PATHS = "image_paths"  # a pair's images; not "images", which TRL takes for its own processor's vision path
+
+
 def _dataset(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> Any:
-    """A datasets.Dataset in TRL's conversational form (answers as one assistant turn)."""
+    """A datasets.Dataset in TRL's conversational form (answers as one assistant turn); pairs with images
+    (their prompt's image tokens already expanded) carry their image paths for :class:`PairImages`."""
     from datasets import Dataset
+
+    images = any(r.get("images") for r in rows)
 
     def conv(row: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"prompt": row["prompt"]}
         for k in keys:
             v = row[k]
             out[k] = [{"role": "assistant", "content": v}] if isinstance(v, str) else v
+        if images:
+            out[IMAGE_PATHS] = [i["path"] for i in row.get("images") or ()]
         return out
 
     return Dataset.from_list([conv(r) for r in rows])
+
+
+class PairImages:
+    """TRL's pair collator's batch (the chosen rows, then the rejected rows) plus the pixel_values of each
+    pair's images for both halves, in that order: TRL's own DataCollatorForVisionPreference repeats the
+    images so (``images * 2``), as LLaMA-Factory's PairwiseDataCollatorWithPadding gives both halves the
+    pair's images. DPOTrainer forwards every batch key to the policy and to the reference (or to the
+    policy with its adapter disabled). TRL's vision collator itself is not used: it renders with the
+    processor's chat template and expands ``<image>`` by the processor, where Cockpit renders
+    LLaMA-Factory's template and expands as its mm_plugin does (cockpit.data.stage_data.with_image_tokens)."""
+
+    def __init__(self, images: Any) -> None:
+        self.images = images  # a cockpit.train.vlm.ImageCollator around TRL's DataCollatorForPreference
+
+    def inputs_for(self, paths: list[str], input_ids: Any) -> dict[str, Any]:
+        """The model's image inputs for these rows: the images' pixel_values (and the plugin's keys: Qwen2-VL's
+        image_grid_thw), and the image tokens marked per token where the plugin wants it, as SFT's collator."""
+        out = self.images.image_inputs(paths) if paths else {}
+        if self.images.plugin.token_type_key:
+            out[self.images.plugin.token_type_key] = (input_ids == self.images.token_id).long()
+        return out
+
+    def __call__(self, features: list[dict[str, Any]]) -> Any:
+        batch = self.images.inner(features)
+        paths = [p for f in features for p in f.get(IMAGE_PATHS) or ()]
+        batch.update(self.inputs_for(paths * 2, batch["input_ids"]))  # the chosen half's images, then the rejected's
+        return batch
+
+
+def with_pair_images(trainer: Any, cfg: RunConfig, model: Any, data: StageData) -> Any:
+    """The trainer, its collator wrapped in :class:`PairImages` when the pairs have images (a vision-language
+    model: its image processor, as SFT's collator)."""
+    if not any(r.get("images") for r in (*data.train, *data.held_out)):
+        return trainer
+    from cockpit.train.vlm import ImageCollator, with_images
+
+    images = with_images(trainer.data_collator, cfg, model)
+    if isinstance(images, ImageCollator):
+        trainer.data_collator = PairImages(images)
+    return trainer
+
+
+def held_out_images(cfg: RunConfig, model: Any, pairs: list[dict[str, Any]]) -> Any:
+    """(image paths, input_ids) -> the model's image inputs, for held-out pairs with images; else None."""
+    from cockpit.train.vlm import ImageCollator, with_images
+
+    images = with_images(None, cfg, model) if any(p.get("images") for p in pairs) else None
+    return PairImages(images).inputs_for if isinstance(images, ImageCollator) else None
 
 
 def build_reference(ctx: RecipeContext) -> Any:
@@ -124,7 +180,7 @@ class DPORecipe(Recipe):
         args = stage_arguments(config_cls, ctx, data, **keys)
         kwargs = {"ref_model": ref_model} if trainer_cls.__name__ == "DPOTrainer" else {}
         kwargs.update(trainer_kwargs(ctx.cfg, model, args))  # loraplus_lr_ratio: a LoRA+ optimizer
-        return cockpit_trainer(trainer_cls)(
+        trainer = cockpit_trainer(trainer_cls)(
             model=model,
             args=args,
             train_dataset=_dataset(data.train, ("chosen", "rejected")),
@@ -133,13 +189,15 @@ class DPORecipe(Recipe):
             callbacks=callbacks,
             **kwargs,
         )
+        return with_pair_images(trainer, ctx.cfg, model, data)
 
     def held_out(
         self, ctx: RecipeContext, model: Any, data: StageData, on_progress: OnProgress = silent
     ) -> dict[str, Any] | None:
         from cockpit.train.recipes.heldout import policy_preference
 
-        return policy_preference(model, ctx.tokenizer, data.held_out, on_progress)
+        images = held_out_images(ctx.cfg, model, data.held_out)
+        return policy_preference(model, ctx.tokenizer, data.held_out, on_progress, images)
 
     def summary(self, ctx: RecipeContext, trainer: Any, data: StageData) -> dict[str, Any]:
         return {"pref_loss": ctx.cfg.pref_loss, "pref_beta": ctx.cfg.pref_beta}
