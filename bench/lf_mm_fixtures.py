@@ -17,7 +17,8 @@ the image processor is the family's PIL one with small settings (few image token
 the test) at the sizes of ``IMAGES``: one under ``image_min_pixels`` and one over ``image_max_pixels``, so both
 of LLaMA-Factory's resizes run. transformers' Qwen-VL processors want a video processor, which needs
 torchvision (not installable with the CPU torch here): those two are built with a stand-in video processor that
-only carries ``merge_size`` (no row has a video), and the fixture says so (``processor.stand_in``).
+only carries ``merge_size`` (no row has a video), and the fixture says so (``processor.stand_in``). The side
+venv's Pillow is made the project's first (:func:`same_pillow`): the images are resized by the same code.
 
 Written to ``tests/fixtures/lf_templates/lf_mm_templates.json.gz``: the inputs (rows, images, options, per family
 the tokens added, the image processor's config, the processor's settings, the model config's image token ids)
@@ -30,7 +31,9 @@ from __future__ import annotations
 
 import copy
 import gzip
+import importlib.util
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -399,21 +402,36 @@ def dry_run() -> int:
         made = sorted(p.name for p in Path(tmp).iterdir())
     print(f"{len(TEMPLATES)} templates ({', '.join(TEMPLATES)}), {len(ROWS)} rows, images {', '.join(made)}")
     print(f"would write {OUT.relative_to(ROOT)}")
-    return lf_venv.rerun_in_side_venv(__file__, [], dry_run=True)
+    import PIL
+
+    return lf_venv.rerun_in_side_venv(__file__, [f"--pillow={PIL.__version__}"], dry_run=True)
+
+
+def same_pillow(version: str) -> None:
+    """The side venv's Pillow made the project's (``--pillow``, before anything imports it): Pillow's bicubic
+    resize changed between 11.3 (what LLaMA-Factory's dependencies pull in) and 13.0 (Qwen3-VL's 92x69 -> 96x64
+    moves pixel_values' sum by 3e-4), and the fixture is to show Cockpit's resizes, not Pillow's."""
+    from importlib.metadata import version as installed
+
+    if installed("pillow") != version:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"pillow=={version}"], check=True)
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--dry-run"]:
+    argv = sys.argv[1:]
+    if argv == ["--dry-run"]:
         return dry_run()
-    if sys.argv[1:]:
+    pillow = [a.split("=", 1)[1] for a in argv if a.startswith("--pillow=")]
+    if len(argv) != len(pillow) or len(pillow) > 1:
         raise SystemExit(f"usage: python {sys.argv[0]} [--dry-run]")
-    try:
-        import llamafactory  # noqa: F401
-    except ImportError:  # re-run inside the side venv
+    if importlib.util.find_spec("llamafactory") is None:  # re-run inside the side venv, with this venv's Pillow
         sys.path.insert(0, str(ROOT / "bench"))
         import lf_venv
+        import PIL
 
-        return lf_venv.rerun_in_side_venv(__file__, [])
+        return lf_venv.rerun_in_side_venv(__file__, [f"--pillow={PIL.__version__}"])
+    if pillow:
+        same_pillow(pillow[0])
     data = generate()
     _write(OUT, data)
     print(f"{len(data['templates'])} templates -> {OUT} ({OUT.stat().st_size} bytes)")

@@ -91,7 +91,7 @@ def test_the_llamafactory_generators_dry_run_without_llamafactory(tmp_path):
     mm = bench("lf_mm_fixtures.py", "--dry-run", env=env).stdout  # issue 63's image rows
     assert "5 templates (llava, qwen2_vl, qwen3_vl, qwen3_vl_nothink, gemma3), 4 rows" in mm, mm
     assert "would write tests/fixtures/lf_templates/lf_mm_templates.json.gz" in mm, mm
-    assert f"would run: PYTHONPATH= {side_python} {BENCH / 'lf_mm_fixtures.py'}" in mm, mm
+    assert f"would run: PYTHONPATH= {side_python} {BENCH / 'lf_mm_fixtures.py'} --pillow=" in mm, mm
     refused = bench("lf_template_fixtures.py", "--mistrl", "--dry-run", env=env, ok=False)
     assert refused.returncode != 0 and "unknown argument --mistrl" in refused.stderr, refused.stderr
     assert not (tmp_path / "cache").exists()

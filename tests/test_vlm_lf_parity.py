@@ -35,14 +35,10 @@ DATA: dict[str, Any] = json.loads(gzip.decompress(GOLDEN.read_bytes()))
 TEMPLATES = sorted(DATA["templates"])
 
 # template -> what Cockpit lacks to render it (issue 63 builds the plugins one by one)
-NOT_YET: dict[str, str] = {
-    "qwen3_vl": "no qwen3_vl image plugin in cockpit/data/mm_plugins.py yet",
-    "qwen3_vl_nothink": "no qwen3_vl image plugin in cockpit/data/mm_plugins.py yet",
-    "gemma3": "no gemma3 image plugin in cockpit/data/mm_plugins.py yet",
-}
+NOT_YET: dict[str, str] = {}
 # relative, on pixel_values' sum and sum of squares (float32 pixels summed in float64; the generator rounds to 6
-# decimals): the side venv's Pillow (11.3) and this one's resize and convert alike, to the last digit; a resize
-# skipped or added (LLaVA's image_max_pixels, Qwen2-VL's 28-pixel floor) moves the sums by 1e-4 to 1e-1
+# decimals, with this venv's Pillow: its bicubic resize changed since 11.3 by 3e-4 of the sum); a resize skipped or
+# added (LLaVA's image_max_pixels, Qwen2-VL's 28-pixel floor) moves the sums by 1e-4 to 1e-1
 PIXEL_SUM_TOLERANCE = 1e-7
 
 
@@ -250,11 +246,19 @@ def _tensor_differences(where: str, got: dict[str, Any], want: dict[str, Any]) -
             found.append(f"{where}: {key} {g['values']} != LF {w['values']}")
         else:
             found += [
-                f"{where}: {key} {fp} {g[fp]:.6f} != LF {w[fp]:.6f}"
+                f"{where}: {key} {fp} {g[fp]:.6f} != LF {w[fp]:.6f}{_pillow_note()}"
                 for fp in ("sum", "sum_sq")
                 if fp in w and abs(g[fp] - w[fp]) > PIXEL_SUM_TOLERANCE * max(1.0, abs(w[fp]))
             ]
     return found
+
+
+def _pillow_note() -> str:
+    import PIL
+
+    if PIL.__version__ == DATA["pillow"]:
+        return ""
+    return f" (Pillow {PIL.__version__} here, {DATA['pillow']} made the file: python bench/lf_mm_fixtures.py)"
 
 
 def test_the_golden_file_covers_the_issue():
