@@ -177,3 +177,44 @@ def test_setup_knows_a_vision_language_model(tiny_llava_dir, tiny_model_dir, tmp
             await wait_for(pilot, lambda: not shown(), 10, "the image keys hidden for a text model")
 
     asyncio.run(scenario())
+
+
+def test_the_chat_screen_sends_an_image_with_each_prompt(tmp_path):
+    """The TUI's chat on a vision-language run (the worker's ready says reads_images): an image field is shown;
+    its path goes with each prompt as the request's ``images`` (absolute), the pane names the image; a path
+    that is no file is said and nothing is sent. A text run's chat has no image field."""
+    import queue
+
+    from textual.widgets import Input
+
+    from cockpit.ui.app import CockpitApp
+    from cockpit.ui.screens.chat import ChatScreen
+    from tests.test_ui_chat import RECORDED, ReplayChat
+
+    run = image_probe_run(tmp_path)
+
+    async def chat_on(ready: dict) -> None:
+        fake = ReplayChat()
+        fake.q = queue.Queue()
+        fake.q.put(ready)
+        app = CockpitApp(tmp_path / "runs", start="runs", follow=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.push_screen(ChatScreen(RunDir(run), start=lambda run, url: fake))
+            await wait_for(pilot, lambda: getattr(app.screen, "ready", None), 10, "ready")
+            chat, image = app.screen, app.screen.query_one("#chat-image", Input)
+            if not ready.get("reads_images"):
+                assert not image.display
+                return
+            assert image.display and "an image's path below goes with each prompt" in chat.status
+            image.value = str(tmp_path / "img" / "nothere.png")
+            chat.query_one("#chat-input", Input).value = "What colour?"
+            await pilot.press("enter")
+            assert fake.sent == [] and f"no such image file: {tmp_path / 'img' / 'nothere.png'}" in chat.status
+            image.value = str(tmp_path / "img" / ".." / "img" / "red.png")  # made absolute and plain
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: chat.turns and all(t.done for t in chat.turns.values()), 10, "the answer")
+            assert fake.sent == [{"id": 1, "prompt": "What colour?", "images": [str(tmp_path / "img" / "red.png")]}]
+            assert "[red.png] What colour?" in chat.pane_text("tuned").plain
+
+    asyncio.run(chat_on({**RECORDED["ready"], "model_type": "llava", "reads_images": True}))
+    asyncio.run(chat_on({**RECORDED["ready"], "model_type": "llama", "reads_images": False}))

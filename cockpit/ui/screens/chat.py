@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -131,6 +132,9 @@ class ChatScreen(Screen):
                 with VerticalScroll(id=f"chat-{side}-box", classes="chat-pane"):
                     yield Static(id=f"chat-{side}")
         yield Input(placeholder="a prompt for both models · Enter sends · F5 asks the run's probes", id="chat-input")
+        image = Input(placeholder="an image for each prompt: a path (empty: none)", id="chat-image")
+        image.display = False  # shown once the worker says its model reads images (a vision-language run)
+        yield image
         yield Footer()
 
     def on_mount(self) -> None:
@@ -188,6 +192,7 @@ class ChatScreen(Screen):
                 name = str(ev.get("base_model" if side == "base" else "adapter") or "")
                 short = "/".join(name.rstrip("/").split("/")[-2:])  # a path's last two parts
                 self.query_one(f"#chat-{side}-box").border_title = f"{side} · {short}" if short else side
+            self.query_one("#chat-image", Input).display = bool(ev.get("reads_images"))
             self.set_status(self._progress_line(), "$text-success")
             return
         turn = self.turns.get(ev.get("id")) if ev.get("id") is not None else None
@@ -241,7 +246,10 @@ class ChatScreen(Screen):
         else:
             load = f", loaded in {r['load_s']:.1f} s" if r.get("load_s") is not None else ""
             where = f"backend local: chat worker on {r.get('device')} ({r.get('dtype')}{load})"
-        return f"ready · {where} · type a prompt, F5 asks the probes"
+        images = (
+            " · a vision-language model: an image's path below goes with each prompt" if r.get("reads_images") else ""
+        )
+        return f"ready · {where} · type a prompt, F5 asks the probes{images}"
 
     def _progress_line(self) -> str:
         pending = sum(1 for t in self.turns.values() if not t.done)
@@ -269,23 +277,42 @@ class ChatScreen(Screen):
         if self.chat is None or self.exited:
             self.set_status("the chat process is not running: leave (Esc) and open the chat again", "$text-error")
             return None
+        usable, image = self._image()
+        if not usable:
+            return None
         self.next_id += 1
         rid = self.next_id
-        if not self.chat.send({"id": rid, "prompt": prompt}):
+        req: dict[str, Any] = {"id": rid, "prompt": prompt, **({"images": [str(image)]} if image else {})}
+        if not self.chat.send(req):
             self.set_status("the chat process does not take requests any more (see its log)", "$text-error")
             return None
-        self.turns[rid] = Turn(rid, prompt, expect)
+        self.turns[rid] = Turn(rid, f"[{image.name}] {prompt}" if image else prompt, expect)
         self._draw()
         if self.ready is not None:
             self.set_status(self._progress_line(), "$text-warning")
         return rid
 
+    def _image(self) -> tuple[bool, Path | None]:
+        """(usable, the image field's file, absolute): None when the field is hidden or empty; not usable (said
+        in the status line) when its path is not a file."""
+        box = self.query_one("#chat-image", Input)
+        if not (box.display and box.value.strip()):
+            return True, None
+        path = Path(box.value.strip()).expanduser().resolve()
+        if not path.is_file():
+            self.set_status(f"no such image file: {path}", "$text-error")
+            return False, None
+        return True, path
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "chat-image":  # Enter in the image field: on to the prompt
+            self.query_one("#chat-input", Input).focus()
+            return
         prompt = event.value.strip()
         if not prompt:
             return
-        event.input.value = ""
-        self.ask(prompt)
+        if self.ask(prompt) is not None:  # refused (no such image): the prompt stays to send again
+            event.input.value = ""
 
     def action_probes(self) -> None:
         from cockpit.errors import InputError
