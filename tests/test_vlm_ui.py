@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -192,6 +193,11 @@ def test_the_chat_screen_sends_an_image_with_each_prompt(tmp_path):
     from tests.test_ui_chat import RECORDED, ReplayChat
 
     run = image_probe_run(tmp_path)
+    (tmp_path / "adapter").mkdir()  # the run's saved adapter (the chat reads the run's probes, not its weights)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "adapter_dir": str(tmp_path / "adapter")}))
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(re.sub(r"(?m)^probes: .*$", f"probes: {tmp_path / 'probes.jsonl'}", config))
 
     async def chat_on(ready: dict) -> None:
         fake = ReplayChat()
@@ -215,6 +221,14 @@ def test_the_chat_screen_sends_an_image_with_each_prompt(tmp_path):
             await wait_for(pilot, lambda: chat.turns and all(t.done for t in chat.turns.values()), 10, "the answer")
             assert fake.sent == [{"id": 1, "prompt": "What colour?", "images": [str(tmp_path / "img" / "red.png")]}]
             assert "[red.png] What colour?" in chat.pane_text("tuned").plain
+            image.value = ""
+            await pilot.press("f5")  # the run's probes: an image probe goes with its own image, a text probe without
+            await wait_for(pilot, lambda: len(fake.sent) == 4, 10, "the probes sent")
+            assert [r.get("images") for r in fake.sent[1:]] == [
+                [str(tmp_path / "img" / "red.png")],
+                [str(tmp_path / "img" / "blue.png")],
+                None,
+            ]
 
     asyncio.run(chat_on({**RECORDED["ready"], "model_type": "llava", "reads_images": True}))
     asyncio.run(chat_on({**RECORDED["ready"], "model_type": "llama", "reads_images": False}))

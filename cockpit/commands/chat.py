@@ -241,13 +241,14 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
         elif "error" in ev:
             print(f"\nerror: {ev['error']}", file=sys.stderr)
 
+    images = [item["image_path"]] if item.get("image_path") else args.image  # an image probe: its own image
     if not args.json:
-        seen = "".join(f"[image {os.path.basename(p)}] " for p in args.image)
+        seen = "".join(f"[image {os.path.basename(p)}] " for p in images)
         print(f"\n>>> {seen}{item['prompt']}", end="")
     asked = [{"role": "user", "content": item["prompt"]}]
-    if args.image:
-        res = collect(backend.ask(asked, max_new, args.temperature, images=args.image), show)
-        res["images"] = args.image
+    if images:
+        res = collect(backend.ask(asked, max_new, args.temperature, images=images), show)
+        res["images"] = images
     else:
         res = collect(backend.ask(asked, max_new, args.temperature), show)
     res["prompt"] = item["prompt"]

@@ -273,13 +273,15 @@ class ChatScreen(Screen):
             self.query_one(f"#chat-{s}-box", VerticalScroll).scroll_end(animate=False)
 
     # -- requests --------------------------------------------------------------------------------
-    def ask(self, prompt: str, expect: list[str] | None = None) -> int | None:
+    def ask(self, prompt: str, expect: list[str] | None = None, image: Path | None = None) -> int | None:
+        """Send one prompt; ``image``: an image probe's own (else the image field's, when filled)."""
         if self.chat is None or self.exited:
             self.set_status("the chat process is not running: leave (Esc) and open the chat again", "$text-error")
             return None
-        usable, image = self._image()
+        usable, field_image = self._image() if image is None else (True, image)
         if not usable:
             return None
+        image = field_image
         self.next_id += 1
         rid = self.next_id
         req: dict[str, Any] = {"id": rid, "prompt": prompt, **({"images": [str(image)]} if image else {})}
@@ -325,7 +327,7 @@ class ChatScreen(Screen):
             return
         self.probe_ids = []
         for p in probes:
-            rid = self.ask(p["prompt"], p["expect"])
+            rid = self.ask(p["prompt"], p["expect"], Path(p["image_path"]) if p.get("image_path") else None)
             if rid is None:
                 return
             self.probe_ids.append(rid)
