@@ -9,7 +9,8 @@ multi-turn with images in two turns), the row goes through LLaMA-Factory's own p
 (``_find_medias`` under ``media_dir``), ``get_template_and_fix_tokenizer``, the supervised processor (its
 ``mm_plugin.process_messages`` / ``process_token_ids``, ``encode_multiturn``, ``infer_seqlen``) with the
 processor as its loader patches it (``patch_processor``: ``image_max_pixels`` / ``image_min_pixels``), then
-``mm_plugin.get_mm_inputs`` for the row alone and for all rows in one batch (as its collator calls it).
+``mm_plugin.get_mm_inputs`` for the row alone and for all rows in one batch (as its collator calls it); and
+``VARIANTS``: a row with ``train_on_prompt``, ``mask_history``, or a cutoff_len that cuts its prompt's end.
 
 The tokenizer is the embedded SmolLM2's with the family's special tokens added (``added_tokens``, in id order);
 the image processor is the family's PIL one with small settings (few image tokens per image), its saved form
@@ -96,6 +97,15 @@ ROWS: dict[str, tuple[str, dict]] = {
             "images": "big_d.png",
         },
     ),
+}
+
+# the data options LLaMA-Factory applies to image rows as to text ones: name -> (row, options); "cut" is a
+# cutoff_len 3 tokens under the row's length with each template (infer_seqlen cuts the prompt's end, the
+# images kept), recorded per template
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "train_on_prompt": ("two_images_system", {"train_on_prompt": True}),
+    "mask_history": ("three_images_multiturn", {"mask_history": True}),
+    "cutoff_cuts_the_prompt": ("one_image", {"cutoff_len": "cut"}),
 }
 
 _QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
@@ -335,6 +345,7 @@ def render_template(name: str, tok0, media_dir: str) -> dict:
         batch_images, [], [], imglens, [0] * len(imglens), [0] * len(imglens), padded, processor
     )
     ids = {t: tok.convert_tokens_to_ids(t) for t in FAMILIES[family]["tokens"]}
+    variants = {v: _variant(template, tok, processor, data_args, rows, *spec) for v, spec in VARIANTS.items()}
     return {
         "family": family,
         "image_token": template.mm_plugin.image_token,
@@ -346,7 +357,25 @@ def render_template(name: str, tok0, media_dir: str) -> dict:
         "processor": about,
         "rows": rows,
         "batch_mm_inputs": _described(mm),
+        "variants": variants,
     }
+
+
+def _variant(template, tok, processor, data_args, rows: dict, row_name: str, options: dict) -> dict:
+    """One row of ``ROWS`` with LLaMA-Factory's data ``options`` set: its options (the cut's cutoff_len as a
+    number), input_ids and labels."""
+    from llamafactory.data.processor.supervised import SupervisedDatasetProcessor
+
+    options = dict(options)
+    if options.get("cutoff_len") == "cut":
+        options["cutoff_len"] = len(rows[row_name]["input_ids"]) - 3
+    args = copy.deepcopy(data_args)
+    for key, value in options.items():
+        setattr(args, key, value)
+    proc = SupervisedDatasetProcessor(template=template, tokenizer=tok, processor=processor, data_args=args)
+    formatting, row = ROWS[row_name]
+    out = proc.preprocess_dataset({k: [v] for k, v in _example(formatting, row, args).items()})
+    return {"row": row_name, "options": options, "input_ids": out["input_ids"][0], "labels": out["labels"][0]}
 
 
 def generate() -> dict:

@@ -15,6 +15,11 @@ special tokens, the image processor's preprocessor_config.json), the images (the
 dataset with ``dataset_info.json``; then Cockpit's training path (``prepare_dataset``'s rows, the image
 collator's ``pixel_values``) is compared with LLaMA-Factory's.
 
+Beside the rows as they are: each template with ``train_on_prompt``, ``mask_history``, and a cutoff_len that cuts
+the prompt's end (the images kept), as LLaMA-Factory's supervised processor applies them. With train_on_prompt
+Cockpit keeps the image tokens out of the loss where LLaMA-Factory trains them (``IMAGE_TOKENS_UNLABELLED``: the
+one deliberate difference, compared as exactly that).
+
 A template Cockpit does not render yet is in ``NOT_YET`` with the reason; its test is a strict xfail, so the
 day it matches, the suite says to take it out.
 """
@@ -36,6 +41,13 @@ TEMPLATES = sorted(DATA["templates"])
 
 # template -> what Cockpit lacks to render it (issue 63 builds the plugins one by one)
 NOT_YET: dict[str, str] = {}
+# variants where Cockpit's labels are LLaMA-Factory's with the image tokens set to -100, on purpose (the rest
+# identical): train_on_prompt trains the prompt's tokens, and LF's labels then ask the model to predict each
+# image placeholder token (its features replace the token's embedding; nothing to learn); Cockpit leaves them out
+# of the loss (cockpit/data/prepare.py's _unlabelled). Take it out of this dict to follow LF to the token.
+IMAGE_TOKENS_UNLABELLED: dict[str, str] = {
+    "train_on_prompt": "image placeholder tokens never carry the loss in Cockpit; LF trains them with train_on_prompt",
+}
 # relative, on pixel_values' sum and sum of squares (float32 pixels summed in float64; the generator rounds to 6
 # decimals, with this venv's Pillow: its bicubic resize changed since 11.3 by 3e-4 of the sum); a resize skipped or
 # added (LLaVA's image_max_pixels, Qwen2-VL's 28-pixel floor) moves the sums by 1e-4 to 1e-1
@@ -148,6 +160,9 @@ def _dataset(root: Path) -> Path:
     }  # fmt: skip
     for formatting, rows in by_format.items():
         (data / f"{formatting}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, case in DATA["rows"].items():  # each row alone too (the variants' datasets)
+        (data / f"{name}.jsonl").write_text(json.dumps(case["row"]) + "\n")
+        entries[f"row_{name}"] = {**entries[case["formatting"]], "file_name": f"{name}.jsonl"}
     (data / "dataset_info.json").write_text(json.dumps(entries))
     return data
 
@@ -193,11 +208,19 @@ def cockpit_side(name: str, root: str, embedded: str) -> dict[str, Any]:
     base = Path(root)
     model = _model_dir(name, base, Path(embedded))
     data = _dataset(base)
-    cfg = validate({"model_name_or_path": str(model), "template": name, "dataset": "sharegpt,alpaca",
-                    "dataset_dir": str(data), "finetuning_type": "lora", "use_cpu": True,
-                    **DATA["options"]})  # fmt: skip
+
+    def config(dataset: str, **options: Any) -> Any:
+        return validate({"model_name_or_path": str(model), "template": name, "dataset": dataset,
+                         "dataset_dir": str(data), "finetuning_type": "lora", "use_cpu": True,
+                         **DATA["options"], **options})  # fmt: skip
+
+    cfg = config("sharegpt,alpaca")
     tok = load_tokenizer(cfg, resolve_model(str(model), log=lambda *_: None), log=lambda *_: None)
     rows = prepare_dataset(cfg, tok).rows()
+    variants = {}
+    for variant, want in DATA["templates"][name]["variants"].items():
+        (row,) = prepare_dataset(config(f"row_{want['row']}", **want["options"]), tok).rows()
+        variants[variant] = {"input_ids": row["input_ids"], "labels": row["labels"]}
 
     loaded = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(str(model)))  # random weights
     collate = with_images(build_collator(cfg, tok, loaded), cfg, loaded)  # the trainer's collator
@@ -207,6 +230,7 @@ def cockpit_side(name: str, root: str, embedded: str) -> dict[str, Any]:
     }
     return {
         "rows": out,
+        "variants": variants,
         "batch_mm_inputs": _described(collate([rows[_row_order().index(n)] for n in DATA["batch_rows"]])),
     }
 
@@ -217,17 +241,28 @@ def differences(name: str, root: Path, embedded: Path) -> list[str]:
     mine = cockpit_side(name, str(root), str(embedded))
     found = []
     for row, want in gold["rows"].items():
-        got = mine["rows"][row]
-        for key in ("input_ids", "labels"):
-            if got[key] != want[key]:
-                at = next((i for i, (a, b) in enumerate(zip(got[key], want[key])) if a != b), None)
-                at = min(len(got[key]), len(want[key])) if at is None else at
-                found.append(
-                    f"{row}: {key} differ at {at} (Cockpit {got[key][at : at + 5]}, LF {want[key][at : at + 5]}; "
-                    f"lengths {len(got[key])} / {len(want[key])})"
-                )
-        found += _tensor_differences(row, got["mm_inputs"], want["mm_inputs"])
+        found += _token_differences(row, mine["rows"][row], want)
+        found += _tensor_differences(row, mine["rows"][row]["mm_inputs"], want["mm_inputs"])
     found += _tensor_differences("batch", mine["batch_mm_inputs"], gold["batch_mm_inputs"])
+    image_id = gold["token_ids"][gold["image_token"]]
+    for variant, want in gold["variants"].items():
+        if variant in IMAGE_TOKENS_UNLABELLED:  # LF's labels, the image tokens out of the loss
+            want = {**want, "labels": [-100 if t == image_id else x for t, x in zip(want["input_ids"], want["labels"])]}
+        found += _token_differences(f"{variant} ({want['row']}, {want['options']})", mine["variants"][variant], want)
+    return found
+
+
+def _token_differences(where: str, got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """input_ids and labels: where they first differ, the next tokens on each side."""
+    found = []
+    for key in ("input_ids", "labels"):
+        if got[key] != want[key]:
+            at = next((i for i, (a, b) in enumerate(zip(got[key], want[key])) if a != b), None)
+            at = min(len(got[key]), len(want[key])) if at is None else at
+            found.append(
+                f"{where}: {key} differ at {at} (Cockpit {got[key][at : at + 5]}, LF {want[key][at : at + 5]}; "
+                f"lengths {len(got[key])} / {len(want[key])})"
+            )
     return found
 
 
