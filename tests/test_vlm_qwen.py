@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import prepare_vlm, read_events, write_vlm_dataset, write_yaml
+from PIL import Image
 
 from cockpit.cli import main
 from cockpit.config import validate
@@ -152,6 +153,7 @@ def test_tiny_qwen2_vl_and_qwen2_5_vl_train_two_steps(tiny_qwen2_vl_dir, tiny_qw
         if not over:  # LoRA: lora_B starts at zero, so a trained adapter has moved it
             assert saved and all(".language_model." in k for k in saved), sorted(saved)[:4]
             assert any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k)
+            _exported_answers(run, runs, tmp_path / "merged")
             continue
         # full: saved as the base was (the checkpoint's own names: model.* the language model, visual.* the tower)
         base = {k: v for f in model_dir.glob("*.safetensors") for k, v in load_file(str(f)).items()}
@@ -159,3 +161,20 @@ def test_tiny_qwen2_vl_and_qwen2_5_vl_train_two_steps(tiny_qwen2_vl_dir, tiny_qw
         changed = {k for k in base if not torch.equal(base[k], saved[k].to(base[k].dtype))}
         assert changed and all(k.startswith("model.") for k in changed), sorted(changed)[:4]
         assert any(k.startswith("visual.merger.") for k in base) and not any("visual." in k for k in changed)
+
+
+def _exported_answers(run: Path, runs: Path, out: Path) -> None:
+    """`cockpit export --merge`: the merged Qwen2-VL, its image processor (the base's files, copied: the Qwen-VL
+    processor does not load here) and the run's tokenizer load with the Auto classes and answer about an image."""
+    import torch
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+
+    assert main(["export", run.name, "--runs-dir", str(runs), "--merge", "--out", str(out)]) == 0
+    model, tok = AutoModelForImageTextToText.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    pixels = AutoImageProcessor.from_pretrained(out, backend="pil")([Image.open("data/img/b.png")], return_tensors="pt")
+    image = "<|vision_start|>" + "<|image_pad|>" * TOKENS["b"] + "<|vision_end|>"
+    ids = tok(f"<|im_start|>user\n{image}What colour?<|im_end|>\n<|im_start|>assistant\n", return_tensors="pt").input_ids
+    marks = (ids == model.config.image_token_id).long()
+    with torch.no_grad():
+        answer = model.generate(input_ids=ids, mm_token_type_ids=marks, max_new_tokens=2, do_sample=False, **pixels)
+    assert answer.shape[1] == ids.shape[1] + 2

@@ -149,6 +149,22 @@ def merge_dtype(cfg: RunConfig) -> str:
     return "float16" if cfg.fp16 and cfg.quantization_bit else "float32"
 
 
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+
+
+def _save_processor(cfg: RunConfig, ref: Any, out: Path, load_processor: Any) -> None:
+    """A vision-language base's processor files beside the merged model: copied as they are from a local
+    folder (a Qwen-VL processor does not load here without torchvision: it wants a video processor, so it is
+    not loaded and saved again), else loaded (AutoProcessor) and saved."""
+    folder = Path(ref.path)
+    if not folder.is_dir():
+        load_processor(cfg, ref).save_pretrained(out)
+        return
+    for name in PROCESSOR_FILES:
+        if (folder / name).is_file():
+            shutil.copyfile(folder / name, out / name)
+
+
 def _merge_into_base(adapter: Path, cfg: RunConfig, tmp: Path, dtype: str, log) -> tuple[str, list[str]]:
     """Merge the LoRA adapter into the base model and save it with the tokenizer in TMP: (dtype, notes)."""
     import torch
@@ -182,6 +198,6 @@ def _merge_into_base(adapter: Path, cfg: RunConfig, tmp: Path, dtype: str, log) 
     model = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     model.save_pretrained(tmp, safe_serialization=True)
     if vlm:  # the processor (its image processor's settings); the run's tokenizer then replaces the base's
-        load_processor(cfg, ref).save_pretrained(tmp)
+        _save_processor(cfg, ref, tmp, load_processor)
     _save_tokenizer(adapter, cfg, tmp, ref)
     return str(tdtype).replace("torch.", ""), notes
