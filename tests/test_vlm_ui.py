@@ -1,5 +1,6 @@
 """A vision-language run where a user looks (issue 63): the Summary's image probes (the image's file name and
-size beside the prompt, answers before → after, ``i`` names the image's file) and the Setup form on a VLM.
+size beside the prompt, answers before → after, ``i`` opens the image: in the browser under ``cockpit web``), the
+Setup form on a VLM, the chat screen's image field and the chat worker's images (Qwen2-VL, no training).
 
 The run dir is the recorded cpu-demo run (tests/fixtures/ui_run) with its probe_results events replaced by
 image probes' results as the rank writes them: the probes file read by ``load_probes`` (which adds the image
@@ -12,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -232,3 +234,41 @@ def test_the_chat_screen_sends_an_image_with_each_prompt(tmp_path):
 
     asyncio.run(chat_on({**RECORDED["ready"], "model_type": "llava", "reads_images": True}))
     asyncio.run(chat_on({**RECORDED["ready"], "model_type": "llama", "reads_images": False}))
+
+
+def test_the_chat_worker_reads_images_as_the_runs_rows_were_rendered(tiny_qwen2_vl_dir, tmp_path):
+    """The chat worker on a Qwen2-VL run (finetuning_type full: the saved model is the base folder here, no
+    training): each image becomes the template plugin's image tokens by its size, as prepare renders a row
+    (two sizes, two counts), with ``pixel_values`` and ``image_grid_thw`` from the image processor; the
+    model answers (greedy, 2 tokens) and the image reaches it (two images, two logits)."""
+    import torch
+    import yaml
+
+    from cockpit.data import mm_plugins
+    from cockpit.serve.artifacts import load_run
+    from cockpit.serve.chat_worker import Generator, with_images
+    from cockpit.store.rundir import atomic_write_json, create_run_dir
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (56, 84), (220, 30, 30)).save(tmp_path / "img" / "tall.png")
+    Image.new("RGB", (28, 28), (30, 30, 220)).save(tmp_path / "img" / "small.png")
+    run = create_run_dir(tmp_path / "runs", "qwen-chat")
+    run.config_path.write_text(yaml.safe_dump({"model_name_or_path": str(tiny_qwen2_vl_dir), "template": "qwen2_vl",
+                                               "finetuning_type": "full", "use_cpu": True}))  # fmt: skip
+    atomic_write_json(run.summary_path, {"state": "finished", "steps": 1, "adapter_dir": str(tiny_qwen2_vl_dir)})
+    gen = Generator(load_run(run))
+    asked = with_images(gen, [{"role": "user", "content": "What colour?"}], [str(tmp_path / "img" / "tall.png")])
+    assert asked == [{"role": "user", "content": "<image>What colour?"}]
+    plugin = mm_plugins.PLUGINS["qwen2_vl"]
+    logits, counts = [], []
+    for name, size in (("tall.png", (56, 84)), ("small.png", (28, 28))):
+        path = str(tmp_path / "img" / name)
+        inputs = gen.inputs(asked, [path])
+        counts.append(int((inputs["input_ids"] == gen.image_token_id).sum()))
+        assert counts[-1] == mm_plugins.image_tokens(plugin, gen.facts, size) and "image_grid_thw" in inputs
+        with torch.no_grad():
+            logits.append(gen.model(**inputs).logits[0, -1])
+    assert counts[0] > counts[1] and not torch.allclose(logits[0], logits[1]), counts
+    text, ids, cancelled, cut = gen.generate("tuned", asked, 2, 0.0, threading.Event(), lambda d: None,
+                                             [str(tmp_path / "img" / "tall.png")])  # fmt: skip
+    assert not cancelled and len(ids) <= 2 and (cut or len(ids) < 2)  # generated to its end or to the limit

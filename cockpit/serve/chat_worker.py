@@ -131,47 +131,73 @@ class Generator:
             self.model = auto.from_pretrained(str(art.adapter_dir), dtype=tdtype, **kw).to(device).eval()
 
     def _image_reader(self, cfg: Any, ref: Any, progress) -> Any:
-        """A vision-language model (its config's type, :mod:`cockpit.models.vlm`): its processor and image
-        token count kept for the requests' images; returns its auto class (None: a text model)."""
+        """A vision-language model (its config's type, :mod:`cockpit.models.vlm`): its template's image plugin,
+        the facts it counts image tokens with and its image processor, as the run's rows were rendered and
+        collated (:mod:`cockpit.data.mm_plugins`); returns its auto class (None: a text model)."""
         from transformers import AutoConfig
 
-        from cockpit.models.resolve import load_processor
-        from cockpit.models.vlm import composite_of, image_seqlen
+        from cockpit.data import mm_plugins
+        from cockpit.models.vlm import composite_of, image_token_id
 
         model_config = AutoConfig.from_pretrained(
             ref.path, trust_remote_code=bool(cfg.trust_remote_code), **ref.kwargs()
         )
         self.model_type = str(getattr(model_config, "model_type", "") or "")
-        self.image_processor, self.image_seqlen = None, 0
-        if composite_of(model_config) is None:
+        self.image_processor: Any = None
+        parts = composite_of(model_config)
+        if parts is None:
             return None
         progress("loading the image processor")
-        processor = load_processor(cfg, ref)
-        self.image_processor, self.image_seqlen = processor.image_processor, image_seqlen(processor)
+        self.plugin = mm_plugins.plugin_for(cfg.template) or mm_plugins.PLUGINS[parts.template]
+        self.facts, self.image_processor = mm_plugins.load(
+            self.plugin,
+            ref.path,
+            cfg.image_max_pixels,
+            cfg.image_min_pixels,
+            trust_remote_code=bool(cfg.trust_remote_code),
+            **ref.kwargs(),
+        )
+        self.image_token_id = image_token_id(model_config)
         from transformers import AutoModelForImageTextToText
 
         return AutoModelForImageTextToText
 
     def prompt_ids(self, messages: list[dict[str, str]], images: Sequence[str] = ()) -> list[int]:
-        """The prompt's ids, rendered with the run's template; with images, each ``<image>`` repeated as
-        the model's image tokens (as the run's rows were: :func:`cockpit.data.media.expanded`)."""
-        from cockpit.data import media
+        """The prompt's ids, rendered with the run's template; with images, each ``<image>`` replaced by its
+        image's tokens as the run's rows were (the template's plugin: their count by the image's size)."""
+        from cockpit.data import mm_plugins
         from cockpit.data.render import render_prompt_ids
 
-        return render_prompt_ids(self.tok, media.expanded(messages, self.image_seqlen) if images else messages)
+        if images:
+            from PIL import Image
+
+            sizes = []
+            for path in images:
+                with Image.open(path) as image:
+                    sizes.append(image.size)
+            texts = [mm_plugins.image_text(self.plugin, self.facts, size) for size in sizes]
+            messages = mm_plugins.expanded(messages, texts)
+        return render_prompt_ids(self.tok, messages)
 
     def inputs(self, messages: list[dict[str, str]], images: Sequence[str] = ()) -> dict[str, Any]:
         """The model's inputs for one prompt: ``input_ids``, ``attention_mask`` and, with images,
-        ``pixel_values`` (each image resized as the run's were: image_max_pixels / image_min_pixels)."""
-        from cockpit.data import media
+        ``pixel_values`` and the plugin's other keys (each image resized as the run's were, then processed
+        by the model's image processor, as the training collator does)."""
+        from cockpit.data import mm_plugins
 
         ids = self.torch.tensor([self.prompt_ids(messages, images)], device=self.device)
         out: dict[str, Any] = {"input_ids": ids, "attention_mask": self.torch.ones_like(ids)}
         if images:
             cfg = self.art.config
-            pictures = [media.regularized(p, int(cfg.image_max_pixels), int(cfg.image_min_pixels)) for p in images]
-            pixels = self.image_processor(pictures, return_tensors="pt")["pixel_values"]
-            out["pixel_values"] = pixels.to(self.device, dtype=next(self.model.parameters()).dtype)
+            pictures = [
+                mm_plugins.regularized(self.plugin, p, int(cfg.image_max_pixels), int(cfg.image_min_pixels))
+                for p in images
+            ]
+            done = self.image_processor(pictures, return_tensors="pt")
+            out.update({key: done[key].to(self.device) for key in ("pixel_values", *self.plugin.batch_keys)})
+            out["pixel_values"] = out["pixel_values"].to(dtype=next(self.model.parameters()).dtype)
+        if self.image_processor is not None and self.plugin.token_type_key:  # as the collator marks every batch
+            out[self.plugin.token_type_key] = (ids == self.image_token_id).long()
         return out
 
     def generate(
