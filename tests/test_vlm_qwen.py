@@ -178,3 +178,29 @@ def _exported_answers(run: Path, runs: Path, out: Path) -> None:
     with torch.no_grad():
         answer = model.generate(input_ids=ids, mm_token_type_ids=marks, max_new_tokens=2, do_sample=False, **pixels)
     assert answer.shape[1] == ids.shape[1] + 2
+
+
+def test_the_freeze_keys_and_lora_targets_name_qwens_parts(tiny_qwen2_5_vl_dir, tmp_path):
+    """LLaMA-Factory's qwen2_5_vl registration on transformers 5's names: LoRA ``all`` adapts the language model
+    only; with the tower unfrozen, its blocks too, never the merger (projector) nor patch_embed (a LoRA conflict);
+    full fine-tuning's train_mm_proj_only trains model.visual.merger alone."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from cockpit.models.vlm import composite_of, lora_targets
+    from cockpit.train.vlm import freeze_parts
+
+    config = AutoConfig.from_pretrained(tiny_qwen2_5_vl_dir)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    parts, data = composite_of(config), _data(tmp_path)
+    modules = [(n, isinstance(m, torch.nn.Linear)) for n, m in model.named_modules() if n]
+
+    def adapted(**over) -> set[str]:
+        names = lora_targets(validate(_raw(tiny_qwen2_5_vl_dir, data, **over)), parts, modules)
+        return {".".join(n.split(".")[:3]) for n in names}
+
+    assert adapted() == {"model.language_model.layers"}
+    assert adapted(freeze_vision_tower=False) == {"model.language_model.layers", "model.visual.blocks"}
+    freeze_parts(model, validate(_raw(tiny_qwen2_5_vl_dir, data, finetuning_type="full", train_mm_proj_only=True)), parts)
+    assert {".".join(n.split(".")[:3]) for n, p in model.named_parameters() if p.requires_grad} == {"model.visual.merger"}
