@@ -267,12 +267,13 @@ class TmuxPane:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
 
 
-def bench_first_frame(workdir: Path, rounds: int) -> dict:
+def bench_first_frame(workdir: Path, rounds: int, warm_up: bool = True) -> dict:
     """From a command typed into a tmux pane to its first frame, ``rounds`` times each, round by
     round in turn (a neighbour's load falls on all of them alike): ``cockpit`` (the console script)
     and ``python -m cockpit`` on an empty runs dir (the Setup screen; also when its form is filled
     and validated), ``cockpit`` on the recorded runs (the Runs screen), and the bare Textual app.
-    Medians; ratios to the bare app's median."""
+    Medians; ratios to the bare app's median. ``warm_up``: a first round, not counted (--smoke's
+    figures mean nothing: without it, its first start writes the bytecode caches)."""
     empty = workdir / "runs"
     empty.mkdir(parents=True)
     bare = workdir / "bare.py"
@@ -288,7 +289,7 @@ def bench_first_frame(workdir: Path, rounds: int) -> dict:
     runs: dict[str, list[dict]] = {name: [] for name in cases}
     load = [os.getloadavg()[0]]
     try:
-        for command, needle, then in cases.values():  # a first round, not counted: bytecode caches written
+        for command, needle, then in cases.values() if warm_up else ():  # not counted: bytecode caches written
             pane.first_frame(command, needle, then)
         for _ in range(rounds):
             for name, (command, needle, then) in cases.items():
@@ -486,7 +487,8 @@ def main() -> int:
                     help="only the many-GPU Live screen bench (bench_nodes), e.g. --gpus 16 512 (8 GPUs a node, 160x48)")
     ap.add_argument("--first-frame", action="store_true", help="only the first-frame part")
     ap.add_argument("--smoke", action="store_true",
-                    help="that every part runs (the suite): one round, 3 s of following, a 2,000-step attach; no figures")
+                    help="that every part runs (the suite): one round and no warm-up round, 3 s of following, a 2,000-step "
+                         "attach; no figures")
     args = ap.parse_args()
     # (rounds, seconds of following, attach steps): full, --quick, --smoke
     rounds, seconds, steps = (1, 3, 2_000) if args.smoke else (5, 10, 100_000) if args.quick else (7, 30, 1_000_000)
@@ -494,7 +496,7 @@ def main() -> int:
         return main_gpus(args.gpus, seconds)
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-ui-") as tmp:
-        results["first_frame"] = bench_first_frame(Path(tmp) / "first-frame", rounds)
+        results["first_frame"] = bench_first_frame(Path(tmp) / "first-frame", rounds, warm_up=not args.smoke)
         print("first frame:", json.dumps(results["first_frame"]), flush=True)
         if args.first_frame:
             print(json.dumps(results, indent=1))
