@@ -104,6 +104,13 @@ def weights_of(ref: Any, *, fetch: bool) -> Weights:
     lacking = missing_shards(d)
     if lacking:
         return Weights(None, f"{d} lacks {len(lacking)} of its safetensors shards (e.g. {lacking[0]}): loaded whole")
+    composite = composite_model_type(d)
+    if composite:
+        return Weights(
+            None,
+            f"{d} is a vision-language model ({composite}) and transformers renames its checkpoint's keys as it "
+            "loads: every rank loads it whole, partitioned (ZeRO-3) or sharded (FSDP2) after",
+        )
     if experts_stored_apart(d):
         return Weights(
             None,
@@ -133,6 +140,20 @@ def experts_stored_apart(folder: Path) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         return False
     return any(_EXPERT_KEY.search(n) for n in names)
+
+
+def composite_model_type(folder: Path) -> str | None:
+    """The model type in the folder's config.json when it is a vision-language model Cockpit trains
+    (:data:`cockpit.models.vlm.COMPOSITE`): a streamed load reads tensors by the model's names, and
+    transformers 5 still saves LLaVA under its older ones (``language_model.model.layers``), converted as
+    ``from_pretrained`` loads them."""
+    from cockpit.models.vlm import COMPOSITE
+
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model_type if model_type in COMPOSITE else None
 
 
 def strategy_shards_load(*, world_size: int, quantized: bool, fsdp: bool, zero3: bool) -> bool:

@@ -83,7 +83,10 @@ Kinds and their fields (units in the field names or stated here):
   (loaded: the model is built, sharded and on its device; trained: training is over, before the
   final save; finished: after the final save and the probes), vmhwm_mb (the rank process's peak resident set size so far, ``VmHWM`` from
   /proc/self/status, MiB; null where /proc is absent). Host RAM at load time, per rank: the figure
-  that shows whether ZeRO-3 / FSDP2 loading held a full copy of the model on every rank
+  that shows whether ZeRO-3 / FSDP2 loading held a full copy of the model on every rank.
+  parameters_held (phase trained, a vision-language model only): {vision|projector|language: {local, global}},
+  the parameter elements of each part this rank holds (a ZeRO-3 partition plus what is gathered, an FSDP2
+  shard, or the whole under DDP) of the part's whole (cockpit/train/vlm_ranks.py)
 - stage metrics (non-SFT stages, ``cockpit/train/recipes/``): extra fields of ``step`` from the
   trainer's logs at each logging step. dpo (all pref_loss values) and kto: reward_margin,
   reward_chosen, reward_rejected (mean implicit rewards beta * log(pi / pi_ref) of the batch's

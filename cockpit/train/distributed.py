@@ -100,9 +100,12 @@ def comm_health_probe(writer: EventWriter | None, use_cpu: bool, log: Callable[[
         )
 
 
-def report_peak_memory(run: RunDir, writer: EventWriter | None, rank: int, local_rank: int, phase: str) -> None:
+def report_peak_memory(
+    run: RunDir, writer: EventWriter | None, rank: int, local_rank: int, phase: str, model: Any = None
+) -> None:
     """Every rank: a ``rank_memory`` event with its peak resident memory so far: VmHWM, and the
-    sampled peak of its private memory (RssAnon: :mod:`cockpit.train.private_memory`)."""
+    sampled peak of its private memory (RssAnon: :mod:`cockpit.train.private_memory`); with a
+    vision-language ``model``, the parameters it holds per part (:func:`cockpit.train.vlm_ranks.parameters_held`)."""
     from cockpit.train.private_memory import PEAK
     from cockpit.train.sharded_load import peak_rss_mb
 
@@ -114,6 +117,12 @@ def report_peak_memory(run: RunDir, writer: EventWriter | None, rank: int, local
         "vmhwm_mb": peak_rss_mb(),
         "rss_anon_peak_mb": PEAK.sample(),
     }
+    if model is not None:
+        from cockpit.train.vlm_ranks import parameters_held
+
+        held = parameters_held(model)
+        if held is not None:
+            fields["parameters_held"] = held
     if writer is not None:
         writer.emit("rank_memory", **fields)
     else:

@@ -106,7 +106,7 @@ class Recipe:
         say_activity(ctx, "loading the model")
         attempt = self.start(ctx, data)
         train(ctx, attempt)
-        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained")
+        report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "trained", attempt.trainer.model)
         say_activity(ctx, "saving the model")
         save_final_model(ctx, attempt)
         after = self.measure_after(ctx, attempt, data)

@@ -52,13 +52,18 @@ def sft_trainer(
     from cockpit.train.token_weights import token_weighting
     from cockpit.train.variants import accuracy_kwargs, trainer_kwargs
     from cockpit.train.vlm import with_images
+    from cockpit.train.vlm_ranks import every_rank_sees_an_image
 
+    text_collator = build_collator(cfg, tokenizer, model)
+    collator = with_images(text_collator, cfg, model)  # a VLM: pixel_values
+    if collator is not text_collator:  # several ranks: each micro-batch carries an image
+        collator = every_rank_sees_an_image(collator, cfg, tokenizer, int(args.world_size))
     trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=ListDataset(train_rows),
         eval_dataset=ListDataset(eval_rows) if eval_rows else None,
-        data_collator=with_images(build_collator(cfg, tokenizer, model), cfg, model),  # a VLM: pixel_values
+        data_collator=collator,
         processing_class=tokenizer,
         callbacks=list(callbacks or []),
         **trainer_kwargs(cfg, model, args),  # a LoRA+ optimizer
