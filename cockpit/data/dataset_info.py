@@ -89,9 +89,12 @@ def resolve_datasets(cfg: RunConfig, key: str = "dataset") -> list[DatasetSpec]:
 
 
 def _with_media(spec: DatasetSpec, cfg: RunConfig) -> DatasetSpec:
-    """The spec with where its images are looked up (cockpit.data.media.media_dir_of)."""
+    """The spec with where its images are looked up (cockpit.data.media.media_dir_of); a built-in demo
+    dataset's images are in the demo folder whatever dataset_dir is (LLaMA-Factory's media_dir default is
+    the folder of the dataset_info.json that names the dataset: its dataset_dir)."""
     registry = Path(spec.info_file).parent if spec.info_file else None
-    spec.media_dir = media_dir_of(cfg.media_dir, cfg.dataset_dir, registry, spec.path)
+    dataset_dir = None if registry == DEMO_DIR else cfg.dataset_dir
+    spec.media_dir = media_dir_of(cfg.media_dir, dataset_dir, registry, spec.path)
     spec.base_dir = Path(cfg.base_dir or Path.cwd())
     return spec
 

@@ -1,7 +1,9 @@
 """The probes file: prompts with expected substrings, answered before and after training.
 
-File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...], "set": str}``;
-a probe passes when every expected substring appears in the greedy answer (case-insensitive).
+File format: JSON array or JSON lines of ``{"prompt": str, "expect": str | [str, ...], "set": str,
+"image": str}``; a probe passes when every expected substring appears in the greedy answer (case-insensitive).
+``image`` (optional; a vision-language model's probe): an image file, relative to the probes file, that the
+model is asked about with the prompt (``<image>`` in the prompt marks where; the llava template's form).
 ``set`` (optional) groups probes: the demo asks ``identity`` probes (what training should teach)
 and ``control`` probes (general questions the base model already answers: what it must not forget);
 results and ``summary.json`` then also count each set (``score``).
@@ -37,10 +39,35 @@ def load_probes(path: str | Path) -> list[dict[str, Any]]:
         if group is not None and not (isinstance(group, str) and group.strip()):
             problems.append(Problem("'set' must be a non-empty string", file=str(path), line=line))
             continue
-        probes.append({"prompt": rec["prompt"], "expect": expect, **({"set": group.strip()} if group else {})})
+        image = _probe_image(rec.get("image"), Path(path)) if "image" in rec else None
+        if isinstance(image, str):
+            problems.append(Problem(image, file=str(path), line=line, key="image"))
+            continue
+        probes.append(
+            {"prompt": rec["prompt"], "expect": expect, **({"set": group.strip()} if group else {}), **(image or {})}
+        )
     if problems:
         raise InputError(problems)
     return probes
+
+
+def _probe_image(value: Any, probes_file: Path) -> dict[str, Any] | str:
+    """An image probe's image (relative to the probes file) as the result fields ``image`` (its file name),
+    ``image_size`` ([width, height]) and ``image_path`` (absolute); or why it cannot be read."""
+    from PIL import Image
+
+    if not isinstance(value, str) or not value.strip():
+        return "'image' must be a path to an image file (relative to the probes file)"
+    path = (probes_file.parent / Path(value).expanduser()).resolve()
+    if not path.is_file():
+        return f"no such image {value!r} ({path})"
+    try:
+        with Image.open(path) as image:
+            image.load()
+            size = list(image.size)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        return f"cannot decode image {value!r} ({path}): {type(exc).__name__}: {exc}"
+    return {"image": path.name, "image_size": size, "image_path": str(path)}
 
 
 def passes(answer: str, expect: list[str]) -> bool:

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from cockpit.errors import InputError, Problem
@@ -60,19 +61,32 @@ def _is_complete(folder: Path) -> bool:
 
 def ensure_embedded_model(log=print) -> Path:
     """The converted folder, converting it first when missing. Safe across processes."""
-    target = embedded_model_dir()
-    if _is_complete(target):
+    return build_once(
+        embedded_model_dir(),
+        _is_complete,
+        lambda tmp: convert_gguf(gguf_path(), tmp),
+        log,
+        "converting the embedded model (GGUF -> safetensors)",
+    )
+
+
+def build_once(
+    target: Path, is_complete: Callable[[Path], bool], build: Callable[[Path], None], log, what: str
+) -> Path:
+    """``target``, built first by ``build(tmp)`` when ``is_complete(target)`` is false: into a temporary
+    folder beside it, then renamed, under a file lock (safe across processes; a crash leaves no half folder)."""
+    if is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = target.parent / f".{CACHE_NAME}.lock"
+    lock_path = target.parent / f".{target.name}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_complete(target):
+        if is_complete(target):
             return target
-        log(f"converting the embedded model (GGUF -> safetensors) into {target}, once ...")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_NAME}.", dir=target.parent))
+        log(f"{what} into {target}, once ...")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            convert_gguf(gguf_path(), tmp)
+            build(tmp)
             if target.exists():
                 shutil.rmtree(target)
             os.replace(tmp, target)

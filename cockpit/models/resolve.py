@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import InputError, Problem
 from cockpit.models.embedded import ensure_embedded_model, is_embedded
+from cockpit.models.embedded_vlm import ensure_embedded_vlm, is_embedded_vlm
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
@@ -77,6 +78,8 @@ def config_model(cfg: RunConfig, log=print) -> ModelRef:
 def _resolve_name(name: str, log) -> ModelRef:
     if is_embedded(name):
         return ModelRef(str(ensure_embedded_model(log=log)), embedded=True)
+    if is_embedded_vlm(name):
+        return ModelRef(str(ensure_embedded_vlm(log=log)), embedded=True)
     p = Path(name).expanduser()
     if p.is_file() and p.suffix == ".gguf":
         return ModelRef(str(p.parent), gguf_file=p.name)
@@ -121,11 +124,14 @@ def did_you_mean(name: str) -> str:
     """``" (did you mean 'x'?)"``: the closest of the embedded names, the model folders beside
     ``name`` (or in the working dir) and the HF cache's models; "" when none is close."""
     from cockpit.models.embedded import EMBEDDED_NAMES, HUB_ID
+    from cockpit.models.embedded_vlm import VLM_NAMES
 
     p = Path(name).expanduser()
     parent = p.parent if str(p.parent) not in ("", ".") else Path.cwd()
     beside = [str(parent / n) if str(p.parent) not in ("", ".") else n for n in _model_folders(parent)]
-    candidates = list(dict.fromkeys([*sorted(EMBEDDED_NAMES), HUB_ID, *beside, *cached_hub_models()]))
+    candidates = list(
+        dict.fromkeys([*sorted(EMBEDDED_NAMES), HUB_ID, *sorted(VLM_NAMES), *beside, *cached_hub_models()])
+    )
     by_lower = {c.lower(): c for c in candidates if c.lower() != name.lower()}  # the name itself is no hint
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
     if not close:

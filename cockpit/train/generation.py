@@ -17,12 +17,14 @@ def generate_new_tokens(
     tokenizer: Any,
     prompts: list[list[int]],
     on_token: Callable[[int], bool | None] | None = None,
+    batch_inputs: Callable[[Any], dict[str, Any]] | None = None,
     **generate_kwargs: Any,
 ) -> list[list[int]]:
     """Each prompt's generated token ids (the prompt left out), in one left-padded batch.
     ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...); ``on_token(n)``: called
     after each generated position with the tokens generated so far (a batch's progress); true: the batch
-    ends there (a stop request)."""
+    ends there (a stop request); ``batch_inputs(input_ids)``: the model's other inputs for the left-padded batch
+    (a vision-language model's ``pixel_values``, its token-type mark)."""
     import torch
 
     was_training = model.training
@@ -35,6 +37,8 @@ def generate_new_tokens(
     for row, prompt_ids in enumerate(prompts):
         ids[row, width - len(prompt_ids) :] = torch.tensor(prompt_ids)
         mask[row, width - len(prompt_ids) :] = 1
+    if batch_inputs is not None:
+        generate_kwargs.update(batch_inputs(ids.to(device)))
     if on_token is not None:
         generate_kwargs["stopping_criteria"] = token_ticks(on_token, width)
     try:

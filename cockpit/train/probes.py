@@ -9,12 +9,14 @@ results and ``summary.json`` then also count each set.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
 from cockpit.data.probes import load_probes, passes, probe_summary, score
 from cockpit.data.render import render_prompt_ids
+from cockpit.errors import InputError, Problem
 from cockpit.train.generation import generate_new_tokens
 from cockpit.train.progress import OnProgress, silent
 
@@ -28,6 +30,67 @@ __all__ = [
 
 
 TOKENS_EVERY_S = 2.0
+IMAGE_FIELDS = ("image", "image_size", "image_path")  # an image probe's, in its result (the Summary shows them)
+
+
+class ProbeImages:
+    """A vision-language model's view of the image probes, as the run's rows were rendered and batched: the
+    template's image plugin (:mod:`cockpit.data.mm_plugins`: the template the tokenizer renders with) turns each
+    probe's ``<image>`` into its image's tokens, and the model folder's image processor gives the batch's
+    ``pixel_values`` (and the plugin's other keys). The images are resized by LLaMA-Factory's default
+    image_max_pixels / image_min_pixels (the rank's probes get no config: a config's own bounds are not applied)."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        from cockpit.data import mm_plugins
+        from cockpit.data.render import lf_template_of
+        from cockpit.models.vlm import composite_of, image_token_id
+
+        parts = composite_of(model.config)
+        if parts is None:
+            raise InputError(
+                Problem(
+                    f"image probes need a vision-language model; {model.config.model_type!r} is a text model",
+                    key="probes",
+                )
+            )
+        named = lf_template_of(tokenizer)
+        self.plugin = mm_plugins.plugin_for(named.name if named else None) or mm_plugins.PLUGINS[parts.template]
+        defaults = mm_plugins.ImageFacts()
+        self.facts, self.image_processor = mm_plugins.load(
+            self.plugin, model.config.name_or_path, defaults.image_max_pixels, defaults.image_min_pixels
+        )
+        self.image_id = image_token_id(model.config)
+        self.model = model
+
+    def prompt(self, probe: dict[str, Any], tokenizer: Any) -> list[int]:
+        """The probe's prompt ids; an image probe's ``<image>`` as its image's tokens."""
+        from cockpit.data import mm_plugins
+
+        messages = [{"role": "user", "content": probe["prompt"]}]
+        if "image_path" in probe:
+            text = mm_plugins.image_text(self.plugin, self.facts, tuple(probe["image_size"]))
+            messages = mm_plugins.expanded(messages, [text])
+        return render_prompt_ids(tokenizer, messages)
+
+    def inputs(self, chunk: list[dict[str, Any]], ids: Any) -> dict[str, Any]:
+        """``pixel_values`` (and the plugin's batch keys) of the chunk's image probes in their order; ``ids``:
+        the batch's left-padded input ids (a plugin's token-type mark is read from them)."""
+        from cockpit.data import mm_plugins
+
+        paths = [p["image_path"] for p in chunk if "image_path" in p]
+        out: dict[str, Any] = {}
+        if paths:
+            facts = self.facts
+            images = [
+                mm_plugins.regularized(self.plugin, p, facts.image_max_pixels, facts.image_min_pixels) for p in paths
+            ]
+            done = self.image_processor(images, return_tensors="pt")
+            device = next(self.model.parameters()).device
+            out = {key: done[key].to(device) for key in ("pixel_values", *self.plugin.batch_keys)}
+            out["pixel_values"] = out["pixel_values"].to(dtype=next(self.model.parameters()).dtype)
+        if self.plugin.token_type_key:  # as the collator marks every batch
+            out[self.plugin.token_type_key] = (ids == self.image_id).long()
+        return out
 
 
 def run_probes(
@@ -46,6 +109,7 @@ def run_probes(
     other rank waits in a collective): the answers end at once, the batch being generated is left out,
     and the result says ``stopped`` with the probes answered so far."""
     results: list[dict[str, Any]] = []
+    seeing = ProbeImages(model, tokenizer) if any("image_path" in p for p in probes) else None
     on_progress(0, len(probes))
     said = [time.monotonic()]
     stopped = [False]
@@ -63,9 +127,18 @@ def run_probes(
         if stopped[0]:
             break
         chunk = probes[i : i + batch_size]
-        prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
+        if seeing is None:
+            prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": p["prompt"]}]) for p in chunk]
+        else:
+            prompts = [seeing.prompt(p, tokenizer) for p in chunk]
         answers = generate_new_tokens(
-            model, tokenizer, prompts, on_token=on_token, max_new_tokens=max_new_tokens, do_sample=False
+            model,
+            tokenizer,
+            prompts,
+            on_token=on_token,
+            batch_inputs=None if seeing is None else functools.partial(seeing.inputs, chunk),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
         )
         if stopped[0]:  # cut short: these answers are not the model's whole answers
             break
@@ -78,6 +151,7 @@ def run_probes(
                     "answer": answer,
                     "ok": passes(answer, probe["expect"]),
                     **({"set": probe["set"]} if "set" in probe else {}),
+                    **{k: probe[k] for k in IMAGE_FIELDS if k in probe},
                 }
             )
         on_progress(len(results), len(probes))
