@@ -268,6 +268,22 @@ ROWS: list[Row] = [
         REFUSED,
     ),
     Row(
+        "video_max_pixels",
+        16384,
+        "sft",
+        "a vision-language model's key: refused on the text model, naming it (inert on a VLM, said at check: "
+        "tests/test_vlm_families.py)",
+        REFUSED,
+    ),
+    Row(
+        "video_min_pixels",
+        1024,
+        "sft",
+        "a vision-language model's key: refused on the text model, naming it (inert on a VLM, said at check: "
+        "tests/test_vlm_families.py)",
+        REFUSED,
+    ),
+    Row(
         "freeze_vision_tower",
         False,
         "sft",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from PIL import Image
 
 
@@ -142,3 +143,40 @@ def test_each_family_trains_two_lora_steps_on_images(template, request, tmp_path
     lora_b = [v for k, v in weights.items() if "lora_B" in k]  # zeros at the start (PEFT): trained if not
     assert lora_b and any(bool(torch.any(v != 0)) for v in lora_b)
 
+
+# LLaMA-Factory's own VLM examples (tests/fixtures/llamafactory/, only model_name_or_path swapped): each passes
+# `cockpit check` and trains 2 steps with the CPU's sizes by --set, as tests/test_lf_examples.py runs the text ones.
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamafactory"
+CPU_SIZES = ["max_steps=2", "cutoff_len=256", "gradient_accumulation_steps=1", "dataloader_num_workers=0",
+             "preprocessing_num_workers=1", "use_cpu=true", "bf16=false", "save_steps=2", "logging_steps=1",
+             "probes=null"]  # fmt: skip
+EXAMPLES = [("qwen3vl_lora_sft", "tiny_qwen3_vl_dir"), ("qwen2_5vl_lora_sft", "tiny_qwen2_5_vl_dir"),
+            ("llava1_5_lora_sft", "tiny_llava_dir")]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.budget(
+    120, reason="3 cockpit subprocesses (check, the video dataset's check, 2 steps) + a fixture's build"
+)
+@pytest.mark.parametrize("example, model", EXAMPLES, ids=[e for e, _ in EXAMPLES])
+def test_llamafactorys_vlm_examples_pass_check_and_train_two_steps(example, model, request, tmp_path):
+    from conftest import cockpit, read_events
+
+    model_dir = request.getfixturevalue(model)
+    config = str(FIXTURES / f"{example}.yaml")
+    swap = ["--set", f"model_name_or_path={model_dir}"]
+    res = cockpit("check", config, *swap, cwd=str(tmp_path), timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    raw = yaml.safe_load((FIXTURES / f"{example}.yaml").read_text())
+    if "video_max_pixels" in raw:  # accepted as inert, and said so: no row can have a video
+        assert f"video_max_pixels {raw['video_max_pixels']}: no effect: it bounds video frames" in res.stdout, (
+            res.stdout
+        )
+        video = cockpit("check", config, *swap, "--set", "dataset=mllm_video_demo", cwd=str(tmp_path), timeout=600)
+        assert video.returncode != 0 and "videos" in video.stdout + video.stderr, video.stdout + video.stderr
+        assert not (tmp_path / "runs").exists()
+    sizes = [a for o in CPU_SIZES for a in ("--set", o)]
+    res = cockpit("train", config, "--runs-dir", str(tmp_path / "runs"), *swap, *sizes, cwd=str(tmp_path), timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == [1, 2]

@@ -231,6 +231,8 @@ class RunConfigKeys:
     media_dir: str | None = None
     image_max_pixels: int = 589824
     image_min_pixels: int = 1024
+    video_max_pixels: int = 65536
+    video_min_pixels: int = 256
     freeze_vision_tower: bool = True
     freeze_multi_modal_projector: bool = True
     freeze_language_model: bool = False

@@ -67,6 +67,10 @@ COMPOSITE: dict[str, Composite] = {
     "gemma3": Composite("gemma3", "gemma3"),
 }
 VLM_KEYS = ("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model", "train_mm_proj_only")
+# LLaMA-Factory's video frame bounds (its _regularize_videos): no effect on images, and a row with videos is refused
+# at check, so on a vision-language model they are provably inert: accepted (its VLM examples set video_max_pixels)
+# with a note saying so; on a text model refused as the image keys are
+VIDEO_KEYS = ("video_max_pixels", "video_min_pixels")
 
 
 def composite_of(model_config: Any) -> Composite | None:
@@ -115,7 +119,8 @@ def model_problems(cfg: RunConfig, model_config: Any) -> list[tuple[str, str]]:
     parts = composite_of(model_config)
     from cockpit.config.schema import SCHEMA
 
-    changed = [k for k in (*VLM_KEYS, "image_max_pixels", "image_min_pixels") if getattr(cfg, k) != SCHEMA[k].default]
+    keys = (*VLM_KEYS, "image_max_pixels", "image_min_pixels", *VIDEO_KEYS)
+    changed = [k for k in keys if getattr(cfg, k) != SCHEMA[k].default]
     if parts is None:
         model_type = getattr(model_config, "model_type", None)
         return [(k, f"a vision-language model's key, and model type {model_type!r} is a text model") for k in changed]
@@ -145,10 +150,10 @@ def untested_with_vlm(cfg: RunConfig) -> list[tuple[str, str]]:
     out = []
     if cfg.quantization_bit:
         out.append(("quantization_bit", f"QLoRA {why}"))
-    several = cfg.world_size > 1 or cfg.sharded
-    if several and (cfg.stage, cfg.template) != ("sft", "llava"):  # trained: tests/test_vlm_strategies.py
-        key = "nproc_per_node" if cfg.world_size > 1 else "deepspeed" if cfg.deepspeed or cfg.zero_stage else "fsdp"
-        out.append((key, f"{cfg.stage} with template {cfg.template} on several ranks {why}; llava's sft only"))
+    if cfg.world_size > 1:
+        out.append(("nproc_per_node", f"several ranks (DDP / FSDP2 / ZeRO-3) {why}; one process trains it"))
+    elif cfg.sharded:
+        out.append(("deepspeed" if cfg.deepspeed or cfg.zero_stage else "fsdp", f"sharded training {why}"))
     if cfg.torch_compile:
         out.append(("torch_compile", f"torch.compile {why}"))
     if cfg.do_predict:
@@ -156,14 +161,28 @@ def untested_with_vlm(cfg: RunConfig) -> list[tuple[str, str]]:
     return out
 
 
-def refuse_unhonoured(cfg: RunConfig, model_config: Any) -> None:
+def video_notes(cfg: RunConfig) -> list[str]:
+    """A note for each video key set on a vision-language model: accepted, and inert (see :data:`VIDEO_KEYS`)."""
+    from cockpit.config.schema import SCHEMA
+
+    return [
+        f"{key} {getattr(cfg, key)}: no effect: it bounds video frames (LLaMA-Factory's _regularize_videos), and "
+        "Cockpit trains images only (a row with videos is refused at check)"
+        for key in VIDEO_KEYS
+        if getattr(cfg, key) != SCHEMA[key].default
+    ]
+
+
+def refuse_unhonoured(cfg: RunConfig, model_config: Any) -> list[str]:
     """InputError naming each vision-language key with no effect on this model (:func:`model_problems`):
-    ``cockpit check`` asks it with the model's config, the rank again with the loaded model's."""
+    ``cockpit check`` asks it with the model's config, the rank again with the loaded model's. Returns
+    the notes on the keys accepted without an effect (:func:`video_notes`)."""
     from cockpit.errors import InputError, Problem
 
     problems = model_problems(cfg, model_config)
     if problems:
         raise InputError([Problem(why, key=key) for key, why in problems])
+    return video_notes(cfg) if composite_of(model_config) else []
 
 
 def image_seqlen(processor: Any) -> int:

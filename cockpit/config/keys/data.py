@@ -50,6 +50,26 @@ KEYS: tuple[Key, ...] = (
         nullable=False,
     ),
     _k(
+        "video_max_pixels",
+        "int",
+        256 * 256,
+        "LLaMA-Factory's bound on a video frame's pixels: no effect (Cockpit trains images; a row with videos is "
+        "refused at check): accepted on a vision-language model with a note, as LLaMA-Factory's VLM examples set it",
+        "dataset",
+        min=1,
+        nullable=False,
+    ),
+    _k(
+        "video_min_pixels",
+        "int",
+        16 * 16,
+        "LLaMA-Factory's lower bound on a video frame's pixels: no effect (Cockpit trains images; a row with videos "
+        "is refused at check): accepted on a vision-language model with a note",
+        "dataset",
+        min=1,
+        nullable=False,
+    ),
+    _k(
         "cutoff_len",
         "int",
         1024,

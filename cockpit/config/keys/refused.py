@@ -14,8 +14,8 @@ REFUSED_NAMES = frozenset(
     disable_gradient_checkpointing use_reentrant_gc upcast_layernorm upcast_lmhead_output
     train_from_scratch infer_backend offload_folder use_cache infer_dtype hf_hub_token ms_hub_token om_hub_token
     print_param_status use_kv_cache model_revision low_cpu_mem_usage rope_scaling resize_vocab split_special_tokens
-    add_tokens add_special_tokens new_special_tokens video_max_pixels
-    video_min_pixels video_fps video_maxlen audio_sampling_rate crop_to_patches use_audio_in_video
+    add_tokens add_special_tokens new_special_tokens
+    video_fps video_maxlen audio_sampling_rate crop_to_patches use_audio_in_video
     export_dir export_size export_device export_quantization_bit export_quantization_dataset
     export_quantization_nsamples export_quantization_maxlen export_legacy_format export_hub_model_id
     vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config
