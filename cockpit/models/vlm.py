@@ -150,10 +150,10 @@ def untested_with_vlm(cfg: RunConfig) -> list[tuple[str, str]]:
     out = []
     if cfg.quantization_bit:
         out.append(("quantization_bit", f"QLoRA {why}"))
-    if cfg.world_size > 1:
-        out.append(("nproc_per_node", f"several ranks (DDP / FSDP2 / ZeRO-3) {why}; one process trains it"))
-    elif cfg.sharded:
-        out.append(("deepspeed" if cfg.deepspeed or cfg.zero_stage else "fsdp", f"sharded training {why}"))
+    several = cfg.world_size > 1 or cfg.sharded
+    if several and (cfg.stage, cfg.template) != ("sft", "llava"):  # trained: tests/test_vlm_strategies.py
+        key = "nproc_per_node" if cfg.world_size > 1 else "deepspeed" if cfg.deepspeed or cfg.zero_stage else "fsdp"
+        out.append((key, f"{cfg.stage} with template {cfg.template} on several ranks {why}; llava's sft only"))
     if cfg.torch_compile:
         out.append(("torch_compile", f"torch.compile {why}"))
     if cfg.do_predict:
