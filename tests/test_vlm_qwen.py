@@ -204,3 +204,25 @@ def test_the_freeze_keys_and_lora_targets_name_qwens_parts(tiny_qwen2_5_vl_dir, 
     assert adapted(freeze_vision_tower=False) == {"model.language_model.layers", "model.visual.blocks"}
     freeze_parts(model, validate(_raw(tiny_qwen2_5_vl_dir, data, finetuning_type="full", train_mm_proj_only=True)), parts)
     assert {".".join(n.split(".")[:3]) for n, p in model.named_parameters() if p.requires_grad} == {"model.visual.merger"}
+
+
+def test_the_planner_counts_qwens_tower_and_merger(tiny_qwen2_vl_dir, tmp_path):
+    """cockpit plan on a Qwen2-VL: the tower (model.visual.patch_embed / blocks) and the merger (the projector),
+    counted on the meta-built model by LLaMA-Factory's keys, are in the weights; full fine-tuning leaves them out
+    of the trainable parameters (frozen by default), train_mm_proj_only trains the merger alone."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from cockpit.plan import estimate_config
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(tiny_qwen2_vl_dir))
+    size = {part: sum(p.numel() for n, p in model.named_parameters() if part in n) for part in ("visual.", "visual.merger")}
+    data = _data(tmp_path)
+
+    def planned(**over):
+        return estimate_config(_raw(tiny_qwen2_vl_dir, data, finetuning_type="full", **over))[1].params
+
+    full = planned()
+    assert full["total"] - full["trainable"] == size["visual."] > 0
+    assert planned(train_mm_proj_only=True)["trainable"] == size["visual.merger"] > 0

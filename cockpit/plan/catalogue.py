@@ -222,8 +222,14 @@ def resolve_model_config(
 
 def vision_part(model_config: Mapping[str, Any]) -> dict[str, Any]:
     """What the planner keeps of a vision-language model's own config beside its language model's: the
-    vision tower's config and the wrapper's type (``_vision_config``, ``_vlm_type``; LLaVA only so far)."""
-    if model_config.get("model_type") != "llava" or not isinstance(model_config.get("vision_config"), dict):
+    vision tower's config and the wrapper's type (``_vision_config``, ``_vlm_type``: LLaVA); another composite
+    model (cockpit.models.vlm.COMPOSITE: Qwen2-VL, ...) keeps its whole config (``_vlm_config``)."""
+    from cockpit.models.vlm import COMPOSITE
+
+    kind = model_config.get("model_type")
+    if kind in COMPOSITE and kind != "llava":
+        return {"_vlm_config": dict(model_config), "_vlm_type": kind}
+    if kind != "llava" or not isinstance(model_config.get("vision_config"), dict):
         return {}
     layers = model_config.get("vision_feature_layer", -1)  # a list: the features of several layers side by side
     return {

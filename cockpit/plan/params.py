@@ -298,6 +298,8 @@ def vision_counts(model_config: Mapping[str, Any], *, allow_meta: bool = True) -
     built on the meta device from its config (``allow_meta`` false, or no torch: a CLIP tower counted from
     its config's numbers, :func:`clip_tower_params`), LLaVA's two-layer projector from the two widths;
     (0, 0) for a text model or a tower neither way counts."""
+    if isinstance(model_config.get("_vlm_config"), dict):  # Qwen2-VL & co: the whole model on the meta device
+        return _composite_counts(_key(model_config["_vlm_config"])) if allow_meta else (0, 0)
     vision_config = model_config.get("_vision_config")
     if not isinstance(vision_config, dict):
         return 0, 0
@@ -327,6 +329,27 @@ def clip_tower_params(vision_config: Mapping[str, Any]) -> int | None:
     embeddings = h + channels * h * patch * patch + ((size // patch) ** 2 + 1) * h
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
     return embeddings + 2 * 2 * h + layers * layer
+
+
+@functools.lru_cache(maxsize=8)
+def _composite_counts(key: str) -> tuple[int, int]:
+    """(vision tower, projector) parameters of a composite model built whole on the meta device, split by
+    its parts' names as LLaMA-Factory registers them (cockpit.models.vlm.COMPOSITE); (0, 0) if it cannot be built."""
+    from cockpit.models.vlm import COMPOSITE
+
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForImageTextToText
+
+        kw = {k: v for k, v in json.loads(key).items() if k not in ("architectures", "transformers_version")}
+        parts = COMPOSITE[kw["model_type"]]
+        config = AutoConfig.for_model(kw.pop("model_type"), **kw)
+        with torch.device("meta"), _without_zero3_init():
+            named = list(AutoModelForImageTextToText.from_config(config).named_parameters())
+    except Exception:  # noqa: BLE001 - no torch / transformers, a config this transformers cannot build
+        return 0, 0
+    vision = sum(p.numel() for n, p in named if any(k in n for k in parts.vision_model_keys))
+    return vision, sum(p.numel() for n, p in named if any(k in n for k in parts.projector_keys))
 
 
 @functools.lru_cache(maxsize=8)
