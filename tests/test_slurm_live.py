@@ -22,7 +22,7 @@ from slurm_cluster import LocalSlurm, missing_reason
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # the daemons and SLURM_CONF end with this file: its worker runs other files after it
 def slurm(tmp_path_factory):
     why = missing_reason()
     prerequisite(not why, why or "")
