@@ -180,3 +180,28 @@ def test_llamafactorys_vlm_examples_pass_check_and_train_two_steps(example, mode
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run,) = (tmp_path / "runs").iterdir()
     assert [e["step"] for e in read_events(run) if e["kind"] == "step"] == [1, 2]
+
+
+@pytest.mark.slow  # the fixture takes ~15 s to build
+def test_dpo_check_says_the_video_keys_have_no_effect(tiny_qwen3_vl_dir, tmp_path, capsys):
+    """The DPO stage's check (LLaMA-Factory's qwen3vl_lora_dpo.yaml sets video_max_pixels too) accepts the video
+    keys on a vision-language model with the same note as SFT's."""
+    import json
+
+    from conftest import write_yaml
+
+    from cockpit.cli import main
+
+    data = _data(tmp_path)
+    pairs = [{"instruction": "<image>What colour is it?", "chosen": c, "rejected": o, "images": [f"img/{c}.png"]}
+             for c, o in (("red", "blue"), ("blue", "red"))]  # fmt: skip
+    (data / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))
+    columns = {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected", "images": "images"}
+    (data / "dataset_info.json").write_text(json.dumps({"pairs": {"file_name": "pairs.jsonl", "ranking": True,
+                                                                  "columns": columns}}))  # fmt: skip
+    raw = _raw(tiny_qwen3_vl_dir, data, "qwen3_vl", stage="dpo", dataset="pairs", video_max_pixels=16384,
+               video_min_pixels=64)  # fmt: skip
+    assert main(["check", str(write_yaml(tmp_path / "dpo.yaml", raw))]) == 0
+    out = capsys.readouterr().out
+    for note in ("video_max_pixels 16384: no effect", "video_min_pixels 64: no effect"):
+        assert note in out, out

@@ -67,7 +67,7 @@ def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int 
     tok = load_tokenizer(cfg, ref, log=log)
     mcfg = load_model_config(cfg, ref)
     check_moe_keys(cfg, mcfg)
-    refuse_unhonoured(cfg, mcfg)  # the vision-language keys: each with an effect on this model (cockpit.models.vlm)
+    warnings += refuse_unhonoured(cfg, mcfg)  # the vision-language keys: each with an effect on this model
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(
