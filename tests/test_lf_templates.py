@@ -232,11 +232,13 @@ def test_templates_matched(capsys):
     assert set(matched) == set(TEMPLATES) - set(KNOWN_DIFFERENT)
 
 
-@pytest.mark.parametrize("name", ["qwen2_vl", "gemma3", "qwen3_vl_nothink"])
+@pytest.mark.parametrize("name", ["pixtral", "mllama", "qwen2_audio"])
 def test_multimodal_templates_are_refused_with_the_reason(name):
+    """A multimodal template without an image plugin in Cockpit (cockpit.data.mm_plugins) is refused, naming
+    LLaMA-Factory's plugin and the image templates Cockpit trains."""
     from cockpit.data.render import apply_template_choice
 
-    with pytest.raises(ValueError, match="multimodal templates .* Cockpit trains images with llava only so far"):
+    with pytest.raises(ValueError, match="multimodal templates .* Cockpit trains images with .*gemma3.*llava.*qwen3_vl"):
         apply_template_choice(_tokenizer(), name)
 
 
@@ -419,7 +421,8 @@ def test_the_readme_lists_the_templates_and_states_the_rule():
 
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_path, tiny_model_dir):
-    """``cockpit check`` (its code, in-process) names the key and why: LLaMA-Factory's plugin, llava only so far."""
+    """``cockpit check`` (its code, in-process) names the key and why: LLaMA-Factory's plugin, and the image
+    templates Cockpit trains so far."""
     from conftest import tiny_config
 
     from cockpit.config import load_config
@@ -427,12 +430,12 @@ def test_cockpit_check_refuses_a_multimodal_template_with_the_reason(stage, tmp_
     from cockpit.preflight.checks import check_run
 
     over = {"stage": stage, "dataset": "cockpit_identity_pairs"} if stage == "dpo" else {}
-    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, template="qwen2_vl", **over))
+    cfg = load_config(tiny_config(tmp_path, tiny_model_dir, template="pixtral", **over))
     with pytest.raises(InputError) as err:
         check_run(cfg, log=lambda *_: None, with_devices=False)
     text = "\n".join(str(p) for p in err.value.problems)
-    assert text.startswith("template: ") and "multimodal templates (its qwen2vl plugin" in text
-    assert "Cockpit trains images with llava only so far" in text
+    assert text.startswith("template: ") and "multimodal templates (its pixtral plugin" in text
+    assert "Cockpit trains images with gemma3, llava, qwen2_vl, qwen3_vl, qwen3_vl_nothink only so far" in text
 
 
 # A real tokenizer where the templates' special tokens matter: Mistral's v3, whose [INST], [/INST],
