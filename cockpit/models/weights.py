@@ -187,6 +187,7 @@ def planned_weights(cfg: RunConfig) -> Weights:
     embedded model's safetensors folder is where its conversion writes)."""
     from cockpit.errors import InputError
     from cockpit.models.embedded import embedded_model_dir, is_embedded
+    from cockpit.models.embedded_vlm import embedded_vlm_dir, is_embedded_vlm
     from cockpit.models.resolve import resolve_model
 
     name = cfg.model_name_or_path
@@ -194,6 +195,8 @@ def planned_weights(cfg: RunConfig) -> Weights:
         return Weights(None, "no model_name_or_path")
     if is_embedded(name):
         return Weights(str(embedded_model_dir()))
+    if is_embedded_vlm(name):
+        return Weights(str(embedded_vlm_dir()))
     try:
         ref = resolve_model(name, log=lambda *_: None, revision=cfg.model_revision)
     except InputError as exc:
