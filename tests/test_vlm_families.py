@@ -205,3 +205,36 @@ def test_dpo_check_says_the_video_keys_have_no_effect(tiny_qwen3_vl_dir, tmp_pat
     out = capsys.readouterr().out
     for note in ("video_max_pixels 16384: no effect", "video_min_pixels 64: no effect"):
         assert note in out, out
+
+
+@pytest.mark.slow  # the fixture takes ~15 s to build
+def test_qwen3_vl_batches_give_llamafactorys_mrope_positions(tiny_qwen3_vl_dir, tmp_path):
+    """Cockpit's batch hands Qwen3-VL ``mm_token_type_ids`` and lets the model place M-RoPE; LLaMA-Factory's collator
+    computes ``position_ids`` itself (``get_rope_index`` with the image tokens marked, the text row put first):
+    on a padded batch of rows with 1 and 2 images of different sizes the loss is the same."""
+    import torch
+
+    from cockpit.config import validate
+    from cockpit.data.packing import build_collator
+    from cockpit.data.prepare import prepare_dataset
+    from cockpit.models.resolve import load_tokenizer, resolve_model
+    from cockpit.train.model import build_model
+    from cockpit.train.vlm import with_images
+
+    cfg = validate(_raw(tiny_qwen3_vl_dir, _data(tmp_path), "qwen3_vl", packing=False))
+    ref = resolve_model(str(tiny_qwen3_vl_dir), log=lambda *_: None)
+    tok = load_tokenizer(cfg, ref, log=lambda *_: None)
+    rows = prepare_dataset(cfg, tok).rows()[:2]
+    model = build_model(cfg, ref, True, 0)
+    batch = with_images(build_collator(cfg, tok, model), cfg, model)(rows)
+    assert batch["attention_mask"].min() == 0 and batch["image_grid_thw"].shape == (3, 3)  # padded; 3 images
+    inner = model.get_base_model().model
+    marks = batch["mm_token_type_ids"]
+    with torch.no_grad():
+        ours = model(**batch).loss
+        positions, _ = inner.get_rope_index(batch["input_ids"], mm_token_type_ids=marks,
+                                            image_grid_thw=batch["image_grid_thw"],
+                                            attention_mask=batch["attention_mask"].float())  # fmt: skip
+        lf = {k: v for k, v in batch.items() if k != "mm_token_type_ids"}
+        theirs = model(**lf, position_ids=torch.cat([positions[:1], positions], 0)).loss
+    assert torch.allclose(ours, theirs), (ours, theirs)
