@@ -238,3 +238,30 @@ def test_qwen3_vl_batches_give_llamafactorys_mrope_positions(tiny_qwen3_vl_dir, 
         lf = {k: v for k, v in batch.items() if k != "mm_token_type_ids"}
         theirs = model(**lf, position_ids=torch.cat([positions[:1], positions], 0)).loss
     assert torch.allclose(ours, theirs), (ours, theirs)
+
+
+@pytest.mark.slow  # the fixtures take ~20 s to build
+@pytest.mark.parametrize("fixture", ["tiny_qwen3_vl_dir", "tiny_gemma3_dir"])
+def test_the_composite_keys_name_every_part_of_transformers_modules(fixture, request):
+    """Each parameter of the real model (transformers 5's names) falls in exactly one of LLaMA-Factory's parts
+    (tower, projector, language model: models/vlm.COMPOSITE), so the freeze keys freeze what they say; and
+    LoRA's ``all`` adapts the language model's linear layers only (tower and projector frozen by default)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from cockpit.config import validate
+    from cockpit.models import vlm
+
+    config = AutoConfig.from_pretrained(str(request.getfixturevalue(fixture)))
+    parts = vlm.composite_of(config)
+    assert parts is not None
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    keys = {"vision": parts.vision_model_keys, "projector": parts.projector_keys, "language": parts.language_model_keys}
+    for name, _ in model.named_parameters():
+        owners = [part for part, names in keys.items() if any(k in name for k in names)]
+        assert len(owners) == 1, (name, owners)
+    modules = [(n, isinstance(m, torch.nn.Linear)) for n, m in model.named_modules() if n]
+    cfg = validate({"model_name_or_path": "m", "dataset": "d", "finetuning_type": "lora", "lora_target": "all"})
+    adapted = vlm.lora_targets(cfg, parts, modules)
+    assert adapted and all(".language_model." in n for n in adapted), adapted
