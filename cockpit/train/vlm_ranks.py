@@ -14,8 +14,7 @@ rank trains as before.
 
 from __future__ import annotations
 
-import atexit
-import shutil
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -61,13 +60,15 @@ class BlankImageWhenNone:
 
 
 def blank_image() -> str:
-    """A white 64x64 PNG in a folder of this process's (removed at exit)."""
+    """A white 64x64 PNG, written once per user in the temporary folder (the same bytes for every run, so
+    ranks and runs share it; replaced whole, never seen half written)."""
     from PIL import Image
 
-    folder = tempfile.mkdtemp(prefix="cockpit-blank-image-")
-    atexit.register(shutil.rmtree, folder, True)
-    path = Path(folder) / "blank.png"
-    Image.new("RGB", BLANK_SIZE, (255, 255, 255)).save(path)
+    path = Path(tempfile.gettempdir()) / f"cockpit-blank-image-{os.getuid()}.png"
+    if not path.is_file():
+        part = path.with_name(f"{path.name}.{os.getpid()}")
+        Image.new("RGB", BLANK_SIZE, (255, 255, 255)).save(part, format="PNG")
+        os.replace(part, path)
     return str(path)
 
 
