@@ -20,7 +20,6 @@ from conftest import read_events
 from PIL import Image
 from test_strategy_runs import assert_close, train
 
-pytestmark = pytest.mark.slow
 # ZeRO-3 with DeepSpeed's own settings but stage3_param_persistence_threshold 0: its default (10 x hidden, 640
 # elements here) keeps every smaller parameter whole on every rank (measured: the tower's LoRA matrices and
 # biases put rank 0 at 18752 of the tower's 27520 elements), which at this size is most of the tower's tensors
@@ -78,6 +77,7 @@ def _steps(run: Path) -> list[dict]:
     return [e for e in read_events(run) if e["kind"] == "step"]
 
 
+@pytest.mark.slow
 @pytest.mark.budget(
     150, reason="three 2-rank trainings of one step (DDP, FSDP2, ZeRO-3): what each rank holds is compared across them"
 )
@@ -147,3 +147,27 @@ def test_a_llava_trains_on_two_ranks_under_ddp_fsdp2_and_zero3(tmp_path, tiny_ll
     saved = shapes(runs["ddp"])
     assert any("vision_tower" in k for k in saved) and any("language_model" in k for k in saved), sorted(saved)
     assert shapes(runs["fsdp2"]) == shapes(runs["zero3"]) == saved  # saved whole by rank 0
+
+
+def test_a_vlm_loads_whole_on_every_rank_and_only_llavas_sft_takes_several(tiny_llava_dir):
+    """The rule the ranks and the planner share: a LLaVA folder is loaded whole (transformers renames its
+    checkpoint's keys as it loads; a streamed load reads them by the model's names), the embedded VLM too; on
+    several ranks a VLM trains llava's sft, anything else is refused by name at check."""
+    from cockpit.config import validate
+    from cockpit.models.resolve import resolve_model
+    from cockpit.models.vlm import untested_with_vlm
+    from cockpit.models.weights import planned_weights, sharded_load_mode, weights_of
+
+    weights = weights_of(resolve_model(str(tiny_llava_dir), log=lambda *_: None), fetch=False)
+    assert weights.folder is None and "is a vision-language model (llava)" in weights.why_whole, weights
+    assert sharded_load_mode(weights, world_size=2, quantized=False, fsdp=True, zero3=False) == "full"
+    raw = {"model_name_or_path": str(tiny_llava_dir), "template": "llava", "dataset": "vlm", "use_cpu": True}
+    assert "vision-language model" in planned_weights(validate({**raw, "model_name_or_path": "embedded-vlm"})).why_whole
+    for over in (
+        {"nproc_per_node": 2},
+        {"nproc_per_node": 2, "zero_stage": 3},
+        {"nproc_per_node": 2, "fsdp": "full_shard"},
+    ):
+        assert untested_with_vlm(validate({**raw, **over})) == [], over
+    for over in ({"template": "qwen2_vl"}, {"stage": "dpo"}):
+        assert [k for k, _ in untested_with_vlm(validate({**raw, "nproc_per_node": 2, **over}))] == ["nproc_per_node"]

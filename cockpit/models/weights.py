@@ -106,11 +106,7 @@ def weights_of(ref: Any, *, fetch: bool) -> Weights:
         return Weights(None, f"{d} lacks {len(lacking)} of its safetensors shards (e.g. {lacking[0]}): loaded whole")
     composite = composite_model_type(d)
     if composite:
-        return Weights(
-            None,
-            f"{d} is a vision-language model ({composite}) and transformers renames its checkpoint's keys as it "
-            "loads: every rank loads it whole, partitioned (ZeRO-3) or sharded (FSDP2) after",
-        )
+        return composite_whole(d, composite)
     if experts_stored_apart(d):
         return Weights(
             None,
@@ -156,6 +152,15 @@ def composite_model_type(folder: Path) -> str | None:
     return model_type if model_type in COMPOSITE else None
 
 
+def composite_whole(folder: str | Path, model_type: str) -> Weights:
+    """A vision-language model's weights: loaded whole (:func:`composite_model_type` says why)."""
+    return Weights(
+        None,
+        f"{folder} is a vision-language model ({model_type}) and transformers renames its checkpoint's keys as it "
+        "loads: every rank loads it whole, partitioned (ZeRO-3) or sharded (FSDP2) after",
+    )
+
+
 def strategy_shards_load(*, world_size: int, quantized: bool, fsdp: bool, zero3: bool) -> bool:
     """Whether the strategy keeps a part of the model per rank (ZeRO-3, FSDP2), so the load can too."""
     return world_size > 1 and not quantized and (fsdp or zero3)
@@ -195,8 +200,9 @@ def planned_weights(cfg: RunConfig) -> Weights:
         return Weights(None, "no model_name_or_path")
     if is_embedded(name):
         return Weights(str(embedded_model_dir()))
-    if is_embedded_vlm(name):
-        return Weights(str(embedded_vlm_dir()))
+    if is_embedded_vlm(name):  # a LLaVA (built on first use): whole, as the ranks load it
+        folder = embedded_vlm_dir()
+        return composite_whole(folder, composite_model_type(folder) or "llava")
     try:
         ref = resolve_model(name, log=lambda *_: None, revision=cfg.model_revision)
     except InputError as exc:
