@@ -159,27 +159,19 @@ def _side_site_env(modules: tuple[str, ...], what: str, site_name: str = "lowran
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, embedded_dir) -> Path:
     """A tiny random Llama (built from a config) with the SmolLM2 tokenizer."""
-    import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("tiny-llama")
     tok = AutoTokenizer.from_pretrained(str(embedded_dir))
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    cfg = LlamaConfig(**_tiny_text(tok, tie_word_embeddings=True))
+    return _save_random(tmp_path_factory.mktemp("tiny-llama"), LlamaForCausalLM, cfg, tok)
+
+
+def _save_random(out: Path, model_cls, cfg, tok) -> Path:
+    """``model_cls(cfg)`` with seed 0's random weights, saved in ``out`` with ``tok``: the tiny models' last step."""
+    import torch
+
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg)
-    model.save_pretrained(out)
+    model_cls(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return out
 
@@ -204,11 +196,7 @@ def tiny_llava_dir(tmp_path_factory, embedded_dir) -> Path:
     out = tmp_path_factory.mktemp("tiny-llava")
     tok = AutoTokenizer.from_pretrained(str(embedded_dir))
     tok.add_tokens(["<image>"], special_tokens=True)
-    text = LlamaConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-    )
+    text = LlamaConfig(**_tiny_text(tok, tie_word_embeddings=True))
     vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                               image_size=32, patch_size=8)
     cfg = LlavaConfig(text_config=text, vision_config=vision, image_token_index=tok.convert_tokens_to_ids("<image>"),
@@ -301,10 +289,11 @@ def tiny_qwen2_5_vl_dir(tmp_path_factory, embedded_dir) -> Path:
 
 
 def _tiny_text(tok, **over) -> dict:
-    """A tiny language model's config fields for a vision-language model (tiny_model_dir's sizes)."""
-    return dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
-                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **over)  # fmt: skip
+    """A tiny language model's config fields (tiny_model_dir's, the MoE's and the vision-language models' text
+    model's); ``over`` adds or replaces fields."""
+    return {**dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
+                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id), **over}  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -377,24 +366,16 @@ def tiny_gemma3_dir(tmp_path_factory, embedded_dir) -> Path:
 def build_tiny_moe(out: Path, tok, family: str = "qwen3_moe", **over):
     """A tiny random mixture-of-experts model (8 experts, top-2, 4 layers) of ``family`` (qwen3_moe,
     mixtral), built from its transformers config, saved with ``tok``."""
-    import torch
     from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    common = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                  num_experts_per_tok=2, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+    common = _tiny_text(tok, num_hidden_layers=4, num_experts_per_tok=2, tie_word_embeddings=True)
     if family == "mixtral":
         cfg = MixtralConfig(**common, num_local_experts=8, **over)
         cls = MixtralForCausalLM
     else:
         cfg = Qwen3MoeConfig(**common, num_experts=8, moe_intermediate_size=64, **over)
         cls = Qwen3MoeForCausalLM
-    torch.manual_seed(0)
-    model = cls(cfg)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return _save_random(out, cls, cfg, tok)
 
 
 @pytest.fixture(scope="session")
