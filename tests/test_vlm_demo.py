@@ -86,7 +86,7 @@ def test_the_demo_shapes_are_what_the_generator_writes(tmp_path):
     for file in (DATA_FILE, PROBES_FILE):
         assert (tmp_path / file).read_text() == (DEMO / file).read_text(), file
     pngs = [p.relative_to(tmp_path) for p in written if p.suffix == ".png"]
-    assert len(pngs) == 270 + 18
+    assert len(pngs) == 1080 + 18
     for rel in pngs:
         assert Image.open(tmp_path / rel).tobytes() == Image.open(DEMO / rel).tobytes(), rel
     train = {Image.open(DEMO / r).tobytes() for r in pngs if r.parts[1] == "train"}

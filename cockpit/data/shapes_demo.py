@@ -1,5 +1,5 @@
 """The vision-language demo's data (issue 63, ``presets/cpu-vlm-demo.yaml``): coloured shapes (red / green /
-blue x circle / square / triangle, random sizes and positions, a little colour jitter), drawn with PIL by a
+blue x circle / square / triangle, random sizes, near the centre, the colours and background jittered), drawn with PIL by a
 seeded generator, written as LLaMA-Factory's ``mllm_demo`` is laid out (sharegpt rows with ``images``,
 ``<image>`` in the user turn; the images relative to the dataset folder, its media_dir), and the held-out
 image probes (drawn from another seed: never a training image) beside text control probes.
@@ -18,6 +18,7 @@ from typing import Any
 
 COLOURS = {"red": (215, 40, 40), "green": (40, 165, 60), "blue": (45, 75, 220)}
 SHAPES = ("circle", "square", "triangle")
+JITTER = 1  # px the shape's place moves from the centre
 SIZE = 32  # px: the embedded VLM's image size (cockpit.models.embedded_vlm.IMAGE_SIZE)
 QUESTIONS = (
     "<image>What is in this picture?",
@@ -25,27 +26,28 @@ QUESTIONS = (
     "What do you see? <image>",
 )
 PROBE_QUESTION = "<image>What is in this picture?"
-PER_CLASS = 30  # training rows per colour x shape
+PER_CLASS = 120  # training rows per colour x shape (30 for 4 epochs: 72 % held out; more images, one pass: better)
 PROBES_PER_CLASS = 2
 TRAIN_SEED, PROBE_SEED = 63, 6300
 DATA_FILE, PROBES_FILE, IMAGE_DIR = "shapes.jsonl", "shapes_probes.jsonl", "shapes"
-CONTROL = (  # the text control probes: the embedded model answers them with the llava template, before and after
-    ("What is the capital of France?", "Paris"),
-    ("What is the capital of Japan?", "Tokyo"),
+CONTROL = (  # text control probes the embedded model answers under the preset's template and system prompt
     ("What is 2 + 2?", "4"),
+    ("What is 3 + 5?", "8"),
+    ("What is the opposite of hot?", "cold"),
+    ("Which planet do we live on?", "Earth"),
     ("How do you say 'good morning' in French?", "bonjour"),
 )
 
 
 def draw(colour: str, shape: str, rng: random.Random) -> Any:
-    """One SIZE x SIZE image: the shape in its colour (jittered) on a light background, at a random place."""
+    """One SIZE x SIZE image: the shape in its colour (jittered) on a light background, near the centre."""
     from PIL import Image, ImageDraw
 
     background = tuple(rng.randint(225, 255) for _ in range(3))
     image = Image.new("RGB", (SIZE, SIZE), background)
     fill = tuple(max(0, min(255, c + rng.randint(-25, 25))) for c in COLOURS[colour])
-    side = rng.randint(14, 26)
-    x, y = rng.randint(0, SIZE - side), rng.randint(0, SIZE - side)
+    side = rng.randint(26, 30)
+    x, y = (max(0, min(SIZE - side, (SIZE - side) // 2 + rng.randint(-JITTER, JITTER))) for _ in range(2))
     box = (x, y, x + side - 1, y + side - 1)
     pen = ImageDraw.Draw(image)
     if shape == "circle":

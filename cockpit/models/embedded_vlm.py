@@ -13,10 +13,10 @@ from cockpit.models.embedded import build_once, ensure_embedded_model
 from cockpit.store.rundir import cache_dir
 
 VLM_NAMES = {"smollm2-135m-vlm", "embedded-vlm"}
-CACHE_NAME = "smollm2-135m-vlm-v1"  # the version: a change of the recipe below builds a new folder
+CACHE_NAME = "smollm2-135m-vlm-v3"  # the version: a change of the recipe below builds a new folder
 IMAGE_SIZE = 32  # px, square: the demo's images are drawn this size
-PATCH = 8  # 4x4 patches: 16 image tokens per image (CLIP's class token dropped, strategy "default")
-VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+PATCH = 16  # 2x2 patches, a quadrant each: 4 image tokens per image (CLIP's class token dropped, strategy "default")
+VISION = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4)
 SEED = 0
 
 
