@@ -33,8 +33,14 @@ def test_an_image_probe_names_its_image_and_bad_images_are_refused_by_line(tmp_p
     good = {"prompt": "<image>What colour?", "expect": "red", "set": "image", "image": "img/red.png"}
     text = {"prompt": "What is 2 + 2?", "expect": "4", "set": "control"}
     probes = load_probes(_probes_file(tmp_path, [good, text]))
-    assert probes[0] == {"prompt": "<image>What colour?", "expect": ["red"], "set": "image", "image": "red.png",
-                         "image_size": [40, 24], "image_path": str((tmp_path / "img" / "red.png").resolve())}
+    assert probes[0] == {
+        "prompt": "<image>What colour?",
+        "expect": ["red"],
+        "set": "image",
+        "image": "red.png",
+        "image_size": [40, 24],
+        "image_path": str((tmp_path / "img" / "red.png").resolve()),
+    }
     assert probes[1] == {"prompt": "What is 2 + 2?", "expect": ["4"], "set": "control"}
     bad = [{**good, "image": "img/missing.png"}, {**good, "image": "img/broken.png"}, {**good, "image": 3}, text]
     path = _probes_file(tmp_path, bad)
@@ -59,18 +65,28 @@ def test_the_rank_answers_an_image_probe_with_its_image(tiny_llava_dir, tiny_mod
 
     for name, colour in (("red", (220, 20, 20)), ("blue", (20, 20, 220))):
         Image.new("RGB", (32, 32), colour).save(tmp_path / f"{name}.png")
-    rows = [{"prompt": "<image>What colour?", "expect": "red", "set": "image", "image": "red.png"},
-            {"prompt": "Say hi", "expect": "hi", "set": "control"},
-            {"prompt": "What is it? <image>", "expect": "blue", "set": "image", "image": "blue.png"}]
+    rows = [
+        {"prompt": "<image>What colour?", "expect": "red", "set": "image", "image": "red.png"},
+        {"prompt": "Say hi", "expect": "hi", "set": "control"},
+        {"prompt": "<image>What colour?", "expect": "blue", "set": "image", "image": "blue.png"},
+    ]
     probes = load_probes(_probes_file(tmp_path, rows))
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(tiny_llava_dir)
     tok = AutoTokenizer.from_pretrained(tiny_llava_dir)
     apply_template_choice(tok, "llava")  # the run's template, as the rank's tokenizer has it
+    seen: list[dict] = []
+    towered: list = []
+    model.register_forward_pre_hook(lambda _m, _a, kwargs: seen.append(kwargs) and None, with_kwargs=True)
+    model.model.vision_tower.register_forward_pre_hook(lambda _m, args: towered.append(args[0]) and None)
     result = run_probes(model, tok, probes, max_new_tokens=3, batch_size=8)
     red, text, blue = result["results"]
     assert (red["image"], red["image_size"], red["image_path"]) == ("red.png", [32, 32], str(tmp_path / "red.png"))
     assert blue["image"] == "blue.png" and not {"image", "image_size", "image_path"} & set(text)
+    counts = (seen[0]["input_ids"] == model.config.image_token_index).sum(dim=1).tolist()
+    assert counts == [16, 0, 16], counts  # the batch's prefill: each image probe's 16 image tokens
+    (pixels,) = towered  # the two images, once, red first
+    assert tuple(pixels.shape) == (2, 3, 32, 32) and pixels[0].mean() > pixels[1].mean()
     assert result["total"] == 3 and set(result["sets"]) == {"image", "control"}
     text_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with pytest.raises(InputError, match="image probes need a vision-language model; 'llama' is a text model"):
@@ -105,7 +121,11 @@ def test_cpu_vlm_demo_preset_learns_to_name_held_out_shapes(tmp_path, embedded_d
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run = next(d for d in runs.iterdir() if d.is_dir())
     summary = json.loads((run / "summary.json").read_text())
-    print(json.dumps({k: summary[k] for k in ("train_runtime_s", "first_loss", "last_loss", "probes_before", "probes_after")}))
+    print(
+        json.dumps(
+            {k: summary[k] for k in ("train_runtime_s", "first_loss", "last_loss", "probes_before", "probes_after")}
+        )
+    )
     assert summary["state"] == "finished"
     before, after = summary["probes_before"]["sets"], summary["probes_after"]["sets"]
     assert before["image"]["total"] == after["image"]["total"] == 18
