@@ -136,3 +136,19 @@ def test_cpu_vlm_demo_preset_learns_to_name_held_out_shapes(tmp_path, embedded_d
     (answered,) = [e for e in events if e["kind"] == "probe_results" and e["phase"] == "after"]
     shown = [r for r in answered["results"] if r.get("set") == "image"]
     assert all(r["image_size"] == [32, 32] and Path(r["image_path"]).name == r["image"] for r in shown)
+
+
+def test_a_demo_datasets_images_are_looked_up_in_the_demo_folder(tmp_path):
+    """cockpit_shapes names its images relative to cockpit/demo_data, whatever dataset_dir is (a data folder of
+    the user's that does not list it); media_dir still wins when set."""
+    from cockpit.config.run_config import RunConfig
+    from cockpit.data.dataset_info import resolve_datasets
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "mine.jsonl"}}))
+    (spec,) = resolve_datasets(RunConfig(dataset="cockpit_shapes", dataset_dir=str(tmp_path / "data")))
+    assert spec.media_dir == DEMO and (spec.media_dir / "shapes" / "probe" / "00-red-circle.png").is_file()
+    (spec,) = resolve_datasets(
+        RunConfig(dataset="cockpit_shapes", dataset_dir=str(tmp_path / "data"), media_dir=str(tmp_path))
+    )
+    assert spec.media_dir == tmp_path
