@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT, cockpit
@@ -61,7 +62,7 @@ def test_the_rank_answers_an_image_probe_with_its_image(tiny_llava_dir, tiny_mod
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     from cockpit.data.render import apply_template_choice
-    from cockpit.train.probes import run_probes
+    from cockpit.train.probes import probes_of, run_probes
 
     for name, colour in (("red", (220, 20, 20)), ("blue", (20, 20, 220))):
         Image.new("RGB", (32, 32), colour).save(tmp_path / f"{name}.png")
@@ -88,6 +89,19 @@ def test_the_rank_answers_an_image_probe_with_its_image(tiny_llava_dir, tiny_mod
     (pixels,) = towered  # the two images, once, red first
     assert tuple(pixels.shape) == (2, 3, 32, 32) and pixels[0].mean() > pixels[1].mean()
     assert result["total"] == 3 and set(result["sets"]) == {"image", "control"}
+    # the run's image_max_pixels reaches the probes as it reaches the rows (probes_of): a two-colour image
+    # shrunk to 4x4 first comes to the tower blurred across its edge
+    half = Image.new("RGB", (32, 32), (220, 20, 20))
+    half.paste((20, 20, 220), (0, 0, 16, 32))
+    half.save(tmp_path / "red.png")
+    run_cfg = SimpleNamespace(probes=str(_probes_file(tmp_path, rows[:1])), image_max_pixels=16, image_min_pixels=1)
+    bounded = probes_of(run_cfg)
+    assert bounded[0]["image_pixels"] == (16, 1)
+    towered.clear()
+    run_probes(model, tok, load_probes(run_cfg.probes), max_new_tokens=1)
+    run_probes(model, tok, bounded, max_new_tokens=1)
+    as_given, shrunk = towered
+    assert not torch.allclose(as_given, shrunk, atol=1e-3)
     text_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with pytest.raises(InputError, match="image probes need a vision-language model; 'llama' is a text model"):
         run_probes(text_model, AutoTokenizer.from_pretrained(tiny_model_dir), probes, max_new_tokens=1)

@@ -197,7 +197,7 @@ def predict_only(ctx: Any) -> int:
     """``do_train: false``: the base with ``adapter_name_or_path`` answers the probes (as "after")
     and the prediction samples; summary.json and the run's end, no training step."""
     from cockpit.train.model import build_model
-    from cockpit.train.probes import load_probes, probe_summary, run_probes
+    from cockpit.train.probes import probe_summary, probes_of, run_probes
 
     cfg = ctx.cfg
     if ctx.rank != 0:  # validation keeps a prediction-only run to one process
@@ -208,7 +208,7 @@ def predict_only(ctx: Any) -> int:
     ctx.log(f"model loaded with the adapter {cfg.adapter_name_or_path}")
     probes = None
     if cfg.probes:
-        asked = load_probes(cfg.probes)
+        asked = probes_of(cfg)
         on_progress = probes_reporter(ctx.writer, "after")
         probes = run_probes(model, ctx.tokenizer, asked, cfg.probe_max_new_tokens, on_progress=on_progress)
         ctx.writer.emit("probe_results", phase="after", **probes)

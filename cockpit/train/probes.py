@@ -22,6 +22,7 @@ from cockpit.train.progress import OnProgress, silent
 
 __all__ = [
     "load_probes",
+    "probes_of",
     "passes",
     "probe_summary",
     "run_probes",
@@ -33,14 +34,24 @@ TOKENS_EVERY_S = 2.0
 IMAGE_FIELDS = ("image", "image_size", "image_path")  # an image probe's, in its result (the Summary shows them)
 
 
+IMAGE_BOUNDS = "image_pixels"  # an image probe's (image_max_pixels, image_min_pixels): the run's, from probes_of
+
+
+def probes_of(cfg: Any) -> list[dict[str, Any]]:
+    """The config's probes file, each image probe carrying the run's image_max_pixels / image_min_pixels (its
+    image is resized as the run's rows are)."""
+    bounds = (int(cfg.image_max_pixels), int(cfg.image_min_pixels))
+    return [{**p, IMAGE_BOUNDS: bounds} if "image_path" in p else p for p in load_probes(cfg.probes)]
+
+
 class ProbeImages:
     """A vision-language model's view of the image probes, as the run's rows were rendered and batched: the
     template's image plugin (:mod:`cockpit.data.mm_plugins`: the template the tokenizer renders with) turns each
     probe's ``<image>`` into its image's tokens, and the model folder's image processor gives the batch's
-    ``pixel_values`` (and the plugin's other keys). The images are resized by LLaMA-Factory's default
-    image_max_pixels / image_min_pixels (the rank's probes get no config: a config's own bounds are not applied)."""
+    ``pixel_values`` (and the plugin's other keys). The images are resized within the run's image_max_pixels /
+    image_min_pixels, which :func:`probes_of` stamps on each image probe (LLaMA-Factory's defaults without)."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, probes: list[dict[str, Any]]) -> None:
         from cockpit.data import mm_plugins
         from cockpit.data.render import lf_template_of
         from cockpit.models.vlm import composite_of, image_token_id
@@ -56,9 +67,11 @@ class ProbeImages:
         named = lf_template_of(tokenizer)
         self.plugin = mm_plugins.plugin_for(named.name if named else None) or mm_plugins.PLUGINS[parts.template]
         defaults = mm_plugins.ImageFacts()
-        self.facts, self.image_processor = mm_plugins.load(
-            self.plugin, model.config.name_or_path, defaults.image_max_pixels, defaults.image_min_pixels
+        bounds = next(
+            (p[IMAGE_BOUNDS] for p in probes if IMAGE_BOUNDS in p),
+            (defaults.image_max_pixels, defaults.image_min_pixels),
         )
+        self.facts, self.image_processor = mm_plugins.load(self.plugin, model.config.name_or_path, *bounds)
         self.image_id = image_token_id(model.config)
         self.model = model
 
@@ -109,7 +122,7 @@ def run_probes(
     other rank waits in a collective): the answers end at once, the batch being generated is left out,
     and the result says ``stopped`` with the probes answered so far."""
     results: list[dict[str, Any]] = []
-    seeing = ProbeImages(model, tokenizer) if any("image_path" in p for p in probes) else None
+    seeing = ProbeImages(model, tokenizer, probes) if any("image_path" in p for p in probes) else None
     on_progress(0, len(probes))
     said = [time.monotonic()]
     stopped = [False]

@@ -334,12 +334,12 @@ def stage_callback(ctx: RecipeContext, recipe: Recipe) -> Any:
 
 def _probes(ctx: RecipeContext, model: Any, phase: str) -> dict[str, Any] | None:
     """Rank 0: the probes' answers (``after`` training; before it, :class:`BeforeTraining` asks)."""
-    from cockpit.train.probes import load_probes, run_probes
+    from cockpit.train.probes import probes_of, run_probes
 
     cfg = ctx.cfg
     if not cfg.probes or ctx.rank != 0:
         return None
-    probes = load_probes(cfg.probes)
+    probes = probes_of(cfg)
     ctx.log(f"probes {phase} training ({len(probes)})")
     result = run_probes(
         model, ctx.tokenizer, probes, cfg.probe_max_new_tokens, on_progress=probes_reporter(ctx.writer, phase)
@@ -356,9 +356,9 @@ def before_training(recipe: Recipe, ctx: RecipeContext, data: StageData) -> Any:
     from transformers import TrainerCallback
 
     from cockpit.train.placement import ask_before
-    from cockpit.train.probes import load_probes
+    from cockpit.train.probes import probes_of
 
-    probes = load_probes(ctx.cfg.probes) if ctx.cfg.probes and recipe.causal_lm else []
+    probes = probes_of(ctx.cfg) if ctx.cfg.probes and recipe.causal_lm else []
 
     class BeforeTraining(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is Any here (follow_imports = skip)
         def __init__(self) -> None:

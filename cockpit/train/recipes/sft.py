@@ -141,7 +141,7 @@ class SFTRecipe(Recipe):
         its trainer with Cockpit's callbacks."""
         from cockpit.train.callbacks import CockpitCallback
         from cockpit.train.placement import ProbesBeforeTraining, stop_pending
-        from cockpit.train.probes import load_probes
+        from cockpit.train.probes import probes_of
 
         cfg = ctx.cfg
         args = training_arguments(cfg, ctx.dirs, ctx.use_cpu, ctx.world_size)
@@ -152,7 +152,7 @@ class SFTRecipe(Recipe):
         )
         report_peak_memory(ctx.run, ctx.writer, ctx.rank, ctx.local_rank, "loaded")
         save_pissa_initial(ctx, model)  # pissa_convert: the initial adapter, before the first step
-        probes = load_probes(cfg.probes) if cfg.probes else []
+        probes = probes_of(cfg) if cfg.probes else []
         callback = CockpitCallback(ctx.run, cfg, ctx.rank, ctx.world_size, ctx.writer)
         before = ProbesBeforeTraining(
             ctx.tokenizer,
