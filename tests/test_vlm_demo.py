@@ -10,9 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, cockpit
+from conftest import ROOT, TINY_CONFIG, cockpit, write_yaml
 from PIL import Image
 
+from cockpit.cli import main
 from cockpit.data.probes import load_probes
 from cockpit.errors import InputError
 
@@ -53,6 +54,20 @@ def test_an_image_probe_names_its_image_and_bad_images_are_refused_by_line(tmp_p
     assert why[1].startswith("no such image 'img/missing.png'"), why
     assert why[2].startswith("cannot decode image 'img/broken.png'"), why
     assert "must be a path to an image file" in why[3], why
+
+
+def test_check_refuses_image_probes_for_a_text_model(tmp_path, capsys):
+    """A probes file with an image probe, for a text model: refused at check by key (the ranks would refuse it
+    only after loading the model); the same file's text probes alone pass."""
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(tmp_path / "red.png")
+    text = {"prompt": "Say hi", "expect": "hi"}
+    probes = _probes_file(tmp_path, [{"prompt": "<image>What colour?", "expect": "red", "image": "red.png"}, text])
+    cfg = write_yaml(tmp_path / "c.yaml", {**TINY_CONFIG, "probes": str(probes), "max_steps": 1})
+    assert main(["check", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "probes" in err and "1 image probe(s)" in err and "'llama' is a text model" in err, err
+    _probes_file(tmp_path, [text])
+    assert main(["check", str(cfg)]) == 0, capsys.readouterr().err
 
 
 def test_the_rank_answers_an_image_probe_with_its_image(tiny_llava_dir, tiny_model_dir, tmp_path):

@@ -91,6 +91,27 @@ def static_checks(cfg: RunConfig, gpus: int | None = None) -> list[str]:
     return warnings
 
 
+def image_probe_problems(cfg: RunConfig, model_config: Any) -> list[Problem]:
+    """A probes file with image probes for a text model (the ranks would refuse it after loading the model)."""
+    from cockpit.data.probes import load_probes
+    from cockpit.models.vlm import composite_of
+
+    if not cfg.probes or composite_of(model_config) is not None:
+        return []
+    try:
+        images = sum(1 for p in load_probes(cfg.probes) if "image_path" in p)
+    except InputError:  # its bad lines are named by static_checks' own reading of the file
+        return []
+    if not images:
+        return []
+    model_type = getattr(model_config, "model_type", None)
+    why = (
+        f"{images} image probe(s) in {cfg.probes}, and model type {model_type!r} is a text model: image probes "
+        "need a vision-language model (drop their 'image' or use a text probes file)"
+    )
+    return [Problem(why, key="probes")]
+
+
 def loader_workers_note(cfg: RunConfig, cores: int) -> list[str]:
     """``dataloader_num_workers`` loader processes per rank, each beside its rank: more processes than
     the CPU cores this machine gives (``cores``) compete with the training for them."""
@@ -229,6 +250,8 @@ def check_run(
     mcfg = load_model_config(cfg, ref)
     check_moe_keys(cfg, mcfg)
     warnings += refuse_unhonoured(cfg, mcfg)  # the vision-language keys: each with an effect on this model
+    if probe_problems := image_probe_problems(cfg, mcfg):
+        raise InputError(probe_problems)
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(

@@ -57,7 +57,13 @@ def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int 
     from cockpit.data.stage_data import collect_stage_samples, prepare_stage_data
     from cockpit.models.resolve import config_model, load_model_config, load_tokenizer
     from cockpit.models.vlm import refuse_unhonoured
-    from cockpit.preflight.checks import CheckResult, check_moe_keys, device_checks, static_checks
+    from cockpit.preflight.checks import (
+        CheckResult,
+        check_moe_keys,
+        device_checks,
+        image_probe_problems,
+        static_checks,
+    )
 
     warnings = static_checks(cfg, gpus)
     loaded = collect_stage_samples(cfg)  # every bad row, before any model is loaded
@@ -68,6 +74,8 @@ def check_stage(cfg: RunConfig, log=print, with_devices: bool = True, gpus: int 
     mcfg = load_model_config(cfg, ref)
     check_moe_keys(cfg, mcfg)
     warnings += refuse_unhonoured(cfg, mcfg)  # the vision-language keys: each with an effect on this model
+    if probe_problems := image_probe_problems(cfg, mcfg):
+        raise InputError(probe_problems)
     hidden = getattr(mcfg, "hidden_size", None)
     if cfg.finetuning_type == "lora" and hidden and cfg.lora_rank > hidden:
         raise InputError(
