@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, cockpit
 
 PRESETS = sorted((ROOT / "presets").glob("*.yaml"))
-CPU_PRESETS = {"cpu-demo", "cpu-dpo-demo", "cpu-grpo-demo", "cpu-grpo-hack"}
+CPU_PRESETS = {"cpu-demo", "cpu-dpo-demo", "cpu-grpo-demo", "cpu-grpo-hack", "cpu-vlm-demo"}
 
 
 def _preset(path: Path) -> dict:

@@ -143,7 +143,7 @@ def test_the_collator_feeds_each_rows_images_as_pixel_values(tiny_llava_dir, tmp
     model = build_model(cfg, resolve_model(str(tiny_llava_dir), log=lambda *_: None), True, 0)  # LoRA-wrapped
     batch = with_images(build_collator(cfg, tok, model), cfg, model)(rows)
     assert tuple(batch["pixel_values"].shape) == (3, 3, 32, 32)
-    assert batch["pixel_values"][0].mean() > batch["pixel_values"][1].mean()  # red first (row 1), then blue
+    assert batch["pixel_values"][0][0].mean() > batch["pixel_values"][1][0].mean()  # red channel: red first, then blue
     assert model(**batch).loss.isfinite()  # 48 image tokens, 3 images' features: LLaVA checks they match
     for key, value in (("image_max_pixels", 64), ("image_min_pixels", 64 * 64)):
         other = with_images(build_collator(cfg, tok, model), validate(_raw(tiny_llava_dir, data, **{key: value})), model)
