@@ -114,6 +114,16 @@ def regularized(plugin: ImagePlugin, path: str, max_pixels: int, min_pixels: int
     return image.convert("RGB") if image.mode != "RGB" else image
 
 
+def image_inputs(
+    plugin: ImagePlugin, image_processor: Any, paths: Sequence[str], max_pixels: int, min_pixels: int
+) -> dict[str, Any]:
+    """``pixel_values`` and the plugin's batch keys for these image files, each :func:`regularized` then
+    processed by the model's image processor (the training collator, the probes and the chat alike)."""
+    images = [regularized(plugin, p, max_pixels, min_pixels) for p in paths]
+    out = image_processor(images, return_tensors="pt")
+    return {key: out[key] for key in ("pixel_values", *plugin.batch_keys)}
+
+
 def image_tokens(plugin: ImagePlugin, facts: ImageFacts, size: Size) -> int:
     """How many image tokens one image of this (original) size becomes."""
     return plugin.count(facts, regularized_size(plugin, size, facts.image_max_pixels, facts.image_min_pixels))

@@ -189,12 +189,9 @@ class Generator:
         out: dict[str, Any] = {"input_ids": ids, "attention_mask": self.torch.ones_like(ids)}
         if images:
             cfg = self.art.config
-            pictures = [
-                mm_plugins.regularized(self.plugin, p, int(cfg.image_max_pixels), int(cfg.image_min_pixels))
-                for p in images
-            ]
-            done = self.image_processor(pictures, return_tensors="pt")
-            out.update({key: done[key].to(self.device) for key in ("pixel_values", *self.plugin.batch_keys)})
+            bounds = (int(cfg.image_max_pixels), int(cfg.image_min_pixels))
+            done = mm_plugins.image_inputs(self.plugin, self.image_processor, images, *bounds)
+            out.update({key: value.to(self.device) for key, value in done.items()})
             out["pixel_values"] = out["pixel_values"].to(dtype=next(self.model.parameters()).dtype)
         if self.image_processor is not None and self.plugin.token_type_key:  # as the collator marks every batch
             out[self.plugin.token_type_key] = (ids == self.image_token_id).long()

@@ -94,12 +94,11 @@ class ProbeImages:
         out: dict[str, Any] = {}
         if paths:
             facts = self.facts
-            images = [
-                mm_plugins.regularized(self.plugin, p, facts.image_max_pixels, facts.image_min_pixels) for p in paths
-            ]
-            done = self.image_processor(images, return_tensors="pt")
+            done = mm_plugins.image_inputs(
+                self.plugin, self.image_processor, paths, facts.image_max_pixels, facts.image_min_pixels
+            )
             device = next(self.model.parameters()).device
-            out = {key: done[key].to(device) for key in ("pixel_values", *self.plugin.batch_keys)}
+            out = {key: value.to(device) for key, value in done.items()}
             out["pixel_values"] = out["pixel_values"].to(dtype=next(self.model.parameters()).dtype)
         if self.plugin.token_type_key:  # as the collator marks every batch
             out[self.plugin.token_type_key] = (ids == self.image_id).long()

@@ -79,9 +79,7 @@ class ImageCollator:
 
     def image_inputs(self, paths: list[str]) -> dict[str, Any]:
         """``pixel_values`` and the plugin's batch keys for these image files."""
-        images = [mm_plugins.regularized(self.plugin, p, self.max_pixels, self.min_pixels) for p in paths]
-        out = self.image_processor(images, return_tensors="pt")
-        return {key: out[key] for key in ("pixel_values", *self.plugin.batch_keys)}
+        return mm_plugins.image_inputs(self.plugin, self.image_processor, paths, self.max_pixels, self.min_pixels)
 
     def pixel_values(self, paths: list[str]) -> Any:
         return self.image_inputs(paths)["pixel_values"]

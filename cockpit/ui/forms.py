@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.config.schema import SCHEDULERS, SCHEMA
 from cockpit.errors import InputError
+from cockpit.models.vlm import VLM_KEYS  # torch-free
 from cockpit.ui.palette import themed
 
 if TYPE_CHECKING:
@@ -148,14 +149,7 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 # a vision-language model's keys: the form shows them when the model is one (vlm_of)
-VLM_FIELDS = (
-    "image_max_pixels",
-    "image_min_pixels",
-    "freeze_vision_tower",
-    "freeze_multi_modal_projector",
-    "freeze_language_model",
-    "train_mm_proj_only",
-)
+VLM_FIELDS = ("image_max_pixels", "image_min_pixels", *VLM_KEYS)
 SHOWN_IF = (*STAGE_FIELDS, *VLM_FIELDS)  # the fields hidden_fields may hide
 
 
