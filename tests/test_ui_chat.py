@@ -67,8 +67,9 @@ async def _main_path(runs: Path, expected: dict) -> dict:
         chat = app.screen
         pid = chat.chat.pid
         assert pid_alive(pid)
-        # still loading: the screen's own line, or the worker's first stage (a quick worker says it first)
-        assert chat.ready is None and ("loading" in chat.status or "finding the base model" in chat.status), chat.status
+        # still loading: the screen's own line, or one of the worker's loading stages (a quick worker says them first)
+        loading_lines = ("loading", "importing torch and transformers", "finding the base model")
+        assert chat.ready is None and any(line in chat.status for line in loading_lines), chat.status
         await wait_for(pilot, lambda: chat.ready is not None, 120, "the worker to be ready")
         timings["ready_s"] = time.monotonic() - t0
         assert chat.status.startswith("ready") and "backend local" in chat.status, chat.status
