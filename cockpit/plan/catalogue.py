@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cockpit.errors import InputError, Problem
+from cockpit.plan.vlm_counts import language_part
 
 _LLAMA3_8B = {
     "model_type": "llama",
@@ -198,12 +199,10 @@ def resolve_model_config(
                 model_config = json.load(f)
         except (OSError, ValueError) as e:
             raise InputError(Problem(f"cannot read {cfg_path}: {e}", key=key)) from e
-        if isinstance(model_config.get("text_config"), dict):  # multimodal wrappers: plan the LM part
-            model_config = {
-                **model_config["text_config"],
-                "model_type": model_config["text_config"].get("model_type", model_config.get("model_type")),
-                **vision_part(model_config),  # a LLaVA's vision tower and projector (plan.params.vision_counts)
-            }
+        language = language_part(model_config)  # multimodal wrappers: plan the LM part (its class defaults in)
+        if language is not None:
+            # and a vision-language model's vision tower and projector (plan.params.vision_counts)
+            model_config = {**language, **vision_part(model_config)}
         missing = [k for k in REQUIRED_KEYS if not isinstance(model_config.get(k), int)]
         if missing:
             raise InputError(Problem(f"{cfg_path} lacks {', '.join(missing)}", key=key))
