@@ -173,7 +173,8 @@ def test_chat_cli_local_json(tiny_run):
 
 def test_chat_image_on_a_text_model_is_refused(tiny_run, tmp_path, capsys):
     """`cockpit chat RUN --image PATH` on a text model's run: exit 2 naming its model type, no worker started;
-    a missing image file: exit 2 naming it."""
+    a missing image file: exit 2 naming it; `--probes` with an image probe in the run's probes file: exit 2."""
+    import yaml
     from PIL import Image
 
     from cockpit.cli import main
@@ -185,6 +186,13 @@ def test_chat_image_on_a_text_model_is_refused(tiny_run, tmp_path, capsys):
     assert f"--image: {tiny_run.name}'s model" in err and "(model type 'llama') is a text model" in err, err
     assert main([*argv, "--image", str(tmp_path / "b.png")]) == 2
     assert f"no such image file: {tmp_path / 'b.png'}" in capsys.readouterr().err
+    # --probes with an image probe in the run's probes file: refused the same way, by the key 'probes'
+    (tmp_path / "probes.jsonl").write_text(json.dumps({"prompt": "<image>Colour?", "expect": "red", "image": "a.png"}))
+    config = yaml.safe_load((tiny_run / "config.yaml").read_text())
+    (tiny_run / "config.yaml").write_text(yaml.safe_dump({**config, "probes": str(tmp_path / "probes.jsonl")}))
+    assert main(["chat", tiny_run.name, "--runs-dir", str(tiny_run.parent), "--probes"]) == 2
+    err = capsys.readouterr().err
+    assert f"probes: {tiny_run.name}'s model" in err and "(model type 'llama') is a text model" in err, err
     assert not (tiny_run / "logs" / "chat_worker.log").exists()
 
 

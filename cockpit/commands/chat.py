@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         if args.jsonl:
             return _jsonl_vllm(backend)
         probes = load_run_probes(art) if args.probes else []
+        if any(p.get("image_path") for p in probes):  # image probes: a vision-language model's run only
+            art.refuse_images(key="probes")
         prompts = [{"prompt": p} for p in args.prompt] + probes
         interactive = not prompts
         if interactive and sys.stdin.isatty():
@@ -252,6 +254,8 @@ def _ask(args: argparse.Namespace, backend: Any, item: dict[str, Any], max_new: 
     else:
         res = collect(backend.ask(asked, max_new, args.temperature), show)
     res["prompt"] = item["prompt"]
+    if item.get("image"):  # an image probe: its image's file name and size, as the Summary names it
+        res["image"], res["image_size"] = item["image"], item.get("image_size")
     if "expect" in item:
         res["expect"] = item["expect"]
         res["base_ok"] = passes(res.get("base", ""), item["expect"])
