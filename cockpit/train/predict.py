@@ -7,21 +7,27 @@ event and ``summary.json``'s ``predict``.
 Two ways in: after training (:func:`predict_after_training`, the trained adapter, the SFT recipe
 calls it on rank 0 only: the other ranks are done by then) and a run that does not train
 (:func:`predict_only`, ``do_train: false``: ``adapter_name_or_path`` on the base, one process).
-A stop request ends the generation between batches; the samples done are written and scored."""
+A stop request ends the generation between batches; the samples done are written and scored.
+
+A vision-language model's rows with images (issue 63) generate from their images as the probes do
+(:class:`cockpit.train.vlm.ModelImages`: the template's image plugin, ``mm_plugins.image_inputs``); the
+prompt column keeps the image tokens, as LLaMA-Factory's ``save_predictions`` decodes them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cockpit.errors import EXIT_OK
+from cockpit.errors import EXIT_OK, InputError, Problem
 from cockpit.store.rundir import atomic_write_json, atomic_write_text
 from cockpit.train.progress import probes_reporter, reporter
 
 if TYPE_CHECKING:
     from cockpit.config.run_config import RunConfig
+    from cockpit.train.vlm import ModelImages
 
 PREDICTIONS_FILE = "generated_predictions.jsonl"
 RESULTS_FILE = "predict_results.json"
@@ -40,14 +46,43 @@ def split_conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, A
     return list(messages[:last]), label
 
 
-def prediction_prompt(tokenizer: Any, sample: dict[str, Any], cfg: RunConfig) -> tuple[list[int], str]:
+def prediction_prompt(
+    tokenizer: Any, sample: dict[str, Any], cfg: RunConfig, images: ModelImages | None = None
+) -> tuple[list[int], str]:
     """(the prompt's token ids, ready for generation; the label): the sample's tools written in as
-    training writes them (``tool_format``, the template's own tool list, ``default_system``)."""
+    training writes them (``tool_format``, the template's own tool list, ``default_system``); a row's
+    images (``images``: the model's view of them) as their image tokens, as its rows trained."""
     from cockpit.data.render import render_prompt_ids, with_tools
 
-    turns, tools = with_tools(tokenizer, sample["messages"], sample.get("tools"), cfg.tool_format, cfg.default_system)
+    messages = sample["messages"]
+    if images is not None and sample.get("images"):
+        messages = images.expanded(messages, [i["size"] for i in sample["images"]])
+    turns, tools = with_tools(tokenizer, messages, sample.get("tools"), cfg.tool_format, cfg.default_system)
     prompt, label = split_conversation(turns)
     return render_prompt_ids(tokenizer, prompt, tools=tools), label
+
+
+def image_prompt_cut(ids: list[int], sample: dict[str, Any], images: ModelImages | None, cutoff: int) -> list[int]:
+    """The prompt's last ``cutoff`` tokens (the generation prompt stays); a row with images must keep every
+    image token of its images (a cut image cannot be seen): InputError by the row's file:line otherwise (the cut
+    reached them, or an ``<image>`` sits in the answer)."""
+    cut = ids[-cutoff:]
+    if images is None or not sample.get("images"):
+        return cut
+    want = sum(images.tokens(i["size"]) for i in sample["images"])
+    have = cut.count(images.image_id)
+    if have == want:
+        return cut
+    file, _, line = str(sample.get("source", "")).rpartition(":")
+    why = (
+        f"its prompt ({len(ids)} tokens) is longer than cutoff_len {cutoff}: the cut keeps {have} of its {want} "
+        "image tokens; raise cutoff_len"
+        if len(ids) > cutoff
+        else f"{want - have} of its {want} image tokens are in the answer: prediction sees the prompt's images only"
+    )
+    raise InputError(
+        Problem(f"cannot predict this row: {why}", file=file or None, line=int(line) if line.isdigit() else None)
+    )
 
 
 def prediction_samples(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
@@ -98,17 +133,24 @@ def generate_predictions(
 ) -> tuple[list[dict[str, str]], bool]:
     """(one ``{prompt, predict, label}`` per sample, in order; whether a stop request ended it
     early). Batches of ``per_device_eval_batch_size``; a prompt longer than ``cutoff_len`` keeps
-    its last ``cutoff_len`` tokens (the generation prompt stays)."""
+    its last ``cutoff_len`` tokens (the generation prompt stays). A vision-language model's rows with
+    images: each ``<image>`` as its image's tokens and the batch's ``pixel_values`` (and the plugin's keys)
+    as the probes' (:class:`cockpit.train.vlm.ModelImages`); the prompt column keeps the image tokens, as
+    LLaMA-Factory's ``save_predictions`` decodes its input ids."""
     from cockpit.train.generation import generate_new_tokens
 
     batch, cutoff, decoding = int(cfg.per_device_eval_batch_size), int(cfg.cutoff_len), generation_kwargs(cfg)
+    images = row_images(model, tokenizer, samples, cfg)
     rows: list[dict[str, str]] = []
     for start in range(0, len(samples), batch):
         if should_stop():
             return rows, True
-        pairs = [prediction_prompt(tokenizer, sample, cfg) for sample in samples[start : start + batch]]
-        prompts = [ids[-cutoff:] for ids, _ in pairs]
-        answers = generate_new_tokens(model, tokenizer, prompts, **decoding)
+        chunk = samples[start : start + batch]
+        pairs = [prediction_prompt(tokenizer, sample, cfg, images) for sample in chunk]
+        prompts = [image_prompt_cut(ids, sample, images, cutoff) for (ids, _), sample in zip(pairs, chunk)]
+        paths = [i["path"] for sample in chunk for i in sample.get("images") or ()]
+        seeing = None if images is None else functools.partial(images.batch_inputs, paths)
+        answers = generate_new_tokens(model, tokenizer, prompts, batch_inputs=seeing, **decoding)
         for prompt_ids, (_, label), answer_ids in zip(prompts, pairs, answers):
             rows.append(
                 {
@@ -119,6 +161,17 @@ def generate_predictions(
             )
         on_progress(len(rows), len(samples))
     return rows, False
+
+
+def row_images(model: Any, tokenizer: Any, samples: list[dict[str, Any]], cfg: RunConfig) -> ModelImages | None:
+    """The model's view of the samples' images (their image_max_pixels / image_min_pixels: the run's), the
+    probes' and the collator's; None when no sample has images."""
+    if not any(s.get("images") for s in samples):
+        return None
+    from cockpit.train.vlm import ModelImages
+
+    bounds = (int(cfg.image_max_pixels), int(cfg.image_min_pixels))
+    return ModelImages(model, tokenizer, bounds, "predictions from images", "do_predict")
 
 
 def write_predictions(out_dir: Any, rows: list[dict[str, str]], runtime_s: float, batch: int) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from typing import Any
 
 from cockpit.data.probes import load_probes, passes, probe_summary, score
 from cockpit.data.render import render_prompt_ids
-from cockpit.errors import InputError, Problem
 from cockpit.train.generation import generate_new_tokens
 from cockpit.train.progress import OnProgress, silent
+from cockpit.train.vlm import ModelImages
 
 __all__ = [
     "load_probes",
@@ -44,65 +44,33 @@ def probes_of(cfg: Any) -> list[dict[str, Any]]:
     return [{**p, IMAGE_BOUNDS: bounds} if "image_path" in p else p for p in load_probes(cfg.probes)]
 
 
-class ProbeImages:
-    """A vision-language model's view of the image probes, as the run's rows were rendered and batched: the
-    template's image plugin (:mod:`cockpit.data.mm_plugins`: the template the tokenizer renders with) turns each
-    probe's ``<image>`` into its image's tokens, and the model folder's image processor gives the batch's
-    ``pixel_values`` (and the plugin's other keys). The images are resized within the run's image_max_pixels /
-    image_min_pixels, which :func:`probes_of` stamps on each image probe (LLaMA-Factory's defaults without)."""
+class ProbeImages(ModelImages):
+    """A vision-language model's view of the image probes (:class:`cockpit.train.vlm.ModelImages`): each probe's
+    ``<image>`` becomes its image's tokens, the batch gets their ``pixel_values``. The images are resized within
+    the run's image_max_pixels / image_min_pixels, which :func:`probes_of` stamps on each image probe
+    (LLaMA-Factory's defaults without)."""
 
     def __init__(self, model: Any, tokenizer: Any, probes: list[dict[str, Any]]) -> None:
         from cockpit.data import mm_plugins
-        from cockpit.data.render import lf_template_of
-        from cockpit.models.vlm import composite_of, image_token_id
 
-        parts = composite_of(model.config)
-        if parts is None:
-            raise InputError(
-                Problem(
-                    f"image probes need a vision-language model; {model.config.model_type!r} is a text model",
-                    key="probes",
-                )
-            )
-        named = lf_template_of(tokenizer)
-        self.plugin = mm_plugins.plugin_for(named.name if named else None) or mm_plugins.PLUGINS[parts.template]
         defaults = mm_plugins.ImageFacts()
         bounds = next(
             (p[IMAGE_BOUNDS] for p in probes if IMAGE_BOUNDS in p),
             (defaults.image_max_pixels, defaults.image_min_pixels),
         )
-        self.facts, self.image_processor = mm_plugins.load(self.plugin, model.config.name_or_path, *bounds)
-        self.image_id = image_token_id(model.config)
-        self.model = model
+        super().__init__(model, tokenizer, bounds, "image probes", "probes")
 
     def prompt(self, probe: dict[str, Any], tokenizer: Any) -> list[int]:
         """The probe's prompt ids; an image probe's ``<image>`` as its image's tokens."""
-        from cockpit.data import mm_plugins
-
         messages = [{"role": "user", "content": probe["prompt"]}]
         if "image_path" in probe:
-            text = mm_plugins.image_text(self.plugin, self.facts, tuple(probe["image_size"]))
-            messages = mm_plugins.expanded(messages, [text])
+            messages = self.expanded(messages, [probe["image_size"]])
         return render_prompt_ids(tokenizer, messages)
 
     def inputs(self, chunk: list[dict[str, Any]], ids: Any) -> dict[str, Any]:
         """``pixel_values`` (and the plugin's batch keys) of the chunk's image probes in their order; ``ids``:
-        the batch's left-padded input ids (a plugin's token-type mark is read from them)."""
-        from cockpit.data import mm_plugins
-
-        paths = [p["image_path"] for p in chunk if "image_path" in p]
-        out: dict[str, Any] = {}
-        if paths:
-            facts = self.facts
-            done = mm_plugins.image_inputs(
-                self.plugin, self.image_processor, paths, facts.image_max_pixels, facts.image_min_pixels
-            )
-            device = next(self.model.parameters()).device
-            out = {key: value.to(device) for key, value in done.items()}
-            out["pixel_values"] = out["pixel_values"].to(dtype=next(self.model.parameters()).dtype)
-        if self.plugin.token_type_key:  # as the collator marks every batch
-            out[self.plugin.token_type_key] = (ids == self.image_id).long()
-        return out
+        the batch's left-padded input ids."""
+        return self.batch_inputs([p["image_path"] for p in chunk if "image_path" in p], ids)
 
 
 def run_probes(

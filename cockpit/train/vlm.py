@@ -94,6 +94,54 @@ class ImageCollator:
         return batch
 
 
+class ModelImages:
+    """A vision-language model's view of images when it generates (the image probes, ``do_predict``'s rows), as
+    the run's rows were rendered and batched: the template's image plugin (the template the tokenizer renders
+    with) turns each ``<image>`` into its image's tokens, and the model folder's image processor gives the batch's
+    ``pixel_values`` and the plugin's other keys (:func:`cockpit.data.mm_plugins.image_inputs`), each image
+    resized within ``bounds`` (image_max_pixels, image_min_pixels). ``what``/``key``: who asks, for the refusal
+    of a text model."""
+
+    def __init__(self, model: Any, tokenizer: Any, bounds: tuple[int, int], what: str, key: str) -> None:
+        from cockpit.data.render import lf_template_of
+
+        parts = vlm.composite_of(model.config)
+        if parts is None:
+            raise InputError(
+                Problem(f"{what} need a vision-language model; {model.config.model_type!r} is a text model", key=key)
+            )
+        named = lf_template_of(tokenizer)
+        self.plugin = mm_plugins.plugin_for(named.name if named else None) or mm_plugins.PLUGINS[parts.template]
+        self.facts, self.image_processor = mm_plugins.load(self.plugin, model.config.name_or_path, *bounds)
+        self.image_id = vlm.image_token_id(model.config)
+        self.model = model
+
+    def tokens(self, size: Any) -> int:
+        """Image tokens of one image of this size (width, height)."""
+        return mm_plugins.image_tokens(self.plugin, self.facts, tuple(size))
+
+    def expanded(self, messages: list[dict[str, Any]], sizes: list[Any]) -> list[dict[str, Any]]:
+        """The messages with each ``<image>`` replaced by its image's tokens (``sizes``: the images', in order)."""
+        return mm_plugins.expanded(messages, [mm_plugins.image_text(self.plugin, self.facts, tuple(s)) for s in sizes])
+
+    def batch_inputs(self, paths: list[str], ids: Any) -> dict[str, Any]:
+        """``pixel_values`` (and the plugin's batch keys) of the batch's images in their order, on the model's
+        device and in its dtype; ``ids``: the batch's left-padded input ids (a plugin's token-type mark is read
+        from them)."""
+        out: dict[str, Any] = {}
+        if paths:
+            facts = self.facts
+            done = mm_plugins.image_inputs(
+                self.plugin, self.image_processor, paths, facts.image_max_pixels, facts.image_min_pixels
+            )
+            param = next(self.model.parameters())
+            out = {key: value.to(param.device) for key, value in done.items()}
+            out["pixel_values"] = out["pixel_values"].to(dtype=param.dtype)
+        if self.plugin.token_type_key:  # as the collator marks every batch
+            out[self.plugin.token_type_key] = (ids == self.image_id).long()
+        return out
+
+
 def with_images(collator: Any, cfg: RunConfig, model: Any) -> Any:
     """The collator, wrapped to add the images' inputs when the model is a vision-language model (its
     image processor read from the folder the model was loaded from, as the template's plugin reads it)."""
