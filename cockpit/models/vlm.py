@@ -148,8 +148,11 @@ def untested_with_vlm(cfg: RunConfig) -> list[tuple[str, str]]:
     """(key, why) for what a vision-language model does not train with yet: refused, never tried blind."""
     why = "with a vision-language model: not built yet (issue 63)"
     out = []
-    if cfg.quantization_bit:
-        out.append(("quantization_bit", f"QLoRA {why}"))
+    qlora_several = cfg.world_size > 1 or cfg.sharded  # QLoRA trained: tests/test_vlm_qlora.py
+    if cfg.quantization_bit and (qlora_several or cfg.stage != "sft" or cfg.template not in ("llava", "qwen2_vl")):
+        where = "on several ranks" if qlora_several else f"in stage {cfg.stage}" if cfg.stage != "sft" else ""
+        where = where or f"with template {cfg.template}"
+        out.append(("quantization_bit", f"QLoRA {where} {why}; sft with llava or qwen2_vl on one rank only"))
     several = cfg.world_size > 1 or cfg.sharded
     if several and (cfg.stage, cfg.template) != ("sft", "llava"):  # trained: tests/test_vlm_strategies.py
         key = "nproc_per_node" if cfg.world_size > 1 else "deepspeed" if cfg.deepspeed or cfg.zero_stage else "fsdp"

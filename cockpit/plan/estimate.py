@@ -227,11 +227,15 @@ def shard_group(run: RunSpec) -> int:
 def quantized_base_weights(run: RunSpec, d: Dims, counts: ParamCounts) -> tuple[float | None, str, str]:
     """(bytes, formula, source) of a 4-/8-bit quantized base model; (None, "", "") when not quantized.
     What bitsandbytes does not quantize (embeddings, lm_head, norms) keeps the run's dtype
-    (``cockpit.train.model.prepare_quantized_base``, LLaMA-Factory's way)."""
+    (``cockpit.train.model.prepare_quantized_base``, LLaMA-Factory's way). A vision-language model's tower and
+    projector linears are quantized too: LLaMA-Factory 0.9.5 passes no ``llm_int8_skip_modules``, and
+    transformers then keeps only the LM head (tied / output embeddings) unquantized."""
     total = counts.total
-    linear = counts.layers * counts.layer_linear
+    linear = counts.layers * counts.layer_linear + counts.vision_linear
     kept = run.compute_bytes
     rest = f" + {(total - linear) / 1e9:.3f}B embeddings/norms x {kept} B (not quantized, the run's dtype)"
+    if counts.vision_linear:
+        rest += f"; the linears include the vision tower's and projector's {counts.vision_linear / 1e6:.2f}M"
     if run.quantization_bit == 4:
         per_param = nf4_bytes_per_param(run.double_quantization)
         formula = (

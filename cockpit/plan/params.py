@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -119,6 +119,9 @@ class ParamCounts:
     # language model's counts above); a token of text runs through neither (cockpit.plan.flops)
     vision: int = 0
     projector: int = 0
+    # their nn.Linear weights: bitsandbytes quantizes them as it does the language model's (LLaMA-Factory 0.9.5
+    # skips no part of a vision-language model; transformers keeps only the LM head: plan.estimate)
+    vision_linear: int = 0
 
     @property
     def active(self) -> int:
@@ -287,22 +290,24 @@ def count_params(model_config: Mapping[str, Any], *, allow_meta: bool = True) ->
         except Exception:  # noqa: BLE001 - no torch/transformers, unknown arch: fall back
             pass
     counts = counts or analytic_counts(dims_of(model_config), model_config)
-    vision, projector = vision_counts(model_config, allow_meta=allow_meta)
+    vision, projector, linear = vision_counts(model_config, allow_meta=allow_meta)
     if not (vision or projector):
         return counts
-    return replace(counts, total=counts.total + vision + projector, vision=vision, projector=projector)
+    return replace(
+        counts, total=counts.total + vision + projector, vision=vision, projector=projector, vision_linear=linear
+    )
 
 
-def vision_counts(model_config: Mapping[str, Any], *, allow_meta: bool = True) -> tuple[int, int]:
-    """(vision tower, projector) parameters of a LLaVA (``_vision_config`` from plan.catalogue): the tower
-    built on the meta device from its config (``allow_meta`` false, or no torch: a CLIP tower counted from
-    its config's numbers, :func:`clip_tower_params`), LLaVA's two-layer projector from the two widths;
-    (0, 0) for a text model or a tower neither way counts."""
+def vision_counts(model_config: Mapping[str, Any], *, allow_meta: bool = True) -> tuple[int, int, int]:
+    """(vision tower, projector, their nn.Linear weights) parameters of a LLaVA (``_vision_config`` from
+    plan.catalogue): the tower built on the meta device from its config (``allow_meta`` false, or no torch: a
+    CLIP tower counted from its config's numbers, :func:`clip_tower_params`), LLaVA's two-layer projector from
+    the two widths; (0, 0, 0) for a text model or a tower neither way counts."""
     if isinstance(model_config.get("_vlm_config"), dict):  # Qwen2-VL & co: the whole model on the meta device
-        return _composite_counts(_key(model_config["_vlm_config"])) if allow_meta else (0, 0)
+        return _composite_counts(_key(model_config["_vlm_config"])) if allow_meta else (0, 0, 0)
     vision_config = model_config.get("_vision_config")
     if not isinstance(vision_config, dict):
-        return 0, 0
+        return 0, 0, 0
     tower = None
     if allow_meta:
         try:
@@ -311,16 +316,17 @@ def vision_counts(model_config: Mapping[str, Any], *, allow_meta: bool = True) -
             tower = None
     tower = tower if tower is not None else clip_tower_params(vision_config)
     if tower is None:
-        return 0, 0
+        return 0, 0, 0
     layers = model_config.get("_vision_feature_layers", 1)
     width, text = int(vision_config.get("hidden_size", 0)) * int(layers), int(model_config.get("hidden_size", 0))
-    return tower, width * text + text + text * text + text  # linear_1 and linear_2, each with its bias
+    # linear_1 and linear_2, each with its bias
+    return tower[0], width * text + text + text * text + text, tower[1] + width * text + text * text
 
 
-def clip_tower_params(vision_config: Mapping[str, Any]) -> int | None:
-    """A CLIP vision tower's parameters from its config's numbers (transformers' ``CLIPVisionModel``: patch
-    embedding without bias, class and position embeddings, pre- and post-layer norms, each layer's attention,
-    MLP and two norms), torch-free (the UI's planner); None for another tower."""
+def clip_tower_params(vision_config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A CLIP vision tower's (parameters, nn.Linear weights) from its config's numbers (transformers'
+    ``CLIPVisionModel``: patch embedding without bias, class and position embeddings, pre- and post-layer norms,
+    each layer's attention, MLP and two norms), torch-free (the UI's planner); None for another tower."""
     if vision_config.get("model_type", "clip_vision_model") != "clip_vision_model":
         return None
     h, i = int(vision_config.get("hidden_size", 768)), int(vision_config.get("intermediate_size", 3072))
@@ -328,13 +334,14 @@ def clip_tower_params(vision_config: Mapping[str, Any]) -> int | None:
     channels, layers = int(vision_config.get("num_channels", 3)), int(vision_config.get("num_hidden_layers", 12))
     embeddings = h + channels * h * patch * patch + ((size // patch) ** 2 + 1) * h
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
-    return embeddings + 2 * 2 * h + layers * layer
+    return embeddings + 2 * 2 * h + layers * layer, layers * (4 * h * h + 2 * h * i)
 
 
 @functools.lru_cache(maxsize=8)
-def _composite_counts(key: str) -> tuple[int, int]:
-    """(vision tower, projector) parameters of a composite model built whole on the meta device, split by
-    its parts' names as LLaMA-Factory registers them (cockpit.models.vlm.COMPOSITE); (0, 0) if it cannot be built."""
+def _composite_counts(key: str) -> tuple[int, int, int]:
+    """(vision tower, projector, their nn.Linear weights) parameters of a composite model built whole on the
+    meta device, split by its parts' names as LLaMA-Factory registers them (cockpit.models.vlm.COMPOSITE);
+    (0, 0, 0) if it cannot be built."""
     from cockpit.models.vlm import COMPOSITE
 
     try:
@@ -345,22 +352,34 @@ def _composite_counts(key: str) -> tuple[int, int]:
         parts = COMPOSITE[kw["model_type"]]
         config = AutoConfig.for_model(kw.pop("model_type"), **kw)
         with torch.device("meta"), _without_zero3_init():
-            named = list(AutoModelForImageTextToText.from_config(config).named_parameters())
+            model = AutoModelForImageTextToText.from_config(config)
     except Exception:  # noqa: BLE001 - no torch / transformers, a config this transformers cannot build
-        return 0, 0
+        return 0, 0, 0
+    named = list(model.named_parameters())
     vision = sum(p.numel() for n, p in named if any(k in n for k in parts.vision_model_keys))
-    return vision, sum(p.numel() for n, p in named if any(k in n for k in parts.projector_keys))
+    projector = sum(p.numel() for n, p in named if any(k in n for k in parts.projector_keys))
+    keys = (*parts.vision_model_keys, *parts.projector_keys)
+    return vision, projector, _linear_weights(model, lambda name: any(k in name for k in keys))
+
+
+def _linear_weights(model: Any, chosen: Callable[[str], bool]) -> int:
+    """The nn.Linear weights (no biases: bitsandbytes keeps them) of the modules whose names ``chosen`` picks."""
+    import torch
+
+    return sum(m.weight.numel() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and chosen(n))
 
 
 @functools.lru_cache(maxsize=8)
-def _meta_vision_params(key: str) -> int:
+def _meta_vision_params(key: str) -> tuple[int, int]:
+    """A vision tower's (parameters, nn.Linear weights), built on the meta device from its config."""
     import torch
     from transformers import AutoConfig, AutoModel
 
     kw = {k: v for k, v in json.loads(key).items() if k not in ("architectures", "transformers_version")}
     config = AutoConfig.for_model(kw.pop("model_type"), **kw)
     with torch.device("meta"), _without_zero3_init():
-        return sum(p.numel() for p in AutoModel.from_config(config).parameters())
+        tower = AutoModel.from_config(config)
+    return sum(p.numel() for p in tower.parameters()), _linear_weights(tower, lambda _: True)
 
 
 def resolve_targets(lora_target: Any, available: tuple[str, ...]) -> list[str]:
