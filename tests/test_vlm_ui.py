@@ -22,6 +22,7 @@ from PIL import Image
 
 from cockpit.store.rundir import RunDir
 from tests.test_ui_rough_edges import copy_run, make_app, screen_text, wait_for
+from tests.test_vlm_setup_sizes import meta_parts
 
 
 def image_probe_run(tmp_path: Path) -> Path:
@@ -136,10 +137,11 @@ def test_cockpit_web_opens_a_probe_image_in_the_browser(tmp_path):
     assert body == (tmp_path / "img" / "red.png").read_bytes()
 
 
-def test_setup_knows_a_vision_language_model(tiny_llava_dir, tiny_model_dir, tmp_path, monkeypatch):
+def test_setup_knows_a_vision_language_model(tiny_llava_dir, tiny_qwen2_5_vl_dir, tiny_model_dir, tmp_path, monkeypatch):
     """The Setup form on the tiny LLaVA folder: under the model, that it is a VLM with its tower / projector /
     language model sizes (as the meta-device model has them) and its template; the image keys shown with
-    LLaMA-Factory's defaults (hidden for a text model); the fit line's planner (torch-free) counts the tower."""
+    LLaMA-Factory's defaults (hidden for a text model); the fit line's planner (torch-free) counts the tower.
+    On a Qwen2.5-VL folder: its own tower and merger's sizes (tests/test_vlm_setup_sizes.py: every family's)."""
     import torch
     from textual.widgets import Input
     from transformers import AutoConfig, AutoModelForImageTextToText
@@ -178,7 +180,15 @@ def test_setup_knows_a_vision_language_model(tiny_llava_dir, tiny_model_dir, tmp
             assert scr.query_one("#f-image_max_pixels", Input).placeholder == str(768 * 768)
             scr.query_one("#f-model_name_or_path", Input).value = str(tiny_model_dir)
             await wait_for(pilot, lambda: not shown(), 10, "the image keys hidden for a text model")
+            scr.query_one("#f-model_name_or_path", Input).value = str(tiny_qwen2_5_vl_dir)
+            await wait_for(pilot, lambda: qwen_line in text_of(app, "#model-kind"), 10, qwen_line)
+            assert shown() == set(forms.VLM_FIELDS)
 
+    qwen = meta_parts(tiny_qwen2_5_vl_dir)
+    qwen_line = (
+        f"vision-language model (qwen2_5_vl): vision tower {qwen['vision'] / 1e6:.2f}M + projector "
+        f"{qwen['projector'] / 1e6:.2f}M + language model {(qwen['total'] - qwen['vision'] - qwen['projector']) / 1e6:.2f}M"
+    )
     asyncio.run(scenario())
 
 
@@ -272,3 +282,58 @@ def test_the_chat_worker_reads_images_as_the_runs_rows_were_rendered(tiny_qwen2_
     text, ids, cancelled, cut = gen.generate("tuned", asked, 2, 0.0, threading.Event(), lambda d: None,
                                              [str(tmp_path / "img" / "tall.png")])  # fmt: skip
     assert not cancelled and len(ids) <= 2 and (cut or len(ids) < 2)  # generated to its end or to the limit
+
+
+def _lora_run(runs: Path, model_dir: Path, probes: Path) -> Path:
+    """A finished Qwen2-VL LoRA run made directly (no training): a PEFT adapter on the language model's q/v
+    projections with random weights (not the zero-B init: base and tuned differ), the run's probes file."""
+    import torch
+    import yaml
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from cockpit.store.rundir import atomic_write_json, create_run_dir
+
+    run = create_run_dir(runs, "qwen-probes")
+    run.config_path.write_text(yaml.safe_dump({"model_name_or_path": str(model_dir), "template": "qwen2_vl",
+                                               "finetuning_type": "lora", "lora_rank": 4, "probes": str(probes),
+                                               "probe_max_new_tokens": 2, "use_cpu": True}))  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype=torch.float32)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=r".*language_model.*\.(q_proj|v_proj)", init_lora_weights=False)
+    get_peft_model(model, lora).save_pretrained(str(run.path / "adapter"))
+    atomic_write_json(run.status_path, {"state": "finished", "step": 1, "total_steps": 1})
+    atomic_write_json(run.summary_path, {"state": "finished", "steps": 1, "adapter_dir": str(run.path / "adapter")})
+    return run.path
+
+
+@pytest.mark.slow  # a chat worker started twice (base + tuned Qwen2-VL each time)
+def test_cockpit_chat_asks_image_probes_with_their_images(tiny_qwen2_vl_dir, tmp_path, capsys):
+    """`cockpit chat RUN --probes` on a finished Qwen2-VL LoRA run whose probes file has two image probes (the
+    same prompt, images of two sizes: 6 and 1 image tokens) and a text probe: each image probe is asked with its
+    own image on both sides (the prompt tokens differ by the image tokens' difference, base and tuned), the
+    JSON names the image and its size, the text output names the image beside the prompt."""
+    from cockpit.cli import main
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (56, 84), (220, 30, 30)).save(tmp_path / "img" / "red.png")
+    Image.new("RGB", (28, 28), (30, 30, 220)).save(tmp_path / "img" / "blue.png")
+    rows = [{"prompt": "<image>What colour is it?", "expect": ["red"], "image": "img/red.png"},
+            {"prompt": "<image>What colour is it?", "expect": ["blue"], "image": "img/blue.png"},
+            {"prompt": "Who are you?", "expect": ["Kestrel"]}]  # fmt: skip
+    (tmp_path / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = _lora_run(tmp_path / "runs", tiny_qwen2_vl_dir, tmp_path / "probes.jsonl")
+    argv = ["chat", run.name, "--runs-dir", str(run.parent), "--probes", "--device", "cpu", "--max-new-tokens", "2"]
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    red, blue, text = json.loads(capsys.readouterr().out)["results"]
+    assert (red["image"], red["image_size"], blue["image"], blue["image_size"]) == ("red.png", [56, 84], "blue.png", [28, 28])
+    assert red["images"] == [str(tmp_path / "img" / "red.png")] and "image" not in text and "images" not in text
+    for side in ("base", "tuned"):  # 6 image tokens for the 56x84 image, 1 for the 28x28 one: its own image each
+        assert red[f"{side}_prompt_tokens"] - blue[f"{side}_prompt_tokens"] == 5, (red, blue)
+        assert red[f"{side}_ok"] == ("red" in red[side].lower())  # each answer scored against its probe's expect
+    assert red["base_token_ids"] != red["tuned_token_ids"] or text["base_token_ids"] != text["tuned_token_ids"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert ">>> [image red.png] <image>What colour is it?" in out and ">>> [image blue.png] <image>What colour" in out
+    assert ">>> Who are you?" in out and "probes: base " in out and "/3, tuned " in out, out

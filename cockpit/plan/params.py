@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cockpit.models.lm_head import scaled_by
+from cockpit.plan.vlm_counts import QKV_BIAS_TYPES, composite_params, layer_norms
 
 # module name -> (in_features, out_features) as functions of the config numbers
 LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -73,7 +74,7 @@ def dims_of(model_config: Mapping[str, Any]) -> Dims:
         head_dim=int(hd),
         vocab=int(model_config["vocab_size"]),
         tied=bool(model_config.get("tie_word_embeddings", False)),
-        qkv_bias=bool(model_config.get("attention_bias", False)) or mt == "qwen2",
+        qkv_bias=bool(model_config.get("attention_bias", False)) or mt in QKV_BIAS_TYPES,
         model_type=mt,
         logits_scaled_by=scaled_by(model_config),
         experts=moe.routed if moe else 0,
@@ -144,7 +145,7 @@ def analytic_counts(d: Dims, model_config: Mapping[str, Any] | None = None) -> P
     shapes = linear_shapes(d)
     lin = sum(i * o for i, o in shapes.values())
     bias = (d.q_dim + 2 * d.kv_dim) if d.qkv_bias else 0
-    per_layer = lin + bias + 2 * d.hidden  # + two RMSNorm weights
+    per_layer = lin + bias + layer_norms(d.model_type, d.hidden, d.head_dim)
     emb = d.vocab * d.hidden
     head = 0 if d.tied else emb
     other = d.hidden
@@ -303,8 +304,10 @@ def vision_counts(model_config: Mapping[str, Any], *, allow_meta: bool = True) -
     plan.catalogue): the tower built on the meta device from its config (``allow_meta`` false, or no torch: a
     CLIP tower counted from its config's numbers, :func:`clip_tower_params`), LLaVA's two-layer projector from
     the two widths; (0, 0, 0) for a text model or a tower neither way counts."""
-    if isinstance(model_config.get("_vlm_config"), dict):  # Qwen2-VL & co: the whole model on the meta device
-        return _composite_counts(_key(model_config["_vlm_config"])) if allow_meta else (0, 0, 0)
+    if isinstance(model_config.get("_vlm_config"), dict):  # Qwen2-VL & co: the whole model on the meta device,
+        whole = model_config["_vlm_config"]  # else (the UI's planner, no torch) counted from its config.json alone
+        counted = _composite_counts(_key(whole)) if allow_meta else (0, 0, 0)
+        return counted if any(counted) else composite_params(whole) or (0, 0, 0)
     vision_config = model_config.get("_vision_config")
     if not isinstance(vision_config, dict):
         return 0, 0, 0
