@@ -152,7 +152,7 @@ def test_a_llava_trains_on_two_ranks_under_ddp_fsdp2_and_zero3(tmp_path, tiny_ll
 def test_a_vlm_loads_whole_on_every_rank_and_only_llavas_sft_takes_several(tiny_llava_dir):
     """The rule the ranks and the planner share: a LLaVA folder is loaded whole (transformers renames its
     checkpoint's keys as it loads; a streamed load reads them by the model's names), the embedded VLM too; on
-    several ranks a VLM trains llava's sft, anything else is refused by name at check."""
+    several ranks a VLM trains what models.vlm.SEVERAL_RANKS names (tested), anything else is refused by name at check."""
     from cockpit.config import validate
     from cockpit.models.resolve import resolve_model
     from cockpit.models.vlm import untested_with_vlm
@@ -169,5 +169,16 @@ def test_a_vlm_loads_whole_on_every_rank_and_only_llavas_sft_takes_several(tiny_
         {"nproc_per_node": 2, "fsdp": "full_shard"},
     ):
         assert untested_with_vlm(validate({**raw, **over})) == [], over
-    for over in ({"template": "qwen2_vl"}, {"stage": "dpo"}):
-        assert [k for k, _ in untested_with_vlm(validate({**raw, "nproc_per_node": 2, **over}))] == ["nproc_per_node"]
+    for over in ({}, {"zero_stage": 3}, {"fsdp": "full_shard auto_wrap"}):  # tests/test_vlm_strategies_families.py
+        assert untested_with_vlm(validate({**raw, "template": "qwen2_vl", "nproc_per_node": 2, **over})) == [], over
+    for template in ("llava", "qwen2_vl"):  # dpo: DDP, the stage's only strategy
+        assert untested_with_vlm(validate({**raw, "stage": "dpo", "template": template, "nproc_per_node": 2})) == []
+    for over, key in (  # not in the tests: refused by the key that asks for it
+        ({"template": "qwen2_vl", "zero_stage": 2}, "zero_stage"),
+        ({"template": "qwen2_vl", "fsdp": "shard_grad_op"}, "fsdp"),
+        ({"template": "qwen3_vl_nothink"}, "nproc_per_node"),
+        ({"template": "gemma3", "zero_stage": 3}, "nproc_per_node"),
+        ({"template": "gemma3", "stage": "dpo"}, "nproc_per_node"),
+        ({"stage": "pt"}, "nproc_per_node"),
+    ):
+        assert [k for k, _ in untested_with_vlm(validate({**raw, "nproc_per_node": 2, **over}))] == [key], over

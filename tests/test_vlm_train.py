@@ -121,7 +121,7 @@ def test_freeze_keys_choose_the_parts_that_train(tiny_llava_dir, tmp_path):
     for over, key in (({"train_mm_proj_only": True}, "train_mm_proj_only"),
                       ({"freeze_multi_modal_projector": False}, "freeze_multi_modal_projector"),
                       ({"finetuning_type": "freeze"}, "finetuning_type"),
-                      ({"nproc_per_node": 2, "stage": "dpo"}, "nproc_per_node"),  # llava's sft trains on several ranks
+                      ({"nproc_per_node": 2, "stage": "pt"}, "nproc_per_node"),  # sft and dpo train on several ranks
                       ({"do_predict": True, "predict_with_generate": True, "val_size": 1, "nproc_per_node": 2}, "do_predict")):
         assert [k for k, _ in model_problems(validate(_raw(tiny_llava_dir, data, **over)), llava)] == [key], over
     assert model_problems(validate(_raw(tiny_llava_dir, data)), llava) == []
