@@ -150,19 +150,21 @@ def test_a_llava_trains_on_two_ranks_under_ddp_fsdp2_and_zero3(tmp_path, tiny_ll
 
 
 def test_a_vlm_loads_whole_on_every_rank_and_only_llavas_sft_takes_several(tiny_llava_dir):
-    """The rule the ranks and the planner share: a LLaVA folder is loaded whole (transformers renames its
-    checkpoint's keys as it loads; a streamed load reads them by the model's names), the embedded VLM too; on
+    """The rule the ranks and the planner share: a LLaVA folder streams: under ZeRO-3 / FSDP2 each rank
+    reads its own part, under the names transformers renames its checkpoint's keys to
+    (tests/test_vlm_sharded_load.py), the embedded VLM too; on
     several ranks a VLM trains what models.vlm.SEVERAL_RANKS names (tested), anything else is refused by name at check."""
     from cockpit.config import validate
+    from cockpit.models.embedded_vlm import embedded_vlm_dir
     from cockpit.models.resolve import resolve_model
     from cockpit.models.vlm import untested_with_vlm
     from cockpit.models.weights import planned_weights, sharded_load_mode, weights_of
 
     weights = weights_of(resolve_model(str(tiny_llava_dir), log=lambda *_: None), fetch=False)
-    assert weights.folder is None and "is a vision-language model (llava)" in weights.why_whole, weights
-    assert sharded_load_mode(weights, world_size=2, quantized=False, fsdp=True, zero3=False) == "full"
+    assert weights.folder == str(tiny_llava_dir) and not weights.why_whole, weights
+    assert sharded_load_mode(weights, world_size=2, quantized=False, fsdp=True, zero3=False) == "fsdp_meta"
     raw = {"model_name_or_path": str(tiny_llava_dir), "template": "llava", "dataset": "vlm", "use_cpu": True}
-    assert "vision-language model" in planned_weights(validate({**raw, "model_name_or_path": "embedded-vlm"})).why_whole
+    assert planned_weights(validate({**raw, "model_name_or_path": "embedded-vlm"})).folder == str(embedded_vlm_dir())
     for over in (
         {"nproc_per_node": 2},
         {"nproc_per_node": 2, "zero_stage": 3},

@@ -2,7 +2,8 @@
 
 One answer for the ranks (:mod:`cockpit.train.sharded_load`) and the planner's host line
 (:mod:`cockpit.plan.host`): under ZeRO-3 and FSDP2 each rank reads its own part of every tensor
-from a folder of safetensors files, so no rank holds a full copy; anything else is loaded whole on every rank, and both say why:
+from a folder of safetensors files, so no rank holds a full copy (a vision-language model's tensors under the
+names transformers renames them to as it loads: :data:`STREAMED_VLM`); anything else is loaded whole on every rank, and both say why:
 a GGUF file (dequantised as it loads), ``.bin``-only weights (pickles: no header to read a part
 from), or a hub id that is neither in this machine's Hugging Face cache nor downloadable.
 
@@ -105,7 +106,7 @@ def weights_of(ref: Any, *, fetch: bool) -> Weights:
     if lacking:
         return Weights(None, f"{d} lacks {len(lacking)} of its safetensors shards (e.g. {lacking[0]}): loaded whole")
     composite = composite_model_type(d)
-    if composite:
+    if composite and composite not in STREAMED_VLM:
         return composite_whole(d, composite)
     if experts_stored_apart(d):
         return Weights(
@@ -138,11 +139,19 @@ def experts_stored_apart(folder: Path) -> bool:
     return any(_EXPERT_KEY.search(n) for n in names)
 
 
+# The vision-language model types whose checkpoints transformers 5.23 reads by renaming their keys alone (its
+# conversion mapping: LLaVA's and Gemma 3's ``language_model.model.`` -> ``model.language_model.``, Qwen2-VL's
+# and Qwen2.5-VL's ``model.`` -> ``model.language_model.`` and ``visual.`` -> ``model.visual.``, Qwen3-VL's
+# names as saved): a streamed load renames them the same way (cockpit.train.sharded_load.checkpoint_names),
+# checked for each family by tests/test_vlm_sharded_load.py. Another composite type loads whole.
+STREAMED_VLM = ("llava", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3")
+
+
 def composite_model_type(folder: Path) -> str | None:
     """The model type in the folder's config.json when it is a vision-language model Cockpit trains
-    (:data:`cockpit.models.vlm.COMPOSITE`): a streamed load reads tensors by the model's names, and
-    transformers 5 still saves LLaVA under its older ones (``language_model.model.layers``), converted as
-    ``from_pretrained`` loads them."""
+    (:data:`cockpit.models.vlm.COMPOSITE`): transformers renames such a checkpoint's keys as it loads (LLaVA's
+    ``language_model.model.layers`` -> ``model.language_model.layers``), which a streamed load does too for the
+    types in :data:`STREAMED_VLM`."""
     from cockpit.models.vlm import COMPOSITE
 
     try:
@@ -153,11 +162,12 @@ def composite_model_type(folder: Path) -> str | None:
 
 
 def composite_whole(folder: str | Path, model_type: str) -> Weights:
-    """A vision-language model's weights: loaded whole (:func:`composite_model_type` says why)."""
+    """A vision-language model's weights that a streamed load has not been checked to read: loaded whole."""
     return Weights(
         None,
-        f"{folder} is a vision-language model ({model_type}) and transformers renames its checkpoint's keys as it "
-        "loads: every rank loads it whole, partitioned (ZeRO-3) or sharded (FSDP2) after",
+        f"{folder} is a vision-language model ({model_type}) whose checkpoint keys transformers renames as it "
+        f"loads, and a streamed load is checked for {', '.join(STREAMED_VLM)} only: every rank loads it whole, "
+        "partitioned (ZeRO-3) or sharded (FSDP2) after",
     )
 
 
@@ -200,9 +210,8 @@ def planned_weights(cfg: RunConfig) -> Weights:
         return Weights(None, "no model_name_or_path")
     if is_embedded(name):
         return Weights(str(embedded_model_dir()))
-    if is_embedded_vlm(name):  # a LLaVA (built on first use): whole, as the ranks load it
-        folder = embedded_vlm_dir()
-        return composite_whole(folder, composite_model_type(folder) or "llava")
+    if is_embedded_vlm(name):  # a LLaVA in safetensors (built on first use): streamed, as the ranks load it
+        return Weights(str(embedded_vlm_dir()))
     try:
         ref = resolve_model(name, log=lambda *_: None, revision=cfg.model_revision)
     except InputError as exc:

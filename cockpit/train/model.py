@@ -553,9 +553,7 @@ def placed_model(
 ) -> tuple[Any, type[Any]]:
     """The model on its training device (sharded for FSDP2), and the Trainer class to use.
     ZeRO-3 / FSDP2 never hold a full copy on every rank (:mod:`cockpit.train.sharded_load`)."""
-    import gc
-
-    from cockpit.models.weights import adapter_init_reads_base, strategy_shards_load
+    from cockpit.models.weights import strategy_shards_load
     from cockpit.train import sharded_load
     from cockpit.train.private_memory import trace
     from cockpit.train.trainer import CockpitTrainer
@@ -565,28 +563,15 @@ def placed_model(
     mode, weights = sharded_load.load_mode(cfg, ref, sharded, world_size)
     if world_size > 1:
         _ = args.device  # sets up the process group (gloo / nccl) that zero.Init, fully_shard and the broadcast use
-    extras: dict[str, Any] | None = None
-    extras_from_rank0 = False
-    if mode == "fsdp_meta":
-        assert weights.folder is not None  # sharded_load_mode streams only a safetensors folder
-        extras_from_rank0 = adapter_init_reads_base(cfg)
-        if extras_from_rank0:  # the adapter's init reads the base: rank 0 builds the model the one-rank way
-            extras = {}
-            if rank == 0:
-                real = build_model(cfg, ref, use_cpu, local_rank)
-                extras = sharded_load.not_in_checkpoint(real, weights.folder)
-                del real
-                gc.collect()
-            model = build_model(cfg, ref, use_cpu, local_rank, load="meta", folder=weights.folder)
-        else:  # every rank's adapter is the seeded one a one-rank run makes, its base weights never built
-            with sharded_load.adapters_kept_real():
-                model = build_model(cfg, ref, use_cpu, local_rank, load="meta", folder=weights.folder)
-            extras = sharded_load.not_in_checkpoint(model, weights.folder)
-    else:
-        model = build_model(cfg, ref, use_cpu, local_rank, load=mode, folder=weights.folder)
+    why_whole = weights.why_whole
+    try:
+        model, extras, extras_from_rank0 = base_for_mode(cfg, ref, mode, weights.folder, rank, local_rank, use_cpu)
+    except sharded_load.StreamRefused as exc:  # a tensor transformers converts as it loads: whole on every rank
+        mode, why_whole = "full", str(exc)
+        model, extras, extras_from_rank0 = build_model(cfg, ref, use_cpu, local_rank), None, False
     trace("placed_model: built")
     wanted_shards = strategy_shards_load(**sharded_load.strategy_facts(cfg, sharded, world_size))
-    whole_why = f": {weights.why_whole}" if (mode == "full" and wanted_shards and weights.why_whole) else ""
+    whole_why = f": {why_whole}" if (mode == "full" and wanted_shards and why_whole) else ""
     log(f"model loaded ({LOAD_WORDS.get(mode, mode)}{whole_why})")
     log_embedding_place(model, log)
     log_trainable(model, log)
@@ -596,6 +581,8 @@ def placed_model(
 
     dtype = next(model.parameters()).dtype
     ties = sharded_load.tied_names(model)  # fully_shard unties them
+    # the checkpoint's names -> the model's, asked before fully_shard renames the model's class
+    names = sharded_load.checkpoint_names(model, weights.folder) if extras is not None and weights.folder else {}
     trace("placed_model: before shard")
     info = shard(
         model,
@@ -615,6 +602,7 @@ def placed_model(
             rank=rank,
             device=device,
             dtype=dtype,
+            names=names,
             ties=ties,
             extras_from_rank0=extras_from_rank0,
             log=log,
@@ -628,6 +616,34 @@ def placed_model(
     return model, sharded_load.fsdp2_full_resume(
         trainer_class(CockpitTrainer)
     )  # saves gather the sharded state dict first
+
+
+def base_for_mode(
+    cfg: RunConfig, ref: ModelRef, mode: str, folder: str | None, rank: int, local_rank: int, use_cpu: bool
+) -> tuple[Any, dict[str, Any] | None, bool]:
+    """The model built as ``mode`` says (:func:`cockpit.train.sharded_load.load_mode`), with FSDP2's adapter
+    tensors for its sharded fill (None otherwise) and whether rank 0 broadcasts them. Raises
+    :class:`cockpit.train.sharded_load.StreamRefused` when the checkpoint cannot be read part by part."""
+    import gc
+
+    from cockpit.models.weights import adapter_init_reads_base
+    from cockpit.train import sharded_load
+
+    if mode != "fsdp_meta":
+        return build_model(cfg, ref, use_cpu, local_rank, load=mode, folder=folder), None, False
+    assert folder is not None  # sharded_load_mode streams only a safetensors folder
+    if adapter_init_reads_base(cfg):  # the adapter's init reads the base: rank 0 builds the model the one-rank way
+        extras: dict[str, Any] = {}
+        if rank == 0:
+            real = build_model(cfg, ref, use_cpu, local_rank)
+            extras = sharded_load.not_in_checkpoint(real, folder)
+            del real
+            gc.collect()
+        return build_model(cfg, ref, use_cpu, local_rank, load="meta", folder=folder), extras, True
+    # every rank's adapter is the seeded one a one-rank run makes, its base weights never built
+    with sharded_load.adapters_kept_real():
+        model = build_model(cfg, ref, use_cpu, local_rank, load="meta", folder=folder)
+    return model, sharded_load.not_in_checkpoint(model, folder), False
 
 
 def log_embedding_place(model: Any, log: Callable[[str], object]) -> None:

@@ -15,6 +15,12 @@
   the base (DoRA, PiSSA, a trained adapter, modules_to_save) rank 0 builds the model the one-rank
   way instead and broadcasts the adapter.
 
+Checkpoint tensors are read under the model's names for them as ``from_pretrained`` renames them
+(:func:`checkpoint_names`: transformers' own conversion mapping, e.g. a LLaVA saved with
+``language_model.model.layers`` into ``model.language_model.layers``); a tensor that transformers would
+convert rather than rename (fused, split) cannot be read part by part: :class:`StreamRefused`, and the
+ranks load the model whole.
+
 ``peak_rss_mb`` (``VmHWM``) is what the ranks report in their ``rank_memory`` events.
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -67,6 +74,45 @@ def canonical(key: str) -> str:
     return key
 
 
+class StreamRefused(ValueError):
+    """The checkpoint holds a tensor that transformers converts as it loads (fuses, splits): it cannot be
+    read part by part under a name of the model, so the ranks load the model whole (the message says why)."""
+
+
+def checkpoint_names(model: Any, model_dir: str | Path) -> dict[str, str]:
+    """Each tensor name of the checkpoint files -> the model's name for it (a state-dict key, without PEFT's
+    wrapping), renamed as ``from_pretrained`` renames it: transformers' conversion mapping for this model
+    (``get_model_conversion_mapping``: its classes' and model types' renamings, scoped to their sub-models,
+    and the legacy ones), its ``base_model_prefix`` added or dropped, and a name the model already has kept
+    as it is. So a LLaVA saved with ``language_model.model.layers...`` and one saved with the model's own
+    ``model.language_model.layers...`` read the same. A name the model lacks is left out (``from_pretrained``
+    drops it too). Ask it of the model before ``fully_shard``, which renames its class.
+    Raises :class:`StreamRefused` for a tensor transformers would convert rather than rename."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model's transformers model
+    transforms = get_model_conversion_mapping(base)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    ours = {canonical(k): True for k, _ in [*base.named_parameters(remove_duplicate=False), *base.named_buffers()]}
+    prefix = getattr(base, "base_model_prefix", "") or None
+    out: dict[str, str] = {}
+    for path in safetensors_files(model_dir):
+        for name in _header(path):
+            renamed, converted = rename_source_key(name, renamings, converters, prefix, ours)
+            if renamed not in ours and name in ours:  # from_pretrained's rule: a name the model has stays
+                renamed, converted = name, None
+            if converted is not None:
+                raise StreamRefused(
+                    f"{model_dir}: transformers converts {name!r} as it loads ({converted!r} -> {renamed!r}), "
+                    "which a rank cannot read part by part: every rank loads the model whole"
+                )
+            if renamed in ours:
+                out[name] = renamed
+    return out
+
+
 # -- FSDP2 -------------------------------------------------------------------------------------
 def streamed_config(cfg: RunConfig, folder: str | Path, load_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The model config a streamed load builds from, with the options ``from_pretrained`` would get
@@ -80,24 +126,39 @@ def streamed_config(cfg: RunConfig, folder: str | Path, load_kwargs: dict[str, A
     return config, ({"attn_implementation": attn} if attn else {})
 
 
-def empty_skeleton(cfg: RunConfig, folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
-    """The model with parameters on the meta device and real buffers."""
-    from accelerate import init_empty_weights
+def auto_class(config: Any) -> Any:
+    """The transformers Auto class a run loads this config's model with: a vision-language model's image-text
+    head (:func:`cockpit.train.vlm.load_base`), else the causal LM."""
+    from cockpit.models.vlm import composite_of
+
+    if composite_of(config) is not None:
+        from transformers import AutoModelForImageTextToText
+
+        return AutoModelForImageTextToText
     from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM
+
+
+def empty_skeleton(cfg: RunConfig, folder: str | Path, dtype: Any, load_kwargs: dict[str, Any]) -> Any:
+    """The model with parameters on the meta device and real buffers. Raises :class:`StreamRefused` when the
+    checkpoint cannot be read into it part by part (:func:`checkpoint_names`)."""
+    from accelerate import init_empty_weights
 
     config, build = streamed_config(cfg, folder, load_kwargs)
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(
+        model = auto_class(config).from_config(
             config, dtype=dtype, trust_remote_code=bool(cfg.trust_remote_code), **build
         )
     model.tie_weights()  # from_config leaves a meta skeleton's tied weights (lm_head, embeddings) apart
+    checkpoint_names(model, folder)  # refused here, before any adapter or shard is built
     return model
 
 
 def not_in_checkpoint(model: Any, model_dir: str | Path) -> dict[str, Any]:
     """The model's parameters the checkpoint files do not hold (LoRA adapters), cloned; a tied
     parameter once, under its first name."""
-    names = {n for path in safetensors_files(model_dir) for n in _header(path)}
+    names = set(checkpoint_names(model, model_dir).values())
     return {
         k: v.detach().clone()
         for k, v in model.named_parameters()
@@ -136,6 +197,7 @@ def fsdp2_materialise_and_load(
     rank: int,
     device: Any,
     dtype: Any,
+    names: Mapping[str, str],
     ties: Mapping[str, str] | None = None,
     extras_from_rank0: bool = False,
     log: Callable[[str], object] = print,
@@ -143,8 +205,9 @@ def fsdp2_materialise_and_load(
     """After ``fully_shard`` on the meta skeleton: allocate this rank's shards, then fill them with
     its own part of every tensor: from ``extras`` (the adapters: every rank's own alike, or with
     ``extras_from_rank0`` rank 0's, broadcast: a collective) and from the checkpoint files, each
-    rank reading only its own rows (:func:`fill_own_shards`: no collective). ``ties``: the
-    skeleton's tied names before sharding (:func:`tied_names`; ``fully_shard`` unties them)."""
+    rank reading only its own rows (:func:`fill_own_shards`: no collective). ``names``: the checkpoint's
+    names -> the model's (:func:`checkpoint_names`), and ``ties``: the skeleton's tied names
+    (:func:`tied_names`), both asked before sharding (``fully_shard`` renames the class and unties)."""
     ties = dict(ties or {})
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
@@ -159,7 +222,7 @@ def fsdp2_materialise_and_load(
         for name, b in model.named_buffers():
             if name in buffers:
                 b.copy_(buffers[name])
-    in_files = {n for path in safetensors_files(model_dir) for n in _header(path)}
+    in_files = set(names.values())
     adapter_keys = {
         key for key, _ in model.named_parameters() if canonical(key) not in in_files and canonical(key) not in ties
     }
@@ -173,7 +236,8 @@ def fsdp2_materialise_and_load(
         filled = set(adapter_keys)
     else:
         filled = fill_own_shards(model, extras.items())
-    filled |= fill_own_shards_from_files(model, model_dir, dtype, ties)
+    read: dict[str, int] = {}
+    filled |= fill_own_shards_from_files(model, model_dir, dtype, ties, names=names, read=read)
     missing = [n for n, _ in model.named_parameters() if n not in filled]
     if missing:
         raise ValueError(
@@ -183,6 +247,8 @@ def fsdp2_materialise_and_load(
         "files": len(safetensors_files(model_dir)),
         "adapter_tensors": len(adapter_keys),
         "collective": extras_from_rank0,
+        "renamed": sum(1 for a, b in names.items() if a != b),  # checkpoint names transformers renames (a LLaVA's)
+        **read,
     }
 
 
@@ -201,21 +267,21 @@ def own_part_index(tensor: Any) -> tuple[slice, ...] | None:
     return tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
 
 
-def copy_own_part(tensor: Any, source: Any, dtype: Any) -> None:
+def copy_own_part(tensor: Any, source: Any, dtype: Any) -> int:
     """Copy this rank's part of ``source`` (a whole tensor, or a safetensors slice, read only there)
-    into ``tensor``'s local storage, ``READ_BYTES`` of rows at a time."""
+    into ``tensor``'s local storage, ``READ_BYTES`` of rows at a time; the number of elements read."""
     import torch
     from torch.distributed.tensor import DTensor
 
     index = own_part_index(tensor)
     if index is None:
-        return
+        return 0
     local = tensor.to_local() if isinstance(tensor, DTensor) else tensor.data
     if not index:  # a scalar
         values = source if isinstance(source, torch.Tensor) else source[()]
         with torch.no_grad():
             local.copy_(values)
-        return
+        return 1
     rows, rest = index[0], index[1:]
     row_bytes = max(1, local[:1].numel() * local.element_size())
     step = max(1, READ_BYTES // row_bytes)
@@ -227,6 +293,7 @@ def copy_own_part(tensor: Any, source: Any, dtype: Any) -> None:
                 values.to(dtype if values.is_floating_point() else values.dtype)
             )
             del values
+    return int(local.numel())
 
 
 def fill_own_shards(model: Any, items: Any) -> set[str]:
@@ -254,14 +321,23 @@ def tied_names(model: Any) -> dict[str, str]:
 
 
 def fill_own_shards_from_files(
-    model: Any, model_dir: str | Path, dtype: Any, ties: Mapping[str, str] | None = None
+    model: Any,
+    model_dir: str | Path,
+    dtype: Any,
+    ties: Mapping[str, str] | None = None,
+    names: Mapping[str, str] | None = None,
+    read: dict[str, int] | None = None,
 ) -> set[str]:
     """This rank's part of every parameter and buffer the checkpoint holds, read from its
     safetensors files (the rows it holds only), a tied name's from its first name's; the
-    parameter names filled."""
+    parameter names filled. ``names``: the checkpoint's names -> the model's (:func:`checkpoint_names`;
+    None: the same names). ``read``, when given, gets ``elements_read`` (this rank's) of
+    ``elements_in_files``."""
     from safetensors import safe_open
 
-    in_files = {n for path in safetensors_files(model_dir) for n in _header(path)}
+    if names is None:
+        names = {n: n for path in safetensors_files(model_dir) for n in _header(path)}
+    in_files = set(names.values())
     by_name: dict[str, list[tuple[str, Any]]] = {}
     for key, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]:
         name = canonical(key)
@@ -269,12 +345,17 @@ def fill_own_shards_from_files(
             name = ties[name]
         by_name.setdefault(name, []).append((key, t))
     filled: set[str] = set()
+    done, total = 0, 0
     for path in safetensors_files(model_dir):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():
-                for key, t in by_name.get(name, []):
-                    copy_own_part(t, f.get_slice(name), dtype)
-                    filled.add(key)
+                targets = by_name.get(names.get(name, ""), [])
+                if targets:  # a tied tensor fills each of its names (fully_shard untied them): counted once
+                    total += math.prod(f.get_slice(name).get_shape())
+                    done += max(copy_own_part(t, f.get_slice(name), dtype) for _, t in targets)
+                    filled.update(key for key, _ in targets)
+    if read is not None:
+        read.update(elements_read=done, elements_in_files=total)
     return filled
 
 
@@ -297,12 +378,22 @@ def fsdp2_full_resume(trainer_cls: type) -> type:
 
 
 # -- ZeRO-3 ------------------------------------------------------------------------------------
-def zero3_stream_load(model: Any, model_dir: str | Path, *, rank: int, dtype: Any) -> int:
+def zero3_stream_load(
+    model: Any,
+    model_dir: str | Path,
+    *,
+    rank: int,
+    dtype: Any,
+    names: Mapping[str, str] | None = None,
+    read_out: dict[str, int] | None = None,
+) -> int:
     """Fill a model built under ``zero.Init`` from the checkpoint: every rank reads only its own
     partition of each parameter from the safetensors files (their pages are the node's shared page
     cache) and writes it into the parameter's ``ds_tensor``, with no collective. Buffers load whole.
     DeepSpeed's layout: a parameter's flat elements padded to a multiple of the world size, rank
-    ``r`` holding ``[r * size, (r + 1) * size)``. Returns the number of tensors read.
+    ``r`` holding ``[r * size, (r + 1) * size)``. ``names``: the checkpoint's names -> the model's
+    (:func:`checkpoint_names`, asked when not given); ``read_out``, when given, gets ``elements_read``
+    (this rank's part) of ``elements_in_files``. Returns the number of tensors read.
 
     (Before: rank 0 read groups of whole tensors and every rank gathered each module to copy them
     in, so rank 0 held a group in two dtypes and every rank a gathered module: the load's peak.)"""
@@ -311,40 +402,44 @@ def zero3_stream_load(model: Any, model_dir: str | Path, *, rank: int, dtype: An
 
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    read = 0
+    names = checkpoint_names(model, model_dir) if names is None else names
+    read, elements, total = 0, 0, 0
     for path in safetensors_files(model_dir):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():
-                key = name if (name in params or name in buffers) else f"{prefix}.{name}"
-                if key in params and not hasattr(params[key], "ds_tensor"):  # left whole by zero.Init
-                    params[key].data.copy_(f.get_tensor(name).to(params[key].dtype))
-                    read += 1
-                elif key in params:
+                key = names.get(name, "")
+                if key not in params and key not in buffers:
+                    continue
+                numel = math.prod(f.get_slice(name).get_shape())
+                total += numel
+                read += 1
+                if key in params and hasattr(params[key], "ds_tensor"):
                     param = params[key]
                     part_rank = ds_comm.get_rank(group=getattr(param, "ds_process_group", None))
-                    fill_partition(param.ds_tensor, f.get_slice(name), part_rank, param.ds_numel, dtype)
-                    read += 1
-                elif key in buffers:
-                    buffers[key].data.copy_(f.get_tensor(name).to(buffers[key].dtype))
-                    read += 1
+                    elements += fill_partition(param.ds_tensor, f.get_slice(name), part_rank, param.ds_numel, dtype)
+                else:  # a buffer, or a parameter left whole by zero.Init
+                    target = params[key] if key in params else buffers[key]
+                    target.data.copy_(f.get_tensor(name).to(target.dtype))
+                    elements += numel
+    if read_out is not None:
+        read_out.update(elements_read=elements, elements_in_files=total)
     del rank  # every rank reads its own partition: no rank is special
     return read
 
 
-def fill_partition(out: Any, tensor_slice: Any, part_rank: int, numel: int, dtype: Any) -> None:
+def fill_partition(out: Any, tensor_slice: Any, part_rank: int, numel: int, dtype: Any) -> int:
     """``out`` (one rank's flat partition of ``len(out)`` elements) from a safetensors slice: the
     elements ``[part_rank * len(out), ...)`` of the tensor's flat view, zeros past its end. Reads
-    only the rows that hold them, ``READ_BYTES`` at a time."""
+    only the rows that hold them, ``READ_BYTES`` at a time. Returns the number of elements filled."""
     size = out.numel()
     start, end = part_rank * size, min((part_rank + 1) * size, numel)
     out[max(end - start, 0) :].zero_()
     if start >= end:
-        return
+        return 0
     shape = tensor_slice.get_shape()
     if not shape:  # a scalar
         out[: end - start].copy_(tensor_slice[()].reshape(-1)[start:end].to(dtype))
-        return
+        return int(end - start)
     cols = 1
     for d in shape[1:]:
         cols *= d
@@ -355,6 +450,7 @@ def fill_partition(out: Any, tensor_slice: Any, part_rank: int, numel: int, dtyp
         lo, hi = max(start, row * cols), min(end, (row + rows.shape[0]) * cols)
         out[lo - start : hi - start].copy_(rows.reshape(-1)[lo - row * cols : hi - row * cols].to(dtype))
         del rows
+    return int(end - start)
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -405,7 +501,6 @@ def sharded_base(cfg: RunConfig, folder: str | Path, dtype: Any, load: str, load
     if load != "zero3":
         raise ValueError(f"unknown load mode {load!r}")
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     if not is_deepspeed_zero3_enabled():
@@ -419,15 +514,22 @@ def sharded_base(cfg: RunConfig, folder: str | Path, dtype: Any, load: str, load
     config, build = streamed_config(cfg, folder, load_kwargs)
     with mapped_large_allocations():
         with random_init_deferred() as deferred, construction_broadcast_skipped():
-            model = AutoModelForCausalLM.from_config(
+            model = auto_class(config).from_config(
                 config, dtype=dtype, trust_remote_code=bool(cfg.trust_remote_code), **build
             )  # zero.Init
         gc.collect()  # the partitions of parameters the build replaced (a tied lm_head's own)
         trace("zero3: built")
-        if not_all_parameters_in(model, folder):  # a parameter the checkpoint lacks gets transformers' init
+        names = checkpoint_names(model, folder)  # StreamRefused: the caller loads it whole
+        if not_all_parameters_in(model, folder, names):  # a parameter the checkpoint lacks gets transformers' init
             deferred(model)
-        zero3_stream_load(model, folder, rank=dist.get_rank(), dtype=dtype)
+        read: dict[str, int] = {}
+        zero3_stream_load(model, folder, rank=dist.get_rank(), dtype=dtype, names=names, read_out=read)
         trace("zero3: filled")
+    renamed = sum(1 for a, b in names.items() if a != b)
+    print(
+        f"zero3 streamed load: this rank read {read['elements_read']} of the checkpoint's {read['elements_in_files']} "
+        f"elements" + (f"; {renamed} tensor names renamed as transformers loads them" if renamed else "")
+    )
     return model
 
 
@@ -509,11 +611,11 @@ def give_untouched_partition(init: Any, param: Any) -> None:
     param.ds_numel_aligned = aligned
 
 
-def not_all_parameters_in(model: Any, model_dir: str | Path) -> list[str]:
-    """The model's parameters (tied ones once) that the checkpoint files do not hold."""
-    names = {n for path in safetensors_files(model_dir) for n in _header(path)}
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    return [n for n, _ in model.named_parameters() if n not in names and n.removeprefix(f"{prefix}.") not in names]
+def not_all_parameters_in(model: Any, model_dir: str | Path, names: Mapping[str, str] | None = None) -> list[str]:
+    """The model's parameters (tied ones once) that the checkpoint files do not hold (``names``:
+    :func:`checkpoint_names`, asked when not given)."""
+    held = set((checkpoint_names(model, model_dir) if names is None else names).values())
+    return [n for n, _ in model.named_parameters() if n not in held]
 
 
 def load_mode(cfg: RunConfig, ref: Any, zero3: bool, world_size: int) -> tuple[str, Weights]:
