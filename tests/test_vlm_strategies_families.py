@@ -103,7 +103,7 @@ def _two_pairs(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.budget(120, reason="two 2-rank dpo trainings of one step (LLaVA, Qwen2-VL) and Qwen2-VL's on one rank")
+@pytest.mark.budget(90, reason="two 2-rank dpo trainings of one step (LLaVA, Qwen2-VL) and Qwen2-VL's on one rank")
 def test_dpo_with_images_trains_on_two_ranks_under_ddp(tmp_path, tiny_llava_dir, tiny_qwen2_vl_dir):
     """One step of two pairs, a pair with an image on one rank and a text-only pair on the other: it trains, its
     adapter is saved whole, and Qwen2-VL's gradient norm is one rank's of both pairs (images and grids batched
