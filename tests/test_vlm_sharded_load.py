@@ -178,3 +178,23 @@ def test_a_llava_loads_partitioned_under_zero3(tmp_path, wide_llava_dir):
 
     host = plan(yaml.safe_load((run / "config.yaml").read_text()), use_meta=False, suggest=False).as_dict()["host"]
     assert host["load"] == "zero3" and host["pattern"].startswith("sharded"), host
+
+
+def test_the_planner_plans_the_embedded_vlm_by_name_as_the_ranks_load_it(tmp_path, monkeypatch, tiny_llava_dir):
+    """`cockpit plan` of a config naming the embedded VLM (presets/cpu-vlm-demo.yaml) reads its built folder, and
+    on 2 ranks under ZeRO-3 / FSDP2 plans the load sharded (it was refused: not in the catalogue); before it is
+    built, the planner says how to build it."""
+    from cockpit.errors import InputError
+    from cockpit.models.embedded_vlm import CACHE_NAME
+    from cockpit.plan import plan
+
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(tmp_path))
+    raw = {"model_name_or_path": "smollm2-135m-vlm", "template": "llava", "dataset": "x", "use_cpu": True,
+           "nproc_per_node": 2}  # fmt: skip
+    with pytest.raises(InputError, match="built on first use"):
+        plan({**raw, "zero_stage": 3}, use_meta=False, suggest=False)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / CACHE_NAME).symlink_to(tiny_llava_dir)  # as ensure_embedded_vlm leaves it
+    for extra, load in (({"zero_stage": 3}, "zero3"), ({"fsdp": "full_shard auto_wrap"}, "fsdp_meta"), ({}, "full")):
+        host = plan({**raw, **extra}, use_meta=False, suggest=False).as_dict()["host"]
+        assert host["load"] == load, (extra, host)

@@ -184,6 +184,14 @@ def resolve_model_config(
         raise InputError(Problem("must be a model folder or a hub id", key=key))
     name = name_or_path.strip()
     expanded = os.path.expanduser(name)
+    from cockpit.models.embedded_vlm import embedded_vlm_dir, is_embedded_vlm
+
+    if is_embedded_vlm(name):  # the embedded VLM: the folder the ranks load (built once, by check or train)
+        expanded = str(embedded_vlm_dir())
+        if not os.path.isdir(expanded):
+            raise InputError(
+                Problem(f"{name!r} is built on first use: `cockpit check` this config once, then plan it", key=key)
+            )
     if not os.path.isdir(expanded) and name.count("/") == 1 and not name.startswith((".", "/", "~")):
         from cockpit.models.weights import hub_snapshot
 
