@@ -582,7 +582,8 @@ def placed_model(
     dtype = next(model.parameters()).dtype
     ties = sharded_load.tied_names(model)  # fully_shard unties them
     # the checkpoint's names -> the model's, asked before fully_shard renames the model's class
-    names = sharded_load.checkpoint_names(model, weights.folder) if extras is not None and weights.folder else {}
+    names_of = sharded_load.checkpoint_renamer(model)
+    names = names_of(weights.folder) if extras is not None and weights.folder else {}
     trace("placed_model: before shard")
     info = shard(
         model,
@@ -614,7 +615,7 @@ def placed_model(
         f"FSDP2: {info['wrapped_modules']} x {info['layer_classes']} + root sharded over mesh {info['mesh']}; local {report['local_numel']} of {report['global_numel']} parameters"
     )
     return model, sharded_load.fsdp2_full_resume(
-        trainer_class(CockpitTrainer)
+        trainer_class(CockpitTrainer), names_of
     )  # saves gather the sharded state dict first
 
 

@@ -88,6 +88,12 @@ def checkpoint_names(model: Any, model_dir: str | Path) -> dict[str, str]:
     ``model.language_model.layers...`` read the same. A name the model lacks is left out (``from_pretrained``
     drops it too). Ask it of the model before ``fully_shard``, which renames its class.
     Raises :class:`StreamRefused` for a tensor transformers would convert rather than rename."""
+    return checkpoint_renamer(model)(model_dir)
+
+
+def checkpoint_renamer(model: Any) -> Callable[[str | Path], dict[str, str]]:
+    """:func:`checkpoint_names` of any checkpoint folder for this model, its conversion mapping taken now
+    (before ``fully_shard`` renames the model's class: a resumed checkpoint's names are read with it)."""
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
@@ -97,20 +103,24 @@ def checkpoint_names(model: Any, model_dir: str | Path) -> dict[str, str]:
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     ours = {canonical(k): True for k, _ in [*base.named_parameters(remove_duplicate=False), *base.named_buffers()]}
     prefix = getattr(base, "base_model_prefix", "") or None
-    out: dict[str, str] = {}
-    for path in safetensors_files(model_dir):
-        for name in _header(path):
-            renamed, converted = rename_source_key(name, renamings, converters, prefix, ours)
-            if renamed not in ours and name in ours:  # from_pretrained's rule: a name the model has stays
-                renamed, converted = name, None
-            if converted is not None:
-                raise StreamRefused(
-                    f"{model_dir}: transformers converts {name!r} as it loads ({converted!r} -> {renamed!r}), "
-                    "which a rank cannot read part by part: every rank loads the model whole"
-                )
-            if renamed in ours:
-                out[name] = renamed
-    return out
+
+    def names(model_dir: str | Path) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for path in safetensors_files(model_dir):
+            for name in _header(path):
+                renamed, converted = rename_source_key(name, renamings, converters, prefix, ours)
+                if renamed not in ours and name in ours:  # from_pretrained's rule: a name the model has stays
+                    renamed, converted = name, None
+                if converted is not None:
+                    raise StreamRefused(
+                        f"{model_dir}: transformers converts {name!r} as it loads ({converted!r} -> {renamed!r}), "
+                        "which a rank cannot read part by part: every rank loads the model whole"
+                    )
+                if renamed in ours:
+                    out[name] = renamed
+        return out
+
+    return names
 
 
 # -- FSDP2 -------------------------------------------------------------------------------------
@@ -359,10 +369,12 @@ def fill_own_shards_from_files(
     return filled
 
 
-def fsdp2_full_resume(trainer_cls: type) -> type:
+def fsdp2_full_resume(trainer_cls: type, names_of: Callable[[str | Path], dict[str, str]] | None = None) -> type:
     """``trainer_cls`` (FSDP2's) resuming a full fine-tune: every rank reads its own part of the
     checkpoint's model files into its shards (the Trainer's own load copies plain tensors into DTensor
-    parameters and fails); a PEFT model's adapter resumes the Trainer's way."""
+    parameters and fails), under the model's names for them (``names_of``: :func:`checkpoint_renamer`, taken
+    before sharding; transformers saves a LLaVA under other names than its own); a PEFT model's adapter resumes
+    the Trainer's way."""
 
     class FSDP2Resume(trainer_cls):  # type: ignore[misc]  # a class only known at run time
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
@@ -370,7 +382,8 @@ def fsdp2_full_resume(trainer_cls: type) -> type:
                 super()._load_from_checkpoint(resume_from_checkpoint, model)  # the Trainer's own (returns None)
                 return None
             dtype = next(self.model.parameters()).dtype
-            if not fill_own_shards_from_files(self.model, resume_from_checkpoint, dtype):
+            names = names_of(resume_from_checkpoint) if names_of is not None else None
+            if not fill_own_shards_from_files(self.model, resume_from_checkpoint, dtype, names=names):
                 raise ValueError(f"resume: {resume_from_checkpoint} holds no safetensors model files")
             return None
 
