@@ -79,9 +79,10 @@ _GRPO_UNHONOURED = {
 # (pt's is, but LLaMA-Factory's pt trainer has no such key either)
 _SFT_LOSS = "DFT / EAFT weigh SFT's token cross-entropy (LLaMA-Factory's SFT trainer); this stage's loss is its own"
 _SFT_LOSS_KEYS = {key: _SFT_LOSS for key in ("use_dft_loss", "use_eaft_loss", "eaft_alpha")}
-# images are read for sft only (issue 63): the other stages refuse rows with images, so where to find them is moot
+# images are read by sft and dpo only (issue 63): the other stages refuse rows with images, so where to find them
+# is moot. dpo shares sft's image plan (image_plan: the pixel bounds, media_dir) and model load (the freeze keys)
 _SFT_IMAGES = {
-    key: "images train in stage sft only (issue 63); this stage refuses rows with images"
+    key: "images train in stages sft and dpo only (issue 63); this stage refuses rows with images"
     for key in (
         "media_dir",
         "image_max_pixels",
@@ -117,7 +118,7 @@ STAGES: dict[str, StageCapabilities] = {
     "sft": StageCapabilities("sft", STRATEGIES),
     # evaluation (eval_dataset, eval_strategy, the best model), mixing and LoRA+ work in every stage
     "pt": StageCapabilities("pt", _DDP_ONLY, {**_SFT_LOSS_KEYS, **_SFT_IMAGES}),
-    "dpo": StageCapabilities("dpo", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
+    "dpo": StageCapabilities("dpo", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS}),
     "kto": StageCapabilities("kto", _DDP_ONLY, {**_PAIR_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
     "rm": StageCapabilities("rm", _DDP_ONLY, {**_PAIR_UNHONOURED, **_RM_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
     "grpo": StageCapabilities("grpo", _DDP_ONLY, {**_GRPO_UNHONOURED, **_SFT_LOSS_KEYS, **_SFT_IMAGES}),
