@@ -171,15 +171,16 @@ def test_a_vlm_loads_whole_on_every_rank_and_only_llavas_sft_takes_several(tiny_
         {"nproc_per_node": 2, "fsdp": "full_shard"},
     ):
         assert untested_with_vlm(validate({**raw, **over})) == [], over
-    for over in ({}, {"zero_stage": 3}, {"fsdp": "full_shard auto_wrap"}):  # tests/test_vlm_strategies_families.py
-        assert untested_with_vlm(validate({**raw, "template": "qwen2_vl", "nproc_per_node": 2, **over})) == [], over
+    for template in ("qwen2_vl", "qwen3_vl", "qwen3_vl_nothink", "gemma3"):  # tests/test_vlm_strategies_families.py
+        for over in ({}, {"zero_stage": 3}, {"fsdp": "full_shard auto_wrap"}):
+            assert untested_with_vlm(validate({**raw, "template": template, "nproc_per_node": 2, **over})) == [], over
     for template in ("llava", "qwen2_vl"):  # dpo: DDP, the stage's only strategy
         assert untested_with_vlm(validate({**raw, "stage": "dpo", "template": template, "nproc_per_node": 2})) == []
     for over, key in (  # not in the tests: refused by the key that asks for it
         ({"template": "qwen2_vl", "zero_stage": 2}, "zero_stage"),
         ({"template": "qwen2_vl", "fsdp": "shard_grad_op"}, "fsdp"),
-        ({"template": "qwen3_vl_nothink"}, "nproc_per_node"),
-        ({"template": "gemma3", "zero_stage": 3}, "nproc_per_node"),
+        ({"template": "qwen3_vl_nothink", "zero_stage": 2}, "zero_stage"),
+        ({"template": "gemma3", "fsdp": "hybrid_shard"}, "fsdp"),
         ({"template": "gemma3", "stage": "dpo"}, "nproc_per_node"),
         ({"stage": "pt"}, "nproc_per_node"),
     ):

@@ -8,9 +8,12 @@ and ZeRO-3: each rank holds about half of each part under FSDP2 and ZeRO-3, all 
 gradient norm are DDP's; the adapter is saved whole. DPO with images on 2 ranks under DDP (the stage runs under DDP
 only, text models too), LLaVA and Qwen2-VL, a pair with an image on one rank and a text-only pair on the other.
 
-Time: each 2-rank run is 15-50 s on a loaded 2-core box, so the suite runs the families that cockpit.models.vlm's
-SEVERAL_RANKS accepts; Qwen2-VL, Qwen3-VL and Gemma 3 passed this same sft test by hand (2026-12-06), and adding one
-to the suite is its name in the parametrize list (and its template in SEVERAL_RANKS)."""
+Qwen3-VL (template qwen3_vl: its vision blocks and DeepStack mergers) and Gemma 3 (SigLIP's encoder layers, the
+projector's pooling) the same way.
+
+Time: each 2-rank run is 15-50 s on a loaded 2-core box, so the suite runs one family per template of
+cockpit.models.vlm's SEVERAL_RANKS (Qwen2.5-VL for qwen2_vl, whose tower differs more from LLaVA's than Qwen2-VL's;
+Qwen2-VL's sft passed this same test by hand, 2026-12-06, and its dpo runs below)."""
 
 from __future__ import annotations
 
@@ -86,7 +89,7 @@ def _assert_sharded_as_ddp(runs: dict[str, Path], tower_classes: set[str]) -> di
 @pytest.mark.budget(
     150, reason="three 2-rank trainings of one step (DDP, FSDP2, ZeRO-3): what each rank holds and the step compared"
 )
-@pytest.mark.parametrize("family", ["qwen2_5_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "gemma3"])
 def test_a_vlm_family_trains_on_two_ranks_under_fsdp2_and_zero3_as_under_ddp(family, tmp_path, request):
     fixture, template, tower_classes = FAMILIES[family]
     runs = _trained(tmp_path, request.getfixturevalue(fixture), template)

@@ -147,14 +147,15 @@ def model_problems(cfg: RunConfig, model_config: Any) -> list[tuple[str, str]]:
 # What a vision-language model trains on several ranks: (stage, the template's image family) -> the strategies,
 # each proven by 2-rank CPU runs in the test suite (tests/test_vlm_strategies.py: LLaVA's sft under DDP, FSDP2 and
 # ZeRO-3; tests/test_vlm_strategies_families.py: Qwen2.5-VL's sft under the same three, Qwen2-VL's and LLaVA's dpo
-# under DDP, the only strategy the stage runs under). "ddp": several ranks, each with the whole model; "zero3":
-# DeepSpeed ZeRO-3; "fsdp": FSDP2 full_shard. Qwen3-VL's and Gemma 3's sft passed the same runs by hand (2026-12-06)
-# but are not in the suite's time budget yet: refused by name until they are.
+# under DDP, the only strategy the stage runs under; Qwen3-VL's and Gemma 3's sft under the three, the same test).
+# "ddp": several ranks, each with the whole model; "zero3": DeepSpeed ZeRO-3; "fsdp": FSDP2 full_shard.
 ANY_STRATEGY = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp shard_grad_op", "fsdp hybrid_shard")
 PROVEN = ("ddp", "zero3", "fsdp")
 SEVERAL_RANKS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sft", "llava"): ANY_STRATEGY,
     ("sft", "qwen2_vl"): PROVEN,
+    ("sft", "qwen3_vl"): PROVEN,
+    ("sft", "gemma3"): PROVEN,
     ("dpo", "llava"): ("ddp",),
     ("dpo", "qwen2_vl"): ("ddp",),
 }
