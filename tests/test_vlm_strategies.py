@@ -149,7 +149,7 @@ def test_a_llava_trains_on_two_ranks_under_ddp_fsdp2_and_zero3(tmp_path, tiny_ll
     assert shapes(runs["fsdp2"]) == shapes(runs["zero3"]) == saved  # saved whole by rank 0
 
 
-def test_a_vlm_loads_whole_on_every_rank_and_only_llavas_sft_takes_several(tiny_llava_dir):
+def test_a_vlm_streams_its_parts_and_trains_on_several_ranks_what_several_ranks_names(tiny_llava_dir):
     """The rule the ranks and the planner share: a LLaVA folder streams: under ZeRO-3 / FSDP2 each rank
     reads its own part, under the names transformers renames its checkpoint's keys to
     (tests/test_vlm_sharded_load.py), the embedded VLM too; on
